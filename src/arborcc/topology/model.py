@@ -1,0 +1,284 @@
+"""The topology model: devices, directed links, hosts and ranks.
+
+A :class:`Topology` is immutable once built. Everything that makes one (built-in
+machines, file readers, live detection, allocations) goes through
+:class:`TopologyBuilder`, which is the single place where a topology is validated, so
+every reader reports bad input the same way (``source:place: problem``).
+
+Units are SI inside: bandwidth in bytes/s per direction, latency in seconds. A
+physical full-duplex link is two directed :class:`Link` objects. ``Link.count`` is the
+number of bonded lanes (NVLinks) and ``Link.bandwidth`` their total.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Iterator, Mapping, Sequence
+
+from arborcc.errors import TopologyError
+
+GB = 1e9  #: bytes per GB (decimal, as link bandwidths are quoted)
+US = 1e-6  #: seconds per microsecond
+
+
+class DeviceKind(str, enum.Enum):
+    GPU = "gpu"
+    CPU = "cpu"
+    PCIE_SWITCH = "pcie_switch"
+    NVSWITCH = "nvswitch"
+    NIC = "nic"
+    NET_SWITCH = "net_switch"
+
+
+class LinkKind(str, enum.Enum):
+    NVLINK = "nvlink"
+    PCIE = "pcie"
+    INTER_SOCKET = "inter_socket"
+    NETWORK = "network"
+    SWITCH_PORT = "switch_port"  #: a port of a generic hierarchy's switch (BlueConnect Fig. 1)
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device. ``host`` is None for devices outside any host (network switches).
+
+    ``index`` is the device's number within its host and kind (GPU 3 is what
+    ``nvidia-smi`` calls GPU3); ``pci`` an optional PCI bus id; ``numa`` the NUMA node.
+    """
+
+    id: str
+    kind: DeviceKind
+    host: int | None = 0
+    index: int | None = None
+    numa: int | None = None
+    pci: str | None = None
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind is DeviceKind.GPU
+
+
+@dataclass(frozen=True)
+class Link:
+    """A directed link ``src -> dst``: ``count`` bonded lanes, ``bandwidth`` B/s in total."""
+
+    src: str
+    dst: str
+    kind: LinkKind
+    bandwidth: float
+    latency: float = 0.0
+    count: int = 1
+
+    @property
+    def bandwidth_gbps(self) -> float:
+        return self.bandwidth / GB
+
+
+@dataclass(frozen=True)
+class Route:
+    """The path a transfer between two devices takes, with its bottleneck bandwidth."""
+
+    path: tuple[str, ...]
+    bandwidth: float
+    latency: float
+
+    @property
+    def hops(self) -> int:
+        return len(self.path) - 1
+
+    def pairs(self) -> Iterator[tuple[str, str]]:
+        return zip(self.path, self.path[1:])
+
+
+class Topology:
+    """An immutable machine (or cluster, or allocation) graph with ordered ranks.
+
+    ``ranks`` are the GPUs of the job in rank order; by default every GPU ordered by
+    (host, index). ``meta`` carries provenance (machine name and parameters).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        devices: Sequence[Device],
+        links: Sequence[Link],
+        ranks: Sequence[str],
+        meta: Mapping[str, object] | None = None,
+    ):
+        self.name = name
+        self.devices: dict[str, Device] = {d.id: d for d in devices}
+        self.links: dict[tuple[str, str], Link] = {(l.src, l.dst): l for l in links}
+        self.ranks: tuple[str, ...] = tuple(ranks)
+        self.meta: dict[str, object] = dict(meta or {})
+        self._out: dict[str, list[Link]] = {d: [] for d in self.devices}
+        self._in: dict[str, list[Link]] = {d: [] for d in self.devices}
+        for l in links:
+            self._out[l.src].append(l)
+            self._in[l.dst].append(l)
+        self._routes: dict[str, dict[str, Route]] = {}
+
+    # --- queries -------------------------------------------------------------------
+    @property
+    def num_ranks(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        """The GPUs of this topology in rank order (same as ``ranks``)."""
+        return self.ranks
+
+    @property
+    def hosts(self) -> tuple[int, ...]:
+        return tuple(sorted({d.host for d in self.devices.values() if d.host is not None}))
+
+    def rank_of(self, device_id: str) -> int:
+        try:
+            return self.ranks.index(device_id)
+        except ValueError:
+            raise TopologyError(f"{device_id} is not a rank of this topology", source=self.name) from None
+
+    def devices_of_kind(self, kind: DeviceKind) -> list[Device]:
+        return [d for d in self.devices.values() if d.kind is kind]
+
+    def link(self, src: str, dst: str) -> Link | None:
+        return self.links.get((src, dst))
+
+    def out_links(self, device_id: str) -> list[Link]:
+        return self._out[device_id]
+
+    def in_links(self, device_id: str) -> list[Link]:
+        return self._in[device_id]
+
+    def route(self, src: str, dst: str) -> Route:
+        """The route of a transfer ``src -> dst`` (see :mod:`arborcc.topology.routing`)."""
+        from arborcc.topology.routing import routes_from
+
+        if src not in self._routes:
+            self._routes[src] = routes_from(self, src)
+        try:
+            return self._routes[src][dst]
+        except KeyError:
+            raise TopologyError(f"no route from {src} to {dst}", source=self.name) from None
+
+    def can_route(self, src: str, dst: str) -> bool:
+        from arborcc.topology.routing import routes_from
+
+        if src not in self._routes:
+            self._routes[src] = routes_from(self, src)
+        return dst in self._routes[src]
+
+    def with_ranks(self, ranks: Sequence[str]) -> "Topology":
+        """The same machine with another rank order (every id must be a GPU)."""
+        b = TopologyBuilder(self.name, source=self.name, meta=self.meta)
+        for d in self.devices.values():
+            b.add_device(d)
+        for l in self.links.values():
+            b.add_link(l)
+        return b.build(ranks=ranks)
+
+    def to_networkx(self):
+        """A ``networkx.DiGraph`` with device and link attributes (``capacity`` = bandwidth)."""
+        import networkx as nx
+
+        g = nx.DiGraph(name=self.name)
+        for d in self.devices.values():
+            g.add_node(d.id, kind=d.kind.value, host=d.host)
+        for l in self.links.values():
+            g.add_edge(l.src, l.dst, kind=l.kind.value, capacity=l.bandwidth, count=l.count, latency=l.latency)
+        return g
+
+    def __repr__(self) -> str:
+        return f"Topology({self.name!r}, {len(self.ranks)} ranks, {len(self.devices)} devices, {len(self.links)} links)"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Topology):
+            return NotImplemented
+        return (
+            self.devices == other.devices
+            and self.links == other.links
+            and self.ranks == other.ranks
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass
+class TopologyBuilder:
+    """Collects devices and links, validating each as it comes; ``build()`` finishes.
+
+    ``source`` names the input in error messages; each ``add_*`` call may pass
+    ``place`` (a line number or a path inside the input) to point at the culprit.
+    """
+
+    name: str
+    source: str | None = None
+    meta: Mapping[str, object] | None = None
+    _devices: dict[str, Device] = field(default_factory=dict)
+    _links: dict[tuple[str, str], Link] = field(default_factory=dict)
+
+    def error(self, problem: str, place: str | int | None = None) -> TopologyError:
+        return TopologyError(problem, source=self.source, place=place)
+
+    def add_device(self, device: Device, place: str | int | None = None) -> Device:
+        if not device.id or not isinstance(device.id, str):
+            raise self.error(f"device id {device.id!r} is not a non-empty string", place)
+        if device.id in self._devices:
+            raise self.error(f"duplicate device id {device.id}", place)
+        self._devices[device.id] = device
+        return device
+
+    def has_device(self, device_id: str) -> bool:
+        return device_id in self._devices
+
+    def add_link(self, link: Link, place: str | int | None = None, merge: bool = False) -> Link:
+        """Add a directed link. With ``merge``, a second link on the same pair adds lanes."""
+        what = f"link {link.src}->{link.dst}"
+        for end in (link.src, link.dst):
+            if end not in self._devices:
+                raise self.error(f"{what}: {end} is not defined", place)
+        if link.src == link.dst:
+            raise self.error(f"{what}: a link cannot join a device to itself", place)
+        if not (isinstance(link.bandwidth, (int, float)) and math.isfinite(link.bandwidth) and link.bandwidth > 0):
+            raise self.error(f"{what}: bandwidth must be a positive number, got {link.bandwidth!r}", place)
+        if not (isinstance(link.latency, (int, float)) and math.isfinite(link.latency) and link.latency >= 0):
+            raise self.error(f"{what}: latency must be a number >= 0, got {link.latency!r}", place)
+        if not (isinstance(link.count, int) and link.count >= 1):
+            raise self.error(f"{what}: count must be an integer >= 1, got {link.count!r}", place)
+        key = (link.src, link.dst)
+        if key in self._links:
+            old = self._links[key]
+            if not merge:
+                raise self.error(f"duplicate {what}", place)
+            if old.kind is not link.kind:
+                raise self.error(f"{what}: declared both as {old.kind.value} and {link.kind.value}", place)
+            link = replace(old, bandwidth=old.bandwidth + link.bandwidth, count=old.count + link.count,
+                           latency=max(old.latency, link.latency))
+        self._links[key] = link
+        return link
+
+    def connect(self, a: str, b: str, kind: LinkKind, bandwidth: float, latency: float = 0.0,
+                count: int = 1, place: str | int | None = None, merge: bool = False) -> None:
+        """Add a full-duplex link as two directed links of equal bandwidth."""
+        self.add_link(Link(a, b, kind, bandwidth, latency, count), place, merge)
+        self.add_link(Link(b, a, kind, bandwidth, latency, count), place, merge)
+
+    def build(self, ranks: Sequence[str] | None = None, place: str | int | None = None) -> Topology:
+        gpus = sorted((d for d in self._devices.values() if d.is_gpu),
+                      key=lambda d: (d.host if d.host is not None else -1,
+                                     d.index if d.index is not None else 1 << 30, d.id))
+        if ranks is None:
+            ranks = [d.id for d in gpus]
+        seen: set[str] = set()
+        for r in ranks:
+            if r not in self._devices:
+                raise self.error(f"rank {r} is not a defined device", place)
+            if not self._devices[r].is_gpu:
+                raise self.error(f"rank {r} is a {self._devices[r].kind.value}, not a gpu", place)
+            if r in seen:
+                raise self.error(f"rank {r} is listed twice", place)
+            seen.add(r)
+        if not ranks:
+            raise self.error("the topology has no GPU", place)
+        return Topology(self.name, list(self._devices.values()), list(self._links.values()), ranks, self.meta)
