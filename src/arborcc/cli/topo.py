@@ -1,0 +1,117 @@
+"""``arborcc topo show|classes|export``: look at, classify and write topologies."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from arborcc.cli.output import print_json, write_atomic
+from arborcc.cli.topology_args import add_topology_arguments, topology_from_args
+from arborcc.errors import InputError
+from arborcc.topology.allocation import FABRICS, unique_allocations
+from arborcc.topology.render import link_table_text, matrix_text, topology_summary
+
+EXPORT_FORMATS = ("yaml", "json", "nccl-xml")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    topo = sub.add_parser("topo", help="show, classify and export topologies")
+    tsub = topo.add_subparsers(dest="topo_command", metavar="ACTION", required=True)
+
+    show = tsub.add_parser("show", help="link matrix (like nvidia-smi topo -m) and link table")
+    add_topology_arguments(show)
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.set_defaults(func=cmd_show)
+
+    classes = tsub.add_parser("classes", help="unique allocations up to isomorphism (Blink section 5.2)")
+    add_topology_arguments(classes)
+    classes.add_argument("--min-gpus", type=int, default=3)
+    classes.add_argument("--max-gpus", type=int, default=None, help="default: all GPUs")
+    classes.add_argument("--fabric", choices=FABRICS, default="nvlink",
+                         help="nvlink: compare the NVLink fabric, keep NVLink-connected allocations "
+                              "(Blink's definition; default); full: compare the whole induced topology")
+    classes.add_argument("--json", action="store_true", help="print one JSON object")
+    classes.set_defaults(func=cmd_classes)
+
+    export = tsub.add_parser("export", help="write the topology as arborcc YAML/JSON or NCCL topology XML")
+    add_topology_arguments(export)
+    export.add_argument("-o", "--output", metavar="PATH", help="file to write (default: standard output)")
+    export.add_argument("--format", choices=EXPORT_FORMATS,
+                        help="default: from the output suffix (.yaml/.yml, .json, .xml), else yaml")
+    export.set_defaults(func=cmd_export)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    t = topology_from_args(args)
+    if args.json:
+        print_json(topology_summary(t))
+        return 0
+    print(f"{t.name}: {t.num_ranks} GPUs, {len(t.devices)} devices, {len(t.links)} directed links, "
+          f"{len(t.hosts)} host(s)")
+    print()
+    print(matrix_text(t))
+    print()
+    print(link_table_text(t))
+    return 0
+
+
+def _progress(done: int, total: int) -> None:
+    if sys.stderr.isatty():
+        print(f"\rclassifying allocations: {done}/{total}", end="" if done < total else "\n", file=sys.stderr)
+
+
+def cmd_classes(args: argparse.Namespace) -> int:
+    t = topology_from_args(args)
+    classes = unique_allocations(t, args.min_gpus, args.max_gpus, args.fabric, progress=_progress)
+    if args.json:
+        print_json({
+            "topology": t.name, "fabric": args.fabric, "min_gpus": args.min_gpus,
+            "max_gpus": args.max_gpus or t.num_ranks, "count": len(classes),
+            "allocations": sum(c.members for c in classes),
+            "classes": [{"gpus": [t.ranks.index(g) for g in c.gpus], "gpu_ids": list(c.gpus),
+                         "size": len(c.gpus), "members": c.members,
+                         "nvlinks": [{"src": a, "dst": b, "count": n} for a, b, n in c.nvlink_edges]}
+                        for c in classes],
+        })
+        return 0
+    print(f"{t.name}: {len(classes)} unique allocations of {args.min_gpus}-{args.max_gpus or t.num_ranks} GPUs "
+          f"({sum(c.members for c in classes)} allocations, fabric={args.fabric})")
+    print(f"{'#':>3}  {'gpus':>4}  {'members':>7}  representative  nvlink lanes")
+    for k, c in enumerate(classes):
+        rep = ",".join(str(t.ranks.index(g)) for g in c.gpus)
+        lanes = " ".join(f"{t.ranks.index(a)}-{t.ranks.index(b)}:{n}" for a, b, n in c.nvlink_edges)
+        print(f"{k:>3}  {len(c.gpus):>4}  {c.members:>7}  {rep:<14}  {lanes}")
+    return 0
+
+
+def _export_format(args: argparse.Namespace) -> str:
+    if args.format:
+        return args.format
+    out = (args.output or "").lower()
+    if out.endswith(".json"):
+        return "json"
+    if out.endswith(".xml"):
+        return "nccl-xml"
+    if out and not out.endswith((".yaml", ".yml")):
+        raise InputError("cannot tell the format from the suffix; use --format yaml|json|nccl-xml",
+                         source=args.output)
+    return "yaml"
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    fmt = _export_format(args)
+    t = topology_from_args(args)
+    if fmt == "nccl-xml":
+        from arborcc.topology.nccl_xml import write_nccl_xml
+
+        text = write_nccl_xml(t)
+    else:
+        from arborcc.topology.topofile import dump_topology
+
+        text = dump_topology(t, fmt)
+    if args.output:
+        write_atomic(args.output, text)
+        print(f"wrote {args.output} ({fmt}, {t.num_ranks} GPUs, {len(t.devices)} devices)", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

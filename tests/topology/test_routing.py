@@ -1,0 +1,63 @@
+"""Routing: direct links first, else the widest, then shortest path through relays."""
+
+import pytest
+
+from arborcc.errors import TopologyError
+from arborcc.topology.machines import build_machine
+from arborcc.topology.model import GB, Device, DeviceKind, LinkKind, TopologyBuilder
+
+
+def test_direct_nvlink_beats_pcie():
+    t = build_machine("dgx1v")
+    r = t.route("gpu0", "gpu3")
+    assert r.path == ("gpu0", "gpu3") and r.bandwidth == pytest.approx(50 * GB)
+
+
+def test_same_switch_goes_through_pcie_switch_only():
+    # gpu0 and gpu1 share pcie0 but have an NVLink; nic0 sits on pcie0 too
+    t = build_machine("dgx1v")
+    assert t.route("gpu0", "nic0").path == ("gpu0", "pcie0", "nic0")
+
+
+def test_cross_socket_route_goes_through_both_cpus():
+    t = build_machine("dgx1v")
+    r = t.route("gpu0", "gpu5")
+    assert r.path == ("gpu0", "pcie0", "cpu0", "cpu1", "pcie2", "gpu5")
+    assert r.bandwidth == pytest.approx(10 * GB)  # inter-socket default is the bottleneck
+    assert r.latency == pytest.approx(sum(t.links[p].latency for p in r.pairs()))
+
+
+def test_same_socket_route_through_cpu():
+    t = build_machine("dgx1v", pcie_gbps=11)
+    # gpu1 -> gpu2 have NVLink; take an allocation-free pair over PCIe on one socket: gpu1 -> nic2
+    r = t.route("gpu1", "nic2")
+    assert r.path == ("gpu1", "pcie0", "cpu0", "pcie1", "nic2")
+    assert r.bandwidth == pytest.approx(11 * GB)
+
+
+def test_routes_never_pass_through_gpus():
+    # a chain a - b - c of GPUs: a cannot reach c, since b does not forward
+    b = TopologyBuilder("chain")
+    for i in range(3):
+        b.add_device(Device(f"gpu{i}", DeviceKind.GPU, 0, i))
+    b.connect("gpu0", "gpu1", LinkKind.NVLINK, 25 * GB)
+    b.connect("gpu1", "gpu2", LinkKind.NVLINK, 25 * GB)
+    t = b.build()
+    assert not t.can_route("gpu0", "gpu2")
+    with pytest.raises(TopologyError, match="no route from gpu0 to gpu2"):
+        t.route("gpu0", "gpu2")
+
+
+def test_widest_path_wins_over_shorter_one():
+    b = TopologyBuilder("wide")
+    for i in range(2):
+        b.add_device(Device(f"gpu{i}", DeviceKind.GPU, 0, i))
+    for s in ("sw0", "sw1", "sw2"):
+        b.add_device(Device(s, DeviceKind.PCIE_SWITCH, 0))
+    b.connect("gpu0", "sw0", LinkKind.PCIE, 5 * GB)  # narrow, 2 hops
+    b.connect("sw0", "gpu1", LinkKind.PCIE, 5 * GB)
+    b.connect("gpu0", "sw1", LinkKind.PCIE, 20 * GB)  # wide, 3 hops
+    b.connect("sw1", "sw2", LinkKind.PCIE, 20 * GB)
+    b.connect("sw2", "gpu1", LinkKind.PCIE, 20 * GB)
+    r = b.build().route("gpu0", "gpu1")
+    assert r.path == ("gpu0", "sw1", "sw2", "gpu1") and r.bandwidth == 20 * GB
