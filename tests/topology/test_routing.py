@@ -61,3 +61,23 @@ def test_widest_path_wins_over_shorter_one():
     b.connect("sw2", "gpu1", LinkKind.PCIE, 20 * GB)
     r = b.build().route("gpu0", "gpu1")
     assert r.path == ("gpu0", "sw1", "sw2", "gpu1") and r.bandwidth == 20 * GB
+
+
+def test_routes_inside_a_node_never_use_the_network():
+    from arborcc.topology.cluster import build_cluster
+
+    t = build_cluster("dgx1v", 2)
+    r = t.route("n0.gpu0", "n0.gpu5")
+    assert r.path == ("n0.gpu0", "n0.pcie0", "n0.cpu0", "n0.cpu1", "n0.pcie2", "n0.gpu5")
+
+
+def test_cross_rail_routes_do_not_bounce_through_a_third_node():
+    from arborcc.topology.cluster import build_cluster
+
+    t = build_cluster("dgx-h100", 3, network="rail")
+    for a, b in [("n0.gpu0", "n1.gpu5"), ("n2.gpu7", "n0.gpu1")]:
+        hosts = [t.devices[d].host for d in t.route(a, b).path]
+        assert {h for h in hosts if h is not None} == {t.devices[a].host, t.devices[b].host}
+        # once in the network, the route never goes back to the source host
+        first_out = hosts.index(None)
+        assert t.devices[a].host not in hosts[first_out:]

@@ -9,6 +9,12 @@ Among the possible paths we pick the widest (largest bottleneck bandwidth) and a
 those the shortest (fewest hops), breaking ties by device order so the result is
 deterministic. This is how NCCL's path search ranks paths as well: by bandwidth, then
 by path type / hop count.
+
+A route leaves its host at most once and never passes through a third host: it runs
+through the source's host, then the network (devices without a host), then the
+destination's host. Without that rule a cross-socket transfer inside one node could
+"win" by going out through a NIC and back, and cross-rail traffic could bounce
+through another node's PCIe switch - neither of which a runtime does.
 """
 
 from __future__ import annotations
@@ -31,6 +37,16 @@ def routes_from(topology: "Topology", src: str) -> dict[str, "Route"]:
 
     relays = {d.id for d in topology.devices.values() if not d.is_gpu}
     order = {d: i for i, d in enumerate(topology.devices)}
+    home = topology.devices[src].host
+
+    def phase(dev: str) -> int:  # 0: source host, 1: network, 2: another host
+        host = topology.devices[dev].host
+        return 1 if host is None else (0 if host == home else 2)
+
+    def allowed(u: str, v: str) -> bool:
+        pu, pv = phase(u), phase(v)
+        return pv >= pu and (pu != 2 or topology.devices[u].host == topology.devices[v].host)
+
     widths = sorted({l.bandwidth for l in topology.links.values()}, reverse=True)
     routes: dict[str, Route] = {}
     for width in widths:
@@ -41,7 +57,7 @@ def routes_from(topology: "Topology", src: str) -> dict[str, "Route"]:
             if u != src and u not in relays:
                 continue  # a GPU ends a path, it does not forward
             for link in sorted(topology.out_links(u), key=lambda l: order[l.dst]):
-                if link.bandwidth >= width and link.dst not in parent:
+                if link.bandwidth >= width and link.dst not in parent and allowed(u, link.dst):
                     parent[link.dst] = u
                     queue.append(link.dst)
         for dst in parent:

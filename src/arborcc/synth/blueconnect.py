@@ -1,0 +1,568 @@
+"""BlueConnect: all-reduce decomposed along the network hierarchy, and its model.
+
+Source: ``papers/blueconnect.txt`` (Cho et al., "BlueConnect: Decomposing All-Reduce
+for Deep Learning on Heterogeneous Network Hierarchy", SysML 2019): section 2.2
+(equations 1-4), section 2.3 (equations 5-7, the one- and two-level baselines),
+section 3.1 (equation 8, the decomposition), 3.2 (Figure 4, Algorithm 1: the stage
+groups) and 3.3 (equations 9 and 10, the performance model on fat-tree and torus).
+
+The decomposition. The rank count is factored along the hierarchy,
+``|P| = p0 x p1 x ... x p_{k-1}`` (eq. 8), innermost level first. A rank is a point of
+a mixed-radix grid; reduce-scatter stage i runs, concurrently, one reduce-scatter in
+every group of ranks that differ only in coordinate i (Figure 4: 4 groups of 3 inside
+the nodes, then 6 groups of 2 across nodes, then 6 groups of 2 across racks), each on
+the ``N / (p0 ... p_{i-1})`` bytes the earlier stages left it; the all-gather stages
+follow in reverse order (Algorithm 1, lines 7-16). Every rank is busy in every stage.
+
+Where the hierarchy comes from. :func:`hierarchy_levels` clusters the ranks by the
+bandwidth of the route between them: for each route bandwidth, from the highest down,
+the ranks joined by routes at least that wide form groups; the partitions whose groups
+all have equal size are the levels (GPUs of a node, nodes of a rack, ...). With
+``structural=True`` the machine's physical grouping (GPUs per PCIe switch, per CPU
+socket, per host) is offered as well. Explicit ``factors`` may be given instead (mixed
+radix over rank order). When no factorization follows the hierarchy the plan
+degenerates to one level, as section 3.4 says.
+
+Per-stage bandwidth and latency. Eq. 9 charges stage i with
+``min_{j<=i} w_j / (p0 ... p_{j-1})``: the level-j uplink is shared by all ranks below
+it. :func:`stage_cost` measures the same thing on the topology: it routes every
+transfer of the stage (ring neighbours, or halving-doubling partners), shares each
+physical link equally between the transfers crossing it, and takes the bottleneck;
+on :func:`~arborcc.topology.cluster.build_hierarchy` topologies this reproduces eq. 9's
+bandwidths exactly. ``alpha`` is the route latency unless given.
+
+Ranks are indices into ``topology.ranks``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from arborcc.errors import SynthesisError
+from arborcc.topology.model import DeviceKind, Topology
+
+RS, AG = "reducescatter", "allgather"
+RING, HD = "ring", "halving-doubling"
+ALGORITHMS = (RING, HD)
+
+
+# ------------------------------------------------------- performance model (eqs 1-10) ---
+def _is_pow2(p: int) -> bool:
+    return p >= 1 and p & (p - 1) == 0
+
+
+def _check(p: int, n_bytes: float) -> None:
+    if not (isinstance(p, int) and p >= 1):
+        raise SynthesisError(f"learner count must be an integer >= 1, got {p!r}")
+    if not n_bytes >= 0:
+        raise SynthesisError(f"data size must be >= 0, got {n_bytes!r}")
+
+
+def ring_reduce_scatter_time(p: int, n_bytes: float, alpha: float, beta: float) -> float:
+    """Eq. (1): ``Tr(p, n, alpha, w) = (p-1) alpha + (p-1)/p * n / w``, with beta = 1/w
+    (seconds per byte). A ring all-gather costs the same."""
+    _check(p, n_bytes)
+    return (p - 1) * alpha + (p - 1) / p * n_bytes * beta
+
+
+ring_all_gather_time = ring_reduce_scatter_time
+
+
+def halving_doubling_reduce_scatter_time(p: int, n_bytes: float, alpha: float, beta: float) -> float:
+    """Eq. (2): ``Tc(p, n, alpha, w) = lg(p) alpha + (p-1)/p * n / w``; p a power of two
+    (recursive halving; recursive doubling for all-gather costs the same)."""
+    _check(p, n_bytes)
+    if not _is_pow2(p):
+        raise SynthesisError(f"recursive halving/doubling needs a power-of-two group, got {p}")
+    return math.log2(p) * alpha + (p - 1) / p * n_bytes * beta
+
+
+halving_doubling_all_gather_time = halving_doubling_reduce_scatter_time
+
+
+def ring_or_halving_time(p: int, n_bytes: float, alpha: float, beta: float) -> float:
+    """Eq. (3): ``Tr/c`` - halving/doubling when p is a power of two, else ring."""
+    if _is_pow2(p):
+        return halving_doubling_reduce_scatter_time(p, n_bytes, alpha, beta)
+    return ring_reduce_scatter_time(p, n_bytes, alpha, beta)
+
+
+def broadcast_time(p: int, n_bytes: float, alpha: float, beta: float) -> float:
+    """Eq. (4): ``Tbcast = Treduce = Tc + Tr`` (scatter then ring all-gather, Thakur et al.)."""
+    _check(p, n_bytes)
+    tc = math.log2(p) * alpha + (p - 1) / p * n_bytes * beta  # eq. 2's form, as the paper uses it
+    return tc + ring_reduce_scatter_time(p, n_bytes, alpha, beta)
+
+
+reduce_time = broadcast_time
+
+
+def one_level_ring_time(p: int, n_bytes: float, alpha: float, bandwidths: Sequence[float]) -> float:
+    """Eqs. (5)-(6): ``2 (p-1) {alpha + N / (p min W)} = 2 Tr(p, N, alpha, min W)``."""
+    return 2 * ring_reduce_scatter_time(p, n_bytes, alpha, 1.0 / min(bandwidths))
+
+
+def two_level_time(p0: int, p: int, n_bytes: float, alpha: float, w0: float, bandwidths: Sequence[float]) -> float:
+    """Eq. (7): reduce to a master in each group of p0, ``Tr/c`` all-reduce among the
+    ``p / p0`` masters over the narrowest bandwidth, broadcast back:
+    ``2 Tc(p0, N, alpha, w0) + 2 Tr(p0, N, alpha, w0) + 2 Tr/c(p/p0, N, alpha, min W)``."""
+    if p0 < 1 or p % p0:
+        raise SynthesisError(f"{p} learners cannot be split into groups of {p0}")
+    local = reduce_time(p0, n_bytes, alpha, 1.0 / w0) + broadcast_time(p0, n_bytes, alpha, 1.0 / w0)
+    return local + 2 * ring_or_halving_time(p // p0, n_bytes, alpha, 1.0 / min(bandwidths))
+
+
+def _stage_bandwidths(factors: Sequence[int], bandwidths: Sequence[float], torus: bool) -> list[float]:
+    if len(factors) != len(bandwidths):
+        raise SynthesisError(f"{len(factors)} factors but {len(bandwidths)} bandwidths")
+    out = []
+    for i in range(len(factors)):
+        if torus:  # eq. 10: only the p0 learners of a node share its dedicated links
+            cands = [bandwidths[0]] + [bandwidths[j] / factors[0] for j in range(1, i + 1)]
+        else:  # eq. 9: the level-j uplink is shared by all p0...p_{j-1} learners below it
+            cands = [bandwidths[j] / math.prod(factors[:j]) for j in range(i + 1)]
+        out.append(min(cands))
+    return out
+
+
+def blueconnect_time(factors: Sequence[int], n_bytes: float, alpha: float, bandwidths: Sequence[float],
+                     torus: bool = False) -> float:
+    """Eq. (9) (fat tree) or eq. (10) (``torus=True``):
+    ``T_blc = 2 sum_i Tr/c(p_i, N / prod_{j<i} p_j, alpha, min_{j<=i} w_j / prod_{k<j} p_k)``.
+
+    The summation bounds printed under the sigma read ``0 <= j < i``; the expanded first
+    terms (``min{w0}``, ``min{w0, w1/p0}``, ...) include ``j = i``, which is what this
+    implements (with ``j < i`` stage 0 would have no bandwidth at all).
+    """
+    ws = _stage_bandwidths(factors, bandwidths, torus)
+    total = 0.0
+    for i, p in enumerate(factors):
+        total += 2 * ring_or_halving_time(p, n_bytes / math.prod(factors[:i]), alpha, 1.0 / ws[i])
+    return total
+
+
+def blueconnect_torus_time(factors: Sequence[int], n_bytes: float, alpha: float,
+                           bandwidths: Sequence[float]) -> float:
+    """Eq. (10), BlueConnect on a torus (see :func:`blueconnect_time`)."""
+    return blueconnect_time(factors, n_bytes, alpha, bandwidths, torus=True)
+
+
+# ------------------------------------------------------------------------ schedules ---
+@dataclass(frozen=True)
+class Stage:
+    """One stage: concurrent reduce-scatters (or all-gathers), one per group.
+
+    ``groups`` partition the ranks; each group lists its ranks in ring order (for
+    halving-doubling, position k pairs with position k xor 2^s). Every group works on
+    ``data_fraction`` of the buffer (1 / product of the earlier stages' factors).
+    ``alpha`` (s) and ``beta`` (s/B, 1 / per-rank bandwidth) are the stage's terms.
+    """
+
+    kind: str
+    groups: list[list[int]]
+    algorithm: str
+    alpha: float
+    beta: float
+    factor: int
+    data_fraction: float
+
+    def time(self, n_bytes: float) -> float:
+        n = n_bytes * self.data_fraction
+        if self.algorithm == HD:
+            return halving_doubling_reduce_scatter_time(self.factor, n, self.alpha, self.beta)
+        return ring_reduce_scatter_time(self.factor, n, self.alpha, self.beta)
+
+    @property
+    def bandwidth(self) -> float:
+        return 1.0 / self.beta if self.beta > 0 else math.inf
+
+
+@dataclass
+class BlueConnectPlan:
+    """A BlueConnect all-reduce: ``factors`` (stage order) and the stages - reduce-scatters
+    going up, then the same groups' all-gathers coming down (Algorithm 1)."""
+
+    factors: list[int]
+    stages: list[Stage]
+    name: str = "blueconnect"
+
+    def predicted_time(self, n_bytes: float) -> float:
+        """Sum of the stages' alpha-beta times: eq. (9) with the stages' own bandwidths."""
+        return sum(s.time(n_bytes) for s in self.stages)
+
+    def validate(self, n: int) -> None:
+        """Raise SynthesisError unless this is a well-formed decomposition over 0..n-1."""
+        if math.prod(self.factors) != n:
+            raise SynthesisError(f"factors {self.factors} do not multiply to {n} ranks")
+        k = len(self.factors)
+        if len(self.stages) != 2 * k:
+            raise SynthesisError(f"{k} factors need {2 * k} stages, got {len(self.stages)}")
+        for i, st in enumerate(self.stages):
+            up = i < k
+            level = i if up else 2 * k - 1 - i
+            if st.kind != (RS if up else AG):
+                raise SynthesisError(f"stage {i} is a {st.kind}, expected {RS if up else AG}")
+            if st.factor != self.factors[level]:
+                raise SynthesisError(f"stage {i} has factor {st.factor}, expected {self.factors[level]}")
+            if sorted(r for g in st.groups for r in g) != list(range(n)):
+                raise SynthesisError(f"stage {i} groups do not partition ranks 0..{n - 1}")
+            if any(len(g) != st.factor for g in st.groups):
+                raise SynthesisError(f"stage {i} has a group whose size is not {st.factor}")
+            if st.algorithm not in ALGORITHMS or (st.algorithm == HD and not _is_pow2(st.factor)):
+                raise SynthesisError(f"stage {i}: algorithm {st.algorithm} cannot run on groups of {st.factor}")
+            if not math.isclose(st.data_fraction, 1.0 / math.prod(self.factors[:level])):
+                raise SynthesisError(f"stage {i} works on {st.data_fraction} of the data")
+            if not up and st.groups != self.stages[level].groups:
+                raise SynthesisError(f"all-gather stage {i} does not mirror reduce-scatter stage {level}")
+
+
+@dataclass
+class TwoLevelPlan:
+    """The two-level baseline (section 2.3, Fig. 2; eq. 7): reduce to the master of
+    every local group, all-reduce among the masters, broadcast back."""
+
+    groups: list[list[int]]
+    masters: list[int]
+    local_alpha: float
+    local_beta: float
+    master_alpha: float
+    master_beta: float
+    master_algorithm: str
+
+    def predicted_time(self, n_bytes: float) -> float:
+        p0 = len(self.groups[0])
+        local = (reduce_time(p0, n_bytes, self.local_alpha, self.local_beta)
+                 + broadcast_time(p0, n_bytes, self.local_alpha, self.local_beta))
+        m = len(self.masters)
+        if self.master_algorithm == HD:
+            t = halving_doubling_reduce_scatter_time(m, n_bytes, self.master_alpha, self.master_beta)
+        else:
+            t = ring_reduce_scatter_time(m, n_bytes, self.master_alpha, self.master_beta)
+        return local + 2 * t
+
+    def validate(self, n: int) -> None:
+        if sorted(r for g in self.groups for r in g) != list(range(n)):
+            raise SynthesisError("two-level groups do not partition the ranks")
+        if len({len(g) for g in self.groups}) != 1:
+            raise SynthesisError("two-level groups differ in size")
+        if [g[0] for g in self.groups] != self.masters:
+            raise SynthesisError("each group's master must be its first rank")
+
+
+# ------------------------------------------------------------------- hierarchy ---
+@dataclass(frozen=True)
+class HierarchyLevel:
+    """Level i of the hierarchy: ``groups`` are its units (each made of ``factor``
+    units of level i-1), ``bandwidth`` the narrowest route between two ranks of one
+    group (B/s)."""
+
+    factor: int
+    bandwidth: float
+    groups: list[list[int]]
+
+
+def _pair_bandwidth(topology: Topology, a: int, b: int) -> float:
+    ra, rb = topology.ranks[a], topology.ranks[b]
+    for x, y in ((ra, rb), (rb, ra)):
+        if not topology.can_route(x, y):
+            raise SynthesisError(f"{topology.name}: GPUs {x} and {y} cannot reach each other")
+    return min(topology.route(ra, rb).bandwidth, topology.route(rb, ra).bandwidth)
+
+
+def _structural_keys(topology: Topology) -> list[list[object]]:
+    """Per rank, the PCIe switch it hangs off, its CPU socket, its host - the machine's
+    physical grouping, innermost first."""
+    pcie, socket, host = [], [], []
+    for r, g in enumerate(topology.ranks):
+        dev = topology.devices[g]
+        sw = sorted(l.dst for l in topology.out_links(g) if topology.devices[l.dst].kind is DeviceKind.PCIE_SWITCH)
+        pcie.append(sw[0] if sw else ("gpu", r))
+        socket.append((dev.host, dev.numa) if dev.numa is not None else (dev.host,))
+        host.append(dev.host)
+    return [pcie, socket, host]
+
+
+def _partition(keys: Sequence[object]) -> list[list[int]]:
+    groups: dict[object, list[int]] = {}
+    for r, k in enumerate(keys):
+        groups.setdefault(k, []).append(r)
+    return sorted(groups.values())
+
+
+def hierarchy_levels(topology: Topology, structural: bool = False) -> list[HierarchyLevel]:
+    """The topology's hierarchy, innermost level first (module doc). A single rank has
+    no level. Raises SynthesisError if GPUs cannot reach each other.
+
+    Candidate partitions are the route-bandwidth clusters (for every route bandwidth,
+    from the widest down, the groups of ranks joined by routes at least that wide);
+    with ``structural`` also the machine's physical grouping (GPUs per PCIe switch,
+    per CPU socket, per host), which bandwidth alone does not reveal on PCIe trees.
+    Kept, from finest to coarsest: partitions into equal-size groups that are unions
+    of the previously kept level's groups (eq. 8 needs equal factors per level).
+    """
+    n = topology.num_ranks
+    bw = {(a, b): _pair_bandwidth(topology, a, b) for a in range(n) for b in range(a + 1, n)}
+    candidates: list[list[list[int]]] = []
+    for t in sorted(set(bw.values()), reverse=True):
+        parent = list(range(n))
+
+        def find(x: int) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for (a, b), w in bw.items():
+            if w >= t:
+                parent[find(a)] = find(b)
+        candidates.append(_partition([find(r) for r in range(n)]))
+    if structural:
+        candidates.extend(_partition(keys) for keys in _structural_keys(topology))
+    candidates.sort(key=lambda groups: -len(groups))  # finest first (stable: bandwidth order on ties)
+    levels: list[HierarchyLevel] = []
+    prev = [[r] for r in range(n)]
+    for groups in candidates:
+        if len(groups) >= len(prev) or len({len(g) for g in groups}) != 1:
+            continue  # nothing new, or unequal groups: not a level of a factorable hierarchy
+        owner = {r: k for k, g in enumerate(groups) for r in g}
+        if any(len({owner[r] for r in g}) != 1 for g in prev):
+            continue  # cuts through a finer level's group: not nested
+        width = min((bw[(a, b)] for g in groups for a, b in itertools.combinations(g, 2)), default=math.inf)
+        levels.append(HierarchyLevel(len(groups[0]) // len(prev[0]), width, groups))
+        prev = groups
+    if levels and len(prev) != 1:  # pragma: no cover - the narrowest threshold joins everyone
+        raise SynthesisError(f"{topology.name}: the hierarchy does not join all ranks")
+    return levels
+
+
+# --------------------------------------------------------------- decomposition ---
+@dataclass(frozen=True)
+class _Dim:
+    """One stage's axis of the rank grid: ``radix`` values, coordinate of rank r is
+    ``coord[r]``."""
+
+    radix: int
+    coord: tuple[int, ...]
+    label: str
+
+
+def _level_dims(topology: Topology, levels: list[HierarchyLevel]) -> list[_Dim]:
+    n = topology.num_ranks
+    dims = []
+    prev = [[r] for r in range(n)]
+    for i, lv in enumerate(levels):
+        coord = [0] * n
+        for g in lv.groups:
+            subs = sorted((s for s in prev if s[0] in g), key=lambda s: s[0])
+            if len(subs) != lv.factor:
+                raise SynthesisError(f"{topology.name}: level {i} groups are not made of {lv.factor} "
+                                     f"level-{i - 1} groups")
+            for k, s in enumerate(subs):
+                for r in s:
+                    coord[r] = k
+        # inside a level-i group, rank r's position within its subgroup must match across
+        # subgroups for "same position" groups; positions come from the lower levels' coords
+        dims.append(_Dim(lv.factor, tuple(coord), f"L{i}"))
+        prev = lv.groups
+    return dims
+
+
+def _radix_dims(n: int, factors: Sequence[int]) -> list[_Dim]:
+    dims = []
+    stride = 1
+    for i, f in enumerate(factors):
+        dims.append(_Dim(f, tuple((r // stride) % f for r in range(n)), f"F{i}"))
+        stride *= f
+    return dims
+
+
+def _split(dim: _Dim, parts: Sequence[int]) -> list[_Dim]:
+    out = []
+    stride = 1
+    for j, q in enumerate(parts):
+        out.append(_Dim(q, tuple((c // stride) % q for c in dim.coord), f"{dim.label}.{j}"))
+        stride *= q
+    return out
+
+
+def _ordered_factorizations(p: int) -> Iterator[list[int]]:
+    if p == 1:
+        yield []
+        return
+    for d in range(2, p + 1):
+        if p % d == 0:
+            for rest in _ordered_factorizations(p // d):
+                yield [d] + rest
+
+
+def _groups_of(n: int, dims: Sequence[_Dim], axis: int) -> list[list[int]]:
+    keyed: dict[tuple[int, ...], list[int]] = {}
+    for r in range(n):
+        key = tuple(d.coord[r] for k, d in enumerate(dims) if k != axis)
+        keyed.setdefault(key, []).append(r)
+    groups = [sorted(g, key=lambda r: dims[axis].coord[r]) for g in keyed.values()]
+    return sorted(groups, key=lambda g: g[0])
+
+
+def _transfers(groups: list[list[int]], algorithm: str) -> list[list[tuple[int, int]]]:
+    """The concurrent point-to-point transfers of a stage, per communication round."""
+    if algorithm == RING:
+        return [[(g[k], g[(k + 1) % len(g)]) for g in groups for k in range(len(g)) if len(g) > 1]]
+    rounds = []
+    p = len(groups[0])
+    dist = p // 2
+    while dist >= 1:
+        rounds.append([(g[k], g[k ^ dist]) for g in groups for k in range(p)])
+        dist //= 2
+    return rounds
+
+
+def stage_cost(topology: Topology, groups: list[list[int]], algorithm: str) -> tuple[float, float]:
+    """(alpha, beta) of a stage on ``topology``: the largest route latency among its
+    transfers, and 1 / the smallest per-transfer bandwidth when every physical link is
+    shared equally by the transfers of a round that cross it (module doc)."""
+    worst_bw, worst_lat = math.inf, 0.0
+    for rnd in _transfers(groups, algorithm):
+        load: dict[tuple[str, str], int] = {}
+        routes = []
+        for a, b in rnd:
+            r = topology.route(topology.ranks[a], topology.ranks[b])
+            routes.append(r)
+            worst_lat = max(worst_lat, r.latency)
+            for pr in r.pairs():
+                load[pr] = load.get(pr, 0) + 1
+        for r in routes:
+            for pr in r.pairs():
+                worst_bw = min(worst_bw, topology.links[pr].bandwidth / load[pr])
+    return worst_lat, (1.0 / worst_bw if math.isfinite(worst_bw) and worst_bw > 0 else 0.0)
+
+
+def _plan(topology: Topology, dims: Sequence[_Dim], algorithms: Sequence[str], alpha: float | None,
+          cache: dict, name: str = "blueconnect") -> BlueConnectPlan:
+    n = topology.num_ranks
+    up = []
+    fraction = 1.0
+    for i, (d, alg) in enumerate(zip(dims, algorithms)):
+        groups = _groups_of(n, dims, i)
+        key = (tuple(map(tuple, groups)), alg)
+        if key not in cache:
+            cache[key] = stage_cost(topology, groups, alg)
+        lat, beta = cache[key]
+        up.append(Stage(RS, groups, alg, lat if alpha is None else alpha, beta, d.radix, fraction))
+        fraction /= d.radix
+    down = [Stage(AG, s.groups, s.algorithm, s.alpha, s.beta, s.factor, s.data_fraction) for s in reversed(up)]
+    plan = BlueConnectPlan([d.radix for d in dims], up + down, name)
+    plan.validate(n)
+    return plan
+
+
+def _algorithms_for(dims: Sequence[_Dim], algorithm: str | None) -> list[str]:
+    out = []
+    for d in dims:
+        if algorithm is None:
+            out.append(HD if _is_pow2(d.radix) else RING)  # eq. (3)
+        elif algorithm == HD and not _is_pow2(d.radix):
+            raise SynthesisError(f"halving-doubling needs power-of-two groups; a stage has {d.radix}")
+        elif algorithm not in ALGORITHMS:
+            raise SynthesisError(f"unknown stage algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
+        else:
+            out.append(algorithm)
+    return out
+
+
+def blueconnect_plan(topology: Topology, factors: Sequence[int] | None = None, algorithm: str | None = None,
+                     alpha: float | None = None, structural: bool = False) -> BlueConnectPlan:
+    """The BlueConnect decomposition following the hierarchy (or explicit ``factors``,
+    innermost first, as a mixed radix over rank order). ``algorithm`` forces every
+    stage's algorithm; by default eq. (3) picks halving-doubling for power-of-two
+    groups and ring otherwise. ``alpha`` overrides the route latency (seconds);
+    ``structural`` adds the PCIe-switch/socket/host grouping (:func:`hierarchy_levels`)."""
+    n = topology.num_ranks
+    if factors is not None:
+        factors = [int(f) for f in factors]
+        if any(f < 1 for f in factors) or math.prod(factors) != n:
+            raise SynthesisError(f"factors {factors} do not multiply to the {n} ranks of {topology.name}: "
+                                 f"the rank count cannot be factored that way")
+        factors = [f for f in factors if f > 1] or [1]
+        dims = _radix_dims(n, factors)
+        for a in range(n):  # reachability, with the same message as the hierarchy path
+            for b in range(a + 1, n):
+                _pair_bandwidth(topology, a, b)
+    else:
+        levels = hierarchy_levels(topology, structural)
+        dims = _level_dims(topology, levels) if levels else _radix_dims(n, [1])
+    return _plan(topology, dims, _algorithms_for(dims, algorithm), alpha, {})
+
+
+def one_level_ring_plan(topology: Topology, alpha: float | None = None) -> BlueConnectPlan:
+    """The one-level ring baseline (eqs. 5-6): reduce-scatter and all-gather on one ring
+    over all ranks in rank order, gated by the narrowest link it crosses."""
+    n = topology.num_ranks
+    for a in range(n):
+        for b in range(a + 1, n):
+            _pair_bandwidth(topology, a, b)
+    return _plan(topology, _radix_dims(n, [n]), [RING], alpha, {}, name="one-level ring")
+
+
+def two_level_plan(topology: Topology, alpha: float | None = None) -> TwoLevelPlan:
+    """The two-level baseline (eq. 7): local groups are the innermost hierarchy level,
+    masters their first ranks; the masters' all-reduce is halving-doubling when their
+    count is a power of two, else a ring (``Tr/c``)."""
+    n = topology.num_ranks
+    levels = hierarchy_levels(topology)
+    groups = levels[0].groups if levels else [list(range(n))]
+    masters = [g[0] for g in groups]
+    lat0, beta0 = stage_cost(topology, groups, RING)
+    alg = HD if _is_pow2(len(masters)) else RING
+    if len(masters) > 1:
+        lat1, beta1 = stage_cost(topology, [masters], alg)
+    else:
+        lat1, beta1 = 0.0, 0.0
+    plan = TwoLevelPlan(groups, masters, lat0 if alpha is None else alpha, beta0,
+                        lat1 if alpha is None else alpha, beta1, alg)
+    plan.validate(n)
+    return plan
+
+
+def choose_blueconnect(topology: Topology, n_bytes: float, alpha: float | None = None,
+                       max_candidates: int = 2000) -> BlueConnectPlan:
+    """The decomposition with the least predicted time for ``n_bytes``.
+
+    Candidates: the bandwidth hierarchy and the structural one (:func:`hierarchy_levels`);
+    every level's factor split into any ordered factorization (a level of 8 may run as
+    2 x 4, 4 x 2 or 2 x 2 x 2 stages - fewer latency terms, same volume); the resulting
+    stages in any order (innermost first is the paper's; others are scored too); each
+    stage ring or halving-doubling (power-of-two groups only); and the one-level ring.
+    At most ``max_candidates`` stage orders are scored.
+    """
+    n = topology.num_ranks
+    bases = []
+    for structural in (False, True):
+        levels = hierarchy_levels(topology, structural)
+        base = _level_dims(topology, levels) if levels else _radix_dims(n, [1])
+        if all(base != b for b in bases):
+            bases.append(base)
+
+    def orders() -> Iterator[list[_Dim]]:
+        for base in bases:
+            splits = [list(_ordered_factorizations(d.radix)) or [[1]] for d in base]
+            for choice in itertools.product(*splits):
+                dims = [sd for d, parts in zip(base, choice) for sd in (_split(d, parts) if d.radix > 1 else [d])]
+                for order in itertools.permutations(dims):
+                    yield list(order)
+
+    cache: dict = {}
+    best = one_level_ring_plan(topology, alpha)
+    best_t = best.predicted_time(n_bytes)
+    for od in itertools.islice(orders(), max_candidates):
+        # with two ranks ring and halving-doubling are the same exchange
+        options = [[RING, HD] if _is_pow2(d.radix) and d.radix > 2 else [RING] for d in od]
+        for algs in itertools.product(*options):
+            plan = _plan(topology, od, list(algs), alpha, cache)
+            t = plan.predicted_time(n_bytes)
+            if t < best_t * (1 - 1e-12):
+                best, best_t = plan, t
+    return best
