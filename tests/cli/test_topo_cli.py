@@ -70,3 +70,44 @@ def test_demo_runs_on_the_default(capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert "dgx1v[1,4,5,6]" in out and "46 classes" in out
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json", ".xml"])
+def test_export_then_read_back_gives_the_same_topology(tmp_path, capsys, suffix):
+    path = tmp_path / f"a100{suffix}"
+    assert main(["topo", "export", "--machine", "dgx-a100", "-o", str(path)]) == 0
+    original = run_json(capsys, "topo", "show", "--machine", "dgx-a100", "--json")
+    again = run_json(capsys, "topo", "show", "--file", str(path), "--json")
+    assert again["gpus"] == original["gpus"]
+    key = lambda l: (l["src"], l["dst"])  # noqa: E731
+    if suffix == ".xml":
+        # NCCL XML carries no NVLink bandwidth: the reader uses NCCL's per-generation
+        # lane numbers (20 GB/s for sm80) instead of the machine's nominal 25
+        for l in again["links"]:
+            if l["kind"] == "nvlink":
+                assert l["bandwidth_gbps"] == pytest.approx(20 * l["count"])
+                l["bandwidth_gbps"] = 25 * l["count"]
+    assert sorted(again["links"], key=key) == sorted(original["links"], key=key)
+
+
+def test_export_of_an_allocation_to_stdout_is_yaml(capsys):
+    assert main(["topo", "export", "--gpus", "1,4,5,6"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("arborcc_topology: 1") and "gpu1" in out and "gpu0" not in out
+
+
+def test_bad_file_writes_nothing_and_exits_2(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("arborcc_topology: 1\nname: x\ndevices:\n  - {id: gpu0, kind: gpu}\n"
+                   "links:\n  - {src: gpu0, dst: gpu9, kind: nvlink, bandwidth_gbps: 25}\n")
+    out = tmp_path / "out.yaml"
+    assert main(["topo", "export", "--file", str(bad), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml:6" in err and "gpu9 is not defined" in err
+    assert not out.exists()
+
+
+def test_detect_without_nvml_is_a_clear_error(capsys):
+    assert main(["topo", "show", "--detect"]) == 2
+    err = capsys.readouterr().err
+    assert "NVML" in err or "nvidia-ml-py" in err

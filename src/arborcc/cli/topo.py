@@ -102,9 +102,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     fmt = _export_format(args)
     t = topology_from_args(args)
     if fmt == "nccl-xml":
-        from arborcc.topology.nccl_xml import write_nccl_xml
+        from arborcc.topology.nccl_xml import dump_nccl_xml
 
-        text = write_nccl_xml(t)
+        text = dump_nccl_xml(t)
     else:
         from arborcc.topology.topofile import dump_topology
 

@@ -20,10 +20,13 @@ LATENCY: dict[LinkKind, float] = {
 }
 
 #: nominal bandwidth of one NVLink lane per direction, by generation (B/s)
-NVLINK_LANE = {"nvlink1": 20 * GB, "nvlink2": 25 * GB, "nvlink3": 25 * GB, "nvlink4": 25 * GB}
+NVLINK_LANE = {"nvlink1": 20 * GB, "nvlink2": 25 * GB, "nvlink3": 25 * GB, "nvlink4": 25 * GB, "nvlink5": 50 * GB}
 
 #: PCIe x16 per direction by generation (NCCL: width x speed-code / 80 GB/s)
 PCIE_X16 = {3: 12 * GB, 4: 24 * GB, 5: 48 * GB}
+
+#: one NIC when a format does not say (100 Gb/s EDR InfiniBand, as on DGX-1)
+NIC_BANDWIDTH = 12.5 * GB
 
 #: CPU-to-CPU (QPI/UPI/xGMI) bandwidth per direction as seen by GPU peer traffic; the
 #: MXNet proposal measured ~10 GB/s GPU-to-GPU across sockets on p3.16xlarge.
