@@ -1,0 +1,736 @@
+"""Packings of arborescences that reach the optimal rates of :mod:`arborcc.synth.bounds`.
+
+Two methods:
+
+* ``method="mwu"`` - Blink (Wang et al., MLSys 2020, section 3.2): an approximate
+  fractional packing by multiplicative weights, here the Garg-Koenemann scheme
+  (FOCS 1998) for fractional packing - repeatedly route along the cheapest
+  arborescence under exponential link lengths, then scale - followed by Blink's
+  integer program (section 3.2.1) that keeps few trees.
+* ``method="exact"`` - LP column generation (Dantzig-Wolfe) over arborescences: the
+  master LP ``max sum w_T s.t. sum_T load_T(e) w_T <= c_e`` (Blink equations 1-3) is
+  solved with HiGHS on a growing set of trees; the pricing problem, the cheapest tree
+  under the LP's dual link prices, is solved exactly, so the final LP value is the
+  optimum over all trees (stopping when the Lagrangian upper bound meets it). The
+  optimum equals the cut bound by Edmonds' theorem (GPU-only graphs) and by
+  Bang-Jensen, Frank & Jackson (relays with in-capacity >= out-capacity).
+
+Pricing oracle (both methods): trees are arborescences over the ranks whose hops are
+routes through relays (see :mod:`arborcc.synth.trees`), so a tree's cost is the sum of
+its hops' route costs and each hop may independently take its cheapest route. Hence
+the cheapest tree = cheapest relay-only route between every rank pair (Dijkstra on a
+graph where ranks receive but do not forward), then a minimum-cost spanning
+arborescence of the ranks on those route costs (Chu-Liu/Edmonds, 1965/1967).
+
+All-gather/reduce-scatter (ForestColl, Zhao et al. 2024): one LP over trees rooted at
+every rank sharing the link capacities, ``max x s.t. sum_{T rooted at v} w_T >= x``,
+solved by the same column generation with one pricing per root.
+
+Fewest trees (Blink 3.2.1): among the candidate trees (the LP's, plus the MWU trees),
+an integer program (HiGHS MILP) chooses the fewest trees whose weights are integer
+multiples of a unit (one lane of the slowest chosen link) and still give at least
+``(1 - threshold)`` of the bound. If the candidates hold no such integral packing, a
+dive in the manner of Lovasz's proof of Edmonds' theorem builds one tree of one unit
+at a time, re-solving the LP on the residual capacities and checking by max-flow that
+the rest stays packable; failing that, the unit is halved twice and finally weights
+may be fractional (each used tree still counts one). ``threshold`` defaults to 1%
+(Blink's example is 5%); ``threshold=0`` keeps the exact rate. Broadcast/reduce
+minimise by default, all-gather/reduce-scatter do not (their LP optimum is already a
+basic solution with few trees per root; on a switch it is Blink's one-hop trees).
+
+Time: every solver stage checks a deadline (``time_limit`` seconds for the whole call;
+``ilp_time_limit`` for the tree-count program, whose best answer so far is kept). When
+the packing itself is cut short, :class:`SolverLimitError` is raised, or with
+``allow_partial=True`` the packing reached so far is returned with ``limit_hit`` set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+from scipy.sparse.csgraph import dijkstra
+
+from arborcc.errors import SolverLimitError, SynthesisError
+from arborcc.synth.bounds import (
+    Bound,
+    FlowGraph,
+    LinkSelector,
+    all_to_all_bound,
+    flow_graph,
+    root_index,
+    single_source_bound,
+)
+from arborcc.synth.trees import Hop, Tree, TreePacking
+
+log = logging.getLogger(__name__)
+
+METHODS = ("exact", "mwu")
+_TINY = 1e-9  # added to link lengths: keeps zero-price links real edges, prefers short routes
+
+
+# --- the oracle ----------------------------------------------------------------------
+
+def min_arborescence(cost: np.ndarray, root: int) -> np.ndarray:
+    """Minimum-cost spanning arborescence of a dense digraph (Chu-Liu/Edmonds).
+
+    ``cost[u, v]`` is the cost of arc ``u -> v`` (``inf``: no arc). Returns ``parent``
+    with ``parent[root] = -1``. Raises :class:`SynthesisError` if some vertex cannot be
+    reached. O(n^3) with numpy; the graphs here have tens of vertices.
+    """
+    n = cost.shape[0]
+    if n == 1:
+        return np.array([-1])
+    c = np.array(cost, dtype=float, copy=True)
+    np.fill_diagonal(c, np.inf)
+    c[:, root] = np.inf
+    par = np.argmin(c, axis=0)
+    best = c[par, np.arange(n)]
+    par[root] = -1
+    best[root] = 0.0
+    if np.isinf(best).any():
+        raise SynthesisError(f"vertex {int(np.nonzero(np.isinf(best))[0][0])} cannot be reached from {root}")
+    # find the cycles of the chosen in-arcs
+    cycle = np.full(n, -1)
+    state = np.full(n, -1)
+    ncyc = 0
+    for v in range(n):
+        u = v
+        while u != -1 and state[u] == -1:
+            state[u] = v
+            u = par[u]
+        if u != -1 and state[u] == v and cycle[u] == -1:
+            w = u
+            while True:
+                cycle[w] = ncyc
+                w = par[w]
+                if w == u:
+                    break
+            ncyc += 1
+    if ncyc == 0:
+        return par
+    comp = np.empty(n, dtype=np.int64)
+    free = np.nonzero(cycle < 0)[0]
+    comp[free] = np.arange(len(free))
+    incyc = cycle >= 0
+    comp[incyc] = len(free) + cycle[incyc]
+    m = len(free) + ncyc
+    # entering a cycle at v replaces v's cycle arc: reduce costs by that arc's cost
+    adj = c - np.where(incyc, best, 0.0)[None, :]
+    cu = np.repeat(comp, n)
+    cv = np.tile(comp, n)
+    flat = adj.ravel()
+    ok = (cu != cv) & np.isfinite(flat)
+    idx = np.nonzero(ok)[0]
+    key = cu[idx] * m + cv[idx]
+    order = np.lexsort((flat[idx], key))
+    idx, key = idx[order], key[order]
+    first = np.ones(len(key), dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    idx, key = idx[first], key[first]
+    small = np.full((m, m), np.inf)
+    small[key // m, key % m] = flat[idx]
+    origin = dict(zip(key.tolist(), idx.tolist()))
+    spar = min_arborescence(small, int(comp[root]))
+    result = par.copy()
+    for b in range(m):
+        a = spar[b]
+        if a < 0:
+            continue
+        e = origin[int(a) * m + b]
+        u, v = divmod(e, n)
+        result[v] = u  # for a cycle: v's cycle arc is dropped, the rest stay
+    result[root] = -1
+    return result
+
+
+class _RouteOracle:
+    """Cheapest relay-only routes between ranks, and cheapest trees, under arc lengths."""
+
+    def __init__(self, g: FlowGraph):
+        self.g = g
+        n, N = g.n, len(g.ranks)
+        self.is_rank = np.zeros(n, dtype=bool)
+        self.is_rank[g.ranks] = True
+        self.rank_pos = {int(v): k for k, v in enumerate(g.ranks)}
+        # split graph: a rank u sends from node u and receives at node n + pos(u)
+        self.head = np.where(self.is_rank[g.dst], n + np.array([self.rank_pos.get(int(v), 0) for v in g.dst]),
+                             g.dst)
+        self.size = n + N
+        self.arc_of = {(int(a), int(b)): e for e, (a, b) in enumerate(zip(g.src, self.head))}
+        self.direct_only = not (~self.is_rank).any()
+        # a CSR skeleton built once; each call only refills its data (arc lengths)
+        order = np.lexsort((self.head, g.src))
+        self._perm = order
+        indptr = np.zeros(self.size + 1, dtype=np.int32)
+        np.add.at(indptr, g.src[order] + 1, 1)
+        self._csr = sp.csr_matrix((np.ones(len(order)), self.head[order].astype(np.int32), np.cumsum(indptr)),
+                                  shape=(self.size, self.size))
+
+    def routes(self, length: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(D, pred)``: ``D[k, j]`` the cheapest route cost from rank k to rank j."""
+        g, N = self.g, len(self.g.ranks)
+        if self.direct_only:
+            D = np.full((N, N), np.inf)
+            D[g.src, g.dst] = length
+            return D, None
+        self._csr.data = np.asarray(length, dtype=float)[self._perm]
+        dist, pred = dijkstra(self._csr, directed=True, indices=g.ranks, return_predecessors=True)
+        D = dist[:, self.g.n:]
+        return D, pred
+
+    def path(self, pred: np.ndarray | None, k: int, j: int) -> list[int]:
+        """Arc ids of the route from rank k to rank j."""
+        g = self.g
+        if pred is None:
+            return [self.arc_of[(int(g.ranks[k]), self.g.n + j)]]
+        node, arcs = self.g.n + j, []
+        src = int(g.ranks[k])
+        while node != src:
+            p = int(pred[k, node])
+            if p < 0:
+                raise SynthesisError(f"{g.name}: no route from {g.nodes[src]} to {g.nodes[g.ranks[j]]}")
+            arcs.append(self.arc_of[(p, node)])
+            node = p
+        return arcs[::-1]
+
+    def cheapest_tree(self, length: np.ndarray, root_pos: int) -> tuple[float, "_Column"]:
+        D, pred = self.routes(length + _TINY)
+        if np.isinf(np.delete(D[root_pos], root_pos)).all() and len(D) > 1:
+            raise SynthesisError(f"{self.g.name}: {self.g.nodes[self.g.ranks[root_pos]]} reaches no rank "
+                                 f"over {self.g.links} links")
+        try:
+            par = min_arborescence(D, root_pos)
+        except SynthesisError:
+            raise SynthesisError(f"{self.g.name}: some rank cannot be reached from "
+                                 f"{self.g.nodes[self.g.ranks[root_pos]]} over {self.g.links} links") from None
+        hops = []
+        load = np.zeros(len(self.g.src))
+        for v in range(len(par)):
+            if par[v] >= 0:
+                arcs = self.path(pred, int(par[v]), v)
+                hops.append((int(par[v]), v, tuple(arcs)))
+                np.add.at(load, arcs, 1.0)
+        col = _Column(root_pos, tuple(hops), load)
+        return float(load @ length), col
+
+
+@dataclass(frozen=True, eq=False)
+class _Column:
+    """A tree as the LP sees it: root position, hops (parent, child, arc ids), arc loads."""
+
+    root: int
+    hops: tuple[tuple[int, int, tuple[int, ...]], ...]
+    load: np.ndarray
+
+    @property
+    def key(self) -> tuple:
+        return (self.root, tuple(sorted(self.hops)))
+
+
+# --- LP master problems ----------------------------------------------------------------
+
+def _solve_master(cols: list[_Column], cap: np.ndarray, roots: list[int], time_limit: float):
+    """``max x`` s.t. ``x <= sum of w over trees of each root``, loads within ``cap``.
+
+    Returns (x, weights, link prices y, root prices pi); with one root, x = sum w.
+    """
+    J, E, R = len(cols), len(cap), len(roots)
+    rpos = {r: i for i, r in enumerate(roots)}
+    L = np.stack([c.load for c in cols], axis=1)  # E x J
+    G = np.zeros((R, J))
+    for j, c in enumerate(cols):
+        G[rpos[c.root], j] = -1.0
+    A = np.block([[np.zeros((E, 1)), L], [np.ones((R, 1)), G]])
+    b = np.concatenate([cap, np.zeros(R)])
+    obj = np.zeros(J + 1)
+    obj[0] = -1.0
+    res = linprog(obj, A_ub=A, b_ub=b, bounds=[(0, None)] * (J + 1), method="highs",
+                  options={"time_limit": max(float(time_limit), 0.01)})
+    if res.status != 0:
+        if res.status == 1:
+            raise SolverLimitError("tree-packing LP hit its time limit")
+        raise SynthesisError(f"tree-packing LP failed: {res.message}")
+    marg = -np.asarray(res.ineqlin.marginals)
+    return float(res.x[0]), np.asarray(res.x[1:]), np.maximum(marg[:E], 0.0), np.maximum(marg[E:], 0.0)
+
+
+def _column_generation(oracle: _RouteOracle, cap: np.ndarray, roots: list[int], cols: list[_Column],
+                       deadline: float, tol: float, target: float | None):
+    """Grow ``cols`` until the master LP is optimal over all trees (within ``tol``).
+
+    Returns (x, weights, cols, limit_hit, upper_bound).
+    """
+    keys = {c.key for c in cols}
+    upper = math.inf
+    while True:
+        if time.perf_counter() > deadline:
+            x, w, _, _ = _solve_master(cols, cap, roots, 1.0)
+            return x, w, cols, True, upper
+        x, w, y, pi = _solve_master(cols, cap, roots, deadline - time.perf_counter())
+        if target is not None and x >= target * (1 - 1e-9):
+            return x, w, cols, False, upper
+        theta, added = 0.0, 0
+        for r in roots:
+            cost, col = oracle.cheapest_tree(y, r)
+            cost = max(float(col.load @ y), 0.0)
+            share = pi[roots.index(r)] if len(roots) > 1 else 1.0
+            if share <= 0:
+                continue
+            theta = max(theta, share / cost) if cost > 1e-12 else math.inf
+            if cost < share * (1 - tol / 4) and col.key not in keys:
+                keys.add(col.key)
+                cols.append(col)
+                added += 1
+        # y * theta is dual feasible, so theta * x bounds the optimum (Lagrangian bound)
+        upper = min(upper, theta * x) if 0 < theta < math.inf else upper
+        if added == 0 or x >= upper * (1 - tol):
+            return x, w, cols, False, upper
+
+
+def _seed_columns(oracle: _RouteOracle, cap: np.ndarray, roots: list[int], per_root: int) -> list[_Column]:
+    """A few trees per root, cheapest under lengths that grow on used links (MWU-style)."""
+    length = 1.0 / cap
+    cols, keys = [], set()
+    for _ in range(per_root):
+        for r in roots:
+            _, col = oracle.cheapest_tree(length, r)
+            if col.key not in keys:
+                keys.add(col.key)
+                cols.append(col)
+            length = length * (1.0 + col.load / cap * cap.min())
+    return cols
+
+
+# --- Blink: multiplicative weights ----------------------------------------------------------
+
+def _mwu_candidates(oracle: _RouteOracle, cap: np.ndarray, root: int, eps: float, deadline: float,
+                    max_calls: int | None = None):
+    """Garg-Koenemann fractional packing of arborescences rooted at ``root``.
+
+    Lengths start at ``delta / c_e``; each step routes the bottleneck amount along a
+    tree and multiplies each used link's length by ``1 + eps * use / c_e``; it stops
+    when ``sum c_e l_e >= 1``. Scaling the flow by ``log_{1+eps}(1/delta)`` makes it
+    feasible and (1 - eps)^3-optimal (Garg & Koenemann 1998). As in Fleischer (2000)
+    a tree is reused while its length stays within ``1 + eps`` of the cheapest one
+    found, which saves most oracle calls. Returns (columns, scaled weights, limit_hit);
+    ``max_calls`` bounds the oracle calls (the result is then just a candidate set).
+    """
+    m = len(cap)
+    delta = (1 + eps) / ((1 + eps) * m) ** (1 / eps)
+    length = delta / cap
+    flows: dict[tuple, float] = {}
+    cols: dict[tuple, _Column] = {}
+    limit = False
+    calls = 0
+    while float(cap @ length) < 1.0:
+        if calls and (time.perf_counter() > deadline or (max_calls is not None and calls >= max_calls)):
+            limit = time.perf_counter() > deadline  # one tree at least, even past the deadline
+            break
+        alpha, col = oracle.cheapest_tree(length, root)
+        calls += 1
+        col = cols.setdefault(col.key, col)
+        used = col.load > 0
+        amount = float(np.min(cap[used] / col.load[used]))
+        while True:
+            flows[col.key] = flows.get(col.key, 0.0) + amount
+            length = length * (1.0 + eps * amount * col.load / cap)
+            if float(cap @ length) >= 1.0 or float(col.load @ length) > (1 + eps) * alpha:
+                break
+    scale = math.log(1.0 / delta) / math.log(1 + eps)
+    keys = list(cols)
+    w = np.array([flows[k] / scale for k in keys])
+    cl = [cols[k] for k in keys]
+    if cl:  # the scaled flow may still exceed a capacity by rounding: scale it back in
+        load = np.stack([c.load for c in cl], axis=1) @ w
+        over = float(np.max(load / cap))
+        if over > 1:
+            w = w / over
+    return cl, w, limit
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """Silence the C library's stdout: the HiGHS bundled with scipy prints a debug line
+    from its MIP heuristics ("transformNewIntegerFeasibleSolution") even with disp off."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no real stdout (embedded interpreters)
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+# --- Blink: fewest trees --------------------------------------------------------------------
+
+def _fewest_trees(cols: list[_Column], cap: np.ndarray, roots: list[int], targets: dict[int, float],
+                  grains: tuple, deadline: float, scale: float) -> tuple[np.ndarray | None, str]:
+    """The fewest trees (and their weights) giving each root at least ``targets[root]``.
+
+    Tries weights that are integer multiples of each grain in turn (``None``: any
+    weights, Blink's final relaxation); returns (weights, description) or (None, why).
+    """
+    J, E = len(cols), len(cap)
+    L = np.stack([c.load for c in cols], axis=1)
+    upper = np.array([float(np.min(cap[c.load > 0] / c.load[c.load > 0])) for c in cols])
+    total = sum(targets.values())
+    for grain in grains:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return None, "time limit before the tree-count program"
+        g = 1.0 if grain is None else grain
+        kmax = np.floor(upper / g + 1e-9)
+        if grain is not None and kmax.max() < 1:
+            continue
+        # variables: k[J] (weight = g k), z[J] (tree used)
+        obj = np.concatenate([-0.5 * g * np.ones(J) / total, np.ones(J)])
+        rows = [np.hstack([L * g, np.zeros((E, J))])]
+        lo, hi = [np.full(E, -np.inf)], [cap * (1 + 1e-9)]
+        for r in roots:
+            sel = np.array([g if c.root == r else 0.0 for c in cols])
+            rows.append(np.concatenate([sel, np.zeros(J)])[None, :])
+            lo.append(np.array([targets[r]]))
+            hi.append(np.array([np.inf]))
+        link = np.hstack([np.eye(J) * g, -np.diag(upper)])  # g k_j <= U_j z_j
+        rows.append(link)
+        lo.append(np.full(J, -np.inf))
+        hi.append(np.zeros(J))
+        A = np.vstack(rows)
+        cons = LinearConstraint(A, np.concatenate(lo), np.concatenate(hi))
+        kub = kmax if grain is not None else upper
+        integrality = np.concatenate([np.ones(J) if grain is not None else np.zeros(J), np.ones(J)])
+        with _quiet_stdout():
+            res = milp(obj, constraints=cons, integrality=integrality,
+                       bounds=Bounds(np.zeros(2 * J), np.concatenate([kub, np.ones(J)])),
+                       options={"time_limit": left, "disp": False, "presolve": False})
+        if res.x is not None and res.status in (0, 1):
+            w = g * (np.round(res.x[:J]) if grain is not None else res.x[:J])
+            w[res.x[J:] < 0.5] = 0.0
+            w[w < 1e-12] = 0.0
+            if all(sum(w[j] for j in range(J) if cols[j].root == r) >= targets[r] * (1 - 1e-7) for r in roots):
+                how = ("fractional weights" if grain is None else f"weights in multiples of {grain * scale / 1e9:.4g} GB/s")
+                return w, how + (" (MILP time limit)" if res.status == 1 else "")
+    return None, "no subset of the candidate trees reaches the threshold"
+
+
+# --- integral trees by diving ---------------------------------------------------------------
+
+def _supports(g: FlowGraph, cap: np.ndarray, root: int, amount: float) -> bool:
+    """Do capacities ``cap`` (B/s per arc of ``g``) still carry a broadcast of ``amount``?"""
+    if amount <= 0:
+        return True
+    keep = cap > 1e-9 * float(cap.max(initial=0.0)) if cap.size else cap > 0
+    if not keep.any():
+        return False
+    sub = FlowGraph(g.name, g.nodes, g.ranks, g.src[keep], g.dst[keep], cap[keep], g.links,
+                    g.reversed_of_original, g.index)
+    try:
+        return single_source_bound(sub, root, "broadcast", g.nodes[root]).rate >= amount * (1 - 1e-7)
+    except SynthesisError:
+        return False
+
+
+def _dive(oracle: _RouteOracle, cap: np.ndarray, root: int, k: int, q: float, cols: list[_Column],
+          deadline: float, tol: float, scale: float) -> list[_Column] | None:
+    """``k`` trees of weight ``q`` each (a packing of rate k q), or None.
+
+    Lovasz's proof of Edmonds' theorem takes one arborescence at a time, keeping the
+    rest of the graph able to carry the others. Each step here fixes a tree whose
+    removal leaves a broadcast of the remaining rate possible (checked by max-flow):
+    a tree of weight >= q in the current LP solution (always qualifies, and the LP
+    solution less that tree stays optimal), else a tree grown to fit the residual
+    capacities (:func:`_fitting_tree`), else - after re-solving the packing LP on the
+    residual capacities by column generation - a tree of the LP's support or any other
+    known tree. A heuristic: it gives up (None) rather than backtrack.
+    """
+    residual = cap.copy()
+    pool = list(cols)
+    chosen: list[_Column] = []
+    w = None
+    for step in range(k):
+        need = (k - step) * q
+
+        def passes(col: _Column, weight: float = 0.0) -> bool:
+            left = residual - q * col.load
+            return left.min() >= -1e-9 and (weight >= q * (1 - 1e-9) or _supports(
+                oracle.g, np.maximum(left, 0) * scale, root, (need - q) * scale))
+
+        picked = None
+        if w is not None:
+            j = int(np.argmax(w))
+            if w[j] >= q * (1 - 1e-9) and passes(pool[j], w[j]):
+                picked = pool[j]
+                w = w.copy()
+                w[j] = max(w[j] - q, 0.0)
+        if picked is None:
+            w = None
+            picked = _fitting_tree(oracle, residual, root, q, need, scale, deadline)
+        if picked is None:
+            x, w, pool, limit, _ = _column_generation(oracle, residual, [root], pool, deadline, tol, need)
+            if limit or x < need * (1 - 1e-7):
+                return None
+            # the LP's trees (heaviest first); other known trees, those leaving most slack first
+            order = [j for j in np.argsort(-w) if w[j] > 1e-12]
+            order += sorted(set(range(len(pool))) - set(order),
+                            key=lambda j: float(np.max(pool[j].load / np.maximum(residual, 1e-12))))
+            for j in order:
+                if time.perf_counter() > deadline:
+                    return None
+                if passes(pool[j], w[j]):
+                    picked = pool[j]
+                    if w[j] >= q * (1 - 1e-9):
+                        w = w.copy()
+                        w[j] -= q
+                    else:
+                        w = None
+                    break
+        if picked is None:
+            return None
+        chosen.append(picked)
+        residual = np.maximum(residual - q * picked.load, 0.0)
+    return chosen
+
+
+def _fitting_tree(oracle: _RouteOracle, residual: np.ndarray, root: int, q: float, need: float, scale: float,
+                  deadline: float, tries: int = 4) -> _Column | None:
+    """A new tree of weight ``q`` that fits in ``residual`` and keeps ``need - q`` packable.
+
+    Grown like Prim's algorithm: each step adds the hop from the tree to a new rank
+    whose route is cheapest under lengths ``1 / slack``, where the slack already counts
+    this tree's earlier hops and links without room for ``q`` are closed; every other
+    attempt first restricts the choice to the ranks with the most room to forward. (Fitting a
+    tree under per-link limits is a degree-constrained arborescence problem, NP-hard in
+    general, so this is a heuristic.) A tree that fits but would leave too little for
+    the rest makes its links dearer for the next of ``tries`` attempts.
+    """
+    g = oracle.g
+    N = len(g.ranks)
+    penalty = np.ones(len(residual))
+    for attempt in range(tries):
+        load = np.zeros(len(residual))
+        inside = np.zeros(N, dtype=bool)
+        inside[root] = True
+        hops = []
+        while not inside.all():
+            if time.perf_counter() > deadline:
+                return None
+            slack = residual - q * load
+            length = np.where(slack >= q * (1 - 1e-9), penalty / np.maximum(slack, 1e-12), 1e12)
+            D, pred = oracle.routes(length + _TINY)
+            D = np.where(inside[:, None] & ~inside[None, :], D, np.inf)
+            if not np.isfinite(D).any() or D.min() >= 1e12:
+                break
+            if attempt % 2 == 0:
+                # reach first the ranks that can forward most: they keep the frontier open
+                send = np.zeros(g.n)
+                np.add.at(send, g.src, np.floor(np.maximum(slack, 0.0) / q + 1e-9))
+                room = np.where(np.isfinite(D), send[g.ranks][None, :], -1.0)
+                D = np.where(room == room.max(), D, np.inf)
+            u, v = np.unravel_index(int(np.argmin(D)), D.shape)
+            arcs = oracle.path(pred, int(u), int(v))
+            np.add.at(load, arcs, 1.0)
+            hops.append((int(u), int(v), tuple(arcs)))
+            inside[v] = True
+        if inside.all() and (residual - q * load).min() >= -1e-9:
+            left = np.maximum(residual - q * load, 0.0)
+            if _supports(g, left * scale, root, (need - q) * scale):
+                return _Column(root, tuple(hops), load)
+        penalty = penalty * np.where(load > 0, 2.0, 1.0)
+    return None
+
+
+# --- drivers ----------------------------------------------------------------------------
+
+def _lane_unit(topology, g: FlowGraph) -> float:
+    """One lane of the slowest link among the chosen arcs (B/s): Blink's integer unit."""
+    best = math.inf
+    for e in range(len(g.src)):
+        a, b = g.original_link(e)
+        link = topology.links[(a, b)]
+        best = min(best, link.bandwidth / link.count)
+    return best
+
+
+def _to_trees(g: FlowGraph, cols: list[_Column], w: np.ndarray, scale: float, inward: bool) -> list[Tree]:
+    trees = []
+    for c, wt in zip(cols, w):
+        if wt <= 1e-12:
+            continue
+        hops = []
+        for p, v, arcs in c.hops:
+            path = [g.nodes[g.src[arcs[0]]]] + [g.nodes[g.dst[a]] for a in arcs]
+            hop = Hop(g.nodes[g.ranks[p]], g.nodes[g.ranks[v]], tuple(path))
+            hops.append(hop.reversed() if inward else hop)
+        trees.append(Tree(g.nodes[g.ranks[c.root]], tuple(hops), float(wt) * scale, inward))
+    trees.sort(key=lambda t: (t.root, -t.weight))
+    return trees
+
+
+def _pool(cols: list[_Column], w: np.ndarray, extra: list[_Column], extra_w: np.ndarray, size: int) -> list[_Column]:
+    """Candidates for the tree-count program: the LP's trees, then the heaviest others."""
+    chosen = [c for c, wt in zip(cols, w) if wt > 1e-12]
+    keys = {c.key for c in chosen}
+    rest = sorted(zip(extra_w.tolist(), range(len(extra))), reverse=True)
+    for _, j in rest:
+        if len(chosen) >= size:
+            break
+        if extra[j].key not in keys:
+            keys.add(extra[j].key)
+            chosen.append(extra[j])
+    return chosen
+
+
+def _pack(topology, g: FlowGraph, roots: list[int], bound: Bound, collective: str, method: str,
+          threshold: float, minimize_trees: bool, time_limit: float, eps: float, allow_partial: bool,
+          t0: float, tol: float, ilp_time_limit: float, pool_size: int = 80) -> TreePacking:
+    if method not in METHODS:
+        raise SynthesisError(f"unknown packing method {method!r} (known: {', '.join(METHODS)})")
+    if not 0 <= threshold < 1:
+        raise SynthesisError(f"threshold must be in [0, 1), got {threshold}")
+    if not time_limit > 0:
+        raise SynthesisError(f"time_limit must be positive, got {time_limit}")
+    deadline = t0 + time_limit
+    scale = float(g.cap.max())
+    cap = g.cap / scale
+    oracle = _RouteOracle(g)
+    inward = collective in ("reduce", "reducescatter")
+    target = bound.rate / scale
+    notes: list[str] = []
+    limit = False
+    gb = scale / 1e9
+    tick = time.perf_counter()
+    if method == "mwu":
+        if len(roots) != 1:
+            raise SynthesisError("the multiplicative-weights method packs trees of one root; use method='exact'")
+        mcols, mw, limit = _mwu_candidates(oracle, cap, roots[0], eps, deadline)
+        notes.append(f"MWU (eps={eps:g}): {len(mcols)} candidate trees, rate {float(mw.sum()) * gb:.6g} GB/s "
+                     f"({time.perf_counter() - tick:.3f} s)")
+        cols = mcols
+        x, w, _, _ = _solve_master(cols, cap, roots, max(deadline - time.perf_counter(), 0.05))
+        notes.append(f"LP over the candidates: {x * gb:.6g} GB/s")
+    else:
+        if len(roots) == 1:  # a short MWU run gives varied, often integral, seed trees
+            mcols, mw, _ = _mwu_candidates(oracle, cap, roots[0], max(eps, 0.2), deadline,
+                                           max_calls=3 * len(g.ranks))
+        else:
+            mcols = _seed_columns(oracle, cap, roots, per_root=2)
+            mw = np.zeros(len(mcols))
+        x, w, cols, limit, upper = _column_generation(oracle, cap, roots, list(mcols), deadline, tol, target)
+        notes.append(f"column generation: {len(cols)} trees, LP {x * gb:.6g} GB/s"
+                     + (f", Lagrangian bound {upper * gb:.6g} GB/s" if math.isfinite(upper) else "")
+                     + f" ({time.perf_counter() - tick:.3f} s)")
+    if limit and not allow_partial:
+        raise SolverLimitError(f"{g.name}: {collective} packing did not finish within {time_limit:g} s "
+                               f"(reached {x * gb:.6g} of {bound.rate / 1e9:.6g} GB/s)")
+    if minimize_trees and not limit:
+        tick = time.perf_counter()
+        ilp_deadline = min(deadline, tick + ilp_time_limit)
+        # within the threshold of the bound, or of what the candidate trees can do if less
+        goal = (1 - threshold) * min(target, x)
+        targets = {r: goal for r in roots}
+        pool = _pool(cols, w, mcols, mw, max(pool_size, int((w > 1e-12).sum())))
+        q = _lane_unit(topology, g) / scale
+        few, how = _fewest_trees(pool, cap, roots, targets, (q,), ilp_deadline, scale)
+        k = int(math.floor(min(target, x) / q + 1e-9))
+        if few is None and len(roots) == 1 and k >= 1 and k * q >= goal:
+            dived = _dive(oracle, cap, roots[0], k, q, pool, ilp_deadline, tol, scale)
+            if dived is not None:
+                keys = {c.key for c in pool}
+                pool = pool + [c for c in dived if c.key not in keys]
+                few, how = _fewest_trees(pool, cap, roots, targets, (q,), ilp_deadline, scale)
+                if few is None:  # keep the dive's own trees
+                    index = {c.key: j for j, c in enumerate(pool)}
+                    few = np.zeros(len(pool))
+                    for c in dived:
+                        few[index[c.key]] += q
+                    how = f"{k} integral trees from the dive"
+        if few is None:
+            few, how = _fewest_trees(pool, cap, roots, targets, (q / 2, q / 4, None), ilp_deadline, scale)
+        if few is not None:
+            cols, w = pool, few
+            notes.append(f"fewest trees: {int((w > 1e-12).sum())} of {len(pool)} candidates, with {how} "
+                         f"({time.perf_counter() - tick:.3f} s)")
+        else:
+            notes.append(f"fewest trees skipped: {how}")
+    for note in notes:
+        log.debug("%s %s on %s: %s", collective, method, g.name, note)
+    trees = _to_trees(g, cols, w, scale, inward)
+    rate = min(sum(t.weight for t in trees if t.root == g.nodes[g.ranks[r]]) for r in roots)
+    return TreePacking(collective, tuple(g.nodes[g.ranks[r]] for r in roots), tuple(trees), rate, bound,
+                       method, time.perf_counter() - t0, limit, g.links, tuple(notes))
+
+
+def pack_broadcast(topology, root: str | int, links: LinkSelector = "all", method: str = "exact", *,
+                   threshold: float = 0.01, minimize_trees: bool = True, time_limit: float = 10.0,
+                   eps: float = 0.1, allow_partial: bool = False, tol: float = 1e-6,
+                   ilp_time_limit: float = 2.0) -> TreePacking:
+    """Weighted out-trees from ``root`` reaching every rank, at (or near) the bound.
+
+    ``method``: ``"exact"`` (column generation, optimal within ``tol``) or ``"mwu"``
+    (Blink). ``minimize_trees``: Blink's integer program, keeping at least
+    ``1 - threshold`` of the rate. Raises :class:`SolverLimitError` after
+    ``time_limit`` seconds unless ``allow_partial`` (then ``limit_hit`` is set).
+    """
+    t0 = time.perf_counter()
+    g = flow_graph(topology, links)
+    r = root_index(g, root)
+    bound = single_source_bound(g, r, "broadcast", g.nodes[r])
+    return _pack(topology, g, [int(np.nonzero(g.ranks == r)[0][0])], bound, "broadcast", method, threshold,
+                 minimize_trees, time_limit, eps, allow_partial, t0, tol, ilp_time_limit)
+
+
+def pack_reduce(topology, root: str | int, links: LinkSelector = "all", method: str = "exact", *,
+                threshold: float = 0.01, minimize_trees: bool = True, time_limit: float = 10.0,
+                eps: float = 0.1, allow_partial: bool = False, tol: float = 1e-6,
+                   ilp_time_limit: float = 2.0) -> TreePacking:
+    """Weighted in-trees into ``root``: a broadcast packing of the reversed graph, reversed."""
+    t0 = time.perf_counter()
+    g = flow_graph(topology, links)
+    r = root_index(g, root)
+    rg = g.reversed()
+    bound = single_source_bound(rg, r, "reduce", g.nodes[r])
+    return _pack(topology, rg, [int(np.nonzero(g.ranks == r)[0][0])], bound, "reduce", method, threshold,
+                 minimize_trees, time_limit, eps, allow_partial, t0, tol, ilp_time_limit)
+
+
+def pack_allgather(topology, links: LinkSelector = "all", *, threshold: float = 0.01,
+                   minimize_trees: bool = False, time_limit: float = 30.0, allow_partial: bool = False,
+                   tol: float = 1e-6, ilp_time_limit: float = 2.0) -> TreePacking:
+    """Out-trees rooted at every rank sharing the links, each root at the same rate,
+    reaching the all-gather bound (ForestColl; exact column generation).
+
+    The LP's basic optimum already uses at most ``links + ranks`` trees, so tree-count
+    minimisation is off by default; ``minimize_trees=True`` trades up to ``threshold``
+    of the rate for fewer trees (Blink 3.2.1), within ``ilp_time_limit`` seconds.
+    """
+    t0 = time.perf_counter()
+    g = flow_graph(topology, links)
+    bound = all_to_all_bound(g, "allgather", time_limit)
+    return _pack(topology, g, list(range(len(g.ranks))), bound, "allgather", "exact", threshold,
+                 minimize_trees, time_limit, 0.1, allow_partial, t0, tol, ilp_time_limit)
+
+
+def pack_reducescatter(topology, links: LinkSelector = "all", *, threshold: float = 0.01,
+                       minimize_trees: bool = False, time_limit: float = 30.0, allow_partial: bool = False,
+                       tol: float = 1e-6, ilp_time_limit: float = 2.0) -> TreePacking:
+    """In-trees into every rank: the all-gather packing of the reversed graph, reversed."""
+    t0 = time.perf_counter()
+    g = flow_graph(topology, links).reversed()
+    bound = all_to_all_bound(g, "reducescatter", time_limit)
+    return _pack(topology, g, list(range(len(g.ranks))), bound, "reducescatter", "exact", threshold,
+                 minimize_trees, time_limit, 0.1, allow_partial, t0, tol, ilp_time_limit)

@@ -1,0 +1,236 @@
+"""Tree schedules: the intermediate that tree strategies (Blink, ForestColl) produce.
+
+A :class:`Tree` is an arborescence over the *ranks*: a root and one :class:`Hop` per
+other rank. A hop is a point-to-point transfer between two ranks along a path of
+devices; the interior devices of the path are relays (PCIe switches, CPUs,
+NVSwitches, NICs, network switches), never ranks, because only ranks hold buffers.
+So a tree's directed edges over devices (:meth:`Tree.device_edges`) may pass through
+switch vertices, and may use one link more than once (two hops routed through the
+same switch port): relays forward, they do not duplicate or reduce data, which is how
+NVSwitch (without NVLS multicast), PCIe and InfiniBand switches behave, and which is
+what lowering a tree to point-to-point sends needs.
+
+Data flows along hops: for an out-tree (broadcast, all-gather) from parent to child;
+for an in-tree (``inward=True``: reduce, reduce-scatter) from child to parent, towards
+the root. ``weight`` is the rate given to the tree in bytes/s.
+
+A :class:`TreePacking` is a set of weighted trees with the bound it was measured
+against; :func:`check_packing` proves it is a packing: every tree spans the ranks and
+no link carries more than its bandwidth (Blink equations 1-3).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from arborcc.errors import VerificationError
+from arborcc.synth.bounds import Bound, LinkSelector, select_links
+from arborcc.topology.model import GB, Topology
+
+
+@dataclass(frozen=True)
+class Hop:
+    """A transfer ``src -> dst`` between ranks along ``path`` (devices, ends included)."""
+
+    src: str
+    dst: str
+    path: tuple[str, ...]
+
+    def links(self) -> Iterator[tuple[str, str]]:
+        """The directed links the hop uses, in order."""
+        return zip(self.path, self.path[1:])
+
+    @property
+    def relays(self) -> tuple[str, ...]:
+        return self.path[1:-1]
+
+    def reversed(self) -> "Hop":
+        return Hop(self.dst, self.src, tuple(reversed(self.path)))
+
+
+@dataclass(frozen=True)
+class Tree:
+    """An arborescence of the ranks rooted at ``root`` carrying ``weight`` B/s."""
+
+    root: str
+    hops: tuple[Hop, ...]
+    weight: float
+    inward: bool = False
+
+    @property
+    def edges(self) -> list[tuple[str, str]]:
+        """Rank-to-rank edges in the direction data flows."""
+        return [(h.src, h.dst) for h in self.hops]
+
+    def device_edges(self) -> list[tuple[str, str]]:
+        """Every directed device link the tree uses, once per use (switch vertices included)."""
+        return [l for h in self.hops for l in h.links()]
+
+    def link_use(self) -> Counter:
+        """How many times the tree uses each directed link."""
+        return Counter(self.device_edges())
+
+    def parent(self) -> dict[str, str]:
+        """``child -> parent`` in the tree's arborescence (away from the root)."""
+        if self.inward:
+            return {h.src: h.dst for h in self.hops}
+        return {h.dst: h.src for h in self.hops}
+
+    def depth(self) -> int:
+        """Number of rank-to-rank hops on the longest root-to-leaf path."""
+        par = self.parent()
+        best = 0
+        for v in par:
+            d, u = 0, v
+            while u != self.root and d <= len(par):
+                u = par[u]
+                d += 1
+            best = max(best, d)
+        return best
+
+    def reversed(self) -> "Tree":
+        """The same tree with data flowing the other way (out-tree <-> in-tree)."""
+        return Tree(self.root, tuple(h.reversed() for h in self.hops), self.weight, not self.inward)
+
+    def with_weight(self, weight: float) -> "Tree":
+        return Tree(self.root, self.hops, weight, self.inward)
+
+
+@dataclass(frozen=True)
+class TreePacking:
+    """Weighted trees for one collective, with the bound they were measured against.
+
+    ``collective``: ``broadcast``, ``reduce`` (one root) or ``allgather``,
+    ``reducescatter`` (every rank a root). ``rate`` is the bytes/s of the buffer for
+    broadcast/reduce, and the per-shard rate (the smallest over roots) for
+    all-gather/reduce-scatter, comparable with ``bound.rate``; ``algbw`` follows
+    nccl-tests. ``limit_hit`` says a solver stopped at its time limit.
+    """
+
+    collective: str
+    roots: tuple[str, ...]
+    trees: tuple[Tree, ...]
+    rate: float
+    bound: Bound
+    method: str
+    solve_time: float
+    limit_hit: bool = False
+    links: str = "all"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def num_ranks(self) -> int:
+        return self.bound.num_ranks
+
+    @property
+    def num_trees(self) -> int:
+        return len(self.trees)
+
+    @property
+    def algbw(self) -> float:
+        if self.collective in ("allgather", "reducescatter"):
+            return self.rate * self.num_ranks
+        return self.rate
+
+    @property
+    def algbw_gbps(self) -> float:
+        return self.algbw / GB
+
+    @property
+    def rate_gbps(self) -> float:
+        return self.rate / GB
+
+    @property
+    def ratio(self) -> float:
+        """rate / bound (1.0 = optimal)."""
+        return self.rate / self.bound.rate
+
+    def trees_of(self, root: str) -> list[Tree]:
+        return [t for t in self.trees if t.root == root]
+
+    def rate_of(self, root: str) -> float:
+        return sum(t.weight for t in self.trees if t.root == root)
+
+    def link_loads(self) -> dict[tuple[str, str], float]:
+        """Bytes/s each directed link carries under the packing."""
+        load: dict[tuple[str, str], float] = {}
+        for t in self.trees:
+            for l, k in t.link_use().items():
+                load[l] = load.get(l, 0.0) + k * t.weight
+        return load
+
+
+def check_tree(tree: Tree, topology: Topology, allowed: Iterable[tuple[str, str]] | None = None) -> None:
+    """Raise :class:`VerificationError` unless ``tree`` is an arborescence spanning the
+    ranks of ``topology`` whose hops follow existing links through relays only."""
+    ranks = set(topology.ranks)
+    allowed_set = set(allowed) if allowed is not None else None
+    where = f"tree rooted at {tree.root}"
+    if tree.root not in ranks:
+        raise VerificationError(f"{where}: the root is not a rank")
+    if not tree.weight > 0:
+        raise VerificationError(f"{where}: weight must be positive, got {tree.weight!r}")
+    par: dict[str, str] = {}
+    for h in tree.hops:
+        child, up = (h.src, h.dst) if tree.inward else (h.dst, h.src)
+        if h.src not in ranks or h.dst not in ranks:
+            raise VerificationError(f"{where}: hop {h.src}->{h.dst} does not join two ranks")
+        if len(h.path) < 2 or h.path[0] != h.src or h.path[-1] != h.dst:
+            raise VerificationError(f"{where}: hop {h.src}->{h.dst} has path {h.path} with wrong ends")
+        for relay in h.relays:
+            if relay in ranks:
+                raise VerificationError(f"{where}: hop {h.src}->{h.dst} passes through rank {relay}")
+            if relay not in topology.devices:
+                raise VerificationError(f"{where}: hop {h.src}->{h.dst} passes through unknown {relay}")
+            if topology.devices[relay].is_gpu:
+                raise VerificationError(f"{where}: hop {h.src}->{h.dst} passes through {relay}, a GPU "
+                                        f"outside the job")
+        for a, b in h.links():
+            if topology.link(a, b) is None:
+                raise VerificationError(f"{where}: hop {h.src}->{h.dst} uses {a}->{b}, which is not a link")
+            if allowed_set is not None and (a, b) not in allowed_set:
+                raise VerificationError(f"{where}: hop {h.src}->{h.dst} uses {a}->{b}, outside the chosen links")
+        if child == tree.root:
+            raise VerificationError(f"{where}: the root has a parent")
+        if child in par:
+            raise VerificationError(f"{where}: {child} has two parents ({par[child]} and {up})")
+        par[child] = up
+    missing = ranks - set(par) - {tree.root}
+    if missing:
+        raise VerificationError(f"{where}: does not reach {', '.join(sorted(missing))}")
+    for v in par:  # every rank leads back to the root without a cycle
+        seen, u = set(), v
+        while u != tree.root:
+            if u in seen:
+                raise VerificationError(f"{where}: cycle through {u}")
+            seen.add(u)
+            u = par[u]
+
+
+def check_packing(packing: TreePacking, topology: Topology, links: LinkSelector = "all",
+                  rtol: float = 1e-6) -> None:
+    """Raise :class:`VerificationError` unless every tree is valid (:func:`check_tree`,
+    over the links ``links`` selects), each link's load is within its bandwidth
+    (relative slack ``rtol``), the roots are right for the collective, and ``rate``
+    is what the weights give."""
+    chosen, _ = select_links(topology, links)
+    allowed = {(l.src, l.dst) for l in chosen}
+    inward = packing.collective in ("reduce", "reducescatter")
+    for t in packing.trees:
+        if t.inward != inward:
+            raise VerificationError(f"{packing.collective} packing holds an {'in' if t.inward else 'out'}-tree")
+        if t.root not in packing.roots:
+            raise VerificationError(f"tree rooted at {t.root}: not one of the packing's roots")
+        check_tree(t, topology, allowed)
+    if packing.collective in ("allgather", "reducescatter") and set(packing.roots) != set(topology.ranks):
+        raise VerificationError(f"{packing.collective} packing must root trees at every rank")
+    for l, load in packing.link_loads().items():
+        bw = topology.links[l].bandwidth
+        if load > bw * (1 + rtol):
+            raise VerificationError(f"link {l[0]}->{l[1]} carries {load / GB:.6g} GB/s, more than its "
+                                    f"{bw / GB:.6g} GB/s")
+    rate = min(packing.rate_of(r) for r in packing.roots)
+    if abs(rate - packing.rate) > rtol * max(rate, packing.rate, 1.0):
+        raise VerificationError(f"packing claims {packing.rate / GB:.6g} GB/s but its trees give {rate / GB:.6g}")
