@@ -1,0 +1,260 @@
+"""The JSON form of an :class:`Algorithm`: the IR's fields one to one, lossless.
+
+::
+
+    {"format": "arborcc-algorithm", "version": 1,
+     "name": "ring", "collective": "allreduce", "num_ranks": 4, "chunks_per_loop": 4,
+     "protocol": "Simple", "inplace": false, "outofplace": true,
+     "min_bytes": 0, "max_bytes": 0, "root": null,
+     "ranks": [{"rank": 0, "input_chunks": 4, "output_chunks": 4, "scratch_chunks": 0,
+                "threadblocks": [{"id": 0, "send": 1, "recv": 3, "channel": 0, "steps": [
+                    {"op": "s", "src_buf": "i", "src_off": 0, "dst_buf": "o", "dst_off": 0,
+                     "count": 1, "dep": null, "has_dep": false}]}]}]}
+
+``dep`` is ``null`` or ``[tb, step]``; buffers are ``"i"``, ``"o"``, ``"s"`` or ``null``;
+``op`` is the MSCCL step type. Reading validates every field and names the path of
+the first bad one (``ranks[3].threadblocks[2].steps[5].count: ...``). Unknown keys
+are errors (they are usually misspellings). Values are not judged here (a negative
+count is faithfully kept): that is the verifier's job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from arborcc.errors import IRFormatError
+from arborcc.ir.model import (
+    Algorithm,
+    Buffer,
+    Dependency,
+    Op,
+    Protocol,
+    RankProgram,
+    Step,
+    ThreadBlock,
+)
+
+FORMAT = "arborcc-algorithm"
+VERSION = 1
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce",
+               "gather", "scatter", "custom")
+_OPS = {op.value: op for op in Op}
+_BUFFERS = {b.value: b for b in Buffer}
+_PROTOCOLS = {p.value: p for p in Protocol}
+
+
+# ------------------------------------------------------------------------------ writing
+def algorithm_to_dict(algo: Algorithm) -> dict[str, Any]:
+    """The JSON-ready dict of ``algo``."""
+    return {
+        "format": FORMAT, "version": VERSION,
+        "name": algo.name, "collective": algo.collective, "num_ranks": algo.num_ranks,
+        "chunks_per_loop": algo.chunks_per_loop, "protocol": algo.protocol.value,
+        "inplace": algo.inplace, "outofplace": algo.outofplace,
+        "min_bytes": algo.min_bytes, "max_bytes": algo.max_bytes, "root": algo.root,
+        "ranks": [_rank_dict(p) for p in algo.ranks],
+    }
+
+
+def _rank_dict(p: RankProgram) -> dict[str, Any]:
+    return {"rank": p.rank, "input_chunks": p.input_chunks, "output_chunks": p.output_chunks,
+            "scratch_chunks": p.scratch_chunks,
+            "threadblocks": [{"id": tb.id, "send": tb.send, "recv": tb.recv, "channel": tb.channel,
+                              "steps": [_step_dict(s) for s in tb.steps]} for tb in p.threadblocks]}
+
+
+def _step_dict(s: Step) -> dict[str, Any]:
+    return {"op": s.op.value, "src_buf": s.src_buf.value if s.src_buf is not None else None,
+            "src_off": s.src_off, "dst_buf": s.dst_buf.value if s.dst_buf is not None else None,
+            "dst_off": s.dst_off, "count": s.count,
+            "dep": [s.dep.tb, s.dep.step] if s.dep is not None else None, "has_dep": s.has_dep}
+
+
+def algorithm_to_json(algo: Algorithm) -> str:
+    """JSON text of ``algo``: indented, one step per line (diffable, still compact)."""
+    d = algorithm_to_dict(algo)
+    ranks = d.pop("ranks")
+    dump = json.dumps
+    head = ",\n".join(f"  {dump(k)}: {dump(v)}" for k, v in d.items())
+    rank_parts = []
+    for r in ranks:
+        tbs = r.pop("threadblocks")
+        tb_parts = []
+        for tb in tbs:
+            steps = tb.pop("steps")
+            inner = ",\n".join("        " + dump(s) for s in steps)
+            tb_head = dump(tb)[:-1]
+            tb_parts.append(f"      {tb_head}, \"steps\": [" + (f"\n{inner}\n      ]}}" if steps else "]}"))
+        r_head = dump(r)[:-1]
+        body = ",\n".join(tb_parts)
+        rank_parts.append(f"    {r_head}, \"threadblocks\": [" + (f"\n{body}\n    ]}}" if tbs else "]}"))
+    ranks_text = ",\n".join(rank_parts)
+    return "{\n" + head + ',\n  "ranks": [' + (f"\n{ranks_text}\n  ]" if ranks else "]") + "\n}\n"
+
+
+# ------------------------------------------------------------------------------ reading
+def algorithm_from_json(data: str | bytes | os.PathLike | dict, source: str | None = None) -> Algorithm:
+    """An :class:`Algorithm` from JSON text, a parsed dict, or a path to a ``.json`` file."""
+    if isinstance(data, dict):
+        return algorithm_from_dict(data, source or "<json>")
+    if isinstance(data, (str, bytes)) and data.lstrip()[:1] in ("{", "[", b"{", b"["):
+        text, source = data, source or "<json>"
+    else:
+        path = Path(data)
+        source = source or str(path)
+        try:
+            text = path.read_bytes()
+        except OSError as e:
+            raise IRFormatError(f"cannot read the file: {e.strerror or e}", source=source) from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise IRFormatError(f"not valid JSON: {e.msg} (column {e.colno})", source=source, place=e.lineno) from None
+    except UnicodeDecodeError as e:
+        raise IRFormatError(f"not UTF-8 text: {e.reason}", source=source) from None
+    return algorithm_from_dict(obj, source)
+
+
+def algorithm_from_dict(obj: Any, source: str = "<json>") -> Algorithm:
+    """Validate a parsed JSON object and build the :class:`Algorithm`."""
+    v = _Validator(source)
+    top = v.obj(obj, "", {
+        "format": False, "version": False, "name": True, "collective": True, "num_ranks": True,
+        "chunks_per_loop": True, "protocol": False, "inplace": False, "outofplace": False,
+        "min_bytes": False, "max_bytes": False, "root": False, "ranks": True})
+    if "format" in top and top["format"] != FORMAT:
+        v.fail("format", f"{top['format']!r} is not {FORMAT!r}")
+    if "version" in top and top["version"] != VERSION:
+        v.fail("version", f"{top['version']!r}; this arborcc reads version {VERSION}")
+    collective = v.string(top["collective"], "collective")
+    if collective not in COLLECTIVES:
+        v.fail("collective", f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
+    protocol_raw = v.string(top.get("protocol", "Simple"), "protocol")
+    if protocol_raw not in _PROTOCOLS:
+        v.fail("protocol", f"unknown protocol {protocol_raw!r} (Simple, LL or LL128)")
+    root = top.get("root")
+    ranks_raw = v.array(top["ranks"], "ranks")
+    ranks = [v.rank(r, f"ranks[{i}]") for i, r in enumerate(ranks_raw)]
+    return Algorithm(
+        name=v.string(top["name"], "name"),
+        collective=collective,
+        num_ranks=v.integer(top["num_ranks"], "num_ranks"),
+        chunks_per_loop=v.integer(top["chunks_per_loop"], "chunks_per_loop"),
+        ranks=ranks,
+        protocol=_PROTOCOLS[protocol_raw],
+        inplace=v.boolean(top.get("inplace", False), "inplace"),
+        outofplace=v.boolean(top.get("outofplace", True), "outofplace"),
+        min_bytes=v.integer(top.get("min_bytes", 0), "min_bytes"),
+        max_bytes=v.integer(top.get("max_bytes", 0), "max_bytes"),
+        root=None if root is None else v.integer(root, "root"),
+    )
+
+
+class _Validator:
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, path: str, problem: str):
+        raise IRFormatError(problem, source=self.source, place=path or "top level")
+
+    def obj(self, value: Any, path: str, keys: dict[str, bool]) -> dict:
+        if not isinstance(value, dict):
+            self.fail(path, f"expected an object, got {_kind(value)}")
+        for k in value:
+            if k not in keys:
+                self.fail(f"{path}.{k}" if path else k, f"unknown key (expected: {', '.join(keys)})")
+        for k, required in keys.items():
+            if required and k not in value:
+                self.fail(f"{path}.{k}" if path else k, "missing")
+        return value
+
+    def array(self, value: Any, path: str) -> list:
+        if not isinstance(value, list):
+            self.fail(path, f"expected an array, got {_kind(value)}")
+        return value
+
+    def integer(self, value: Any, path: str) -> int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            self.fail(path, f"expected an integer, got {_kind(value)}")
+        return value
+
+    def boolean(self, value: Any, path: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(path, f"expected true or false, got {_kind(value)}")
+        return value
+
+    def string(self, value: Any, path: str) -> str:
+        if not isinstance(value, str):
+            self.fail(path, f"expected a string, got {_kind(value)}")
+        return value
+
+    def rank(self, raw: Any, path: str) -> RankProgram:
+        d = self.obj(raw, path, {"rank": True, "input_chunks": True, "output_chunks": True,
+                                 "scratch_chunks": False, "threadblocks": False})
+        tbs_raw = self.array(d.get("threadblocks", []), f"{path}.threadblocks")
+        return RankProgram(
+            rank=self.integer(d["rank"], f"{path}.rank"),
+            input_chunks=self.integer(d["input_chunks"], f"{path}.input_chunks"),
+            output_chunks=self.integer(d["output_chunks"], f"{path}.output_chunks"),
+            scratch_chunks=self.integer(d.get("scratch_chunks", 0), f"{path}.scratch_chunks"),
+            threadblocks=[self.threadblock(t, f"{path}.threadblocks[{i}]") for i, t in enumerate(tbs_raw)],
+        )
+
+    def threadblock(self, raw: Any, path: str) -> ThreadBlock:
+        d = self.obj(raw, path, {"id": True, "send": False, "recv": False, "channel": False, "steps": False})
+        steps_raw = self.array(d.get("steps", []), f"{path}.steps")
+        return ThreadBlock(
+            id=self.integer(d["id"], f"{path}.id"),
+            send=self.integer(d.get("send", -1), f"{path}.send"),
+            recv=self.integer(d.get("recv", -1), f"{path}.recv"),
+            channel=self.integer(d.get("channel", 0), f"{path}.channel"),
+            steps=[self.step(s, f"{path}.steps[{i}]") for i, s in enumerate(steps_raw)],
+        )
+
+    def step(self, raw: Any, path: str) -> Step:
+        d = self.obj(raw, path, {"op": True, "src_buf": False, "src_off": False, "dst_buf": False,
+                                 "dst_off": False, "count": False, "dep": False, "has_dep": False})
+        op_raw = self.string(d["op"], f"{path}.op")
+        op = _OPS.get(op_raw)
+        if op is None:
+            self.fail(f"{path}.op", f"unknown step type {op_raw!r} (known: {', '.join(_OPS)})")
+        bufs = []
+        for key in ("src_buf", "dst_buf"):
+            b = d.get(key)
+            if b is not None:
+                if b not in _BUFFERS:
+                    self.fail(f"{path}.{key}", f"expected \"i\", \"o\", \"s\" or null, got {b!r}")
+                b = _BUFFERS[b]
+            bufs.append(b)
+        dep_raw = d.get("dep")
+        dep = None
+        if dep_raw is not None:
+            if not (isinstance(dep_raw, list) and len(dep_raw) == 2):
+                self.fail(f"{path}.dep", f"expected null or [tb, step], got {_kind(dep_raw)}")
+            dep = Dependency(self.integer(dep_raw[0], f"{path}.dep[0]"),
+                             self.integer(dep_raw[1], f"{path}.dep[1]"))
+        return Step(
+            op=op,
+            src_buf=bufs[0], src_off=self.integer(d.get("src_off", -1), f"{path}.src_off"),
+            dst_buf=bufs[1], dst_off=self.integer(d.get("dst_off", -1), f"{path}.dst_off"),
+            count=self.integer(d.get("count", 1), f"{path}.count"),
+            dep=dep,
+            has_dep=self.boolean(d.get("has_dep", False), f"{path}.has_dep"),
+        )
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"

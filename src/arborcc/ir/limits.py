@@ -1,0 +1,180 @@
+"""What each MSCCL runtime accepts: the two XML dialects' limits, as data.
+
+``legacy`` is the original MSCCL fork of NCCL; ``executor`` the newer executors (the
+MSCCL executor for NCCL and RCCL's built-in MSCCL). The numbers are those of their
+parsers (``msccl_parser.cc`` / the fork's ``xml.cc``, see
+``shared/reference/msccl-xml.md``): a file breaking one of them makes the runtime
+refuse it - for the executors, at communicator start, for every algorithm in the
+directory.
+
+Notes on the numbers:
+
+* steps per thread block and thread blocks per GPU are bounds on the ``s`` and
+  ``id`` values (``s >= MAX_STEPS`` is rejected), so they are also the maximum counts;
+* the executor's thread-block limit is RCCL's (64); the MSCCL executor for NCCL
+  allows 1024 - a file within 64 runs on both;
+* both runtimes require thread block ids 0..T-1 without gaps, ``cnt < 72`` and
+  channels below 32;
+* both fold ``nop`` steps into the next real step's dependency list and reject a
+  step that inherits dependencies from preceding ``nop`` steps without carrying one
+  itself; trailing ``nop`` steps are dropped together with their dependencies;
+* consecutive ``re`` steps with the same destination and source buffer and no
+  dependency are fused into one reduction that uses the first step's ``cnt``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from arborcc.ir.model import Algorithm, Op
+from arborcc.verify.report import Violation
+
+
+@dataclass(frozen=True)
+class DialectLimits:
+    name: str
+    #: attributes of <algo> the runtime reads unconditionally (missing = file rejected)
+    required_algo_attributes: tuple[str, ...]
+    #: arborcc's canonical collective name -> the dialect's ``coll`` spelling
+    collective_names: dict[str, str]
+    max_steps_per_threadblock: int
+    max_threadblocks_per_rank: int
+    contiguous_threadblock_ids: bool
+    max_count_exclusive: int  #: ``cnt`` must be below this
+    max_channels: int  #: channel ids must be below this
+    step_types: frozenset[Op]
+    max_string_length: int = 255  #: attribute values (the algorithm name) longer than this are cut
+    negative_channel_without_peers: bool = False  #: ``chan="-1"`` accepted on a tb with no peers
+
+
+REQUIRED_GPU_ATTRIBUTES = ("id", "i_chunks", "o_chunks", "s_chunks")
+REQUIRED_TB_ATTRIBUTES = ("id", "send", "recv", "chan")
+REQUIRED_STEP_ATTRIBUTES = ("s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps", "hasdep")
+
+LEGACY = DialectLimits(
+    name="legacy",
+    required_algo_attributes=("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace"),
+    collective_names={
+        "allreduce": "allreduce", "allgather": "allgather", "reducescatter": "reduce_scatter",
+        "alltoall": "alltoall", "broadcast": "broadcast", "reduce": "reduce", "custom": "custom",
+    },
+    max_steps_per_threadblock=256,
+    max_threadblocks_per_rank=216,
+    contiguous_threadblock_ids=True,
+    max_count_exclusive=72,
+    max_channels=32,
+    step_types=frozenset(Op),
+    negative_channel_without_peers=True,
+)
+
+EXECUTOR = DialectLimits(
+    name="executor",
+    required_algo_attributes=("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace",
+                              "outofplace", "minBytes", "maxBytes"),
+    collective_names={
+        "allreduce": "allreduce", "allgather": "allgather", "reducescatter": "reducescatter",
+        "alltoall": "alltoall", "broadcast": "broadcast", "reduce": "reduce", "gather": "gather",
+        "scatter": "scatter",
+    },
+    max_steps_per_threadblock=64,
+    max_threadblocks_per_rank=64,
+    contiguous_threadblock_ids=True,
+    max_count_exclusive=72,
+    max_channels=32,
+    step_types=frozenset(Op) - {Op.RESIDUAL_ADD},
+)
+
+DIALECTS: dict[str, DialectLimits] = {"legacy": LEGACY, "executor": EXECUTOR}
+
+#: every ``coll`` spelling either dialect uses -> canonical name
+XML_COLLECTIVE_NAMES: dict[str, str] = {
+    xml: canonical for d in DIALECTS.values() for canonical, xml in d.collective_names.items()
+}
+
+#: fused reductions the executors build at most (longer chains are split, not rejected)
+MAX_REDUCE_FUSION = 16
+
+
+def dialect_limits(dialect: str) -> DialectLimits:
+    try:
+        return DIALECTS[dialect]
+    except KeyError:
+        raise ValueError(f"unknown MSCCL dialect {dialect!r} (known: {', '.join(DIALECTS)})") from None
+
+
+def check_dialect_limits(algo: Algorithm, dialect: str, max_per_rule: int = 10) -> list[Violation]:
+    """Every way ``algo`` exceeds ``dialect``'s limits (kind ``limit``)."""
+    lim = dialect_limits(dialect)
+    out: list[Violation] = []
+    seen: dict[str, int] = {}
+
+    def add(rule: str, rank, tb, step, message: str) -> None:
+        seen[rule] = seen.get(rule, 0) + 1
+        if seen[rule] <= max_per_rule:
+            out.append(Violation(rank, tb, step, "limit", f"{lim.name} dialect: {message}"))
+
+    if algo.collective not in lim.collective_names:
+        add("coll", None, None, None,
+            f"has no collective named {algo.collective!r} (it knows {', '.join(sorted(lim.collective_names))})")
+    if len(algo.name) > lim.max_string_length:
+        add("name", None, None, None, f"the name is {len(algo.name)} characters; the parser keeps {lim.max_string_length}")
+    if algo.max_bytes and algo.min_bytes > algo.max_bytes:
+        add("bytes", None, None, None, f"minBytes {algo.min_bytes} is above maxBytes {algo.max_bytes}")
+    for prog in algo.ranks:
+        r = prog.rank
+        tbs = prog.threadblocks
+        if len(tbs) > lim.max_threadblocks_per_rank:
+            add("tbs", r, None, None, f"{len(tbs)} thread blocks; at most {lim.max_threadblocks_per_rank}")
+        ids = sorted({tb.id for tb in tbs})
+        if lim.contiguous_threadblock_ids and ids != list(range(len(ids))):
+            gap = next((i for i, x in enumerate(ids) if i != x), len(ids))
+            add("ids", r, None, None, f"thread block ids must be 0..{len(ids) - 1} without gaps; {gap} is missing")
+        for tb in tbs:
+            if len(tb.steps) > lim.max_steps_per_threadblock:
+                add("steps", r, tb.id, None,
+                    f"{len(tb.steps)} steps; at most {lim.max_steps_per_threadblock} per thread block")
+            if tb.channel >= lim.max_channels:
+                add("chan", r, tb.id, None, f"channel {tb.channel}; channels must be below {lim.max_channels}")
+            if tb.channel < 0 and not (lim.negative_channel_without_peers and tb.send < 0 and tb.recv < 0):
+                add("chan", r, tb.id, None, f"channel {tb.channel} is not accepted")
+            _check_steps(lim, r, tb, add)
+    return out
+
+
+def _check_steps(lim: DialectLimits, r: int, tb, add) -> None:
+    pending_nop_deps = 0
+    prev_re = None  # (dst_buf, dst_off, src_buf, count) of a reduction a next 're' would fuse with
+    chain = 0
+    for i, st in enumerate(tb.steps):
+        if st.op not in lim.step_types:
+            add("type", r, tb.id, i, f"step type '{st.op.value}' is not supported")
+        if st.op is not Op.NOP and st.count >= lim.max_count_exclusive:
+            add("cnt", r, tb.id, i, f"cnt {st.count}; it must be below {lim.max_count_exclusive}")
+        if st.op is Op.NOP:
+            if st.dep is not None:
+                pending_nop_deps += 1
+            continue
+        if st.op is Op.REDUCE:
+            key = (st.dst_buf, st.dst_off, st.src_buf)
+            if prev_re is not None and prev_re[:3] == key and st.dep is None and chain < MAX_REDUCE_FUSION:
+                chain += 1
+                if st.count != prev_re[3]:
+                    add("fuse", r, tb.id, i,
+                        f"this 're' is fused with the one before it, which has cnt {prev_re[3]}, not {st.count}; "
+                        "the fused reduction uses the first cnt")
+                if st.has_dep:
+                    prev_re = None
+                continue  # a continuation: its (absent) dependency list is not checked
+            prev_re = None if st.has_dep else (*key, st.count)
+            chain = 1
+        else:
+            prev_re = None
+            chain = 0
+        if pending_nop_deps and st.dep is None:
+            add("nop", r, tb.id, i,
+                f"follows {pending_nop_deps} nop step(s) with dependencies but has none itself; the runtimes "
+                "reject this (the last dependency must be on the step)")
+        pending_nop_deps = 0
+    if pending_nop_deps:
+        add("nop", r, tb.id, len(tb.steps) - 1,
+            "the thread block ends with nop steps carrying dependencies; the runtimes drop them (the waits never happen)")

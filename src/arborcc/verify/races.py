@@ -1,0 +1,173 @@
+"""Happens-before between steps of one rank, for the race check.
+
+What orders two steps X (thread block A) and Y (thread block B) of the same rank -
+i.e. guarantees that all memory accesses of X are over before an access of Y starts:
+
+* program order: a thread block runs its steps one after another;
+* a dependency: a step waits until the step it names has finished (the runtime
+  waits for the target's semaphore to reach at least that step, so the named step is
+  always finished, whichever later step released it);
+* a communication edge from a send S to the receive R that pops its data: S has read
+  all its data before R can finish. It does *not* order S before R's own accesses
+  (R may read its local source while S is still sending), so an edge S -> R is weak:
+  it carries order to what comes *after* R, not to R itself.
+
+Hence X happens before Y when there is a path X -> ... -> Y whose last edge is
+program order or a dependency (any edges before it). One refinement: a write made by
+a receiving step Y carries received data, so it cannot begin before the matching
+send S has begun; a path X -> ... -> S ending in a strong edge therefore also orders
+X before the writes of Y. Nothing else orders steps; in particular two thread blocks
+that merely both talk to other ranks are unordered. This is sound: every pair called
+ordered is ordered in every execution the runtime can produce.
+
+Checking is in two stages. During the symbolic run each conflicting pair is first
+tried against a vector clock over the rank's own thread blocks built from program
+order and dependencies (exact for rank-local order, cheap). Pairs it cannot order
+become *candidates*; after the run, :func:`resolve_candidates` answers all of them at
+once by replaying the run in completion order while propagating, along every edge,
+vector clocks restricted to the thread blocks that appear as the earlier side of a
+candidate (a path X -> Y implies X finished first in every execution, in particular
+in the simulated one, so completion order is a topological order of the edges).
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from collections import Counter
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Candidate(NamedTuple):
+    """A conflicting pair not ordered by rank-local edges; ``y_received``: y's access is
+    a write carrying received data."""
+
+    x: int
+    y: int
+    y_received: bool
+    addr: int
+    x_writes: bool
+    y_writes: bool
+
+
+class HappensBefore:
+    """Per-run ordering data, identified by global step ids (gids).
+
+    The simulator fills ``done_seq[gid]`` (completion rank in the simulated run, from
+    1), ``recv_src[gid]`` (gid of the send whose data a receiving step popped),
+    ``sends[gid]`` (1 for steps that send), ``dep_target`` (gid -> gid it waited for)
+    and calls :meth:`on_dependency` when a step with a dependency runs.
+    """
+
+    def __init__(self, tb_base: list[int], tb_rank: list[int], total: int):
+        self.tb_base = tb_base
+        self.tb_rank = tb_rank
+        self.dep_target: dict[int, int] = {}
+        self.gid_tb = array("i")
+        for g in range(len(tb_base) - 1):
+            self.gid_tb.extend([g] * (tb_base[g + 1] - tb_base[g]))
+        self.done_seq = array("q", bytes(8 * total))
+        self.recv_src = array("q", [-1]) * total
+        self.sends = bytearray(total)
+        # vector clock change points per thread block: indices and clocks {tb: step}
+        self._cp_idx: dict[int, list[int]] = {}
+        self._cp_vc: dict[int, list[dict[int, int]]] = {}
+
+    # -- vector clocks over rank-local edges ------------------------------------------
+    def clock(self, g: int, i: int) -> dict[int, int]:
+        """What thread block ``g``'s step ``i`` knows locally: {tb: latest step before it}."""
+        idx = self._cp_idx.get(g)
+        if not idx:
+            return {}
+        pos = bisect_right(idx, i) - 1
+        return self._cp_vc[g][pos] if pos >= 0 else {}
+
+    def on_dependency(self, g: int, i: int, tg: int, k: int) -> None:
+        """Step ``i`` of tb ``g`` waits for step ``k`` of tb ``tg``: join the clocks."""
+        mine = self.clock(g, i)
+        theirs = self.clock(tg, k)
+        if mine.get(tg, -1) >= k and all(mine.get(t, -1) >= s for t, s in theirs.items()):
+            return
+        vc = dict(mine)
+        for t, s in theirs.items():
+            if vc.get(t, -1) < s:
+                vc[t] = s
+        if vc.get(tg, -1) < k:
+            vc[tg] = k
+        self._cp_idx.setdefault(g, []).append(i)
+        self._cp_vc.setdefault(g, []).append(vc)
+
+    def ordered_locally(self, x: int, y: int) -> bool:
+        """Is step ``x`` before step ``y`` by program order and dependencies alone?"""
+        a = self.gid_tb[x]
+        b = self.gid_tb[y]
+        i = x - self.tb_base[a]
+        if a == b:
+            return i < y - self.tb_base[b]
+        return self.clock(b, y - self.tb_base[b]).get(a, -1) >= i
+
+
+def resolve_candidates(hb: HappensBefore, candidates: list[Candidate]) -> list[bool]:
+    """For each candidate: is x ordered before y's access through any path? (see module)"""
+    if not candidates:
+        return []
+    gid_tb, tb_base, done_seq, recv_src, sends = hb.gid_tb, hb.tb_base, hb.done_seq, hb.recv_src, hb.sends
+    dep_target = hb.dep_target
+    sources = sorted({gid_tb[c.x] for c in candidates})
+    col = {g: j for j, g in enumerate(sources)}
+    m = len(sources)
+    answers = [False] * len(candidates)
+    # queries answered with the strong knowledge at the start of a step: y itself, and
+    # for received writes also the send that produced the data
+    at_step: dict[int, list[tuple[int, int, int]]] = {}
+    for n, c in enumerate(candidates):
+        q = (col[gid_tb[c.x]], c.x - tb_base[gid_tb[c.x]], n)
+        at_step.setdefault(c.y, []).append(q)
+        if c.y_received and recv_src[c.y] >= 0:
+            at_step.setdefault(recv_src[c.y], []).append(q)
+    seq = np.frombuffer(done_seq, dtype=np.int64)
+    lo = min(done_seq[c.x] for c in candidates)
+    hi = max(done_seq[c.y] for c in candidates)
+    window = np.nonzero((seq >= lo) & (seq <= hi))[0]
+    order = window[np.argsort(seq[window], kind="stable")].tolist()
+    # dep targets whose end-knowledge must be kept until their dependents ran
+    waits = Counter(d for z, d in dep_target.items() if lo <= done_seq[d] and done_seq[z] <= hi)
+    cur: dict[int, np.ndarray] = {}  # tb -> knowledge at the end of its last step
+    kept: dict[int, np.ndarray] = {}  # dep target gid -> knowledge at its end
+    msgs: dict[int, np.ndarray] = {}  # send gid -> knowledge at its end
+    maximum = np.maximum
+    for z in order:
+        g = gid_tb[z]
+        strong = cur.get(g)
+        d = dep_target.get(z)
+        if d is not None:
+            other = kept.get(d)
+            if other is not None:
+                strong = other if strong is None else maximum(strong, other)
+                waits[d] -= 1
+                if not waits[d]:
+                    del kept[d]
+        qs = at_step.get(z)
+        if qs and strong is not None:
+            for j, i, n in qs:
+                if strong[j] >= i:
+                    answers[n] = True
+        end = strong
+        s = recv_src[z]
+        if s >= 0:
+            other = msgs.pop(s, None)
+            if other is not None:
+                end = other if end is None else maximum(end, other)
+        j = col.get(g)
+        if j is not None:
+            end = np.full(m, -1, dtype=np.int64) if end is None else end.copy()
+            end[j] = z - tb_base[g]
+        if end is not None:
+            cur[g] = end
+            if sends[z]:
+                msgs[z] = end
+            if waits.get(z):
+                kept[z] = end
+    return answers
