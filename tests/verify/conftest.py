@@ -1,4 +1,4 @@
-"""Make the builders (algorithms.py) and the numeric interpreter importable by the tests."""
+"""Make the builders (algorithms.py) importable by the tests."""
 
 import sys
 from pathlib import Path

@@ -1,0 +1,276 @@
+"""``arborcc compile``: a DSL program (or a library algorithm) -> a verified algorithm file.
+
+::
+
+    arborcc compile ring-allreduce --ranks 128 --channels 2 -o ring.xml
+    arborcc compile my_allreduce.py 8 --protocol LL -o algo.xml
+    arborcc compile my_allreduce.py -o algo.json            # JSON by extension
+
+TARGET is a library name (``arborcc compile --list``) or a Python file. A program file
+exposes its program in one of two ways:
+
+1. it defines ``arborcc_program(*args)``, called with the program arguments (strings)
+   and returning a :class:`~arborcc.lang.program.Program` (traced), an
+   :class:`~arborcc.ir.model.Algorithm`, or a library ``Built`` pair;
+2. otherwise it is run as ``__main__`` with ``sys.argv = [file, *args]`` and the last
+   Program it creates is compiled. Programs written for the public GC3 tools
+   (``from msccl.language import *``) run unchanged: ``msccl`` resolves to
+   :mod:`arborcc.compat.msccl` when no real ``msccl`` is installed.
+
+Options after TARGET that ``compile`` knows (``-o``, ``--dialect``, ``--format``,
+``--json``) are taken; everything else goes to the program (or, for a library name,
+its parameters). Put arguments after ``--`` to pass them to the program verbatim.
+What the program prints goes to stderr, so ``--json`` output stays one object.
+
+The algorithm is verified (:func:`arborcc.verify.check_algorithm`, with the dialect's
+limits) before anything is written: a wrong algorithm is never written; exit status 1
+says it was wrong, 2 that the input was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+import runpy
+import sys
+import time
+from pathlib import Path
+
+from arborcc.cli.output import print_json, write_atomic
+from arborcc.errors import InputError, ProgramError
+
+DIALECTS = ("executor", "legacy")
+FORMATS = ("xml", "json")
+
+
+def _library():
+    from arborcc.library import LIBRARY
+
+    return LIBRARY
+
+
+def _epilog() -> str:
+    lines = ["library algorithms (arborcc compile NAME --help for their parameters):"]
+    for spec in _library().values():
+        flags = " ".join(f"{p.flag}" for p in spec.params)
+        lines.append(f"  {spec.name:24s} {spec.summary}")
+        lines.append(f"  {'':24s}   {flags}")
+    return "\n".join(lines)
+
+
+def _common_options(p: argparse.ArgumentParser, suppress: bool) -> None:
+    default = argparse.SUPPRESS if suppress else None
+    p.add_argument("-o", "--output", metavar="FILE", default=default,
+                   help="write the algorithm here (default: stdout)")
+    p.add_argument("--dialect", choices=DIALECTS, default=default,
+                   help="MSCCL XML dialect and runtime limits to verify against (default: executor)")
+    p.add_argument("--format", choices=FORMATS, default=default,
+                   help="xml (MSCCL) or json (arborcc); default: from the output file's extension, else xml")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
+                   help="print the summary as one JSON object")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "compile",
+        help="compile a DSL program or a library algorithm to a verified MSCCL XML / JSON file",
+        description="Compile a DSL program file or a library algorithm to the IR, verify it, and write it "
+                    "as MSCCL XML (either dialect) or arborcc JSON. A program file either defines "
+                    "arborcc_program(*args) returning a Program, or creates Programs when run; the last one "
+                    "is compiled.",
+        epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", metavar="PROGRAM.py|NAME", nargs="?",
+                   help="a Python file with a DSL program, or a library algorithm name")
+    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="ARGS",
+                   help="program arguments, or the library algorithm's parameters")
+    p.add_argument("--list", action="store_true", help="list the library algorithms and exit")
+    _common_options(p, suppress=False)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    library = _library()
+    if args.list:
+        for spec in library.values():
+            print(f"{spec.name:24s} {spec.collective:14s} {spec.summary}")
+        return 0
+    if not args.target:
+        raise InputError("name a program file or a library algorithm (arborcc compile --list)",
+                         source="arborcc compile")
+    rest = list(args.rest)
+    verbatim: list[str] = []
+    if "--" in rest:
+        cut = rest.index("--")
+        rest, verbatim = rest[:cut], rest[cut + 1:]
+    if args.target in library:
+        opts, algo, name = _compile_library(library[args.target], rest + verbatim, args)
+    else:
+        opts, algo, name = _compile_file(args.target, rest, verbatim, args)
+    return _verify_and_write(algo, name, opts)
+
+
+# --- targets ----------------------------------------------------------------------------
+def _merge(args: argparse.Namespace, extra: argparse.Namespace) -> argparse.Namespace:
+    merged = argparse.Namespace(**vars(args))
+    for k, v in vars(extra).items():
+        setattr(merged, k, v)
+    return merged
+
+
+def _compile_library(spec, argv: list[str], args):
+    p = argparse.ArgumentParser(prog=f"arborcc compile {spec.name}", description=spec.summary)
+    _common_options(p, suppress=True)
+    for prm in spec.params:
+        if prm.type is bool:
+            p.add_argument(prm.flag, dest=prm.name, action=argparse.BooleanOptionalAction, default=prm.default,
+                           help=prm.help)
+        else:
+            p.add_argument(prm.flag, dest=prm.name, type=prm.type, default=prm.default, choices=prm.choices,
+                           help=f"{prm.help} (default {prm.default})")
+    try:
+        ns = p.parse_args(argv)
+    except SystemExit as e:
+        if e.code == 0:
+            raise
+        raise InputError(f"bad parameters for {spec.name} (see arborcc compile {spec.name} --help)",
+                         source="arborcc compile") from None
+    opts = _merge(args, argparse.Namespace(**{k: v for k, v in vars(ns).items()
+                                              if k in ("output", "dialect", "format", "json")}))
+    params = {prm.name: getattr(ns, prm.name) for prm in spec.params}
+    start = time.perf_counter()
+    algo, _prog = spec.build(**params)
+    opts.compile_seconds = time.perf_counter() - start
+    return opts, algo, spec.name
+
+
+def _compile_file(target: str, argv: list[str], verbatim: list[str], args):
+    path = Path(target)
+    if not path.is_file():
+        known = ", ".join(_library())
+        raise InputError(f"no such program file, and not a library algorithm (known: {known})",
+                         source=target)
+    p = argparse.ArgumentParser(prog="arborcc compile", add_help=False)
+    _common_options(p, suppress=True)
+    ns, program_args = p.parse_known_args(argv)
+    program_args += verbatim
+    opts = _merge(args, ns)
+    start = time.perf_counter()
+    algo, name = _run_program_file(path, program_args)
+    opts.compile_seconds = time.perf_counter() - start
+    return opts, algo, name
+
+
+def _run_program_file(path: Path, program_args: list[str]):
+    """Run a program file; returns (Algorithm, name)."""
+    from arborcc.compat import install_msccl_alias, remove_msccl_alias
+    from arborcc.ir.model import Algorithm
+    from arborcc.lang import program as lang_program
+
+    created: list = []
+    lang_program._CREATION_HOOKS.append(created.append)
+    aliased = install_msccl_alias()
+    old_argv = sys.argv
+    sys.argv = [str(path), *program_args]
+    result = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            try:
+                namespace = runpy.run_path(str(path), run_name="__main__")
+            except SystemExit as e:
+                if e.code not in (None, 0):
+                    raise InputError(f"the program exited with status {e.code}", source=str(path)) from None
+                namespace = {}
+            entry = namespace.get("arborcc_program")
+            if callable(entry):
+                result = entry(*program_args)
+    finally:
+        sys.argv = old_argv
+        lang_program._CREATION_HOOKS.remove(created.append)
+        if aliased:
+            remove_msccl_alias()
+    if result is None:
+        if not created:
+            raise InputError("the program created no Program and defines no arborcc_program()",
+                             source=str(path))
+        result = created[-1]
+    if isinstance(result, tuple) and result and isinstance(result[0], Algorithm):
+        result = result[0]
+    if isinstance(result, Algorithm):
+        return result, result.name
+    if isinstance(result, lang_program.Program):
+        if not result.ops:
+            raise ProgramError(f"{path.name}: program {result.name!r} performs no copy or reduce")
+        return result.compile(), result.name
+    raise InputError(f"arborcc_program() returned {type(result).__name__}, not a Program or an Algorithm",
+                     source=str(path))
+
+
+# --- verification and output ------------------------------------------------------------
+def _render(algo, fmt: str, dialect: str) -> str:
+    if fmt == "json":
+        from arborcc.ir.json_io import algorithm_to_json
+
+        return algorithm_to_json(algo)
+    from arborcc.ir.msccl_xml import write_msccl_xml
+
+    return write_msccl_xml(algo, dialect)
+
+
+def _verify_and_write(algo, name: str, opts) -> int:
+    from arborcc.verify import verify_algorithm
+
+    dialect = opts.dialect or "executor"
+    fmt = opts.format or ("json" if opts.output and str(opts.output).lower().endswith(".json") else "xml")
+    if opts.json and not opts.output:
+        raise InputError("--json prints the summary on stdout: name the algorithm file with -o",
+                         source="arborcc compile")
+    if fmt == "xml":
+        from arborcc.ir.limits import dialect_limits
+
+        if algo.collective not in dialect_limits(dialect).collective_names:
+            raise InputError(f"the {dialect} dialect of MSCCL XML cannot name the collective "
+                             f"{algo.collective!r}; use --dialect legacy or --format json", source=name)
+    start = time.perf_counter()
+    report = verify_algorithm(algo, dialect if fmt == "xml" else None)
+    verify_seconds = time.perf_counter() - start
+    thread_blocks = sum(len(r.threadblocks) for r in algo.ranks)
+    steps = sum(len(tb.steps) for r in algo.ranks for tb in r.threadblocks)
+    summary = {
+        "name": name, "collective": algo.collective, "ranks": algo.num_ranks,
+        "thread_blocks": thread_blocks, "steps": steps, "channels": algo.num_channels,
+        "chunks_per_loop": algo.chunks_per_loop, "compile_seconds": round(opts.compile_seconds, 4),
+        "verify_seconds": round(verify_seconds, 4), "format": fmt,
+        "dialect": dialect if fmt == "xml" else None, "output": opts.output, "ok": report.ok,
+    }
+    if not report.ok:
+        first = report.violations[0]
+        if opts.json:
+            print_json({**summary, "violations": [str(v) for v in report.violations]})
+        else:
+            more = len(report.violations) - 1
+            if all(v.kind == "limit" for v in report.violations):
+                what = f"exceeds the {dialect} runtime's limits"
+                hint = ("; spread it over more thread blocks (e.g. more channels) or write "
+                        "--dialect legacy" if dialect == "executor" else "")
+            else:
+                what, hint = "is wrong", ""
+            print(f"arborcc: {name}: the compiled algorithm {what}, nothing written: {first}"
+                  + (f" (and {more} more)" if more else "") + hint, file=sys.stderr)
+        return 1
+    text = _render(algo, fmt, dialect)  # may refuse (e.g. a custom collective in the executor dialect)
+    if opts.output:
+        write_atomic(opts.output, text)
+    else:
+        sys.stdout.write(text)
+    line = (f"{name}: {algo.collective} on {algo.num_ranks} ranks, {thread_blocks} thread blocks, {steps} steps, "
+            f"compiled in {opts.compile_seconds:.2f} s, verified in {verify_seconds:.2f} s"
+            + (f" -> {opts.output}" if opts.output else ""))
+    if opts.json:
+        print_json(summary)
+    else:
+        print(line, file=sys.stdout if opts.output else sys.stderr)
+    return 0
+
+
+

@@ -1,0 +1,10 @@
+"""``msccl.topologies``: topology constructors of the public GC3 tools."""
+
+from arborcc.compat.msccl.topologies.distributed import distributed_fully_connected, distributed_hub_and_spoke
+from arborcc.compat.msccl.topologies.generic import fully_connected, hub_and_spoke, line, ring, star
+from arborcc.compat.msccl.topologies.topology import Topology
+
+_arborcc_compat = True
+
+__all__ = ["Topology", "fully_connected", "ring", "line", "star", "hub_and_spoke",
+           "distributed_fully_connected", "distributed_hub_and_spoke"]

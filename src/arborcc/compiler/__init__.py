@@ -1,0 +1,22 @@
+"""The GC3 compiler: a traced DSL program -> an IR :class:`~arborcc.ir.model.Algorithm`.
+
+Passes (GC3 sections 4-5), one module each, in the order data flows:
+
+====================  ==========================================================
+``layout``            logical chunk indices -> physical offsets (scratch regions,
+                      parallelize, instances)
+``instructions``      chunk operations -> send / recv / rrc / cpy / re
+``dag``               processing edges, dependency depths (instruction DAG)
+``fusion``            recv+send -> rcs, rrc+send -> rrcs / rrs
+``order``             the global topological order all thread blocks follow
+``threadblocks``      thread-block and channel assignment (auto or manual)
+``sync``              cross-thread-block dependencies, nop steps
+``emit``              IR objects, replicated for instances
+====================  ==========================================================
+
+``compile_program(program)`` runs them all (:mod:`arborcc.compiler.pipeline`).
+"""
+
+from arborcc.compiler.pipeline import CompileStats, compile_program
+
+__all__ = ["compile_program", "CompileStats"]

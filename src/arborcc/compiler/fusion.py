@@ -1,0 +1,97 @@
+"""Instruction fusion: peephole rewrites of a receive and the send forwarding it
+(GC3 section 4.2, "Instruction Fusion").
+
+* ``recv`` + ``send`` of the same chunks -> ``rcs`` (receive-copy-send);
+* ``rrc`` + ``send`` -> ``rrcs`` (receive-reduce-copy-send);
+* ``rrc`` + ``send`` -> ``rrs`` (receive-reduce-send) when the reduced value is only
+  forwarded: no other instruction reads it and it is overwritten later or left in a
+  buffer whose final contents do not matter (scratch, or input of an out-of-place
+  collective). The slot then keeps its old value, which nothing looks at.
+
+When several sends forward one receive, the one on the longest path to the end is
+fused (GC3). A fused instruction sits where the receive was; it uses one thread block
+for both connections, so both must be on the same channel: fusion only joins transfers
+whose channel hints agree (a union-find over messages keeps whole fused chains
+consistent), and in manual mode only when the receive and send name the same thread
+block.
+"""
+
+from __future__ import annotations
+
+from arborcc.compiler.dag import Dag, reverse_depths
+from arborcc.compiler.instructions import RCS, RECV, RRCS, RRS, InstrTable
+
+
+class _Channels:
+    """Union-find over messages (named by their send instruction) with a channel hint."""
+
+    def __init__(self, hints: list[int]) -> None:
+        self.parent = list(range(len(hints)))
+        self.hint = list(hints)  #: valid at roots
+
+    def find(self, m: int) -> int:
+        parent = self.parent
+        root = m
+        while parent[root] != root:
+            root = parent[root]
+        while parent[m] != root:
+            parent[m], m = root, parent[m]
+        return root
+
+    def join(self, a: int, b: int) -> bool:
+        ha, hb = self.hint[a], self.hint[b]
+        if ha != -1 and hb != -1 and ha != hb:
+            return False
+        self.parent[b] = a
+        self.hint[a] = ha if ha != -1 else hb
+        return True
+
+
+def fuse_instructions(t: InstrTable, dag: Dag, significant: set[int], manual: bool) -> list[int]:
+    """Fuse in place; returns the alias map: ``alias[i]`` is the instruction that now does
+    what ``i`` did (``i`` itself unless ``i`` was a send fused into a receive).
+
+    ``significant``: IR buffers whose final contents are the collective's result.
+    """
+    rep = list(range(len(t)))
+    if not dag.forwards:
+        return rep
+    rdepth = dag.rdepth
+    if rdepth is None and any(len(v) > 1 for v in dag.forwards.values()):
+        rdepth = reverse_depths(t, dag)
+    kind, ch, msg_in, msg_out, lane = t.kind, t.ch, t.msg_in, t.msg_out, t.lane
+    sbuf, soff, dbuf, doff, cnt, speer, sendtb, alive = t.sbuf, t.soff, t.dbuf, t.doff, t.cnt, t.speer, t.sendtb, t.alive
+    lw, readers, rank = dag.last_writer, dag.readers, t.rank
+    # channel hints only matter when they differ; then whole chains must agree
+    chans = _Channels(ch) if len(set(ch)) > 1 else None
+    forwards = dag.forwards
+    for r in (sorted(forwards) if chans is not None else forwards):
+        sends = forwards[r]
+        s = sends[0] if len(sends) == 1 else max(sends, key=lambda x: rdepth[x])
+        if lane[s] != lane[r]:
+            continue
+        if manual and (t.recvtb[r] != sendtb[s] or max(ch[r], 0) != max(ch[s], 0)):
+            continue
+        if chans is not None:
+            m_in, m_out = chans.find(msg_in[r]), chans.find(s)
+            if m_in == m_out or not chans.join(m_in, m_out):
+                continue
+        q = msg_out[s]  # the receive on the next rank
+        if kind[r] == RECV:
+            kind[r] = RCS
+            sbuf[r] = dbuf[r]
+            soff[r] = doff[r]
+        elif readers[r] == 1 and not (dbuf[r] in significant
+                                      and r in lw[rank[r]][dbuf[r]][doff[r]:doff[r] + cnt[r]]):
+            kind[r] = RRS  # the reduced value is only forwarded
+        else:
+            kind[r] = RRCS
+        speer[r] = speer[s]
+        sendtb[r] = sendtb[s]
+        if ch[r] == -1:  # keep every hint of a chain on some member (they all agree)
+            ch[r] = ch[s]
+        msg_out[r] = q
+        msg_in[q] = r
+        alive[s] = False
+        rep[s] = r
+    return rep

@@ -1,0 +1,147 @@
+"""Instruction generation: chunk operations -> instructions (GC3 section 4.2).
+
+A remote copy becomes a ``send`` on the source rank and a ``recv`` on the destination;
+a remote reduce becomes a ``send`` and a ``recv-reduce-copy`` (``rrc``); a local copy
+is a ``cpy`` and a local reduce a ``re``. The two halves of a remote operation are
+joined by a *communication edge* (``msg_out`` of the send, ``msg_in`` of the receive).
+
+Instructions are kept as a table of parallel lists (one entry per instruction) rather
+than objects: programs of 1024 ranks have millions of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from arborcc.compiler.layout import IB_SCRATCH, Layout, op_pieces
+from arborcc.ir.model import Op
+from arborcc.lang import trace as T
+
+#: instruction kinds; the fused ones (GC3 section 4.2) are produced by the fusion pass
+SEND, RECV, RRC, CPY, RE, RCS, RRCS, RRS = range(8)
+KIND_OP = (Op.SEND, Op.RECV, Op.RECV_REDUCE_COPY, Op.COPY, Op.REDUCE, Op.RECV_COPY_SEND,
+           Op.RECV_REDUCE_COPY_SEND, Op.RECV_REDUCE_SEND)
+KIND_NAME = tuple(op.value for op in KIND_OP)
+RECEIVES = frozenset((RECV, RRC, RCS, RRCS, RRS))
+SENDS = frozenset((SEND, RCS, RRCS, RRS))
+LOCAL = frozenset((CPY, RE))
+
+
+class InstrTable:
+    """Instructions as parallel lists; instruction ``i`` is index ``i`` of every list.
+
+    ``sbuf/soff`` and ``dbuf/doff`` are IR buffers (0 input, 1 output, 2 scratch) and
+    physical offsets of instance 0; ``cnt`` physical chunks. ``speer``/``rpeer`` are the
+    ranks sent to / received from (-1: none). ``ch``, ``sendtb``, ``recvtb`` are the
+    program's hints (-1: automatic). ``op`` is the traced operation it comes from.
+    """
+
+    FIELDS = ("rank", "kind", "sbuf", "soff", "dbuf", "doff", "cnt", "speer", "rpeer", "lane",
+              "ch", "sendtb", "recvtb", "op", "msg_in", "msg_out")
+
+    def __init__(self) -> None:
+        for f in self.FIELDS:
+            setattr(self, f, [])
+        self.alive: list[bool] = []
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+    def describe(self, i: int) -> str:
+        return (f"{KIND_NAME[self.kind[i]]} on rank {self.rank[i]}"
+                + (f" to rank {self.speer[i]}" if self.speer[i] >= 0 else "")
+                + (f" from rank {self.rpeer[i]}" if self.rpeer[i] >= 0 else ""))
+
+
+def lower_operations(prog, layout: Layout) -> InstrTable:
+    """Expand every traced operation of ``prog`` into instructions, in program order."""
+    if layout.sub == 1 and layout.instances == 1 and prog.ops:
+        return _lower_direct(prog, layout)
+    return _lower_pieces(prog, layout)
+
+
+def _lower_direct(prog, layout: Layout) -> InstrTable:
+    """Without parallelize or instances a chunk index is a physical offset: the whole
+    expansion is array arithmetic (one column per field, numpy), then lists again."""
+    cols = list(zip(*prog.ops))
+    k, sr, sc, si, dr, dc, di, c, stb, rtb, ch = (np.asarray(x, dtype=np.int64) for x in cols[:11])
+    # named scratch regions: add the region's offset in the rank's scratch buffer
+    width = max(len(r) for r in layout.region_offset)
+    region = np.array([r + [0] * (width - len(r)) for r in layout.region_offset], dtype=np.int64)
+    s_scr, d_scr = sc >= 2, dc >= 2
+    si = si + np.where(s_scr, region[sr, np.minimum(sc, width - 1)], 0)
+    di = di + np.where(d_scr, region[dr, np.minimum(dc, width - 1)], 0)
+    sc = np.where(s_scr, IB_SCRATCH, sc)
+    dc = np.where(d_scr, IB_SCRATCH, dc)
+    remote = sr != dr
+    copy = k == T.COPY
+    first = np.cumsum(1 + remote) - (1 + remote)  # the send, or the local instruction
+    second = first[remote] + 1  # the receive of a remote operation
+    n = int(first[-1] + 1 + remote[-1])
+    ops_idx = np.arange(len(k), dtype=np.int64)
+
+    def column(a_first, a_second) -> list:
+        out = np.empty(n, dtype=np.int64)
+        out[first] = a_first
+        out[second] = a_second
+        lo = int(out.min())
+        if lo == out.max():  # uniform (hints, lanes): one shared int object, no conversion
+            return [lo] * n
+        return out.tolist()
+
+    rc = copy[remote]
+    t = InstrTable()
+    t.rank = column(sr, dr[remote])
+    t.kind = column(np.where(remote, SEND, np.where(copy, CPY, RE)), np.where(rc, RECV, RRC))
+    t.sbuf = column(sc, np.where(rc, sc[remote], dc[remote]))
+    t.soff = column(si, np.where(rc, si[remote], di[remote]))
+    t.dbuf = column(dc, dc[remote])
+    t.doff = column(di, di[remote])
+    t.cnt = column(c, c[remote])
+    t.speer = column(np.where(remote, dr, -1), -1)
+    t.rpeer = column(-1, sr[remote])
+    t.lane = [0] * n
+    t.ch = column(ch, ch[remote])
+    t.sendtb = column(np.where(remote | (stb != -1), stb, rtb), -1)
+    t.recvtb = column(-1, rtb[remote])
+    t.op = np.empty(n, dtype=np.int64)  # only read when reporting an error
+    t.op[first] = ops_idx
+    t.op[second] = ops_idx[remote]
+    t.msg_in = column(-1, first[remote])
+    t.msg_out = column(np.where(remote, first + 1, -1), -1)
+    t.alive = [True] * n
+    return t
+
+
+def _lower_pieces(prog, layout: Layout) -> InstrTable:
+    """The general expansion: operations split into per-lane, per-block pieces."""
+    t = InstrTable()
+    rank, kind, sbuf, soff, dbuf, doff = t.rank, t.kind, t.sbuf, t.soff, t.dbuf, t.doff
+    cnt, speer, rpeer, lane, chl, sendtb, recvtb = t.cnt, t.speer, t.rpeer, t.lane, t.ch, t.sendtb, t.recvtb
+    opl, msg_in, msg_out = t.op, t.msg_in, t.msg_out
+    for oi, op in enumerate(prog.ops):
+        k, sr, sc, si, dr, dc, di, c, stb, rtb, ch, lanes, _ = op
+        for sib, so, dib, do, n, q in op_pieces(op, layout):
+            if sr != dr:
+                i = len(rank)
+                # the send half, on the source rank
+                rank.append(sr); kind.append(SEND); sbuf.append(sib); soff.append(so)
+                dbuf.append(dib); doff.append(do); cnt.append(n); speer.append(dr); rpeer.append(-1)
+                lane.append(q); chl.append(ch); sendtb.append(stb); recvtb.append(-1); opl.append(oi)
+                msg_in.append(-1); msg_out.append(i + 1)
+                # the receive half, on the destination rank
+                rank.append(dr); cnt.append(n); speer.append(-1); rpeer.append(sr); lane.append(q)
+                chl.append(ch); sendtb.append(-1); recvtb.append(rtb); opl.append(oi)
+                msg_in.append(i); msg_out.append(-1); dbuf.append(dib); doff.append(do)
+                if k == T.COPY:
+                    kind.append(RECV); sbuf.append(sib); soff.append(so)
+                else:  # rrc: reduce the received data with the local chunk, in place
+                    kind.append(RRC); sbuf.append(dib); soff.append(do)
+            else:
+                rank.append(sr); kind.append(CPY if k == T.COPY else RE); sbuf.append(sib)
+                soff.append(so); dbuf.append(dib); doff.append(do); cnt.append(n)
+                speer.append(-1); rpeer.append(-1); lane.append(q); chl.append(ch)
+                sendtb.append(stb if stb != -1 else rtb); recvtb.append(-1); opl.append(oi)
+                msg_in.append(-1); msg_out.append(-1)
+    t.alive = [True] * len(rank)
+    return t

@@ -1,0 +1,126 @@
+"""The compiler pipeline (GC3 sections 4-5), one pass per module:
+
+trace (:mod:`arborcc.lang`) -> layout -> instructions -> instruction DAG -> fusion ->
+global order -> thread blocks and channels -> synchronization -> IR (with instances).
+
+Every pass is linear in the number of chunk operations (the order is one sort), so a
+1024-rank ring all-reduce - two million operations - compiles in seconds rather than
+the hour the public tool's recursive passes would take.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from arborcc.compiler.dag import build_dag, reverse_depths
+from arborcc.compiler.emit import build_algorithm
+from arborcc.compiler.fusion import fuse_instructions
+from arborcc.compiler.instructions import KIND_NAME, InstrTable, lower_operations
+from arborcc.compiler.layout import IB_INPUT, IB_OUTPUT, plan_layout
+from arborcc.compiler.order import fifo_consistent, global_order, repair_order
+from arborcc.compiler.sync import emit_steps
+from arborcc.compiler.threadblocks import assign_auto, assign_manual
+from arborcc.ir.model import Algorithm
+from arborcc.lang.buffers import INPUT, OUTPUT
+from arborcc.lang.directives import ThreadblockPolicy
+
+
+@dataclass
+class CompileStats:
+    """What the last compilation did and how long each pass took (seconds)."""
+
+    operations: int = 0
+    instructions: int = 0
+    fused: int = 0
+    nops: int = 0
+    thread_blocks: int = 0
+    reordered: bool = False  #: the priority order needed repairing for FIFO consistency
+    steps: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)  #: wall time per pass
+    cpu_seconds: dict[str, float] = field(default_factory=dict)  #: CPU time per pass
+    kinds: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.seconds.values())
+
+
+def _significant_buffers(prog) -> set[int]:
+    """IR buffers holding the result at the end (the output, or what it aliases)."""
+    sig = {IB_OUTPUT}
+    if prog._alias is not None:
+        buf, _ = prog._alias(0, OUTPUT, 0)
+        if buf is INPUT:
+            sig.add(IB_INPUT)
+    return sig
+
+
+def compile_program(prog) -> Algorithm:
+    """Compile a traced :class:`~arborcc.lang.program.Program` to an IR Algorithm.
+
+    Statistics of the run are left in ``prog.compile_stats``.
+    """
+    enabled = gc.isenabled()
+    gc.disable()  # millions of acyclic allocations: see Program.__enter__
+    try:
+        return _compile(prog)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _compile(prog) -> Algorithm:
+    from arborcc.lang.program import Program
+
+    if not isinstance(prog, Program):
+        raise TypeError(f"compile_program needs a Program, got {prog!r}")
+    stats = CompileStats(operations=len(prog.ops))
+    clock, cpu = time.perf_counter, time.process_time
+    t0, c0 = clock(), cpu()
+
+    def lap(name: str) -> None:
+        nonlocal t0, c0
+        now, cnow = clock(), cpu()
+        stats.seconds[name] = now - t0
+        stats.cpu_seconds[name] = cnow - c0
+        t0, c0 = now, cnow
+
+    layout = plan_layout(prog)
+    table: InstrTable = lower_operations(prog, layout)
+    lap("instructions")
+    dag = build_dag(table, [layout.ir_sizes(r) for r in range(prog.num_ranks)])
+    lap("dag")
+    manual = prog.threadblock_policy is ThreadblockPolicy.manual
+    rep = (fuse_instructions(table, dag, _significant_buffers(prog), manual) if prog.instr_fusion
+           else list(range(len(table))))
+    lap("fusion")
+    # reverse depths of the fused DAG (fusion computed them before if it had to choose)
+    rdepth = dag.rdepth if dag.rdepth is not None else reverse_depths(table, dag, rep)
+    lap("depths")
+    order = global_order(table, dag.depth, rdepth)
+    if not fifo_consistent(table, order):
+        order = repair_order(table, order, dag.preds, rep)
+        stats.reordered = True
+    lap("order")
+    if manual:
+        asg = assign_manual(table, order, prog.num_ranks, prog)
+    else:
+        asg = assign_auto(table, order, dag.preds, rep, prog.num_ranks, prog)
+    lap("threadblocks")
+    stats.nops = emit_steps(table, order, dag.preds, rep, asg)
+    lap("sync")
+    algo = build_algorithm(prog, layout, asg)
+    lap("emit")
+    stats.instructions = len(table)
+    stats.fused = table.alive.count(False)
+    stats.thread_blocks = sum(len(r.threadblocks) for r in algo.ranks)
+    stats.steps = sum(len(tb.steps) for r in algo.ranks for tb in r.threadblocks)
+    counts = np.bincount(np.asarray(table.kind, dtype=np.int64)[np.asarray(order, dtype=np.int64)],
+                         minlength=len(KIND_NAME))
+    stats.kinds = {KIND_NAME[k]: int(v) for k, v in enumerate(counts) if v}
+    prog.compile_stats = stats
+    return algo

@@ -1,0 +1,65 @@
+"""Scheduling directives of the DSL (GC3 section 5.1).
+
+* ``ch=`` on copy/reduce picks the channel of a transfer; ``sendtb=``/``recvtb=`` pick
+  thread blocks when the program's thread-block policy is manual.
+* :func:`parallelize` (a ``with`` region) creates n parallel instances of the
+  operations inside, each on 1/n of the data, on disjoint channels.
+* Aggregation is expressed with multi-count references (``chunk(r, buf, i, size=4)``).
+* ``instances=`` and ``protocol=`` are arguments of :class:`~arborcc.lang.program.Program`.
+"""
+
+from __future__ import annotations
+
+import enum
+from contextlib import contextmanager
+
+from arborcc.ir.model import Protocol
+from arborcc.lang.where import program_error
+
+
+class ThreadblockPolicy(str, enum.Enum):
+    """Who assigns thread blocks: the compiler (``auto``) or the program (``manual``)."""
+
+    auto = "auto"
+    manual = "manual"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def parse_policy(value: object) -> ThreadblockPolicy:
+    if isinstance(value, ThreadblockPolicy):
+        return value
+    text = getattr(value, "value", value)
+    try:
+        return ThreadblockPolicy(str(text).lower())
+    except ValueError:
+        raise ValueError(f"thread-block policy must be 'auto' or 'manual', got {value!r}") from None
+
+
+def parse_protocol(value: object) -> Protocol:
+    if isinstance(value, Protocol):
+        return value
+    for p in Protocol:
+        if str(value).lower() == p.value.lower():
+            return p
+    raise ValueError(f"protocol must be Simple, LL or LL128, got {value!r}")
+
+
+@contextmanager
+def parallelize(n: int):
+    """Run the copies and reduces in this region as ``n`` parallel instances.
+
+    Each instance moves 1/n of every chunk on its own channels and thread blocks (GC3
+    section 5.1, "Chunk parallelization"). Regions nest (factors multiply).
+    """
+    from arborcc.lang.program import current_program
+
+    prog = current_program()
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise program_error(f"parallelize needs a positive integer, got {n!r}")
+    prog._lanes *= n
+    try:
+        yield
+    finally:
+        prog._lanes //= n

@@ -1,0 +1,329 @@
+"""The Program: a traced DSL program (GC3 sections 3 and 4.1).
+
+``with Program(name, collective, topology, ...)`` opens a program; inside it
+:func:`chunk` returns references to buffer slots and their ``copy``/``reduce`` methods
+record operations (see :mod:`arborcc.lang.ref`). While tracing, the program keeps the
+symbolic value of every slot (:mod:`arborcc.lang.values`) and the number of the
+operation that last wrote it, which is how misuse is caught on the user's line:
+
+* an uninitialized chunk (nothing was ever put in the slot) cannot be read;
+* a *stale* reference (its slot was overwritten after the reference was made) cannot be
+  used, so programs are race-free by construction (GC3 section 3.3);
+* indices out of range, mismatched counts, and copies between ranks the topology does
+  not connect are refused.
+
+:meth:`Program.check` evaluates the collective's postcondition on the traced buffers;
+:meth:`Program.compile` lowers the trace to the IR (:mod:`arborcc.compiler`).
+"""
+
+from __future__ import annotations
+
+import gc
+
+from arborcc.ir.model import Buffer
+from arborcc.lang import trace as T
+from arborcc.lang.buffers import (CODE_INPUT, CODE_OUTPUT, CODE_SCRATCH, INPUT, OUTPUT, SCRATCH,
+                                  buffer_label, resolve_buffer)
+from arborcc.lang.collectives import Collective
+from arborcc.lang.directives import ThreadblockPolicy, parse_policy, parse_protocol
+from arborcc.lang.routes import Connectivity
+from arborcc.lang.values import ReduceChunk
+from arborcc.lang.ref import Ref
+from arborcc.lang.where import format_location, program_error, user_location
+
+#: programs whose ``with`` block is open, innermost last
+_ACTIVE: list["Program"] = []
+#: observers told about every Program created (the compile CLI uses this)
+_CREATION_HOOKS: list = []
+
+
+def current_program() -> "Program":
+    """The innermost open program; a ProgramError at the user's line when there is none."""
+    if not _ACTIVE:
+        raise program_error("no program is open: use the DSL inside `with Program(...):`")
+    return _ACTIVE[-1]
+
+
+class Program:
+    """A collective algorithm written in the chunk DSL.
+
+    ``topology``: an arborcc Topology, an object with ``link(src, dst)``, a link matrix
+    ``links[src][dst]``, or None (fully connected). ``instances``: replicate the whole
+    program on 1/n of the data each (GC3 section 5.1). ``protocol``: Simple, LL or LL128.
+    ``threadblock_policy``: ``auto`` (the compiler schedules) or ``manual`` (every
+    copy/reduce names its ``sendtb``/``recvtb``/``ch``). ``instr_fusion``: fuse receive
+    and send instructions (GC3 section 4.2). ``replication``: ``interleaved`` (each
+    collective's own layout) or ``batched`` (instances one after another in every buffer).
+    """
+
+    def __init__(self, name: str, collective: Collective, topology: object = None, *,
+                 instances: int = 1, protocol: object = "Simple",
+                 threadblock_policy: object = ThreadblockPolicy.auto, instr_fusion: bool = True,
+                 replication: str = "interleaved"):
+        loc = user_location(1)
+        if not isinstance(collective, Collective):
+            raise program_error(f"the collective must be a Collective, got {collective!r}", loc)
+        if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
+            raise program_error(f"instances must be a positive integer, got {instances!r}", loc)
+        if replication not in ("interleaved", "batched"):
+            raise program_error(f"replication must be 'interleaved' or 'batched', got {replication!r}", loc)
+        try:
+            self.protocol = parse_protocol(protocol)
+            self.threadblock_policy = parse_policy(threadblock_policy)
+            self.connectivity = Connectivity(topology, collective.num_ranks)
+        except ValueError as e:
+            raise program_error(str(e), loc) from None
+        self.name = str(name)
+        self.collective = collective
+        self.topology = topology
+        self.num_ranks = collective.num_ranks
+        self.instances = instances
+        self.instr_fusion = bool(instr_fusion)
+        self.replication = replication
+        self.where = loc
+        self.ops: list[tuple] = []
+        self.check_errors: list[str] = []
+        self._lanes = 1
+        self._entered = False
+        #: the in-place aliasing function, when the collective aliases anything
+        self._alias = collective.get_buffer_index if collective.aliases() else None
+        self._all_connected = self.connectivity.kind == "all"
+        self._init_state(loc)
+        for hook in _CREATION_HOOKS:
+            hook(self)
+
+    # --- state -----------------------------------------------------------------------
+    def _init_state(self, loc) -> None:
+        #: buffer names by code: input, output, scratch, then named scratch regions
+        self.buffer_names: list[object] = [INPUT, OUTPUT, SCRATCH]
+        self._named: dict[object, int] = {}
+        # Per rank and buffer code, the number of the operation that last wrote each slot:
+        # -1 never initialized, 0 holds its initial value, k >= 1 written by operation k.
+        # Slot *values* are not kept while tracing (that costs as much as the rest of the
+        # trace); :meth:`_replay` recomputes them from the operations when asked.
+        seqs = self.collective.initial_seqs()
+        self._initial: list[dict] | None = None
+        if seqs is None:
+            seqs = self._seqs_from_buffers(self.initial_buffers, loc)
+        elif len(seqs) != self.num_ranks:
+            raise program_error(f"{type(self.collective).__name__}.initial_seqs() must describe "
+                                f"{self.num_ranks} ranks", loc)
+        self._seqs: list[list[list[int]]] = seqs
+        #: sizes the collective declares (scratch grows with use)
+        self.input_sizes = [len(s[0]) for s in seqs]
+        self.output_sizes = [len(s[1]) for s in seqs]
+        self._vals: list[list[list]] | None = None
+        self._replayed = 0
+
+    @property
+    def initial_buffers(self) -> list[dict]:
+        """Per rank, the buffers the collective starts with (its ``init_buffers()``)."""
+        if self._initial is None:
+            bufs = self.collective.init_buffers()
+            if not isinstance(bufs, list) or len(bufs) != self.num_ranks:
+                raise program_error(f"{type(self.collective).__name__}.init_buffers() must return one "
+                                    f"dict per rank ({self.num_ranks})", self.where)
+            self._initial = bufs
+        return self._initial
+
+    def _seqs_from_buffers(self, bufs: list[dict], loc) -> list[list[list[int]]]:
+        out = []
+        for r, b in enumerate(bufs):
+            if not isinstance(b, dict) or INPUT not in b:
+                raise program_error(f"init_buffers() gives rank {r} no input buffer", loc)
+            shared: dict[int, list[int]] = {}
+            seqs = []
+            for lst in (b[INPUT], b.get(OUTPUT, []), b.get(SCRATCH, [])):
+                if id(lst) not in shared:  # aliased buffers share their write record too
+                    shared[id(lst)] = [-1 if v is None else 0 for v in lst]
+                seqs.append(shared[id(lst)])
+            out.append(seqs)
+        return out
+
+    def code_of(self, buffer: object) -> int:
+        """The code of a canonical buffer name, creating a named scratch region if new."""
+        if buffer is INPUT:
+            return CODE_INPUT
+        if buffer is OUTPUT:
+            return CODE_OUTPUT
+        if buffer is SCRATCH:
+            return CODE_SCRATCH
+        code = self._named.get(buffer)
+        if code is None:
+            code = len(self.buffer_names)
+            self._named[buffer] = code
+            self.buffer_names.append(buffer)
+        return code
+
+    def _slot_seqs(self, rank: int, code: int) -> list[int]:
+        seqs = self._seqs[rank]
+        while len(seqs) <= code:  # a named region this rank has not used yet
+            seqs.append([])
+        return seqs[code]
+
+    def buffer_size(self, rank: int, code: int) -> int:
+        seqs = self._seqs[rank]
+        return len(seqs[code]) if code < len(seqs) else 0
+
+    # --- slot values (replayed on demand) ------------------------------------------------
+    def _replay(self) -> list[list[list]]:
+        """Bring the symbolic slot values up to date with the traced operations."""
+        if self._vals is None:
+            self._vals = []
+            for b in self.initial_buffers:
+                copies: dict[int, list] = {}
+                lists = (b[INPUT], b.get(OUTPUT, []), b.get(SCRATCH, []))
+                self._vals.append([copies.setdefault(id(l), list(l)) for l in lists])
+            self._replayed = 0
+        vals_all, ops = self._vals, self.ops
+        combine = ReduceChunk._combine
+        for i in range(self._replayed, len(ops)):
+            op = ops[i]
+            kind, sr, sb, si, dr, db, di, n = op[0], op[1], op[2], op[3], op[4], op[5], op[6], op[7]
+            src = vals_all[sr][sb]
+            dvals = vals_all[dr]
+            while len(dvals) <= db:
+                dvals.append([])
+            dst = dvals[db]
+            if len(dst) < di + n:
+                dst.extend([None] * (di + n - len(dst)))
+            if kind == T.COPY:
+                dst[di:di + n] = src[si:si + n]
+            else:
+                for k in range(n):
+                    dst[di + k] = combine(dr, dst[di + k], src[si + k])
+        self._replayed = len(ops)
+        return self._vals
+
+    def value_at(self, rank: int, code: int, index: int):
+        """The symbolic value of one slot now (None: uninitialized)."""
+        vals = self._replay()[rank]
+        if code >= len(vals) or index >= len(vals[code]):
+            return None
+        return vals[code][index]
+
+    @property
+    def buffers(self) -> list[dict]:
+        """Per rank, ``{buffer name: [slot values]}`` as the program left them so far."""
+        out = []
+        for r, vals in enumerate(self._replay()):
+            d = {}
+            for code, lst in enumerate(vals):
+                d[self.buffer_names[code]] = lst
+            out.append(d)
+        return out
+
+    def check_rank(self, rank: object, loc) -> int:
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.num_ranks:
+            raise program_error(f"rank {rank!r} is not a rank of this program (0..{self.num_ranks - 1})", loc)
+        return rank
+
+    def slot_name(self, rank: int, code: int, index: int) -> str:
+        return f"rank {rank}, {buffer_label(self.buffer_names[code])}, {index}"
+
+    def op_location(self, seq: int) -> str:
+        """Where the operation numbered ``seq`` (1-based) was written."""
+        return format_location(self.ops[seq - 1][T.WHERE]) if 0 < seq <= len(self.ops) else "<start>"
+
+    # --- the DSL entry point -----------------------------------------------------------
+    def chunk(self, rank: int, buffer: object, index: int, size: int = 1):
+        """A reference to ``size`` chunks at ``(rank, buffer, index)``; None if all are empty."""
+        if (type(rank) is not int or not 0 <= rank < self.num_ranks or type(index) is not int
+                or index < 0 or type(size) is not int or size < 1):
+            self._bad_chunk_args(rank, index, size)
+        buf = buffer if (buffer is INPUT or buffer is OUTPUT) else resolve_buffer(buffer)
+        if self._alias is not None:
+            buf, index = self._alias(rank, buf, index)
+        code = 0 if buf is INPUT else 1 if buf is OUTPUT else self.code_of(buf)
+        seqs = self._seqs[rank]
+        seqs = seqs[code] if code < len(seqs) else self._slot_seqs(rank, code)
+        n = len(seqs)
+        if code < 2 and index + size > n:
+            self.check_range(rank, code, index, size, user_location(1))
+        if size == 1:
+            if index >= n or seqs[index] < 0:
+                return None
+        elif all(index + k >= n or seqs[index + k] < 0 for k in range(size)):
+            return None
+        return Ref(self, rank, code, index, size, len(self.ops))
+
+    def _bad_chunk_args(self, rank, index, size):
+        loc = user_location(1)
+        self.check_rank(rank, loc)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise program_error(f"chunk count must be a positive integer, got {size!r}", loc)
+        raise program_error(f"chunk index must be a non-negative integer, got {index!r}", loc)
+
+    def check_range(self, rank: int, code: int, index: int, size: int, loc) -> None:
+        if code > CODE_OUTPUT:
+            return  # scratch regions grow as they are used
+        n = len(self._seqs[rank][code])
+        if index < 0 or index + size > n:
+            what = f"chunk index {index}" + (f" (count {size})" if size != 1 else "")
+            raise program_error(f"{what} is out of range: the {buffer_label(self.buffer_names[code])} "
+                                f"buffer of rank {rank} has {n} chunks", loc)
+
+    # --- context management ------------------------------------------------------------
+    def __enter__(self) -> "Program":
+        if self in _ACTIVE:
+            raise program_error(f"program {self.name!r} is already open")
+        _ACTIVE.append(self)
+        self._entered = True
+        # tracing allocates millions of small acyclic objects; the cyclic garbage
+        # collector would rescan them over and over (quadratic time), so it pauses
+        self._gc_was_enabled = gc.isenabled()
+        gc.disable()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+        if getattr(self, "_gc_was_enabled", False) and not _ACTIVE:
+            gc.enable()
+
+    # --- results -----------------------------------------------------------------------
+    def check(self) -> bool:
+        """Evaluate the collective's postcondition on the traced buffers (GC3 section 3.2).
+
+        Returns True when it holds; otherwise prints the first failing slots and keeps them
+        in ``check_errors``.
+        """
+        self.check_errors = []
+        ok = self.collective.check(self)
+        return bool(ok)
+
+    def compile(self):
+        """Lower the traced program to an IR :class:`~arborcc.ir.model.Algorithm`."""
+        from arborcc.compiler import compile_program
+
+        return compile_program(self)
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.ops)
+
+    def op(self, i: int) -> T.OpView:
+        return T.OpView(*self.ops[i])
+
+    def __repr__(self) -> str:
+        return (f"Program({self.name!r}, {self.collective!r}, {len(self.ops)} operations, "
+                f"instances={self.instances})")
+
+
+def chunk(rank: int, buffer: object, index: int, size: int = 1):
+    """A reference to chunks of the open program (see :meth:`Program.chunk`)."""
+    if _ACTIVE:
+        return _ACTIVE[-1].chunk(rank, buffer, index, size)
+    return current_program().chunk(rank, buffer, index, size)
+
+
+def create_scratch(rank: int, name: object) -> object:
+    """Declare a named scratch region (optional: using a new name declares it too)."""
+    prog = current_program()
+    rank = prog.check_rank(rank, user_location(1))
+    code = prog.code_of(resolve_buffer(name))
+    prog._slot_seqs(rank, code)
+    return name
+
+
+__all__ = ["Program", "chunk", "create_scratch", "current_program", "Buffer"]

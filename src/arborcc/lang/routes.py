@@ -1,0 +1,85 @@
+"""Which ranks a program may move chunks between (the program's topology).
+
+A program may name an arborcc :class:`~arborcc.topology.model.Topology` (rank i is the
+GPU ``topology.ranks[i]``; a copy needs a route, possibly through switches), an object
+with a ``link(src, dst)`` method returning a bandwidth (the public GC3 tools' topology
+objects; a copy needs a direct link), a square matrix ``links[src][dst]`` (> 0: a link),
+or nothing (every pair connected).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class Connectivity:
+    """Answers ``why_not(src, dst)``: None when a copy src -> dst is allowed, else why not."""
+
+    def __init__(self, topology: object, num_ranks: int):
+        self.topology = topology
+        self.num_ranks = num_ranks
+        self._cache: dict[tuple[int, int], str | None] = {}
+        self._reach: dict[str, set[str]] = {}
+        self.kind = self._classify(topology, num_ranks)
+
+    @staticmethod
+    def _classify(topology: object, num_ranks: int) -> str:
+        if topology is None:
+            return "all"
+        if hasattr(topology, "ranks") and hasattr(topology, "can_route"):
+            n = len(topology.ranks)
+            if n != num_ranks:
+                raise ValueError(f"the topology has {n} ranks but the collective has {num_ranks}")
+            return "topology"
+        if hasattr(topology, "link") and callable(topology.link):
+            n = topology.num_nodes() if hasattr(topology, "num_nodes") else num_ranks
+            if n != num_ranks:
+                raise ValueError(f"the topology has {n} ranks but the collective has {num_ranks}")
+            return "links"
+        rows = list(topology)  # a matrix
+        if len(rows) != num_ranks or any(len(row) != num_ranks for row in rows):
+            raise ValueError(f"a link matrix must be {num_ranks}x{num_ranks}")
+        return "matrix"
+
+    def name(self, rank: int) -> str:
+        if self.kind == "topology":
+            return self.topology.ranks[rank]
+        return f"rank {rank}"
+
+    def why_not(self, src: int, dst: int) -> str | None:
+        if src == dst or self.kind == "all":
+            return None
+        key = (src, dst)
+        if key in self._cache:
+            return self._cache[key]
+        ok = self._connected(src, dst)
+        what = "route" if self.kind == "topology" else "link"
+        reason = None if ok else f"the topology has no {what} from {self.name(src)} to {self.name(dst)}"
+        self._cache[key] = reason
+        return reason
+
+    def _connected(self, src: int, dst: int) -> bool:
+        topo = self.topology
+        if self.kind == "links":
+            return bool(topo.link(src, dst))
+        if self.kind == "matrix":
+            return bool(topo[src][dst])
+        a, b = topo.ranks[src], topo.ranks[dst]
+        try:
+            return bool(topo.can_route(a, b))
+        except ModuleNotFoundError as e:  # routing module not available: plain reachability
+            if "routing" not in str(e.name):
+                raise
+            return b in self._reachable(a)
+
+    def _reachable(self, start: str) -> set[str]:
+        if start not in self._reach:
+            seen, todo = {start}, deque([start])
+            while todo:
+                d = todo.popleft()
+                for link in self.topology.out_links(d):
+                    if link.dst not in seen:
+                        seen.add(link.dst)
+                        todo.append(link.dst)
+            self._reach[start] = seen
+        return self._reach[start]

@@ -1,0 +1,100 @@
+"""Ring algorithms (GC3 section 7.1.1, Figure 3b).
+
+A ring all-reduce with R ranks divides the buffer into R chunks; chunk j travels the
+ring twice starting after rank j: the first pass reduces (a reduce-scatter), the second
+copies the result to every rank (an all-gather). GC3 spreads one logical ring over
+several channels by giving chunk j channel ``j % channels``; instances replicate it.
+The compiler fuses each hop into ``rrs`` / ``rrcs`` / ``rcs`` instructions.
+"""
+
+from __future__ import annotations
+
+from arborcc.ir.model import Buffer
+from arborcc.lang import AllGather, AllReduce, Program, ReduceScatter, chunk
+from arborcc.library.common import channels_ok, positive
+from arborcc.library.spec import Built
+
+IN, OUT = Buffer.INPUT, Buffer.OUTPUT
+
+
+def ring_reduce_scatter(ranks: list[int], offset: int, count: int, ch: int | None = None) -> None:
+    """DSL helper (GC3 Figure 3b): ring reduce-scatter of ``len(ranks)`` blocks of ``count``
+    chunks at ``offset`` of the input; block i ends reduced on ``ranks[i]``."""
+    n = len(ranks)
+    for i in range(n):
+        index = offset + i * count
+        c = chunk(ranks[(i + 1) % n], IN, index, count)
+        for step in range(1, n):
+            c = chunk(ranks[(step + i + 1) % n], IN, index, count).reduce(c, ch=-1 if ch is None else ch)
+
+
+def ring_all_gather(ranks: list[int], offset: int, count: int, ch: int | None = None) -> None:
+    """DSL helper (GC3 Figure 3b): ring all-gather of the blocks ``ring_reduce_scatter`` left."""
+    n = len(ranks)
+    for i in range(n):
+        index = offset + i * count
+        c = chunk(ranks[i], IN, index, count)
+        for step in range(1, n):
+            c = c.copy(ranks[(step + i) % n], IN, index, ch=-1 if ch is None else ch)
+
+
+def ring_allreduce(ranks: int, channels: int = 1, instances: int = 1, protocol: str = "Simple",
+                   inplace: bool = True, topology: object = None, name: str | None = None) -> Built:
+    """Ring all-reduce over ranks 0..R-1 (in that ring order)."""
+    R = positive(ranks, "ranks", "ring-allreduce")
+    channels = channels_ok(channels, "ring-allreduce")
+    name = name or f"ring-allreduce-{R}r-{channels}ch-{instances}i"
+    with Program(name, AllReduce(R, R, inplace), topology, instances=instances, protocol=protocol) as prog:
+        if R == 1 and not inplace:
+            chunk(0, IN, 0).copy(0, OUT, 0)
+        for j in range(R if R > 1 else 0):
+            ch = j % channels if channels > 1 else -1  # one channel: let the compiler pick it
+            # reduce-scatter: chunk j starts after rank j and ends, reduced, on rank j
+            c = chunk((j + 1) % R, IN, j)
+            for step in range(2, R + 1):
+                r = (j + step) % R
+                own = chunk(r, IN, j)
+                if step == R and not inplace:  # the result goes to the output buffer
+                    own = own.copy(r, OUT, j)
+                c = own.reduce(c, ch=ch)
+            # all-gather: the reduced chunk goes around once more
+            for step in range(1, R):
+                c = c.copy((j + step) % R, OUT, j, ch=ch)
+    return Built(prog.compile(), prog)
+
+
+def ring_allgather(ranks: int, channels: int = 1, instances: int = 1, protocol: str = "Simple",
+                   inplace: bool = False, topology: object = None, name: str | None = None) -> Built:
+    """Ring all-gather: rank j's input goes around the ring into block j of every output."""
+    R = positive(ranks, "ranks", "ring-allgather")
+    channels = channels_ok(channels, "ring-allgather")
+    name = name or f"ring-allgather-{R}r-{channels}ch-{instances}i"
+    with Program(name, AllGather(R, 1, inplace), topology, instances=instances, protocol=protocol) as prog:
+        for j in range(R):
+            ch = j % channels if channels > 1 else -1
+            c = chunk(j, IN, 0)
+            c.copy(j, OUT, j)  # own block (a no-op when in-place: the input is that block)
+            for step in range(1, R):
+                c = c.copy((j + step) % R, OUT, j, ch=ch)
+    return Built(prog.compile(), prog)
+
+
+def ring_reducescatter(ranks: int, channels: int = 1, instances: int = 1, protocol: str = "Simple",
+                       inplace: bool = False, topology: object = None, name: str | None = None) -> Built:
+    """Ring reduce-scatter: block j is reduced around the ring and ends on rank j."""
+    R = positive(ranks, "ranks", "ring-reducescatter")
+    channels = channels_ok(channels, "ring-reducescatter")
+    name = name or f"ring-reducescatter-{R}r-{channels}ch-{instances}i"
+    with Program(name, ReduceScatter(R, 1, inplace), topology, instances=instances, protocol=protocol) as prog:
+        if R == 1 and not inplace:
+            chunk(0, IN, 0).copy(0, OUT, 0)
+        for j in range(R if R > 1 else 0):
+            ch = j % channels if channels > 1 else -1
+            c = chunk((j + 1) % R, IN, j)
+            for step in range(2, R + 1):
+                r = (j + step) % R
+                own = chunk(r, IN, j)
+                if step == R and not inplace:
+                    own = own.copy(r, OUT, 0)
+                c = own.reduce(c, ch=ch)
+    return Built(prog.compile(), prog)

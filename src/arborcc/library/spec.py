@@ -1,0 +1,58 @@
+"""How a library algorithm describes itself: its parameters, for the CLI and for users."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+
+from arborcc.ir.model import Algorithm
+
+
+class Built(NamedTuple):
+    """A library algorithm: the compiled IR and the traced program it came from."""
+
+    algorithm: Algorithm
+    program: Any
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a library algorithm (``--name`` on the command line)."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class LibrarySpec:
+    """A named algorithm of the library."""
+
+    name: str
+    collective: str
+    summary: str
+    build: Callable[..., Built]
+    params: tuple[Param, ...] = field(default_factory=tuple)
+
+    def defaults(self) -> dict[str, Any]:
+        return {p.name: p.default for p in self.params}
+
+    def __call__(self, **kwargs) -> Built:
+        return self.build(**kwargs)
+
+
+# parameters shared by most algorithms
+RANKS = Param("ranks", int, 8, "number of ranks (GPUs)")
+CHANNELS = Param("channels", int, 1, "channels one logical ring is spread over")
+INSTANCES = Param("instances", int, 1, "replicate the algorithm on 1/n of the data each (GC3 instances)")
+PROTOCOL = Param("protocol", str, "Simple", "NCCL protocol", choices=("Simple", "LL", "LL128"))
+NODES = Param("nodes", int, 2, "number of nodes")
+GPUS_PER_NODE = Param("gpus_per_node", int, 4, "GPUs per node")
+INPLACE = Param("inplace", bool, True, "in-place (output aliases input)")
+OUTOFPLACE = Param("inplace", bool, False, "in-place (output aliases input)")

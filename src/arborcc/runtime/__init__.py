@@ -1,0 +1,1 @@
+"""Executing algorithms: the numpy reference executor (``reference``) today."""

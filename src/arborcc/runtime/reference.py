@@ -1,0 +1,212 @@
+"""The reference executor of the IR in numpy: the semantics every runtime must match.
+
+Runs an :class:`~arborcc.ir.model.Algorithm` on random float64 arrays: every rank has
+input/output/scratch buffers of ``chunks x elems``; every thread block walks its steps in
+order; a step runs only when its dependency (another thread block's step) is done, its
+receive finds a message in the FIFO of its connection (peer, channel), and its send finds
+room in the FIFO of its outgoing connection (``slots`` messages at most, as the runtime's
+connection buffers). Fused steps are atomic. If no thread block can move while some are
+unfinished, the algorithm deadlocks and :class:`Deadlock` is raised.
+
+Semantics of the steps (GC3 section 4.2, MSCCL runtime):
+
+====  ==============================================================
+s     send src
+r     dst = received
+rrc   dst = src + received
+rrs   send (src + received)
+rcs   dst = received; send received
+rrcs  dst = src + received; send dst
+cpy   dst = src
+re    dst = dst + src
+nop   nothing (carries a dependency)
+====  ==============================================================
+
+Uninitialized output and scratch hold NaN, so reading them poisons the result.
+In-place algorithms alias buffers as the runtime does (all-gather: the input is rank
+r's block of the output; reduce-scatter: the output is rank r's block of the input;
+otherwise output is input).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from arborcc.errors import ArborccError
+from arborcc.ir.model import Algorithm, Buffer, Op
+
+
+class Deadlock(ArborccError):
+    """No thread block can move while some have steps left."""
+
+
+class MessageMismatch(ArborccError):
+    """A receive got a message of another size, or messages were never received."""
+
+
+def make_inputs(algo: Algorithm, elems: int = 3, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((rp.input_chunks, elems)) for rp in algo.ranks]
+
+
+def _buffers(algo: Algorithm, inputs: list[np.ndarray], elems: int) -> list[dict]:
+    bufs = []
+    for rp, inp in zip(algo.ranks, inputs):
+        r = rp.rank
+        out = np.full((rp.output_chunks, elems), np.nan)
+        scratch = np.full((rp.scratch_chunks, elems), np.nan)
+        i = inp.copy()
+        if algo.inplace:
+            if algo.collective in ("allgather", "gather"):
+                k = rp.input_chunks
+                out[r * k:(r + 1) * k] = i
+                i = out[r * k:(r + 1) * k]  # a view: the input is part of the output
+            elif algo.collective in ("reducescatter", "scatter"):
+                k = rp.output_chunks
+                out = i[r * k:(r + 1) * k]
+            else:
+                out = i
+        bufs.append({Buffer.INPUT: i, Buffer.OUTPUT: out, Buffer.SCRATCH: scratch})
+    return bufs
+
+
+def run(algo: Algorithm, inputs: list[np.ndarray], slots: int = 2, max_rounds: int | None = None) -> list[np.ndarray]:
+    """Execute ``algo``; returns every rank's output buffer (a copy)."""
+    elems = inputs[0].shape[1] if inputs else 1
+    bufs = _buffers(algo, inputs, elems)
+    fifos: dict[tuple[int, int, int], deque] = {}
+    # (rank, tb id) -> [tb, next step index]
+    state = {}
+    for rp in algo.ranks:
+        for tb in rp.threadblocks:
+            state[(rp.rank, tb.id)] = [tb, 0]
+    done = {key: -1 for key in state}  # last finished step per thread block
+
+    def region(rank: int, buf: Buffer, off: int, cnt: int) -> np.ndarray:
+        arr = bufs[rank][buf]
+        if off < 0 or off + cnt > arr.shape[0]:
+            raise IndexError(f"rank {rank}: {buf.value}[{off}:{off + cnt}] outside a buffer of {arr.shape[0]} chunks")
+        return arr[off:off + cnt]
+
+    pending = list(state.items())
+    rounds = 0
+    while pending:
+        progressed = False
+        still = []
+        for key, st in pending:
+            rank, _ = key
+            tb, idx = st
+            while idx < len(tb.steps):
+                step = tb.steps[idx]
+                if step.dep is not None and done.get((rank, step.dep.tb), -1) < step.dep.step:
+                    break
+                op = step.op
+                q_in = fifos.setdefault((tb.recv, rank, tb.channel), deque()) if op.receives else None
+                q_out = fifos.setdefault((rank, tb.send, tb.channel), deque()) if op.sends else None
+                if q_in is not None and not q_in:
+                    break
+                if q_out is not None and len(q_out) >= slots:
+                    break
+                received = None
+                if q_in is not None:
+                    received = q_in.popleft()
+                    if received.shape[0] != step.count:
+                        raise MessageMismatch(
+                            f"rank {rank} tb {tb.id} step {idx}: received {received.shape[0]} chunks, "
+                            f"step expects {step.count}")
+                sent = None
+                if op is Op.SEND:
+                    sent = region(rank, step.src_buf, step.src_off, step.count).copy()
+                elif op is Op.RECV:
+                    region(rank, step.dst_buf, step.dst_off, step.count)[:] = received
+                elif op is Op.RECV_REDUCE_COPY:
+                    val = region(rank, step.src_buf, step.src_off, step.count) + received
+                    region(rank, step.dst_buf, step.dst_off, step.count)[:] = val
+                elif op is Op.RECV_REDUCE_SEND:
+                    sent = region(rank, step.src_buf, step.src_off, step.count) + received
+                elif op is Op.RECV_COPY_SEND:
+                    region(rank, step.dst_buf, step.dst_off, step.count)[:] = received
+                    sent = received
+                elif op is Op.RECV_REDUCE_COPY_SEND:
+                    val = region(rank, step.src_buf, step.src_off, step.count) + received
+                    region(rank, step.dst_buf, step.dst_off, step.count)[:] = val
+                    sent = val.copy()
+                elif op is Op.COPY:
+                    val = region(rank, step.src_buf, step.src_off, step.count).copy()
+                    region(rank, step.dst_buf, step.dst_off, step.count)[:] = val
+                elif op is Op.REDUCE:
+                    val = region(rank, step.dst_buf, step.dst_off, step.count) + region(
+                        rank, step.src_buf, step.src_off, step.count)
+                    region(rank, step.dst_buf, step.dst_off, step.count)[:] = val
+                elif op is Op.NOP:
+                    pass
+                else:
+                    raise NotImplementedError(op)
+                if q_out is not None:
+                    q_out.append(sent)
+                done[key] = idx
+                idx += 1
+                progressed = True
+            st[1] = idx
+            if idx < len(tb.steps):
+                still.append((key, st))
+        pending = still
+        rounds += 1
+        if pending and not progressed:
+            stuck = ", ".join(f"rank {k[0]} tb {k[1]} at step {s[1]} ({s[0].steps[s[1]].op.value})"
+                              for k, s in pending[:6])
+            raise Deadlock(f"no thread block can proceed: {stuck}")
+        if max_rounds and rounds > max_rounds:
+            raise Deadlock("too many rounds")
+    leftover = {k: len(v) for k, v in fifos.items() if v}
+    if leftover:
+        raise MessageMismatch(f"messages sent but never received: {leftover}")
+    return [bufs[r][Buffer.OUTPUT].copy() for r in range(len(bufs))]
+
+
+def reference(algo: Algorithm, inputs: list[np.ndarray]) -> list[np.ndarray | None]:
+    """What each rank's output must be for the algorithm's collective (None: anything)."""
+    coll, n = algo.collective, algo.num_ranks
+    total = sum(inputs)
+    if coll == "allreduce":
+        return [total.copy() for _ in range(n)]
+    if coll == "allgather":
+        return [np.concatenate(inputs) for _ in range(n)]
+    if coll == "reducescatter":
+        k = inputs[0].shape[0] // n
+        return [total[r * k:(r + 1) * k] for r in range(n)]
+    if coll == "alltoall":
+        k = inputs[0].shape[0] // n
+        return [np.concatenate([inputs[m][r * k:(r + 1) * k] for m in range(n)]) for r in range(n)]
+    root = algo.root if algo.root is not None else 0
+    if coll == "broadcast":
+        return [inputs[root].copy() for _ in range(n)]
+    if coll == "reduce":
+        return [total.copy() if r == root else None for r in range(n)]
+    if coll == "gather":
+        return [np.concatenate(inputs) if r == root else None for r in range(n)]
+    if coll == "scatter":
+        k = inputs[root].shape[0] // n
+        return [inputs[root][r * k:(r + 1) * k] for r in range(n)]
+    raise ValueError(f"no reference for collective {coll!r}; pass expected outputs")
+
+
+def alltonext_reference(inputs: list[np.ndarray]) -> list[np.ndarray | None]:
+    return [None] + [inputs[r - 1].copy() for r in range(1, len(inputs))]
+
+
+def assert_executes(algo: Algorithm, expected=None, slots: int = 2, seed: int = 0, elems: int = 3) -> None:
+    """Run ``algo`` on random inputs and compare every output with the reference."""
+    inputs = make_inputs(algo, elems, seed)
+    outputs = run(algo, inputs, slots=slots)
+    want = expected(inputs) if callable(expected) else reference(algo, inputs)
+    for r, (got, exp) in enumerate(zip(outputs, want)):
+        if exp is None:
+            continue
+        if got.shape != exp.shape:
+            raise AssertionError(f"rank {r}: output has {got.shape[0]} chunks, expected {exp.shape[0]}")
+        if not np.allclose(got, exp, equal_nan=False):
+            bad = [i for i in range(exp.shape[0]) if not np.allclose(got[i], exp[i])]
+            raise AssertionError(f"rank {r}: output chunks {bad[:10]} differ from the reference")
