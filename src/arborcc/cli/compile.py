@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from arborcc.cli.output import print_json, write_atomic
+from arborcc.cli.output import print_json, render_algorithm, write_atomic
 from arborcc.errors import InputError, ProgramError
 
 DIALECTS = ("executor", "legacy")
@@ -207,16 +207,6 @@ def _run_program_file(path: Path, program_args: list[str]):
 
 
 # --- verification and output ------------------------------------------------------------
-def _render(algo, fmt: str, dialect: str) -> str:
-    if fmt == "json":
-        from arborcc.ir.json_io import algorithm_to_json
-
-        return algorithm_to_json(algo)
-    from arborcc.ir.msccl_xml import write_msccl_xml
-
-    return write_msccl_xml(algo, dialect)
-
-
 def _verify_and_write(algo, name: str, opts) -> int:
     from arborcc.verify import verify_algorithm
 
@@ -258,7 +248,7 @@ def _verify_and_write(algo, name: str, opts) -> int:
             print(f"arborcc: {name}: the compiled algorithm {what}, nothing written: {first}"
                   + (f" (and {more} more)" if more else "") + hint, file=sys.stderr)
         return 1
-    text = _render(algo, fmt, dialect)  # may refuse (e.g. a custom collective in the executor dialect)
+    text = render_algorithm(algo, fmt, dialect)  # may refuse (e.g. a custom collective in the executor dialect)
     if opts.output:
         write_atomic(opts.output, text)
     else:

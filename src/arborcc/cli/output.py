@@ -31,3 +31,14 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def render_algorithm(algo, fmt: str, dialect: str = "executor") -> str:
+    """An Algorithm as MSCCL XML of ``dialect`` (``fmt="xml"``) or as arborcc JSON."""
+    if fmt == "json":
+        from arborcc.ir.json_io import algorithm_to_json
+
+        return algorithm_to_json(algo)
+    from arborcc.ir.msccl_xml import write_msccl_xml
+
+    return write_msccl_xml(algo, dialect)

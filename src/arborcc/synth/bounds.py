@@ -453,7 +453,12 @@ def reducescatter_bound(topology: Topology, links: LinkSelector = "all", time_li
 # --- all-reduce -----------------------------------------------------------------------
 
 def tree_allreduce_rate(g: FlowGraph, r: int, time_limit: float = 30.0) -> float:
-    """Largest ``R`` for which a reduce to node ``r`` and a broadcast from it, both of rate
+    """The rate of :func:`tree_allreduce_split`."""
+    return tree_allreduce_split(g, r, time_limit)[0]
+
+
+def tree_allreduce_split(g: FlowGraph, r: int, time_limit: float = 30.0) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(R, c_b, c_r)``: the largest ``R`` for which a reduce to node ``r`` and a broadcast from it, both of rate
     R, can run at once with point-to-point routes through relays (Blink section 3.3).
 
     LP: split the capacities, ``c_b + c_r <= c``; for every other rank v a flow of R
@@ -462,6 +467,8 @@ def tree_allreduce_rate(g: FlowGraph, r: int, time_limit: float = 30.0) -> float
     ``c_b``, ``c_r`` balanced at every relay, because a route entering a relay leaves it.
     Balanced relays are what makes each half packable (Bang-Jensen, Frank & Jackson
     1995); without that constraint a switch would have to duplicate or reduce data.
+    ``c_b`` and ``c_r`` (B/s per arc of ``g``) are the capacities each half may use:
+    packing a broadcast on ``c_b`` and a reduce on ``c_r`` reaches ``R``.
     """
     others = [int(v) for v in g.ranks if int(v) != r]
     E, n, K = len(g.src), g.n, len(others)
@@ -513,7 +520,7 @@ def tree_allreduce_rate(g: FlowGraph, r: int, time_limit: float = 30.0) -> float
         raise SolverLimitError(f"{g.name}: tree all-reduce LP hit its {time_limit:g} s limit")
     if res.status != 0:
         raise SynthesisError(f"{g.name}: tree all-reduce LP failed: {res.message}")
-    return float(res.x[0]) * scale
+    return float(res.x[0]) * scale, res.x[CB:CB + E] * scale, res.x[CR:CR + E] * scale
 
 
 def allreduce_bound(topology: Topology, links: LinkSelector = "all", tree_roots: Sequence[str] | None = None,

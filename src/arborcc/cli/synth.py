@@ -1,0 +1,100 @@
+"""``arborcc synth``: synthesize a collective for a topology, verify it, write it.
+
+::
+
+    arborcc synth --machine dgx1v --gpus 1,4,5,6 --collective allreduce -o algo.xml
+    arborcc synth --machine dgx-a100 --nodes 2 --strategy trees --json -o a.xml
+
+Prints the bound the links allow, the algbw the emitted algorithm reaches in the
+steady-state bandwidth model, the number of trees and the strategy. The algorithm is
+verified (and, for XML, checked against the dialect's runtime limits) before anything
+is written: exit 1 when it fails that check, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from arborcc.cli.output import print_json, render_algorithm, write_atomic
+from arborcc.cli.topology_args import add_topology_arguments, topology_from_args
+from arborcc.synth.strategies import COLLECTIVES, STRATEGIES
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("synth", help="synthesize a collective algorithm for a topology",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_topology_arguments(p)
+    p.add_argument("--collective", choices=COLLECTIVES, default="allreduce")
+    p.add_argument("--strategy", choices=("auto", *STRATEGIES), default="auto",
+                   help="auto tries every strategy that can do the collective and keeps the fastest")
+    p.add_argument("--root", type=int, default=0, help="root rank of broadcast/reduce (default 0)")
+    p.add_argument("--links", choices=("all", "nvlink"), default="all",
+                   help="links the trees may use (nvlink: Blink's NVLink-only trees)")
+    p.add_argument("-o", "--output", metavar="PATH", help="algorithm file (.xml MSCCL, .json arborcc)")
+    p.add_argument("--format", choices=("xml", "json"), help="default: from the suffix of -o, else xml")
+    p.add_argument("--dialect", choices=("executor", "legacy"), default="executor",
+                   help="MSCCL XML dialect whose runtime limits the algorithm must meet")
+    p.add_argument("--show-trees", action="store_true", help="draw the trees as text")
+    p.add_argument("--trees-png", metavar="PATH", help="draw the trees to a PNG file")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_synth)
+
+
+def _progress(message: str) -> None:
+    if sys.stderr.isatty():
+        print(f"arborcc: {message}", file=sys.stderr)
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from arborcc.synth.strategies import synthesize
+    from arborcc.verify import verify_algorithm
+
+    topology = topology_from_args(args)
+    result = synthesize(topology, args.collective, args.strategy, args.root, args.links, progress=_progress)
+    algo = result.algorithm
+    fmt = args.format or ("json" if (args.output or "").lower().endswith(".json") else "xml")
+    report = verify_algorithm(algo, args.dialect if fmt == "xml" else None)
+    summary = {
+        "topology": topology.name, "ranks": topology.num_ranks, "collective": result.collective,
+        "strategy": result.strategy, "bound_gbps": round(result.bound / 1e9, 4),
+        "algbw_gbps": round(result.algbw / 1e9, 4), "ratio": round(result.ratio, 4),
+        "trees": len(result.trees), "chunks": result.chunks, "synth_seconds": round(result.synth_time, 4),
+        "thread_blocks": sum(len(r.threadblocks) for r in algo.ranks),
+        "steps": sum(len(tb.steps) for r in algo.ranks for tb in r.threadblocks),
+        "output": args.output, "format": fmt, "dialect": args.dialect if fmt == "xml" else None,
+        "ok": report.ok, "notes": result.notes,
+    }
+    if not report.ok:
+        if args.json:
+            print_json({**summary, "violations": [str(v) for v in report.violations]})
+        else:
+            print(f"arborcc: synthesized algorithm fails the {args.dialect} checks, nothing written: "
+                  f"{report.violations[0]}", file=sys.stderr)
+        return 1
+    if args.output:
+        write_atomic(args.output, render_algorithm(algo, fmt, args.dialect))
+    if args.trees_png and result.trees:
+        from arborcc.synth.render import trees_png
+
+        trees_png(result.trees, topology, args.trees_png)
+    if args.json:
+        print_json(summary)
+        return 0
+    print(f"{result.collective} on {topology.name} ({topology.num_ranks} GPUs), strategy {result.strategy}")
+    print(f"  bound      {result.bound / 1e9:10.2f} GB/s algbw (what the links allow)")
+    print(f"  achieved   {result.algbw / 1e9:10.2f} GB/s algbw ({100 * result.ratio:.1f}% of the bound, "
+          f"steady-state bandwidth model)")
+    print(f"  trees      {len(result.trees):10d}    chunks {result.chunks}, {summary['thread_blocks']} thread blocks, "
+          f"{summary['steps']} steps")
+    print(f"  time       {result.synth_time:10.2f} s")
+    for note in result.notes:
+        print(f"  note: {note}")
+    if args.output:
+        print(f"  wrote {args.output} ({fmt}{', ' + args.dialect + ' dialect' if fmt == 'xml' else ''}, verified)")
+    if args.show_trees and result.trees:
+        from arborcc.synth.render import trees_text
+
+        print()
+        print(trees_text(result, topology))
+    return 0

@@ -1,0 +1,1 @@
+"""Predicting an algorithm's time on a topology (bandwidth model today)."""

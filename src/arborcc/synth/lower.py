@@ -1,0 +1,326 @@
+"""Lowering schedules (weighted trees, rings) to DSL programs, compiled and verified.
+
+Every strategy of :mod:`arborcc.synth` ends here: a schedule becomes a chunk-DSL
+program (GC3 section 3), the compiler turns it into an Algorithm, and
+:func:`arborcc.verify.check_algorithm` proves it before it is returned.
+
+Trees (Blink section 4.1): the buffer (or each rank's shard) is split into chunks,
+apportioned to the trees in proportion to their weights (:mod:`.quantize`); a chunk
+travels its tree breadth-first (broadcast, all-gather) or is reduced leaves-first
+towards the root (reduce, reduce-scatter). Chunks of different trees are emitted
+round-robin so that trees sharing a link share it fairly (Blink section 4.2.2).
+
+Channels: a tree hop between two ranks follows a device path; hops of the same rank
+pair that take different paths (NVLink vs PCIe, Blink section 3.4) get different
+channels, so each (pair, channel) connection has one path. The path of every
+connection is returned in ``routes`` for the bandwidth model.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from arborcc.errors import SynthesisError
+from arborcc.ir.model import Algorithm, Buffer
+from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, chunk
+from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
+from arborcc.synth.trees import Tree
+from arborcc.topology.model import Topology
+from arborcc.verify import check_algorithm
+
+INPUT, OUTPUT = Buffer.INPUT, Buffer.OUTPUT
+MAX_CHANNELS = 32  #: MSCCL's limit (both dialects)
+
+
+@dataclass
+class Lowered:
+    """A verified algorithm, the device path of each connection, and its predicted algbw."""
+
+    algorithm: Algorithm
+    routes: dict[tuple[int, int, int], tuple[str, ...]]
+    chunks: int
+    estimate: BandwidthEstimate
+    notes: list[str] = field(default_factory=list)
+
+
+class ChannelMap:
+    """Which channel a hop uses, and the device path of every connection.
+
+    When every rank pair uses a single path, hops leave the channel to the compiler
+    (``ch=-1``), which keeps instruction fusion free to chain receives and sends; the
+    path of a connection is then its pair's path. When some pair uses several paths
+    (hybrid NVLink + PCIe), each path of a pair gets its own channel and fusion is
+    turned off, since a fused chain must keep one channel end to end.
+    """
+
+    def __init__(self, hops: Iterable[tuple[int, int, tuple[str, ...]]]) -> None:
+        self._paths: dict[tuple[int, int], list[tuple[str, ...]]] = {}
+        for src, dst, path in hops:
+            paths = self._paths.setdefault((src, dst), [])
+            if path not in paths:
+                paths.append(path)
+        self.pinned = any(len(p) > 1 for p in self._paths.values())
+        worst = max((len(p) for p in self._paths.values()), default=0)
+        if worst > MAX_CHANNELS:
+            raise SynthesisError(f"a rank pair uses {worst} distinct paths, more than MSCCL's {MAX_CHANNELS} channels")
+
+    def channel(self, src: int, dst: int, path: tuple[str, ...]) -> int:
+        return self._paths[(src, dst)].index(path) if self.pinned else -1
+
+    def routes(self, algo: Algorithm) -> dict[tuple[int, int, int], tuple[str, ...]]:
+        """The device path of every sending connection of the compiled algorithm."""
+        out = {}
+        for prog in algo.ranks:
+            for tb in prog.threadblocks:
+                if tb.send >= 0:
+                    paths = self._paths.get((prog.rank, tb.send))
+                    if paths:
+                        out[(prog.rank, tb.send, tb.channel)] = paths[tb.channel if self.pinned else 0]
+        return out
+
+
+def _tree_hops(topology: Topology, trees: Sequence[Tree], both_ways: bool = False):
+    """(src index, dst index, path) of every hop of the trees (and reversed, if asked)."""
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    for t in trees:
+        for h in t.hops:
+            yield index[h.src], index[h.dst], h.path
+            if both_ways:
+                for a, b in zip(h.path[1:], h.path):
+                    if topology.link(b, a) is None:
+                        raise SynthesisError(f"hop {h.dst}->{h.src} needs link {b}->{a}, which does not exist")
+                yield index[h.dst], index[h.src], tuple(reversed(h.path))
+
+
+def _children(tree: Tree, index: dict[str, int]) -> tuple[int, dict[int, list[tuple[int, tuple[str, ...]]]]]:
+    """Root index and, per rank index, its children with the path *from parent to child*."""
+    kids: dict[int, list[tuple[int, tuple[str, ...]]]] = {}
+    for h in tree.hops:
+        if tree.inward:  # hop child -> parent
+            parent, child, path = h.dst, h.src, tuple(reversed(h.path))
+        else:
+            parent, child, path = h.src, h.dst, h.path
+        kids.setdefault(index[parent], []).append((index[child], path))
+    return index[tree.root], kids
+
+
+def _bfs(root: int, kids: dict[int, list[tuple[int, tuple[str, ...]]]]) -> list[tuple[int, int, tuple[str, ...]]]:
+    """(parent, child, path parent->child) in breadth-first order from the root."""
+    order, queue = [], deque([root])
+    while queue:
+        u = queue.popleft()
+        for v, path in kids.get(u, ()):
+            order.append((u, v, path))
+            queue.append(v)
+    return order
+
+
+MAX_COUNT = 64  #: chunks per transfer (MSCCL: cnt < 72)
+
+
+def _blocks(counts: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(tree, first chunk, chunks) per transfer: each tree's chunks are contiguous and
+    move as one multi-count transfer per hop (GC3's aggregation), split at MAX_COUNT.
+    The runtime's tiling pipelines consecutive slices through the tree."""
+    out, start = [], 0
+    for t, c in enumerate(counts):
+        while c > 0:
+            size = min(c, MAX_COUNT)
+            out.append((t, start, size))
+            start, c = start + size, c - size
+    return out
+
+
+def _program(name: str, collective, topology: Topology, channels: ChannelMap) -> Program:
+    return Program(name, collective, topology, instr_fusion=not channels.pinned)
+
+
+def _finish(prog: Program, topology: Topology, channels: ChannelMap, chunks: int,
+            notes: Iterable[str] = ()) -> Lowered:
+    algo = prog.compile()
+    check_algorithm(algo)
+    routes = channels.routes(algo)
+    return Lowered(algo, routes, chunks, steady_state_bandwidth(algo, topology, routes), list(notes))
+
+
+def _local_copy(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int) -> None:
+    """Copy ``size`` chunks within a rank, in transfers of at most MAX_COUNT chunks."""
+    for k in range(0, size, MAX_COUNT):
+        n = min(MAX_COUNT, size - k)
+        chunk(rank, src[0], src[1] + k, n).copy(rank, dst[0], dst[1] + k)
+
+
+def _broadcast_block(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int,
+                     channels: ChannelMap) -> None:
+    """Copy ``size`` chunks at ``src`` of the root down the tree into ``dst`` of every rank."""
+    for parent, child, path in _bfs(root, kids):
+        buf, i = src if parent == root else dst
+        chunk(parent, buf, i, size).copy(child, dst[0], dst[1], ch=channels.channel(parent, child, path))
+
+
+def _reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc: Buffer,
+                  root_slot: tuple[Buffer, int] | None = None) -> None:
+    """Reduce ``size`` chunks at ``idx`` of every rank into the root, leaves first.
+
+    Inner ranks accumulate into their own ``(acc, idx)`` slots (copying their input
+    there first when ``acc`` is not the input); leaves send their input; the root
+    accumulates into ``root_slot`` when given (e.g. its output for reduce-scatter).
+    """
+    depth = {root: 0}
+    for parent, child, _ in _bfs(root, kids):
+        depth[child] = depth[parent] + 1
+    for v in sorted((v for v in kids if kids[v]), key=lambda v: (-depth[v], v)):
+        buf, i = root_slot if (v == root and root_slot) else (acc, idx)
+        if (buf, i) != (INPUT, idx):
+            _local_copy(v, (INPUT, idx), (buf, i), size)
+        for child, path in kids[v]:
+            src = acc if kids.get(child) else INPUT
+            chunk(v, buf, i, size).reduce(chunk(child, src, idx, size),
+                                          ch=channels.channel(child, v, tuple(reversed(path))))
+
+
+def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str) -> Lowered:
+    """Out-trees from one root; ``counts[t]`` chunks on tree t."""
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    chunks, channels = sum(counts), ChannelMap(_tree_hops(topology, trees))
+    root = index[trees[0].root]
+    shapes = [_children(t, index)[1] for t in trees]
+    with _program(name, Broadcast(topology.num_ranks, chunks, root=root), topology, channels) as prog:
+        _local_copy(root, (INPUT, 0), (OUTPUT, 0), chunks)
+        for t, start, size in _blocks(counts):
+            _broadcast_block(root, shapes[t], (INPUT, start), (OUTPUT, start), size, channels)
+    return _finish(prog, topology, channels, chunks)
+
+
+def lower_reduce(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str) -> Lowered:
+    """In-trees into one root; inner ranks accumulate in their (unconstrained) output."""
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    chunks, channels = sum(counts), ChannelMap(_tree_hops(topology, trees))
+    root = index[trees[0].root]
+    shapes = [_children(t, index)[1] for t in trees]
+    with _program(name, Reduce(topology.num_ranks, chunks, root=root), topology, channels) as prog:
+        for t, start, size in _blocks(counts):
+            _reduce_block(root, shapes[t], start, size, channels, OUTPUT)
+    return _finish(prog, topology, channels, chunks)
+
+
+def _per_root_blocks(topology: Topology, trees: Sequence[Tree], counts: Sequence[int]):
+    """Chunks per shard, and per root rank index its (tree shape, offset in shard, size) blocks."""
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    by_root: dict[int, list[tuple[dict, int]]] = {}
+    for t, c in zip(trees, counts):
+        r, kids = _children(t, index)
+        by_root.setdefault(r, []).append((kids, c))
+    per_root = {sum(c for _, c in items) for items in by_root.values()}
+    if len(by_root) != topology.num_ranks or len(per_root) != 1:
+        raise SynthesisError("per-root trees must give every rank the same number of chunks")
+    plan = {r: [(items[t][0], start, size) for t, start, size in _blocks([c for _, c in items])]
+            for r, items in by_root.items()}
+    return plan, per_root.pop()
+
+
+def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str) -> Lowered:
+    """One set of out-trees per root (ForestColl); each root's shard split over its trees."""
+    plan, chunks = _per_root_blocks(topology, trees, counts)
+    channels = ChannelMap(_tree_hops(topology, trees))
+    with _program(name, AllGather(topology.num_ranks, chunks), topology, channels) as prog:
+        for r in sorted(plan):
+            _local_copy(r, (INPUT, 0), (OUTPUT, r * chunks), chunks)
+            for kids, start, size in plan[r]:
+                _broadcast_block(r, kids, (INPUT, start), (OUTPUT, r * chunks + start), size, channels)
+    return _finish(prog, topology, channels, chunks)
+
+
+def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str) -> Lowered:
+    """One set of in-trees per root; partial sums accumulate in the input, as GC3's own
+    reduce-scatter programs do; the root reduces into its output."""
+    plan, chunks = _per_root_blocks(topology, trees, counts)
+    channels = ChannelMap(_tree_hops(topology, trees))
+    with _program(name, ReduceScatter(topology.num_ranks, chunks), topology, channels) as prog:
+        for r in sorted(plan):
+            for kids, start, size in plan[r]:
+                _reduce_block(r, kids, r * chunks + start, size, channels, INPUT, root_slot=(OUTPUT, start))
+    return _finish(prog, topology, channels, chunks)
+
+
+def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str) -> Lowered:
+    """All-reduce = reduce-scatter on the reversed per-root trees + all-gather on the
+    per-root out-trees (``trees`` are the out-trees), in place."""
+    plan, chunks = _per_root_blocks(topology, trees, counts)
+    n, channels = topology.num_ranks, ChannelMap(_tree_hops(topology, trees, both_ways=True))
+    with _program(name, AllReduce(n, n * chunks, inplace=True), topology, channels) as prog:
+        for r in sorted(plan):
+            for kids, start, size in plan[r]:
+                _reduce_block(r, kids, r * chunks + start, size, channels, INPUT)
+        for r in sorted(plan):
+            for kids, start, size in plan[r]:
+                at = (INPUT, r * chunks + start)
+                _broadcast_block(r, kids, at, at, size, channels)
+    return _finish(prog, topology, channels, chunks)
+
+
+def lower_allreduce_trees(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str) -> Lowered:
+    """All-reduce as reduce + broadcast over each tree (Blink section 3.3; MXNet's trees):
+    a block is reduced up its tree into the root and broadcast back down, in place."""
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    chunks, channels = sum(counts), ChannelMap(_tree_hops(topology, trees, both_ways=True))
+    shapes = [_children(t, index) for t in trees]
+    with _program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels) as prog:
+        blocks = _blocks(counts)
+        for t, start, size in blocks:
+            root, kids = shapes[t]
+            _reduce_block(root, kids, start, size, channels, INPUT)
+        for t, start, size in blocks:
+            root, kids = shapes[t]
+            _broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels)
+    return _finish(prog, topology, channels, chunks)
+
+
+def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[tuple[Tree, int]],
+                                     broadcast_trees: Sequence[tuple[Tree, int]], name: str) -> Lowered:
+    """All-reduce through one root with separate reduce and broadcast trees: the buffer
+    (``sum`` of either side's chunk counts) is reduced along the in-trees, then
+    broadcast along the out-trees (Blink section 3.3 with the link split of
+    :func:`arborcc.synth.bounds.tree_allreduce_split`), in place."""
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    chunks = sum(c for _, c in reduce_trees)
+    if chunks != sum(c for _, c in broadcast_trees):
+        raise SynthesisError("reduce and broadcast trees must carry the same number of chunks")
+    trees = [t for t, _ in reduce_trees] + [t for t, _ in broadcast_trees]
+    channels = ChannelMap(_tree_hops(topology, trees))
+    with _program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels) as prog:
+        for t, start, size in _blocks([c for _, c in reduce_trees]):
+            root, kids = _children(reduce_trees[t][0], index)
+            _reduce_block(root, kids, start, size, channels, INPUT)
+        for t, start, size in _blocks([c for _, c in broadcast_trees]):
+            root, kids = _children(broadcast_trees[t][0], index)
+            _broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels)
+    return _finish(prog, topology, channels, chunks)
+
+
+def lower_ring_allreduce(topology: Topology, rings: Sequence[Sequence[int]],
+                         hops: Sequence[Sequence[tuple[str, ...]]] | None, name: str) -> Lowered:
+    """Ring all-reduce (reduce-scatter then all-gather around each ring), the data split
+    equally over the rings; ring k uses channel k and the paths ``hops[k]``."""
+    n = topology.num_ranks
+    if len(rings) > MAX_CHANNELS:
+        raise SynthesisError(f"{len(rings)} rings exceed MSCCL's {MAX_CHANNELS} channels")
+    routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
+    with Program(name, AllReduce(n, n * len(rings), inplace=True), topology) as prog:
+        for k, ring in enumerate(rings):
+            for i in range(n):
+                a, b = ring[i], ring[(i + 1) % n]
+                routes[(a, b, k)] = (hops[k][i] if hops else
+                                     topology.route(topology.ranks[a], topology.ranks[b]).path)
+            for i in range(n):
+                idx = k * n + i
+                c = chunk(ring[(i + 1) % n], INPUT, idx)
+                for s in range(2, n + 1):
+                    c = chunk(ring[(i + s) % n], INPUT, idx).reduce(c, ch=k)
+                for s in range(1, n):
+                    c = c.copy(ring[(i + s) % n], INPUT, idx, ch=k)
+    algo = prog.compile()
+    check_algorithm(algo)
+    return Lowered(algo, routes, n * len(rings), steady_state_bandwidth(algo, topology, routes))

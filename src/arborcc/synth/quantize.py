@@ -1,0 +1,111 @@
+"""Turning fractional tree weights into whole chunks (issue: lowering, Blink section 4.1).
+
+A packing gives each tree a rate; a program can only give each tree whole chunks of
+the buffer. With ``C`` chunks per shard and ``c_t`` of them on tree ``t``, tree t
+carries the fraction ``c_t / C`` of its shard, every link ``e`` carries
+``sum_t (c_t / C) x share_t x uses_t(e)`` bytes per byte of S, and the rate is the
+inverse of the worst ``load / bandwidth``. We look for the fewest chunks ``C`` whose
+apportionment keeps the rate within ``tolerance`` of the target - few chunks mean few,
+large transfers (Blink section 2.2). For each ``C`` we try largest remainders (Hamilton)
+and a greedy rounding that gives each leftover chunk to the tree that raises the worst
+link utilisation least, and keep the better.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from arborcc.errors import SynthesisError
+
+
+@dataclass(frozen=True)
+class Apportionment:
+    """``counts[t]`` chunks out of ``chunks`` per shard for tree t; ``rate`` in B/s of S."""
+
+    chunks: int
+    counts: tuple[int, ...]
+    rate: float
+
+
+def largest_remainder(weights: Sequence[float], total: int) -> list[int]:
+    """Integers summing to ``total`` proportional to ``weights`` (Hamilton's method)."""
+    s = float(sum(weights))
+    if s <= 0:
+        raise SynthesisError("cannot apportion chunks to trees of zero total weight")
+    exact = [w * total / s for w in weights]
+    counts = [math.floor(x) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in order[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def _rate(counts: Sequence[int], chunks: int, share, uses, capacity) -> float:
+    load: dict[tuple[str, str], float] = {}
+    for t, c in enumerate(counts):
+        if c:
+            f = c / chunks * share[t]
+            for link, k in uses[t].items():
+                load[link] = load.get(link, 0.0) + f * k
+    worst = max((v / capacity[l] for l, v in load.items()), default=0.0)
+    return 1.0 / worst if worst > 0 else math.inf
+
+
+def _greedy_counts(groups, weights, chunks: int, share, uses, capacity) -> list[int]:
+    """Round every tree's ideal share down, then hand out the remaining chunks one at a
+    time to the tree whose extra chunk raises the worst link utilisation least."""
+    counts = [0] * len(weights)
+    util: dict[tuple[str, str], float] = {}
+    per_chunk = [{l: share[t] * k / chunks / capacity[l] for l, k in u.items()} for t, u in enumerate(uses)]
+
+    def add(t: int, k: int) -> None:
+        counts[t] += k
+        for l, v in per_chunk[t].items():
+            util[l] = util.get(l, 0.0) + k * v
+
+    for group in groups:
+        total = float(sum(weights[t] for t in group))
+        for t in group:
+            add(t, math.floor(chunks * weights[t] / total))
+    for group in groups:
+        for _ in range(chunks - sum(counts[t] for t in group)):
+            def worst_after(t: int) -> tuple[float, float]:
+                return (max((util.get(l, 0.0) + v for l, v in per_chunk[t].items()), default=0.0), -weights[t])
+            add(min(group, key=worst_after), 1)
+    return counts
+
+
+def apportion(groups: Sequence[Sequence[int]], weights: Sequence[float], share: Sequence[float],
+              uses: Sequence[Mapping[tuple[str, str], int]], capacity: Mapping[tuple[str, str], float],
+              target_rate: float, tolerance: float = 0.01,
+              candidates: Sequence[int] = tuple(range(1, 65))) -> Apportionment:
+    """Fewest chunks per shard keeping ``rate >= (1 - tolerance) x target_rate``.
+
+    ``groups``: tree indices per shard (one group for broadcast/reduce, one per root for
+    all-gather/reduce-scatter); ``share[t]``: the fraction of S tree t's shard is;
+    ``uses[t]``: how often tree t uses each link; ``weights``: the packing's rates.
+    ``candidates``: the chunk counts allowed, tried in increasing order (MSCCL runs an
+    algorithm only on buffers whose element count is a multiple of its chunks per loop,
+    so callers pass powers of two). Returns the best candidate when none reaches the
+    target.
+    """
+    best: Apportionment | None = None
+    for chunks in sorted(candidates):
+        counts = [0] * len(weights)
+        for group in groups:
+            for t, c in zip(group, largest_remainder([weights[t] for t in group], chunks)):
+                counts[t] = c
+        rate = _rate(counts, chunks, share, uses, capacity)
+        if rate < (1 - tolerance) * target_rate:
+            greedy = _greedy_counts(groups, weights, chunks, share, uses, capacity)
+            greedy_rate = _rate(greedy, chunks, share, uses, capacity)
+            if greedy_rate > rate:
+                counts, rate = greedy, greedy_rate
+        if best is None or rate > best.rate * (1 + 1e-12):
+            best = Apportionment(chunks, tuple(counts), rate)
+        if rate >= (1 - tolerance) * target_rate:
+            return Apportionment(chunks, tuple(counts), rate)
+    assert best is not None
+    return best

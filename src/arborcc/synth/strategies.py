@@ -1,0 +1,271 @@
+"""Strategies: each turns a Topology and a collective into a verified Algorithm.
+
+| strategy       | source                                   | collectives |
+|----------------|------------------------------------------|-------------|
+| trees          | Blink sections 3.1-3.3 (tree packing), ForestColl per-root packings | all five |
+| binary-trees   | MXNet tree all-reduce proposal            | allreduce |
+| nccl-ring      | NCCL's ring search (baselines reference)  | allreduce |
+| ring           | one ring in rank order (Patarasuk & Yuan) | allreduce |
+| auto           | the fastest of the above by the bandwidth model | all five |
+
+Every result carries the collective's bound (:mod:`.bounds`, at the topology's link
+bandwidths) and the algbw the lowered algorithm achieves in the steady-state
+bandwidth model (:mod:`arborcc.sim.bandwidth`), so ``algbw / bound`` says how close to
+optimal the *emitted* algorithm is, not just the schedule it came from.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from arborcc.errors import SynthesisError
+from arborcc.ir.model import Algorithm
+from arborcc.synth import bounds as B
+from arborcc.synth import lower as L
+from arborcc.synth.packing import pack_allgather, pack_broadcast, pack_reduce, pack_reducescatter
+from arborcc.synth.quantize import apportion
+from arborcc.synth.trees import Hop, Tree
+from arborcc.topology.model import Topology, TopologyBuilder
+
+log = logging.getLogger(__name__)
+
+COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter")
+ROOTED = ("broadcast", "reduce")
+#: how far below the packing's rate chunk rounding may go (the issue asks for 1%)
+TOLERANCE = 0.005
+#: chunk counts a tree algorithm may use: powers of two, since MSCCL runs an algorithm
+#: only on buffers whose element count is a multiple of its chunks per loop
+CHUNK_COUNTS = tuple(2 ** k for k in range(11))
+
+
+@dataclass
+class SynthesisResult:
+    """A verified algorithm with its bound and its predicted large-message algbw (B/s)."""
+
+    strategy: str
+    collective: str
+    algorithm: Algorithm
+    bound: float
+    algbw: float
+    trees: list[Tree] = field(default_factory=list)
+    routes: dict = field(default_factory=dict)
+    chunks: int = 0
+    synth_time: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        return self.algbw / self.bound if self.bound else 0.0
+
+
+def collective_bound(topology: Topology, collective: str, root: int = 0, links: str = "all") -> float:
+    """The best algbw (B/s) the links allow for ``collective`` (nccl-tests convention)."""
+    r = topology.ranks[root]
+    if collective == "broadcast":
+        return B.broadcast_bound(topology, r, links).algbw
+    if collective == "reduce":
+        return B.reduce_bound(topology, r, links).algbw
+    if collective == "allgather":
+        return B.allgather_bound(topology, links).algbw
+    if collective == "reducescatter":
+        return B.reducescatter_bound(topology, links).algbw
+    # the tree bound's LP per root is costly on big topologies: try a few roots
+    roots = list(topology.ranks[:4]) if topology.num_ranks > 16 else None
+    return B.allreduce_bound(topology, links, tree_roots=roots).algbw
+
+
+def _apportion(topology: Topology, trees: list[Tree], target: float, both_ways: bool = False,
+               chunks: int | None = None):
+    roots = sorted({t.root for t in trees}, key=topology.ranks.index)
+    groups = [[i for i, t in enumerate(trees) if t.root == r] for r in roots]
+    share = [1.0 / len(roots)] * len(trees)
+    uses = []
+    for t in trees:
+        use = t.link_use()
+        if both_ways:
+            use = use + t.reversed().link_use()
+        uses.append(use)
+    capacity = {k: l.bandwidth for k, l in topology.links.items()}
+    return apportion(groups, [t.weight for t in trees], share, uses, capacity, target,
+                     tolerance=TOLERANCE, candidates=(chunks,) if chunks else CHUNK_COUNTS)
+
+
+def _with_capacities(topology: Topology, capacity: dict[tuple[str, str], float]) -> Topology:
+    """The topology with each link's bandwidth replaced (links given none are dropped)."""
+    b = TopologyBuilder(topology.name, source=topology.name, meta=topology.meta)
+    for d in topology.devices.values():
+        b.add_device(d)
+    floor = 1e-6 * max(capacity.values())
+    for key, l in topology.links.items():
+        if capacity.get(key, 0.0) > floor:
+            b.add_link(replace(l, bandwidth=capacity[key]))
+    return b.build(ranks=topology.ranks)
+
+
+def _tree_allreduce(topology: Topology, root: int, links: str, bound: float, name: str) -> SynthesisResult:
+    """Reduce into ``root`` and broadcast from it at once (Blink section 3.3): the LP of
+    :func:`bounds.tree_allreduce_split` divides every link between the two halves, each
+    half is packed on its share, and each chunk is reduced along a reduce tree then
+    broadcast along a broadcast tree."""
+    g = B.flow_graph(topology, links)
+    rate, cap_b, cap_r = B.tree_allreduce_split(g, root)
+    half_b = _with_capacities(topology, {g.original_link(i): c for i, c in enumerate(cap_b)})
+    half_r = _with_capacities(topology, {g.original_link(i): c for i, c in enumerate(cap_r)})
+    r = topology.ranks[root]
+    bcast = pack_broadcast(half_b, r, links, threshold=TOLERANCE)
+    red = pack_reduce(half_r, r, links, threshold=TOLERANCE)
+    # one shard: reduce trees and broadcast trees each carry the whole buffer once
+    a_r = _apportion(half_r, list(red.trees), red.rate)
+    a_b = _apportion(half_b, list(bcast.trees), bcast.rate)
+    # both halves need the same chunk count: the first count where both keep their rate
+    best = None
+    for chunks in (c for c in CHUNK_COUNTS if c >= max(a_r.chunks, a_b.chunks)):
+        r_, b_ = (_apportion(half_r, list(red.trees), red.rate, chunks=chunks),
+                  _apportion(half_b, list(bcast.trees), bcast.rate, chunks=chunks))
+        if best is None or min(r_.rate, b_.rate) > min(best[0].rate, best[1].rate):
+            best = (r_, b_)
+        if min(r_.rate / red.rate, b_.rate / bcast.rate) >= 1 - TOLERANCE:
+            best = (r_, b_)
+            break
+    a_r, a_b = best
+    chunks, counts_r, counts_b = a_r.chunks, list(a_r.counts), list(a_b.counts)
+    used_r = [(t, c) for t, c in zip(red.trees, counts_r) if c]
+    used_b = [(t, c) for t, c in zip(bcast.trees, counts_b) if c]
+    lowered = L.lower_allreduce_reduce_broadcast(topology, used_r, used_b, name)
+    return _from_lowered("trees", "allreduce", lowered, bound, [t for t, _ in used_r + used_b],
+                         [f"reduce + broadcast through rank {root} (Blink 3.3) at {rate / 1e9:.2f} GB/s: "
+                          f"{len(used_r)} reduce and {len(used_b)} broadcast trees, {chunks} chunks"])
+
+
+def _from_lowered(strategy: str, collective: str, lowered: L.Lowered, bound: float, trees: list[Tree],
+                  notes: list[str]) -> SynthesisResult:
+    return SynthesisResult(strategy, collective, lowered.algorithm, bound, lowered.estimate.algbw, trees,
+                           lowered.routes, lowered.chunks, notes=notes + lowered.notes)
+
+
+def synth_trees(topology: Topology, collective: str, root: int = 0, links: str = "all",
+                bound: float | None = None) -> SynthesisResult:
+    """Blink: pack arborescences to the bound, round to chunks, lower, verify."""
+    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    r, name = topology.ranks[root], f"trees-{collective}"
+    if collective in ROOTED:
+        pack = pack_broadcast if collective == "broadcast" else pack_reduce
+        packing = pack(topology, r, links, threshold=TOLERANCE)
+        a = _apportion(topology, list(packing.trees), packing.rate)
+        lower = L.lower_broadcast if collective == "broadcast" else L.lower_reduce
+        used = [t for t, c in zip(packing.trees, a.counts) if c]
+        lowered = lower(topology, used, [c for c in a.counts if c], name)
+        return _from_lowered("trees", collective, lowered, bound, used,
+                             [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees "
+                              f"({packing.method}), {a.chunks} chunks"])
+    if collective in ("allgather", "reducescatter"):
+        pack = pack_allgather if collective == "allgather" else pack_reducescatter
+        packing = pack(topology, links, threshold=TOLERANCE)
+        a = _apportion(topology, list(packing.trees), packing.algbw)
+        lower = L.lower_allgather if collective == "allgather" else L.lower_reducescatter
+        used = [t for t, c in zip(packing.trees, a.counts) if c]
+        lowered = lower(topology, used, [c for c in a.counts if c], name)
+        return _from_lowered("trees", collective, lowered, bound, used,
+                             [f"per-root packing {packing.algbw / 1e9:.2f} GB/s with {packing.num_trees} trees, "
+                              f"{a.chunks} chunks per rank"])
+    # all-reduce: reduce-scatter + all-gather on per-root trees, or reduce + broadcast
+    # over trees from one root on half the bandwidth each way; keep the faster
+    candidates = []
+    packing = pack_allgather(topology, links, threshold=TOLERANCE)
+    a = _apportion(topology, list(packing.trees), packing.algbw / 2, both_ways=True)
+    used = [t for t, c in zip(packing.trees, a.counts) if c]
+    lowered = L.lower_allreduce_rs_ag(topology, used, [c for c in a.counts if c], name)
+    candidates.append(_from_lowered("trees", collective, lowered, bound, used,
+                                    [f"reduce-scatter + all-gather on {len(used)} per-root trees, "
+                                     f"{a.chunks} chunks per rank"]))
+    candidates.append(_tree_allreduce(topology, root, links, bound, name))
+    return max(candidates, key=lambda c: c.algbw)
+
+
+def synth_binary_trees(topology: Topology, collective: str, root: int = 0, links: str = "all",
+                       bound: float | None = None) -> SynthesisResult:
+    """MXNet: one balanced max-weight binary tree per root, reduce + broadcast each."""
+    from arborcc.synth.binary_trees import binary_tree_schedule
+
+    _only_allreduce("binary-trees", collective)
+    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    schedule = binary_tree_schedule(topology)
+    trees = [Tree(topology.ranks[bt.root],
+                  tuple(Hop(topology.ranks[e.child], topology.ranks[e.parent], e.path) for e in bt.edges),
+                  1.0, inward=True) for bt in schedule.trees]
+    lowered = L.lower_allreduce_trees(topology, trees, [1] * len(trees), "binary-trees-allreduce")
+    return _from_lowered("binary-trees", collective, lowered, bound, trees,
+                         [f"{len(trees)} binary trees (one per root; MXNet uses only the first below "
+                          f"{schedule.threshold_bytes} bytes)"])
+
+
+def _only_allreduce(strategy: str, collective: str) -> None:
+    if collective != "allreduce":
+        raise SynthesisError(f"strategy {strategy} builds allreduce only, not {collective} "
+                             f"(use --strategy trees)")
+
+
+def synth_nccl_ring(topology: Topology, collective: str, root: int = 0, links: str = "all",
+                    bound: float | None = None) -> SynthesisResult:
+    """The rings NCCL would build (NVLink-only when possible), as MSCCL channels."""
+    from arborcc.synth.nccl import nccl_rings
+
+    _only_allreduce("nccl-ring", collective)
+    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    rings = nccl_rings(topology)
+    lowered = L.lower_ring_allreduce(topology, rings.rings, rings.hops or None, "nccl-ring-allreduce")
+    return _from_lowered("nccl-ring", collective, lowered, bound, [],
+                         [f"{len(rings.rings)} rings over {rings.link_kind.value}"])
+
+
+def synth_ring(topology: Topology, collective: str, root: int = 0, links: str = "all",
+               bound: float | None = None) -> SynthesisResult:
+    """One ring in rank order."""
+    _only_allreduce("ring", collective)
+    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    lowered = L.lower_ring_allreduce(topology, [list(range(topology.num_ranks))], None, "ring-allreduce")
+    return _from_lowered("ring", collective, lowered, bound, [], ["one ring in rank order"])
+
+
+STRATEGIES: dict[str, Callable[..., SynthesisResult]] = {
+    "trees": synth_trees,
+    "binary-trees": synth_binary_trees,
+    "nccl-ring": synth_nccl_ring,
+    "ring": synth_ring,
+}
+
+
+def synthesize(topology: Topology, collective: str, strategy: str = "auto", root: int = 0,
+               links: str = "all", progress: Callable[[str], None] | None = None) -> SynthesisResult:
+    """Run one strategy (or, with ``auto``, every one that applies and keep the fastest)."""
+    if collective not in COLLECTIVES:
+        raise SynthesisError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
+    if strategy != "auto" and strategy not in STRATEGIES:
+        raise SynthesisError(f"unknown strategy {strategy!r} (known: auto, {', '.join(STRATEGIES)})")
+    if topology.num_ranks < 2:
+        raise SynthesisError(f"{topology.name} has {topology.num_ranks} GPU; a collective needs at least 2")
+    if not 0 <= root < topology.num_ranks:
+        raise SynthesisError(f"root {root} is not a rank (0-{topology.num_ranks - 1})")
+    for g in topology.ranks[1:]:
+        for a, b in ((topology.ranks[0], g), (g, topology.ranks[0])):
+            if not topology.can_route(a, b):
+                raise SynthesisError(f"GPUs {a} and {b} of {topology.name} cannot reach each other")
+    t0 = time.perf_counter()
+    bound = collective_bound(topology, collective, root, links)
+    names = [strategy] if strategy != "auto" else [
+        s for s in STRATEGIES if collective == "allreduce" or s == "trees"]
+    results = []
+    for name in names:
+        if progress:
+            progress(f"{name}: synthesizing {collective} on {topology.name}")
+        results.append(STRATEGIES[name](topology, collective, root, links, bound=bound))
+    best = max(results, key=lambda r: r.algbw)
+    best.synth_time = time.perf_counter() - t0
+    if strategy == "auto":
+        best.notes.append("auto chose " + best.strategy + " among " + ", ".join(
+            f"{r.strategy} {r.algbw / 1e9:.1f}" for r in results) + " GB/s")
+        best.strategy = f"auto:{best.strategy}"
+    return best

@@ -1,0 +1,50 @@
+"""`arborcc synth` through the real entry point."""
+
+import json
+
+import pytest
+
+from arborcc.cli.main import main
+from arborcc.ir.load import load_algorithm
+from arborcc.runtime.reference import assert_executes
+from arborcc.verify import verify_algorithm
+
+
+def test_synth_json_has_the_contract_keys_and_writes_a_verified_file(tmp_path, capsys):
+    out = tmp_path / "algo.xml"
+    assert main(["synth", "--machine", "dgx1v", "--gpus", "1,4,5,6", "--collective", "allreduce",
+                 "--strategy", "trees", "-o", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    for key in ("bound_gbps", "algbw_gbps", "trees", "strategy"):
+        assert key in summary
+    assert summary["algbw_gbps"] >= 0.99 * summary["bound_gbps"]
+    algo = load_algorithm(out)
+    assert algo.num_ranks == 4 and verify_algorithm(algo, "executor").ok
+    assert_executes(algo)
+
+
+def test_synth_text_and_show_trees(capsys):
+    assert main(["synth", "--machine", "dgx1v", "--collective", "broadcast", "--links", "nvlink",
+                 "--strategy", "trees", "--show-trees"]) == 0
+    out = capsys.readouterr().out
+    bound = next(l for l in out.splitlines() if l.strip().startswith("bound"))
+    assert "150.00 GB/s" in bound
+    assert out.count("root gpu0") == 6 and "gpu0 -[nvlink x2]->" in out
+
+
+def test_synth_json_output_file(tmp_path, capsys):
+    out = tmp_path / "algo.json"
+    assert main(["synth", "--machine", "dgx-a100", "--strategy", "nccl-ring", "-o", str(out)]) == 0
+    assert load_algorithm(out).collective == "allreduce"
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["synth", "--collective", "broadcast", "--strategy", "ring"], "allreduce only"),
+    (["synth", "--gpus", "3", "--collective", "allreduce"], "at least 2"),
+    (["synth", "--collective", "broadcast", "--root", "9"], "root 9 is not a rank"),
+])
+def test_synth_bad_requests_exit_2_with_one_line(capsys, argv, msg, tmp_path):
+    assert main(argv + ["-o", str(tmp_path / "x.xml")]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.xml").exists()

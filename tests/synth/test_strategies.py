@@ -1,0 +1,128 @@
+"""Strategies end to end: synthesize -> lower -> compile -> verify, then run on the numpy
+reference executor, and compare the achieved algbw with independently computed bounds."""
+
+import networkx as nx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from arborcc.errors import SynthesisError
+from arborcc.runtime.reference import assert_executes
+from arborcc.sim.bandwidth import steady_state_bandwidth
+from arborcc.synth.strategies import STRATEGIES, synthesize
+from arborcc.topology.allocation import induced, resolve_gpus
+from arborcc.topology.machines import build_machine
+from arborcc.topology.model import GB, Device, DeviceKind, LinkKind, TopologyBuilder
+from arborcc.verify import verify_algorithm
+
+
+def dgx1v(gpus=None):
+    t = build_machine("dgx1v")
+    return induced(t, resolve_gpus(t, gpus)) if gpus else t
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "broadcast", "reduce", "allgather", "reducescatter"])
+def test_trees_reach_99_percent_and_compute_the_collective(collective):
+    t = dgx1v("1,4,5,6")
+    r = synthesize(t, collective, "trees")
+    assert r.ratio >= 0.99, r.notes
+    assert r.algbw <= r.bound * (1 + 1e-9)  # the model never beats the bound
+    assert verify_algorithm(r.algorithm).ok
+    assert_executes(r.algorithm, seed=3)
+
+
+def test_dgx1v_nvlink_broadcast_is_six_trees_of_one_lane():
+    r = synthesize(dgx1v(), "broadcast", "trees", links="nvlink")
+    assert r.bound == pytest.approx(150 * GB)
+    assert r.algbw >= 0.99 * r.bound  # 6 equal trees on a power-of-two chunk count
+    assert len(r.trees) == 6 and {t.weight for t in r.trees} == {25 * GB}
+    assert_executes(r.algorithm)
+
+
+def test_dgx1v_allreduce_trees_beat_nccl_rings():
+    t = dgx1v()
+    trees, rings = synthesize(t, "allreduce", "trees"), synthesize(t, "allreduce", "nccl-ring")
+    assert trees.ratio >= 0.99
+    assert rings.algbw == pytest.approx(6 * 25 * GB * 8 / 14)  # 6 NVLink rings: busbw 150
+    assert trees.algbw > rings.algbw
+    assert_executes(trees.algorithm)
+    assert_executes(rings.algorithm)
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_every_strategy_verifies_and_executes_on_an_nvswitch_box(strategy):
+    t = build_machine("dgx-a100")
+    r = synthesize(t, "allreduce", strategy)
+    assert verify_algorithm(r.algorithm).ok
+    assert 0 < r.algbw <= r.bound * (1 + 1e-9)
+    assert_executes(r.algorithm, seed=1)
+
+
+def test_auto_keeps_the_fastest():
+    t = dgx1v("1,4,5,6")
+    auto = synthesize(t, "allreduce")
+    others = [synthesize(t, "allreduce", s).algbw for s in STRATEGIES]
+    assert auto.algbw == pytest.approx(max(others))
+    assert auto.strategy.startswith("auto:")
+
+
+def test_the_estimate_is_the_bandwidth_model_of_the_emitted_algorithm():
+    t = dgx1v("1,4,5,6")
+    r = synthesize(t, "allgather", "trees")
+    assert steady_state_bandwidth(r.algorithm, t, r.routes).algbw == pytest.approx(r.algbw)
+
+
+def test_errors_name_the_reason():
+    b = TopologyBuilder("split")
+    for i in range(3):
+        b.add_device(Device(f"gpu{i}", DeviceKind.GPU, 0, i))
+    b.connect("gpu0", "gpu1", LinkKind.NVLINK, 25 * GB)
+    with pytest.raises(SynthesisError, match="cannot reach each other"):
+        synthesize(b.build(), "allreduce", "trees")
+    with pytest.raises(SynthesisError, match="allreduce only"):
+        synthesize(dgx1v("1,4,5,6"), "broadcast", "nccl-ring")
+    with pytest.raises(SynthesisError, match="root 7 is not a rank"):
+        synthesize(dgx1v("1,4,5,6"), "broadcast", "trees", root=7)
+    with pytest.raises(SynthesisError, match="unknown strategy"):
+        synthesize(dgx1v("1,4,5,6"), "allreduce", "magic")
+
+
+@st.composite
+def random_box(draw):
+    """3-5 GPUs with random NVLink lane counts plus a PCIe switch every GPU hangs off."""
+    n = draw(st.integers(3, 5))
+    b = TopologyBuilder("random")
+    for i in range(n):
+        b.add_device(Device(f"gpu{i}", DeviceKind.GPU, 0, i))
+    b.add_device(Device("pcie0", DeviceKind.PCIE_SWITCH, 0, 0))
+    for i in range(n):
+        b.connect(f"gpu{i}", "pcie0", LinkKind.PCIE, 12 * GB)
+        for j in range(i + 1, n):
+            lanes = draw(st.integers(0, 2))
+            if lanes:
+                b.connect(f"gpu{i}", f"gpu{j}", LinkKind.NVLINK, lanes * 25 * GB, count=lanes)
+    return b.build()
+
+
+def networkx_broadcast_bound(t, root):
+    """Edmonds: the broadcast rate is the smallest root -> v max-flow (relays forward)."""
+    g = t.to_networkx()
+    return min(nx.maximum_flow_value(g, root, v) for v in t.ranks if v != root)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_box())
+def test_random_topologies_broadcast_reaches_the_max_flow_bound(t):
+    r = synthesize(t, "broadcast", "trees")
+    assert r.bound == pytest.approx(networkx_broadcast_bound(t, t.ranks[0]), rel=1e-6)
+    assert r.ratio >= 0.99
+    assert_executes(r.algorithm)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_box())
+def test_random_topologies_allreduce_is_correct_and_near_the_bound(t):
+    r = synthesize(t, "allreduce", "trees")
+    assert r.ratio >= 0.99
+    assert verify_algorithm(r.algorithm).ok
+    assert_executes(r.algorithm)
