@@ -1,8 +1,8 @@
 """Lowering schedules (weighted trees, rings) to DSL programs, compiled and verified.
 
 Every strategy of :mod:`arborcc.synth` ends here: a schedule becomes a chunk-DSL
-program (GC3 section 3), the compiler turns it into an Algorithm, and
-:func:`arborcc.verify.check_algorithm` proves it before it is returned.
+program (GC3 section 3) and the compiler turns it into an Algorithm (which
+:func:`arborcc.synth.strategies.synthesize` proves with the verifier before returning it).
 
 Trees (Blink section 4.1): the buffer (or each rank's shard) is split into chunks,
 apportioned to the trees in proportion to their weights (:mod:`.quantize`); a chunk
@@ -28,7 +28,6 @@ from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, Reduc
 from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
 from arborcc.synth.trees import Tree
 from arborcc.topology.model import Topology
-from arborcc.verify import check_algorithm
 
 INPUT, OUTPUT = Buffer.INPUT, Buffer.OUTPUT
 MAX_CHANNELS = 32  #: MSCCL's limit (both dialects)
@@ -48,36 +47,50 @@ class Lowered:
 class ChannelMap:
     """Which channel a hop uses, and the device path of every connection.
 
-    When every rank pair uses a single path, hops leave the channel to the compiler
-    (``ch=-1``), which keeps instruction fusion free to chain receives and sends; the
-    path of a connection is then its pair's path. When some pair uses several paths
-    (hybrid NVLink + PCIe), each path of a pair gets its own channel and fusion is
-    turned off, since a fused chain must keep one channel end to end.
+    Default: when every rank pair uses a single path, hops leave the channel to the
+    compiler (``ch=-1``), which keeps instruction fusion free to chain receives and
+    sends; the path of a connection is then its pair's path. When some pair uses
+    several paths (hybrid NVLink + PCIe), each path of a pair gets its own channel.
+    ``spread=k``: tree t uses channel ``t mod k``, which spreads the steps over more
+    thread blocks - the MSCCL executors allow only 64 steps per thread block (and 64
+    thread blocks per rank on RCCL, so k stays as small as will do). Pinned channels
+    turn fusion off: a fused chain keeps one channel end to end, and trees' chains
+    would collide on them.
     """
 
-    def __init__(self, hops: Iterable[tuple[int, int, tuple[str, ...]]]) -> None:
+    def __init__(self, hops: Iterable[tuple[int, int, tuple[str, ...]]], spread: int = 0) -> None:
         self._paths: dict[tuple[int, int], list[tuple[str, ...]]] = {}
         for src, dst, path in hops:
             paths = self._paths.setdefault((src, dst), [])
             if path not in paths:
                 paths.append(path)
-        self.pinned = any(len(p) > 1 for p in self._paths.values())
+        self.spread = min(spread, MAX_CHANNELS)
+        self.pinned = bool(spread) or any(len(p) > 1 for p in self._paths.values())
+        self._routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
         worst = max((len(p) for p in self._paths.values()), default=0)
         if worst > MAX_CHANNELS:
             raise SynthesisError(f"a rank pair uses {worst} distinct paths, more than MSCCL's {MAX_CHANNELS} channels")
 
-    def channel(self, src: int, dst: int, path: tuple[str, ...]) -> int:
-        return self._paths[(src, dst)].index(path) if self.pinned else -1
+    def channel(self, src: int, dst: int, path: tuple[str, ...], tree: int = 0) -> int:
+        if not self.pinned:
+            return -1
+        first = tree % self.spread if self.spread else self._paths[(src, dst)].index(path)
+        for k in range(MAX_CHANNELS):
+            ch = (first + k) % MAX_CHANNELS
+            if self._routes.setdefault((src, dst, ch), path) == path:
+                return ch
+        raise SynthesisError(f"ranks {src}->{dst}: no channel left for another path")
 
     def routes(self, algo: Algorithm) -> dict[tuple[int, int, int], tuple[str, ...]]:
         """The device path of every sending connection of the compiled algorithm."""
+        if self.pinned:
+            return dict(self._routes)
         out = {}
         for prog in algo.ranks:
             for tb in prog.threadblocks:
-                if tb.send >= 0:
-                    paths = self._paths.get((prog.rank, tb.send))
-                    if paths:
-                        out[(prog.rank, tb.send, tb.channel)] = paths[tb.channel if self.pinned else 0]
+                paths = self._paths.get((prog.rank, tb.send)) if tb.send >= 0 else None
+                if paths:
+                    out[(prog.rank, tb.send, tb.channel)] = paths[0]
         return out
 
 
@@ -139,8 +152,9 @@ def _program(name: str, collective, topology: Topology, channels: ChannelMap) ->
 
 def _finish(prog: Program, topology: Topology, channels: ChannelMap, chunks: int,
             notes: Iterable[str] = ()) -> Lowered:
+    """Compile and estimate; :func:`arborcc.synth.strategies.synthesize` verifies the
+    algorithm it returns (candidates that lose are not worth proving)."""
     algo = prog.compile()
-    check_algorithm(algo)
     routes = channels.routes(algo)
     return Lowered(algo, routes, chunks, steady_state_bandwidth(algo, topology, routes), list(notes))
 
@@ -153,15 +167,15 @@ def _local_copy(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], siz
 
 
 def _broadcast_block(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int,
-                     channels: ChannelMap) -> None:
+                     channels: ChannelMap, tree: int = 0) -> None:
     """Copy ``size`` chunks at ``src`` of the root down the tree into ``dst`` of every rank."""
     for parent, child, path in _bfs(root, kids):
         buf, i = src if parent == root else dst
-        chunk(parent, buf, i, size).copy(child, dst[0], dst[1], ch=channels.channel(parent, child, path))
+        chunk(parent, buf, i, size).copy(child, dst[0], dst[1], ch=channels.channel(parent, child, path, tree))
 
 
 def _reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc: Buffer,
-                  root_slot: tuple[Buffer, int] | None = None) -> None:
+                  root_slot: tuple[Buffer, int] | None = None, tree: int = 0) -> None:
     """Reduce ``size`` chunks at ``idx`` of every rank into the root, leaves first.
 
     Inner ranks accumulate into their own ``(acc, idx)`` slots (copying their input
@@ -178,108 +192,116 @@ def _reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, ac
         for child, path in kids[v]:
             src = acc if kids.get(child) else INPUT
             chunk(v, buf, i, size).reduce(chunk(child, src, idx, size),
-                                          ch=channels.channel(child, v, tuple(reversed(path))))
+                                          ch=channels.channel(child, v, tuple(reversed(path)), tree))
 
 
-def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str) -> Lowered:
+def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
+                    spread: int = 0) -> Lowered:
     """Out-trees from one root; ``counts[t]`` chunks on tree t."""
     index = {g: i for i, g in enumerate(topology.ranks)}
-    chunks, channels = sum(counts), ChannelMap(_tree_hops(topology, trees))
+    chunks, channels = sum(counts), ChannelMap(_tree_hops(topology, trees), spread)
     root = index[trees[0].root]
     shapes = [_children(t, index)[1] for t in trees]
     with _program(name, Broadcast(topology.num_ranks, chunks, root=root), topology, channels) as prog:
         _local_copy(root, (INPUT, 0), (OUTPUT, 0), chunks)
         for t, start, size in _blocks(counts):
-            _broadcast_block(root, shapes[t], (INPUT, start), (OUTPUT, start), size, channels)
+            _broadcast_block(root, shapes[t], (INPUT, start), (OUTPUT, start), size, channels, t)
     return _finish(prog, topology, channels, chunks)
 
 
-def lower_reduce(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str) -> Lowered:
+def lower_reduce(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
+                 spread: int = 0) -> Lowered:
     """In-trees into one root; inner ranks accumulate in their (unconstrained) output."""
     index = {g: i for i, g in enumerate(topology.ranks)}
-    chunks, channels = sum(counts), ChannelMap(_tree_hops(topology, trees))
+    chunks, channels = sum(counts), ChannelMap(_tree_hops(topology, trees), spread)
     root = index[trees[0].root]
     shapes = [_children(t, index)[1] for t in trees]
     with _program(name, Reduce(topology.num_ranks, chunks, root=root), topology, channels) as prog:
         for t, start, size in _blocks(counts):
-            _reduce_block(root, shapes[t], start, size, channels, OUTPUT)
+            _reduce_block(root, shapes[t], start, size, channels, OUTPUT, tree=t)
     return _finish(prog, topology, channels, chunks)
 
 
 def _per_root_blocks(topology: Topology, trees: Sequence[Tree], counts: Sequence[int]):
-    """Chunks per shard, and per root rank index its (tree shape, offset in shard, size) blocks."""
+    """Chunks per shard, and per root rank index its (tree shape, offset in shard, size,
+    tree index) blocks."""
     index = {g: i for i, g in enumerate(topology.ranks)}
-    by_root: dict[int, list[tuple[dict, int]]] = {}
-    for t, c in zip(trees, counts):
+    by_root: dict[int, list[tuple[dict, int, int]]] = {}
+    for k, (t, c) in enumerate(zip(trees, counts)):
         r, kids = _children(t, index)
-        by_root.setdefault(r, []).append((kids, c))
-    per_root = {sum(c for _, c in items) for items in by_root.values()}
+        by_root.setdefault(r, []).append((kids, c, k))
+    per_root = {sum(c for _, c, _ in items) for items in by_root.values()}
     if len(by_root) != topology.num_ranks or len(per_root) != 1:
         raise SynthesisError("per-root trees must give every rank the same number of chunks")
-    plan = {r: [(items[t][0], start, size) for t, start, size in _blocks([c for _, c in items])]
+    plan = {r: [(items[t][0], start, size, items[t][2]) for t, start, size in _blocks([c for _, c, _ in items])]
             for r, items in by_root.items()}
     return plan, per_root.pop()
 
 
-def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str) -> Lowered:
+def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
+                    spread: int = 0) -> Lowered:
     """One set of out-trees per root (ForestColl); each root's shard split over its trees."""
     plan, chunks = _per_root_blocks(topology, trees, counts)
-    channels = ChannelMap(_tree_hops(topology, trees))
+    channels = ChannelMap(_tree_hops(topology, trees), spread)
     with _program(name, AllGather(topology.num_ranks, chunks), topology, channels) as prog:
         for r in sorted(plan):
             _local_copy(r, (INPUT, 0), (OUTPUT, r * chunks), chunks)
-            for kids, start, size in plan[r]:
-                _broadcast_block(r, kids, (INPUT, start), (OUTPUT, r * chunks + start), size, channels)
+            for kids, start, size, t in plan[r]:
+                _broadcast_block(r, kids, (INPUT, start), (OUTPUT, r * chunks + start), size, channels, t)
     return _finish(prog, topology, channels, chunks)
 
 
-def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str) -> Lowered:
+def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
+                        spread: int = 0) -> Lowered:
     """One set of in-trees per root; partial sums accumulate in the input, as GC3's own
     reduce-scatter programs do; the root reduces into its output."""
     plan, chunks = _per_root_blocks(topology, trees, counts)
-    channels = ChannelMap(_tree_hops(topology, trees))
+    channels = ChannelMap(_tree_hops(topology, trees), spread)
     with _program(name, ReduceScatter(topology.num_ranks, chunks), topology, channels) as prog:
         for r in sorted(plan):
-            for kids, start, size in plan[r]:
-                _reduce_block(r, kids, r * chunks + start, size, channels, INPUT, root_slot=(OUTPUT, start))
+            for kids, start, size, t in plan[r]:
+                _reduce_block(r, kids, r * chunks + start, size, channels, INPUT, (OUTPUT, start), t)
     return _finish(prog, topology, channels, chunks)
 
 
-def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str) -> Lowered:
+def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
+                          spread: int = 0) -> Lowered:
     """All-reduce = reduce-scatter on the reversed per-root trees + all-gather on the
     per-root out-trees (``trees`` are the out-trees), in place."""
     plan, chunks = _per_root_blocks(topology, trees, counts)
-    n, channels = topology.num_ranks, ChannelMap(_tree_hops(topology, trees, both_ways=True))
+    n, channels = topology.num_ranks, ChannelMap(_tree_hops(topology, trees, both_ways=True), spread)
     with _program(name, AllReduce(n, n * chunks, inplace=True), topology, channels) as prog:
         for r in sorted(plan):
-            for kids, start, size in plan[r]:
-                _reduce_block(r, kids, r * chunks + start, size, channels, INPUT)
+            for kids, start, size, t in plan[r]:
+                _reduce_block(r, kids, r * chunks + start, size, channels, INPUT, tree=t)
         for r in sorted(plan):
-            for kids, start, size in plan[r]:
+            for kids, start, size, t in plan[r]:
                 at = (INPUT, r * chunks + start)
-                _broadcast_block(r, kids, at, at, size, channels)
+                _broadcast_block(r, kids, at, at, size, channels, t)
     return _finish(prog, topology, channels, chunks)
 
 
-def lower_allreduce_trees(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str) -> Lowered:
+def lower_allreduce_trees(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
+                          spread: int = 0) -> Lowered:
     """All-reduce as reduce + broadcast over each tree (Blink section 3.3; MXNet's trees):
     a block is reduced up its tree into the root and broadcast back down, in place."""
     index = {g: i for i, g in enumerate(topology.ranks)}
-    chunks, channels = sum(counts), ChannelMap(_tree_hops(topology, trees, both_ways=True))
+    chunks, channels = sum(counts), ChannelMap(_tree_hops(topology, trees, both_ways=True), spread)
     shapes = [_children(t, index) for t in trees]
     with _program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels) as prog:
         blocks = _blocks(counts)
         for t, start, size in blocks:
             root, kids = shapes[t]
-            _reduce_block(root, kids, start, size, channels, INPUT)
+            _reduce_block(root, kids, start, size, channels, INPUT, tree=t)
         for t, start, size in blocks:
             root, kids = shapes[t]
-            _broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels)
+            _broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels, t)
     return _finish(prog, topology, channels, chunks)
 
 
 def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[tuple[Tree, int]],
-                                     broadcast_trees: Sequence[tuple[Tree, int]], name: str) -> Lowered:
+                                     broadcast_trees: Sequence[tuple[Tree, int]], name: str,
+                                     spread: int = 0) -> Lowered:
     """All-reduce through one root with separate reduce and broadcast trees: the buffer
     (``sum`` of either side's chunk counts) is reduced along the in-trees, then
     broadcast along the out-trees (Blink section 3.3 with the link split of
@@ -289,15 +311,35 @@ def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[
     if chunks != sum(c for _, c in broadcast_trees):
         raise SynthesisError("reduce and broadcast trees must carry the same number of chunks")
     trees = [t for t, _ in reduce_trees] + [t for t, _ in broadcast_trees]
-    channels = ChannelMap(_tree_hops(topology, trees))
+    channels = ChannelMap(_tree_hops(topology, trees), spread)
     with _program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels) as prog:
         for t, start, size in _blocks([c for _, c in reduce_trees]):
             root, kids = _children(reduce_trees[t][0], index)
-            _reduce_block(root, kids, start, size, channels, INPUT)
+            _reduce_block(root, kids, start, size, channels, INPUT, tree=t)
+        offset = len(reduce_trees)
         for t, start, size in _blocks([c for _, c in broadcast_trees]):
             root, kids = _children(broadcast_trees[t][0], index)
-            _broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels)
+            _broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels, offset + t)
     return _finish(prog, topology, channels, chunks)
+
+
+def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
+    """Lower with the compiler's channel choice; if that breaks ``dialect``'s runtime
+    limits (steps per thread block), spread the trees over 2, 4, ... 32 channels and
+    keep the first version within the limits (else the one with fewest violations)."""
+    from arborcc.ir.limits import check_dialect_limits
+
+    best, fewest = None, None
+    for spread in (0, 2, 4, 8, 16, 32):
+        lowered = lower(*args, spread=spread)
+        problems = len(check_dialect_limits(lowered.algorithm, dialect))
+        if spread and not problems:
+            lowered.notes.append(f"trees spread over {spread} channels to meet the {dialect} runtime's limits")
+        if best is None or problems < fewest:
+            best, fewest = lowered, problems
+        if not problems:
+            break
+    return best
 
 
 def lower_ring_allreduce(topology: Topology, rings: Sequence[Sequence[int]],
@@ -322,5 +364,4 @@ def lower_ring_allreduce(topology: Topology, rings: Sequence[Sequence[int]],
                 for s in range(1, n):
                     c = c.copy(ring[(i + s) % n], INPUT, idx, ch=k)
     algo = prog.compile()
-    check_algorithm(algo)
     return Lowered(algo, routes, n * len(rings), steady_state_bandwidth(algo, topology, routes))

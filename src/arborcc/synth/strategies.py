@@ -4,6 +4,8 @@
 |----------------|------------------------------------------|-------------|
 | trees          | Blink sections 3.1-3.3 (tree packing), ForestColl per-root packings | all five |
 | binary-trees   | MXNet tree all-reduce proposal            | allreduce |
+| blueconnect    | BlueConnect section 3, Algorithm 1        | allreduce |
+| hierarchical   | two-level reduce-scatter / all-gather      | allreduce |
 | nccl-ring      | NCCL's ring search (baselines reference)  | allreduce |
 | ring           | one ring in rank order (Patarasuk & Yuan) | allreduce |
 | auto           | the fastest of the above by the bandwidth model | all five |
@@ -29,6 +31,7 @@ from arborcc.synth.packing import pack_allgather, pack_broadcast, pack_reduce, p
 from arborcc.synth.quantize import apportion
 from arborcc.synth.trees import Hop, Tree
 from arborcc.topology.model import Topology, TopologyBuilder
+from arborcc.verify import check_algorithm
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +118,10 @@ def _tree_allreduce(topology: Topology, root: int, links: str, bound: float, nam
     half_b = _with_capacities(topology, {g.original_link(i): c for i, c in enumerate(cap_b)})
     half_r = _with_capacities(topology, {g.original_link(i): c for i, c in enumerate(cap_r)})
     r = topology.ranks[root]
-    bcast = pack_broadcast(half_b, r, links, threshold=TOLERANCE)
-    red = pack_reduce(half_r, r, links, threshold=TOLERANCE)
+    # fractional weights are fine here: chunk rounding follows, and the integral-tree
+    # search of the fewest-trees step costs seconds on clusters
+    bcast = pack_broadcast(half_b, r, links, threshold=TOLERANCE, minimize_trees=False)
+    red = pack_reduce(half_r, r, links, threshold=TOLERANCE, minimize_trees=False)
     # one shard: reduce trees and broadcast trees each carry the whole buffer once
     a_r = _apportion(half_r, list(red.trees), red.rate)
     a_b = _apportion(half_b, list(bcast.trees), bcast.rate)
@@ -134,7 +139,7 @@ def _tree_allreduce(topology: Topology, root: int, links: str, bound: float, nam
     chunks, counts_r, counts_b = a_r.chunks, list(a_r.counts), list(a_b.counts)
     used_r = [(t, c) for t, c in zip(red.trees, counts_r) if c]
     used_b = [(t, c) for t, c in zip(bcast.trees, counts_b) if c]
-    lowered = L.lower_allreduce_reduce_broadcast(topology, used_r, used_b, name)
+    lowered = L.within_limits(L.lower_allreduce_reduce_broadcast, topology, used_r, used_b, name)
     return _from_lowered("trees", "allreduce", lowered, bound, [t for t, _ in used_r + used_b],
                          [f"reduce + broadcast through rank {root} (Blink 3.3) at {rate / 1e9:.2f} GB/s: "
                           f"{len(used_r)} reduce and {len(used_b)} broadcast trees, {chunks} chunks"])
@@ -157,7 +162,7 @@ def synth_trees(topology: Topology, collective: str, root: int = 0, links: str =
         a = _apportion(topology, list(packing.trees), packing.rate)
         lower = L.lower_broadcast if collective == "broadcast" else L.lower_reduce
         used = [t for t, c in zip(packing.trees, a.counts) if c]
-        lowered = lower(topology, used, [c for c in a.counts if c], name)
+        lowered = L.within_limits(lower, topology, used, [c for c in a.counts if c], name)
         return _from_lowered("trees", collective, lowered, bound, used,
                              [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees "
                               f"({packing.method}), {a.chunks} chunks"])
@@ -167,7 +172,7 @@ def synth_trees(topology: Topology, collective: str, root: int = 0, links: str =
         a = _apportion(topology, list(packing.trees), packing.algbw)
         lower = L.lower_allgather if collective == "allgather" else L.lower_reducescatter
         used = [t for t, c in zip(packing.trees, a.counts) if c]
-        lowered = lower(topology, used, [c for c in a.counts if c], name)
+        lowered = L.within_limits(lower, topology, used, [c for c in a.counts if c], name)
         return _from_lowered("trees", collective, lowered, bound, used,
                              [f"per-root packing {packing.algbw / 1e9:.2f} GB/s with {packing.num_trees} trees, "
                               f"{a.chunks} chunks per rank"])
@@ -177,7 +182,7 @@ def synth_trees(topology: Topology, collective: str, root: int = 0, links: str =
     packing = pack_allgather(topology, links, threshold=TOLERANCE)
     a = _apportion(topology, list(packing.trees), packing.algbw / 2, both_ways=True)
     used = [t for t, c in zip(packing.trees, a.counts) if c]
-    lowered = L.lower_allreduce_rs_ag(topology, used, [c for c in a.counts if c], name)
+    lowered = L.within_limits(L.lower_allreduce_rs_ag, topology, used, [c for c in a.counts if c], name)
     candidates.append(_from_lowered("trees", collective, lowered, bound, used,
                                     [f"reduce-scatter + all-gather on {len(used)} per-root trees, "
                                      f"{a.chunks} chunks per rank"]))
@@ -196,7 +201,7 @@ def synth_binary_trees(topology: Topology, collective: str, root: int = 0, links
     trees = [Tree(topology.ranks[bt.root],
                   tuple(Hop(topology.ranks[e.child], topology.ranks[e.parent], e.path) for e in bt.edges),
                   1.0, inward=True) for bt in schedule.trees]
-    lowered = L.lower_allreduce_trees(topology, trees, [1] * len(trees), "binary-trees-allreduce")
+    lowered = L.within_limits(L.lower_allreduce_trees, topology, trees, [1] * len(trees), "binary-trees-allreduce")
     return _from_lowered("binary-trees", collective, lowered, bound, trees,
                          [f"{len(trees)} binary trees (one per root; MXNet uses only the first below "
                           f"{schedule.threshold_bytes} bytes)"])
@@ -230,9 +235,41 @@ def synth_ring(topology: Topology, collective: str, root: int = 0, links: str = 
     return _from_lowered("ring", collective, lowered, bound, [], ["one ring in rank order"])
 
 
+def synth_blueconnect(topology: Topology, collective: str, root: int = 0, links: str = "all",
+                      bound: float | None = None) -> SynthesisResult:
+    """BlueConnect (Cho et al., SysML 2019, section 3): the rank count factored along the
+    hierarchy, reduce-scatter stages up and all-gather stages down (Algorithm 1), ring or
+    halving-doubling per stage as its model (eqs. 1-10) prefers for large messages."""
+    from arborcc.synth.blueconnect import choose_blueconnect
+    from arborcc.synth.lower_stages import describe, hierarchical_plan, lower_blueconnect
+
+    _only_allreduce("blueconnect", collective)
+    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    # the full factor search costs seconds per hundred ranks; beyond that follow the hosts
+    plan = (choose_blueconnect(topology, 1 << 30) if topology.num_ranks <= 128
+            else hierarchical_plan(topology, algorithm=None, name="blueconnect"))
+    lowered = lower_blueconnect(topology, plan, "blueconnect-allreduce")
+    return _from_lowered("blueconnect", collective, lowered, bound, [], [describe(plan)])
+
+
+def synth_hierarchical(topology: Topology, collective: str, root: int = 0, links: str = "all",
+                       bound: float | None = None) -> SynthesisResult:
+    """The two-level baseline: reduce-scatter inside each node, reduce-scatter and
+    all-gather across nodes between GPUs of equal local index, all-gather inside."""
+    from arborcc.synth.lower_stages import hierarchical_plan, lower_blueconnect
+
+    _only_allreduce("hierarchical", collective)
+    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    lowered = lower_blueconnect(topology, hierarchical_plan(topology), "hierarchical-allreduce")
+    return _from_lowered("hierarchical", collective, lowered, bound, [],
+                         ["reduce-scatter in each node, then across nodes, all-gather back"])
+
+
 STRATEGIES: dict[str, Callable[..., SynthesisResult]] = {
     "trees": synth_trees,
     "binary-trees": synth_binary_trees,
+    "blueconnect": synth_blueconnect,
+    "hierarchical": synth_hierarchical,
     "nccl-ring": synth_nccl_ring,
     "ring": synth_ring,
 }
@@ -263,6 +300,7 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
             progress(f"{name}: synthesizing {collective} on {topology.name}")
         results.append(STRATEGIES[name](topology, collective, root, links, bound=bound))
     best = max(results, key=lambda r: r.algbw)
+    check_algorithm(best.algorithm)  # every algorithm arborcc hands out is proved first
     best.synth_time = time.perf_counter() - t0
     if strategy == "auto":
         best.notes.append("auto chose " + best.strategy + " among " + ", ".join(

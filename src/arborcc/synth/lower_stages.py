@@ -1,0 +1,357 @@
+"""Lowering staged all-reduce plans (BlueConnect, hierarchical) to DSL programs.
+
+Source: ``papers/blueconnect.txt`` (Cho et al., SysML 2019), section 3.1 (eq. 8: the
+rank count factored as ``p0 x p1 x ... x p_{k-1}``), section 3.2.2 (Figure 4: the
+reduce-scatter stages, "reverse steps with all-gather shall be taken to complete
+all-reduce") and Algorithm 1 (lines 7-16: the per-learner offsets ``g`` and sizes
+``N / n``). The ring reduce-scatter and all-gather inside a group are GC3's (Cowan et
+al., Figure 3b: ``ring_reduce_scatter``/``ring_all_gather``); halving-doubling is
+Thakur, Rabenseifner and Gropp's recursive halving / doubling (BlueConnect eq. 2).
+
+Chunk ownership (Algorithm 1, lines 6-11). The in-place buffer of an all-reduce over
+``n`` ranks is split into ``n`` chunks. Before stage 0 every rank owns the whole buffer
+(offset ``g = 0``, size ``n``). Reduce-scatter stage i runs, in each of its groups, a
+reduce-scatter of the block the group's members own together (they must own the same
+block: they agree on every earlier stage's coordinate); the block is cut into ``p_i``
+contiguous sub-blocks and the member at position ``l`` of the group ends owning
+sub-block ``l`` (line 10: ``g = g + N l[i] / n``). After stage i, rank r owns the
+chunks whose mixed-radix digits (stage 0 the most significant) equal r's positions in
+its groups of stages 0..i - Figure 4: after stage 0 GPU 0 owns partitions .00-.03 of
+12, after stage 1 .00-.01, after stage 2 .00. After the last stage every rank owns one
+distinct chunk, fully reduced. All-gather stages run the same groups in reverse order
+(lines 12-16), each member broadcasting its sub-block to the group.
+
+Every transfer moves a contiguous range of chunks (GC3's aggregation, multi-count
+references), split into at most ``MAX_COUNT`` (64) chunks per transfer, so the step
+count is that of the schedule, not of the chunk count.
+
+Within a group, ``group[k]`` is position k (ring order for rings; for
+halving-doubling, position k pairs with ``k xor 2^s``), as :class:`Stage` documents.
+
+:func:`level_times` measures, per level, the time per byte the *emitted* algorithm
+spends on its busiest link (reduce-scatter plus all-gather of that level); on
+:func:`~arborcc.topology.cluster.build_hierarchy` topologies these are exactly the
+bandwidth terms of eq. (9), whose sum is BlueConnect's stage-sequential time. The
+steady-state estimate of :mod:`arborcc.sim.bandwidth` (``Lowered.estimate``) instead
+lets the stages of different buffer tiles overlap (the runtime pipelines them), so its
+time per byte is the busiest link's *total* - between the largest level term and their
+sum.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from arborcc.errors import SynthesisError
+from arborcc.ir.model import Buffer
+from arborcc.lang import AllReduce, chunk
+from arborcc.synth.blueconnect import HD, RING, RS, BlueConnectPlan, Stage, _algorithms_for, _Dim, _plan
+from arborcc.synth.lower import MAX_CHANNELS, MAX_COUNT, ChannelMap, Lowered, _finish, _program
+from arborcc.topology.model import Topology
+
+IN = Buffer.INPUT
+
+__all__ = ["lower_blueconnect", "blueconnect_program", "describe", "hierarchical_plan", "plan_for_factors",
+           "host_dims", "level_times", "sequential_algbw", "stage_pairs"]
+
+
+# ----------------------------------------------------------------- ownership ---
+def _pieces(start: int, count: int) -> list[tuple[int, int]]:
+    """``count`` contiguous chunks from ``start`` as near-equal transfers of at most
+    MAX_COUNT chunks each."""
+    if count <= 0:
+        return []
+    parts = -(-count // MAX_COUNT)
+    base, extra = divmod(count, parts)
+    out, at = [], start
+    for j in range(parts):
+        size = base + (1 if j < extra else 0)
+        out.append((at, size))
+        at += size
+    return out
+
+
+def _layout(plan: BlueConnectPlan, n: int) -> list[tuple[list[tuple[list[int], int]], int]]:
+    """Per reduce-scatter stage: [(group, offset of the group's block)], sub-block size.
+
+    Algorithm 1, lines 6-11 (module doc). Raises SynthesisError when a group's members
+    do not own the same block (the groups do not form the mixed-radix grid of eq. 8).
+    """
+    k = len(plan.factors)
+    offset = [0] * n
+    size = n
+    out = []
+    for i, st in enumerate(plan.stages[:k]):
+        p = st.factor
+        if size % p:
+            raise SynthesisError(f"stage {i}: a block of {size} chunks cannot be cut into {p} parts")
+        m = size // p
+        blocks = []
+        for g in st.groups:
+            off = offset[g[0]]
+            if any(offset[r] != off for r in g):
+                owners = {r: offset[r] for r in g}
+                raise SynthesisError(f"stage {i}: group {g} spans ranks owning different blocks after the "
+                                     f"earlier stages (chunk offsets {owners}); the stages' groups must "
+                                     f"differ in one coordinate of the rank grid (BlueConnect eq. 8)")
+            blocks.append((g, off))
+        for g, off in blocks:
+            for pos, r in enumerate(g):
+                offset[r] = off + pos * m
+        out.append((blocks, m))
+        size = m
+    if size != 1 or len(set(offset)) != n:  # pragma: no cover - implied by validate + the grid check
+        raise SynthesisError("the reduce-scatter stages do not leave every rank one distinct chunk")
+    return out
+
+
+def stage_pairs(stage: Stage) -> list[tuple[int, int]]:
+    """The (sender, receiver) rank pairs a stage uses: ring neighbours, or every
+    halving-doubling round's partners (both directions)."""
+    pairs = []
+    for g in stage.groups:
+        p = len(g)
+        if p < 2:
+            continue
+        if stage.algorithm == RING:
+            pairs.extend((g[j], g[(j + 1) % p]) for j in range(p) if g[j] != g[(j + 1) % p])
+        else:
+            d = p // 2
+            while d >= 1:
+                pairs.extend((g[j], g[j ^ d]) for j in range(p))
+                d //= 2
+    return pairs
+
+
+# ---------------------------------------------------------------- emission ---
+def _ring_reduce_scatter(g: list[int], off: int, m: int, ch: int) -> None:
+    """GC3 Fig. 3b ring reduce-scatter: sub-block k starts at ``g[k+1]``, is reduced
+    by every member in ring order and ends, fully reduced, on ``g[k]``."""
+    p = len(g)
+    for k in range(p):
+        for a, c in _pieces(off + k * m, m):
+            ref = chunk(g[(k + 1) % p], IN, a, c)
+            for s in range(2, p + 1):
+                ref = chunk(g[(k + s) % p], IN, a, c).reduce(ref, ch=ch)
+
+
+def _ring_all_gather(g: list[int], off: int, m: int, ch: int) -> None:
+    """GC3 Fig. 3b ring all-gather: sub-block k leaves ``g[k]`` and goes once round."""
+    p = len(g)
+    for k in range(p):
+        for a, c in _pieces(off + k * m, m):
+            ref = chunk(g[k], IN, a, c)
+            for s in range(1, p):
+                ref = ref.copy(g[(k + s) % p], IN, a, ch=ch)
+
+
+def _halving(g: list[int], off: int, m: int, ch: int) -> None:
+    """Recursive halving (BlueConnect eq. 2; Thakur et al.): in the round at distance
+    d = p/2, ..., 1 position j keeps the lower half of its range when bit d of j is 0,
+    the upper half otherwise, and reduces its partner ``j xor d``'s copy of that half
+    into its own. Position j ends owning sub-block j."""
+    p = len(g)
+    lo, hi = [0] * p, [p] * p
+    d = p // 2
+    while d >= 1:
+        keep = []
+        for j in range(p):
+            mid = (lo[j] + hi[j]) // 2
+            keep.append((lo[j], mid) if j & d == 0 else (mid, hi[j]))
+        for j in range(p):
+            a, b = keep[j]
+            for s, c in _pieces(off + a * m, (b - a) * m):
+                chunk(g[j], IN, s, c).reduce(chunk(g[j ^ d], IN, s, c), ch=ch)
+        for j in range(p):
+            lo[j], hi[j] = keep[j]
+        d //= 2
+
+
+def _doubling(g: list[int], off: int, m: int, ch: int) -> None:
+    """Recursive doubling: at distance d = 1, 2, ..., p/2 every position sends all it
+    owns to its partner ``j xor d``; the owned ranges merge."""
+    p = len(g)
+    lo, hi = list(range(p)), [j + 1 for j in range(p)]
+    d = 1
+    while d < p:
+        for j in range(p):
+            for s, c in _pieces(off + lo[j] * m, (hi[j] - lo[j]) * m):
+                chunk(g[j], IN, s, c).copy(g[j ^ d], IN, s, ch=ch)
+        new = [(min(lo[j], lo[j ^ d]), max(hi[j], hi[j ^ d])) for j in range(p)]
+        for j in range(p):
+            lo[j], hi[j] = new[j]
+        d *= 2
+
+
+def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | None = None):
+    """The traced DSL program of :func:`lower_blueconnect` and its channel map (not yet
+    compiled): ``(program, channels)``. Same checks as :func:`lower_blueconnect`.
+
+    Channels: reduce-scatter stage i runs on channel i, the all-gather of level i on
+    channel ``k + i`` (GC3's hierarchical all-reduce likewise gives each phase its
+    channel). Instruction fusion joins only transfers of one channel, so it chains
+    receives and sends inside a stage (a ring's ``rrs``/``rcs`` pipeline) but never
+    across stages. Two reasons: with one channel for everything, a receive of a
+    reduce-scatter gets fused with a send of an all-gather far later in the program,
+    and the compiler's FIFO repair (``compiler/order.py``, which chains a fused
+    instruction at its receive's program position) finds no order and raises
+    AssertionError (e.g. halving-doubling on 16 ranks with one-chunk transfers); and
+    with one channel per phase, a chain from a stage's last receive into the next
+    stage's first send would need one thread block with two send peers.
+    """
+    n = topology.num_ranks
+    plan.validate(n)
+    k = len(plan.factors)
+    if 2 * k > MAX_CHANNELS:
+        raise SynthesisError(f"{k} levels need {2 * k} channels, more than MSCCL's {MAX_CHANNELS}")
+    layout = _layout(plan, n)
+    name = name or f"{plan.name}-allreduce-" + "x".join(map(str, plan.factors))
+
+    hops, path = [], {}
+    for st in plan.stages:
+        for a, b in stage_pairs(st):
+            if (a, b) not in path:
+                path[(a, b)] = topology.route(topology.ranks[a], topology.ranks[b]).path
+                hops.append((a, b, path[(a, b)]))
+    channels = ChannelMap(hops)
+
+    with _program(name, AllReduce(n, n, inplace=True), topology, channels) as prog:
+        for i, (st, (blocks, m)) in enumerate(zip(plan.stages[:k], layout)):  # going up: lines 7-11
+            if st.factor < 2:
+                continue
+            emit = _halving if st.algorithm == HD else _ring_reduce_scatter
+            for g, off in blocks:
+                emit(g, off, m, i)
+        for i, st in enumerate(plan.stages[k:]):  # coming down: lines 12-16
+            blocks, m = layout[k - 1 - i]
+            if st.factor < 2:
+                continue
+            emit = _doubling if st.algorithm == HD else _ring_all_gather
+            for g, off in blocks:
+                emit(g, off, m, k + i)
+    return prog, channels
+
+
+def describe(plan: BlueConnectPlan) -> str:
+    """``"RS 4x4 ring, RS 2x8 halving-doubling, ..."``: kind, group size x group count, algorithm."""
+    return ", ".join(f"{'RS' if s.kind == RS else 'AG'} {s.factor}x{len(s.groups)} {s.algorithm}"
+                     for s in plan.stages)
+
+
+def lower_blueconnect(topology: Topology, plan: BlueConnectPlan, name: str | None = None) -> Lowered:
+    """BlueConnect's decomposed all-reduce (Algorithm 1; Figure 4) as an in-place
+    ``AllReduce(n, n)`` program: the plan's reduce-scatter stages in order, then its
+    all-gather stages (which mirror them) - compiled, verified and estimated.
+
+    Raises SynthesisError when the plan is not a decomposition over the topology's
+    ranks (:meth:`BlueConnectPlan.validate`: groups partitioning the ranks, sizes equal
+    to the factors, halving-doubling only on power-of-two groups) or when a stage's
+    groups do not share a block (module doc).
+    """
+    prog, channels = blueconnect_program(topology, plan, name)
+    n = topology.num_ranks
+    return _finish(prog, topology, channels, n,
+                   [f"{plan.name}: factors {'x'.join(map(str, plan.factors))}, {n} chunks; stages "
+                    f"{describe(plan)} (BlueConnect Algorithm 1)"])
+
+
+# -------------------------------------------------------------- hierarchical ---
+def host_dims(topology: Topology) -> list[_Dim]:
+    """The two axes of the hierarchical baseline: a rank's position among its host's
+    GPUs (in rank order) and its host's position among the hosts. Raises
+    SynthesisError when the hosts hold different numbers of ranks."""
+    n = topology.num_ranks
+    by_host: dict[object, list[int]] = {}
+    for r, g in enumerate(topology.ranks):
+        by_host.setdefault(topology.devices[g].host, []).append(r)
+    sizes = {len(v) for v in by_host.values()}
+    if len(sizes) != 1:
+        raise SynthesisError(f"{topology.name}: hosts hold different numbers of GPUs "
+                             f"({sorted(sizes)}); the hierarchical decomposition needs equal nodes")
+    local, node = [0] * n, [0] * n
+    for h, ranks in enumerate(sorted(by_host.values())):
+        for j, r in enumerate(ranks):
+            local[r], node[r] = j, h
+    gpn = sizes.pop()
+    return [_Dim(gpn, tuple(local), "gpu"), _Dim(len(by_host), tuple(node), "node")]
+
+
+def hierarchical_plan(topology: Topology, algorithm: str | None = RING, alpha: float | None = None,
+                      name: str = "hierarchical") -> BlueConnectPlan:
+    """The hierarchical baseline as a BlueConnect plan with factors (GPUs per node,
+    nodes): reduce-scatter inside every node, reduce-scatter across nodes among the
+    GPUs of equal local index, then the all-gathers in reverse (GC3 section 2's
+    hierarchical all-reduce; BlueConnect eq. 8 with two levels).
+
+    ``algorithm`` is every stage's (ring by default; ``None`` picks halving-doubling
+    for power-of-two groups, eq. 3). Levels of a single group member are dropped.
+    Unlike :func:`~arborcc.synth.blueconnect.blueconnect_plan` this routes only the
+    stages' own transfers (no all-pairs reachability sweep), so it stays cheap on
+    1024 ranks.
+    """
+    dims = [d for d in host_dims(topology) if d.radix > 1] or [_Dim(1, (0,) * topology.num_ranks, "one")]
+    return _plan(topology, dims, _algorithms_for(dims, algorithm), alpha, {}, name=name)
+
+
+# ------------------------------------------------------------- model check ---
+def level_times(lowered: Lowered, plan: BlueConnectPlan, topology: Topology) -> list[float]:
+    """Per level i (reduce-scatter stage i and its all-gather), seconds per byte of the
+    all-reduce buffer on the busiest link, counting only the emitted transfers of that
+    level's groups - the measured counterpart of eq. (9)'s term
+    ``2 Tr/c(p_i, N / prod p_j, 0, min_j w_j / prod p_k) / N`` (module doc).
+
+    A connection belongs to level i when its two ranks share a stage-i group (two
+    ranks differ in one grid coordinate, so in at most one level).
+    """
+    k = len(plan.factors)
+    level_of: dict[tuple[int, int], int] = {}
+    for i, st in enumerate(plan.stages[:k]):
+        for g in st.groups:
+            for a in g:
+                for b in g:
+                    if a != b:
+                        level_of[(a, b)] = i
+    algo = lowered.algorithm
+    chunk_bytes = 1.0 / algo.chunks_per_loop
+    loads: list[dict[tuple[str, str], float]] = [{} for _ in range(k)]
+    for prog in algo.ranks:
+        for tb in prog.threadblocks:
+            sent = sum(s.count for s in tb.steps if s.op.sends)
+            if not sent:
+                continue
+            level = level_of.get((prog.rank, tb.send))
+            if level is None:
+                raise SynthesisError(f"rank {prog.rank} sends to {tb.send}, which shares no stage group with it")
+            path = lowered.routes.get((prog.rank, tb.send, tb.channel)) or topology.route(
+                topology.ranks[prog.rank], topology.ranks[tb.send]).path
+            for link in zip(path, path[1:]):
+                loads[level][link] = loads[level].get(link, 0.0) + sent * chunk_bytes
+    return [max((v / topology.links[l].bandwidth for l, v in ld.items()), default=0.0) for ld in loads]
+
+
+def sequential_algbw(lowered: Lowered, plan: BlueConnectPlan, topology: Topology) -> float:
+    """Algbw (B/s) when the levels run one after another, each at its busiest link's
+    pace - eq. (9) without latency, measured on the emitted algorithm."""
+    t = sum(level_times(lowered, plan, topology))
+    return 1.0 / t if t > 0 else math.inf
+
+
+def plan_for_factors(topology: Topology, factors: Sequence[int], algorithms: Sequence[str] | None = None,
+                     alpha: float | None = None, name: str = "blueconnect") -> BlueConnectPlan:
+    """A plan over explicit ``factors`` (mixed radix over rank order, innermost first)
+    with per-stage ``algorithms`` (default: eq. 3), routing only the stages' transfers."""
+    n = topology.num_ranks
+    if math.prod(factors) != n or any(f < 1 for f in factors):
+        raise SynthesisError(f"factors {list(factors)} do not multiply to the {n} ranks of {topology.name}")
+    dims, stride = [], 1
+    for i, f in enumerate(factors):
+        dims.append(_Dim(f, tuple((r // stride) % f for r in range(n)), f"F{i}"))
+        stride *= f
+    algs = list(algorithms) if algorithms is not None else _algorithms_for(dims, None)
+    if len(algs) != len(dims):
+        raise SynthesisError(f"{len(dims)} factors but {len(algs)} algorithms")
+    for d, a in zip(dims, algs):
+        _algorithms_for([d], a)  # raises on halving-doubling over a non-power-of-two group
+    return _plan(topology, dims, algs, alpha, {}, name=name)
+
