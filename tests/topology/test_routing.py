@@ -81,3 +81,12 @@ def test_cross_rail_routes_do_not_bounce_through_a_third_node():
         # once in the network, the route never goes back to the source host
         first_out = hosts.index(None)
         assert t.devices[a].host not in hosts[first_out:]
+
+
+def test_gpu_i_uses_nic_i_at_both_ends_when_nics_are_equally_close():
+    from arborcc.topology.cluster import build_cluster
+
+    t = build_cluster("dgx-a100", 2)  # each PCIe switch holds 2 GPUs and 2 NICs
+    assert t.route("n0.gpu1", "n1.gpu1").path == (
+        "n0.gpu1", "n0.pcie0", "n0.nic1", "leaf0", "n1.nic1", "n1.pcie0", "n1.gpu1")
+    assert t.route("n0.gpu1", "n1.gpu0").path[2:5] == ("n0.nic1", "leaf0", "n1.nic0")

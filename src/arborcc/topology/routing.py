@@ -26,49 +26,128 @@ if TYPE_CHECKING:  # pragma: no cover
     from arborcc.topology.model import Route, Topology
 
 
-def routes_from(topology: "Topology", src: str) -> dict[str, "Route"]:
+class _Graph:
+    """The topology as integer arrays, built once per topology (see :func:`routes_from`)."""
+
+    def __init__(self, topology: "Topology"):
+        from arborcc.topology.model import DeviceKind
+
+        self.ids = list(topology.devices)
+        index = {d: i for i, d in enumerate(self.ids)}
+        devs = [topology.devices[d] for d in self.ids]
+        self.host = [d.host for d in devs]
+        self.relay = [not d.is_gpu for d in devs]
+        self.nic_index = [d.index if d.kind is DeviceKind.NIC else None for d in devs]
+        self.gpu_index = [d.index if d.is_gpu else None for d in devs]
+        self.out: list[list[tuple[int, float]]] = [[] for _ in devs]
+        for l in topology.links.values():
+            self.out[index[l.src]].append((index[l.dst], l.bandwidth))
+        for adj in self.out:
+            adj.sort()
+        self.index = index
+        self.widths = sorted({l.bandwidth for l in topology.links.values()}, reverse=True)
+
+
+def _graph(topology: "Topology") -> _Graph:
+    g = getattr(topology, "_routing_graph", None)
+    if g is None:
+        g = _Graph(topology)
+        topology._routing_graph = g  # type: ignore[attr-defined]
+    return g
+
+
+class RouteTable:
+    """Routes from one source, computed by :func:`routes_from` and read back on demand.
+
+    For every device the search keeps the widest bandwidth class that reaches it and,
+    within it, all parents on shortest paths; ``table[dst]`` builds the Route once.
+    """
+
+    def __init__(self, topology: "Topology", g: _Graph, src: int):
+        self.topology, self.g, self.src = topology, g, src
+        self.reached: dict[int, dict[int, list[int]]] = {}  #: device -> its parents (one BFS)
+        self._built: dict[str, "Route"] = {}
+
+    def __contains__(self, dst: str) -> bool:
+        v = self.g.index.get(dst)
+        return v is not None and v != self.src and v in self.reached
+
+    def __getitem__(self, dst: str) -> "Route":
+        route = self._built.get(dst)
+        if route is None:
+            if dst not in self:
+                raise KeyError(dst)
+            route = self._built[dst] = self._build(self.g.index[dst])
+        return route
+
+    def _build(self, v: int) -> "Route":
+        from arborcc.topology.model import Route
+
+        g, parents = self.g, self.reached[v]
+        home = g.host[self.src]
+
+        def preference(p: int) -> tuple[int, int]:
+            nic = g.nic_index[p]
+            if nic is None:
+                return (1, p)
+            end = self.src if g.host[p] == home else v
+            return (0 if nic == g.gpu_index[end] else 1, p)
+
+        path = [v]
+        while parents[path[-1]]:
+            path.append(min(parents[path[-1]], key=preference))
+        path.reverse()
+        links = [self.topology.links[(g.ids[a], g.ids[b])] for a, b in zip(path, path[1:])]
+        return Route(tuple(g.ids[x] for x in path), min(l.bandwidth for l in links),
+                     sum(l.latency for l in links))
+
+
+def routes_from(topology: "Topology", src: str) -> RouteTable:
     """Widest-then-shortest routes from ``src`` to every device it can reach.
 
     Runs one breadth-first search per distinct link bandwidth (descending), each on
     the links at least that wide, and keeps for each target the first (widest)
     threshold that reaches it - O(#bandwidth classes x links), tiny for real machines.
+    Among equally short paths the search keeps every parent, and a path is read back
+    preferring, on each host, the NIC whose number is that host's endpoint GPU's (GPU i
+    uses NIC i when several are equally close, as rail-aligned NCCL does), then device
+    order.
     """
-    from arborcc.topology.model import Route
+    g = _graph(topology)
+    s = g.index[src]
+    home = g.host[s]
+    table = RouteTable(topology, g, s)
 
-    relays = {d.id for d in topology.devices.values() if not d.is_gpu}
-    order = {d: i for i, d in enumerate(topology.devices)}
-    home = topology.devices[src].host
+    def phase(v: int) -> int:  # 0: source host, 1: network, 2: another host
+        h = g.host[v]
+        return 1 if h is None else (0 if h == home else 2)
 
-    def phase(dev: str) -> int:  # 0: source host, 1: network, 2: another host
-        host = topology.devices[dev].host
-        return 1 if host is None else (0 if host == home else 2)
-
-    def allowed(u: str, v: str) -> bool:
-        pu, pv = phase(u), phase(v)
-        return pv >= pu and (pu != 2 or topology.devices[u].host == topology.devices[v].host)
-
-    widths = sorted({l.bandwidth for l in topology.links.values()}, reverse=True)
-    routes: dict[str, Route] = {}
-    for width in widths:
-        parent: dict[str, str | None] = {src: None}
-        queue = deque([src])
+    for width in g.widths:
+        depth = {s: 0}
+        parents: dict[int, list[int]] = {s: []}
+        queue = deque([s])
         while queue:
             u = queue.popleft()
-            if u != src and u not in relays:
+            if u != s and not g.relay[u]:
                 continue  # a GPU ends a path, it does not forward
-            for link in sorted(topology.out_links(u), key=lambda l: order[l.dst]):
-                if link.bandwidth >= width and link.dst not in parent and allowed(u, link.dst):
-                    parent[link.dst] = u
-                    queue.append(link.dst)
-        for dst in parent:
-            if dst == src or dst in routes:
-                continue
-            path = [dst]
-            while parent[path[-1]] is not None:
-                path.append(parent[path[-1]])  # type: ignore[arg-type]
-            path.reverse()
-            links = [topology.links[(a, b)] for a, b in zip(path, path[1:])]
-            routes[dst] = Route(tuple(path), min(l.bandwidth for l in links), sum(l.latency for l in links))
-        if len(routes) == len(topology.devices) - 1:
+            pu, du = phase(u), depth[u]
+            for v, bw in g.out[u]:
+                if bw < width:
+                    continue
+                pv = phase(v)
+                if pv < pu or (pu == 2 and g.host[u] != g.host[v]):
+                    continue
+                dv = depth.get(v)
+                if dv is None:
+                    depth[v] = du + 1
+                    parents[v] = [u]
+                    queue.append(v)
+                elif dv == du + 1:
+                    parents[v].append(u)
+        for v in depth:
+            if v not in table.reached:
+                table.reached[v] = parents
+        if len(table.reached) == len(g.ids):
             break
-    return routes
+    table.reached.pop(s, None)
+    return table
