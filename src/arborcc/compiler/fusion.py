@@ -14,6 +14,10 @@ for both connections, so both must be on the same channel: fusion only joins tra
 whose channel hints agree (a union-find over messages keeps whole fused chains
 consistent), and in manual mode only when the receive and send name the same thread
 block.
+
+Later passes may undo a fusion (:func:`unfuse`; ``InstrTable.fusions`` keeps what it
+replaced) when it leaves no FIFO-consistent order (:mod:`.order`) or its chain fits no
+channel (:mod:`.threadblocks`).
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ def fuse_instructions(t: InstrTable, dag: Dag, significant: set[int], manual: bo
     # channel hints only matter when they differ; then whole chains must agree
     chans = _Channels(ch) if len(set(ch)) > 1 else None
     forwards = dag.forwards
+    fusions = t.fusions
     for r in (sorted(forwards) if chans is not None else forwards):
         sends = forwards[r]
         s = sends[0] if len(sends) == 1 else max(sends, key=lambda x: rdepth[x])
@@ -77,6 +82,7 @@ def fuse_instructions(t: InstrTable, dag: Dag, significant: set[int], manual: bo
             if m_in == m_out or not chans.join(m_in, m_out):
                 continue
         q = msg_out[s]  # the receive on the next rank
+        fusions[r] = (s, kind[r], sbuf[r], soff[r], sendtb[r], ch[r])
         if kind[r] == RECV:
             kind[r] = RCS
             sbuf[r] = dbuf[r]
@@ -95,3 +101,21 @@ def fuse_instructions(t: InstrTable, dag: Dag, significant: set[int], manual: bo
         alive[s] = False
         rep[s] = r
     return rep
+
+
+def unfuse(t: InstrTable, rep: list[int], receives) -> None:
+    """Undo the fusion of each of ``receives`` (fused instructions): the receive gets its
+    own kind back and the send it absorbed is alive again, right before its receive on
+    the next rank. Depths need no update (they are the pre-fusion ones); ``rep`` does.
+    """
+    kind, sbuf, soff, sendtb, ch, speer = t.kind, t.sbuf, t.soff, t.sendtb, t.ch, t.speer
+    msg_in, msg_out, alive, fusions = t.msg_in, t.msg_out, t.alive, t.fusions
+    for r in receives:
+        s, kind[r], sbuf[r], soff[r], sendtb[r], ch[r] = fusions.pop(r)
+        q = msg_out[r]
+        speer[r] = -1
+        msg_out[r] = -1
+        msg_in[q] = s
+        msg_out[s] = q
+        alive[s] = True
+        rep[s] = s

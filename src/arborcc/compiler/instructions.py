@@ -43,6 +43,9 @@ class InstrTable:
         for f in self.FIELDS:
             setattr(self, f, [])
         self.alive: list[bool] = []
+        #: fused receive -> (send fused into it, and the receive's own kind, sbuf, soff,
+        #: sendtb, ch before fusion): what :func:`~arborcc.compiler.fusion.unfuse` restores
+        self.fusions: dict[int, tuple] = {}
 
     def __len__(self) -> int:
         return len(self.rank)

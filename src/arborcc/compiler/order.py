@@ -15,8 +15,18 @@ property; :func:`fifo_consistent` checks it (per sender, receiver and parallel l
 which covers every channel split). When it fails, :func:`repair_order` re-sorts with
 Kahn's algorithm, keeping the priority where it can, under extra edges that chain the
 sends - and in the same order the receives - of each rank pair: first in priority
-order, and if that has a cycle, in program order (a fused instruction counting at its
-receive's place), which never has one since every edge goes forward in program order.
+order, then in program order (a fused instruction counting at its receive's place).
+Neither needs to be acyclic: fusion moves a send back to the receive it forwards, so in
+program order a fused message can be sent before, and received after, another message
+of its pair, and a fused instruction ties the order of the pair it receives on to the
+order of the pair it sends on (tree all-reduces with interleaved trees do both). The
+third attempt, :func:`_kahn_fifo`, fixes each pair's order while it schedules (a
+receive only when its message is the oldest in flight), which follows fused chains.
+A repaired order must also be *slot-safe* (:func:`slot_safe`): connections are bounded
+queues, and an order that keeps many messages of a pair in flight can deadlock where
+the unbounded model would not. If every attempt fails, the pipeline undoes fusions
+(:func:`fifo_conflicting_fusions`, then all of them: program order of the unfused
+instructions always works).
 """
 
 from __future__ import annotations
@@ -26,6 +36,11 @@ import heapq
 import numpy as np
 
 from arborcc.compiler.instructions import InstrTable
+
+
+#: messages per rank pair an order repaired for FIFO consistency may keep in flight (the
+#: reference runtime's default connection size; MSCCL's Simple protocol has 8)
+SAFE_SLOTS = 2
 
 
 def global_order(t: InstrTable, depth: list[int], rdepth: list[int] | None) -> list[int]:
@@ -76,13 +91,78 @@ def fifo_consistent(t: InstrTable, order: list[int]) -> bool:
     return bool(np.all(rpos[1:][same] > rpos[:-1][same]))
 
 
-def repair_order(t: InstrTable, order: list[int], preds: list, rep: list[int]) -> list[int]:
-    """A priority-preserving order in which every pair's receives follow its sends."""
+def repair_order(t: InstrTable, order: list[int], preds: list, rep: list[int],
+                 stuck: list[int] | None = None) -> list[int] | None:
+    """A priority-preserving, slot-safe order in which every pair's receives follow its
+    sends, or None when none of the three attempts finds one (the caller then undoes
+    fusions: see :func:`fifo_conflicting_fusions`; ``stuck`` receives the fused
+    instructions the last attempt was stuck at)."""
     for chain_by in ("priority", "program"):
         result = _kahn(t, order, preds, rep, chain_by)
-        if result is not None:
+        if result is not None and slot_safe(t, result):
             return result
-    raise AssertionError("program order must satisfy the FIFO constraints")  # pragma: no cover
+    result = _kahn_fifo(t, order, preds, rep, stuck)
+    if result is None:  # program order as the priority: the greedy gets stuck less often
+        result = _kahn_fifo(t, sorted(order), preds, rep)
+    return result
+
+
+def slot_safe(t: InstrTable, order: list[int], slots: int = SAFE_SLOTS) -> bool:
+    """Whether, running ``order`` one instruction at a time, no send finds ``slots``
+    messages of its rank pair in flight. Thread blocks following such an order cannot
+    deadlock on connections of ``slots`` entries: the first blocked step in the order has
+    everything before it done, and the sends of its connection after it not done."""
+    msg_in, msg_out, rank, lane = t.msg_in, t.msg_out, t.rank, t.lane
+    inflight: dict[tuple, int] = {}
+    for i in order:
+        m = msg_in[i]
+        if m >= 0:
+            key = (rank[m], rank[i], lane[i])
+            inflight[key] = inflight.get(key, 0) - 1
+        if msg_out[i] >= 0:
+            key = (rank[i], rank[msg_out[i]], lane[i])
+            c = inflight.get(key, 0)
+            if c >= slots:
+                return False
+            inflight[key] = c + 1
+    return True
+
+
+def fifo_conflicting_fusions(t: InstrTable) -> list[int]:
+    """Fused instructions to unfuse so that chaining in program order has no cycle.
+
+    In program order a message goes from its sending instruction's index to its
+    receiving instruction's: ``[q - 1, q]`` for a plain send ``q - 1``, but ``[r, q]``
+    for a send fused into the receive ``r`` - fusion moves the send back to ``r``. If
+    that interval contains another message of the same rank pair, the two messages are
+    sent in one order and received in the other, and the chain edges may close a cycle
+    (and if data dependencies force both orders, no order of any kind exists). Per pair,
+    in the order of the receives (whose indices fusion does not change), a fused message
+    is kept when its send index exceeds every earlier message's, else unfused (its send
+    index becomes ``q - 1``, larger than every earlier one). Keeping one where possible
+    leaves the bound lowest for the rest. The kept messages are then sent in the order
+    they are received, every edge goes forward in program order, and there is no cycle.
+    """
+    pair, senders, receivers = _messages(t)
+    if len(senders) == 0:
+        return []
+    s = np.lexsort((receivers, pair))
+    pair_s, snd, rcv = pair[s].tolist(), senders[s].tolist(), receivers[s].tolist()
+    fused, msg_in = t.fusions, t.msg_in
+    undo: list[int] = []
+    prev, bound = None, -1
+    for p, a, q in zip(pair_s, snd, rcv):
+        if p != prev:
+            prev, bound = p, -1
+        if msg_in[a] >= 0 and a in fused:  # a fused send, sitting at its receive's place
+            if a > bound:
+                bound = a
+                continue
+            undo.append(a)
+            a = fused[a][0]  # the send, which goes right before its receive q
+        if a > bound:
+            bound = a
+    return undo
 
 
 def _kahn(t: InstrTable, order: list[int], preds: list, rep: list[int], chain_by: str) -> list[int] | None:
@@ -127,3 +207,82 @@ def _kahn(t: InstrTable, order: list[int], preds: list, rep: list[int], chain_by
             if indeg[j] == 0:
                 heapq.heappush(heap, pos[j])
     return out if len(out) == len(order) else None
+
+
+def _kahn_fifo(t: InstrTable, order: list[int], preds: list, rep: list[int],
+               stuck: list[int] | None = None) -> list[int] | None:
+    """Kahn's algorithm in priority order that fixes each pair's message order as it goes:
+    a send appends its message to its pair's queue, and a receive may only be taken when
+    its message is at the head. A fused instruction receives and sends at once, so the
+    order of one pair carries over to the next along fused chains - which chaining every
+    pair by one global key cannot express. A send is also held back while its pair has
+    :data:`SAFE_SLOTS` messages in flight, so the order is slot-safe (see
+    :func:`slot_safe`). None if it gets stuck (say a head's receive waiting for
+    something behind a later message); then the fused instructions among those ready
+    but held back go to ``stuck``."""
+    n = len(t)
+    pos = [0] * n
+    for p, i in enumerate(order):
+        pos[i] = p
+    succs: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    msg_in = t.msg_in
+    for i in order:
+        seen = set()
+        for p in preds[i]:
+            p = rep[p]
+            if p not in seen:
+                seen.add(p)
+                succs[p].append(i)
+                indeg[i] += 1
+        m = msg_in[i]
+        if m >= 0:
+            m = rep[m]
+            if m not in seen:
+                succs[m].append(i)
+                indeg[i] += 1
+    pair, senders, _ = _messages(t)
+    pair_of = dict(zip(senders.tolist(), pair.tolist()))  # sender -> its pair
+    queues: dict[int, list[int]] = {p: [] for p in pair_of.values()}  # receivers, in send order
+    heads = dict.fromkeys(queues, 0)  # index of the oldest message in flight
+    blocked: dict[int, list[int]] = {p: [] for p in queues}  # senders waiting for a slot (heaps of pos)
+    waiting = [False] * n  # ready receive whose message is not at its pair's head
+    heap = [pos[i] for i in order if indeg[i] == 0 and msg_in[i] < 0]
+    heapq.heapify(heap)
+    out: list[int] = []
+    while heap:
+        i = order[heapq.heappop(heap)]
+        po = pair_of.get(i)
+        if po is not None and len(queues[po]) - heads[po] >= SAFE_SLOTS:
+            heapq.heappush(blocked[po], pos[i])  # its receive (if any) stays at the head
+            continue
+        out.append(i)
+        m = msg_in[i]
+        if m >= 0:  # a receive: its message was the head; the next one may be ready
+            pq = pair_of[rep[m]]
+            h = heads[pq] = heads[pq] + 1
+            q = queues[pq]
+            if h < len(q) and waiting[q[h]]:
+                waiting[q[h]] = False
+                heapq.heappush(heap, pos[q[h]])
+            if blocked[pq]:  # a slot is free again
+                heapq.heappush(heap, heapq.heappop(blocked[pq]))
+        if po is not None:  # a send: queue its message
+            queues[po].append(t.msg_out[i])
+        for j in succs[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                mj = msg_in[j]
+                if mj >= 0:
+                    pj = pair_of[rep[mj]]
+                    if queues[pj][heads[pj]] != j:
+                        waiting[j] = True
+                        continue
+                heapq.heappush(heap, pos[j])
+    if len(out) == len(order):
+        return out
+    if stuck is not None:
+        fused = t.fusions
+        stuck.extend(order[p] for b in blocked.values() for p in b if order[p] in fused)
+        stuck.extend(i for i in fused if waiting[i])
+    return None

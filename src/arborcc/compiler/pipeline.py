@@ -18,10 +18,11 @@ import numpy as np
 
 from arborcc.compiler.dag import build_dag, reverse_depths
 from arborcc.compiler.emit import build_algorithm
-from arborcc.compiler.fusion import fuse_instructions
+from arborcc.compiler.fusion import fuse_instructions, unfuse
 from arborcc.compiler.instructions import KIND_NAME, InstrTable, lower_operations
 from arborcc.compiler.layout import IB_INPUT, IB_OUTPUT, plan_layout
-from arborcc.compiler.order import fifo_consistent, global_order, repair_order
+from arborcc.compiler.order import (fifo_conflicting_fusions, fifo_consistent, global_order, repair_order,
+                                   slot_safe)
 from arborcc.compiler.sync import emit_steps
 from arborcc.compiler.threadblocks import assign_auto, assign_manual
 from arborcc.ir.model import Algorithm
@@ -39,6 +40,7 @@ class CompileStats:
     nops: int = 0
     thread_blocks: int = 0
     reordered: bool = False  #: the priority order needed repairing for FIFO consistency
+    unfused: int = 0  #: fusions undone: no FIFO-consistent order or no channel kept them
     steps: int = 0
     seconds: dict[str, float] = field(default_factory=dict)  #: wall time per pass
     cpu_seconds: dict[str, float] = field(default_factory=dict)  #: CPU time per pass
@@ -57,6 +59,43 @@ def _significant_buffers(prog) -> set[int]:
         if buf is INPUT:
             sig.add(IB_INPUT)
     return sig
+
+
+_UNFUSE_ROUNDS = 8  #: rounds of undoing the fusions a repair got stuck at, before all
+
+
+def _fifo_order(table: InstrTable, dag, rep: list[int], rdepth: list[int], stats: CompileStats) -> list[int]:
+    """The global order, repaired for FIFO consistency if needed (:mod:`.order`).
+
+    When no repaired order keeping every fusion is found, fusions are undone: first those
+    that moved a send ahead of other messages of its pair (:func:`fifo_conflicting_fusions`),
+    then, for a few rounds, those the scheduler got stuck at, then all - and program order,
+    in which every message is received right after it was sent, is FIFO-consistent and
+    slot-safe by construction.
+    """
+    order = global_order(table, dag.depth, rdepth)
+    if fifo_consistent(table, order):
+        return order
+    stats.reordered = True
+    stuck: list[int] = []
+    repaired = repair_order(table, order, dag.preds, rep, stuck)
+    if repaired is not None:
+        return repaired
+    undo = fifo_conflicting_fusions(table) + stuck
+    for _ in range(_UNFUSE_ROUNDS):
+        if not undo:
+            break
+        unfuse(table, rep, set(undo))
+        order = global_order(table, dag.depth, reverse_depths(table, dag, rep))
+        if fifo_consistent(table, order) and slot_safe(table, order):
+            return order
+        undo = []  # the fused instructions the scheduler got stuck at
+        repaired = repair_order(table, order, dag.preds, rep, undo)
+        if repaired is not None:
+            return repaired
+    unfuse(table, rep, list(table.fusions))
+    alive = table.alive
+    return [i for i in range(len(table)) if alive[i]]
 
 
 def compile_program(prog) -> Algorithm:
@@ -97,14 +136,12 @@ def _compile(prog) -> Algorithm:
     manual = prog.threadblock_policy is ThreadblockPolicy.manual
     rep = (fuse_instructions(table, dag, _significant_buffers(prog), manual) if prog.instr_fusion
            else list(range(len(table))))
+    fusions = len(table.fusions)
     lap("fusion")
     # reverse depths of the fused DAG (fusion computed them before if it had to choose)
     rdepth = dag.rdepth if dag.rdepth is not None else reverse_depths(table, dag, rep)
     lap("depths")
-    order = global_order(table, dag.depth, rdepth)
-    if not fifo_consistent(table, order):
-        order = repair_order(table, order, dag.preds, rep)
-        stats.reordered = True
+    order = _fifo_order(table, dag, rep, rdepth, stats)
     lap("order")
     if manual:
         asg = assign_manual(table, order, prog.num_ranks, prog)
@@ -117,6 +154,7 @@ def _compile(prog) -> Algorithm:
     lap("emit")
     stats.instructions = len(table)
     stats.fused = table.alive.count(False)
+    stats.unfused = fusions - len(table.fusions)
     stats.thread_blocks = sum(len(r.threadblocks) for r in algo.ranks)
     stats.steps = sum(len(tb.steps) for r in algo.ranks for tb in r.threadblocks)
     counts = np.bincount(np.asarray(table.kind, dtype=np.int64)[np.asarray(order, dtype=np.int64)],

@@ -11,7 +11,9 @@ and the final receive (GC3: "a series of fused instructions share the same chann
 Chains with fused instructions are placed first, in the global order, each on the
 lowest channel where every fused instruction finds a thread block already joining its
 two peers, or a free connection to start or extend one (a channel hint of the program
-is honoured). A plain send or receive then joins the thread block that owns its
+is honoured); a chain no channel can carry - typically one that passes a rank twice
+with one peer in common, which one connection's single thread block cannot serve - is
+cut by undoing fusions. A plain send or receive then joins the thread block that owns its
 connection on its channel (hinted, else 0), or gets a new one; a local copy or reduce
 joins the thread block of its latest predecessor (no synchronization needed), else the
 rank's local thread block. Parallelized instances (``parallelize``) live in separate
@@ -23,6 +25,7 @@ conflicts with the rules above are reported at the program line that caused them
 
 from __future__ import annotations
 
+from arborcc.compiler.fusion import unfuse
 from arborcc.compiler.instructions import CPY, RE, SEND, InstrTable
 from arborcc.lang.where import format_location, program_error
 
@@ -137,9 +140,10 @@ class _AutoAssigner:
             else:
                 setattr(obj, key, -1)
 
-    def place_chain(self, members: list[int], ends: bool = True) -> int:
+    def place_chain(self, members: list[int], ends: bool = True) -> int | None:
         """Choose the chain's channel and place its fused middle instructions (and, with
-        ``ends``, its first send and last receive); returns the channel."""
+        ``ends``, its first send and last receive); returns the channel, or None (nothing
+        placed) when no channel can carry the fused instructions."""
         t = self.t
         hint = -1
         for m in members:
@@ -168,26 +172,61 @@ class _AutoAssigner:
                 chosen = c
                 break
             self._rollback(undo)
-        if chosen is None:
-            self._no_channel(members, hint)
-        if ends:
+        if chosen is not None and ends:
             self.place_ends(members, chosen)
         return chosen
+
+    def place_fused(self, members: list[int], rep: list[int], inserted: dict[int, int]) -> list[tuple[list[int], int]]:
+        """Place a chain's fused instructions; returns the fused (sub)chains and channels.
+
+        A chain that no channel can carry is cut by undoing fusions (the sends come back
+        as plain sends, to be placed with the others; ``inserted[r] = s`` records that send
+        ``s`` now follows receive ``r`` in the order): first wherever it meets a rank again
+        with one of the same peers but another partner (two thread blocks of one chain
+        would need the same connection), then, if a piece still does not fit (channels
+        exhausted), into plain transfers, which always fit.
+        """
+        ch = self.place_chain(members, ends=False)
+        if ch is not None:
+            return [(members, ch)]
+        t = self.t
+        for m in members:  # the failed attempts may have left some
+            self.a.tb_of[m] = None
+        rank, speer, rpeer = t.rank, t.speer, t.rpeer
+        pieces, cur, seen = [], [members[0]], {}
+        for m in members[1:-1]:
+            r, sp, rp = rank[m], speer[m], rpeer[m]
+            if seen.get((r, 0, sp), rp) != rp or seen.get((r, 1, rp), sp) != sp:
+                cur.append(self._unfuse(m, rep, inserted))  # m ends this piece as a receive
+                pieces.append(cur)
+                cur = [inserted[m]]
+                seen = {}
+                continue
+            seen[(r, 0, sp)] = rp
+            seen[(r, 1, rp)] = sp
+            cur.append(m)
+        cur.append(members[-1])
+        pieces.append(cur)
+        placed = []
+        for piece in pieces:
+            if len(piece) < 3:
+                continue  # a plain transfer: placed with the others
+            ch = self.place_chain(piece, ends=False)
+            if ch is None:
+                for m in piece[1:-1]:
+                    self._unfuse(m, rep, inserted)
+            else:
+                placed.append((piece, ch))
+        return placed
+
+    def _unfuse(self, m: int, rep: list[int], inserted: dict[int, int]) -> int:
+        inserted[m] = self.t.fusions[m][0]
+        unfuse(self.t, rep, (m,))
+        return m
 
     def place_ends(self, members: list[int], ch: int) -> None:
         self._place(members[0], ch, None)
         self._place(members[-1], ch, None)
-
-    def _no_channel(self, members: list[int], hint: int) -> None:
-        t = self.t
-        where = self.prog.ops[t.op[members[0]]][-1]
-        if hint != -1:
-            raise program_error(
-                f"channel {hint} cannot carry the fused transfers of the chunk sent here: a thread "
-                f"block would need two send or two receive peers on it; give these copies another "
-                f"channel or turn off instruction fusion", where)
-        raise program_error(f"no channel below {MAX_CHANNELS} can carry the fused transfers of the chunk "
-                            f"sent here", where)
 
     def place_local(self, i: int, preds, rep: list[int], pos: list[int]) -> None:
         t, tb_of = self.t, self.a.tb_of
@@ -205,16 +244,24 @@ class _AutoAssigner:
 
 
 def assign_auto(t: InstrTable, order: list[int], preds: list, rep: list[int], num_ranks: int, prog) -> Assignment:
-    """Automatic thread-block and channel assignment (see module docstring)."""
+    """Automatic thread-block and channel assignment (see module docstring).
+
+    A fused chain no channel can carry is cut by undoing fusions (see
+    :meth:`_AutoAssigner.place_fused`): ``order`` and ``rep`` are then updated in place,
+    each revived send placed right after the receive it was fused into - the order stays
+    topological and FIFO-consistent, as the send goes out where the fused one did.
+    """
     asg = _AutoAssigner(t, num_ranks, prog)
     kind, msg_out = t.kind, t.msg_out
     # fused instructions first: they decide which peers share a thread block; the chains'
     # first sends and last receives then join those thread blocks where they can
     fused_chains = []
+    inserted: dict[int, int] = {}
     for i in order:
         if kind[i] == SEND and msg_out[msg_out[i]] >= 0:
-            members = _chain(t, i)
-            fused_chains.append((members, asg.place_chain(members, ends=False)))
+            fused_chains.extend(asg.place_fused(_chain(t, i), rep, inserted))
+    if inserted:
+        order[:] = [x for i in order for x in ((i, inserted[i]) if i in inserted else (i,))]
     for members, ch in fused_chains:
         asg.place_ends(members, ch)
     pos = [0] * len(t)
