@@ -7,6 +7,7 @@
 | blueconnect    | BlueConnect section 3, Algorithm 1        | allreduce |
 | hierarchical   | two-level reduce-scatter / all-gather      | allreduce |
 | nccl-ring      | NCCL's ring search (baselines reference)  | allreduce |
+| halving-doubling | recursive halving + doubling (Thakur et al.; power-of-two ranks) | allreduce |
 | ring           | one ring in rank order (Patarasuk & Yuan) | allreduce |
 | auto           | the fastest of the above by the bandwidth model | all five |
 
@@ -265,12 +266,31 @@ def synth_hierarchical(topology: Topology, collective: str, root: int = 0, links
                          ["reduce-scatter in each node, then across nodes, all-gather back"])
 
 
+def synth_halving_doubling(topology: Topology, collective: str, root: int = 0, links: str = "all",
+                           bound: float | None = None) -> SynthesisResult:
+    """Recursive halving reduce-scatter + recursive doubling all-gather (Thakur,
+    Rabenseifner & Gropp; BlueConnect eq. 2) in rank order, from the algorithm library."""
+    from arborcc.library.halving_doubling import hd_allreduce
+    from arborcc.sim.bandwidth import steady_state_bandwidth
+
+    _only_allreduce("halving-doubling", collective)
+    n = topology.num_ranks
+    if n & (n - 1):
+        raise SynthesisError(f"halving-doubling needs a power-of-two rank count, {topology.name} has {n}")
+    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    algo = hd_allreduce(n).algorithm
+    estimate = steady_state_bandwidth(algo, topology)
+    return SynthesisResult("halving-doubling", collective, algo, bound, estimate.algbw,
+                           chunks=algo.chunks_per_loop, notes=["recursive halving-doubling in rank order"])
+
+
 STRATEGIES: dict[str, Callable[..., SynthesisResult]] = {
     "trees": synth_trees,
     "binary-trees": synth_binary_trees,
     "blueconnect": synth_blueconnect,
     "hierarchical": synth_hierarchical,
     "nccl-ring": synth_nccl_ring,
+    "halving-doubling": synth_halving_doubling,
     "ring": synth_ring,
 }
 
@@ -294,16 +314,22 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
     bound = collective_bound(topology, collective, root, links)
     names = [strategy] if strategy != "auto" else [
         s for s in STRATEGIES if collective == "allreduce" or s == "trees"]
-    results = []
+    results, skipped = [], []
     for name in names:
         if progress:
             progress(f"{name}: synthesizing {collective} on {topology.name}")
-        results.append(STRATEGIES[name](topology, collective, root, links, bound=bound))
+        try:
+            results.append(STRATEGIES[name](topology, collective, root, links, bound=bound))
+        except SynthesisError as e:
+            if strategy != "auto":
+                raise
+            skipped.append(f"{name} ({e})")
     best = max(results, key=lambda r: r.algbw)
     check_algorithm(best.algorithm)  # every algorithm arborcc hands out is proved first
     best.synth_time = time.perf_counter() - t0
     if strategy == "auto":
         best.notes.append("auto chose " + best.strategy + " among " + ", ".join(
-            f"{r.strategy} {r.algbw / 1e9:.1f}" for r in results) + " GB/s")
+            f"{r.strategy} {r.algbw / 1e9:.1f}" for r in results) + " GB/s"
+            + ("; skipped " + "; ".join(skipped) if skipped else ""))
         best.strategy = f"auto:{best.strategy}"
     return best
