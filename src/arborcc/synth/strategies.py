@@ -55,6 +55,7 @@ class SynthesisResult:
     bound: float
     algbw: float
     trees: list[Tree] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)  #: chunks each tree carries (same order)
     routes: dict = field(default_factory=dict)
     chunks: int = 0
     synth_time: float = 0.0
@@ -143,13 +144,14 @@ def _tree_allreduce(topology: Topology, root: int, links: str, bound: float, nam
     lowered = L.within_limits(L.lower_allreduce_reduce_broadcast, topology, used_r, used_b, name)
     return _from_lowered("trees", "allreduce", lowered, bound, [t for t, _ in used_r + used_b],
                          [f"reduce + broadcast through rank {root} (Blink 3.3) at {rate / 1e9:.2f} GB/s: "
-                          f"{len(used_r)} reduce and {len(used_b)} broadcast trees, {chunks} chunks"])
+                          f"{len(used_r)} reduce and {len(used_b)} broadcast trees, {chunks} chunks"],
+                         [c for _, c in used_r + used_b])
 
 
 def _from_lowered(strategy: str, collective: str, lowered: L.Lowered, bound: float, trees: list[Tree],
-                  notes: list[str]) -> SynthesisResult:
+                  notes: list[str], counts: list[int] | None = None) -> SynthesisResult:
     return SynthesisResult(strategy, collective, lowered.algorithm, bound, lowered.estimate.algbw, trees,
-                           lowered.routes, lowered.chunks, notes=notes + lowered.notes)
+                           list(counts or []), lowered.routes, lowered.chunks, notes=notes + lowered.notes)
 
 
 def synth_trees(topology: Topology, collective: str, root: int = 0, links: str = "all",
@@ -166,7 +168,7 @@ def synth_trees(topology: Topology, collective: str, root: int = 0, links: str =
         lowered = L.within_limits(lower, topology, used, [c for c in a.counts if c], name)
         return _from_lowered("trees", collective, lowered, bound, used,
                              [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees "
-                              f"({packing.method}), {a.chunks} chunks"])
+                              f"({packing.method}), {a.chunks} chunks"], [c for c in a.counts if c])
     if collective in ("allgather", "reducescatter"):
         pack = pack_allgather if collective == "allgather" else pack_reducescatter
         packing = pack(topology, links, threshold=TOLERANCE)
@@ -176,7 +178,7 @@ def synth_trees(topology: Topology, collective: str, root: int = 0, links: str =
         lowered = L.within_limits(lower, topology, used, [c for c in a.counts if c], name)
         return _from_lowered("trees", collective, lowered, bound, used,
                              [f"per-root packing {packing.algbw / 1e9:.2f} GB/s with {packing.num_trees} trees, "
-                              f"{a.chunks} chunks per rank"])
+                              f"{a.chunks} chunks per rank"], [c for c in a.counts if c])
     # all-reduce: reduce-scatter + all-gather on per-root trees, or reduce + broadcast
     # over trees from one root on half the bandwidth each way; keep the faster
     candidates = []
@@ -186,7 +188,7 @@ def synth_trees(topology: Topology, collective: str, root: int = 0, links: str =
     lowered = L.within_limits(L.lower_allreduce_rs_ag, topology, used, [c for c in a.counts if c], name)
     candidates.append(_from_lowered("trees", collective, lowered, bound, used,
                                     [f"reduce-scatter + all-gather on {len(used)} per-root trees, "
-                                     f"{a.chunks} chunks per rank"]))
+                                     f"{a.chunks} chunks per rank"], [c for c in a.counts if c]))
     candidates.append(_tree_allreduce(topology, root, links, bound, name))
     return max(candidates, key=lambda c: c.algbw)
 
@@ -205,7 +207,7 @@ def synth_binary_trees(topology: Topology, collective: str, root: int = 0, links
     lowered = L.within_limits(L.lower_allreduce_trees, topology, trees, [1] * len(trees), "binary-trees-allreduce")
     return _from_lowered("binary-trees", collective, lowered, bound, trees,
                          [f"{len(trees)} binary trees (one per root; MXNet uses only the first below "
-                          f"{schedule.threshold_bytes} bytes)"])
+                          f"{schedule.threshold_bytes} bytes)"], [1] * len(trees))
 
 
 def _only_allreduce(strategy: str, collective: str) -> None:
