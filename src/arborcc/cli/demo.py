@@ -73,10 +73,10 @@ def _synthesize_and_check(alloc) -> None:
 
     _section(f"4. all-reduce on {alloc.name}: every strategy (steady-state bandwidth model)")
     results = [synthesize(alloc, "allreduce", name) for name in STRATEGIES]
-    print(f"  {'strategy':<14} {'bound GB/s':>10} {'algbw GB/s':>10} {'of bound':>8} {'trees':>5} {'steps':>6}")
+    print(f"  {'strategy':<16} {'bound GB/s':>10} {'algbw GB/s':>10} {'of bound':>8} {'trees':>5} {'steps':>6}")
     for r in results:
         steps = sum(len(tb.steps) for p in r.algorithm.ranks for tb in p.threadblocks)
-        print(f"  {r.strategy:<14} {r.bound / 1e9:10.2f} {r.algbw / 1e9:10.2f} {100 * r.ratio:7.1f}% "
+        print(f"  {r.strategy:<16} {r.bound / 1e9:10.2f} {r.algbw / 1e9:10.2f} {100 * r.ratio:7.1f}% "
               f"{len(r.trees):5d} {steps:6d}")
     best = max(results, key=lambda r: r.algbw)
     ring = next(r for r in results if r.strategy == "nccl-ring")
