@@ -7,6 +7,7 @@
 | blueconnect    | BlueConnect section 3, Algorithm 1        | allreduce |
 | hierarchical   | two-level reduce-scatter / all-gather      | allreduce |
 | nccl-ring      | NCCL's ring search (baselines reference)  | allreduce |
+| double-binary-tree | NCCL's double binary trees (baselines reference) | allreduce |
 | halving-doubling | recursive halving + doubling (Thakur et al.; power-of-two ranks) | allreduce |
 | ring           | one ring in rank order (Patarasuk & Yuan) | allreduce |
 | auto           | the fastest of the above by the bandwidth model | all five |
@@ -229,6 +230,28 @@ def synth_nccl_ring(topology: Topology, collective: str, root: int = 0, links: s
                          [f"{len(rings.rings)} rings over {rings.link_kind.value}"])
 
 
+def synth_double_binary_tree(topology: Topology, collective: str, root: int = 0, links: str = "all",
+                             bound: float | None = None) -> SynthesisResult:
+    """NCCL's double binary tree (two complementary binary trees over the nodes, a chain
+    inside each node), each tree reducing and broadcasting half of the buffer."""
+    from arborcc.synth.nccl import double_binary_tree
+
+    _only_allreduce("double-binary-tree", collective)
+    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    dbt = double_binary_tree(topology)
+    trees = []
+    for parents in dbt.parents:
+        top = next(r for r, p in parents.items() if p is None)
+        hops = tuple(Hop(topology.ranks[c], topology.ranks[p],
+                         topology.route(topology.ranks[c], topology.ranks[p]).path)
+                     for c, p in sorted(parents.items()) if p is not None)
+        trees.append(Tree(topology.ranks[top], hops, 1.0, inward=True))
+    lowered = L.within_limits(L.lower_allreduce_trees, topology, trees, [1, 1], "double-binary-tree-allreduce")
+    return _from_lowered("double-binary-tree", collective, lowered, bound, trees,
+                         [f"two complementary binary trees over {dbt.nodes} node(s), chains inside nodes"],
+                         [1, 1])
+
+
 def synth_ring(topology: Topology, collective: str, root: int = 0, links: str = "all",
                bound: float | None = None) -> SynthesisResult:
     """One ring in rank order."""
@@ -292,6 +315,7 @@ STRATEGIES: dict[str, Callable[..., SynthesisResult]] = {
     "blueconnect": synth_blueconnect,
     "hierarchical": synth_hierarchical,
     "nccl-ring": synth_nccl_ring,
+    "double-binary-tree": synth_double_binary_tree,
     "halving-doubling": synth_halving_doubling,
     "ring": synth_ring,
 }
