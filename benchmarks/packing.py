@@ -85,7 +85,8 @@ def main(argv=None) -> None:
         for links in ("nvlink", "all"):
             for method in ("exact", "mwu"):
                 row(name, t, "broadcast", 0, links, method)
-        times = [row(name, t, "broadcast", r, "nvlink")[1] for r in range(1, 8)]
+        for r in range(1, 8):
+            row(name, t, "broadcast", r, "nvlink")
         row(name, t, "allgather", None, "nvlink")
         row(name, t, "allgather", None, "all")
     box = switch_box()

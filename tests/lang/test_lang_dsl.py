@@ -81,7 +81,7 @@ def test_check_catches_a_double_reduction():
 
 
 def test_multicount_split_and_group():
-    with Program("p", AllToAll(2, 2)) as prog:
+    with Program("p", AllToAll(2, 2)):
         big = chunk(0, IN, 0, 4)
         parts = big.split(2)
         assert [(p.index, p.size) for p in parts] == [(0, 2), (2, 2)]

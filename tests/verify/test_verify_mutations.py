@@ -109,9 +109,9 @@ def test_duplicate_a_reduce():
     dup.dep = None
     red.steps.insert(first_re + 1, dup)
     for tb in algo.ranks[1].threadblocks[:red_id]:  # keep the waits on the last reduction valid
-        for st in tb.steps:
-            if st.dep is not None and st.dep.tb == red_id:
-                st.dep = Dependency(red_id, st.dep.step + 1)
+        for step in tb.steps:
+            if step.dep is not None and step.dep.tb == red_id:
+                step.dep = Dependency(red_id, step.dep.step + 1)
     found, report = kinds(algo)
     assert found == {"postcondition"}
     assert "more than once" in report.violations[0].message

@@ -337,14 +337,14 @@ def single_source_bound(g: FlowGraph, r: int, collective: str, root_name: str) -
                      else f"{collective} to {root_name}")
     unit = _unit_for(g.cap, float(g.cap.sum()))
     mf = _MaxFlow(g.n, g.src, g.dst, _int_caps(g.cap, unit))
-    best_v, best_val, best_res = -1, None, None
+    best_val, best_res = None, None
     for v in g.ranks:
         v = int(v)
         if v == r:
             continue
         val, res = mf.value(r, v)
         if best_val is None or val < best_val:
-            best_v, best_val, best_res = v, val, res
+            best_val, best_res = val, res
     side = mf.source_side(r, best_res)
     arcs = [i for i in range(len(g.src)) if side[g.src[i]] and not side[g.dst[i]]]
     cut_cap = float(g.cap[arcs].sum())

@@ -39,7 +39,7 @@ from typing import Iterable, Mapping, Sequence
 
 from arborcc.errors import TopologyError
 from arborcc.topology import defaults
-from arborcc.topology.model import Device, DeviceKind, GB, LinkKind, Topology, TopologyBuilder
+from arborcc.topology.model import Device, DeviceKind, LinkKind, Topology, TopologyBuilder
 
 #: the PCIe relations of the legend, nearest first
 PCIE_RELATIONS = ("PIX", "PXB", "PHB", "NODE", "SYS")

@@ -185,8 +185,8 @@ def simulate(algo: Algorithm, mm: MemoryMap, log: ViolationLog, slots: int = DEF
     seq = 0
     NOP = Op.NOP
     RECV, COPY, REDUCE = Op.RECV, Op.COPY, Op.REDUCE
-    RRC, RRS, RCS, RRCS, SEND, RA = (Op.RECV_REDUCE_COPY, Op.RECV_REDUCE_SEND, Op.RECV_COPY_SEND,
-                                     Op.RECV_REDUCE_COPY_SEND, Op.SEND, Op.RESIDUAL_ADD)
+    RRC, RRS, RCS, SEND, RA = (Op.RECV_REDUCE_COPY, Op.RECV_REDUCE_SEND, Op.RECV_COPY_SEND,
+                               Op.SEND, Op.RESIDUAL_ADD)
 
     while ready:
         g = ready.popleft()
