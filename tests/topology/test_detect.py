@@ -14,21 +14,12 @@ from arborcc.errors import ArborccError, MissingDependencyError, TopologyError
 from arborcc.topology import detect
 from arborcc.topology.defaults import NVLINK_LANE, PCIE_X16
 from arborcc.topology.detect import NumaNode, detect_numa_nodes, detect_topology
-from arborcc.topology.model import GB, DeviceKind, LinkKind, Topology
+from arborcc.topology.model import GB, LinkKind
 from arborcc.topology.nvidia_smi import read_nvidia_smi
+from topology_helpers import DGX1V_NVLINKS, pcie_parent
 
 SAMPLES = Path(__file__).parent / "samples"
 
-DGX1V_NVLINKS = [
-    [0, 1, 1, 2, 2, 0, 0, 0],
-    [1, 0, 2, 1, 0, 2, 0, 0],
-    [1, 2, 0, 2, 0, 0, 1, 0],
-    [2, 1, 2, 0, 0, 0, 0, 1],
-    [2, 0, 0, 0, 0, 1, 1, 2],
-    [0, 2, 0, 0, 1, 0, 2, 1],
-    [0, 0, 1, 0, 1, 2, 0, 2],
-    [0, 0, 0, 1, 2, 1, 2, 0],
-]
 DGX1V_BUS = ["06", "07", "0a", "0b", "85", "86", "89", "8a"]
 # NVML's nvmlGpuTopologyLevel_t and nvmlNvLinkDeviceType_t values
 SINGLE, MULTIPLE, HOSTBRIDGE, NODE, SYSTEM = 10, 20, 30, 40, 50
@@ -176,20 +167,6 @@ def test_nvswitch_box_through_nvml(monkeypatch, many_cpus):
     assert t.link("cpu0", "cpu1").kind is LinkKind.INTER_SOCKET
 
 
-def pcie_parent(t: Topology, dev: str) -> str:
-    """The device one PCIe hop closer to a CPU."""
-    depth = {c.id: 0 for c in t.devices_of_kind(DeviceKind.CPU)}
-    frontier = list(depth)
-    while frontier:
-        nxt = []
-        for x in frontier:
-            for l in t.out_links(x):
-                if l.kind is LinkKind.PCIE and l.dst not in depth:
-                    depth[l.dst] = depth[x] + 1
-                    nxt.append(l.dst)
-        frontier = nxt
-    (parent,) = [l.dst for l in t.out_links(dev) if l.kind is LinkKind.PCIE and depth[l.dst] == depth[dev] - 1]
-    return parent
 
 
 def test_old_nvml_without_remote_device_type(monkeypatch, many_cpus):

@@ -15,37 +15,13 @@ from arborcc.topology.defaults import INTER_SOCKET, NVLINK_LANE, PCIE_X16
 from arborcc.topology.model import GB, DeviceKind, LinkKind, Topology
 from arborcc.topology.nvidia_smi import parse_cpu_list, parse_nvidia_smi, read_nvidia_smi
 from arborcc.topology.readers import read_topology
+from topology_helpers import DGX1V_NVLINKS, pcie_parent
 
 SAMPLES = Path(__file__).parent / "samples"
 BAD = SAMPLES / "bad"
 
-#: NVLink lanes between DGX-1V GPUs (shared/reference/topologies.md)
-DGX1V_NVLINKS = [
-    [0, 1, 1, 2, 2, 0, 0, 0],
-    [1, 0, 2, 1, 0, 2, 0, 0],
-    [1, 2, 0, 2, 0, 0, 1, 0],
-    [2, 1, 2, 0, 0, 0, 0, 1],
-    [2, 0, 0, 0, 0, 1, 1, 2],
-    [0, 2, 0, 0, 1, 0, 2, 1],
-    [0, 0, 1, 0, 1, 2, 0, 2],
-    [0, 0, 0, 1, 2, 1, 2, 0],
-]
 
 
-def pcie_parent(t: Topology, dev: str) -> str:
-    """The device one PCIe hop closer to a CPU."""
-    depth = {c.id: 0 for c in t.devices_of_kind(DeviceKind.CPU)}
-    frontier = list(depth)
-    while frontier:
-        nxt = []
-        for x in frontier:
-            for l in t.out_links(x):
-                if l.kind is LinkKind.PCIE and l.dst not in depth:
-                    depth[l.dst] = depth[x] + 1
-                    nxt.append(l.dst)
-        frontier = nxt
-    (parent,) = [l.dst for l in t.out_links(dev) if l.kind is LinkKind.PCIE and depth[l.dst] == depth[dev] - 1]
-    return parent
 
 
 def cpu_of(t: Topology, dev: str) -> str:

@@ -165,13 +165,16 @@ def fifo_conflicting_fusions(t: InstrTable) -> list[int]:
     return undo
 
 
-def _kahn(t: InstrTable, order: list[int], preds: list, rep: list[int], chain_by: str) -> list[int] | None:
+def _dependency_graph(t: InstrTable, order: list[int], preds: list, rep: list[int]):
+    """Positions in ``order``, successor lists and in-degrees of the dependency graph
+    (data dependencies plus each receive after its send), for Kahn's algorithm."""
     n = len(t)
     pos = [0] * n
     for p, i in enumerate(order):
         pos[i] = p
     succs: list[list[int]] = [[] for _ in range(n)]
     indeg = [0] * n
+    msg_in = t.msg_in
     for i in order:
         seen = set()
         for p in preds[i]:
@@ -180,12 +183,17 @@ def _kahn(t: InstrTable, order: list[int], preds: list, rep: list[int], chain_by
                 seen.add(p)
                 succs[p].append(i)
                 indeg[i] += 1
-        m = t.msg_in[i]
+        m = msg_in[i]
         if m >= 0:
             m = rep[m]
             if m not in seen:
                 succs[m].append(i)
                 indeg[i] += 1
+    return pos, succs, indeg
+
+
+def _kahn(t: InstrTable, order: list[int], preds: list, rep: list[int], chain_by: str) -> list[int] | None:
+    pos, succs, indeg = _dependency_graph(t, order, preds, rep)
     pair, senders, receivers = _messages(t)
     key = np.asarray(pos, dtype=np.int64)[senders] if chain_by == "priority" else senders
     s = np.lexsort((key, pair))
@@ -220,33 +228,14 @@ def _kahn_fifo(t: InstrTable, order: list[int], preds: list, rep: list[int],
     :func:`slot_safe`). None if it gets stuck (say a head's receive waiting for
     something behind a later message); then the fused instructions among those ready
     but held back go to ``stuck``."""
-    n = len(t)
-    pos = [0] * n
-    for p, i in enumerate(order):
-        pos[i] = p
-    succs: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
+    pos, succs, indeg = _dependency_graph(t, order, preds, rep)
     msg_in = t.msg_in
-    for i in order:
-        seen = set()
-        for p in preds[i]:
-            p = rep[p]
-            if p not in seen:
-                seen.add(p)
-                succs[p].append(i)
-                indeg[i] += 1
-        m = msg_in[i]
-        if m >= 0:
-            m = rep[m]
-            if m not in seen:
-                succs[m].append(i)
-                indeg[i] += 1
     pair, senders, _ = _messages(t)
     pair_of = dict(zip(senders.tolist(), pair.tolist()))  # sender -> its pair
     queues: dict[int, list[int]] = {p: [] for p in pair_of.values()}  # receivers, in send order
     heads = dict.fromkeys(queues, 0)  # index of the oldest message in flight
     blocked: dict[int, list[int]] = {p: [] for p in queues}  # senders waiting for a slot (heaps of pos)
-    waiting = [False] * n  # ready receive whose message is not at its pair's head
+    waiting = [False] * len(t)  # ready receive whose message is not at its pair's head
     heap = [pos[i] for i in order if indeg[i] == 0 and msg_in[i] < 0]
     heapq.heapify(heap)
     out: list[int] = []

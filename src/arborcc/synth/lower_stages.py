@@ -242,7 +242,8 @@ def describe(plan: BlueConnectPlan) -> str:
 def lower_blueconnect(topology: Topology, plan: BlueConnectPlan, name: str | None = None) -> Lowered:
     """BlueConnect's decomposed all-reduce (Algorithm 1; Figure 4) as an in-place
     ``AllReduce(n, n)`` program: the plan's reduce-scatter stages in order, then its
-    all-gather stages (which mirror them) - compiled, verified and estimated.
+    all-gather stages (which mirror them) - compiled and estimated; ``synthesize()``
+    verifies what it returns.
 
     Raises SynthesisError when the plan is not a decomposition over the topology's
     ranks (:meth:`BlueConnectPlan.validate`: groups partitioning the ranks, sizes equal

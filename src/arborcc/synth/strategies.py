@@ -20,7 +20,6 @@ optimal the *emitted* algorithm is, not just the schedule it came from.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -35,7 +34,6 @@ from arborcc.synth.trees import Hop, Tree
 from arborcc.topology.model import Topology, TopologyBuilder
 from arborcc.verify import check_algorithm
 
-log = logging.getLogger(__name__)
 
 COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter")
 ROOTED = ("broadcast", "reduce")
