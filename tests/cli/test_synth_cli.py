@@ -48,3 +48,29 @@ def test_synth_bad_requests_exit_2_with_one_line(capsys, argv, msg, tmp_path):
     err = capsys.readouterr().err
     assert msg in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x.xml").exists()
+
+
+@pytest.mark.parametrize("collective", ["gather", "scatter"])
+def test_synth_gather_and_scatter_write_verified_files(tmp_path, capsys, collective):
+    out = tmp_path / "algo.xml"
+    assert main(["synth", "--machine", "dgx1v", "--gpus", "1,4,5,6", "--collective", collective,
+                 "--root", "2", "-o", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["collective"] == collective and summary["ratio"] >= 0.99
+    algo = load_algorithm(out)
+    assert algo.collective == collective and verify_algorithm(algo, "executor").ok
+    assert_executes(algo)
+
+
+def test_synth_size_selects_mxnets_single_tree(capsys):
+    assert main(["synth", "--machine", "dgx1v", "--strategy", "binary-trees", "--size", "1MiB", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trees"] == 1
+    assert main(["synth", "--machine", "dgx1v", "--strategy", "binary-trees", "--size", "1.5GB", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trees"] == 8
+
+
+@pytest.mark.parametrize("size", ["12x", "MB", "0", "-4KB"])
+def test_synth_rejects_bad_sizes(capsys, size):
+    with pytest.raises(SystemExit) as e:
+        main(["synth", "--machine", "dgx1v", "--size", size])
+    assert e.value.code == 2 and "size" in capsys.readouterr().err

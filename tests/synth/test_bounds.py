@@ -337,3 +337,75 @@ def test_gpus_outside_the_job_do_not_relay():
     job = t.with_ranks(["gpu0", "gpu2", "gpu3"])  # gpu1 belongs to another job
     assert broadcast_bound(job, "gpu0").rate_gbps == pytest.approx(10.0)
     assert "gpu1" not in flow_graph(job).nodes
+
+
+def flow_lp_tree_rate(t, root: str) -> float:
+    """The tree all-reduce rate as one LP with explicit per-destination flows (two
+    commodities per rank: broadcast r -> v on c_b, reduce v -> r on c_r), solved by
+    scipy - the formulation the cutting-plane solver must agree with."""
+    from scipy.optimize import linprog
+
+    g = flow_graph(t)
+    E, n, r = len(g.src), g.n, g.index[root]
+    others = [int(v) for v in g.ranks if int(v) != r]
+    relays = [u for u in range(n) if u not in set(int(i) for i in g.ranks)]
+    K = len(others)
+    nvar = 1 + 2 * E + 2 * K * E  # R | c_b | c_r | broadcast flows | reduce flows
+    A_eq, b_eq, A_ub, b_ub = [], [], [], []
+
+    def balance(base, node, rhs_r=0.0):
+        row = [0.0] * nvar
+        for e in range(E):
+            row[base + e] += float(g.src[e] == node) - float(g.dst[e] == node)
+        row[0] = rhs_r
+        return row
+
+    for k, v in enumerate(others):
+        for base, s, d in ((1 + 2 * E + k * E, r, v), (1 + 2 * E + (K + k) * E, v, r)):
+            for u in range(n):  # out - in = R at s, -R at d, 0 elsewhere
+                A_eq.append(balance(base, u, -1.0 if u == s else (1.0 if u == d else 0.0)))
+                b_eq.append(0.0)
+            for e in range(E):
+                row = [0.0] * nvar
+                row[base + e] = 1.0
+                row[(1 if base < 1 + 2 * E + K * E else 1 + E) + e] = -1.0
+                A_ub.append(row)
+                b_ub.append(0.0)
+    for base in (1, 1 + E):
+        for u in relays:
+            A_eq.append(balance(base, u))
+            b_eq.append(0.0)
+    for e in range(E):
+        row = [0.0] * nvar
+        row[1 + e] = row[1 + E + e] = 1.0
+        A_ub.append(row)
+        b_ub.append(g.cap[e] / GB)
+    obj = [0.0] * nvar
+    obj[0] = -1.0
+    res = linprog(obj, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, method="highs")
+    assert res.status == 0
+    return -res.fun * GB
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_topologies(symmetric=False, max_gpus=5), st.data())
+def test_tree_allreduce_cutting_planes_equal_the_flow_lp(t, data):
+    root = data.draw(st.sampled_from(t.ranks))
+    ar = allreduce_bound(t, tree_roots=[root])
+    assert ar.tree_algbw == pytest.approx(flow_lp_tree_rate(t, root), rel=1e-6)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_topologies(symmetric=True, max_gpus=5))
+def test_pruned_allreduce_bound_is_the_max_over_every_root(t):
+    every = allreduce_bound(t, tree_roots=list(t.ranks))
+    pruned = allreduce_bound(t)
+    assert pruned.algbw == pytest.approx(max(every.rs_ag_algbw, max(every.tree_rates.values())), rel=1e-6)
+    assert len(pruned.tree_rates) <= len(every.tree_rates)
+
+
+def test_symmetric_machines_solve_one_root_per_orbit():
+    full = allreduce_bound(dgx1(), tree_roots=[f"gpu{i}" for i in range(8)])
+    assert len(set(round(v / GB, 6) for v in full.tree_rates.values())) == 1  # vertex-transitive
+    assert len(allreduce_bound(dgx1()).tree_rates) <= 2  # DGX-1: two orbits of GPUs at most
+    assert len(allreduce_bound(star(8)).tree_rates) <= 1

@@ -349,4 +349,4 @@ def test_allgather_and_reducescatter_packings_reach_the_cut_bound(t):
     assert ag.rate == pytest.approx(want, rel=1e-6)
     rs = pack_reducescatter(t, minimize_trees=True, threshold=0.02)
     check_packing(rs, t)
-    assert rs.rate >= 0.98 * brute_allgather(t, reverse=True) * (1 - 1e-9)
+    assert rs.rate >= 0.98 * brute_allgather(t, reverse=True) * (1 - 1e-6)  # MILP feasibility tolerance

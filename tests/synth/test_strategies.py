@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 from arborcc.errors import SynthesisError
 from arborcc.runtime.reference import assert_executes
 from arborcc.sim.bandwidth import steady_state_bandwidth
-from arborcc.synth.strategies import STRATEGIES, synthesize
+from arborcc.synth.strategies import COLLECTIVES, STRATEGIES, synthesize
 from arborcc.topology.allocation import induced, resolve_gpus
+from arborcc.topology.cluster import build_hierarchy, parse_hierarchy
 from arborcc.topology.machines import build_machine
 from arborcc.topology.model import GB, Device, DeviceKind, LinkKind, TopologyBuilder
 from arborcc.verify import verify_algorithm
@@ -21,7 +22,7 @@ def dgx1v(gpus=None):
     return induced(t, resolve_gpus(t, gpus)) if gpus else t
 
 
-@pytest.mark.parametrize("collective", ["allreduce", "broadcast", "reduce", "allgather", "reducescatter"])
+@pytest.mark.parametrize("collective", COLLECTIVES)
 def test_trees_reach_99_percent_and_compute_the_collective(collective):
     t = dgx1v("1,4,5,6")
     r = synthesize(t, collective, "trees")
@@ -51,7 +52,8 @@ def test_dgx1v_allreduce_trees_beat_nccl_rings():
 
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 def test_every_strategy_verifies_and_executes_on_an_nvswitch_box(strategy):
-    t = build_machine("dgx-a100")
+    # three-phase needs several servers: two 4-GPU boxes on a slower network
+    t = build_hierarchy(parse_hierarchy("4@100,2@25")) if strategy == "three-phase" else build_machine("dgx-a100")
     r = synthesize(t, "allreduce", strategy)
     assert verify_algorithm(r.algorithm).ok
     assert 0 < r.algbw <= r.bound * (1 + 1e-9)
@@ -61,7 +63,7 @@ def test_every_strategy_verifies_and_executes_on_an_nvswitch_box(strategy):
 def test_auto_keeps_the_fastest():
     t = dgx1v("1,4,5,6")
     auto = synthesize(t, "allreduce")
-    others = [synthesize(t, "allreduce", s).algbw for s in STRATEGIES]
+    others = [synthesize(t, "allreduce", s).algbw for s in STRATEGIES if s != "three-phase"]  # one server
     assert auto.algbw == pytest.approx(max(others))
     assert auto.strategy.startswith("auto:")
 
@@ -85,6 +87,19 @@ def test_errors_name_the_reason():
         synthesize(dgx1v("1,4,5,6"), "broadcast", "trees", root=7)
     with pytest.raises(SynthesisError, match="unknown strategy"):
         synthesize(dgx1v("1,4,5,6"), "allreduce", "magic")
+    with pytest.raises(SynthesisError, match="one server"):
+        synthesize(dgx1v("1,4,5,6"), "allreduce", "three-phase")
+    with pytest.raises(SynthesisError, match="size must be a positive"):
+        synthesize(dgx1v("1,4,5,6"), "allreduce", size=0)
+
+
+def test_binary_trees_use_one_tree_below_mxnets_threshold():
+    t = dgx1v()
+    small = synthesize(t, "allreduce", "binary-trees", size=1 << 20)
+    large = synthesize(t, "allreduce", "binary-trees", size=1 << 30)
+    assert len(small.trees) == 1 and len(large.trees) == 8
+    assert small.algbw < large.algbw  # one tree leaves most links idle
+    assert_executes(small.algorithm)
 
 
 @st.composite

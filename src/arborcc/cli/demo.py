@@ -66,17 +66,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _synthesize_and_check(alloc) -> None:
+    from arborcc.errors import SynthesisError
     from arborcc.ir.msccl_xml import read_msccl_xml, write_msccl_xml
     from arborcc.runtime.reference import make_inputs, reference, run
     from arborcc.synth.strategies import STRATEGIES, synthesize
     from arborcc.verify import verify_algorithm
 
     _section(f"4. all-reduce on {alloc.name}: every strategy (steady-state bandwidth model)")
-    results = [synthesize(alloc, "allreduce", name) for name in STRATEGIES]
-    print(f"  {'strategy':<16} {'bound GB/s':>10} {'algbw GB/s':>10} {'of bound':>8} {'trees':>5} {'steps':>6}")
-    for r in results:
+    results = []
+    print(f"  {'strategy':<18} {'bound GB/s':>10} {'algbw GB/s':>10} {'of bound':>8} {'trees':>5} {'steps':>6}")
+    for name in STRATEGIES:
+        try:
+            r = synthesize(alloc, "allreduce", name)
+        except SynthesisError as e:  # a strategy that does not apply here says why
+            print(f"  {name:<18} n/a: {str(e).split(': ', 1)[-1]}")
+            continue
+        results.append(r)
         steps = sum(len(tb.steps) for p in r.algorithm.ranks for tb in p.threadblocks)
-        print(f"  {r.strategy:<16} {r.bound / 1e9:10.2f} {r.algbw / 1e9:10.2f} {100 * r.ratio:7.1f}% "
+        print(f"  {r.strategy:<18} {r.bound / 1e9:10.2f} {r.algbw / 1e9:10.2f} {100 * r.ratio:7.1f}% "
               f"{len(r.trees):5d} {steps:6d}")
     best = max(results, key=lambda r: r.algbw)
     ring = next(r for r in results if r.strategy == "nccl-ring")

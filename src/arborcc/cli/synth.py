@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strategy", choices=("auto", *STRATEGIES), default="auto",
                    help="auto tries every strategy that can do the collective and keeps the fastest")
     p.add_argument("--root", type=int, default=0, help="root rank of broadcast/reduce (default 0)")
+    p.add_argument("--size", type=_size, metavar="BYTES",
+                   help="buffer size the algorithm is for (e.g. 4MB, 1GiB); binary-trees uses one tree "
+                        "below MXNet's threshold (40 MB); default: large buffers")
     p.add_argument("--links", choices=("all", "nvlink"), default="all",
                    help="links the trees may use (nvlink: Blink's NVLink-only trees)")
     p.add_argument("-o", "--output", metavar="PATH", help="algorithm file (.xml MSCCL, .json arborcc)")
@@ -41,6 +44,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_synth)
 
 
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def _size(text: str) -> int:
+    """``4096``, ``4KB``, ``1.5MB``, ``1GiB`` -> bytes."""
+    t = text.strip().upper()
+    num = t.rstrip("KMGIB")
+    unit = t[len(num):]
+    try:
+        value = float(num) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 4096, 4KB, 1.5MB, 1GiB)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"size must be at least 1 byte, got {text!r}")
+    return int(value)
+
+
 def _progress(message: str) -> None:
     if sys.stderr.isatty():
         print(f"arborcc: {message}", file=sys.stderr)
@@ -51,7 +71,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
     from arborcc.verify import verify_algorithm
 
     topology = topology_from_args(args)
-    result = synthesize(topology, args.collective, args.strategy, args.root, args.links, progress=_progress)
+    result = synthesize(topology, args.collective, args.strategy, args.root, args.links, progress=_progress,
+                        size=args.size, dialect=args.dialect)
     algo = result.algorithm
     fmt = args.format or ("json" if (args.output or "").lower().endswith(".json") else "xml")
     report = verify_algorithm(algo, args.dialect if fmt == "xml" else None)
@@ -69,8 +90,10 @@ def cmd_synth(args: argparse.Namespace) -> int:
         if args.json:
             print_json({**summary, "violations": [str(v) for v in report.violations]})
         else:
+            hint = (" (the legacy dialect has no step limits: --dialect legacy)"
+                    if args.dialect == "executor" and report.violations[0].kind == "limit" else "")
             print(f"arborcc: synthesized algorithm fails the {args.dialect} checks, nothing written: "
-                  f"{report.violations[0]}", file=sys.stderr)
+                  f"{report.violations[0]}{hint}", file=sys.stderr)
         return 1
     if args.output:
         write_atomic(args.output, render_algorithm(algo, fmt, args.dialect))

@@ -13,12 +13,17 @@ received value is read) and the *dependency depth* (longest path from the start,
 counting communication edges), GC3's scheduling priority (section 5.2, step 2).
 :func:`reverse_depths` gives the *reverse dependency depth* (step 3).
 
-Cost: one pass, O(chunks touched) - nothing is recomputed.
+The scan tracks *atoms* rather than chunks (:func:`_atoms`): the runs of chunks that
+every access covers whole, so a multi-count transfer costs what a single chunk does.
+
+Cost: one pass, O(atoms touched) - nothing is recomputed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from arborcc.compiler.instructions import CPY, RE, RECV, RRC, SEND, InstrTable
 
@@ -29,31 +34,76 @@ class Dag:
     depth: list[int]  #: dependency depth
     readers: list[int]  #: per instruction: how many instructions read what it wrote
     forwards: dict[int, list[int]]  #: receive -> sends that forward exactly what it wrote
-    last_writer: list  #: per rank, per IR buffer: last writer of each slot at the end
+    last_writer: list  #: per rank, per IR buffer: last writer of each atom at the end
+    multi_forwards: bool = False  #: some receive is forwarded by several sends
     rdepth: list[int] | None = field(default=None)
+    _final: set[int] | None = field(default=None, repr=False)
+
+    def final_writers(self) -> set[int]:
+        """The instructions that wrote what some slot holds at the end."""
+        if self._final is None:
+            self._final = set().union(*(slots for bufs in self.last_writer for slots in bufs))
+        return self._final
+
+
+def _atoms(t: InstrTable, sizes: list[tuple[int, int, int]]) -> tuple[list, list, list, list, list]:
+    """Instruction ranges in *atoms*: the pieces every buffer is cut into at each offset
+    where some access starts or ends. An access covers whole atoms, and all slots of an
+    atom share their history, so the scan can track atoms instead of chunks: a
+    64-chunk transfer of a tree algorithm is one atom, not 64 slots.
+
+    Returns (source atom, source atoms, destination atom, destination atoms) per
+    instruction and the atom count of every buffer (``[rank][IR buffer]``).
+    """
+    if max(t.cnt, default=1) == 1:  # every access is one chunk: atoms are chunks
+        return t.soff, t.cnt, t.doff, t.cnt, sizes
+    n = len(t)
+
+    def array(column: list[int]) -> np.ndarray:
+        return np.fromiter(column, dtype=np.int64, count=n)
+
+    rank, kind, cnt = array(t.rank), array(t.kind), array(t.cnt)
+    sbuf, dbuf = rank * 3 + array(t.sbuf), rank * 3 + array(t.dbuf)  # buffers numbered globally
+    # every buffer gets its own stretch of one coordinate line: base + offset
+    width = np.array([s + 1 for sz in sizes for s in sz], dtype=np.int64)
+    base = np.concatenate(([0], np.cumsum(width)[:-1]))
+    s0, d0 = base[sbuf] + array(t.soff), base[dbuf] + array(t.doff)
+    reads = (kind == SEND) | (kind == CPY) | (kind == RE)  # source accessed on this rank
+    writes = kind != SEND
+    cuts = np.unique(np.concatenate((base, base + width - 1, s0[reads], (s0 + cnt)[reads],
+                                     d0[writes], (d0 + cnt)[writes])))
+    first = np.searchsorted(cuts, base)  # number of each buffer's first atom
+    atoms = (np.searchsorted(cuts, base + width - 1) - first).reshape(len(sizes), 3).tolist()
+    sa, da = np.searchsorted(cuts, s0), np.searchsorted(cuts, d0)
+    scnt, dcnt = np.searchsorted(cuts, s0 + cnt) - sa, np.searchsorted(cuts, d0 + cnt) - da
+    sa -= first[sbuf]
+    da -= first[dbuf]
+    return sa.tolist(), scnt.tolist(), da.tolist(), dcnt.tolist(), atoms
 
 
 def build_dag(t: InstrTable, sizes: list[tuple[int, int, int]]) -> Dag:
     """Scan the instructions; ``sizes[rank]`` = physical (input, output, scratch) chunks."""
     n = len(t)
-    lw = [[[-1] * s for s in sz] for sz in sizes]  # last writer per slot
-    rd = [[[None] * s for s in sz] for sz in sizes]  # readers since the last write
+    soff, scnt, doff, dcnt, atoms = _atoms(t, sizes)
+    lw = [[[-1] * s for s in sz] for sz in atoms]  # last writer per atom
+    rd = [[[None] * s for s in sz] for sz in atoms]  # readers since the last write
     preds: list = [()] * n
     depth = [0] * n
     readers = [0] * n
     forwards: dict[int, list[int]] = {}
-    rank, kind, sbuf, soff, dbuf, doff, cnt = t.rank, t.kind, t.sbuf, t.soff, t.dbuf, t.doff, t.cnt
+    rank, kind, sbuf, dbuf = t.rank, t.kind, t.sbuf, t.dbuf
     msg_in, msg_out = t.msg_in, t.msg_out
     done = -1  # a receive already handled together with its send
+    multi = False  # some receive has several forwarding sends
     for i in range(n):
         if i == done:
             continue
-        r, k, c = rank[i], kind[i], cnt[i]
-        # Fast paths: single-chunk sends, receives and rrc's are nearly all instructions of
+        r, k = rank[i], kind[i]
+        # Fast paths: single-atom sends, receives and rrc's are nearly all instructions of
         # large programs; they do exactly what the general code below does. A send and its
         # receive, adjacent in program order, are handled in one go.
-        if c == 1:
-            if k == SEND:
+        if k == SEND:
+            if scnt[i] == 1:
                 b, o = sbuf[i], soff[i]
                 lwb, rdb = lw[r][b], rd[r][b]
                 lst = rdb[o]
@@ -71,14 +121,15 @@ def build_dag(t: InstrTable, sizes: list[tuple[int, int, int]]) -> Dag:
                     ds = depth[w] + 1
                     depth[i] = ds
                     kw = kind[w]
-                    if (kw == RECV or kw == RRC) and dbuf[w] == b and doff[w] == o and cnt[w] == 1:
+                    if (kw == RECV or kw == RRC) and dbuf[w] == b and doff[w] == o and dcnt[w] == 1:
                         fw = forwards.get(w)
                         if fw is None:
                             forwards[w] = [i]
                         else:
                             fw.append(i)
+                            multi = True
                 j = i + 1
-                if msg_out[i] != j or cnt[j] != 1:
+                if msg_out[i] != j or dcnt[j] != 1:
                     continue
                 # --- its receive (recv or rrc), on the destination rank ---
                 done = j
@@ -115,7 +166,8 @@ def build_dag(t: InstrTable, sizes: list[tuple[int, int, int]]) -> Dag:
                 if p:
                     preds[j] = p
                 continue
-            if k == RECV or k == RRC:
+        elif k == RECV or k == RRC:
+            if dcnt[i] == 1:
                 b, o = dbuf[i], doff[i]
                 lwb, rdb = lw[r][b], rd[r][b]
                 w = lwb[o]
@@ -144,7 +196,7 @@ def build_dag(t: InstrTable, sizes: list[tuple[int, int, int]]) -> Dag:
         p: list[int] = []
         # --- reads ---
         if k == SEND or k == CPY or k == RE:
-            b, o = sbuf[i], soff[i]
+            b, o, c = sbuf[i], soff[i], scnt[i]
             lwb, rdb = lw[r][b], rd[r][b]
             if c == 1:
                 w = lwb[o]
@@ -176,13 +228,15 @@ def build_dag(t: InstrTable, sizes: list[tuple[int, int, int]]) -> Dag:
             if k == SEND and len(writers) == 1:
                 w = writers[0]
                 kw = kind[w]
-                if ((kw == RECV or kw == RRC) and dbuf[w] == b and doff[w] == o and cnt[w] == c
+                if ((kw == RECV or kw == RRC) and dbuf[w] == b and doff[w] == o and dcnt[w] == c
                         and all(lwb[x] == w for x in range(o, o + c))):
                     fw = forwards.get(w)
                     if fw is None:
                         forwards[w] = [i]
                     else:
                         fw.append(i)
+                        multi = True
+        c = dcnt[i]
         if k == RE or k == RRC:  # the destination is read too
             b, o = dbuf[i], doff[i]
             lwb, rdb = lw[r][b], rd[r][b]
@@ -224,7 +278,7 @@ def build_dag(t: InstrTable, sizes: list[tuple[int, int, int]]) -> Dag:
         depth[i] = d
         if p:
             preds[i] = p
-    return Dag(preds, depth, readers, forwards, lw)
+    return Dag(preds, depth, readers, forwards, lw, multi)
 
 
 def reverse_depths(t: InstrTable, dag: Dag, rep: list[int] | None = None) -> list[int]:

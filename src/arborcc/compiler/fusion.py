@@ -61,17 +61,17 @@ def fuse_instructions(t: InstrTable, dag: Dag, significant: set[int], manual: bo
     if not dag.forwards:
         return rep
     rdepth = dag.rdepth
-    if rdepth is None and any(len(v) > 1 for v in dag.forwards.values()):
+    if rdepth is None and dag.multi_forwards:
         rdepth = reverse_depths(t, dag)
     kind, ch, msg_in, msg_out, lane = t.kind, t.ch, t.msg_in, t.msg_out, t.lane
-    sbuf, soff, dbuf, doff, cnt, speer, sendtb, alive = t.sbuf, t.soff, t.dbuf, t.doff, t.cnt, t.speer, t.sendtb, t.alive
-    lw, readers, rank = dag.last_writer, dag.readers, t.rank
+    sbuf, soff, dbuf, doff, speer, sendtb, alive = t.sbuf, t.soff, t.dbuf, t.doff, t.speer, t.sendtb, t.alive
+    readers = dag.readers
+    final: set[int] | None = None  # dag.final_writers(), once needed
     # channel hints only matter when they differ; then whole chains must agree
     chans = _Channels(ch) if len(set(ch)) > 1 else None
     forwards = dag.forwards
     fusions = t.fusions
-    for r in (sorted(forwards) if chans is not None else forwards):
-        sends = forwards[r]
+    for r, sends in (sorted(forwards.items()) if chans is not None else forwards.items()):
         s = sends[0] if len(sends) == 1 else max(sends, key=lambda x: rdepth[x])
         if lane[s] != lane[r]:
             continue
@@ -82,16 +82,20 @@ def fuse_instructions(t: InstrTable, dag: Dag, significant: set[int], manual: bo
             if m_in == m_out or not chans.join(m_in, m_out):
                 continue
         q = msg_out[s]  # the receive on the next rank
-        fusions[r] = (s, kind[r], sbuf[r], soff[r], sendtb[r], ch[r])
-        if kind[r] == RECV:
+        k = kind[r]
+        fusions[r] = (s, k, sbuf[r], soff[r], sendtb[r], ch[r])
+        if k == RECV:
             kind[r] = RCS
             sbuf[r] = dbuf[r]
             soff[r] = doff[r]
-        elif readers[r] == 1 and not (dbuf[r] in significant
-                                      and r in lw[rank[r]][dbuf[r]][doff[r]:doff[r] + cnt[r]]):
-            kind[r] = RRS  # the reduced value is only forwarded
-        else:
+        elif readers[r] != 1:
             kind[r] = RRCS
+        elif dbuf[r] not in significant:
+            kind[r] = RRS  # the reduced value is only forwarded
+        else:  # ... and the slot's final value does not matter unless it stays there
+            if final is None:
+                final = dag.final_writers()
+            kind[r] = RRCS if r in final else RRS
         speer[r] = speer[s]
         sendtb[r] = sendtb[s]
         if ch[r] == -1:  # keep every hint of a chain on some member (they all agree)

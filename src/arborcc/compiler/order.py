@@ -31,7 +31,8 @@ instructions always works).
 
 from __future__ import annotations
 
-import heapq
+from heapq import heapify, heappop, heappush
+from typing import NamedTuple
 
 import numpy as np
 
@@ -78,6 +79,17 @@ def _messages(t: InstrTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return pair, senders, receivers
 
 
+def _pair_numbers(n: int, pair: np.ndarray, senders: np.ndarray,
+                  receivers: np.ndarray) -> tuple[list[int], list[int], int]:
+    """Per instruction, the pair (numbered from 0) of the message it sends and of the one
+    it receives (-1: none), and how many pairs there are."""
+    pairs, ids = np.unique(pair, return_inverse=True)
+    sends_on, receives_on = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    sends_on[senders] = ids
+    receives_on[receivers] = ids
+    return sends_on.tolist(), receives_on.tolist(), len(pairs)
+
+
 def fifo_consistent(t: InstrTable, order: list[int]) -> bool:
     """Whether, for every rank pair, receives follow ``order`` in the order of the sends."""
     pair, senders, receivers = _messages(t)
@@ -97,13 +109,14 @@ def repair_order(t: InstrTable, order: list[int], preds: list, rep: list[int],
     sends, or None when none of the three attempts finds one (the caller then undoes
     fusions: see :func:`fifo_conflicting_fusions`; ``stuck`` receives the fused
     instructions the last attempt was stuck at)."""
+    graph = _dependency_graph(t, order, preds, rep)
     for chain_by in ("priority", "program"):
-        result = _kahn(t, order, preds, rep, chain_by)
-        if result is not None and slot_safe(t, result):
+        result = _kahn(t, order, graph, chain_by)
+        if result is not None:
             return result
-    result = _kahn_fifo(t, order, preds, rep, stuck)
+    result = _kahn_fifo(t, order, graph, stuck)
     if result is None:  # program order as the priority: the greedy gets stuck less often
-        result = _kahn_fifo(t, sorted(order), preds, rep)
+        result = _kahn_fifo(t, sorted(order), graph)
     return result
 
 
@@ -165,59 +178,95 @@ def fifo_conflicting_fusions(t: InstrTable) -> list[int]:
     return undo
 
 
-def _dependency_graph(t: InstrTable, order: list[int], preds: list, rep: list[int]):
-    """Positions in ``order``, successor lists and in-degrees of the dependency graph
-    (data dependencies plus each receive after its send), for Kahn's algorithm."""
+class _Graph(NamedTuple):
+    """The dependency graph of the alive instructions (data dependencies plus each
+    receive after its send) and their messages, shared by the attempts of
+    :func:`repair_order` (each copies ``indeg``)."""
+
+    succs: list[list[int]]
+    indeg: list[int]
+    messages: tuple[np.ndarray, np.ndarray, np.ndarray]  #: :func:`_messages`
+
+
+def _dependency_graph(t: InstrTable, order: list[int], preds: list, rep: list[int]) -> _Graph:
+    """Successor lists and in-degrees of the instructions in ``order`` (fused ones
+    standing for the sends they absorbed)."""
     n = len(t)
-    pos = [0] * n
-    for p, i in enumerate(order):
-        pos[i] = p
     succs: list[list[int]] = [[] for _ in range(n)]
     indeg = [0] * n
     msg_in = t.msg_in
     for i in order:
-        seen = set()
-        for p in preds[i]:
-            p = rep[p]
-            if p not in seen:
-                seen.add(p)
-                succs[p].append(i)
-                indeg[i] += 1
-        m = msg_in[i]
-        if m >= 0:
-            m = rep[m]
-            if m not in seen:
-                succs[m].append(i)
-                indeg[i] += 1
-    return pos, succs, indeg
+        ps, m = preds[i], msg_in[i]
+        if len(ps) <= 1:  # the common case, without building a set
+            before = [rep[ps[0]]] if ps else []
+            if m >= 0 and rep[m] not in before:
+                before.append(rep[m])
+        else:
+            before = {rep[p] for p in ps}
+            if m >= 0:
+                before.add(rep[m])
+        for p in before:
+            succs[p].append(i)
+        indeg[i] = len(before)
+    return _Graph(succs, indeg, _messages(t))
 
 
-def _kahn(t: InstrTable, order: list[int], preds: list, rep: list[int], chain_by: str) -> list[int] | None:
-    pos, succs, indeg = _dependency_graph(t, order, preds, rep)
-    pair, senders, receivers = _messages(t)
+def _positions(t: InstrTable, order: list[int]) -> list[int]:
+    """``pos[i]``: where instruction ``i`` is in ``order``."""
+    pos = [0] * len(t)
+    for p, i in enumerate(order):
+        pos[i] = p
+    return pos
+
+
+def _kahn(t: InstrTable, order: list[int], graph: _Graph, chain_by: str) -> list[int] | None:
+    """Kahn's algorithm in priority order, with each pair's sends - and in the same order
+    its receives - chained by ``chain_by`` (``priority`` or ``program`` order). None if
+    it gets stuck, or as soon as the order stops being slot-safe (:func:`slot_safe`:
+    the check runs as the order grows, and unsafe orders usually show it early)."""
+    n = len(t)
+    pos, succs = _positions(t, order), graph.succs
+    pair, senders, receivers = graph.messages
     key = np.asarray(pos, dtype=np.int64)[senders] if chain_by == "priority" else senders
     s = np.lexsort((key, pair))
-    pair_s, snd, rcv = pair[s].tolist(), senders[s].tolist(), receivers[s].tolist()
-    for k in range(1, len(pair_s)):
-        if pair_s[k] == pair_s[k - 1]:
-            for a, b in ((snd[k - 1], snd[k]), (rcv[k - 1], rcv[k])):
-                if a != b:
-                    succs[a].append(b)
-                    indeg[b] += 1
+    pair, senders, receivers = pair[s], senders[s], receivers[s]
+    same = pair[1:] == pair[:-1]
+    # chain edges: each message's send before the pair's next one, and so its receive
+    after_send, after_recv = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    after_send[senders[:-1][same]] = senders[1:][same]
+    after_recv[receivers[:-1][same]] = receivers[1:][same]
+    indeg = (np.asarray(graph.indeg, dtype=np.int64) + np.bincount(after_send[after_send >= 0], minlength=n)
+             + np.bincount(after_recv[after_recv >= 0], minlength=n)).tolist()
+    after_send, after_recv = after_send.tolist(), after_recv.tolist()
+    sends_on, receives_on, npairs = _pair_numbers(n, pair, senders, receivers)
+    inflight = [0] * npairs  # messages of each pair sent and not yet received
     heap = [pos[i] for i in order if indeg[i] == 0]
-    heapq.heapify(heap)
+    heapify(heap)
     out: list[int] = []
     while heap:
-        i = order[heapq.heappop(heap)]
+        i = order[heappop(heap)]
+        p = receives_on[i]
+        if p >= 0:
+            inflight[p] -= 1
+        p = sends_on[i]
+        if p >= 0:
+            if inflight[p] >= SAFE_SLOTS:
+                return None
+            inflight[p] += 1
         out.append(i)
         for j in succs[i]:
             indeg[j] -= 1
             if indeg[j] == 0:
-                heapq.heappush(heap, pos[j])
+                heappush(heap, pos[j])
+        for j in (after_send[i], after_recv[i]):
+            if j >= 0:
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    heappush(heap, pos[j])
     return out if len(out) == len(order) else None
 
 
-def _kahn_fifo(t: InstrTable, order: list[int], preds: list, rep: list[int],
+def _kahn_fifo(t: InstrTable, order: list[int], graph: _Graph,
                stuck: list[int] | None = None) -> list[int] | None:
     """Kahn's algorithm in priority order that fixes each pair's message order as it goes:
     a send appends its message to its pair's queue, and a receive may only be taken when
@@ -228,50 +277,46 @@ def _kahn_fifo(t: InstrTable, order: list[int], preds: list, rep: list[int],
     :func:`slot_safe`). None if it gets stuck (say a head's receive waiting for
     something behind a later message); then the fused instructions among those ready
     but held back go to ``stuck``."""
-    pos, succs, indeg = _dependency_graph(t, order, preds, rep)
-    msg_in = t.msg_in
-    pair, senders, _ = _messages(t)
-    pair_of = dict(zip(senders.tolist(), pair.tolist()))  # sender -> its pair
-    queues: dict[int, list[int]] = {p: [] for p in pair_of.values()}  # receivers, in send order
-    heads = dict.fromkeys(queues, 0)  # index of the oldest message in flight
-    blocked: dict[int, list[int]] = {p: [] for p in queues}  # senders waiting for a slot (heaps of pos)
+    pos, succs, indeg = _positions(t, order), graph.succs, list(graph.indeg)
+    msg_out = t.msg_out
+    sends_on, receives_on, npairs = _pair_numbers(len(t), *graph.messages)
+    queues: list[list[int]] = [[] for _ in range(npairs)]  # receivers, in send order
+    heads = [0] * npairs  # index of the oldest message in flight
+    blocked: list[list[int]] = [[] for _ in range(npairs)]  # senders waiting for a slot (heaps of pos)
     waiting = [False] * len(t)  # ready receive whose message is not at its pair's head
-    heap = [pos[i] for i in order if indeg[i] == 0 and msg_in[i] < 0]
-    heapq.heapify(heap)
+    heap = [pos[i] for i in order if indeg[i] == 0 and receives_on[i] < 0]
+    heapify(heap)
     out: list[int] = []
     while heap:
-        i = order[heapq.heappop(heap)]
-        po = pair_of.get(i)
-        if po is not None and len(queues[po]) - heads[po] >= SAFE_SLOTS:
-            heapq.heappush(blocked[po], pos[i])  # its receive (if any) stays at the head
+        i = order[heappop(heap)]
+        po = sends_on[i]
+        if po >= 0 and len(queues[po]) - heads[po] >= SAFE_SLOTS:
+            heappush(blocked[po], pos[i])  # its receive (if any) stays at the head
             continue
         out.append(i)
-        m = msg_in[i]
-        if m >= 0:  # a receive: its message was the head; the next one may be ready
-            pq = pair_of[rep[m]]
+        pq = receives_on[i]
+        if pq >= 0:  # a receive: its message was the head; the next one may be ready
             h = heads[pq] = heads[pq] + 1
             q = queues[pq]
             if h < len(q) and waiting[q[h]]:
                 waiting[q[h]] = False
-                heapq.heappush(heap, pos[q[h]])
+                heappush(heap, pos[q[h]])
             if blocked[pq]:  # a slot is free again
-                heapq.heappush(heap, heapq.heappop(blocked[pq]))
-        if po is not None:  # a send: queue its message
-            queues[po].append(t.msg_out[i])
+                heappush(heap, heappop(blocked[pq]))
+        if po >= 0:  # a send: queue its message
+            queues[po].append(msg_out[i])
         for j in succs[i]:
             indeg[j] -= 1
             if indeg[j] == 0:
-                mj = msg_in[j]
-                if mj >= 0:
-                    pj = pair_of[rep[mj]]
-                    if queues[pj][heads[pj]] != j:
-                        waiting[j] = True
-                        continue
-                heapq.heappush(heap, pos[j])
+                pj = receives_on[j]
+                if pj >= 0 and queues[pj][heads[pj]] != j:
+                    waiting[j] = True
+                    continue
+                heappush(heap, pos[j])
     if len(out) == len(order):
         return out
     if stuck is not None:
         fused = t.fusions
-        stuck.extend(order[p] for b in blocked.values() for p in b if order[p] in fused)
+        stuck.extend(order[p] for b in blocked for p in b if order[p] in fused)
         stuck.extend(i for i in fused if waiting[i])
     return None

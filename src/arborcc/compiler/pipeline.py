@@ -54,10 +54,8 @@ class CompileStats:
 def _significant_buffers(prog) -> set[int]:
     """IR buffers holding the result at the end (the output, or what it aliases)."""
     sig = {IB_OUTPUT}
-    if prog._alias is not None:
-        buf, _ = prog._alias(0, OUTPUT, 0)
-        if buf is INPUT:
-            sig.add(IB_INPUT)
+    if prog.resolve(0, OUTPUT, 0)[0] is INPUT:
+        sig.add(IB_INPUT)
     return sig
 
 

@@ -56,11 +56,12 @@ class Assignment:
 
 
 def _chain(t: InstrTable, head: int) -> list[int]:
+    msg_out = t.msg_out
     members = [head]
-    j = t.msg_out[head]
+    j = msg_out[head]
     while j >= 0:
         members.append(j)
-        j = t.msg_out[j]
+        j = msg_out[j]
     return members
 
 
@@ -145,10 +146,10 @@ class _AutoAssigner:
         ``ends``, its first send and last receive); returns the channel, or None (nothing
         placed) when no channel can carry the fused instructions."""
         t = self.t
-        hint = -1
+        hint, ch = -1, t.ch
         for m in members:
-            if t.ch[m] != -1:
-                hint = t.ch[m]
+            if ch[m] != -1:
+                hint = ch[m]
                 break
         channels = [hint] if hint != -1 else range(MAX_CHANNELS)
         middles = members[1:-1]
@@ -224,6 +225,14 @@ class _AutoAssigner:
         unfuse(self.t, rep, (m,))
         return m
 
+    def place_transfer(self, send: int, recv: int) -> None:
+        """A plain transfer (a chain without fused instructions): on the channel its
+        send or else its receive names, else on channel 0 (as :meth:`place_chain`)."""
+        ch = self.t.ch
+        c = ch[send] if ch[send] != -1 else ch[recv] if ch[recv] != -1 else 0
+        self._place(send, c, None)
+        self._place(recv, c, None)
+
     def place_ends(self, members: list[int], ch: int) -> None:
         self._place(members[0], ch, None)
         self._place(members[-1], ch, None)
@@ -264,16 +273,22 @@ def assign_auto(t: InstrTable, order: list[int], preds: list, rep: list[int], nu
         order[:] = [x for i in order for x in ((i, inserted[i]) if i in inserted else (i,))]
     for members, ch in fused_chains:
         asg.place_ends(members, ch)
-    pos = [0] * len(t)
-    for p, i in enumerate(order):
-        pos[i] = p
+    pos: list[int] | None = None  # where each instruction is in the order (local ones need it)
     tb_of = asg.a.tb_of
     for i in order:
         k = kind[i]
         if k == SEND:
             if tb_of[i] is None:
-                asg.place_chain(_chain(t, i))
+                j = msg_out[i]
+                if msg_out[j] < 0:
+                    asg.place_transfer(i, j)
+                else:
+                    asg.place_chain(_chain(t, i))
         elif k == CPY or k == RE:
+            if pos is None:
+                pos = [0] * len(t)
+                for p, j in enumerate(order):
+                    pos[j] = p
             asg.place_local(i, preds[i], rep, pos)
     _finish_channels(asg.a)
     return asg.a

@@ -70,6 +70,12 @@ class Collective:
         a subclass knows better; the built-ins alias only when in-place)."""
         return type(self).get_buffer_index is not Collective.get_buffer_index
 
+    def alias_rule(self) -> tuple | None:
+        """``(buffer named, buffer meant, index shift per rank)`` when the aliasing is that
+        simple: naming ``(rank, named, i)`` means ``(rank, meant, i + rank * shift)``. None:
+        ask :meth:`get_buffer_index` (when :meth:`aliases`)."""
+        return None
+
     def replication_block(self, buffer) -> int:
         """Logical chunks per replication block of ``buffer`` (input or output).
 
@@ -137,8 +143,24 @@ def _sum_over_ranks(num_ranks: int, index: int) -> ReduceChunk:
 
 
 class _Builtin(Collective):
+    """In place, a built-in collective's program may name one buffer (``_named``) for a
+    window of the other (``_meant``), which starts at ``rank * chunk_factor`` when
+    ``_per_rank`` (all-gather: the input is rank r's block of the output), else at 0."""
+
+    _named, _meant, _per_rank = OUTPUT, INPUT, False
+
     def aliases(self) -> bool:
         return self.inplace
+
+    def alias_rule(self) -> tuple | None:
+        if not self.inplace or type(self).get_buffer_index is not _Builtin.get_buffer_index:
+            return None
+        return self._named, self._meant, self.chunk_factor if self._per_rank else 0
+
+    def get_buffer_index(self, rank, buffer, index):
+        if self.inplace and buffer is self._named:
+            return self._meant, index + (rank * self.chunk_factor if self._per_rank else 0)
+        return buffer, index
 
 
 class AllReduce(_Builtin):
@@ -162,11 +184,6 @@ class AllReduce(_Builtin):
             bufs.append({INPUT: inp, OUTPUT: out})
         return bufs
 
-    def get_buffer_index(self, rank, buffer, index):
-        if self.inplace and buffer is OUTPUT:
-            return INPUT, index
-        return buffer, index
-
     def replication_block(self, buffer) -> int:
         return self.chunk_factor
 
@@ -180,6 +197,7 @@ class AllGather(_Builtin):
     """Rank r's ``chunk_factor`` input chunks end in block r of every rank's output."""
 
     name = "allgather"
+    _named, _meant, _per_rank = INPUT, OUTPUT, True
 
     def initial_seqs(self):
         cf, n, res = self.chunk_factor, self.num_ranks, []
@@ -201,11 +219,6 @@ class AllGather(_Builtin):
             bufs.append({INPUT: inp, OUTPUT: out})
         return bufs
 
-    def get_buffer_index(self, rank, buffer, index):
-        if self.inplace and buffer is INPUT:
-            return OUTPUT, index + rank * self.chunk_factor
-        return buffer, index
-
     def replication_block(self, buffer) -> int:
         return self.chunk_factor
 
@@ -218,6 +231,7 @@ class ReduceScatter(_Builtin):
     """Rank r ends with block r (``chunk_factor`` chunks) of the reduction of all inputs."""
 
     name = "reducescatter"
+    _per_rank = True
 
     def initial_seqs(self):
         cf, n = self.chunk_factor, self.num_ranks
@@ -229,11 +243,6 @@ class ReduceScatter(_Builtin):
             inp = [Chunk(r, i * cf + c, i, c) for i in range(self.num_ranks) for c in range(cf)]
             bufs.append({INPUT: inp, OUTPUT: [None] * cf})
         return bufs
-
-    def get_buffer_index(self, rank, buffer, index):
-        if self.inplace and buffer is OUTPUT:
-            return INPUT, index + rank * self.chunk_factor
-        return buffer, index
 
     def replication_block(self, buffer) -> int:
         return self.chunk_factor
@@ -263,11 +272,6 @@ class AllToAll(_Builtin):
             bufs.append({INPUT: inp, OUTPUT: out})
         return bufs
 
-    def get_buffer_index(self, rank, buffer, index):
-        if self.inplace and buffer is OUTPUT:
-            return INPUT, index
-        return buffer, index
-
     def replication_block(self, buffer) -> int:
         return self.chunk_factor
 
@@ -282,11 +286,6 @@ class _Rooted(_Builtin):
         if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < num_ranks:
             raise ValueError(f"root must be a rank in 0..{num_ranks - 1}, got {root!r}")
         self.root = root
-
-    def get_buffer_index(self, rank, buffer, index):
-        if self.inplace and buffer is OUTPUT:
-            return INPUT, index
-        return buffer, index
 
     def __repr__(self) -> str:
         return super().__repr__()[:-1] + f", root={self.root})"
@@ -350,6 +349,7 @@ class Gather(_Rooted):
     """Rank r's input chunks end in block r of the root's output."""
 
     name = "gather"
+    _named, _meant, _per_rank = INPUT, OUTPUT, True
 
     def initial_seqs(self):
         cf, n, res = self.chunk_factor, self.num_ranks, []
@@ -371,11 +371,6 @@ class Gather(_Rooted):
             bufs.append({INPUT: inp, OUTPUT: out})
         return bufs
 
-    def get_buffer_index(self, rank, buffer, index):
-        if self.inplace and buffer is INPUT:
-            return OUTPUT, index + rank * self.chunk_factor
-        return buffer, index
-
     def replication_block(self, buffer) -> int:
         return self.chunk_factor
 
@@ -390,6 +385,7 @@ class Scatter(_Rooted):
     """Block r of the root's input ends in rank r's output."""
 
     name = "scatter"
+    _per_rank = True
 
     def initial_seqs(self):
         cf, n = self.chunk_factor, self.num_ranks
@@ -402,11 +398,6 @@ class Scatter(_Rooted):
                    for j in range(n) for c in range(cf)]
             bufs.append({INPUT: inp, OUTPUT: [None] * cf})
         return bufs
-
-    def get_buffer_index(self, rank, buffer, index):
-        if self.inplace and buffer is OUTPUT:
-            return INPUT, index + rank * self.chunk_factor
-        return buffer, index
 
     def replication_block(self, buffer) -> int:
         return self.chunk_factor

@@ -31,6 +31,8 @@ from arborcc.lang.values import ReduceChunk
 from arborcc.lang.ref import Ref
 from arborcc.lang.where import format_location, program_error, user_location
 
+#: a buffer name no program uses (no aliasing rule)
+_NOTHING = object()
 #: programs whose ``with`` block is open, innermost last
 _ACTIVE: list["Program"] = []
 #: observers told about every Program created (the compile CLI uses this)
@@ -85,8 +87,11 @@ class Program:
         self.check_errors: list[str] = []
         self._lanes = 1
         self._entered = False
-        #: the in-place aliasing function, when the collective aliases anything
-        self._alias = collective.get_buffer_index if collective.aliases() else None
+        # in-place aliasing: a simple rule (buffer named, buffer meant, shift per rank),
+        # else the collective's function (None when nothing aliases)
+        rule = collective.alias_rule()
+        self._alias_named, self._alias_meant, self._alias_shift = rule or (_NOTHING, None, 0)
+        self._alias = collective.get_buffer_index if rule is None and collective.aliases() else None
         self._all_connected = self.connectivity.kind == "all"
         self._init_state(loc)
         for hook in _CREATION_HOOKS:
@@ -213,6 +218,14 @@ class Program:
             out.append(d)
         return out
 
+    def resolve(self, rank: int, buffer: object, index: int) -> tuple[object, int]:
+        """The slot ``(buffer, index)`` of ``rank`` really is (in-place aliasing)."""
+        if buffer is self._alias_named:
+            return self._alias_meant, index + rank * self._alias_shift
+        if self._alias is not None:
+            return self._alias(rank, buffer, index)
+        return buffer, index
+
     def check_rank(self, rank: object, loc) -> int:
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.num_ranks:
             raise program_error(f"rank {rank!r} is not a rank of this program (0..{self.num_ranks - 1})", loc)
@@ -232,7 +245,9 @@ class Program:
                 or index < 0 or type(size) is not int or size < 1):
             self._bad_chunk_args(rank, index, size)
         buf = buffer if (buffer is INPUT or buffer is OUTPUT) else resolve_buffer(buffer)
-        if self._alias is not None:
+        if buf is self._alias_named:
+            buf, index = self._alias_meant, index + rank * self._alias_shift
+        elif self._alias is not None:
             buf, index = self._alias(rank, buf, index)
         code = 0 if buf is INPUT else 1 if buf is OUTPUT else self.code_of(buf)
         seqs = self._seqs[rank]
@@ -240,11 +255,9 @@ class Program:
         n = len(seqs)
         if code < 2 and index + size > n:
             self.check_range(rank, code, index, size, user_location(1))
-        if size == 1:
-            if index >= n or seqs[index] < 0:
+        if index >= n or seqs[index] < 0:  # the first slot is empty: are all of them?
+            if size == 1 or max(seqs[index:index + size], default=-1) < 0:
                 return None
-        elif all(index + k >= n or seqs[index + k] < 0 for k in range(size)):
-            return None
         return Ref(self, rank, code, index, size, len(self.ops))
 
     def _bad_chunk_args(self, rank, index, size):

@@ -43,6 +43,21 @@ class Ref:
         span = f"{self.index}" if self.size == 1 else f"{self.index}..{self._end() - 1}"
         return f"(rank {self.rank}, {buffer_label(self.buffer)}, {span})"
 
+    def _readable(self) -> bool:
+        """Whether every slot is initialized and unwritten since this reference was made
+        (the quick check; :meth:`_validate_read` says what is wrong)."""
+        seqs = self.prog._seqs[self.rank][self.code]
+        start, end = self.index, self.index + self.size
+        if end > len(seqs):
+            return False
+        part = seqs[start:end]
+        if self.epochs is None:
+            first = part[0]
+            if part.count(first) == len(part):  # usually one operation wrote them all
+                return 0 <= first <= self.epoch
+            return min(part) >= 0 and max(part) <= self.epoch
+        return min(part) >= 0 and all(s <= e for s, e in zip(part, self.epochs))
+
     def _validate_read(self, loc) -> None:
         """Refuse a stale reference or one to uninitialized slots."""
         prog = self.prog
@@ -86,7 +101,9 @@ class Ref:
                 index = prog.buffer_size(dst, prog.code_of(buf))
         if type(index) is not int or index < 0:
             raise program_error(f"chunk index must be a non-negative integer, got {index!r}")
-        if prog._alias is not None:
+        if buf is prog._alias_named:
+            buf, index = prog._alias_meant, index + dst * prog._alias_shift
+        elif prog._alias is not None:
             buf, index = prog._alias(dst, buf, index)
         code = 0 if buf is INPUT else 1 if buf is OUTPUT else prog.code_of(buf)
         size = self.size
@@ -106,7 +123,7 @@ class Ref:
         if size == 1 and self.epochs is None:
             if s >= len(src_seqs) or not 0 <= src_seqs[s] <= self.epoch:
                 self._validate_read(user_location(1))
-        else:
+        elif not self._readable():
             self._validate_read(user_location(1))
         rank_seqs = prog._seqs[dst]
         dst_seqs = rank_seqs[code] if code < len(rank_seqs) else prog._slot_seqs(dst, code)
@@ -159,7 +176,7 @@ class Ref:
                     or d >= len(dst_seqs) or not 0 <= dst_seqs[d] <= self.epoch):
                 other._validate_read(user_location(1))
                 self._validate_read(user_location(1))
-        else:
+        elif not (other._readable() and self._readable()):
             other._validate_read(user_location(1))
             self._validate_read(user_location(1))
         if not (type(sendtb) is int and type(recvtb) is int and type(ch) is int

@@ -40,7 +40,8 @@ Theorems used
   (ForestColl; Patarasuk & Yuan's ring is the homogeneous special case); (b) Blink's
   reduce to a root pipelined with a broadcast from it, ``t = M/R`` where ``R`` is the
   largest rate for which the links' capacity can be split between a reduce of rate R
-  and a broadcast of rate R (a small flow LP, solved with HiGHS). Both are reported.
+  and a broadcast of rate R (a flow LP with generated cut constraints, solved warm
+  with HiGHS), maximised over roots. Both are reported.
 
 Max-flows run on :func:`scipy.sparse.csgraph.maximum_flow`, which needs int32
 capacities: bandwidths are expressed in integer units of 1 MB/s (finer for slow links,
@@ -56,12 +57,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Iterable, Sequence, Union
 
+import igraph
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import linprog
 from scipy.sparse.csgraph import maximum_flow
 
 from arborcc.errors import SolverLimitError, SynthesisError
+from arborcc.synth.lp import INF, GrowingLP
+from arborcc.synth.symmetry import Orbits, graph_orbits
 from arborcc.topology.model import GB, Link, LinkKind, Topology
 
 LinkSelector = Union[str, LinkKind, Iterable[LinkKind], Callable[[Link], bool]]
@@ -113,6 +116,8 @@ class FlowGraph:
     links: str
     reversed_of_original: bool = False
     index: dict = field(default_factory=dict)
+    #: orbits by fixed vertex, shared with the reversed graph (same automorphisms)
+    _orbits: dict = field(default_factory=dict, repr=False)
 
     @property
     def n(self) -> int:
@@ -124,7 +129,13 @@ class FlowGraph:
 
     def reversed(self) -> "FlowGraph":
         return FlowGraph(self.name, self.nodes, self.ranks, self.dst, self.src, self.cap, self.links,
-                         not self.reversed_of_original, self.index)
+                         not self.reversed_of_original, self.index, self._orbits)
+
+    def orbits(self, fixed: int | None = None) -> Orbits:
+        """Orbits of the automorphisms (fixing node ``fixed``), computed once."""
+        if fixed not in self._orbits:
+            self._orbits[fixed] = graph_orbits(self.n, self.src, self.dst, self.cap, self.ranks, fixed)
+        return self._orbits[fixed]
 
     def original_link(self, arc: int) -> tuple[str, str]:
         """The topology link (src, dst) that arc ``arc`` stands for."""
@@ -250,9 +261,10 @@ class Bound:
 
     @property
     def busbw(self) -> float:
-        """nccl-tests bus bandwidth: algbw x (n-1)/n for all-gather/reduce-scatter, x1 else."""
+        """nccl-tests bus bandwidth: algbw x (n-1)/n for all-gather/reduce-scatter and
+        gather/scatter, x1 else."""
         n = self.num_ranks
-        factor = (n - 1) / n if self.collective in ("allgather", "reducescatter") else 1.0
+        factor = (n - 1) / n if self.collective in ("allgather", "reducescatter", "gather", "scatter") else 1.0
         return self.algbw * factor
 
     def time(self, size: float) -> float:
@@ -265,18 +277,22 @@ class AllreduceBound:
     """Two all-reduce bounds: reduce-scatter + all-gather, and tree reduce + broadcast.
 
     ``rs_ag_algbw = 1 / (1/reducescatter.algbw + 1/allgather.algbw)``;
-    ``tree_algbw`` is the best pipelined reduce+broadcast rate over ``tree_root``;
-    ``algbw`` the better of the two and ``best`` its name.
+    ``tree_algbw`` is the best pipelined reduce+broadcast rate, through ``tree_root``,
+    among the roots whose LP was solved (``tree_rates``); roots left out could not beat
+    ``algbw`` (0.0 and ``None`` when no root could beat reduce-scatter + all-gather).
+    ``algbw`` is the better of the two and ``best`` its name; ``tree_split`` is
+    ``tree_root``'s ``(c_b, c_r)`` link split (see :func:`tree_allreduce_split`).
     """
 
     reducescatter: Bound
     allgather: Bound
     rs_ag_algbw: float
     tree_algbw: float
-    tree_root: str
+    tree_root: str | None
     tree_rates: dict
     links: str
     solve_time: float = 0.0
+    tree_split: tuple | None = None
 
     @property
     def algbw(self) -> float:
@@ -284,7 +300,8 @@ class AllreduceBound:
 
     @property
     def best(self) -> str:
-        return "rs+ag" if self.rs_ag_algbw >= self.tree_algbw else "tree"
+        # equal up to rounding (common on symmetric machines): the simpler family
+        return "rs+ag" if self.rs_ag_algbw >= self.tree_algbw * (1 - 1e-9) else "tree"
 
     @property
     def algbw_gbps(self) -> float:
@@ -338,8 +355,7 @@ def single_source_bound(g: FlowGraph, r: int, collective: str, root_name: str) -
     unit = _unit_for(g.cap, float(g.cap.sum()))
     mf = _MaxFlow(g.n, g.src, g.dst, _int_caps(g.cap, unit))
     best_val, best_res = None, None
-    for v in g.ranks:
-        v = int(v)
+    for v in g.orbits(fixed=r).representatives(g.ranks):  # max-flows are equal within an orbit
         if v == r:
             continue
         val, res = mf.value(r, v)
@@ -397,6 +413,8 @@ def all_to_all_bound(g: FlowGraph, collective: str, time_limit: float) -> Bound:
     icap = _int_caps(g.cap, unit)
     iout = np.zeros(g.n, dtype=np.int64)
     np.add.at(iout, g.src, icap)
+    # every automorphism fixes the super source: one sink per orbit has the same max-flows
+    sinks = g.orbits().representatives(ranks)
     # the current ratio p/q and the set achieving it (a single rank to start)
     start = min(ranks, key=lambda r: iout[r])
     ratio = Fraction(int(iout[start]), 1)
@@ -412,7 +430,7 @@ def all_to_all_bound(g: FlowGraph, collective: str, time_limit: float) -> Bound:
         caps = np.concatenate([icap * q, np.full(N, p, dtype=np.int64)])
         mf = _MaxFlow(g.n + 1, src, dst, caps)
         improved = None
-        for t in ranks:
+        for t in sinks:
             val, res = mf.value(s, t)
             if val < N * p:
                 side = mf.source_side(s, res)
@@ -461,83 +479,143 @@ def tree_allreduce_split(g: FlowGraph, r: int, time_limit: float = 30.0) -> tupl
     """``(R, c_b, c_r)``: the largest ``R`` for which a reduce to node ``r`` and a broadcast from it, both of rate
     R, can run at once with point-to-point routes through relays (Blink section 3.3).
 
-    LP: split the capacities, ``c_b + c_r <= c``; for every other rank v a flow of R
-    from r to v bounded by ``c_b`` and one from v to r bounded by ``c_r`` (max-flow =
-    min-cut per destination, so this is the cut condition of both directions); and
-    ``c_b``, ``c_r`` balanced at every relay, because a route entering a relay leaves it.
-    Balanced relays are what makes each half packable (Bang-Jensen, Frank & Jackson
-    1995); without that constraint a switch would have to duplicate or reduce data.
-    ``c_b`` and ``c_r`` (B/s per arc of ``g``) are the capacities each half may use:
-    packing a broadcast on ``c_b`` and a reduce on ``c_r`` reaches ``R``.
+    LP: split the capacities, ``c_b + c_r <= c``; a broadcast of rate R from r must fit
+    in ``c_b`` and a reduce of rate R into r in ``c_r``, i.e. (max-flow = min-cut, per
+    destination; Edmonds) every cut around r has ``c_b`` leaving and ``c_r`` entering of
+    at least R; and ``c_b``, ``c_r`` balanced at every relay, because a route entering a
+    relay leaves it. Balanced relays are what makes each half packable (Bang-Jensen,
+    Frank & Jackson 1995); without that constraint a switch would have to duplicate or
+    reduce data. ``c_b`` and ``c_r`` (B/s per arc of ``g``) are the capacities each half
+    may use: packing a broadcast on ``c_b`` and a reduce on ``c_r`` reaches ``R``.
+
+    The cut constraints are exponentially many, so they are generated (a cutting-plane
+    method, Dantzig, Fulkerson & Johnson 1954): start from the cuts around single
+    ranks, solve, find each rank's minimum cut under the current split by max-flow,
+    add the violated ones, re-solve warm; it ends when no cut is violated (within
+    ``1e-7`` relative), which is the optimum of the per-destination flow LP.
+    Symmetry (:mod:`.symmetry`): the automorphisms fixing ``r`` permute the LP's
+    constraints, so one variable per arc orbit suffices, and with orbit-constant
+    splits one destination per rank orbit.
     """
-    others = [int(v) for v in g.ranks if int(v) != r]
-    E, n, K = len(g.src), g.n, len(others)
-    scale = float(g.cap.max())
-    c = g.cap / scale
-    relays = sorted(set(range(n)) - set(int(i) for i in g.ranks))
-    # variables: R | c_b[E] | c_r[E] | f[K][E] | h[K][E]
-    nvar = 1 + 2 * E + 2 * K * E
-    CB, CR = 1, 1 + E
-    fb = lambda k: 1 + 2 * E + k * E  # noqa: E731
-    hb = lambda k: 1 + 2 * E + (K + k) * E  # noqa: E731
+    t0 = time.perf_counter()
+    E, scale = len(g.src), float(g.cap.max())
+    orbits = g.orbits(fixed=r)
+    classes, cls = np.unique(orbits.arc, return_inverse=True)  # arc e -> its orbit's variable
+    K = len(classes)
+    c = g.cap[classes] / scale
+    CB, CR = 1, 1 + K
+    lp = GrowingLP(f"{g.name}: tree all-reduce LP (root {g.nodes[r]})")
+    lp.add_cols(np.concatenate([[-1.0], np.zeros(2 * K)]), np.zeros(1 + 2 * K), np.concatenate([[INF], c, c]))
+    lp.add_rows(np.full(K, -INF), c, [((CB + k, CR + k), (1.0, 1.0)) for k in range(K)])
+
+    def per_class(arc_ids, sign: float = 1.0) -> np.ndarray:
+        coef = np.zeros(K)
+        np.add.at(coef, cls[arc_ids], sign)
+        return coef
+
     arcs = np.arange(E)
-    rows: list = []
-    cols: list = []
-    vals: list = []
-    row = 0
+    rank_nodes = set(int(i) for i in g.ranks)
+    for u in orbits.representatives(range(g.n)):
+        if u in rank_nodes:
+            continue
+        coef = per_class(arcs[g.src == u]) - per_class(arcs[g.dst == u])
+        nz = np.nonzero(np.abs(coef) > 1e-12)[0]
+        for base in (CB, CR):  # relays balanced: out - in = 0
+            lp.add_row(0.0, 0.0, base + nz, coef[nz])
+    # igraph's max-flow (C, float capacities) finds the cuts; arc ids are kept
+    forward = igraph.Graph(n=g.n, edges=list(zip(g.src.tolist(), g.dst.tolist())), directed=True)
+    backward = igraph.Graph(n=g.n, edges=list(zip(g.dst.tolist(), g.src.tolist())), directed=True)
+    seen: set[tuple[int, bytes]] = set()
 
-    def conservation(base: int, row: int) -> None:
-        rows.extend((row + g.src).tolist()); cols.extend((base + arcs).tolist()); vals.extend([1.0] * E)
-        rows.extend((row + g.dst).tolist()); cols.extend((base + arcs).tolist()); vals.extend([-1.0] * E)
+    def add_cut(base: int, cut_arcs) -> bool:
+        coef = per_class(np.asarray(cut_arcs, dtype=np.int64))
+        key = (base, coef.tobytes())
+        if key in seen:
+            return False
+        seen.add(key)
+        nz = np.nonzero(coef)[0]
+        lp.add_row(0.0, INF, np.concatenate([[0], base + nz]), np.concatenate([[-1.0], coef[nz]]))
+        return True
 
-    for k, v in enumerate(others):
-        for base, s_, t_ in ((fb(k), r, v), (hb(k), v, r)):
-            conservation(base, row)  # out - in = R at s_, -R at t_, 0 elsewhere
-            rows.append(row + s_); cols.append(0); vals.append(-1.0)
-            rows.append(row + t_); cols.append(0); vals.append(1.0)
-            row += n
-    for base in (CB, CR):  # relays balanced: out - in = 0
-        conservation(base, row)
-        row += n
-    keep_rows = list(range(row - 2 * n)) + [row - 2 * n + u for u in relays] + [row - n + u for u in relays]
-    A_eq = sp.csr_matrix((vals, (rows, cols)), shape=(row, nvar))[keep_rows]
-    b_eq = np.zeros(len(keep_rows))
-    rows, cols, vals, rhs = [], [], [], []
-    row = 0
-    for e in range(E):
-        rows += [row, row]; cols += [CB + e, CR + e]; vals += [1.0, 1.0]; rhs.append(c[e]); row += 1
-    for k in range(K):
-        for e in range(E):
-            rows += [row, row]; cols += [fb(k) + e, CB + e]; vals += [1.0, -1.0]; rhs.append(0.0); row += 1
-            rows += [row, row]; cols += [hb(k) + e, CR + e]; vals += [1.0, -1.0]; rhs.append(0.0); row += 1
-    A_ub = sp.csr_matrix((vals, (rows, cols)), shape=(row, nvar))
-    bounds = [(0, None)] + [(0, ce) for ce in c] * 2 + [(0, None)] * (2 * K * E)
-    obj = np.zeros(nvar)
-    obj[0] = -1.0
-    res = linprog(obj, A_ub=A_ub, b_ub=np.array(rhs), A_eq=A_eq, b_eq=b_eq, bounds=bounds,
-                  method="highs", options={"time_limit": float(time_limit)})
-    if res.status == 1:
-        raise SolverLimitError(f"{g.name}: tree all-reduce LP hit its {time_limit:g} s limit")
-    if res.status != 0:
-        raise SynthesisError(f"{g.name}: tree all-reduce LP failed: {res.message}")
-    return float(res.x[0]) * scale, res.x[CB:CB + E] * scale, res.x[CR:CR + E] * scale
+    sinks = [v for v in orbits.representatives(g.ranks) if v != r]
+    for v in sinks:
+        add_cut(CB, arcs[g.dst == v])
+        add_cut(CR, arcs[g.src == v])
+    add_cut(CB, arcs[g.src == r])
+    add_cut(CR, arcs[g.dst == r])
+    while True:
+        left = time_limit - (time.perf_counter() - t0)
+        if left <= 0:
+            raise SolverLimitError(f"{g.name}: tree all-reduce LP hit its {time_limit:g} s limit")
+        x = lp.solve(left).x
+        R = float(x[0])
+        added = 0
+        # broadcast: cuts of c_b leaving a set around r; reduce: cuts of c_r entering it,
+        # i.e. leaving it on the reversed graph
+        for base, h in ((CB, forward), (CR, backward)):
+            caps = np.maximum(x[base:base + K], 0.0)[cls].tolist()
+            for v in sinks:
+                if h.maxflow_value(r, v, capacity=caps) >= R * (1 - 1e-7):
+                    continue
+                added += add_cut(base, h.mincut(r, v, capacity=caps).cut)
+        if not added:
+            return R * scale, x[CB:CB + K][cls] * scale, x[CR:CR + K][cls] * scale
+
+
+def _tree_rate_ceiling(g: FlowGraph, r: int) -> float:
+    """An upper bound on :func:`tree_allreduce_rate` for root ``r`` that costs no LP.
+
+    Every other rank receives R of broadcast over its in-arcs and sends R of reduce
+    over its out-arcs; the root sends R and receives R. Summed over the other ranks,
+    ``c_b(into them) + c_r(out of them) >= 2 (N - 1) R`` while the two arc sets share
+    only capacity ``c`` once: ``R <= c(arcs touching another rank) / (2 (N - 1))``.
+    """
+    others = np.zeros(g.n, dtype=bool)
+    others[g.ranks] = True
+    others[r] = False
+    into = np.zeros(g.n)
+    outof = np.zeros(g.n)
+    np.add.at(into, g.dst, g.cap)
+    np.add.at(outof, g.src, g.cap)
+    touching = float(g.cap[others[g.src] | others[g.dst]].sum())
+    single = min(float(into[others].min()), float(outof[others].min()), into[r], outof[r])
+    return min(single, touching / (2 * (len(g.ranks) - 1)))
 
 
 def allreduce_bound(topology: Topology, links: LinkSelector = "all", tree_roots: Sequence[str] | None = None,
                     time_limit: float = 60.0) -> AllreduceBound:
-    """Both all-reduce bounds (see module doc). ``tree_roots``: roots tried for the
-    reduce+broadcast bound (default: every rank; the best is reported)."""
+    """Both all-reduce bounds (see module doc).
+
+    ``tree_roots``: roots whose reduce+broadcast LP is solved (each one reported in
+    ``tree_rates``). By default every rank is a candidate but only one per orbit of
+    the graph's automorphisms (:mod:`.symmetry`) is solved (the others have the same rate), best ceiling first
+    (:func:`_tree_rate_ceiling`), and the search stops once no ceiling left can beat
+    the best rate found so far nor reduce-scatter + all-gather: the reported all-reduce
+    bound is still the maximum over all roots.
+    """
     t0 = time.perf_counter()
     g = flow_graph(topology, links)
     rs = all_to_all_bound(g.reversed(), "reducescatter", time_limit)
     ag = all_to_all_bound(g, "allgather", time_limit)
     rs_ag = 1.0 / (1.0 / rs.algbw + 1.0 / ag.algbw)
-    roots = list(tree_roots) if tree_roots is not None else list(g.rank_ids)
     rates: dict[str, float] = {}
-    for name in roots:
+    splits: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    if tree_roots is not None:
+        todo, ceiling = [root_index(g, name) for name in tree_roots], {}
+    else:
+        ceiling = {int(v): _tree_rate_ceiling(g, int(v)) for v in g.ranks}
+        todo = []
+        if max(ceiling.values()) > rs_ag * (1 + 1e-9):
+            todo = g.orbits().representatives(g.ranks)
+            todo.sort(key=lambda v: -ceiling[v])
+    for v in todo:
+        if v in ceiling and ceiling[v] <= max([rs_ag, *rates.values()]) * (1 + 1e-9):
+            break  # sorted: no later root can do better either
         left = time_limit - (time.perf_counter() - t0)
         if left <= 0:
             raise SolverLimitError(f"{topology.name}: all-reduce bound not found within {time_limit:g} s")
-        rates[name] = tree_allreduce_rate(g, root_index(g, name), left)
-    best_root = max(rates, key=lambda k: rates[k])
-    return AllreduceBound(rs, ag, rs_ag, rates[best_root], best_root, rates, g.links, time.perf_counter() - t0)
+        rate, cap_b, cap_r = tree_allreduce_split(g, v, left)
+        rates[g.nodes[v]], splits[g.nodes[v]] = rate, (cap_b, cap_r)
+    best_root = max(rates, key=lambda k: rates[k]) if rates else None
+    return AllreduceBound(rs, ag, rs_ag, rates[best_root] if rates else 0.0, best_root, rates, g.links,
+                          time.perf_counter() - t0, splits.get(best_root))

@@ -325,20 +325,35 @@ def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[
 
 def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
     """Lower with the compiler's channel choice; if that breaks ``dialect``'s runtime
-    limits (steps per thread block), spread the trees over 2, 4, ... 32 channels and
-    keep the first version within the limits (else the one with fewest violations)."""
-    from arborcc.ir.limits import check_dialect_limits
+    limits (steps per thread block, thread blocks per rank), spread the trees over 2, 4,
+    ... 32 channels and keep the first version within the limits. Spreading stops
+    early once two more spreads in a row bring the largest thread block (or rank) no
+    closer to the limits; the version closest to them is then returned with a note saying so (the
+    verifier reports the violations, and ``--dialect legacy`` has no such limits)."""
+    from arborcc.ir.limits import check_dialect_limits, dialect_limits
 
-    best, fewest = None, None
+    lim = dialect_limits(dialect)
+
+    def overflow(algo) -> float:
+        steps = max((len(tb.steps) for r in algo.ranks for tb in r.threadblocks), default=0)
+        tbs = max((len(r.threadblocks) for r in algo.ranks), default=0)
+        return max(steps / lim.max_steps_per_threadblock, tbs / lim.max_threadblocks_per_rank)
+
+    best, best_over, stale = None, None, 0
     for spread in (0, 2, 4, 8, 16, 32):
         lowered = lower(*args, spread=spread)
-        problems = len(check_dialect_limits(lowered.algorithm, dialect))
-        if spread and not problems:
-            lowered.notes.append(f"trees spread over {spread} channels to meet the {dialect} runtime's limits")
-        if best is None or problems < fewest:
-            best, fewest = lowered, problems
-        if not problems:
-            break
+        if not check_dialect_limits(lowered.algorithm, dialect):
+            if spread:
+                lowered.notes.append(f"trees spread over {spread} channels to meet the {dialect} runtime's limits")
+            return lowered
+        over = overflow(lowered.algorithm)
+        stale = stale + 1 if best is not None and over > 0.9 * best_over else 0
+        if best is None or over < best_over:
+            best, best_over = lowered, over
+        if stale == 2:
+            break  # two more spreads did not help
+    best.notes.append(f"exceeds the {dialect} runtime's limits even spread over channels "
+                      f"({best_over:.2f}x the largest allowed thread block or rank)")
     return best
 
 

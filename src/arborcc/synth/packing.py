@@ -56,7 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse.csgraph import dijkstra
 
 from arborcc.errors import SolverLimitError, SynthesisError
@@ -69,6 +69,7 @@ from arborcc.synth.bounds import (
     root_index,
     single_source_bound,
 )
+from arborcc.synth.lp import INF, GrowingLP
 from arborcc.synth.trees import Hop, Tree, TreePacking
 
 log = logging.getLogger(__name__)
@@ -203,7 +204,14 @@ class _RouteOracle:
         return arcs[::-1]
 
     def cheapest_tree(self, length: np.ndarray, root_pos: int) -> tuple[float, "_Column"]:
+        return self.cheapest_trees(length, [root_pos])[0]
+
+    def cheapest_trees(self, length: np.ndarray, roots: list[int]) -> list[tuple[float, "_Column"]]:
+        """The cheapest tree of each root under ``length`` (the routes are shared)."""
         D, pred = self.routes(length + _TINY)
+        return [self._tree(D, pred, length, r) for r in roots]
+
+    def _tree(self, D: np.ndarray, pred, length: np.ndarray, root_pos: int) -> tuple[float, "_Column"]:
         if np.isinf(np.delete(D[root_pos], root_pos)).all() and len(D) > 1:
             raise SynthesisError(f"{self.g.name}: {self.g.nodes[self.g.ranks[root_pos]]} reaches no rank "
                                  f"over {self.g.links} links")
@@ -238,29 +246,38 @@ class _Column:
 
 # --- LP master problems ----------------------------------------------------------------
 
-def _solve_master(cols: list[_Column], cap: np.ndarray, roots: list[int], time_limit: float):
-    """``max x`` s.t. ``x <= sum of w over trees of each root``, loads within ``cap``.
+class _Master:
+    """The master LP ``max x`` s.t. ``x <= sum of w over trees of each root`` and tree
+    loads within ``cap`` (Blink equations 1-3; with one root, x = sum w), kept between
+    solves so that column generation only adds columns and re-solves warm."""
 
-    Returns (x, weights, link prices y, root prices pi); with one root, x = sum w.
-    """
-    J, E, R = len(cols), len(cap), len(roots)
-    rpos = {r: i for i, r in enumerate(roots)}
-    L = np.stack([c.load for c in cols], axis=1)  # E x J
-    G = np.zeros((R, J))
-    for j, c in enumerate(cols):
-        G[rpos[c.root], j] = -1.0
-    A = np.block([[np.zeros((E, 1)), L], [np.ones((R, 1)), G]])
-    b = np.concatenate([cap, np.zeros(R)])
-    obj = np.zeros(J + 1)
-    obj[0] = -1.0
-    res = linprog(obj, A_ub=A, b_ub=b, bounds=[(0, None)] * (J + 1), method="highs",
-                  options={"time_limit": max(float(time_limit), 0.01)})
-    if res.status != 0:
-        if res.status == 1:
-            raise SolverLimitError("tree-packing LP hit its time limit")
-        raise SynthesisError(f"tree-packing LP failed: {res.message}")
-    marg = -np.asarray(res.ineqlin.marginals)
-    return float(res.x[0]), np.asarray(res.x[1:]), np.maximum(marg[:E], 0.0), np.maximum(marg[E:], 0.0)
+    def __init__(self, cap: np.ndarray, roots: list[int], cols: list[_Column]):
+        E = len(cap)
+        self.lp = GrowingLP("tree-packing master")
+        self.rpos = {r: i for i, r in enumerate(roots)}
+        self.E = E
+        self.lp.add_cols([-1.0], [0.0], [INF])  # x
+        self.lp.add_rows(np.full(E, -INF), cap, [((), ())] * E)
+        self.lp.add_rows(np.full(len(roots), -INF), np.zeros(len(roots)), [((0,), (1.0,))] * len(roots))
+        self.cols: list[_Column] = []
+        self.add(cols)
+
+    def add(self, cols: list[_Column]) -> None:
+        entries = []
+        for c in cols:
+            rows = np.nonzero(c.load)[0]
+            entries.append((np.append(rows, self.E + self.rpos[c.root]), np.append(c.load[rows], -1.0)))
+        self.lp.add_cols(np.zeros(len(cols)), np.zeros(len(cols)), np.full(len(cols), INF), entries)
+        self.cols.extend(cols)
+
+    def solve(self, time_limit: float):
+        """(x, weights, link prices y, root prices pi)."""
+        try:
+            sol = self.lp.solve(time_limit)
+        except SolverLimitError:
+            raise SolverLimitError("tree-packing LP hit its time limit") from None
+        dual = -sol.row_dual
+        return float(sol.x[0]), sol.x[1:], np.maximum(dual[:self.E], 0.0), np.maximum(dual[self.E:], 0.0)
 
 
 def _column_generation(oracle: _RouteOracle, cap: np.ndarray, roots: list[int], cols: list[_Column],
@@ -270,17 +287,17 @@ def _column_generation(oracle: _RouteOracle, cap: np.ndarray, roots: list[int], 
     Returns (x, weights, cols, limit_hit, upper_bound).
     """
     keys = {c.key for c in cols}
+    master = _Master(cap, roots, cols)
     upper = math.inf
     while True:
         if time.perf_counter() > deadline:
-            x, w, _, _ = _solve_master(cols, cap, roots, 1.0)
-            return x, w, cols, True, upper
-        x, w, y, pi = _solve_master(cols, cap, roots, deadline - time.perf_counter())
+            x, w, _, _ = master.solve(1.0)
+            return x, w, master.cols, True, upper
+        x, w, y, pi = master.solve(deadline - time.perf_counter())
         if target is not None and x >= target * (1 - 1e-9):
-            return x, w, cols, False, upper
-        theta, added = 0.0, 0
-        for r in roots:
-            cost, col = oracle.cheapest_tree(y, r)
+            return x, w, master.cols, False, upper
+        theta, added = 0.0, []
+        for r, (_, col) in zip(roots, oracle.cheapest_trees(y, roots)):
             cost = max(float(col.load @ y), 0.0)
             share = pi[roots.index(r)] if len(roots) > 1 else 1.0
             if share <= 0:
@@ -288,12 +305,12 @@ def _column_generation(oracle: _RouteOracle, cap: np.ndarray, roots: list[int], 
             theta = max(theta, share / cost) if cost > 1e-12 else math.inf
             if cost < share * (1 - tol / 4) and col.key not in keys:
                 keys.add(col.key)
-                cols.append(col)
-                added += 1
+                added.append(col)
+        master.add(added)
         # y * theta is dual feasible, so theta * x bounds the optimum (Lagrangian bound)
         upper = min(upper, theta * x) if 0 < theta < math.inf else upper
-        if added == 0 or x >= upper * (1 - tol):
-            return x, w, cols, False, upper
+        if not added or x >= upper * (1 - tol):
+            return x, w, master.cols, False, upper
 
 
 def _seed_columns(oracle: _RouteOracle, cap: np.ndarray, roots: list[int], per_root: int) -> list[_Column]:
@@ -621,14 +638,16 @@ def _pack(topology, g: FlowGraph, roots: list[int], bound: Bound, collective: st
         notes.append(f"MWU (eps={eps:g}): {len(mcols)} candidate trees, rate {float(mw.sum()) * gb:.6g} GB/s "
                      f"({time.perf_counter() - tick:.3f} s)")
         cols = mcols
-        x, w, _, _ = _solve_master(cols, cap, roots, max(deadline - time.perf_counter(), 0.05))
+        x, w, _, _ = _Master(cap, roots, cols).solve(max(deadline - time.perf_counter(), 0.05))
         notes.append(f"LP over the candidates: {x * gb:.6g} GB/s")
     else:
         if len(roots) == 1:  # a short MWU run gives varied, often integral, seed trees
             mcols, mw, _ = _mwu_candidates(oracle, cap, roots[0], max(eps, 0.2), deadline,
                                            max_calls=3 * len(g.ranks))
         else:
-            mcols = _seed_columns(oracle, cap, roots, per_root=2)
+            # more seeds per root on small machines: fewer LP rounds (measured on DGX-1V,
+            # A100/H100 boxes and 2x8 A100; the master LP grows with ranks x seeds)
+            mcols = _seed_columns(oracle, cap, roots, per_root=max(2, 64 // len(roots)))
             mw = np.zeros(len(mcols))
         x, w, cols, limit, upper = _column_generation(oracle, cap, roots, list(mcols), deadline, tol, target)
         notes.append(f"column generation: {len(cols)} trees, LP {x * gb:.6g} GB/s"

@@ -2,15 +2,16 @@
 
 | strategy       | source                                   | collectives |
 |----------------|------------------------------------------|-------------|
-| trees          | Blink sections 3.1-3.3 (tree packing), ForestColl per-root packings | all five |
+| trees          | Blink sections 3.1-3.3 (tree packing), ForestColl per-root packings; gather/scatter as a single-sink flow split into paths | all seven |
 | binary-trees   | MXNet tree all-reduce proposal            | allreduce |
 | blueconnect    | BlueConnect section 3, Algorithm 1        | allreduce |
 | hierarchical   | two-level reduce-scatter / all-gather      | allreduce |
+| three-phase    | Blink section 3.5 (multi-server trees)     | allreduce |
 | nccl-ring      | NCCL's ring search (baselines reference)  | allreduce |
 | double-binary-tree | NCCL's double binary trees (baselines reference) | allreduce |
 | halving-doubling | recursive halving + doubling (Thakur et al.; power-of-two ranks) | allreduce |
 | ring           | one ring in rank order (Patarasuk & Yuan) | allreduce |
-| auto           | the fastest of the above by the bandwidth model | all five |
+| auto           | the fastest of the above by the bandwidth model | all seven |
 
 Every result carries the collective's bound (:mod:`.bounds`, at the topology's link
 bandwidths) and the algbw the lowered algorithm achieves in the steady-state
@@ -25,23 +26,21 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from arborcc.errors import SynthesisError
+from arborcc.ir.limits import check_dialect_limits
 from arborcc.ir.model import Algorithm
 from arborcc.synth import bounds as B
 from arborcc.synth import lower as L
+from arborcc.synth.gather import gather_bound, scatter_bound, synth_gather
 from arborcc.synth.packing import pack_allgather, pack_broadcast, pack_reduce, pack_reducescatter
-from arborcc.synth.quantize import apportion
+from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE, apportion
 from arborcc.synth.trees import Hop, Tree
 from arborcc.topology.model import Topology, TopologyBuilder
 from arborcc.verify import check_algorithm
 
 
-COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter")
-ROOTED = ("broadcast", "reduce")
-#: how far below the packing's rate chunk rounding may go (the issue asks for 1%)
-TOLERANCE = 0.005
-#: chunk counts a tree algorithm may use: powers of two, since MSCCL runs an algorithm
-#: only on buffers whose element count is a multiple of its chunks per loop
-CHUNK_COUNTS = tuple(2 ** k for k in range(11))
+COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter", "gather", "scatter")
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
+AnyBound = B.Bound | B.AllreduceBound
 
 
 @dataclass
@@ -65,20 +64,28 @@ class SynthesisResult:
         return self.algbw / self.bound if self.bound else 0.0
 
 
-def collective_bound(topology: Topology, collective: str, root: int = 0, links: str = "all") -> float:
-    """The best algbw (B/s) the links allow for ``collective`` (nccl-tests convention)."""
+def collective_bound(topology: Topology, collective: str, root: int = 0,
+                     links: str = "all") -> B.Bound | B.AllreduceBound:
+    """The best rate the links allow for ``collective``; ``.algbw`` is in B/s (nccl-tests
+    convention). For all-reduce the :class:`~bounds.AllreduceBound` also carries the
+    best root's link split, which the tree strategy builds on."""
     r = topology.ranks[root]
     if collective == "broadcast":
-        return B.broadcast_bound(topology, r, links).algbw
+        return B.broadcast_bound(topology, r, links)
     if collective == "reduce":
-        return B.reduce_bound(topology, r, links).algbw
+        return B.reduce_bound(topology, r, links)
     if collective == "allgather":
-        return B.allgather_bound(topology, links).algbw
+        return B.allgather_bound(topology, links)
     if collective == "reducescatter":
-        return B.reducescatter_bound(topology, links).algbw
-    # the tree bound's LP per root is costly on big topologies: try a few roots
-    roots = list(topology.ranks[:4]) if topology.num_ranks > 16 else None
-    return B.allreduce_bound(topology, links, tree_roots=roots).algbw
+        return B.reducescatter_bound(topology, links)
+    if collective in ("gather", "scatter"):
+        return (gather_bound if collective == "gather" else scatter_bound)(topology, r, links)
+    return B.allreduce_bound(topology, links)
+
+
+def _algbw_bound(topology: Topology, collective: str, root: int, links: str, bound: AnyBound | None) -> float:
+    """The bound's algbw (B/s), computed unless the caller has it."""
+    return (collective_bound(topology, collective, root, links) if bound is None else bound).algbw
 
 
 def _apportion(topology: Topology, trees: list[Tree], target: float, both_ways: bool = False,
@@ -109,13 +116,18 @@ def _with_capacities(topology: Topology, capacity: dict[tuple[str, str], float])
     return b.build(ranks=topology.ranks)
 
 
-def _tree_allreduce(topology: Topology, root: int, links: str, bound: float, name: str) -> SynthesisResult:
-    """Reduce into ``root`` and broadcast from it at once (Blink section 3.3): the LP of
+def _tree_allreduce(topology: Topology, bound: B.AllreduceBound, links: str, name: str) -> SynthesisResult:
+    """Reduce into one root and broadcast from it at once (Blink section 3.3): the LP of
     :func:`bounds.tree_allreduce_split` divides every link between the two halves, each
     half is packed on its share, and each chunk is reduced along a reduce tree then
-    broadcast along a broadcast tree."""
+    broadcast along a broadcast tree. The root is the bound's best one (rank 0 when
+    the bound solved no tree LP because reduce-scatter + all-gather is better)."""
     g = B.flow_graph(topology, links)
-    rate, cap_b, cap_r = B.tree_allreduce_split(g, root)
+    if bound.tree_split is not None:
+        root, rate, (cap_b, cap_r) = topology.ranks.index(bound.tree_root), bound.tree_algbw, bound.tree_split
+    else:
+        root = 0
+        rate, cap_b, cap_r = B.tree_allreduce_split(g, int(g.ranks[0]))
     half_b = _with_capacities(topology, {g.original_link(i): c for i, c in enumerate(cap_b)})
     half_r = _with_capacities(topology, {g.original_link(i): c for i, c in enumerate(cap_r)})
     r = topology.ranks[root]
@@ -141,7 +153,7 @@ def _tree_allreduce(topology: Topology, root: int, links: str, bound: float, nam
     used_r = [(t, c) for t, c in zip(red.trees, counts_r) if c]
     used_b = [(t, c) for t, c in zip(bcast.trees, counts_b) if c]
     lowered = L.within_limits(L.lower_allreduce_reduce_broadcast, topology, used_r, used_b, name)
-    return _from_lowered("trees", "allreduce", lowered, bound, [t for t, _ in used_r + used_b],
+    return _from_lowered("trees", "allreduce", lowered, bound.algbw, [t for t, _ in used_r + used_b],
                          [f"reduce + broadcast through rank {root} (Blink 3.3) at {rate / 1e9:.2f} GB/s: "
                           f"{len(used_r)} reduce and {len(used_b)} broadcast trees, {chunks} chunks"],
                          [c for _, c in used_r + used_b])
@@ -154,10 +166,13 @@ def _from_lowered(strategy: str, collective: str, lowered: L.Lowered, bound: flo
 
 
 def synth_trees(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                bound: float | None = None) -> SynthesisResult:
+                bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
     """Blink: pack arborescences to the bound, round to chunks, lower, verify."""
     bound = collective_bound(topology, collective, root, links) if bound is None else bound
     r, name = topology.ranks[root], f"trees-{collective}"
+    if collective in ("gather", "scatter"):  # trees that are paths: a flow decomposition
+        lowered, notes, _ = synth_gather(topology, collective, root, links, name)
+        return _from_lowered("trees", collective, lowered, bound.algbw, [], notes)
     if collective in ROOTED:
         pack = pack_broadcast if collective == "broadcast" else pack_reduce
         packing = pack(topology, r, links, threshold=TOLERANCE)
@@ -165,7 +180,7 @@ def synth_trees(topology: Topology, collective: str, root: int = 0, links: str =
         lower = L.lower_broadcast if collective == "broadcast" else L.lower_reduce
         used = [t for t, c in zip(packing.trees, a.counts) if c]
         lowered = L.within_limits(lower, topology, used, [c for c in a.counts if c], name)
-        return _from_lowered("trees", collective, lowered, bound, used,
+        return _from_lowered("trees", collective, lowered, bound.algbw, used,
                              [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees "
                               f"({packing.method}), {a.chunks} chunks"], [c for c in a.counts if c])
     if collective in ("allgather", "reducescatter"):
@@ -175,38 +190,53 @@ def synth_trees(topology: Topology, collective: str, root: int = 0, links: str =
         lower = L.lower_allgather if collective == "allgather" else L.lower_reducescatter
         used = [t for t, c in zip(packing.trees, a.counts) if c]
         lowered = L.within_limits(lower, topology, used, [c for c in a.counts if c], name)
-        return _from_lowered("trees", collective, lowered, bound, used,
+        return _from_lowered("trees", collective, lowered, bound.algbw, used,
                              [f"per-root packing {packing.algbw / 1e9:.2f} GB/s with {packing.num_trees} trees, "
                               f"{a.chunks} chunks per rank"], [c for c in a.counts if c])
     # all-reduce: reduce-scatter + all-gather on per-root trees, or reduce + broadcast
-    # over trees from one root on half the bandwidth each way; keep the faster
-    candidates = []
+    # over trees from one root on a split of the links. The family with the higher
+    # bound is built; the other only if rounding left the first short of 99%.
+    families = [lambda: _rs_ag_allreduce(topology, links, bound.algbw, name),
+                lambda: _tree_allreduce(topology, bound, links, name)]
+    if bound.best == "tree":
+        families.reverse()
+    result = families[0]()
+    if result.ratio < 1 - 2 * TOLERANCE:
+        result = max(result, families[1](), key=lambda c: c.algbw)
+    return result
+
+
+def _rs_ag_allreduce(topology: Topology, links: str, bound: float, name: str) -> SynthesisResult:
+    """All-reduce as reduce-scatter on reversed per-root trees + all-gather on the
+    per-root out-trees of one all-gather packing (ForestColl)."""
     packing = pack_allgather(topology, links, threshold=TOLERANCE)
     a = _apportion(topology, list(packing.trees), packing.algbw / 2, both_ways=True)
     used = [t for t, c in zip(packing.trees, a.counts) if c]
     lowered = L.within_limits(L.lower_allreduce_rs_ag, topology, used, [c for c in a.counts if c], name)
-    candidates.append(_from_lowered("trees", collective, lowered, bound, used,
-                                    [f"reduce-scatter + all-gather on {len(used)} per-root trees, "
-                                     f"{a.chunks} chunks per rank"], [c for c in a.counts if c]))
-    candidates.append(_tree_allreduce(topology, root, links, bound, name))
-    return max(candidates, key=lambda c: c.algbw)
+    return _from_lowered("trees", "allreduce", lowered, bound, used,
+                         [f"reduce-scatter + all-gather on {len(used)} per-root trees, "
+                          f"{a.chunks} chunks per rank"], [c for c in a.counts if c])
 
 
 def synth_binary_trees(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                       bound: float | None = None) -> SynthesisResult:
-    """MXNet: one balanced max-weight binary tree per root, reduce + broadcast each."""
+                       bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
+    """MXNet: one balanced max-weight binary tree per root, reduce + broadcast each; for a
+    ``size`` below MXNet's threshold, only the first root's tree (latency-bound sizes)."""
     from arborcc.synth.binary_trees import binary_tree_schedule
 
     _only_allreduce("binary-trees", collective)
-    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    bound = _algbw_bound(topology, collective, root, links, bound)
     schedule = binary_tree_schedule(topology)
+    chosen = schedule.trees if size is None else schedule.trees_for(size)
     trees = [Tree(topology.ranks[bt.root],
                   tuple(Hop(topology.ranks[e.child], topology.ranks[e.parent], e.path) for e in bt.edges),
-                  1.0, inward=True) for bt in schedule.trees]
+                  1.0, inward=True) for bt in chosen]
     lowered = L.within_limits(L.lower_allreduce_trees, topology, trees, [1] * len(trees), "binary-trees-allreduce")
-    return _from_lowered("binary-trees", collective, lowered, bound, trees,
-                         [f"{len(trees)} binary trees (one per root; MXNet uses only the first below "
-                          f"{schedule.threshold_bytes} bytes)"], [1] * len(trees))
+    how = (f"one tree: {size} bytes is below MXNet's single-tree threshold of {schedule.threshold_bytes}"
+           if len(chosen) == 1 and len(schedule.trees) > 1 else
+           f"{len(trees)} binary trees, one per root (MXNet uses only the first below "
+           f"{schedule.threshold_bytes} bytes)")
+    return _from_lowered("binary-trees", collective, lowered, bound, trees, [how], [1] * len(trees))
 
 
 def _only_allreduce(strategy: str, collective: str) -> None:
@@ -216,12 +246,12 @@ def _only_allreduce(strategy: str, collective: str) -> None:
 
 
 def synth_nccl_ring(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                    bound: float | None = None) -> SynthesisResult:
+                    bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
     """The rings NCCL would build (NVLink-only when possible), as MSCCL channels."""
     from arborcc.synth.nccl import nccl_rings
 
     _only_allreduce("nccl-ring", collective)
-    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    bound = _algbw_bound(topology, collective, root, links, bound)
     rings = nccl_rings(topology)
     lowered = L.lower_ring_allreduce(topology, rings.rings, rings.hops or None, "nccl-ring-allreduce")
     return _from_lowered("nccl-ring", collective, lowered, bound, [],
@@ -229,13 +259,13 @@ def synth_nccl_ring(topology: Topology, collective: str, root: int = 0, links: s
 
 
 def synth_double_binary_tree(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                             bound: float | None = None) -> SynthesisResult:
+                             bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
     """NCCL's double binary tree (two complementary binary trees over the nodes, a chain
     inside each node), each tree reducing and broadcasting half of the buffer."""
     from arborcc.synth.nccl import double_binary_tree
 
     _only_allreduce("double-binary-tree", collective)
-    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    bound = _algbw_bound(topology, collective, root, links, bound)
     dbt = double_binary_tree(topology)
     trees = []
     for parents in dbt.parents:
@@ -251,16 +281,16 @@ def synth_double_binary_tree(topology: Topology, collective: str, root: int = 0,
 
 
 def synth_ring(topology: Topology, collective: str, root: int = 0, links: str = "all",
-               bound: float | None = None) -> SynthesisResult:
+               bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
     """One ring in rank order."""
     _only_allreduce("ring", collective)
-    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    bound = _algbw_bound(topology, collective, root, links, bound)
     lowered = L.lower_ring_allreduce(topology, [list(range(topology.num_ranks))], None, "ring-allreduce")
     return _from_lowered("ring", collective, lowered, bound, [], ["one ring in rank order"])
 
 
 def synth_blueconnect(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                      bound: float | None = None) -> SynthesisResult:
+                      bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
     """BlueConnect (Cho et al., SysML 2019, section 3): the rank count factored along the
     hierarchy, reduce-scatter stages up and all-gather stages down (Algorithm 1), ring or
     halving-doubling per stage as its model (eqs. 1-10) prefers for large messages."""
@@ -268,7 +298,7 @@ def synth_blueconnect(topology: Topology, collective: str, root: int = 0, links:
     from arborcc.synth.lower_stages import describe, hierarchical_plan, lower_blueconnect
 
     _only_allreduce("blueconnect", collective)
-    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    bound = _algbw_bound(topology, collective, root, links, bound)
     # the full factor search costs seconds per hundred ranks; beyond that follow the hosts
     plan = (choose_blueconnect(topology, 1 << 30) if topology.num_ranks <= 128
             else hierarchical_plan(topology, algorithm=None, name="blueconnect"))
@@ -277,20 +307,33 @@ def synth_blueconnect(topology: Topology, collective: str, root: int = 0, links:
 
 
 def synth_hierarchical(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                       bound: float | None = None) -> SynthesisResult:
+                       bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
     """The two-level baseline: reduce-scatter inside each node, reduce-scatter and
     all-gather across nodes between GPUs of equal local index, all-gather inside."""
     from arborcc.synth.lower_stages import hierarchical_plan, lower_blueconnect
 
     _only_allreduce("hierarchical", collective)
-    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    bound = _algbw_bound(topology, collective, root, links, bound)
     lowered = lower_blueconnect(topology, hierarchical_plan(topology), "hierarchical-allreduce")
     return _from_lowered("hierarchical", collective, lowered, bound, [],
                          ["reduce-scatter in each node, then across nodes, all-gather back"])
 
 
+def synth_three_phase(topology: Topology, collective: str, root: int = 0, links: str = "all",
+                      bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
+    """Blink's multi-server all-reduce (section 3.5, Figure 10): per-server trees reduce
+    each partition into a local root, the roots all-reduce it across servers over
+    one-hop trees, and each root broadcasts it back over the server's trees."""
+    from arborcc.synth.three_phase import synth_three_phase as three_phase
+
+    _only_allreduce("three-phase", collective)
+    bound = _algbw_bound(topology, collective, root, links, bound)
+    tp = three_phase(topology, links)
+    return _from_lowered("three-phase", collective, tp.lowered, bound, tp.trees, tp.notes, tp.counts)
+
+
 def synth_halving_doubling(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                           bound: float | None = None) -> SynthesisResult:
+                           bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
     """Recursive halving reduce-scatter + recursive doubling all-gather (Thakur,
     Rabenseifner & Gropp; BlueConnect eq. 2) in rank order, from the algorithm library."""
     from arborcc.library.halving_doubling import hd_allreduce
@@ -300,7 +343,7 @@ def synth_halving_doubling(topology: Topology, collective: str, root: int = 0, l
     n = topology.num_ranks
     if n & (n - 1):
         raise SynthesisError(f"halving-doubling needs a power-of-two rank count, {topology.name} has {n}")
-    bound = collective_bound(topology, collective, root, links) if bound is None else bound
+    bound = _algbw_bound(topology, collective, root, links, bound)
     algo = hd_allreduce(n).algorithm
     estimate = steady_state_bandwidth(algo, topology)
     return SynthesisResult("halving-doubling", collective, algo, bound, estimate.algbw,
@@ -312,6 +355,7 @@ STRATEGIES: dict[str, Callable[..., SynthesisResult]] = {
     "binary-trees": synth_binary_trees,
     "blueconnect": synth_blueconnect,
     "hierarchical": synth_hierarchical,
+    "three-phase": synth_three_phase,
     "nccl-ring": synth_nccl_ring,
     "double-binary-tree": synth_double_binary_tree,
     "halving-doubling": synth_halving_doubling,
@@ -320,8 +364,18 @@ STRATEGIES: dict[str, Callable[..., SynthesisResult]] = {
 
 
 def synthesize(topology: Topology, collective: str, strategy: str = "auto", root: int = 0,
-               links: str = "all", progress: Callable[[str], None] | None = None) -> SynthesisResult:
-    """Run one strategy (or, with ``auto``, every one that applies and keep the fastest)."""
+               links: str = "all", progress: Callable[[str], None] | None = None,
+               size: int | None = None, dialect: str = "executor") -> SynthesisResult:
+    """Run one strategy (or, with ``auto``, every one that applies and keep the fastest).
+
+    ``size``: the buffer size in bytes the algorithm is meant for, for strategies whose
+    schedule depends on it (binary-trees: one tree below MXNet's threshold); ``None``
+    means large, bandwidth-bound buffers. ``dialect``: the MSCCL runtime the algorithm
+    is for; ``auto`` prefers candidates within its limits (steps per thread block,
+    thread blocks per rank) over faster ones that are not.
+    """
+    if size is not None and size <= 0:
+        raise SynthesisError(f"size must be a positive number of bytes, got {size}")
     if collective not in COLLECTIVES:
         raise SynthesisError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
     if strategy != "auto" and strategy not in STRATEGIES:
@@ -335,6 +389,8 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
             if not topology.can_route(a, b):
                 raise SynthesisError(f"GPUs {a} and {b} of {topology.name} cannot reach each other")
     t0 = time.perf_counter()
+    if progress:
+        progress(f"bound: the best {collective} rate the links of {topology.name} allow")
     bound = collective_bound(topology, collective, root, links)
     names = [strategy] if strategy != "auto" else [
         s for s in STRATEGIES if collective == "allreduce" or s == "trees"]
@@ -343,17 +399,23 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
         if progress:
             progress(f"{name}: synthesizing {collective} on {topology.name}")
         try:
-            results.append(STRATEGIES[name](topology, collective, root, links, bound=bound))
+            results.append(STRATEGIES[name](topology, collective, root, links, bound=bound, size=size))
         except SynthesisError as e:
             if strategy != "auto":
                 raise
             skipped.append(f"{name} ({e})")
-    best = max(results, key=lambda r: r.algbw)
+    if not results:
+        raise SynthesisError(f"no strategy can build {collective} on {topology.name}: " + "; ".join(skipped))
+    fits = {id(r): not check_dialect_limits(r.algorithm, dialect) for r in results} if len(results) > 1 else {}
+    best = max(results, key=lambda r: (fits.get(id(r), True), r.algbw))
+    if progress:
+        progress(f"verifying the {best.strategy} algorithm")
     check_algorithm(best.algorithm)  # every algorithm arborcc hands out is proved first
     best.synth_time = time.perf_counter() - t0
     if strategy == "auto":
         best.notes.append("auto chose " + best.strategy + " among " + ", ".join(
-            f"{r.strategy} {r.algbw / 1e9:.1f}" for r in results) + " GB/s"
+            f"{r.strategy} {r.algbw / 1e9:.1f}" + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
+            for r in results) + " GB/s"
             + ("; skipped " + "; ".join(skipped) if skipped else ""))
         best.strategy = f"auto:{best.strategy}"
     return best

@@ -64,13 +64,12 @@ def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int 
             log = ViolationLog(prefix=f"{label} call: " if len(modes) > 1 else "")
             mm = memory_map(algo, inplace)
             started = time.perf_counter()
-            sim = simulate(algo, mm, log, slots=slots, check_races=check_races)
+            sim = simulate(algo, mm, structure.cuts, log, slots=slots, check_races=check_races)
             log_.debug("%s: %s call: %d steps, %d race candidates, %.2f s", algo.name, label, sim.steps_run,
                        sim.race_candidates, time.perf_counter() - started)
             checked = False
             if sim.finished:
-                checked = check_postcondition(algo, mm, sim.memory, sim.last_write,
-                                              _writer_namer(algo), log)
+                checked = check_postcondition(algo, mm, sim.memory, _writer_namer(algo), log)
             results.append(checked)
             violations.extend(log.items)
             notes.extend(log.omitted_notes())

@@ -92,27 +92,30 @@ def signature(collective: str, n: int, k: int, rank: int, root: int) -> Signatur
     return None
 
 
-def expected_contributions(collective: str, n: int, k: int, rank: int, root: int,
-                           index: int) -> tuple[int, int]:
-    """What output chunk ``index`` of ``rank`` must hold: ``(input chunk, rank bitmask)``.
-
-    Every postcondition above names one input chunk index and a set of source ranks
-    (bit ``q`` of the mask set for rank ``q``), each to be present exactly once.
+def expected_runs(collective: str, n: int, k: int, rank: int, root: int,
+                  size: int) -> list[tuple[int, int, int, int]]:
+    """What output chunks ``0 .. size-1`` of ``rank`` must hold, as runs
+    ``(first index, length, input chunk, rank bitmask)``: index ``first + j`` of a run
+    needs input chunk ``chunk + j`` of the ranks in the mask (bit ``q`` for rank ``q``),
+    each exactly once. Every postcondition of the table above is such runs.
     """
     b = k // n if n else 0
+    everyone = (1 << n) - 1
     if collective in ("allreduce", "reduce"):
-        return index, (1 << n) - 1
-    if collective == "allgather":
-        return index % b, 1 << (index // b)
-    if collective == "reducescatter":
-        return rank * b + index, (1 << n) - 1
-    if collective == "alltoall":
-        return rank * b + index % b, 1 << (index // b)
-    if collective == "broadcast":
-        return index, 1 << root
-    if collective == "gather":
-        return index % k, 1 << (index // k)
-    if collective == "scatter":
-        return rank * k + index, 1 << root
-    raise ValueError(f"no postcondition for collective {collective!r}")
-
+        runs = [(0, size, 0, everyone)]
+    elif collective == "allgather":
+        runs = [(q * b, b, 0, 1 << q) for q in range(n)]
+    elif collective == "reducescatter":
+        runs = [(0, size, rank * b, everyone)]
+    elif collective == "alltoall":
+        runs = [(q * b, b, rank * b, 1 << q) for q in range(n)]
+    elif collective == "broadcast":
+        runs = [(0, size, 0, 1 << root)]
+    elif collective == "gather":
+        runs = [(q * k, k, 0, 1 << q) for q in range(n)]
+    elif collective == "scatter":
+        runs = [(0, size, rank * k, 1 << root)]
+    else:
+        raise ValueError(f"no postcondition for collective {collective!r}")
+    return [(first, min(length, size - first), chunk, mask) for first, length, chunk, mask in runs
+            if first < size and length > 0]

@@ -108,21 +108,3 @@ def memory_map(algo: Algorithm, inplace: bool) -> MemoryMap:
         spans[r] = (start, pos)
     return MemoryMap(inplace, bases, spans, pos, sigs)
 
-
-def initial_memory(algo: Algorithm, mm: MemoryMap) -> list:
-    """Slot values at the start of a call: input chunk j of rank r holds ``(j, 1 << r)``.
-
-    Inputs that hold no data (non-root broadcast/scatter) and everything else start
-    uninitialized (``None``).
-    """
-    mem: list = [None] * mm.total
-    for prog in algo.ranks:
-        r = prog.rank
-        sig = mm.signatures[r]
-        if sig is not None and not sig.input_defined:
-            continue
-        base = mm.bases[r][Buffer.INPUT]
-        bit = 1 << r
-        for j in range(prog.input_chunks):
-            mem[base + j] = (j, bit)
-    return mem

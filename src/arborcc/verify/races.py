@@ -21,8 +21,9 @@ that merely both talk to other ranks are unordered. This is sound: every pair ca
 ordered is ordered in every execution the runtime can produce.
 
 Checking is in two stages. During the symbolic run each conflicting pair is first
-tried against a vector clock over the rank's own thread blocks built from program
-order and dependencies (exact for rank-local order, cheap). Pairs it cannot order
+tried against what program order and dependencies alone order before the later step
+(:meth:`HappensBefore.known`: a bitset of the rank's steps, updated once per executed
+dependency; exact for rank-local order, one lookup per pair). Pairs it cannot order
 become *candidates*; after the run, :func:`resolve_candidates` answers all of them at
 once by replaying the run in completion order while propagating, along every edge,
 vector clocks restricted to the thread blocks that appear as the earlier side of a
@@ -65,48 +66,80 @@ class HappensBefore:
         self.tb_base = tb_base
         self.tb_rank = tb_rank
         self.dep_target: dict[int, int] = {}
+        ntb = len(tb_rank)
         self.gid_tb = array("i")
-        for g in range(len(tb_base) - 1):
+        for g in range(ntb):
             self.gid_tb.extend([g] * (tb_base[g + 1] - tb_base[g]))
         self.done_seq = array("q", bytes(8 * total))
         self.recv_src = array("q", [-1]) * total
         self.sends = bytearray(total)
-        # vector clock change points per thread block: indices and clocks {tb: step}
-        self._cp_idx: dict[int, list[int]] = {}
-        self._cp_vc: dict[int, list[dict[int, int]]] = {}
+        # what a step knows is a bitset over the steps of its rank: gids are numbered
+        # rank by rank, so bit ``gid - rank_gid0[tb]`` stands for step ``gid``
+        first: dict[int, int] = {}
+        for g, r in enumerate(tb_rank):
+            first.setdefault(r, tb_base[g])
+        self.rank_gid0 = [first[r] for r in tb_rank]
+        # change points per thread block: step indices and what is known from there on
+        self._cp_idx: list[list[int]] = [[] for _ in range(ntb)]
+        self._cp_known: list[list[int]] = [[] for _ in range(ntb)]
 
-    # -- vector clocks over rank-local edges ------------------------------------------
-    def clock(self, g: int, i: int) -> dict[int, int]:
-        """What thread block ``g``'s step ``i`` knows locally: {tb: latest step before it}."""
-        idx = self._cp_idx.get(g)
+    # -- happens-before over rank-local edges -----------------------------------------
+    def known(self, g: int, i: int) -> int:
+        """The steps of the rank that dependencies order before step ``i`` of thread block
+        ``g`` (directly or through other thread blocks), as a bitset (see ``rank_gid0``).
+
+        It is a union of prefixes of thread blocks (a step is over only after the earlier
+        ones of its thread block) and changes only at steps with a dependency.
+        """
+        idx = self._cp_idx[g]
         if not idx:
-            return {}
+            return 0
         pos = bisect_right(idx, i) - 1
-        return self._cp_vc[g][pos] if pos >= 0 else {}
+        return self._cp_known[g][pos] if pos >= 0 else 0
 
     def on_dependency(self, g: int, i: int, tg: int, k: int) -> None:
-        """Step ``i`` of tb ``g`` waits for step ``k`` of tb ``tg``: join the clocks."""
-        mine = self.clock(g, i)
-        theirs = self.clock(tg, k)
-        if mine.get(tg, -1) >= k and all(mine.get(t, -1) >= s for t, s in theirs.items()):
-            return
-        vc = dict(mine)
-        for t, s in theirs.items():
-            if vc.get(t, -1) < s:
-                vc[t] = s
-        if vc.get(tg, -1) < k:
-            vc[tg] = k
-        self._cp_idx.setdefault(g, []).append(i)
-        self._cp_vc.setdefault(g, []).append(vc)
+        """Step ``i`` of tb ``g`` waits for step ``k`` of tb ``tg``: it knows what that step
+        knows, and that step and the ones before it."""
+        mine = self.known(g, i)
+        steps = ((2 << k) - 1) << (self.tb_base[tg] - self.rank_gid0[tg])
+        now = mine | self.known(tg, k) | steps
+        if now != mine:
+            self._cp_idx[g].append(i)
+            self._cp_known[g].append(now)
 
     def ordered_locally(self, x: int, y: int) -> bool:
         """Is step ``x`` before step ``y`` by program order and dependencies alone?"""
         a = self.gid_tb[x]
         b = self.gid_tb[y]
-        i = x - self.tb_base[a]
         if a == b:
-            return i < y - self.tb_base[b]
-        return self.clock(b, y - self.tb_base[b]).get(a, -1) >= i
+            return x < y
+        return bool(self.known(b, y - self.tb_base[b]) >> (x - self.rank_gid0[a]) & 1)
+
+
+class ConflictLog:
+    """The conflicting access pairs of a run that rank-local order does not settle.
+
+    They become :class:`Candidate` s for :func:`resolve_candidates`, each pair
+    ``(x, y, y_received)`` once (with the first slot it was found on), at most ``limit``.
+    """
+
+    def __init__(self, hb: HappensBefore, limit: int):
+        self.gid_tb = hb.gid_tb
+        self._ordered_locally = hb.ordered_locally
+        self.limit = limit
+        self.candidates: list[Candidate] = []
+        self._seen: set[tuple[int, int, bool]] = set()
+
+    def check(self, prev: int, gid: int, addr: int, prev_writes: bool, writes: bool, received: bool) -> None:
+        """Step ``prev`` accessed slot ``addr`` before step ``gid`` of another thread block
+        does, one of them writing: keep the pair unless program order and dependencies
+        already order it."""
+        if self._ordered_locally(prev, gid):
+            return
+        key = (prev, gid, received)
+        if key not in self._seen and len(self.candidates) < self.limit:
+            self._seen.add(key)
+            self.candidates.append(Candidate(prev, gid, received, addr, prev_writes, writes))
 
 
 def resolve_candidates(hb: HappensBefore, candidates: list[Candidate]) -> list[bool]:

@@ -27,6 +27,10 @@ class StructureResult:
     violations: list[Violation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     fatal: bool = False
+    #: by rank id and buffer: the chunk offsets where a range the steps access starts or
+    #: ends (collected here, where every range is visited anyway, for the symbolic run's
+    #: memory: :func:`arborcc.verify.memory.initial_memory`)
+    cuts: dict[int, dict[Buffer, set[int]]] = field(default_factory=dict)
 
     def add(self, rank, tb, step, kind: str, message: str, fatal: bool = False) -> None:
         self.violations.append(Violation(rank, tb, step, kind, message))
@@ -84,6 +88,7 @@ def check_structure(algo: Algorithm, max_per_kind: int = 20) -> StructureResult:
         r = prog.rank
         sizes = {Buffer.INPUT: prog.input_chunks, Buffer.OUTPUT: prog.output_chunks,
                  Buffer.SCRATCH: prog.scratch_chunks}
+        cuts = res.cuts[r] = {buf: set() for buf in sizes}
         for buf, size in sizes.items():
             if size < 0:
                 add_step(r, None, None, "structure", f"negative {buf.name.lower()} chunk count {size}", True)
@@ -122,7 +127,12 @@ def check_structure(algo: Algorithm, max_per_kind: int = 20) -> StructureResult:
                     signalling.append((tb.id, i))
                 dep = st.dep
                 if dep is not None:
-                    _check_dependency(add_step, r, tb, i, dep, by_id, waited)
+                    target = by_id.get(dep.tb)
+                    if (target is not None and target is not tb and 0 <= dep.step < len(target.steps)
+                            and target.steps[dep.step].has_dep and target.steps[dep.step].op is not NOP):
+                        waited.add((dep.tb, dep.step))  # the common case: all is well
+                    else:
+                        _check_dependency(add_step, r, tb, i, dep, by_id, waited)
                 if sends:
                     nsend += 1
                     if no_send:
@@ -142,7 +152,11 @@ def check_structure(algo: Algorithm, max_per_kind: int = 20) -> StructureResult:
                     size = sizes_get(st.src_buf)
                     off = st.src_off
                     src_ok = size is not None and 0 <= off and off + cnt <= size
-                    if not src_ok:
+                    if src_ok:
+                        at = cuts[st.src_buf]
+                        at.add(off)
+                        at.add(off + cnt)
+                    else:
                         _range_violation(add_step, r, tb.id, i, op, "source", st.src_buf, off, cnt, size)
                 if writes_dst or reads_dst:
                     size = sizes_get(st.dst_buf)
@@ -150,7 +164,11 @@ def check_structure(algo: Algorithm, max_per_kind: int = 20) -> StructureResult:
                     dst_ok = size is not None and 0 <= off and off + cnt <= size
                     if not dst_ok:
                         _range_violation(add_step, r, tb.id, i, op, "destination", st.dst_buf, off, cnt, size)
-                    elif src_ok and st.src_buf is st.dst_buf:
+                        continue
+                    at = cuts[st.dst_buf]
+                    at.add(off)
+                    at.add(off + cnt)
+                    if src_ok and st.src_buf is st.dst_buf:
                         o1 = st.src_off
                         if o1 != off and o1 < off + cnt and off < o1 + cnt:
                             add_step(r, tb.id, i, "structure",
@@ -198,6 +216,7 @@ def check_structure(algo: Algorithm, max_per_kind: int = 20) -> StructureResult:
 
 
 def _check_dependency(add_step, r: int, tb, i: int, dep, by_id: dict, waited: set) -> None:
+    """Log what is wrong with step ``i`` of ``tb`` waiting on ``dep``; note the wait in ``waited``."""
     target = by_id.get(dep.tb)
     if target is None:
         add_step(r, tb.id, i, "dependency", f"depends on thread block {dep.tb}, which this rank does not have", True)

@@ -19,22 +19,24 @@ change whether the run completes: one greedy run decides deadlock for every
 schedule. The values it computes are the values of every schedule when there is no
 race, which the run checks at the same time (:mod:`arborcc.verify.races`): for each
 slot it keeps the last writer and the readers since, and asks whether each
-conflicting pair is ordered.
+conflicting pair is ordered. Slots with the same history are kept together, as
+segments of a rank's memory (:mod:`arborcc.verify.memory`), so a step costs about
+the same whatever its chunk count.
 """
 
 from __future__ import annotations
 
-from array import array
 from collections import deque
 from dataclasses import dataclass
 
 from arborcc.ir.model import Algorithm, Buffer, Op
 from arborcc.verify.deadlock import TbName, Wait, explain_deadlock
-from arborcc.verify.layout import MemoryMap, initial_memory
-from arborcc.verify.races import Candidate, HappensBefore, resolve_candidates
+from arborcc.verify.layout import MemoryMap
+from arborcc.verify.memory import RankMemory, initial_memory
+from arborcc.verify.races import ConflictLog, HappensBefore, resolve_candidates
 from arborcc.verify.report import ViolationLog
 from arborcc.verify.semantics import OPS
-from arborcc.verify.values import add
+from arborcc.verify.values import add_runs, first_uninitialized, fit_runs
 
 DEFAULT_SLOTS = 8  #: NCCL_STEPS: FIFO slots per connection for the Simple protocol
 MAX_CANDIDATES = 2_000_000  #: conflicting pairs analysed across ranks before giving up (reported)
@@ -55,17 +57,17 @@ class _Conn:
 @dataclass
 class SimOutcome:
     finished: bool
-    memory: list
-    last_write: array
+    memory: list[RankMemory]  #: by rank id: values and last writers at the end
     steps_run: int = 0
     race_candidates: int = 0  #: conflicts not ordered by rank-local edges (resolved globally)
 
 
-def simulate(algo: Algorithm, mm: MemoryMap, log: ViolationLog, slots: int = DEFAULT_SLOTS,
-             check_races: bool = True) -> SimOutcome:
+def simulate(algo: Algorithm, mm: MemoryMap, cuts: dict[int, dict[Buffer, set[int]]], log: ViolationLog,
+             slots: int = DEFAULT_SLOTS, check_races: bool = True) -> SimOutcome:
     """Run ``algo`` on memory laid out by ``mm``; violations go to ``log``.
 
-    Assumes :func:`arborcc.verify.structure.check_structure` found nothing fatal.
+    Assumes :func:`arborcc.verify.structure.check_structure` found nothing fatal;
+    ``cuts`` are the ends of accessed chunk ranges it collected.
     """
     if slots < 1:
         raise ValueError("a connection needs at least one slot")
@@ -102,16 +104,11 @@ def simulate(algo: Algorithm, mm: MemoryMap, log: ViolationLog, slots: int = DEF
             c.receiver = g
             recv_conn[g] = c
 
-    mem = initial_memory(algo, mm)
-    nslots = mm.total
-    last_write = array("q", [-1]) * nslots
-    readers: list = [None] * nslots
+    memory = initial_memory(algo, mm, cuts)
     hb = HappensBefore(tb_base, tb_rank, total)
     gid_tb, done_seq, recv_src, sends_flag, dep_target = hb.gid_tb, hb.done_seq, hb.recv_src, hb.sends, hb.dep_target
-    ordered_locally = hb.ordered_locally
+    conflicts = ConflictLog(hb, MAX_CANDIDATES) if check_races else None
     bases = mm.bases
-    candidates: list[Candidate] = []
-    candidate_pairs: set[tuple[int, int, bool]] = set()
 
     def where(gid: int) -> tuple[int, int, int]:
         g = gid_tb[gid]
@@ -127,59 +124,15 @@ def simulate(algo: Algorithm, mm: MemoryMap, log: ViolationLog, slots: int = DEF
                 names.append(f"{buf.name.lower()} chunk {addr - b}")
         return " = ".join(names) if names else f"slot {addr}"
 
-    def conflict(prev: int, gid: int, addr: int, prev_writes: bool, writes: bool, received: bool) -> None:
-        """prev and gid conflict on addr and rank-local order does not settle it."""
-        key = (prev, gid, received)
-        if key not in candidate_pairs and len(candidates) < MAX_CANDIDATES:
-            candidate_pairs.add(key)
-            candidates.append(Candidate(prev, gid, received, addr, prev_writes, writes))
-
-    def read(a: int, cnt: int, gid: int, g: int) -> list:
-        if check_races:
-            for s in range(a, a + cnt):
-                w = last_write[s]
-                if w >= 0 and gid_tb[w] != g and not ordered_locally(w, gid):
-                    conflict(w, gid, s, True, False, False)
-                rd = readers[s]
-                if rd is None:
-                    readers[s] = gid
-                elif type(rd) is int:
-                    tg = gid_tb[rd]
-                    readers[s] = gid if tg == g else {tg: rd, g: gid}
-                else:
-                    rd[g] = gid
-        return mem[a:a + cnt]
-
-    def write(a: int, vals, gid: int, g: int, received: bool) -> None:
-        if check_races:
-            for s in range(a, a + len(vals)):
-                w = last_write[s]
-                if w >= 0 and gid_tb[w] != g and not ordered_locally(w, gid):
-                    conflict(w, gid, s, True, True, received)
-                rd = readers[s]
-                if rd is not None:
-                    if type(rd) is int:
-                        if gid_tb[rd] != g and not ordered_locally(rd, gid):
-                            conflict(rd, gid, s, False, True, received)
-                    else:
-                        for tg, rg in rd.items():
-                            if tg != g and not ordered_locally(rg, gid):
-                                conflict(rg, gid, s, False, True, received)
-                    readers[s] = None
-                last_write[s] = gid
-        else:
-            for s in range(a, a + len(vals)):
-                last_write[s] = gid
-        mem[a:a + len(vals)] = vals
-
-    def uninitialized(r: int, g: int, i: int, a: int, vals: list, what: str) -> None:
-        j = vals.index(None)
-        log.add(r, tb_obj[g].id, i, "uninitialized",
-                f"'{tb_obj[g].steps[i].op.value}' reads {slot_name(r, a + j)} ({what}), which holds no data yet")
+    def check_initialized(r: int, g: int, i: int, a: int, runs: list, what: str) -> None:
+        """Log a read of uninitialized slots (called unless ``runs`` is one run of data)."""
+        j = first_uninitialized(runs)
+        if j is not None:
+            log.add(r, tb_obj[g].id, i, "uninitialized",
+                    f"'{tb_obj[g].steps[i].op.value}' reads {slot_name(r, a + j)} ({what}), which holds no data yet")
 
     pc = [0] * ntb
     signal = [-1] * ntb
-    blocked: dict[int, Wait] = {}
     dep_waiters: dict[int, list[tuple[int, int]]] = {}
     ready = deque(range(ntb))
     seq = 0
@@ -190,7 +143,6 @@ def simulate(algo: Algorithm, mm: MemoryMap, log: ViolationLog, slots: int = DEF
 
     while ready:
         g = ready.popleft()
-        blocked.pop(g, None)
         tb = tb_obj[g]
         steps = tb.steps
         nsteps = len(steps)
@@ -208,17 +160,14 @@ def simulate(algo: Algorithm, mm: MemoryMap, log: ViolationLog, slots: int = DEF
             if dep is not None:
                 tg = ids[dep.tb]
                 if signal[tg] < dep.step:
-                    blocked[g] = Wait("dep", on=tg, dep_tb=dep.tb, dep_step=dep.step)
                     dep_waiters.setdefault(tg, []).append((dep.step, g))
                     break
             sends, receives, reads_src, _, _ = OPS[op]
             if receives and not rc.q:
                 rc.reader_waiting = True
-                blocked[g] = Wait("recv", rc.src, rc.ch, rc.sender)
                 break
             if sends and len(sc.q) >= slots:
                 sc.writer_waiting = True
-                blocked[g] = Wait("send", sc.dst, sc.ch, sc.receiver, slots=slots)
                 break
             gid = gbase + i
             if dep is not None:
@@ -228,53 +177,54 @@ def simulate(algo: Algorithm, mm: MemoryMap, log: ViolationLog, slots: int = DEF
             if op is not NOP:
                 cnt = st.count
                 got = None
+                rmem = memory[r]
                 if receives:
-                    sgid, got = rc.q.popleft()
+                    sgid, got, sent = rc.q.popleft()
                     recv_src[gid] = sgid
                     if rc.writer_waiting:
                         rc.writer_waiting = False
                         ready.append(rc.sender)
-                    if len(got) != cnt:
+                    if sent != cnt:
                         sr, stb, si = where(sgid)
                         log.add(r, tb.id, i, "mismatch",
                                 f"'{op.value}' receives {cnt} chunk(s) but the matching send (rank {sr} tb {stb} "
-                                f"step {si}) sent {len(got)}")
-                        got = (list(got) + [None] * cnt)[:cnt]
+                                f"step {si}) sent {sent}")
+                        got = fit_runs(got, cnt)
                 src = None
                 if reads_src:
                     sa = base_r[st.src_buf] + st.src_off
-                    src = read(sa, cnt, gid, g)
-                    if None in src:
-                        uninitialized(r, g, i, sa, src, "source")
+                    src = rmem.read(sa, cnt, gid, g, conflicts)
+                    if len(src) > 1 or type(src[0][1]) is not tuple:
+                        check_initialized(r, g, i, sa, src, "source")
                 if op is SEND:
                     out = src
                 elif op is RECV:
-                    write(base_r[st.dst_buf] + st.dst_off, list(got), gid, g, True)
+                    rmem.write(base_r[st.dst_buf] + st.dst_off, got, cnt, gid, g, True, conflicts)
                     out = None
                 elif op is COPY:
-                    write(base_r[st.dst_buf] + st.dst_off, src, gid, g, False)
+                    rmem.write(base_r[st.dst_buf] + st.dst_off, src, cnt, gid, g, False, conflicts)
                     out = None
                 elif op is REDUCE or op is RA:
                     da = base_r[st.dst_buf] + st.dst_off
-                    cur = read(da, cnt, gid, g)
-                    if None in cur:
-                        uninitialized(r, g, i, da, cur, "destination")
-                    write(da, [add(cur[j], src[j]) for j in range(cnt)], gid, g, False)
+                    cur = rmem.read(da, cnt, gid, g, conflicts)
+                    if len(cur) > 1 or type(cur[0][1]) is not tuple:
+                        check_initialized(r, g, i, da, cur, "destination")
+                    rmem.write(da, add_runs(cur, src), cnt, gid, g, False, conflicts)
                     out = None
                 elif op is RRC:
-                    write(base_r[st.dst_buf] + st.dst_off, [add(src[j], got[j]) for j in range(cnt)], gid, g, True)
+                    rmem.write(base_r[st.dst_buf] + st.dst_off, add_runs(src, got), cnt, gid, g, True, conflicts)
                     out = None
                 elif op is RRS:
-                    out = [add(src[j], got[j]) for j in range(cnt)]
+                    out = add_runs(src, got)
                 elif op is RCS:
-                    write(base_r[st.dst_buf] + st.dst_off, list(got), gid, g, True)
+                    rmem.write(base_r[st.dst_buf] + st.dst_off, got, cnt, gid, g, True, conflicts)
                     out = got
                 else:  # RRCS
-                    out = [add(src[j], got[j]) for j in range(cnt)]
-                    write(base_r[st.dst_buf] + st.dst_off, out, gid, g, True)
+                    out = add_runs(src, got)
+                    rmem.write(base_r[st.dst_buf] + st.dst_off, out, cnt, gid, g, True, conflicts)
                 if sends:
                     sends_flag[gid] = 1
-                    sc.q.append((gid, tuple(out)))
+                    sc.q.append((gid, out, cnt))
                     if sc.reader_waiting:
                         sc.reader_waiting = False
                         ready.append(sc.receiver)
@@ -294,6 +244,7 @@ def simulate(algo: Algorithm, mm: MemoryMap, log: ViolationLog, slots: int = DEF
             i += 1
         pc[g] = i
 
+    candidates = conflicts.candidates if conflicts is not None else []
     if candidates:
         reported: set[tuple[int, int]] = set()
         for c, ok in zip(candidates, resolve_candidates(hb, candidates)):
@@ -312,12 +263,14 @@ def simulate(algo: Algorithm, mm: MemoryMap, log: ViolationLog, slots: int = DEF
                     f"race check incomplete: more than {MAX_CANDIDATES} conflicting access pairs are not ordered "
                     "by dependencies; only the first were analysed")
 
-    names = {g: TbName(tb_rank[g], tb_obj[g].id, pc[g],
-                       tb_obj[g].steps[pc[g]].op.value if pc[g] < len(tb_obj[g].steps) else "-")
-             for g in range(ntb)}
     unfinished = [g for g in range(ntb) if pc[g] < len(tb_obj[g].steps)]
     if unfinished:
+        names = {g: TbName(tb_rank[g], tb_obj[g].id, pc[g],
+                           tb_obj[g].steps[pc[g]].op.value if pc[g] < len(tb_obj[g].steps) else "-")
+                 for g in range(ntb)}
         finished = {g for g in range(ntb) if pc[g] >= len(tb_obj[g].steps)}
+        blocked = {g: _why_blocked(tb_obj[g].steps[pc[g]], signal, ids_by_rank[tb_rank[g]], recv_conn[g],
+                                   send_conn[g], slots) for g in unfinished}
         for v in explain_deadlock(blocked, names, finished):
             log.add(v.rank, v.tb, v.step, v.kind, v.message)
         log.add(None, None, None, "deadlock",
@@ -330,4 +283,22 @@ def simulate(algo: Algorithm, mm: MemoryMap, log: ViolationLog, slots: int = DEF
                 log.add(sr, stb, si, "unmatched",
                         f"sent {len(c.q)} message(s) to rank {c.dst} on channel {c.ch} (first: this step) "
                         "that no step received")
-    return SimOutcome(not unfinished, mem, last_write, seq, len(candidates))
+    return SimOutcome(not unfinished, memory, seq, len(candidates))
+
+
+def _why_blocked(st, signal: list[int], ids: dict[int, int], rc: _Conn | None, sc: _Conn | None,
+                 slots: int) -> Wait:
+    """What the step ``st`` that a thread block stopped at waits for, when no thread block
+    can move: the first of its conditions (in the order the run checks them) that fails.
+
+    That is the condition it stopped on: whatever would have lifted it (a signal, data
+    in the receive FIFO, a free slot) would also have put the thread block back to run.
+    """
+    dep = st.dep
+    if dep is not None and signal[ids[dep.tb]] < dep.step:
+        return Wait("dep", on=ids[dep.tb], dep_tb=dep.tb, dep_step=dep.step)
+    sends, receives = OPS[st.op].sends, OPS[st.op].receives
+    if receives and not rc.q:
+        return Wait("recv", rc.src, rc.ch, rc.sender)
+    assert sends and len(sc.q) >= slots, "a thread block that could move was left behind"
+    return Wait("send", sc.dst, sc.ch, sc.receiver, slots=slots)

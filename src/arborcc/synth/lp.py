@@ -1,0 +1,98 @@
+"""An LP that grows between solves (rows for cutting planes, columns for column
+generation), solved warm by HiGHS through highspy.
+
+scipy's ``linprog`` rebuilds and re-solves from scratch on every call, which costs
+milliseconds even for a handful of rows; synthesis re-solves its master problems tens
+of times per topology, each time after adding a few cuts or trees, so the previous
+basis is almost optimal and the dual simplex needs a few pivots (Huangfu & Hall,
+"Parallelizing the dual revised simplex method", 2018, is the solver behind both).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import highspy
+import numpy as np
+
+from arborcc.errors import SolverLimitError, SynthesisError
+
+INF = float("inf")
+
+
+@dataclass
+class Solution:
+    """Column values, row duals (d objective / d row bound) and the objective."""
+
+    x: np.ndarray
+    row_dual: np.ndarray
+    objective: float
+
+
+class GrowingLP:
+    """``minimize c x`` subject to ``row_lo <= A x <= row_hi`` and column bounds, with
+    rows and columns added between solves. Each solve starts from the last basis."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._h = highspy.Highs()
+        self._h.setOptionValue("output_flag", False)
+        self.num_cols = 0
+        self.num_rows = 0
+
+    def add_cols(self, cost, lower, upper, entries=None) -> int:
+        """Add columns; ``entries[j]`` is ``(row indices, values)`` of column j in the
+        existing rows (or None). Returns the index of the first new column."""
+        cost = np.asarray(cost, dtype=float)
+        k = len(cost)
+        if k == 0:
+            return self.num_cols
+        starts, index, value = [0] * k, [], []
+        for j in range(k):
+            starts[j] = len(index)
+            if entries is not None and entries[j] is not None:
+                rows, vals = entries[j]
+                index.extend(int(r) for r in rows)
+                value.extend(float(v) for v in vals)
+        first = self.num_cols
+        self._h.addCols(k, cost, np.asarray(lower, dtype=float), np.asarray(upper, dtype=float),
+                        len(index), np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32),
+                        np.array(value, dtype=float))
+        self.num_cols += k
+        return first
+
+    def add_rows(self, lower, upper, entries) -> int:
+        """Add rows ``lower[i] <= sum entries[i] <= upper[i]``; ``entries[i]`` is
+        ``(column indices, values)``. Returns the index of the first new row."""
+        starts, index, value = [], [], []
+        for cols, vals in entries:
+            starts.append(len(index))
+            index.extend(int(c) for c in cols)
+            value.extend(float(v) for v in vals)
+        first = self.num_rows
+        self._h.addRows(len(starts), np.asarray(lower, dtype=float), np.asarray(upper, dtype=float), len(index),
+                        np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32),
+                        np.array(value, dtype=float))
+        self.num_rows += len(starts)
+        return first
+
+    def add_row(self, lower: float, upper: float, cols, vals) -> int:
+        """Add ``lower <= sum vals[i] x[cols[i]] <= upper``; returns its index."""
+        cols = np.asarray(cols, dtype=np.int32)
+        self._h.addRow(float(lower), float(upper), len(cols), cols, np.asarray(vals, dtype=float))
+        self.num_rows += 1
+        return self.num_rows - 1
+
+    def solve(self, time_limit: float) -> Solution:
+        """Solve (warm); raises SolverLimitError at the time limit, SynthesisError if the
+        LP is infeasible or unbounded."""
+        h = self._h
+        h.setOptionValue("time_limit", max(float(time_limit), 0.01))
+        h.run()
+        status = h.getModelStatus()
+        if status == highspy.HighsModelStatus.kTimeLimit:
+            raise SolverLimitError(f"{self.name}: LP hit its {time_limit:g} s time limit")
+        if status != highspy.HighsModelStatus.kOptimal:
+            raise SynthesisError(f"{self.name}: LP ended {h.modelStatusToString(status)}")
+        sol = h.getSolution()
+        return Solution(np.array(sol.col_value), np.array(sol.row_dual), h.getInfo().objective_function_value)

@@ -1,0 +1,40 @@
+"""The warm-started LP wrapper against scipy's linprog, as rows and columns are added."""
+
+import numpy as np
+import pytest
+from scipy.optimize import linprog
+
+from arborcc.errors import SynthesisError
+from arborcc.synth.lp import INF, GrowingLP
+
+
+def test_growing_rows_and_columns_match_a_cold_solve():
+    rng = np.random.default_rng(5)
+    A = rng.uniform(0.1, 1.0, (6, 4))
+    c = -rng.uniform(0.5, 2.0, 4)
+    lp = GrowingLP("test")
+    lp.add_cols(c, np.zeros(4), np.full(4, INF))
+    for i in range(3):
+        lp.add_row(-INF, 1.0, range(4), A[i])
+    assert lp.solve(5).objective == pytest.approx(linprog(c, A_ub=A[:3], b_ub=np.ones(3)).fun)
+    lp.add_rows(np.full(3, -INF), np.ones(3), [(range(4), A[i]) for i in range(3, 6)])  # cuts
+    assert lp.solve(5).objective == pytest.approx(linprog(c, A_ub=A, b_ub=np.ones(6)).fun)
+    col = rng.uniform(0.1, 1.0, 6)  # a new column (column generation)
+    lp.add_cols([-3.0], [0.0], [INF], [(range(6), col)])
+    sol = lp.solve(5)
+    want = linprog(np.append(c, -3.0), A_ub=np.column_stack([A, col]), b_ub=np.ones(6))
+    assert sol.objective == pytest.approx(want.fun)
+    # duals: d objective / d bound, as scipy's marginals
+    assert sol.row_dual == pytest.approx(want.ineqlin.marginals, abs=1e-9)
+
+
+def test_infeasible_and_unbounded_are_errors():
+    lp = GrowingLP("bad")
+    lp.add_cols([1.0], [0.0], [INF])
+    lp.add_row(-INF, -1.0, [0], [1.0])  # x <= -1 with x >= 0
+    with pytest.raises(SynthesisError, match="bad: LP ended Infeasible"):
+        lp.solve(5)
+    free = GrowingLP("free")
+    free.add_cols([-1.0], [0.0], [INF])
+    with pytest.raises(SynthesisError, match="free: LP ended Unbounded"):
+        free.solve(5)
