@@ -10,6 +10,8 @@ wall time per phase:
 
 * routes   - routing every rank once (``Topology.route`` caches per source; the plan,
              the lowering and the estimate all need the routes; shared by both rows)
+* bound    - the all-reduce bound ``synthesize`` reports next to the algbw (shared by
+             both rows; ``arborcc synth`` computes it once per run)
 * plan     - the decomposition (``blueconnect_plan`` / ``hierarchical_plan``)
 * lower    - tracing the DSL program (``blueconnect_program``)
 * compile  - ``Program.compile``
@@ -17,7 +19,7 @@ wall time per phase:
 * estimate - ``steady_state_bandwidth``
 
 The target: 128 nodes x 8 GPUs (1024 ranks) synthesized (plan + lower + compile +
-verify) in < 60 s on a 2-core machine, routes included.
+verify) in < 60 s on a 2-core machine, routes and bound included.
 
     python benchmarks/hierarchical.py
     python benchmarks/hierarchical.py --only 2x8 4x8
@@ -43,6 +45,7 @@ from arborcc.synth.blueconnect import blueconnect_plan  # noqa: E402
 from arborcc.synth.lower import Lowered  # noqa: E402
 from arborcc.synth.lower_stages import (blueconnect_program, hierarchical_plan,  # noqa: E402
                                         sequential_algbw)
+from arborcc.synth.strategies import collective_bound  # noqa: E402
 from arborcc.topology.cluster import build_cluster, build_hierarchy, parse_hierarchy  # noqa: E402
 from arborcc.verify import check_algorithm  # noqa: E402
 
@@ -106,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="largest rank count for which the BlueConnect row runs blueconnect_plan")
     args = ap.parse_args(argv)
     head = (f"{'topology':<18} {'strategy':<12} {'ranks':>5} {'factors':>8} {'stages':>8} {'steps':>7} "
-            f"{'algbw':>7} {'seq':>6} {'routes':>6} " + " ".join(f"{p:>8}" for p in PHASES) + f" {'synth':>7}")
+            f"{'algbw':>7} {'bound':>7} {'seq':>6} {'routes':>6} {'bound s':>7} "
+            + " ".join(f"{p:>8}" for p in PHASES) + f" {'synth':>7}")
     print(head)
     print("-" * len(head))
     slow = []
@@ -115,17 +119,20 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         route_all(topology)
         routes = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        bound = collective_bound(topology, "allreduce").algbw / 1e9
+        bound_s = time.perf_counter() - t0
         for strategy in ("hierarchical", "blueconnect"):
             r = run(key, topology, strategy, args.exact_limit)
-            synth = routes + sum(r[p] for p in ("plan", "lower", "compile", "verify"))
+            synth = routes + bound_s + sum(r[p] for p in ("plan", "lower", "compile", "verify"))
             print(f"{r['topology']:<18} {r['strategy']:<12} {r['ranks']:>5} {r['factors']:>8} {r['stages']:>8} "
-                  f"{r['steps']:>7} {r['algbw']:>7.2f} {r['seq']:>6.2f} {routes:>6.2f} "
+                  f"{r['steps']:>7} {r['algbw']:>7.2f} {bound:>7.2f} {r['seq']:>6.2f} {routes:>6.2f} {bound_s:>7.2f} "
                   + " ".join(f"{r[p]:>8.2f}" for p in PHASES) + f" {synth:>7.2f}", flush=True)
             if r["ranks"] >= 1024 and synth >= 60:
                 slow.append(f"{key} {strategy}: {synth:.1f} s")
-            routes = 0.0  # the second row reuses the route cache
+            routes = bound_s = 0.0  # the second row reuses the route cache and the bound
     print("\nalgbw: steady-state GB/s (stages of different tiles overlap); seq: GB/s when the levels run "
-          "one after another (eq. 9, alpha = 0); times in s; synth = routes + plan + lower + compile + verify")
+          "one after another (eq. 9, alpha = 0); times in s; synth = routes + bound + plan + lower + compile + verify")
     if slow:
         print("over the 60 s target: " + "; ".join(slow))
         return 1

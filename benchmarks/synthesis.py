@@ -7,7 +7,10 @@ verified) algorithm achieves in the bandwidth model (GB/s, nccl-tests convention
 their ratio, trees, chunks, synthesis time (median over --repeat runs, perf_counter
 around ``synthesize``), and for all-reduce the NCCL-ring algbw and trees/ring speedup.
 Each group ends with a summary: rows at >= 99% of bound, median and max synthesis
-time, and the issue's time targets (8 GPUs < 0.1 s, 2x8 A100 < 1 s, 4x8 A100 < 3 s).
+time; the summary ends with the issue's time targets (8 GPUs < 0.1 s, 2x8 A100 < 1 s,
+4x8 A100 < 3 s), judged on all-reduce medians. Synthesis time is the whole
+``synthesize`` call: bound, packing, chunk rounding, lowering, compilation and
+verification, on a freshly built topology (routes are computed inside the timer).
 
     python benchmarks/synthesis.py                 # everything (several minutes on 2 cores)
     python benchmarks/synthesis.py --quick         # 5 DGX-1V classes + dgx-a100
@@ -57,9 +60,11 @@ def topologies(quick: bool):
     return out
 
 
-def timed(t, collective, strategy, repeat):
+def timed(build, collective, strategy, repeat):
+    """The last result and the median time over ``repeat`` runs, each on a fresh topology."""
     times, result = [], None
     for _ in range(repeat):
+        t = build()
         t0 = time.perf_counter()
         result = synthesize(t, collective, strategy)
         times.append(time.perf_counter() - t0)
@@ -85,19 +90,21 @@ def summary(group: str, rows: list[dict]) -> list[str]:
         if errors:
             line += f"; {errors} FAILED"
         lines.append(line)
-        # the issue's targets (judged on all-reduce's medians)
-        if coll != "allreduce":
-            continue
-        checks = []
-        eight = [r["time_s"] for r in rs if r["ranks"] == 8]
-        if eight and group != "2x8 A100" and group != "4x8 A100":
-            checks.append(("8 GPUs", eight))
-        if group in TARGETS:
-            checks.append((group, times))
-        for name, ts in checks:
+    return lines
+
+
+def targets(rows: list[dict]) -> list[str]:
+    """The issue's time targets, judged on all-reduce synthesis times: every 8-GPU
+    machine or allocation (median over those rows), 2x8 and 4x8 A100."""
+    ok = [r for r in rows if r["collective"] == "allreduce" and "error" not in r]
+    checks = [("8 GPUs", [r["time_s"] for r in ok if r["ranks"] == 8 and r["group"] not in TARGETS])]
+    checks += [(g, [r["time_s"] for r in ok if r["group"] == g]) for g in TARGETS if g != "8 GPUs"]
+    lines = []
+    for name, ts in checks:
+        if ts:
             med, limit = statistics.median(ts), TARGETS[name]
-            lines.append(f"    target {name} < {limit:g} s: median {med:.3f} s over {len(ts)} rows -> "
-                         f"{'met' if med < limit else 'NOT met'}")
+            lines.append(f"  target {name} < {limit:g} s: median {med:.3f} s over {len(ts)} rows (max {max(ts):.3f} s)"
+                         f" -> {'met' if med < limit else 'NOT met'}")
     return lines
 
 
@@ -123,12 +130,12 @@ def main(argv=None) -> None:
         for coll in collectives:
             row = {"group": group, "topology": label, "collective": coll, "ranks": t.num_ranks}
             try:
-                r, dt = timed(t, coll, "trees", args.repeat)
+                r, dt = timed(build, coll, "trees", args.repeat)
                 row.update(bound_gbps=r.bound / GB, algbw_gbps=r.algbw / GB, ratio=r.ratio,
                            trees=len(r.trees), chunks=r.chunks, time_s=dt)
                 ring = ""
                 if coll == "allreduce" and not args.no_ring:
-                    rr, rdt = timed(t, coll, "nccl-ring", 1)
+                    rr, rdt = timed(build, coll, "nccl-ring", 1)
                     row.update(ring_algbw_gbps=rr.algbw / GB, ring_time_s=rdt,
                                speedup=r.algbw / rr.algbw if rr.algbw else None)
                     ring = f" {rr.algbw / GB:8.2f} {row['speedup']:6.3f}x"
@@ -148,6 +155,7 @@ def main(argv=None) -> None:
             print("\n".join(lines))
             summaries.extend(lines)
             group_rows = []
+    summaries += targets(rows)
     print()
     print("summary")
     print("\n".join(summaries))

@@ -218,9 +218,8 @@ def test_link_filters():
         select_links(t, "infiniband")
 
 
-def test_errors_are_clear():
-    t = dgx1()
-    nvlink_only = [LinkKind.NVLINK]
+def split_by_nvlink():
+    """gpu0-gpu1 over NVLink; gpu2 reaches gpu0 only through a PCIe switch."""
     b = TopologyBuilder("split")
     for i in range(3):
         b.add_device(Device(f"gpu{i}", DeviceKind.GPU, 0, i))
@@ -228,7 +227,13 @@ def test_errors_are_clear():
     b.add_device(Device("sw", DeviceKind.PCIE_SWITCH, 0, 0))
     b.connect("gpu2", "sw", LinkKind.PCIE, 12 * GB)
     b.connect("gpu0", "sw", LinkKind.PCIE, 12 * GB)
-    split = b.build()
+    return b.build()
+
+
+def test_errors_are_clear():
+    t = dgx1()
+    nvlink_only = [LinkKind.NVLINK]
+    split = split_by_nvlink()
     with pytest.raises(SynthesisError, match="gpu2 cannot be reached from gpu0 over nvlink"):
         broadcast_bound(split, 0, links=nvlink_only)
     with pytest.raises(SynthesisError, match="cannot be reached"):

@@ -11,7 +11,7 @@ import networkx as nx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_bounds import dgx1, nx_graph, ring, small_topologies, star
+from test_bounds import dgx1, nx_graph, ring, small_topologies, split_by_nvlink, star
 
 from arborcc.errors import SynthesisError
 from arborcc.runtime.reference import assert_executes
@@ -157,14 +157,7 @@ def test_bad_input_is_a_synthesis_error():
         gather_bound(t, "cpu0")
     with pytest.raises(SynthesisError, match="unknown rooted flow collective 'reduce'"):
         synth_gather(t, "reduce", 0)
-    b = TopologyBuilder("split")
-    for i in range(3):
-        b.add_device(Device(f"gpu{i}", DeviceKind.GPU, 0, i))
-    b.connect("gpu0", "gpu1", LinkKind.NVLINK, 25 * GB)
-    b.add_device(Device("sw", DeviceKind.PCIE_SWITCH, 0, 0))
-    b.connect("gpu2", "sw", LinkKind.PCIE, 12 * GB)
-    b.connect("gpu0", "sw", LinkKind.PCIE, 12 * GB)
-    split = b.build()
+    split = split_by_nvlink()
     with pytest.raises(SynthesisError, match="gpu2 cannot reach the root gpu0 over nvlink links"):
         synth_gather(split, "gather", 0, "nvlink")
     with pytest.raises(SynthesisError, match="gpu2 cannot be reached from the root gpu1 over nvlink"):

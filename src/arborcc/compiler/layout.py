@@ -44,6 +44,7 @@ class Layout:
     scratch_size: list[int]  #: per rank: logical scratch chunks (all regions)
     input_size: list[int]  #: per rank, logical
     output_size: list[int]
+    loop_size: int = 0  #: logical chunks per loop (0: the larger buffer)
 
     def phys(self, ib: int, rank: int, code: int, t: int) -> int:
         """Physical offset (instance 0) of sub-chunk ``t`` of buffer ``code`` of ``rank``."""
@@ -67,7 +68,7 @@ class Layout:
     @property
     def chunks_per_loop(self) -> int:
         k = self.sub * self.instances
-        return max(max(self.input_size), max(self.output_size)) * k
+        return (self.loop_size or max(max(self.input_size), max(self.output_size))) * k
 
 
 def _block(collective, buffer, size: int, replication: str) -> int:
@@ -105,7 +106,10 @@ def plan_layout(prog) -> Layout:
             total += prog.buffer_size(r, code)
         region_offset.append(offs)
         scratch_size.append(total)
-    return Layout(sub, n, ib * sub, ob * sub, region_offset, scratch_size, in_sizes, out_sizes)
+    # MSCCL counts a gather's / scatter's chunks per loop in one rank's block (its
+    # sizeMultiplier is 1), not in the root's n-block buffer
+    loop = {"gather": in_sizes[0], "scatter": out_sizes[0]}.get(col.name, 0)
+    return Layout(sub, n, ib * sub, ob * sub, region_offset, scratch_size, in_sizes, out_sizes, loop)
 
 
 def ir_buffer(code: int) -> int:

@@ -21,8 +21,8 @@ from arborcc.errors import SynthesisError
 from arborcc.ir.model import Algorithm
 from arborcc.topology.model import GB, Topology
 
-#: collectives whose buffer size S (nccl-tests) counts every rank's shard
-_MULT_BY_RANKS = ("allgather", "reducescatter", "alltoall")
+#: collectives whose S (the root's buffer) holds one block per rank
+_ROOT_HOLDS_ALL = ("gather", "scatter")
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,9 @@ def steady_state_bandwidth(algo: Algorithm, topology: Topology,
         raise SynthesisError(f"algorithm {algo.name} has {algo.num_ranks} ranks but topology "
                              f"{topology.name} has {topology.num_ranks}")
     # S = elements x mult bytes for all-gather/reduce-scatter/all-to-all (S is the total),
-    # so a chunk is S / chunks_per_loop in every case.
-    chunk = 1.0 / algo.chunks_per_loop
+    # so a chunk is S / chunks_per_loop; for gather/scatter S is the root's whole buffer
+    # (n blocks) while chunks_per_loop counts one rank's block (MSCCL's convention).
+    chunk = 1.0 / (algo.chunks_per_loop * (algo.num_ranks if algo.collective in _ROOT_HOLDS_ALL else 1))
     loads: dict[tuple[str, str], float] = {}
     for prog in algo.ranks:
         for tb in prog.threadblocks:

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from itertools import pairwise
 
@@ -62,10 +62,9 @@ from scipy.sparse.csgraph import breadth_first_order
 from arborcc.errors import SynthesisError
 from arborcc.ir.model import Buffer
 from arborcc.lang import Gather, Scatter, chunk
-from arborcc.sim.bandwidth import steady_state_bandwidth
 from arborcc.synth.bounds import (Bound, FlowGraph, LinkSelector, _int_caps, _MaxFlow, _unit_for, flow_graph,
                                   root_index)
-from arborcc.synth.lower import ChannelMap, Lowered, _blocks, _local_copy, _program, within_limits
+from arborcc.synth.lower import ChannelMap, Lowered, _blocks, _finish, _local_copy, _program, within_limits
 from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE, apportion
 from arborcc.topology.model import Topology
 
@@ -272,13 +271,7 @@ def lower_gather(topology: Topology, collective: str, root: int, paths: list[Flo
         for v, mine in sorted(per_rank.items()):
             for k, start, size in _blocks([counts[t] for t in mine]):
                 _chain(hops[mine[k]], *_ends(gather, v, start, chunks), size, channels, mine[k], scratch)
-    algo = prog.compile()
-    routes = channels.routes(algo)
-    # MSCCL's gather/scatter chunk is the per-rank count over nchunksperloop
-    # (verify.collectives): the algorithm declares one block per loop; the estimate
-    # takes S as the root's whole buffer, n blocks (nccl-tests' gather/scatter algbw)
-    estimate = steady_state_bandwidth(replace(algo, chunks_per_loop=n * chunks), topology, routes)
-    return Lowered(replace(algo, chunks_per_loop=chunks), routes, chunks, estimate)
+    return _finish(prog, topology, channels, chunks)
 
 
 def synth_gather(topology: Topology, collective: str, root: str | int = 0, links: LinkSelector = "all",

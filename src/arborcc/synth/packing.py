@@ -80,29 +80,68 @@ _TINY = 1e-9  # added to link lengths: keeps zero-price links real edges, prefer
 
 # --- the oracle ----------------------------------------------------------------------
 
-def min_arborescence(cost: np.ndarray, root: int) -> np.ndarray:
+def min_arborescence(cost, root: int) -> list[int]:
     """Minimum-cost spanning arborescence of a dense digraph (Chu-Liu/Edmonds).
 
-    ``cost[u, v]`` is the cost of arc ``u -> v`` (``inf``: no arc). Returns ``parent``
-    with ``parent[root] = -1``. Raises :class:`SynthesisError` if some vertex cannot be
-    reached. O(n^3) with numpy; the graphs here have tens of vertices.
+    ``cost[u][v]`` is the cost of arc ``u -> v`` (``inf``: no arc); an array or nested
+    lists. Returns ``parent`` with ``parent[root] = -1``. Raises
+    :class:`SynthesisError` if some vertex cannot be reached. Each vertex takes its
+    cheapest in-arc; every cycle so formed is contracted, entering arcs reduced by the
+    in-arc they replace, and the contracted graph solved the same way. O(n^2) per
+    contraction in plain Python, which beats array code on the tens of vertices here.
     """
-    n = cost.shape[0]
+    cost = cost.tolist() if isinstance(cost, np.ndarray) else cost
+    n = len(cost)
     if n == 1:
-        return np.array([-1])
-    c = np.array(cost, dtype=float, copy=True)
-    np.fill_diagonal(c, np.inf)
-    c[:, root] = np.inf
-    par = np.argmin(c, axis=0)
-    best = c[par, np.arange(n)]
-    par[root] = -1
-    best[root] = 0.0
-    if np.isinf(best).any():
-        raise SynthesisError(f"vertex {int(np.nonzero(np.isinf(best))[0][0])} cannot be reached from {root}")
-    # find the cycles of the chosen in-arcs
-    cycle = np.full(n, -1)
-    state = np.full(n, -1)
-    ncyc = 0
+        return [-1]
+    par, best = [-1] * n, [0.0] * n
+    for v in range(n):
+        if v == root:
+            continue
+        b, p = math.inf, -1
+        for u in range(n):
+            if u != v and cost[u][v] < b:
+                b, p = cost[u][v], u
+        if p < 0:
+            raise SynthesisError(f"vertex {v} cannot be reached from {root}")
+        par[v], best[v] = p, b
+    cycle, ncyc = _cycles(par)
+    if ncyc == 0:
+        return par
+    # contract: vertices off cycles first, then one vertex per cycle
+    comp, k = [0] * n, 0
+    for v in range(n):
+        if cycle[v] < 0:
+            comp[v], k = k, k + 1
+    for v in range(n):
+        if cycle[v] >= 0:
+            comp[v] = k + cycle[v]
+    m = k + ncyc
+    small = [[math.inf] * m for _ in range(m)]
+    origin: dict[int, tuple[int, int]] = {}
+    # entering a cycle at v replaces v's cycle arc: reduce costs by that arc's cost
+    enter = [best[v] if cycle[v] >= 0 else 0.0 for v in range(n)]
+    for u in range(n):
+        cu, row, srow = comp[u], cost[u], small[comp[u]]
+        for v in range(n):
+            cv = comp[v]
+            if cu != cv and row[v] != math.inf and row[v] - enter[v] < srow[cv]:
+                srow[cv] = row[v] - enter[v]
+                origin[cu * m + cv] = (u, v)
+    spar = min_arborescence(small, comp[root])
+    result = par[:]
+    for b in range(m):
+        if spar[b] >= 0:
+            u, v = origin[spar[b] * m + b]
+            result[v] = u  # for a cycle: v's cycle arc is dropped, the rest stay
+    result[root] = -1
+    return result
+
+
+def _cycles(par: list[int]) -> tuple[list[int], int]:
+    """The cycles of the parent pointers: a cycle number per vertex (-1 off cycles)."""
+    n = len(par)
+    cycle, state, ncyc = [-1] * n, [-1] * n, 0
     for v in range(n):
         u = v
         while u != -1 and state[u] == -1:
@@ -116,41 +155,7 @@ def min_arborescence(cost: np.ndarray, root: int) -> np.ndarray:
                 if w == u:
                     break
             ncyc += 1
-    if ncyc == 0:
-        return par
-    comp = np.empty(n, dtype=np.int64)
-    free = np.nonzero(cycle < 0)[0]
-    comp[free] = np.arange(len(free))
-    incyc = cycle >= 0
-    comp[incyc] = len(free) + cycle[incyc]
-    m = len(free) + ncyc
-    # entering a cycle at v replaces v's cycle arc: reduce costs by that arc's cost
-    adj = c - np.where(incyc, best, 0.0)[None, :]
-    cu = np.repeat(comp, n)
-    cv = np.tile(comp, n)
-    flat = adj.ravel()
-    ok = (cu != cv) & np.isfinite(flat)
-    idx = np.nonzero(ok)[0]
-    key = cu[idx] * m + cv[idx]
-    order = np.lexsort((flat[idx], key))
-    idx, key = idx[order], key[order]
-    first = np.ones(len(key), dtype=bool)
-    first[1:] = key[1:] != key[:-1]
-    idx, key = idx[first], key[first]
-    small = np.full((m, m), np.inf)
-    small[key // m, key % m] = flat[idx]
-    origin = dict(zip(key.tolist(), idx.tolist()))
-    spar = min_arborescence(small, int(comp[root]))
-    result = par.copy()
-    for b in range(m):
-        a = spar[b]
-        if a < 0:
-            continue
-        e = origin[int(a) * m + b]
-        u, v = divmod(e, n)
-        result[v] = u  # for a cycle: v's cycle arc is dropped, the rest stay
-    result[root] = -1
-    return result
+    return cycle, ncyc
 
 
 class _RouteOracle:

@@ -13,7 +13,7 @@ both to solve one rank or one arc per orbit.
 The group's generators come from bliss (Junttila & Kaski, ALENEX 2007) through igraph.
 bliss colours vertices only, so every arc is subdivided by a vertex coloured by the
 arc's capacity; the generators' action on those vertices is their action on arcs.
-Orbits are the connected components of the generators' permutations.
+Orbits are the connected components of the generators' permutations (scipy).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import igraph
 import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
 
 
 @dataclass(frozen=True)
@@ -66,18 +68,13 @@ def graph_orbits(n: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray, rank
 
 def _components(size: int, permutations) -> np.ndarray:
     """Smallest element of each element's orbit under the group the permutations
-    generate (union-find over ``i ~ perm[i]``)."""
-    parent = list(range(size))
-
-    def find(u: int) -> int:
-        while parent[u] != u:
-            parent[u] = parent[parent[u]]
-            u = parent[u]
-        return u
-
-    for perm in permutations:
-        for u, v in enumerate(perm):
-            a, b = find(u), find(v)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-    return np.array([find(u) for u in range(size)], dtype=np.int64)
+    generate: the weakly connected components of the graph ``i -> perm[i]``."""
+    if not permutations:
+        return np.arange(size)
+    rows = np.tile(np.arange(size), len(permutations))
+    cols = np.concatenate([np.asarray(p, dtype=np.int64) for p in permutations])
+    graph = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(size, size))
+    count, label = connected_components(graph, directed=True, connection="weak")
+    smallest = np.full(count, size)
+    np.minimum.at(smallest, label, np.arange(size))
+    return smallest[label]
