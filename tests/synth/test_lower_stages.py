@@ -244,3 +244,16 @@ def test_groups_off_the_rank_grid_are_rejected():
 def test_factors_must_multiply_to_ranks():
     with pytest.raises(SynthesisError, match="multiply"):
         plan_for_factors(topo(H8), [3, 2])
+
+
+def test_long_rings_spread_over_channels_to_meet_the_executor_limits():
+    from arborcc.ir.limits import check_dialect_limits
+
+    t = build_hierarchy(parse_hierarchy("2@100,64@25"))  # the cross-group rings have 64 members
+    lowered = lower_blueconnect(t, hierarchical_plan(t))
+    algo = lowered.algorithm
+    assert not check_dialect_limits(algo, "executor")
+    assert max(len(tb.steps) for r in algo.ranks for tb in r.threadblocks) <= 64
+    assert len({tb.channel for r in algo.ranks for tb in r.threadblocks}) == 6  # 1 + 2 + 2 + 1
+    assert verify_algorithm(algo, "executor").ok
+    assert_executes(algo, elems=algo.chunks_per_loop)

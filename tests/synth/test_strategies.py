@@ -141,3 +141,14 @@ def test_random_topologies_allreduce_is_correct_and_near_the_bound(t):
     assert r.ratio >= 0.99
     assert verify_algorithm(r.algorithm).ok
     assert_executes(r.algorithm)
+
+
+def test_auto_leaves_out_strategies_that_explode_on_many_ranks(monkeypatch):
+    import arborcc.synth.strategies as S
+
+    monkeypatch.setattr(S, "AUTO_RANK_LIMITS", {"trees": 3, "binary-trees": 3})
+    r = synthesize(dgx1v("1,4,5,6"), "allreduce")
+    assert r.strategy not in ("auto:trees", "auto:binary-trees")
+    assert "auto leaves it out above 3 ranks" in r.notes[-1]
+    assert synthesize(dgx1v("1,4,5,6"), "allreduce", "trees").strategy == "trees"  # by name it runs
+    assert synthesize(dgx1v("1,4,5,6"), "broadcast").strategy == "auto:trees"  # the only one for broadcast

@@ -50,6 +50,9 @@ from arborcc.synth.blueconnect import HD, RING, RS, BlueConnectPlan, Stage, _alg
 from arborcc.synth.lower import MAX_CHANNELS, MAX_COUNT, ChannelMap, Lowered, _finish, _program
 from arborcc.topology.model import Topology
 
+#: ring sub-block pieces per channel in one stage (executor runtimes: 64 steps per thread block)
+_RING_STEPS_PER_CHANNEL = 60
+
 IN = Buffer.INPUT
 
 __all__ = ["lower_blueconnect", "blueconnect_program", "describe", "hierarchical_plan", "plan_for_factors",
@@ -125,25 +128,42 @@ def stage_pairs(stage: Stage) -> list[tuple[int, int]]:
 
 
 # ---------------------------------------------------------------- emission ---
-def _ring_reduce_scatter(g: list[int], off: int, m: int, ch: int) -> None:
+def _ring_reduce_scatter(g: list[int], off: int, m: int, ch: int, split: int = 1) -> None:
     """GC3 Fig. 3b ring reduce-scatter: sub-block k starts at ``g[k+1]``, is reduced
-    by every member in ring order and ends, fully reduced, on ``g[k]``."""
+    by every member in ring order and ends, fully reduced, on ``g[k]``. Sub-block k
+    runs on channel ``ch + k % split``."""
     p = len(g)
     for k in range(p):
         for a, c in _pieces(off + k * m, m):
             ref = chunk(g[(k + 1) % p], IN, a, c)
             for s in range(2, p + 1):
-                ref = chunk(g[(k + s) % p], IN, a, c).reduce(ref, ch=ch)
+                ref = chunk(g[(k + s) % p], IN, a, c).reduce(ref, ch=ch + k % split)
 
 
-def _ring_all_gather(g: list[int], off: int, m: int, ch: int) -> None:
-    """GC3 Fig. 3b ring all-gather: sub-block k leaves ``g[k]`` and goes once round."""
+def _ring_all_gather(g: list[int], off: int, m: int, ch: int, split: int = 1) -> None:
+    """GC3 Fig. 3b ring all-gather: sub-block k leaves ``g[k]`` and goes once round,
+    on channel ``ch + k % split``."""
     p = len(g)
     for k in range(p):
         for a, c in _pieces(off + k * m, m):
             ref = chunk(g[k], IN, a, c)
             for s in range(1, p):
-                ref = ref.copy(g[(k + s) % p], IN, a, ch=ch)
+                ref = ref.copy(g[(k + s) % p], IN, a, ch=ch + k % split)
+
+
+def _channel_splits(plan: BlueConnectPlan, layout) -> list[int]:
+    """Channels per stage (reduce-scatter stages, then all-gather stages): a ring stage
+    puts one step per sub-block piece on each member's thread block, so a ring of more
+    than about 60 pieces is spread over several channels to stay within the executor
+    runtimes' 64 steps per thread block (room left for the compiler's dependency
+    steps); one channel per stage otherwise, or when the spreads would need more than
+    MSCCL's channels."""
+    k = len(plan.factors)
+    blocks = [layout[i][1] for i in range(k)] + [layout[k - 1 - i][1] for i in range(k)]
+    splits = [1 if st.algorithm == HD or st.factor < 2 else
+              math.ceil(st.factor * len(_pieces(0, m)) / _RING_STEPS_PER_CHANNEL)
+              for st, m in zip(plan.stages, blocks)]
+    return splits if sum(splits) <= MAX_CHANNELS else [1] * len(splits)
 
 
 def _halving(g: list[int], off: int, m: int, ch: int) -> None:
@@ -188,9 +208,9 @@ def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | N
     """The traced DSL program of :func:`lower_blueconnect` and its channel map (not yet
     compiled): ``(program, channels)``. Same checks as :func:`lower_blueconnect`.
 
-    Channels: reduce-scatter stage i runs on channel i, the all-gather of level i on
-    channel ``k + i`` (GC3's hierarchical all-reduce likewise gives each phase its
-    channel). Instruction fusion joins only transfers of one channel, so it chains
+    Channels: every stage has its own channels, reduce-scatter stages first, then the
+    all-gather stages (GC3's hierarchical all-reduce likewise gives each phase its
+    channel); one per stage, more for long rings (:func:`_channel_splits`). Instruction fusion joins only transfers of one channel, so it chains
     receives and sends inside a stage (a ring's ``rrs``/``rcs`` pipeline) but never
     across stages. Two reasons: with one channel for everything, a receive of a
     reduce-scatter gets fused with a send of an all-gather far later in the program,
@@ -216,20 +236,26 @@ def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | N
                 hops.append((a, b, path[(a, b)]))
     channels = ChannelMap(hops)
 
+    splits = _channel_splits(plan, layout)
+    base = [sum(splits[:i]) for i in range(2 * k)]
     with _program(name, AllReduce(n, n, inplace=True), topology, channels) as prog:
         for i, (st, (blocks, m)) in enumerate(zip(plan.stages[:k], layout)):  # going up: lines 7-11
             if st.factor < 2:
                 continue
-            emit = _halving if st.algorithm == HD else _ring_reduce_scatter
             for g, off in blocks:
-                emit(g, off, m, i)
+                if st.algorithm == HD:
+                    _halving(g, off, m, base[i])
+                else:
+                    _ring_reduce_scatter(g, off, m, base[i], splits[i])
         for i, st in enumerate(plan.stages[k:]):  # coming down: lines 12-16
             blocks, m = layout[k - 1 - i]
             if st.factor < 2:
                 continue
-            emit = _doubling if st.algorithm == HD else _ring_all_gather
             for g, off in blocks:
-                emit(g, off, m, k + i)
+                if st.algorithm == HD:
+                    _doubling(g, off, m, base[k + i])
+                else:
+                    _ring_all_gather(g, off, m, base[k + i], splits[k + i])
     return prog, channels
 
 

@@ -63,6 +63,7 @@ from typing import NamedTuple
 
 import networkx as nx
 import numpy as np
+from scipy.sparse import csr_matrix
 from scipy.optimize import linprog
 
 from arborcc.errors import SynthesisError
@@ -237,14 +238,13 @@ def _lp_shares(topology: Topology, servers: list[_Server]) -> None:
     links = sorted({l for *_, load in variables for l in load if l in topology.links})
     nv = len(variables) + 1  # shares, then the time per byte (in units of 1 / unit B/s)
     unit = max(topology.links[l].bandwidth for l in links)  # keeps HiGHS's tolerances meaningful
-    a_ub = np.zeros((len(links), nv))
-    for i, l in enumerate(links):
-        for j, (*_, load) in enumerate(variables):
-            a_ub[i, j] = load.get(l, 0.0)
-        a_ub[i, -1] = -topology.links[l].bandwidth / unit
-    a_eq = np.zeros((len(servers), nv))
-    for j, (s, *_) in enumerate(variables):
-        a_eq[s, j] = 1.0
+    row = {l: i for i, l in enumerate(links)}
+    entries = [(row[l], j, v) for j, (*_, load) in enumerate(variables) for l, v in load.items() if l in row]
+    entries += [(i, nv - 1, -topology.links[l].bandwidth / unit) for i, l in enumerate(links)]
+    r, c, v = zip(*entries)
+    a_ub = csr_matrix((v, (r, c)), shape=(len(links), nv))
+    a_eq = csr_matrix((np.ones(len(variables)), ([s for s, *_ in variables], range(len(variables)))),
+                      shape=(len(servers), nv))
     cost = np.zeros(nv)
     cost[-1] = 1.0
     res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(len(links)), A_eq=a_eq, b_eq=np.ones(len(servers)),
@@ -317,12 +317,16 @@ def _cross_hops(layout: _Layout, network: _Network):
                 yield ends[k][0], e[0], network.path(ends[k], e), size
 
 
-def _rate(topology: Topology, servers: list[_Server], layout: _Layout, network: _Network) -> float:
-    """Steady-state rate (B/s) of the layout: the busiest link's bytes / bandwidth."""
-    load = Counter()
+def _rate(topology: Topology, both_ways: dict[tuple[int, int], Counter], layout: _Layout,
+          network: _Network) -> float:
+    """Steady-state rate (B/s) of the layout: the busiest link's bytes / bandwidth.
+    ``both_ways[(s, t)]``: the links server s's tree t uses, up and down."""
+    on_tree = Counter()
     for s, t, _, size in layout.local:
-        tree = servers[s].trees[t]
-        for l, k in (tree.link_use() + tree.reversed().link_use()).items():
+        on_tree[(s, t)] += size
+    load = Counter()
+    for key, size in on_tree.items():
+        for l, k in both_ways[key].items():
             load[l] += size * k
     for _, _, path, size in _cross_hops(layout, network):
         for l in pairwise(path):
@@ -332,7 +336,9 @@ def _rate(topology: Topology, servers: list[_Server], layout: _Layout, network: 
 
 def _choose_layout(topology: Topology, servers: list[_Server], network: _Network) -> tuple[_Layout, float]:
     """The fewest (power-of-two) chunks within TOLERANCE of the best count's rate."""
-    rated = [(lay, _rate(topology, servers, lay, network))
+    both_ways = {(s, t): tree.link_use() + tree.reversed().link_use()
+                 for s, srv in enumerate(servers) for t, tree in enumerate(srv.trees)}
+    rated = [(lay, _rate(topology, both_ways, lay, network))
              for lay in (_layout(servers, c) for c in CHUNK_COUNTS if c >= len(servers))]
     best = max(r for _, r in rated)
     return next((lay, r) for lay, r in rated if r >= (1 - TOLERANCE) * best)
@@ -438,9 +444,10 @@ def synth_three_phase(topology: Topology, links: str = "all", name: str = "three
     for s, t, _, size in layout.local:
         counts[(s, t)] += size
     keys = [(s, t) for s, srv in enumerate(servers) for t in range(len(srv.trees)) if counts[(s, t)]]
+    sizes = sorted({len(srv.gpus) for srv in servers})
     summary = (f"three-phase all-reduce (Blink 3.5): {len(servers)} servers of "
-               f"{'+'.join(str(len(srv.gpus)) for srv in servers)} GPUs, {len(keys)} local trees "
-               f"(links {'/'.join(srv.links for srv in servers)}), {rule}, {layout.chunks} chunks, "
-               f"{rate / 1e9:.2f} GB/s")
+               f"{'+'.join(str(len(srv.gpus)) for srv in servers) if len(sizes) > 1 else sizes[0]} GPUs, "
+               f"{len(keys)} local trees (links {'/'.join(sorted({srv.links for srv in servers}))}), {rule}, "
+               f"{layout.chunks} chunks, {rate / 1e9:.2f} GB/s")
     return ThreePhase(lowered, [summary], [servers[s].trees[t] for s, t in keys],
                       [counts[k] for k in keys])
