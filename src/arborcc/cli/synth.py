@@ -97,6 +97,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
         return 1
     if args.output:
         write_atomic(args.output, render_algorithm(algo, fmt, args.dialect))
+    if (args.trees_png or args.show_trees) and not result.trees:
+        print(f"arborcc: {result.strategy} built no trees to draw for {result.collective}", file=sys.stderr)
     if args.trees_png and result.trees:
         from arborcc.synth.render import trees_png
 
