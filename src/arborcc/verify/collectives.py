@@ -45,10 +45,6 @@ ROOTED_COLLECTIVES = frozenset({"broadcast", "reduce", "gather", "scatter"})
 RANK_MULTIPLIED = frozenset({"allgather", "reducescatter", "alltoall"})
 
 
-def size_multiplier(collective: str, num_ranks: int) -> int:
-    return num_ranks if collective in RANK_MULTIPLIED else 1
-
-
 @dataclass(frozen=True)
 class Signature:
     """What one rank's buffers must look like for a collective.
