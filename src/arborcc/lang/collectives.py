@@ -142,6 +142,32 @@ def _sum_over_ranks(num_ranks: int, index: int) -> ReduceChunk:
     return ReduceChunk(-1, [Chunk(r, index) for r in range(num_ranks)])
 
 
+def _gathered_seqs(cf: int, n: int, inplace: bool) -> list:
+    """Initial sequence numbers when rank r's input is block r of an n-block output
+    (all-gather, gather): in place, the input is that window of the output."""
+    res = []
+    for r in range(n):
+        out = [-1] * (n * cf)
+        if inplace:
+            out[r * cf:(r + 1) * cf] = [0] * cf
+        res.append([[-1] * cf if inplace else [0] * cf, out, []])
+    return res
+
+
+def _gathered_buffers(cf: int, n: int, inplace: bool, dst: int) -> list[dict]:
+    """Initial buffers of the same layout; each chunk is bound for rank ``dst`` (-1:
+    every rank)."""
+    bufs = []
+    for r in range(n):
+        inp = [Chunk(r, c, dst, r * cf + c) for c in range(cf)]
+        out = [None] * (n * cf)
+        if inplace:
+            out[r * cf:(r + 1) * cf] = inp
+            inp = [None] * cf  # never addressed: input names a window of output
+        bufs.append({INPUT: inp, OUTPUT: out})
+    return bufs
+
+
 class _Builtin(Collective):
     """In place, a built-in collective's program may name one buffer (``_named``) for a
     window of the other (``_meant``), which starts at ``rank * chunk_factor`` when
@@ -200,24 +226,10 @@ class AllGather(_Builtin):
     _named, _meant, _per_rank = INPUT, OUTPUT, True
 
     def initial_seqs(self):
-        cf, n, res = self.chunk_factor, self.num_ranks, []
-        for r in range(n):
-            out = [-1] * (n * cf)
-            if self.inplace:
-                out[r * cf:(r + 1) * cf] = [0] * cf
-            res.append([[-1] * cf if self.inplace else [0] * cf, out, []])
-        return res
+        return _gathered_seqs(self.chunk_factor, self.num_ranks, self.inplace)
 
     def init_buffers(self) -> list[dict]:
-        cf, bufs = self.chunk_factor, []
-        for r in range(self.num_ranks):
-            out = [None] * (self.num_ranks * cf)
-            inp = [Chunk(r, c, -1, r * cf + c) for c in range(cf)]
-            if self.inplace:
-                out[r * cf:(r + 1) * cf] = inp
-                inp = [None] * cf  # never addressed: input names a window of output
-            bufs.append({INPUT: inp, OUTPUT: out})
-        return bufs
+        return _gathered_buffers(self.chunk_factor, self.num_ranks, self.inplace, -1)
 
     def replication_block(self, buffer) -> int:
         return self.chunk_factor
@@ -352,24 +364,10 @@ class Gather(_Rooted):
     _named, _meant, _per_rank = INPUT, OUTPUT, True
 
     def initial_seqs(self):
-        cf, n, res = self.chunk_factor, self.num_ranks, []
-        for r in range(n):
-            out = [-1] * (n * cf)
-            if self.inplace:
-                out[r * cf:(r + 1) * cf] = [0] * cf
-            res.append([[-1] * cf if self.inplace else [0] * cf, out, []])
-        return res
+        return _gathered_seqs(self.chunk_factor, self.num_ranks, self.inplace)
 
     def init_buffers(self) -> list[dict]:
-        cf, bufs = self.chunk_factor, []
-        for r in range(self.num_ranks):
-            inp = [Chunk(r, c, self.root, r * cf + c) for c in range(cf)]
-            out = [None] * (self.num_ranks * cf)
-            if self.inplace:
-                out[r * cf:(r + 1) * cf] = inp
-                inp = [None] * cf
-            bufs.append({INPUT: inp, OUTPUT: out})
-        return bufs
+        return _gathered_buffers(self.chunk_factor, self.num_ranks, self.inplace, self.root)
 
     def replication_block(self, buffer) -> int:
         return self.chunk_factor

@@ -258,7 +258,7 @@ class _Master:
 
     def __init__(self, cap: np.ndarray, roots: list[int], cols: list[_Column]):
         E = len(cap)
-        self.lp = GrowingLP("tree-packing master")
+        self.lp = GrowingLP("tree-packing")
         self.rpos = {r: i for i, r in enumerate(roots)}
         self.E = E
         self.lp.add_cols([-1.0], [0.0], [INF])  # x
@@ -277,10 +277,7 @@ class _Master:
 
     def solve(self, time_limit: float):
         """(x, weights, link prices y, root prices pi)."""
-        try:
-            sol = self.lp.solve(time_limit)
-        except SolverLimitError:
-            raise SolverLimitError("tree-packing LP hit its time limit") from None
+        sol = self.lp.solve(time_limit)
         dual = -sol.row_dual
         return float(sol.x[0]), sol.x[1:], np.maximum(dual[:self.E], 0.0), np.maximum(dual[self.E:], 0.0)
 

@@ -42,7 +42,8 @@ COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter",
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
 AnyBound = B.Bound | B.AllreduceBound
 #: all-reduce strategies ``auto`` leaves out above this many ranks, where their cost
-#: explodes while others reach the bound (DGX A100 fat trees, 2-core machine: trees
+#: explodes while others reach the bound (DGX A100 fat trees, 2-core machine, measured
+#: with ``arborcc synth --machine dgx-a100 --nodes N --strategy S``: trees
 #: 0.3 s at 32 ranks, over its 30 s limit at 64; binary-trees 1.2 s at 32, 10 s at
 #: 64, 194 s at 128; three-phase 3.8 s at 128, 28 s at 256; nccl-ring 4.3 s at 128
 #: and minutes at 1024, where its rings hold millions of steps, as the plain ring's

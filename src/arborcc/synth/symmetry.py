@@ -29,12 +29,11 @@ from scipy.sparse.csgraph import connected_components
 @dataclass(frozen=True)
 class Orbits:
     """Orbit labels of the vertices (``node[u]``) and arcs (``arc[e]``) of a graph under
-    its automorphisms (those fixing ``fixed``, when given). A label is the smallest
-    member of its orbit."""
+    its automorphisms (or those fixing a vertex). A label is the smallest member of its
+    orbit."""
 
     node: np.ndarray
     arc: np.ndarray
-    fixed: int | None
 
     def representatives(self, vertices) -> list[int]:
         """One vertex per orbit among ``vertices`` (the first met), in order."""
@@ -63,7 +62,7 @@ def graph_orbits(n: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray, rank
     edges = np.concatenate([np.stack([src, mid], 1), np.stack([mid, dst], 1)]).tolist()
     generators = igraph.Graph(n=n + E, edges=edges, directed=True).automorphism_group(color=color)
     label = _components(n + E, generators)
-    return Orbits(label[:n], label[n:] - n, fixed)
+    return Orbits(label[:n], label[n:] - n)
 
 
 def _components(size: int, permutations) -> np.ndarray:
