@@ -12,6 +12,8 @@ broadcast and reduce ``1``). For all-gather and reduce-scatter the size ``S`` in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 #: canonical collective names, in the order tables list them
 COLLECTIVES: tuple[str, ...] = (
     "allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "gather", "scatter", "custom",
@@ -43,3 +45,46 @@ def busbw_factor(collective: str, num_ranks: int) -> float:
     if collective in ("broadcast", "reduce"):
         return 1.0
     raise ValueError(f"no bus-bandwidth factor for collective {collective!r}")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What one rank's buffers must look like for a collective.
+
+    ``alias`` describes the in-place placement: ``"same"`` (one buffer),
+    ``"input_in_output"`` or ``"output_in_input"`` at ``alias_offset`` chunks.
+    """
+
+    input_chunks: int
+    output_chunks: int
+    input_root_only: bool = False
+    output_root_only: bool = False
+    input_defined: bool = True
+    output_checked: bool = True
+    alias: str = "same"
+    alias_offset: int = 0
+
+
+def signature(collective: str, n: int, k: int, rank: int, root: int) -> Signature | None:
+    """The buffer signature of ``rank``; None for ``custom`` (nothing is known)."""
+    b = k // n if n else 0
+    is_root = rank == root
+    if collective == "allreduce":
+        return Signature(k, k)
+    if collective == "allgather":
+        return Signature(b, k, alias="input_in_output", alias_offset=rank * b)
+    if collective == "reducescatter":
+        return Signature(k, b, alias="output_in_input", alias_offset=rank * b)
+    if collective == "alltoall":
+        return Signature(k, k)
+    if collective == "broadcast":
+        return Signature(k, k, input_root_only=True, input_defined=is_root)
+    if collective == "reduce":
+        return Signature(k, k, output_root_only=True, output_checked=is_root)
+    if collective == "gather":
+        return Signature(k, n * k, output_root_only=True, output_checked=is_root,
+                         alias="input_in_output", alias_offset=rank * k)
+    if collective == "scatter":
+        return Signature(n * k, k, input_root_only=True, input_defined=is_root,
+                         alias="output_in_input", alias_offset=rank * k)
+    return None

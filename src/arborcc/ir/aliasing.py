@@ -1,0 +1,96 @@
+"""Where an algorithm's buffers live in a call: the one normalization of in-place and
+out-of-place calls that every consumer (verifier, reference executor, simulator,
+runtimes) applies.
+
+An NCCL-style call passes a send buffer and a receive buffer. Out of place they are
+separate memory; in place they overlap as NCCL defines it (and as the public GC3
+tools assume when they write an in-place file, msccl-tools
+``msccl/language/collectives.py``): all-reduce, all-to-all, broadcast and reduce use one
+buffer; all-gather and gather read rank ``r``'s input from its block of the output
+(``sendbuff == recvbuff + r * sendcount``); reduce-scatter and scatter leave rank
+``r``'s output in its block of the input (``recvbuff == sendbuff + r * recvcount``).
+Files written for an in-place call often declare the unused buffer with zero chunks;
+the sizes here come from the collective's signature
+(:func:`arborcc.ir.collectives.signature`), not from those declarations.
+
+A :class:`RankLayout` says, for one rank and one mode, how many chunks the call's
+send (``INPUT``) and receive (``OUTPUT``) buffers and the scratch buffer hold, and
+where each of the IR's three buffers starts: ``placement[Buffer.INPUT] ==
+(Buffer.OUTPUT, 8)`` reads "the IR's input buffer is chunk 8 onwards of the call's
+receive buffer". ``custom`` collectives define no aliasing: their buffers are used as
+declared in both modes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from arborcc.ir.collectives import RANK_MULTIPLIED, signature
+from arborcc.ir.model import Algorithm, Buffer, RankProgram
+
+
+class Mode(str, enum.Enum):
+    """How the caller passes its buffers."""
+
+    OUTOFPLACE = "outofplace"
+    INPLACE = "inplace"
+
+
+def declared_modes(algo: Algorithm) -> tuple[Mode, ...]:
+    """The modes ``algo`` says it supports (``inplace`` / ``outofplace`` attributes)."""
+    return tuple(m for m, on in ((Mode.OUTOFPLACE, algo.outofplace), (Mode.INPLACE, algo.inplace)) if on)
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """One rank's call buffers (sizes in chunks) and where the IR's buffers sit in them."""
+
+    rank: int
+    mode: Mode
+    input_chunks: int  #: chunks of the call's send buffer (0 when it lives inside the receive buffer)
+    output_chunks: int  #: chunks of the call's receive buffer (0 when it lives inside the send buffer)
+    scratch_chunks: int
+    placement: dict[Buffer, tuple[Buffer, int]]
+
+    def locate(self, buffer: Buffer, offset: int) -> tuple[Buffer, int]:
+        """The call buffer and chunk index that the IR's ``buffer[offset]`` denotes."""
+        where, base = self.placement[buffer]
+        return where, base + offset
+
+
+def _effective_root(algo: Algorithm) -> int:
+    return algo.root if algo.root is not None and 0 <= algo.root < algo.num_ranks else 0
+
+
+def rank_layout(algo: Algorithm, program: RankProgram, mode: Mode) -> RankLayout:
+    """The layout of ``program``'s rank for a call in ``mode``.
+
+    Sizes are the collective's (its signature) where the collective is known and its
+    chunk count fits it, else the sizes ``program`` declares. In place, the buffer the
+    call does not pass separately has size 0 and the IR's accesses to it are redirected.
+    """
+    n, k, coll = algo.num_ranks, algo.chunks_per_loop, algo.collective
+    sig = None
+    if coll != "custom" and n >= 1 and k >= 1 and not (coll in RANK_MULTIPLIED and k % n):
+        sig = signature(coll, n, k, program.rank, _effective_root(algo))
+    i_n = sig.input_chunks if sig else program.input_chunks
+    o_n = sig.output_chunks if sig else program.output_chunks
+    s_n = program.scratch_chunks
+    identity = {Buffer.INPUT: (Buffer.INPUT, 0), Buffer.OUTPUT: (Buffer.OUTPUT, 0),
+                Buffer.SCRATCH: (Buffer.SCRATCH, 0)}
+    if mode is Mode.OUTOFPLACE or sig is None:
+        return RankLayout(program.rank, mode, i_n, o_n, s_n, identity)
+    if sig.alias == "input_in_output":
+        return RankLayout(program.rank, mode, 0, o_n, s_n,
+                          {**identity, Buffer.INPUT: (Buffer.OUTPUT, sig.alias_offset)})
+    if sig.alias == "output_in_input":
+        return RankLayout(program.rank, mode, i_n, 0, s_n,
+                          {**identity, Buffer.OUTPUT: (Buffer.INPUT, sig.alias_offset)})
+    return RankLayout(program.rank, mode, max(i_n, o_n), 0, s_n,
+                      {**identity, Buffer.OUTPUT: (Buffer.INPUT, 0)})
+
+
+def layouts(algo: Algorithm, mode: Mode) -> list[RankLayout]:
+    """:func:`rank_layout` of every rank, in rank order."""
+    return [rank_layout(algo, p, mode) for p in sorted(algo.ranks, key=lambda p: p.rank)]
