@@ -1,0 +1,89 @@
+"""What the data plane needs to know about a caller's array: its address, its element
+count and type; numpy arrays and torch CPU tensors are read without copies.
+
+Element types: float32, float64, float16, bfloat16, int32, int64, uint8 (a numpy array
+has no bfloat16; pass a torch tensor, or a uint16 numpy array with ``dtype="bfloat16"``).
+Reduction operators: sum, prod, min, max, and avg for the floating-point types (the sum
+divided by the rank count, as NCCL's ncclAvg).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from arborcc.errors import InputError
+
+#: element type name -> (data-plane code, bytes per element)
+DTYPES: dict[str, tuple[int, int]] = {
+    "float32": (0, 4), "float64": (1, 8), "float16": (2, 2), "bfloat16": (3, 2),
+    "int32": (4, 4), "int64": (5, 8), "uint8": (6, 1),
+}
+FLOAT_DTYPES = frozenset({"float32", "float64", "float16", "bfloat16"})
+#: reduction operator name -> data-plane code (avg runs as sum, then a division)
+OPS: dict[str, int] = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 0}
+
+_TORCH_NAMES = {"torch.float32": "float32", "torch.float64": "float64", "torch.float16": "float16",
+                "torch.bfloat16": "bfloat16", "torch.int32": "int32", "torch.int64": "int64",
+                "torch.uint8": "uint8"}
+
+
+@dataclass(frozen=True)
+class ArrayRef:
+    """A contiguous, writable view of a caller's array (kept alive by ``owner``)."""
+
+    address: int
+    count: int
+    dtype: str
+    owner: object
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * DTYPES[self.dtype][1]
+
+    @property
+    def dtype_code(self) -> int:
+        return DTYPES[self.dtype][0]
+
+
+def array_ref(obj: object, what: str, dtype: str | None = None) -> ArrayRef:
+    """The :class:`ArrayRef` of a numpy array or torch CPU tensor; ``what`` names it in errors."""
+    if type(obj).__module__.startswith("torch"):
+        return _torch_ref(obj, what)
+    if not isinstance(obj, np.ndarray):
+        raise InputError(f"expected a numpy array or a torch CPU tensor, got {type(obj).__name__}", source=what)
+    if not obj.flags.c_contiguous:
+        raise InputError("the array is not contiguous", source=what)
+    if not obj.flags.writeable:
+        raise InputError("the array is read-only", source=what)
+    name = dtype or obj.dtype.name
+    if name == "bfloat16" and obj.dtype != np.uint16:
+        raise InputError("a bfloat16 numpy array must be stored as uint16", source=what)
+    if name not in DTYPES:
+        raise InputError(f"element type {obj.dtype.name} is not supported (supported: {', '.join(DTYPES)})",
+                         source=what)
+    if name != "bfloat16" and obj.dtype.name != name:
+        raise InputError(f"the array holds {obj.dtype.name}, not {name}", source=what)
+    return ArrayRef(obj.ctypes.data, obj.size, name, obj)
+
+
+def _torch_ref(tensor, what: str) -> ArrayRef:
+    if tensor.device.type != "cpu":
+        raise InputError(f"the tensor is on {tensor.device}; the shared-memory runtime needs CPU tensors", source=what)
+    if not tensor.is_contiguous():
+        raise InputError("the tensor is not contiguous", source=what)
+    name = _TORCH_NAMES.get(str(tensor.dtype))
+    if name is None:
+        raise InputError(f"element type {tensor.dtype} is not supported (supported: {', '.join(DTYPES)})",
+                         source=what)
+    return ArrayRef(tensor.data_ptr(), tensor.numel(), name, tensor)
+
+
+def check_op(op: str, dtype: str) -> int:
+    """The data-plane code of reduction ``op`` on ``dtype`` (InputError if undefined)."""
+    if op not in OPS:
+        raise InputError(f"unknown reduction {op!r} (known: {', '.join(OPS)})", source="op")
+    if op == "avg" and dtype not in FLOAT_DTYPES:
+        raise InputError(f"avg is defined for floating-point types only, not {dtype}", source="op")
+    return OPS[op]

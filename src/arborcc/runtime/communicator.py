@@ -1,0 +1,348 @@
+"""A communicator: the ranks of one machine, one shared-memory segment, and the plan that
+says which algorithm each call runs.
+
+::
+
+    from arborcc.runtime import Communicator
+    comm = Communicator.from_env()          # RANK, WORLD_SIZE, MASTER_ADDR/PORT (torchrun, arborcc run)
+    comm.allreduce(x)                       # in place: x becomes the sum over ranks
+    comm.allreduce(x, out, op="max")        # out of place
+    comm.allgather(x, gathered)             # gathered has world_size * x.size elements
+    comm.close()
+
+Arrays are numpy arrays or torch CPU tensors, contiguous, read and written where they
+are (no copies). A call is in place when the receive buffer is omitted or is the same
+memory (NCCL's rule: for all-gather the input is the rank's block of the output, for
+reduce-scatter the output is the rank's block of the input). Every rank must make the
+same calls in the same order with the same sizes.
+
+The shared-memory segment ``/dev/shm/arborcc-<pid>-<random>`` exists only during
+start-up: once every rank has mapped it, it is unlinked, so nothing is left behind
+whatever way the processes end.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from arborcc.errors import InputError
+from arborcc.ir.aliasing import Mode
+from arborcc.ir.collectives import ROOTED
+from arborcc.ir.model import Algorithm
+from arborcc.runtime import native
+from arborcc.runtime.arrays import DTYPES, ArrayRef, array_ref, check_op
+from arborcc.runtime.errors import CommunicationError
+from arborcc.runtime.lowering import LoweredRank, lower_rank
+from arborcc.runtime.miad import MIADTuner
+from arborcc.runtime.plan import Plan, fallback_algorithm, require_verified
+from arborcc.runtime.rendezvous import LaunchEnv, fetch_name, launch_env, serve_name
+
+#: prefix of every arborcc shared-memory segment (under /dev/shm)
+SEGMENT_PREFIX = "arborcc-"
+
+
+@dataclass
+class Options:
+    """Tuning knobs of the data plane (all have working defaults)."""
+
+    timeout: float = 120.0  #: seconds a rank waits without progress before failing (names the rank waited for)
+    slice_bytes: int = 256 * 1024  #: pipeline slice per chunk and step (GC3's tile)
+    cma_threshold: int = 16 * 1024  #: messages this large are read from the sender's memory (one copy)
+    workers: int = 1  #: threads per rank: 1 = a scheduler on the calling thread, 0 = one per thread block
+    spin: int = 2000  #: pause instructions spent spinning before sleeping on the futex
+    slots: int = 8  #: FIFO slots per connection
+    slot_bytes: int = 1024 * 1024  #: bytes per FIFO slot (an upper bound on one message)
+    channels: int = 32  #: channels per pair of ranks (MSCCL's maximum)
+    tune: bool = False  #: adjust slice_bytes per call shape online (Blink's MIAD)
+
+    @classmethod
+    def from_env(cls, env: dict | None = None, **overrides) -> "Options":
+        """Defaults, then ``ARBORCC_TIMEOUT``, ``ARBORCC_SLICE_BYTES``, ..., then ``overrides``."""
+        env = os.environ if env is None else env
+        values = {}
+        for name, spec in cls.__dataclass_fields__.items():
+            raw = env.get(f"ARBORCC_{name.upper()}")
+            if raw is None:
+                continue
+            if spec.type == "bool":
+                values[name] = raw.strip().lower() not in ("", "0", "false", "no")
+                continue
+            try:
+                values[name] = float(raw) if spec.type == "float" else int(raw)
+            except ValueError:
+                raise InputError(f"not a number: {raw!r}", source=f"$ARBORCC_{name.upper()}") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = set(values) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise InputError(f"unknown runtime option(s): {', '.join(sorted(unknown))}")
+        return cls(**values)
+
+
+class Communicator:
+    """The ranks of one machine; see the module docstring."""
+
+    def __init__(self, rank: int, world_size: int, segment: str, create: bool, options: Options,
+                 plan: Plan | None = None):
+        self.rank, self.world_size = rank, world_size
+        self.options = options
+        self.plan = plan or Plan()
+        self._programs: dict[tuple[int, Mode], tuple[Algorithm, int, LoweredRank]] = {}
+        self._scratch = np.empty(0, np.uint8)
+        self._tuners: dict[tuple, MIADTuner] = {}
+        self._tuned_calls = 0
+        self._closed = False
+        try:
+            self._native = native.Communicator(segment, rank, create, world_size, options.channels, options.slots,
+                                               options.slot_bytes)
+        except native.NativeCommError as e:
+            raise CommunicationError(f"rank {rank}: {e}") from None
+
+    # -- construction ----------------------------------------------------------------
+
+    @classmethod
+    def from_env(cls, plan: Plan | None = None, env: dict | None = None, **options) -> "Communicator":
+        """Join the communicator of the ranks launched by ``arborcc run`` or torchrun."""
+        return cls.create(launch_env(env), plan, Options.from_env(env, **options))
+
+    @classmethod
+    def create(cls, where: LaunchEnv, plan: Plan | None = None, options: Options | None = None) -> "Communicator":
+        """Rendezvous at ``where`` (rank 0 creates the segment, the others attach)."""
+        options = options or Options()
+        name = None
+        try:
+            if where.rank == 0:
+                name = f"/{SEGMENT_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+                comm = cls(0, where.world_size, name, True, options, plan)
+                serve_name(where, name, options.timeout)
+            else:
+                name = fetch_name(where, options.timeout)
+                comm = cls(where.rank, where.world_size, name, False, options, plan)
+            try:
+                comm._native.wait_attached(options.timeout)
+            except native.NativeCommError as e:
+                raise CommunicationError(f"rank {where.rank}: {e}") from None
+        finally:
+            if name is not None:
+                native.unlink(name)  # every rank has mapped it (or start-up failed): remove the name
+        return comm
+
+    # -- properties --------------------------------------------------------------------
+
+    @property
+    def cross_memory_attach(self) -> bool:
+        """True when large messages are read straight from the sender's memory."""
+        return self._native.cma
+
+    # -- collectives -------------------------------------------------------------------
+
+    def allreduce(self, send, recv=None, op: str = "sum"):
+        """``recv`` (or ``send`` in place) = the reduction of every rank's ``send``."""
+        s = array_ref(send, "send")
+        r = s if recv is None else array_ref(recv, "recv")
+        self._same_size(s, r, s.count, "recv")
+        mode = Mode.INPLACE if r.address == s.address else Mode.OUTOFPLACE
+        self._collective("allreduce", s, r, s.count, op, mode)
+        return recv if recv is not None else send
+
+    def allgather(self, send, recv):
+        """Block ``i`` of ``recv`` (``world_size`` blocks of ``send``'s size) = rank i's ``send``."""
+        r = array_ref(recv, "recv")
+        s = array_ref(send, "send") if send is not None else None
+        count = r.count // self.world_size if s is None else s.count
+        self._same_size(s or r, r, count * self.world_size, "recv")
+        inplace = s is None or s.address == r.address + self.rank * count * DTYPES[r.dtype][1]
+        self._collective("allgather", s if s is not None else r, r, count, "sum",
+                         Mode.INPLACE if inplace else Mode.OUTOFPLACE)
+        return recv
+
+    def reduce_scatter(self, send, recv=None, op: str = "sum"):
+        """``recv`` = block ``rank`` of the reduction of every rank's ``send``."""
+        s = array_ref(send, "send")
+        count = s.count // self.world_size
+        if count * self.world_size != s.count:
+            raise InputError(f"{s.count} elements do not split into {self.world_size} blocks", source="send")
+        r = array_ref(recv, "recv") if recv is not None else None
+        itemsize = DTYPES[s.dtype][1]
+        inplace = r is None or r.address == s.address + self.rank * count * itemsize
+        if r is not None:
+            self._same_size(s, r, count, "recv")
+        self._collective("reducescatter", s, r if r is not None else s, count, op,
+                         Mode.INPLACE if inplace else Mode.OUTOFPLACE)
+        if recv is None:
+            return send[self.rank * count:(self.rank + 1) * count]
+        return recv
+
+    def alltoall(self, send, recv=None):
+        """Block ``j`` of rank i's ``send`` ends in block ``i`` of rank j's ``recv``."""
+        s = array_ref(send, "send")
+        r = s if recv is None else array_ref(recv, "recv")
+        self._same_size(s, r, s.count, "recv")
+        count = s.count // self.world_size
+        if count * self.world_size != s.count:
+            raise InputError(f"{s.count} elements do not split into {self.world_size} blocks", source="send")
+        self._collective("alltoall", s, r, count, "sum", Mode.INPLACE if r.address == s.address else Mode.OUTOFPLACE)
+        return recv if recv is not None else send
+
+    def broadcast(self, send, recv=None, root: int = 0):
+        """``recv`` (or ``send`` in place) on every rank = ``send`` of ``root``."""
+        s = array_ref(send, "send")
+        r = s if recv is None else array_ref(recv, "recv")
+        self._same_size(s, r, s.count, "recv")
+        self._collective("broadcast", s, r, s.count, "sum",
+                         Mode.INPLACE if r.address == s.address else Mode.OUTOFPLACE, root)
+        return recv if recv is not None else send
+
+    def reduce(self, send, recv=None, root: int = 0, op: str = "sum"):
+        """``recv`` of ``root`` = the reduction of every rank's ``send``."""
+        s = array_ref(send, "send")
+        r = s if recv is None else array_ref(recv, "recv")
+        self._same_size(s, r, s.count, "recv")
+        self._collective("reduce", s, r, s.count, op, Mode.INPLACE if r.address == s.address else Mode.OUTOFPLACE,
+                         root)
+        return recv if recv is not None else send
+
+    def run_algorithm(self, algo: Algorithm, send, recv=None, op: str = "sum", count: int | None = None):
+        """Run ``algo`` (verified first) on this call, whatever the plan says.
+
+        ``count`` is the elements per rank block (NCCL's count); by default it comes from
+        ``send`` (all-gather, gather: its size; otherwise its size over the blocks).
+        """
+        if algo.num_ranks != self.world_size:
+            raise InputError(f"the algorithm is for {algo.num_ranks} ranks, the communicator has {self.world_size}",
+                             source=algo.name)
+        require_verified(algo)
+        s = array_ref(send, "send")
+        r = s if recv is None else array_ref(recv, "recv")
+        if count is None:
+            blocks = self.world_size if algo.collective in ("reducescatter", "alltoall", "scatter") else 1
+            count = s.count // blocks
+        inplace = r.address == s.address or (
+            algo.collective in ("allgather", "gather") and s.address == r.address + self.rank * count * DTYPES[s.dtype][1]) or (
+            algo.collective in ("reducescatter", "scatter") and r.address == s.address + self.rank * count * DTYPES[s.dtype][1])
+        self._execute(algo, Mode.INPLACE if inplace else Mode.OUTOFPLACE, s, r, count, op, algo.root or 0)
+        return recv if recv is not None else send
+
+    def barrier(self) -> None:
+        self._call(self._native.barrier, self.options.timeout)
+
+    def close(self) -> None:
+        """Release the segment (other ranks are unaffected; the communicator is then unusable)."""
+        if not self._closed:
+            self._closed = True
+            self._native = None
+
+    def abort(self, reason: str) -> None:
+        """Make every rank's current and later calls fail with ``reason``."""
+        self._native.abort(reason)
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _same_size(self, a: ArrayRef, b: ArrayRef, count: int, what: str) -> None:
+        if b.count != count:
+            raise InputError(f"has {b.count} elements, expected {count}", source=what)
+        if a.dtype != b.dtype:
+            raise InputError(f"holds {b.dtype}, the send buffer {a.dtype}", source=what)
+
+    def _call(self, fn, *args):
+        if self._closed:
+            raise CommunicationError(f"rank {self.rank}: the communicator is closed")
+        try:
+            return fn(*args)
+        except native.NativeCommError as e:
+            raise CommunicationError(str(e)) from None
+
+    def _collective(self, collective: str, s: ArrayRef, r: ArrayRef, count: int, op: str, mode: Mode,
+                    root: int = 0) -> None:
+        if collective in ROOTED and not 0 <= root < self.world_size:
+            raise InputError(f"root {root} is not a rank (0-{self.world_size - 1})", source="root")
+        algo = self.plan.select(collective, self.world_size, mode, count, DTYPES[s.dtype][1], root)
+        self._execute(algo, mode, s, r, count, op, root)
+
+    def _program(self, algo: Algorithm, mode: Mode) -> tuple[int, LoweredRank]:
+        key = (id(algo), mode)
+        hit = self._programs.get(key)
+        if hit is None or hit[0] is not algo:
+            lowered = lower_rank(algo, self.rank, mode)
+            pid = self._call(self._native.register_program, lowered.threadblocks, lowered.steps)
+            hit = (algo, pid, lowered)
+            self._programs[key] = hit
+        return hit[1], hit[2]
+
+    def _scratch_address(self, nbytes: int) -> int:
+        if self._scratch.size < nbytes:
+            self._scratch = np.empty(nbytes, np.uint8)
+        return self._scratch.ctypes.data
+
+    def _execute(self, algo: Algorithm, mode: Mode, s: ArrayRef, r: ArrayRef, count: int, op: str,
+                 root: int) -> None:
+        op_code = check_op(op, s.dtype)
+        if count == 0:
+            return
+        pid, low = self._program(algo, mode)
+        per_block = low.chunks_per_block
+        chunk = count // per_block
+        slice_bytes, tuner, t0 = self._slice_for(algo.collective, s.dtype, count)
+        if chunk:
+            self._run_program(pid, low, s, r, count, chunk, 0, op_code, slice_bytes)
+        tail = count - per_block * chunk
+        if tail:
+            fallback = fallback_algorithm(algo.collective, self.world_size, mode, root)
+            fpid, flow = self._program(fallback, mode)
+            self._run_program(fpid, flow, s, r, count, tail, per_block * chunk, op_code, slice_bytes)
+        if op == "avg" and (algo.collective != "reduce" or self.rank == root):
+            out = r if low.output_chunks else s
+            if algo.collective == "reducescatter" and not low.output_chunks:  # in place: rank's block of send
+                self._call(native.divide, s.address + self.rank * count * DTYPES[s.dtype][1], count,
+                           s.dtype_code, float(self.world_size))
+            else:
+                self._call(native.divide, out.address, out.count, out.dtype_code, float(self.world_size))
+        if tuner is not None:
+            self._tuned(tuner, s.nbytes, time.perf_counter() - t0)
+
+    def _run_program(self, pid: int, low: LoweredRank, s: ArrayRef, r: ArrayRef, count: int, chunk: int,
+                     base: int, op_code: int, slice_bytes: int) -> None:
+        esize = DTYPES[s.dtype][1]
+        scratch = self._scratch_address(low.scratch_chunks * chunk * esize) if low.scratch_chunks else 0
+        in_addr = s.address if low.input_chunks else 0
+        out_addr = r.address if low.output_chunks else 0
+        p = low.chunks_per_block
+        self._call(self._native.run, pid, in_addr, out_addr, scratch, [p, p, 0], [base, base, 0], count, chunk,
+                   s.dtype_code, op_code, max(1, slice_bytes // esize), self.options.timeout,
+                   self.options.cma_threshold, self.options.workers, self.options.spin)
+
+    # -- online slice tuning (Blink's MIAD) --------------------------------------------
+
+    def _slice_for(self, collective: str, dtype: str, count: int):
+        if not self.options.tune:
+            return self.options.slice_bytes, None, 0.0
+        key = (collective, dtype, count)
+        tuner = self._tuners.get(key)
+        if tuner is None:
+            tuner = self._tuners[key] = MIADTuner(initial=min(self.options.slice_bytes, 16 * 1024),
+                                                  maximum=self.options.slot_bytes)
+        self._tuned_calls += 1
+        if self.rank == 0:
+            self._call(self._native.publish, self._tuned_calls, tuner.value)
+            value = tuner.value
+        else:  # everyone must slice alike: rank 0 decides
+            value = self._call(self._native.wait_published, self._tuned_calls, self.options.timeout)
+        return value, tuner, time.perf_counter()
+
+    def _tuned(self, tuner: MIADTuner, nbytes: int, seconds: float) -> None:
+        if self.rank == 0 and not tuner.converged:
+            tuner.observe(nbytes / max(seconds, 1e-9))
+
+    def tuner(self, collective: str, dtype: str, count: int) -> MIADTuner | None:
+        """The slice tuner of a call shape (rank 0's decides), if tuning is on."""
+        return self._tuners.get((collective, dtype, count))
