@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from arborcc.ir.model import Algorithm, Buffer
+from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, RankProgram, Step, ThreadBlock
 from arborcc.lang import (AllGather, AllReduce, AllToAll, Broadcast, Gather, Program, Reduce, ReduceScatter, Scatter,
                           chunk)
 
@@ -38,20 +38,6 @@ def _one_shot_allreduce(n: int, inplace: bool) -> None:
     if inplace:  # only after every rank has read every input
         for r, acc in enumerate(sums):
             acc.copy(r, OUT, 0)
-
-
-def _owner_allreduce(n: int, inplace: bool) -> None:
-    # reduce-scatter (rank r owns chunk r, sums it from every rank), then all-gather
-    for r in range(n):
-        acc = chunk(r, IN, r)
-        if not inplace:
-            acc = acc.copy(r, OUT, r)
-        for p in range(n):
-            if p != r:
-                acc = acc.reduce(chunk(p, IN, r))
-        for p in range(n):
-            if p != r:
-                acc.copy(p, OUT, r)
 
 
 def _allgather(n: int, inplace: bool) -> None:
@@ -129,11 +115,12 @@ def direct_algorithm(collective: str, num_ranks: int, inplace: bool, root: int =
     """
     n, ip = num_ranks, inplace
     tag = "inplace" if ip else "outofplace"
+    if collective == "allreduce" and owner:
+        return owner_allreduce(n, ip)
     if collective == "allreduce":
-        k = n if owner else 1
-        coll = AllReduce(n, k, ip)
-        body = (lambda: _owner_allreduce(n, ip)) if owner else (lambda: _one_shot_allreduce(n, ip))
-        name = f"direct-{'owner' if owner else 'oneshot'}-allreduce-{n}r-{tag}"
+        coll = AllReduce(n, 1, ip)
+        body = (lambda: _one_shot_allreduce(n, ip))
+        name = f"direct-oneshot-allreduce-{n}r-{tag}"
     elif collective in ("allgather", "reducescatter", "alltoall"):
         coll = {"allgather": AllGather, "reducescatter": ReduceScatter, "alltoall": AllToAll}[collective](n, 1, ip)
         body = {"allgather": _allgather, "reducescatter": _reducescatter, "alltoall": _alltoall}[collective]
@@ -151,3 +138,35 @@ def direct_algorithm(collective: str, num_ranks: int, inplace: bool, root: int =
     with Program(name, coll) as prog:
         body()
     return prog.compile()
+
+
+def owner_allreduce(num_ranks: int, inplace: bool) -> Algorithm:
+    """Reduce-scatter + all-gather with one owner per chunk, written as IR directly.
+
+    Rank r owns chunk r. It has one thread block per peer p (send to p, receive from p):
+    send my chunk p to its owner; receive p's chunk r and reduce it into my result
+    (``rrc`` from the input straight to the output for the first peer, so no separate
+    copy pass; the peers' thread blocks chain their reductions in rank order); once the
+    last reduction is done, send the result to p; receive p's result. Every byte moves
+    once and is reduced once, by its owner, so all ranks end bit-identical.
+    """
+    n = num_ranks
+    out = IN if inplace else OUT
+    ranks = []
+    for r in range(n):
+        peers = [p for p in range(n) if p != r]
+        tbs = []
+        for i, p in enumerate(peers):
+            dep = Dependency(i - 1, 1) if i else None
+            first_src = (IN, r) if i == 0 else (out, r)
+            tbs.append(ThreadBlock(i, send=p, recv=p, channel=0, steps=[
+                Step(Op.SEND, IN, p, out, p),
+                Step(Op.RECV_REDUCE_COPY, first_src[0], first_src[1], out, r, dep=dep, has_dep=True),
+                Step(Op.SEND, out, r, out, r, dep=Dependency(len(peers) - 1, 1) if i < len(peers) - 1 else None),
+                Step(Op.RECV, out, p, out, p),
+            ]))
+        if not peers and not inplace:
+            tbs.append(ThreadBlock(0, steps=[Step(Op.COPY, IN, 0, OUT, 0)]))
+        ranks.append(RankProgram(r, n, 0 if inplace else n, 0, tbs))
+    return Algorithm(f"direct-owner-allreduce-{n}r-{'inplace' if inplace else 'outofplace'}", "allreduce", n, n,
+                     ranks, inplace=inplace, outofplace=not inplace)

@@ -94,7 +94,9 @@ def _child(fn, rank: int, world_size: int, port: int, args: tuple, queue) -> Non
         result = fn(*args)
         queue.put((rank, True, result))
     except BaseException as e:  # report every failure to the parent, then exit non-zero
-        queue.put((rank, False, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"))
+        queue.put((rank, False, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-3)}"))
+        queue.close()
+        queue.join_thread()  # the message must leave before the process does
         os._exit(1)
 
 
