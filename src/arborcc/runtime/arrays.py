@@ -1,8 +1,9 @@
 """What the data plane needs to know about a caller's array: its address, its element
 count and type; numpy arrays and torch CPU tensors are read without copies.
 
-Element types: float32, float64, float16, bfloat16, int32, int64, uint8 (a numpy array
-has no bfloat16; pass a torch tensor, or a uint16 numpy array with ``dtype="bfloat16"``).
+Element types: float32, float64, float16, bfloat16, int32, int64, uint8 (numpy has no
+bfloat16: pass a torch tensor, or wrap a uint16 numpy array of bfloat16 bit patterns
+in :class:`BFloat16`).
 Reduction operators: sum, prod, min, max, and avg for the floating-point types (the sum
 divided by the rank count, as NCCL's ncclAvg).
 """
@@ -30,6 +31,13 @@ _TORCH_NAMES = {"torch.float32": "float32", "torch.float64": "float64", "torch.f
 
 
 @dataclass(frozen=True)
+class BFloat16:
+    """A uint16 numpy array whose elements are bfloat16 bit patterns."""
+
+    bits: np.ndarray
+
+
+@dataclass(frozen=True)
 class ArrayRef:
     """A contiguous, writable view of a caller's array (kept alive by ``owner``)."""
 
@@ -51,6 +59,10 @@ def array_ref(obj: object, what: str, dtype: str | None = None) -> ArrayRef:
     """The :class:`ArrayRef` of a numpy array or torch CPU tensor; ``what`` names it in errors."""
     if type(obj).__module__.startswith("torch"):
         return _torch_ref(obj, what)
+    if isinstance(obj, BFloat16):
+        if obj.bits.dtype != np.uint16:
+            raise InputError(f"bfloat16 bits must be a uint16 array, not {obj.bits.dtype}", source=what)
+        return array_ref(obj.bits, what, "bfloat16")
     if not isinstance(obj, np.ndarray):
         raise InputError(f"expected a numpy array or a torch CPU tensor, got {type(obj).__name__}", source=what)
     if not obj.flags.c_contiguous:
@@ -58,8 +70,6 @@ def array_ref(obj: object, what: str, dtype: str | None = None) -> ArrayRef:
     if not obj.flags.writeable:
         raise InputError("the array is read-only", source=what)
     name = dtype or obj.dtype.name
-    if name == "bfloat16" and obj.dtype != np.uint16:
-        raise InputError("a bfloat16 numpy array must be stored as uint16", source=what)
     if name not in DTYPES:
         raise InputError(f"element type {obj.dtype.name} is not supported (supported: {', '.join(DTYPES)})",
                          source=what)

@@ -1,0 +1,27 @@
+"""Runtime tests: multi-process, every wait bounded; the rank pools live for the session."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = str(Path(__file__).parent)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+from rankpool import RankPool  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def pools():
+    """``pools(n)``: a pool of n rank processes, created on first use."""
+    made: dict[int, RankPool] = {}
+
+    def get(n: int) -> RankPool:
+        if n not in made:
+            made[n] = RankPool(n)
+        return made[n]
+
+    yield get
+    for pool in made.values():
+        pool.close()
