@@ -167,6 +167,6 @@ def owner_allreduce(num_ranks: int, inplace: bool) -> Algorithm:
             ]))
         if not peers and not inplace:
             tbs.append(ThreadBlock(0, steps=[Step(Op.COPY, IN, 0, OUT, 0)]))
-        ranks.append(RankProgram(r, n, 0 if inplace else n, 0, tbs))
+        ranks.append(RankProgram(r, n, n, 0, tbs))
     return Algorithm(f"direct-owner-allreduce-{n}r-{'inplace' if inplace else 'outofplace'}", "allreduce", n, n,
                      ranks, inplace=inplace, outofplace=not inplace)
