@@ -11,10 +11,12 @@ divided by the rank count, as NCCL's ncclAvg).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from arborcc.errors import InputError
+from arborcc.runtime import native
 
 #: element type name -> (data-plane code, bytes per element)
 DTYPES: dict[str, tuple[int, int]] = {
@@ -37,8 +39,7 @@ class BFloat16:
     bits: np.ndarray
 
 
-@dataclass(frozen=True)
-class ArrayRef:
+class ArrayRef(NamedTuple):
     """A contiguous, writable view of a caller's array (kept alive by ``owner``)."""
 
     address: int
@@ -55,8 +56,20 @@ class ArrayRef:
         return DTYPES[self.dtype][0]
 
 
+_NUMPY_NAMES = {np.dtype(name): name for name in DTYPES if name != "bfloat16"}
+
+
 def array_ref(obj: object, what: str, dtype: str | None = None) -> ArrayRef:
     """The :class:`ArrayRef` of a numpy array or torch CPU tensor; ``what`` names it in errors."""
+    if type(obj) is np.ndarray:  # the fast path: one C call checks and finds the memory
+        name = dtype or _NUMPY_NAMES.get(obj.dtype)
+        if name is not None:
+            try:
+                address = native.buffer_address(obj)[0]
+            except (BufferError, ValueError, TypeError):
+                pass  # not contiguous or read-only: the checks below say which
+            else:
+                return ArrayRef(address, obj.size, name, obj)
     if type(obj).__module__.startswith("torch"):
         return _torch_ref(obj, what)
     if isinstance(obj, BFloat16):

@@ -40,7 +40,7 @@ from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.lowering import LoweredRank, lower_rank
 from arborcc.runtime.miad import MIADTuner
 from arborcc.runtime.plan import Plan, fallback_algorithm, require_verified
-from arborcc.runtime.rendezvous import LaunchEnv, fetch_name, launch_env, serve_name
+from arborcc.runtime.rendezvous import LaunchEnv, NameServer, fetch_name, launch_env
 
 #: prefix of every arborcc shared-memory segment (under /dev/shm)
 SEGMENT_PREFIX = "arborcc-"
@@ -54,7 +54,7 @@ class Options:
     slice_bytes: int = 256 * 1024  #: pipeline slice per chunk and step (GC3's tile)
     cma_threshold: int = 16 * 1024  #: messages this large are read from the sender's memory (one copy)
     workers: int = 1  #: threads per rank: 1 = a scheduler on the calling thread, 0 = one per thread block
-    spin: int = 2000  #: pause instructions spent spinning before sleeping on the futex
+    spin: int = 200  #: pause instructions spent spinning before yielding the core, then sleeping on the futex
     slots: int = 8  #: FIFO slots per connection
     slot_bytes: int = 1024 * 1024  #: bytes per FIFO slot (an upper bound on one message)
     channels: int = 32  #: channels per pair of ranks (MSCCL's maximum)
@@ -83,6 +83,24 @@ class Options:
         return cls(**values)
 
 
+def remove_stale_segments(directory: str = "/dev/shm") -> list[str]:
+    """Unlink arborcc segments whose creating process is gone (left by a rank killed during
+    the microseconds of start-up when a segment has a name); returns their names."""
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for entry in names:
+        if not entry.startswith(SEGMENT_PREFIX):
+            continue
+        pid = entry[len(SEGMENT_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            if native.unlink("/" + entry):
+                removed.append(entry)
+    return removed
+
+
 class Communicator:
     """The ranks of one machine; see the module docstring."""
 
@@ -92,6 +110,8 @@ class Communicator:
         self.options = options
         self.plan = plan or Plan()
         self._programs: dict[tuple[int, Mode], tuple[Algorithm, int, LoweredRank]] = {}
+        self._selected: dict[tuple, Algorithm] = {}
+        self._prepared: dict[tuple, tuple] = {}
         self._scratch = np.empty(0, np.uint8)
         self._tuners: dict[tuple, MIADTuner] = {}
         self._tuned_calls = 0
@@ -101,6 +121,7 @@ class Communicator:
                                                options.slot_bytes)
         except native.NativeCommError as e:
             raise CommunicationError(f"rank {rank}: {e}") from None
+        self._native.set_spin(options.spin)
 
     # -- construction ----------------------------------------------------------------
 
@@ -116,9 +137,14 @@ class Communicator:
         name = None
         try:
             if where.rank == 0:
+                server = NameServer(where, options.timeout)
+                server.accept()
+                remove_stale_segments()
                 name = f"/{SEGMENT_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
-                comm = cls(0, where.world_size, name, True, options, plan)
-                serve_name(where, name, options.timeout)
+                try:
+                    comm = cls(0, where.world_size, name, True, options, plan)
+                finally:
+                    server.send(name)
             else:
                 name = fetch_name(where, options.timeout)
                 comm = cls(where.rank, where.world_size, name, False, options, plan)
@@ -266,7 +292,11 @@ class Communicator:
                     root: int = 0) -> None:
         if collective in ROOTED and not 0 <= root < self.world_size:
             raise InputError(f"root {root} is not a rank (0-{self.world_size - 1})", source="root")
-        algo = self.plan.select(collective, self.world_size, mode, count, DTYPES[s.dtype][1], root)
+        key = (collective, mode, count, s.dtype, root, len(self.plan.entries))
+        algo = self._selected.get(key)
+        if algo is None:
+            algo = self._selected[key] = self.plan.select(collective, self.world_size, mode, count,
+                                                          DTYPES[s.dtype][1], root)
         self._execute(algo, mode, s, r, count, op, root)
 
     def _program(self, algo: Algorithm, mode: Mode) -> tuple[int, LoweredRank]:
@@ -286,40 +316,58 @@ class Communicator:
 
     def _execute(self, algo: Algorithm, mode: Mode, s: ArrayRef, r: ArrayRef, count: int, op: str,
                  root: int) -> None:
-        op_code = check_op(op, s.dtype)
         if count == 0:
             return
-        pid, low = self._program(algo, mode)
-        per_block = low.chunks_per_block
-        chunk = count // per_block
         slice_bytes, tuner, t0 = self._slice_for(algo.collective, s.dtype, count)
-        if chunk:
-            self._run_program(pid, low, s, r, count, chunk, 0, op_code, slice_bytes)
-        tail = count - per_block * chunk
-        if tail:
-            fallback = fallback_algorithm(algo.collective, self.world_size, mode, root)
-            fpid, flow = self._program(fallback, mode)
-            self._run_program(fpid, flow, s, r, count, tail, per_block * chunk, op_code, slice_bytes)
-        if op == "avg" and (algo.collective != "reduce" or self.rank == root):
-            out = r if low.output_chunks else s
-            if algo.collective == "reducescatter" and not low.output_chunks:  # in place: rank's block of send
-                self._call(native.divide, s.address + self.rank * count * DTYPES[s.dtype][1], count,
-                           s.dtype_code, float(self.world_size))
-            else:
-                self._call(native.divide, out.address, out.count, out.dtype_code, float(self.world_size))
+        key = (id(algo), mode, count, s.dtype, op, root, slice_bytes)
+        hit = self._prepared.get(key)
+        if hit is None or hit[0] is not algo:
+            hit = self._prepared[key] = (algo, self._prepare(algo, mode, count, s.dtype, op, root, slice_bytes))
+        run = self._native.run_prepared
+        try:
+            for handle, uses_in, uses_out, scratch_bytes, divide in hit[1]:
+                if divide is None:
+                    run(handle, s.address if uses_in else 0, r.address if uses_out else 0,
+                        self._scratch_address(scratch_bytes) if scratch_bytes else 0)
+                else:  # the last step of avg: divide the result by the rank count
+                    buf, offset, n = divide
+                    native.divide((s if buf == 0 else r).address + offset, n, s.dtype_code, float(self.world_size))
+        except native.NativeCommError as e:
+            raise CommunicationError(str(e)) from None
         if tuner is not None:
             self._tuned(tuner, s.nbytes, time.perf_counter() - t0)
 
-    def _run_program(self, pid: int, low: LoweredRank, s: ArrayRef, r: ArrayRef, count: int, chunk: int,
-                     base: int, op_code: int, slice_bytes: int) -> None:
-        esize = DTYPES[s.dtype][1]
-        scratch = self._scratch_address(low.scratch_chunks * chunk * esize) if low.scratch_chunks else 0
-        in_addr = s.address if low.input_chunks else 0
-        out_addr = r.address if low.output_chunks else 0
-        p = low.chunks_per_block
-        self._call(self._native.run, pid, in_addr, out_addr, scratch, [p, p, 0], [base, base, 0], count, chunk,
-                   s.dtype_code, op_code, max(1, slice_bytes // esize), self.options.timeout,
-                   self.options.cma_threshold, self.options.workers, self.options.spin)
+    def _prepare(self, algo: Algorithm, mode: Mode, count: int, dtype: str, op: str, root: int,
+                 slice_bytes: int) -> list[tuple]:
+        """The data-plane calls of a call shape: the algorithm on the chunks, the tail, avg."""
+        op_code = check_op(op, dtype)
+        esize = DTYPES[dtype][1]
+        pid, low = self._program(algo, mode)
+        chunk = count // low.chunks_per_block
+        tail = count - low.chunks_per_block * chunk
+        if tail and algo.collective == "custom":
+            raise InputError(f"{count} elements do not divide into the {low.chunks_per_block} chunks of a custom "
+                             f"collective", source=algo.name)
+        steps = []
+        parts = [(pid, low, chunk, 0)] if chunk else []
+        if tail:
+            fpid, flow = self._program(fallback_algorithm(algo.collective, self.world_size, mode, root), mode)
+            parts.append((fpid, flow, tail, low.chunks_per_block * chunk))
+        for p, lw, c, base in parts:
+            per = lw.chunks_per_block
+            handle = self._call(self._native.prepare, p, [per, per, 0], [base, base, 0], count, c, DTYPES[dtype][0],
+                                op_code, max(1, slice_bytes // esize), self.options.timeout,
+                                self.options.cma_threshold, self.options.workers, self.options.spin)
+            steps.append((handle, bool(lw.input_chunks), bool(lw.output_chunks), lw.scratch_chunks * c * esize,
+                          None))
+        if op == "avg" and (algo.collective != "reduce" or self.rank == root):
+            if low.output_chunks:
+                steps.append((0, 0, 0, 0, (1, 0, count)))
+            elif algo.collective == "reducescatter":  # in place: the rank's block of the send buffer
+                steps.append((0, 0, 0, 0, (0, self.rank * count * esize, count)))
+            else:
+                steps.append((0, 0, 0, 0, (0, 0, count)))
+        return steps
 
     # -- online slice tuning (Blink's MIAD) --------------------------------------------
 

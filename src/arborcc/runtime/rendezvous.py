@@ -62,44 +62,60 @@ def launch_env(env: dict | None = None) -> LaunchEnv:
     return LaunchEnv(rank, world, _int_var(env, "LOCAL_RANK", rank), address, port)
 
 
-def serve_name(where: LaunchEnv, name: str, timeout: float) -> None:
-    """Rank 0: give ``name`` to every other rank (CommunicationError naming the missing ones)."""
-    if where.world_size == 1:
-        return
-    deadline = time.monotonic() + timeout
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            server.bind((where.address, where.port))
-        except OSError as e:
-            raise CommunicationError(f"rank 0: cannot listen on {where.address}:{where.port}: {e.strerror}") from None
-        server.listen(where.world_size)
-        arrived: dict[int, socket.socket] = {}
-        try:
-            while len(arrived) < where.world_size - 1:
-                left = deadline - time.monotonic()
+class NameServer:
+    """Rank 0's side: wait for every other rank (:meth:`accept`), then give them the
+    segment's name (:meth:`send`). Creating the segment between the two keeps the time a
+    named segment exists without every rank knowing its name as short as possible."""
+
+    def __init__(self, where: LaunchEnv, timeout: float):
+        self.where, self.timeout = where, timeout
+        self.deadline = time.monotonic() + timeout
+        self.conns: dict[int, socket.socket] = {}
+
+    def accept(self) -> None:
+        where = self.where
+        if where.world_size == 1:
+            return
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                server.bind((where.address, where.port))
+            except OSError as e:
+                raise CommunicationError(f"rank 0: cannot listen on {where.address}:{where.port}: "
+                                         f"{e.strerror}") from None
+            server.listen(where.world_size)
+            while len(self.conns) < where.world_size - 1:
+                left = self.deadline - time.monotonic()
                 if left <= 0:
-                    missing = sorted(set(range(1, where.world_size)) - set(arrived))
+                    self.close()
+                    missing = sorted(set(range(1, where.world_size)) - set(self.conns))
                     raise CommunicationError(f"rank 0: rank{'s' if len(missing) > 1 else ''} "
-                                             f"{', '.join(map(str, missing))} never arrived within {timeout:g} s")
+                                             f"{', '.join(map(str, missing))} never arrived within {self.timeout:g} s")
                 server.settimeout(left)
                 try:
                     conn, _ = server.accept()
                 except TimeoutError:
                     continue
-                conn.settimeout(max(0.1, deadline - time.monotonic()))
+                conn.settimeout(max(0.1, self.deadline - time.monotonic()))
                 try:
                     (peer,) = struct.unpack("!i", _recv_exact(conn, 4))
                 except (OSError, ConnectionError):
                     conn.close()
                     continue
-                arrived[peer] = conn
-            payload = name.encode()
-            for conn in arrived.values():
+                self.conns[peer] = conn
+
+    def send(self, name: str) -> None:
+        payload = name.encode()
+        try:
+            for conn in self.conns.values():
                 conn.sendall(struct.pack("!i", len(payload)) + payload)
         finally:
-            for conn in arrived.values():
-                conn.close()
+            self.close()
+
+    def close(self) -> None:
+        for conn in self.conns.values():
+            conn.close()
+        self.conns = {}
 
 
 def fetch_name(where: LaunchEnv, timeout: float) -> str:

@@ -37,6 +37,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <thread>
+#include <sched.h>
 #include <unistd.h>
 #include <vector>
 #include <immintrin.h>
@@ -393,9 +394,30 @@ class Communicator {
     return (int)programs_.size() - 1;
   }
 
+  // Everything about a call except its buffers, stored once per call shape.
+  int prepare(int program, std::vector<int64_t> cpb, std::vector<int64_t> base, int64_t block_stride,
+              int64_t chunk_elems, int dtype, int op, int64_t tile_elems, double timeout, uint64_t cma_threshold,
+              int workers, int spin) {
+    programs_.at(program);
+    if (dtype < 0 || dtype > DT_U8) throw CommError("unknown dtype code");
+    if (op < 0 || op > OP_MAX) throw CommError("unknown op code");
+    Prepared p{program, {cpb.at(0), cpb.at(1), cpb.at(2)}, {base.at(0), base.at(1), base.at(2)}, block_stride,
+               chunk_elems, dtype, op, tile_elems, timeout, cma_threshold, workers, spin};
+    prepared_.push_back(p);
+    return (int)prepared_.size() - 1;
+  }
+
+  void set_spin(int spin) { default_spin_ = spin; }
+
+  void run_prepared(int handle, uint64_t in_addr, uint64_t out_addr, uint64_t scratch_addr) {
+    const Prepared& p = prepared_.at(handle);
+    run(p.program, in_addr, out_addr, scratch_addr, p.cpb, p.base, p.block_stride, p.chunk_elems, p.dtype, p.op,
+        p.tile_elems, p.timeout, p.cma_threshold, p.workers, p.spin);
+  }
+
   // Run a registered program once over the buffers (GIL released by the binding).
-  void run(int program, uint64_t in_addr, uint64_t out_addr, uint64_t scratch_addr, std::vector<int64_t> cpb,
-           std::vector<int64_t> base, int64_t block_stride, int64_t chunk_elems, int dtype, int op,
+  void run(int program, uint64_t in_addr, uint64_t out_addr, uint64_t scratch_addr, const std::vector<int64_t>& cpb,
+           const std::vector<int64_t>& base, int64_t block_stride, int64_t chunk_elems, int dtype, int op,
            int64_t tile_elems, double timeout, uint64_t cma_threshold, int workers, int spin) {
     const Program& prog = programs_.at(program);
     if (dtype < 0 || dtype > DT_U8) throw CommError("unknown dtype code");
@@ -442,7 +464,7 @@ class Communicator {
       if (!process_alive(h->ranks[0].pid.load())) fail("rank 0 died before publishing the slice size");
       if (elapsed(t0) > timeout)
         fail("timed out after " + fmt(timeout) + " s waiting for rank 0 to publish the slice size");
-      sleep_on_seq(s, 20000000);
+      wait_change(s, default_spin_, 20000000);
     }
   }
 
@@ -463,13 +485,25 @@ class Communicator {
                " is gone) before the barrier");
         if (elapsed(t0) > timeout)
           fail("barrier timed out after " + fmt(timeout) + " s waiting for rank " + std::to_string(r));
-        sleep_on_seq(s, 2000000);
+        wait_change(s, default_spin_, 2000000);
       }
     }
   }
 
  private:
   static constexpr uint64_t PROBE = 0x5ca1ab1e0ddba11ULL;
+  static constexpr int YIELDS = 20;
+
+  struct Prepared {
+    int program;
+    std::vector<int64_t> cpb, base;
+    int64_t block_stride, chunk_elems;
+    int dtype, op;
+    int64_t tile_elems;
+    double timeout;
+    uint64_t cma_threshold;
+    int workers, spin;
+  };
 
   struct Call {
     const Program& prog;
@@ -505,6 +539,22 @@ class Communicator {
     RankCell& c = seg_.hdr()->ranks[r];
     c.seq.fetch_add(1, std::memory_order_seq_cst);
     if (c.sleeping.load(std::memory_order_seq_cst)) futex(&c.seq, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+
+  // Wait until this rank's sequence word leaves `s`: spin `spin` pauses (a peer on
+  // another core answers within microseconds), then yield the core a few times (a peer
+  // waiting for this core gets it), then sleep on the futex for at most `nanos`.
+  void wait_change(uint32_t s, int spin, long nanos) {
+    RankCell& me = seg_.hdr()->ranks[rank_];
+    for (int i = 0; i < spin; ++i) {
+      if (me.seq.load(std::memory_order_relaxed) != s) return;
+      _mm_pause();
+    }
+    for (int i = 0; i < YIELDS; ++i) {
+      if (me.seq.load(std::memory_order_relaxed) != s) return;
+      sched_yield();
+    }
+    sleep_on_seq(s, nanos);
   }
 
   void sleep_on_seq(uint32_t s, long nanos) {
@@ -861,15 +911,7 @@ class Communicator {
       }
       if (active.empty()) break;
       // nothing can move: spin briefly, then sleep until a peer bumps our sequence word
-      bool changed = false;
-      for (int i = 0; i < call.spin; ++i) {
-        if (me.seq.load(std::memory_order_relaxed) != seq) {
-          changed = true;
-          break;
-        }
-        _mm_pause();
-      }
-      if (!changed) sleep_on_seq(seq, 20000000);  // 20 ms slices
+      wait_change(seq, call.spin, 20000000);  // 20 ms slices between checks
       auto now = std::chrono::steady_clock::now();
       if (std::chrono::duration<double>(now - last_check).count() > 0.1 ||
           std::chrono::duration<double>(now - last_progress).count() > call.timeout) {
@@ -890,15 +932,10 @@ class Communicator {
       const TB& tb = call.prog.tbs[t];
       if (tb.send < 0 || st[t].last_remote == 0) continue;
       ConnCtl* c = seg_.conn(rank_, tb.send, tb.channel);
-      int spins = 0;
       while (c->tail.load(std::memory_order_acquire) < st[t].last_remote) {
         uint32_t seq = me.seq.load(std::memory_order_seq_cst);
         if (c->tail.load(std::memory_order_acquire) >= st[t].last_remote) break;
-        if (++spins < 4) {
-          for (int i = 0; i < call.spin; ++i) _mm_pause();
-          continue;
-        }
-        sleep_on_seq(seq, 20000000);
+        wait_change(seq, call.spin, 20000000);
         if (elapsed(last_check) > 0.1) {
           last_check = std::chrono::steady_clock::now();
           check_abort();
@@ -1011,9 +1048,11 @@ class Communicator {
   bool cma_ = false;
   uint64_t call_id_ = 0;
   uint64_t barrier_gen_ = 0;
+  int default_spin_ = 200;
   volatile uint64_t probe_value_ = PROBE;
   std::atomic<int64_t> remote_outstanding_{0};
   std::vector<Program> programs_;
+  std::vector<Prepared> prepared_;
   std::vector<std::vector<char>> bounces_;
   // worker pool (thread-per-thread-block mode)
   std::vector<std::thread> pool_;
@@ -1056,15 +1095,24 @@ void divide_array(uint64_t addr, size_t n, int dtype, double divisor) {
   throw CommError("avg is defined for floating-point types only");
 }
 
+// (address, bytes) of a C-contiguous writable buffer (numpy arrays): one call, no copies
+std::pair<uint64_t, int64_t> buffer_address(py::handle obj) {
+  Py_buffer view;
+  if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) throw py::error_already_set();
+  std::pair<uint64_t, int64_t> r{(uint64_t)(uintptr_t)view.buf, (int64_t)view.len};
+  PyBuffer_Release(&view);
+  return r;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(native, m) {
   m.doc() = "arborcc's shared-memory data plane (C++): the IR interpreter over shared-memory FIFOs";
-  static py::exception<CommError> comm_error(m, "NativeCommError");
-  (void)comm_error;
+  py::register_exception<CommError>(m, "NativeCommError");
   m.attr("HAVE_AVX2") = HAVE_AVX2;
   m.attr("MAX_RANKS") = MAX_RANKS;
   m.attr("MAX_SLOTS") = MAX_SLOTS;
+  m.def("buffer_address", &buffer_address, "address and size in bytes of a contiguous writable buffer");
   m.def("unlink", [](const std::string& name) { return shm_unlink(name.c_str()) == 0; });
   m.def("divide", &divide_array, "divide a floating-point array in place (address, count, dtype code, divisor)");
   m.def("reduce", &reduce_arrays, "dst = op(a, b) element-wise (addresses, element count, dtype and op codes)");
@@ -1080,6 +1128,9 @@ PYBIND11_MODULE(native, m) {
       .def("abort_message", &Communicator::abort_message)
       .def("register_program", &Communicator::register_program)
       .def("run", &Communicator::run, py::call_guard<py::gil_scoped_release>())
+      .def("prepare", &Communicator::prepare)
+      .def("set_spin", &Communicator::set_spin)
+      .def("run_prepared", &Communicator::run_prepared, py::call_guard<py::gil_scoped_release>())
       .def("publish", &Communicator::publish)
       .def("wait_published", &Communicator::wait_published, py::call_guard<py::gil_scoped_release>())
       .def("barrier", &Communicator::barrier, py::call_guard<py::gil_scoped_release>());
