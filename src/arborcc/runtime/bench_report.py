@@ -69,17 +69,19 @@ def _matches(row: Row, spec: Spec, size: int) -> bool:
 
 
 def comparison(spec: Spec, rows: list[Row], backends: list[str]) -> str:
-    """busbw of each back-end and arborcc's ratio to each other one, out of place."""
+    """busbw of each back-end and arborcc's ratio to each other one: out of place, or in
+    place when arborcc ran only in place (an in-place algorithm file)."""
     others = [b for b in backends if b != "arborcc"]
     if "arborcc" not in backends or not others:
         return ""
+    inplace = not any(r.backend == "arborcc" and not r.inplace and r.time_us is not None for r in rows)
     head = f"# {'size':>10} " + " ".join(f"{b + ' busbw':>14}" for b in backends) + " " + " ".join(
         f"{'x ' + b:>9}" for b in others)
-    lines = ["# out-of-place busbw (GB/s) side by side, and arborcc's ratio", head]
+    lines = [f"# {'in-place' if inplace else 'out-of-place'} busbw (GB/s) side by side, and arborcc's ratio", head]
     for size in spec.sizes:
         got = {}
         for b in backends:
-            r = next((r for r in rows if r.backend == b and not r.inplace and _matches(r, spec, size)), None)
+            r = next((r for r in rows if r.backend == b and r.inplace == inplace and _matches(r, spec, size)), None)
             got[b] = r.busbw_gbps if r is not None else None
         cells = " ".join(f"{got[b]:>14.3f}" if got[b] is not None else f"{'n/a':>14}" for b in backends)
         ratios = " ".join(f"{got['arborcc'] / got[b]:>9.2f}" if got[b] and got["arborcc"] else f"{'-':>9}"
