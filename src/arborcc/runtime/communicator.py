@@ -51,12 +51,12 @@ class Options:
     """Tuning knobs of the data plane (all have working defaults)."""
 
     timeout: float = 120.0  #: seconds a rank waits without progress before failing (names the rank waited for)
-    slice_bytes: int = 256 * 1024  #: pipeline slice per chunk and step (GC3's tile)
+    slice_bytes: int = 4 << 20  #: pipeline slice per chunk and step (GC3's tile)
     cma_threshold: int = 16 * 1024  #: messages this large are read from the sender's memory (one copy)
     workers: int = 1  #: threads per rank: 1 = a scheduler on the calling thread, 0 = one per thread block
     spin: int = 200  #: pause instructions spent spinning before yielding the core, then sleeping on the futex
     slots: int = 8  #: FIFO slots per connection
-    slot_bytes: int = 1024 * 1024  #: bytes per FIFO slot (an upper bound on one message)
+    slot_bytes: int = 4 << 20  #: bytes per FIFO slot (an upper bound on one message; pages are touched only when used)
     channels: int = 32  #: channels per pair of ranks (MSCCL's maximum)
     tune: bool = False  #: adjust slice_bytes per call shape online (Blink's MIAD)
 
