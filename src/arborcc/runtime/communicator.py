@@ -54,11 +54,12 @@ class Options:
     slice_bytes: int = 4 << 20  #: pipeline slice per chunk and step (GC3's tile)
     cma_threshold: int = 16 * 1024  #: messages this large are read from the sender's memory (one copy)
     workers: int = 1  #: threads per rank: 1 = a scheduler on the calling thread, 0 = one per thread block
-    spin: int = 200  #: pause instructions spent spinning before yielding the core, then sleeping on the futex
+    spin: int = -1  #: pauses spent spinning before yielding the core, then sleeping (-1: 1000, or 50 with more ranks than CPUs)
     slots: int = 8  #: FIFO slots per connection
     slot_bytes: int = 4 << 20  #: bytes per FIFO slot (an upper bound on one message; pages are touched only when used)
     channels: int = 32  #: channels per pair of ranks (MSCCL's maximum)
     tune: bool = False  #: adjust slice_bytes per call shape online (Blink's MIAD)
+    pin: bool = True  #: with no more ranks than CPUs, run rank r on CPU r (when its affinity is not already set)
 
     @classmethod
     def from_env(cls, env: dict | None = None, **overrides) -> "Options":
@@ -81,6 +82,19 @@ class Options:
         if unknown:
             raise InputError(f"unknown runtime option(s): {', '.join(sorted(unknown))}")
         return cls(**values)
+
+
+def pin_to_cpu(rank: int, world_size: int) -> bool:
+    """Run this process on CPU ``rank`` if there are enough CPUs and nobody restricted it.
+
+    Waiting ranks spin, then yield, then sleep; Linux's load balancer then tends to pack
+    them onto one CPU, where every wait costs a context switch. One CPU per rank (as MPI
+    launchers bind) keeps them apart."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if world_size > len(cpus) or len(cpus) < (os.cpu_count() or 1):
+        return False
+    os.sched_setaffinity(0, {cpus[rank]})
+    return True
 
 
 def remove_stale_segments(directory: str = "/dev/shm") -> list[str]:
@@ -121,7 +135,11 @@ class Communicator:
                                                options.slot_bytes)
         except native.NativeCommError as e:
             raise CommunicationError(f"rank {rank}: {e}") from None
+        if options.spin < 0:
+            options.spin = 1000 if world_size <= (os.cpu_count() or 1) else 50
         self._native.set_spin(options.spin)
+        if options.pin:
+            pin_to_cpu(rank, world_size)
 
     # -- construction ----------------------------------------------------------------
 

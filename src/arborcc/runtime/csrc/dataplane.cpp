@@ -492,7 +492,7 @@ class Communicator {
 
  private:
   static constexpr uint64_t PROBE = 0x5ca1ab1e0ddba11ULL;
-  static constexpr int YIELDS = 20;
+  static constexpr double YIELD_SECONDS = 200e-6;
 
   struct Prepared {
     int program;
@@ -542,17 +542,20 @@ class Communicator {
   }
 
   // Wait until this rank's sequence word leaves `s`: spin `spin` pauses (a peer on
-  // another core answers within microseconds), then yield the core a few times (a peer
-  // waiting for this core gets it), then sleep on the futex for at most `nanos`.
+  // another core answers within microseconds), then yield the core for up to
+  // YIELD_SECONDS (a peer waiting for this core runs; with nothing else to run the yield
+  // returns at once, so this is polling), then sleep on the futex for at most `nanos`.
   void wait_change(uint32_t s, int spin, long nanos) {
     RankCell& me = seg_.hdr()->ranks[rank_];
     for (int i = 0; i < spin; ++i) {
       if (me.seq.load(std::memory_order_relaxed) != s) return;
       _mm_pause();
     }
-    for (int i = 0; i < YIELDS; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0;; ++i) {
       if (me.seq.load(std::memory_order_relaxed) != s) return;
       sched_yield();
+      if ((i & 15) == 15 && elapsed(t0) > YIELD_SECONDS) break;
     }
     sleep_on_seq(s, nanos);
   }
