@@ -79,7 +79,7 @@ def verdicts(collective: str, ranks: int, rows: list, sizes: list[int]) -> list[
 
 
 def table(collective: str, ranks: int, rows: list, backends: list[str], sizes: list[int], membw: float) -> str:
-    head = (f"| size | " + " | ".join(f"{b} us" for b in backends) + " | "
+    head = ("| size | " + " | ".join(f"{b} us" for b in backends) + " | "
             + " | ".join(f"{b} busbw" for b in backends) + " | bound busbw | arborcc % of bound | "
             + " | ".join(f"x {b}" for b in backends if b != "arborcc") + " |")
     lines = [f"### {collective}, {ranks} ranks, float32 sum, out of place (busbw GB/s)", "", head,

@@ -51,7 +51,7 @@ class Options:
     """Tuning knobs of the data plane (all have working defaults)."""
 
     timeout: float = 120.0  #: seconds a rank waits without progress before failing (names the rank waited for)
-    slice_bytes: int = 4 << 20  #: pipeline slice per chunk and step (GC3's tile)
+    slice_bytes: int = 1 << 20  #: pipeline slice per chunk and step (GC3's tile)
     cma_threshold: int = 16 * 1024  #: messages this large are read from the sender's memory (one copy)
     workers: int = 1  #: threads per rank: 1 = a scheduler on the calling thread, 0 = one per thread block
     spin: int = -1  #: pauses spent spinning before yielding the core, then sleeping (-1: 1000, or 50 with more ranks than CPUs)

@@ -204,7 +204,7 @@ static bool process_alive(int pid) {
 class Segment {
  public:
   Segment(const std::string& name, bool create, int nranks, int channels, int slots, uint64_t slot_bytes)
-      : name_(name) {
+  {
     int fd;
     if (create) {
       if (nranks < 1 || nranks > MAX_RANKS) throw CommError("a communicator holds 1-64 ranks");
@@ -269,7 +269,6 @@ class Segment {
   }
 
  private:
-  std::string name_;
   char* base_ = nullptr;
   size_t size_ = 0;
   Header* hdr_ = nullptr;
@@ -415,7 +414,7 @@ class Communicator {
         p.tile_elems, p.timeout, p.cma_threshold, p.workers, p.spin);
   }
 
-  // Run a registered program once over the buffers (GIL released by the binding).
+  // Run a registered program once over the buffers (called with the GIL released).
   void run(int program, uint64_t in_addr, uint64_t out_addr, uint64_t scratch_addr, const std::vector<int64_t>& cpb,
            const std::vector<int64_t>& base, int64_t block_stride, int64_t chunk_elems, int dtype, int op,
            int64_t tile_elems, double timeout, uint64_t cma_threshold, int workers, int spin) {
@@ -606,7 +605,7 @@ class Communicator {
 
   // Before writing `dst`, make sure no REMOTE message of this rank still reads it.
   // Returns false if a receiver is reading it right now (try again later).
-  bool unpin(const Call& call, std::vector<TBState>& st, const Pieces& dst) {
+  bool unpin(const Call& call, const Pieces& dst) {
     if (!call.cma || remote_outstanding_.load(std::memory_order_relaxed) == 0) return true;
     const int slots = seg_.slots();
     for (size_t t = 0; t < call.prog.tbs.size(); ++t) {
@@ -631,7 +630,6 @@ class Communicator {
         remote_outstanding_.fetch_sub(1);
       }
     }
-    (void)st;
     return true;
   }
 
@@ -709,7 +707,7 @@ class Communicator {
     Pieces src, dst, recvd;
     if (step.sbuf >= 0) pieces(call, step.sbuf, step.soff, step.cnt, tile, src);
     if (step.dbuf >= 0) pieces(call, step.dbuf, step.doff, step.cnt, tile, dst);
-    if (writes && !unpin(call, st, dst)) return false;
+    if (writes && !unpin(call, dst)) return false;
 
     // the incoming message
     SlotDesc* md = nullptr;
@@ -1130,7 +1128,6 @@ PYBIND11_MODULE(native, m) {
       .def("abort", &Communicator::abort)
       .def("abort_message", &Communicator::abort_message)
       .def("register_program", &Communicator::register_program)
-      .def("run", &Communicator::run, py::call_guard<py::gil_scoped_release>())
       .def("prepare", &Communicator::prepare)
       .def("set_spin", &Communicator::set_spin)
       .def("run_prepared", &Communicator::run_prepared, py::call_guard<py::gil_scoped_release>())
