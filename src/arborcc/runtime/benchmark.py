@@ -11,6 +11,7 @@ that differ, over all ranks.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -324,10 +325,8 @@ def _gloo_rank(spec: Spec) -> dict:
 
 
 def run_gloo(spec: Spec) -> list[Row]:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise MissingDependencyError("--backend gloo", "torch", "torch") from None
+    if importlib.util.find_spec("torch") is None:  # not imported here: the ranks are forked from this process
+        raise MissingDependencyError("--backend gloo", "torch", "torch")
     from arborcc.runtime.launch import run_ranks
 
     per_rank = run_ranks(_gloo_rank, spec.ranks, (spec,), timeout=spec.timeout)
@@ -346,10 +345,8 @@ def mpiexec_path() -> str:
 
 
 def run_mpi(spec: Spec) -> list[Row]:
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        raise MissingDependencyError("--backend mpi", "mpi4py", "mpi") from None
+    if importlib.util.find_spec("mpi4py") is None:
+        raise MissingDependencyError("--backend mpi", "mpi4py", "mpi")
     with tempfile.TemporaryDirectory(prefix="arborcc-bench-") as tmp:
         spec_path, out_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "out.json")
         with open(spec_path, "w") as f:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from arborcc.errors import InputError
-from arborcc.ir.aliasing import Mode
+from arborcc.ir.aliasing import Mode, declared_modes
 from arborcc.ir.collectives import ROOTED
 from arborcc.ir.model import Algorithm
 from arborcc.runtime import native
@@ -116,7 +116,8 @@ def remove_stale_segments(directory: str = "/dev/shm") -> list[str]:
 
 
 class Communicator:
-    """The ranks of one machine; see the module docstring."""
+    """The ranks of one machine; see the module docstring. Not thread-safe: one thread
+    of each rank makes the calls, in the same order on every rank."""
 
     def __init__(self, rank: int, world_size: int, segment: str, create: bool, options: Options,
                  plan: Plan | None = None):
@@ -265,10 +266,16 @@ class Communicator:
         if count is None:
             blocks = self.world_size if algo.collective in ("reducescatter", "alltoall", "scatter") else 1
             count = s.count // blocks
+        offset = self.rank * count * DTYPES[s.dtype][1]
         inplace = r.address == s.address or (
-            algo.collective in ("allgather", "gather") and s.address == r.address + self.rank * count * DTYPES[s.dtype][1]) or (
-            algo.collective in ("reducescatter", "scatter") and r.address == s.address + self.rank * count * DTYPES[s.dtype][1])
-        self._execute(algo, Mode.INPLACE if inplace else Mode.OUTOFPLACE, s, r, count, op, algo.root or 0)
+            algo.collective in ("allgather", "gather") and s.address == r.address + offset) or (
+            algo.collective in ("reducescatter", "scatter") and r.address == s.address + offset)
+        mode = Mode.INPLACE if inplace else Mode.OUTOFPLACE
+        if mode not in declared_modes(algo):
+            raise InputError(f"the algorithm does not run {'in place' if inplace else 'out of place'} "
+                             f"(its file declares {', '.join(m.value for m in declared_modes(algo)) or 'no mode'})",
+                             source=algo.name)
+        self._execute(algo, mode, s, r, count, op, algo.root or 0)
         return recv if recv is not None else send
 
     def barrier(self) -> None:

@@ -964,7 +964,10 @@ class Communicator {
     }
     int nworkers = workers <= 0 ? ntb : std::min(workers, ntb);
     if (nworkers <= 1) {
-      pool_size_ = 1;
+      {
+        std::lock_guard<std::mutex> lk(pool_mu_);
+        pool_size_ = 1;
+      }
       std::vector<int> all(ntb);
       for (int t = 0; t < ntb; ++t) all[t] = t;
       schedule(call, st, all, bounce_for(0));
@@ -972,7 +975,6 @@ class Communicator {
       return;
     }
     // one worker thread per group of thread blocks; the calling thread runs group 0
-    pool_size_ = nworkers;
     ensure_pool(nworkers);
     std::vector<std::vector<int>> groups(nworkers);
     for (int t = 0; t < ntb; ++t) groups[t % nworkers].push_back(t);
@@ -994,6 +996,7 @@ class Communicator {
         job(w);
         if (remaining.fetch_sub(1) == 1) pool_done_cv_.notify_all();
       };
+      pool_size_ = nworkers;
       ++pool_gen_;
     }
     pool_cv_.notify_all();
