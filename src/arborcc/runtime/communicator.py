@@ -171,13 +171,35 @@ class Communicator:
             else:
                 name = fetch_name(where, options.timeout)
                 comm = cls(where.rank, where.world_size, name, False, options, plan)
-            try:
-                comm._native.wait_attached(options.timeout)
-            except native.NativeCommError as e:
-                raise CommunicationError(f"rank {where.rank}: {e}") from None
+            comm._call(comm._native.wait_attached, options.timeout)
         finally:
             if name is not None:
                 native.unlink(name)  # every rank has mapped it (or start-up failed): remove the name
+        return comm
+
+    @classmethod
+    def from_store(cls, store, rank: int, world_size: int, plan: Plan | None = None, key: str = "arborcc/segment",
+                   **options) -> "Communicator":
+        """Join through a key-value store (``set(key, bytes)``, and ``get(key)`` waiting for
+        the key, as torch.distributed's ``Store``): rank 0 publishes the segment's name.
+
+        This is how a torch.distributed backend joins: its creator receives the store."""
+        opts = Options.from_env(None, **options)
+        name = None
+        try:
+            if rank == 0:
+                remove_stale_segments()
+                name = f"/{SEGMENT_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+                comm = cls(0, world_size, name, True, opts, plan)
+                store.set(key, name.encode())
+            else:
+                raw = store.get(key)
+                name = raw.decode() if isinstance(raw, (bytes, bytearray)) else str(raw)
+                comm = cls(rank, world_size, name, False, opts, plan)
+            comm._call(comm._native.wait_attached, opts.timeout)
+        finally:
+            if name is not None:
+                native.unlink(name)
         return comm
 
     # -- properties --------------------------------------------------------------------
