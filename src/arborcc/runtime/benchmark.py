@@ -26,9 +26,6 @@ import numpy as np
 from arborcc.errors import InputError, MissingDependencyError
 from arborcc.ir.collectives import busbw_factor
 
-#: collectives the benchmark runs, with how many rank blocks the send/receive buffers hold
-BENCH_COLLECTIVES = {"allreduce": (1, 1), "allgather": (1, "n"), "reducescatter": ("n", 1), "broadcast": (1, 1),
-                     "reduce": (1, 1), "alltoall": ("n", "n")}
 BACKENDS = ("arborcc", "gloo", "mpi")
 
 
