@@ -5,8 +5,9 @@ import pytest
 from arborcc.ir.model import Buffer, Op
 from arborcc.lang import AllGather, AllReduce, Program, ReduceScatter, chunk
 from arborcc.verify import check_algorithm
-from irutil import op_counts, ops_of, thread_block_rule_violations
-from arborcc.runtime.reference import Deadlock, MessageMismatch, assert_executes, make_inputs, run
+from support.ir_checks import op_counts, ops_of, thread_block_rule_violations
+from arborcc.runtime.reference import Deadlock, MessageMismatch, make_inputs, run
+from support.execution import assert_executes
 
 IN, OUT, SC = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from algorithms import allpairs_allreduce, ring_allreduce
+from support.algorithms import allpairs_allreduce, ring_allreduce
 from arborcc.ir.limits import DIALECTS, EXECUTOR, LEGACY, check_dialect_limits
 from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, RankProgram, Step, ThreadBlock
 from arborcc.verify import verify_algorithm

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from arborcc.errors import SynthesisError
-from arborcc.runtime.reference import assert_executes
+from support.execution import assert_executes
 from arborcc.synth.blueconnect import HD, RING, blueconnect_plan, blueconnect_time, choose_blueconnect
 from arborcc.synth.lower_stages import (
     _layout,

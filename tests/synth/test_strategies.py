@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arborcc.errors import SynthesisError
-from arborcc.runtime.reference import assert_executes
+from support.execution import assert_executes
 from arborcc.sim.bandwidth import steady_state_bandwidth
 from arborcc.synth.strategies import COLLECTIVES, STRATEGIES, synthesize
 from arborcc.topology.allocation import induced, resolve_gpus
