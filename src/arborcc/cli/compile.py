@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-
 import runpy
 import sys
 import time
@@ -165,16 +164,14 @@ def _run_program_file(path: Path, program_args: list[str]):
     """Run a program file; returns (Algorithm, name)."""
     from arborcc.compat import install_msccl_alias, remove_msccl_alias
     from arborcc.ir.model import Algorithm
-    from arborcc.lang import program as lang_program
+    from arborcc.lang.program import Program, recording_programs
 
-    created: list = []
-    lang_program._CREATION_HOOKS.append(created.append)
     aliased = install_msccl_alias()
     old_argv = sys.argv
     sys.argv = [str(path), *program_args]
     result = None
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(sys.stderr), recording_programs() as created:
             try:
                 namespace = runpy.run_path(str(path), run_name="__main__")
             except SystemExit as e:
@@ -186,7 +183,6 @@ def _run_program_file(path: Path, program_args: list[str]):
                 result = entry(*program_args)
     finally:
         sys.argv = old_argv
-        lang_program._CREATION_HOOKS.remove(created.append)
         if aliased:
             remove_msccl_alias()
     if result is None:
@@ -198,7 +194,7 @@ def _run_program_file(path: Path, program_args: list[str]):
         result = result[0]
     if isinstance(result, Algorithm):
         return result, result.name
-    if isinstance(result, lang_program.Program):
+    if isinstance(result, Program):
         if not result.ops:
             raise ProgramError(f"{path.name}: program {result.name!r} performs no copy or reduce")
         return result.compile(), result.name
@@ -224,8 +220,7 @@ def _verify_and_write(algo, name: str, opts) -> int:
     start = time.perf_counter()
     report = verify_algorithm(algo, dialect if fmt == "xml" else None)
     verify_seconds = time.perf_counter() - start
-    thread_blocks = sum(len(r.threadblocks) for r in algo.ranks)
-    steps = sum(len(tb.steps) for r in algo.ranks for tb in r.threadblocks)
+    thread_blocks, steps = algo.num_threadblocks, algo.num_steps
     summary = {
         "name": name, "collective": algo.collective, "ranks": algo.num_ranks,
         "thread_blocks": thread_blocks, "steps": steps, "channels": algo.num_channels,

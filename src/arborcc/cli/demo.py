@@ -10,7 +10,6 @@ the numpy reference executor, and written to MSCCL XML and read back.
 from __future__ import annotations
 
 import argparse
-
 import os
 import tempfile
 
@@ -82,9 +81,8 @@ def _synthesize_and_check(alloc) -> None:
             print(f"  {name:<18} n/a: {str(e).split(': ', 1)[-1]}")
             continue
         results.append(r)
-        steps = sum(len(tb.steps) for p in r.algorithm.ranks for tb in p.threadblocks)
         print(f"  {r.strategy:<18} {r.bound / 1e9:10.2f} {r.algbw / 1e9:10.2f} {100 * r.ratio:7.1f}% "
-              f"{len(r.trees):5d} {steps:6d}")
+              f"{len(r.trees):5d} {r.algorithm.num_steps:6d}")
     best = max(results, key=lambda r: r.algbw)
     ring = next(r for r in results if r.strategy == "nccl-ring")
     print(f"  best: {best.strategy}, {best.algbw / ring.algbw:.2f}x the rings NCCL would build")

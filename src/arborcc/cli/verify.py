@@ -50,8 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"file": str(args.algorithm), **report.to_dict()})
         return 0 if report.ok else 1
-    steps = sum(len(tb.steps) for r in algo.ranks for tb in r.threadblocks)
-    what = f"{algo.collective} on {algo.num_ranks} ranks, {steps} steps"
+    what = f"{algo.collective} on {algo.num_ranks} ranks, {algo.num_steps} steps"
     if report.ok:
         proven = "postcondition holds" if report.postcondition_checked else "no postcondition known (custom)"
         limits = f", within {args.dialect} limits" if args.dialect else ""

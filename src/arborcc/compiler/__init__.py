@@ -17,6 +17,9 @@ Passes (GC3 sections 4-5), one module each, in the order data flows:
 ``compile_program(program)`` runs them all (:mod:`arborcc.compiler.pipeline`).
 """
 
-from arborcc.compiler.pipeline import CompileStats, compile_program
+from arborcc.lazy import lazy_exports
 
-__all__ = ["compile_program", "CompileStats"]
+#: public name -> module that defines it (imported on first use)
+EXPORTS = {"compile_program": "arborcc.compiler.pipeline", "CompileStats": "arborcc.compiler.pipeline"}
+__getattr__, __dir__ = lazy_exports(__name__, EXPORTS)
+__all__ = list(EXPORTS)

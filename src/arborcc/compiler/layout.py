@@ -4,7 +4,7 @@ Three things make IR offsets differ from the indices a program uses:
 
 * named scratch regions are laid out one after another in the one scratch buffer
   (the main scratch region first), per rank;
-* :func:`~arborcc.lang.directives.parallelize` regions split a chunk into parts moved
+* :func:`~arborcc.lang.program.parallelize` regions split a chunk into parts moved
   independently (GC3 section 5.1): every logical chunk becomes ``L`` sub-chunks, ``L``
   the least common multiple of the parallelization factors used;
 * ``instances=n`` replicates the program on 1/n of the data (GC3 section 5.1): each

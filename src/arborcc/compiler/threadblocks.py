@@ -27,9 +27,8 @@ from __future__ import annotations
 
 from arborcc.compiler.fusion import unfuse
 from arborcc.compiler.instructions import CPY, RE, SEND, InstrTable
+from arborcc.ir.limits import MAX_CHANNELS
 from arborcc.lang.where import format_location, program_error
-
-MAX_CHANNELS = 32  #: MSCCL runtimes support at most 32 channels
 
 
 class TB:

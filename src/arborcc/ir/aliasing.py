@@ -59,10 +59,6 @@ class RankLayout:
         return where, base + offset
 
 
-def _effective_root(algo: Algorithm) -> int:
-    return algo.root if algo.root is not None and 0 <= algo.root < algo.num_ranks else 0
-
-
 def rank_layout(algo: Algorithm, program: RankProgram, mode: Mode) -> RankLayout:
     """The layout of ``program``'s rank for a call in ``mode``.
 
@@ -73,7 +69,7 @@ def rank_layout(algo: Algorithm, program: RankProgram, mode: Mode) -> RankLayout
     n, k, coll = algo.num_ranks, algo.chunks_per_loop, algo.collective
     sig = None
     if coll != "custom" and n >= 1 and k >= 1 and not (coll in RANK_MULTIPLIED and k % n):
-        sig = signature(coll, n, k, program.rank, _effective_root(algo))
+        sig = signature(coll, n, k, program.rank, algo.effective_root)
     i_n = sig.input_chunks if sig else program.input_chunks
     o_n = sig.output_chunks if sig else program.output_chunks
     s_n = program.scratch_chunks

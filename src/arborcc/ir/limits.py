@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from arborcc.ir.model import Algorithm, Op
-from arborcc.verify.report import Violation
+from arborcc.ir.report import Violation
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,9 @@ EXECUTOR = DialectLimits(
 )
 
 DIALECTS: dict[str, DialectLimits] = {"legacy": LEGACY, "executor": EXECUTOR}
+
+#: channels every runtime accepts (channel ids below this)
+MAX_CHANNELS = min(d.max_channels for d in DIALECTS.values())
 
 #: every ``coll`` spelling either dialect uses -> canonical name
 XML_COLLECTIVE_NAMES: dict[str, str] = {

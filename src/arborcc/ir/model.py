@@ -121,6 +121,21 @@ class Algorithm:
     root: int | None = None
 
     @property
+    def effective_root(self) -> int:
+        """The root a rooted collective uses: ``root``, or rank 0 when it is unset or not a rank."""
+        return self.root if self.root is not None and 0 <= self.root < self.num_ranks else 0
+
+    @property
+    def num_threadblocks(self) -> int:
+        """Thread blocks over all ranks."""
+        return sum(len(r.threadblocks) for r in self.ranks)
+
+    @property
+    def num_steps(self) -> int:
+        """Steps over all ranks and thread blocks (``nop`` steps included)."""
+        return sum(len(tb.steps) for r in self.ranks for tb in r.threadblocks)
+
+    @property
     def num_channels(self) -> int:
         chans = [tb.channel for r in self.ranks for tb in r.threadblocks]
         return max(chans) + 1 if chans else 1

@@ -19,6 +19,7 @@ unit whose data belongs together (a rank's block in all-gather, all-to-all, ...)
 
 from __future__ import annotations
 
+from arborcc.ir.limits import XML_COLLECTIVE_NAMES
 from arborcc.ir.model import Buffer
 from arborcc.lang.values import Chunk, ReduceChunk, describe
 
@@ -87,12 +88,8 @@ class Collective:
 
     @property
     def ir_name(self) -> str:
-        known = {"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce",
-                 "gather", "scatter"}
-        name = getattr(self, "name", "custom")
-        if name == "reduce_scatter":
-            return "reducescatter"
-        return name if name in known else "custom"
+        """The IR's collective name: ``name`` in either MSCCL dialect's spelling, else custom."""
+        return XML_COLLECTIVE_NAMES.get(getattr(self, "name", "custom"), "custom")
 
     # --- postcondition -----------------------------------------------------------------
     def expected_output(self, rank: int) -> list | None:
@@ -430,8 +427,8 @@ class AllToNext(Collective):
         return [Chunk(rank - 1, c) for c in range(self.chunk_factor)]
 
 
-#: the built-in collectives by canonical name
-COLLECTIVES = {
+#: the DSL's built-in collective classes, by name
+BUILTIN_COLLECTIVES = {
     "allreduce": AllReduce, "allgather": AllGather, "reducescatter": ReduceScatter,
     "alltoall": AllToAll, "broadcast": Broadcast, "reduce": Reduce, "gather": Gather,
     "scatter": Scatter, "alltonext": AllToNext,

@@ -19,10 +19,11 @@ import time
 from bisect import bisect_right
 
 from arborcc.errors import VerificationError
+from arborcc.ir.limits import check_dialect_limits
 from arborcc.ir.model import Algorithm
+from arborcc.ir.report import VerificationReport, ViolationLog
 from arborcc.verify.layout import check_layout, memory_map
 from arborcc.verify.postconditions import check_postcondition
-from arborcc.verify.report import VerificationReport, ViolationLog
 from arborcc.verify.structure import check_structure
 from arborcc.verify.symbolic import DEFAULT_SLOTS, simulate
 
@@ -46,8 +47,6 @@ def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int 
     violations.extend(capped.items)
     notes.extend(layout_notes + capped.omitted_notes())
     if dialect is not None:
-        from arborcc.ir.limits import check_dialect_limits  # ir.limits imports verify.report
-
         violations.extend(check_dialect_limits(algo, dialect))
     if algo.collective == "custom":
         notes.append("collective 'custom': no postcondition is known; structure, limits, deadlock "

@@ -30,11 +30,11 @@ from collections import deque
 from dataclasses import dataclass
 
 from arborcc.ir.model import Algorithm, Buffer, Op
+from arborcc.ir.report import ViolationLog
 from arborcc.verify.deadlock import TbName, Wait, explain_deadlock
 from arborcc.verify.layout import MemoryMap
 from arborcc.verify.memory import RankMemory, initial_memory
 from arborcc.verify.races import ConflictLog, HappensBefore, resolve_candidates
-from arborcc.verify.report import ViolationLog
 from arborcc.verify.semantics import OPS
 from arborcc.verify.values import add_runs, first_uninitialized, fit_runs
 

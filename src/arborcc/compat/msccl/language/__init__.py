@@ -18,11 +18,17 @@ from __future__ import annotations
 
 import os
 
-from arborcc.compat.msccl.language.collectives import (AllGather, AllReduce, AllToAll, Chunk, Collective,
-                                                       ReduceChunk, ReduceScatter)
+from arborcc.compat.msccl.language.collectives import (
+    AllGather,
+    AllReduce,
+    AllToAll,
+    Chunk,
+    Collective,
+    ReduceChunk,
+    ReduceScatter,
+)
 from arborcc.compat.msccl.language.ir import Buffer, ChannelType, Instruction, ThreadblockPolicy
-from arborcc.lang.directives import parallelize
-from arborcc.lang.program import Program, _ACTIVE, chunk, create_scratch, current_program
+from arborcc.lang.program import Program, chunk, create_scratch, current_program, open_program, parallelize
 from arborcc.lang.ref import Ref
 from arborcc.lang.where import program_error, user_location
 
@@ -47,7 +53,7 @@ class MSCCLProgram(Program):
         self.dependence_nop = dependence_nop
 
     def __enter__(self):
-        if _ACTIVE:
+        if open_program() is not None:
             raise program_error("there is already a program in context")
         return super().__enter__()
 

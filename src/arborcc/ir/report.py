@@ -1,4 +1,8 @@
-"""What the verifier answers: a list of :class:`Violation` and a :class:`VerificationReport`.
+"""What is wrong with an algorithm: :class:`Violation` and the verifier's :class:`VerificationReport`.
+
+This vocabulary lives in the IR layer because checks of the IR itself speak it too
+(:func:`arborcc.ir.limits.check_dialect_limits`); the verifier (:mod:`arborcc.verify`)
+builds on the IR and fills a report with it.
 
 A violation names where it is (rank, thread block id, step index; any of them may be
 absent for algorithm-wide problems), a ``kind`` and a one-line message. Kinds:
