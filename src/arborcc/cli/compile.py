@@ -30,28 +30,20 @@ says it was wrong, 2 that the input was.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import runpy
 import sys
 import time
 from pathlib import Path
 
-from arborcc.cli.output import print_json, render_algorithm, write_atomic
 from arborcc.errors import InputError, ProgramError
+from arborcc.ir.limits import DIALECTS
+from arborcc.library.catalog import LIBRARY
 
-DIALECTS = ("executor", "legacy")
 FORMATS = ("xml", "json")
-
-
-def _library():
-    from arborcc.library import LIBRARY
-
-    return LIBRARY
 
 
 def _epilog() -> str:
     lines = ["library algorithms (arborcc compile NAME --help for their parameters):"]
-    for spec in _library().values():
+    for spec in LIBRARY.values():
         flags = " ".join(f"{p.flag}" for p in spec.params)
         lines.append(f"  {spec.name:24s} {spec.summary}")
         lines.append(f"  {'':24s}   {flags}")
@@ -62,7 +54,7 @@ def _common_options(p: argparse.ArgumentParser, suppress: bool) -> None:
     default = argparse.SUPPRESS if suppress else None
     p.add_argument("-o", "--output", metavar="FILE", default=default,
                    help="write the algorithm here (default: stdout)")
-    p.add_argument("--dialect", choices=DIALECTS, default=default,
+    p.add_argument("--dialect", choices=sorted(DIALECTS), default=default,
                    help="MSCCL XML dialect and runtime limits to verify against (default: executor)")
     p.add_argument("--format", choices=FORMATS, default=default,
                    help="xml (MSCCL) or json (arborcc); default: from the output file's extension, else xml")
@@ -89,9 +81,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    library = _library()
     if args.list:
-        for spec in library.values():
+        for spec in LIBRARY.values():
             print(f"{spec.name:24s} {spec.collective:14s} {spec.summary}")
         return 0
     if not args.target:
@@ -102,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
     if "--" in rest:
         cut = rest.index("--")
         rest, verbatim = rest[:cut], rest[cut + 1:]
-    if args.target in library:
-        opts, algo, name = _compile_library(library[args.target], rest + verbatim, args)
+    if args.target in LIBRARY:
+        opts, algo, name = _compile_library(LIBRARY[args.target], rest + verbatim, args)
     else:
         opts, algo, name = _compile_file(args.target, rest, verbatim, args)
     return _verify_and_write(algo, name, opts)
@@ -146,7 +137,7 @@ def _compile_library(spec, argv: list[str], args):
 def _compile_file(target: str, argv: list[str], verbatim: list[str], args):
     path = Path(target)
     if not path.is_file():
-        known = ", ".join(_library())
+        known = ", ".join(LIBRARY)
         raise InputError(f"no such program file, and not a library algorithm (known: {known})",
                          source=target)
     p = argparse.ArgumentParser(prog="arborcc compile", add_help=False)
@@ -162,6 +153,9 @@ def _compile_file(target: str, argv: list[str], verbatim: list[str], args):
 
 def _run_program_file(path: Path, program_args: list[str]):
     """Run a program file; returns (Algorithm, name)."""
+    import contextlib
+    import runpy
+
     from arborcc.compat import install_msccl_alias, remove_msccl_alias
     from arborcc.ir.model import Algorithm
     from arborcc.lang.program import Program, recording_programs
@@ -204,6 +198,8 @@ def _run_program_file(path: Path, program_args: list[str]):
 
 # --- verification and output ------------------------------------------------------------
 def _verify_and_write(algo, name: str, opts) -> int:
+    from arborcc.cli.output import print_json, render_algorithm, write_atomic
+    from arborcc.ir.limits import dialect_limits
     from arborcc.verify import verify_algorithm
 
     dialect = opts.dialect or "executor"
@@ -212,8 +208,6 @@ def _verify_and_write(algo, name: str, opts) -> int:
         raise InputError("--json prints the summary on stdout: name the algorithm file with -o",
                          source="arborcc compile")
     if fmt == "xml":
-        from arborcc.ir.limits import dialect_limits
-
         if algo.collective not in dialect_limits(dialect).collective_names:
             raise InputError(f"the {dialect} dialect of MSCCL XML cannot name the collective "
                              f"{algo.collective!r}; use --dialect legacy or --format json", source=name)
@@ -256,6 +250,3 @@ def _verify_and_write(algo, name: str, opts) -> int:
     else:
         print(line, file=sys.stdout if opts.output else sys.stderr)
     return 0
-
-
-

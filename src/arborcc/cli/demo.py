@@ -10,15 +10,8 @@ the numpy reference executor, and written to MSCCL XML and read back.
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
-
-import numpy as np
 
 from arborcc.cli.topology_args import add_topology_arguments, topology_from_args
-from arborcc.topology.allocation import induced, resolve_gpus, unique_allocations
-from arborcc.topology.model import GB
-from arborcc.topology.render import matrix_text
 
 DEFAULT_ALLOCATION = "1,4,5,6"
 
@@ -34,6 +27,10 @@ def _section(title: str) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from arborcc.topology.allocation import induced, resolve_gpus, unique_allocations
+    from arborcc.topology.model import GB
+    from arborcc.topology.render import matrix_text
+
     gpus_flag, args.gpus = args.gpus, None
     machine = topology_from_args(args)
     _section(f"1. topology: {machine.name}")
@@ -65,6 +62,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _synthesize_and_check(alloc) -> None:
+    import os
+    import tempfile
+
+    import numpy as np
+
     from arborcc.errors import SynthesisError
     from arborcc.ir.msccl_xml import read_msccl_xml, write_msccl_xml
     from arborcc.runtime.reference import make_inputs, reference, run

@@ -10,8 +10,6 @@ import argparse
 import os
 
 from arborcc.errors import TopologyError
-from arborcc.topology.allocation import induced, resolve_gpus
-from arborcc.topology.model import Topology
 
 DEFAULT_MACHINE = "dgx1v"
 
@@ -37,8 +35,11 @@ def add_topology_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--nic-gbps", type=float, metavar="GB/S", help="bandwidth of one NIC, GB/s per direction (25 = 200 Gb/s)")
 
 
-def topology_from_args(args: argparse.Namespace) -> Topology:
-    """Build the topology the flags describe, restricted to ``--gpus`` if given."""
+def topology_from_args(args: argparse.Namespace):
+    """Build the :class:`~arborcc.topology.model.Topology` the flags describe, restricted to
+    ``--gpus`` if given."""
+    from arborcc.topology.allocation import induced, resolve_gpus
+
     overrides = {"nvlink_gbps": args.nvlink_gbps, "pcie_gbps": args.pcie_gbps, "nic_gbps": args.nic_gbps}
     if args.file or args.detect:
         if args.nodes is not None:
@@ -62,7 +63,7 @@ def topology_from_args(args: argparse.Namespace) -> Topology:
 
 
 def build_named(machine: str, nodes: int | None = None, network: str = "fat-tree",
-                oversubscription: float = 1.0, **overrides: float | None) -> Topology:
+                oversubscription: float = 1.0, **overrides: float | None):
     """A built-in machine, a cluster of them, or a ``hierarchy:`` spec."""
     if machine.startswith("hierarchy:"):
         from arborcc.topology.cluster import build_hierarchy, parse_hierarchy

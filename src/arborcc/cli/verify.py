@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from arborcc.cli.output import print_json
-from arborcc.ir.limits import DIALECTS
-from arborcc.ir.load import load_algorithm
-from arborcc.verify import DEFAULT_SLOTS, verify_algorithm
+from arborcc.ir.limits import DEFAULT_SLOTS, DIALECTS
 
 
 def _slots(text: str) -> int:
@@ -45,6 +42,10 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from arborcc.cli.output import print_json
+    from arborcc.ir.load import load_algorithm
+    from arborcc.verify import verify_algorithm
+
     algo = load_algorithm(args.algorithm, dialect=args.dialect)
     report = verify_algorithm(algo, args.dialect, slots=args.slots)
     if args.json:

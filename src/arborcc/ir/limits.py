@@ -89,6 +89,10 @@ DIALECTS: dict[str, DialectLimits] = {"legacy": LEGACY, "executor": EXECUTOR}
 #: channels every runtime accepts (channel ids below this)
 MAX_CHANNELS = min(d.max_channels for d in DIALECTS.values())
 
+#: messages a connection holds before its sender waits: NCCL_STEPS, the FIFO slots of a
+#: connection with the Simple protocol (what the verifier assumes unless told otherwise)
+DEFAULT_SLOTS = 8
+
 #: every ``coll`` spelling either dialect uses -> canonical name
 XML_COLLECTIVE_NAMES: dict[str, str] = {
     xml: canonical for d in DIALECTS.values() for canonical, xml in d.collective_names.items()

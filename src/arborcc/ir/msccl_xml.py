@@ -32,7 +32,6 @@ import os
 import re
 from pathlib import Path
 from xml.parsers import expat
-from xml.sax.saxutils import escape
 
 from arborcc.errors import IRFormatError
 from arborcc.ir.limits import (
@@ -61,6 +60,10 @@ _PROTOCOLS = {p.value: p for p in Protocol}
 _REDOPS = {"sum", "prod", "max", "min", "nop"}
 #: characters outside XML 1.0's Char production (not even a character reference can hold them)
 _XML_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+#: what an attribute value (in double quotes) must escape; whitespace other than spaces is
+#: written as character references so that a reader's attribute normalization keeps it
+_ATTR_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "\n": "&#10;",
+                               "\t": "&#9;", "\r": "&#13;"})
 
 
 # ------------------------------------------------------------------------------ writing
@@ -118,7 +121,7 @@ def _value(v) -> str:
 
 
 def _attr(v) -> str:
-    return escape(str(v), {'"': "&quot;", "\n": "&#10;", "\t": "&#9;", "\r": "&#13;"})
+    return str(v).translate(_ATTR_ESCAPES)
 
 
 def _step_line(i: int, st: Step) -> str:

@@ -17,7 +17,7 @@ EXPORTS = {
     "check_algorithm": "arborcc.verify.checker",
     "VerificationReport": "arborcc.ir.report",
     "Violation": "arborcc.ir.report",
-    "DEFAULT_SLOTS": "arborcc.verify.symbolic",
+    "DEFAULT_SLOTS": "arborcc.ir.limits",
 }
 __getattr__, __dir__ = lazy_exports(__name__, EXPORTS)
 __all__ = list(EXPORTS)

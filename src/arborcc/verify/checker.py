@@ -19,13 +19,13 @@ import time
 from bisect import bisect_right
 
 from arborcc.errors import VerificationError
-from arborcc.ir.limits import check_dialect_limits
+from arborcc.ir.limits import DEFAULT_SLOTS, check_dialect_limits
 from arborcc.ir.model import Algorithm
 from arborcc.ir.report import VerificationReport, ViolationLog
 from arborcc.verify.layout import check_layout, memory_map
 from arborcc.verify.postconditions import check_postcondition
 from arborcc.verify.structure import check_structure
-from arborcc.verify.symbolic import DEFAULT_SLOTS, simulate
+from arborcc.verify.symbolic import simulate
 
 log_ = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from arborcc.ir.limits import DEFAULT_SLOTS
 from arborcc.ir.model import Algorithm, Buffer, Op
 from arborcc.ir.report import ViolationLog
 from arborcc.verify.deadlock import TbName, Wait, explain_deadlock
@@ -38,7 +39,6 @@ from arborcc.verify.races import ConflictLog, HappensBefore, resolve_candidates
 from arborcc.verify.semantics import OPS
 from arborcc.verify.values import add_runs, first_uninitialized, fit_runs
 
-DEFAULT_SLOTS = 8  #: NCCL_STEPS: FIFO slots per connection for the Simple protocol
 MAX_CANDIDATES = 2_000_000  #: conflicting pairs analysed across ranks before giving up (reported)
 
 
