@@ -12,7 +12,7 @@ from arborcc.verify import verify_algorithm
 I, O = Buffer.INPUT, Buffer.OUTPUT
 
 
-def one_tb(steps, collective="allreduce", tb_id=0, channel=0, dialect_ok=True):
+def one_tb(steps, collective="allreduce", tb_id=0, channel=0):
     return Algorithm("l", collective, 1, 4, [RankProgram(0, 4, 4, 0, [ThreadBlock(tb_id, channel=channel, steps=steps)])])
 
 

@@ -25,6 +25,12 @@ What the program prints goes to stderr, so ``--json`` output stays one object.
 The algorithm is verified (:func:`arborcc.verify.check_algorithm`, with the dialect's
 limits) before anything is written: a wrong algorithm is never written; exit status 1
 says it was wrong, 2 that the input was.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ Stages: the topology and its link matrix, routes of the allocation, the unique
 allocations (Blink's 46 classes), synthesis of an all-reduce for the allocation by
 every strategy (bound vs achieved algbw), then the winner verified symbolically, run on
 the numpy reference executor, and written to MSCCL XML and read back.
+
+References:
+
+* Blink: G. Wang, S. Venkataraman, A. Phanishayee, N. Devanur, J. Thelin, I. Stoica, "Blink:
+  Fast and Generic Collectives for Distributed ML", MLSys 2020, https://arxiv.org/abs/1910.04940
 """
 
 from __future__ import annotations

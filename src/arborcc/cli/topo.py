@@ -1,4 +1,10 @@
-"""``arborcc topo show|classes|export``: look at, classify and write topologies."""
+"""``arborcc topo show|classes|export``: look at, classify and write topologies.
+
+References:
+
+* Blink: G. Wang, S. Venkataraman, A. Phanishayee, N. Devanur, J. Thelin, I. Stoica, "Blink:
+  Fast and Generic Collectives for Distributed ML", MLSys 2020, https://arxiv.org/abs/1910.04940
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,12 @@
 ``--file PATH``, ``--detect``, ``--gpus 1,4,5,6`` and bandwidth overrides.
 
 Environment: ``ARBORCC_MACHINE`` replaces the default machine (dgx1v).
+
+References:
+
+* BlueConnect: M. Cho, U. Finkler, D. Kung, H. Hunter, "BlueConnect: Decomposing All-Reduce for
+  Deep Learning on Heterogeneous Network Hierarchy", MLSys (SysML) 2019, https://proceedings.mlsys.org/
+  paper_files/paper/2019/hash/0c8abcf158ed12d0dd94480681186fda-Abstract.html
 """
 
 from __future__ import annotations

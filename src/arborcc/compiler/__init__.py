@@ -15,6 +15,12 @@ Passes (GC3 sections 4-5), one module each, in the order data flows:
 ====================  ==========================================================
 
 ``compile_program(program)`` runs them all (:mod:`arborcc.compiler.pipeline`).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from arborcc.lazy import lazy_exports

@@ -16,6 +16,12 @@ Three things make IR offsets differ from the indices a program uses:
 An operation moving a range that crosses a block boundary of a replicated buffer is not
 contiguous in every copy, so it is split into pieces at those boundaries (aggregation
 is kept wherever the layout allows it).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

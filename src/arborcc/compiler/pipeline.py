@@ -6,6 +6,12 @@ global order -> thread blocks and channels -> synchronization -> IR (with instan
 Every pass is linear in the number of chunk operations (the order is one sort), so a
 1024-rank ring all-reduce - two million operations - compiles in seconds rather than
 the hour the public tool's recursive passes would take.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -21,6 +21,12 @@ channel ranges.
 
 *Manual* policy: every transfer names ``sendtb``/``recvtb`` (and ``ch``, default 0);
 conflicts with the rules above are reported at the program line that caused them.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

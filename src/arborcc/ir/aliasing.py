@@ -19,6 +19,12 @@ where each of the IR's three buffers starts: ``placement[Buffer.INPUT] ==
 (Buffer.OUTPUT, 8)`` reads "the IR's input buffer is chunk 8 onwards of the call's
 receive buffer". ``custom`` collectives define no aliasing: their buffers are used as
 declared in both modes.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

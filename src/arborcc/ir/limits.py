@@ -1,9 +1,11 @@
 """What each MSCCL runtime accepts: the two XML dialects' limits, as data.
 
-``legacy`` is the original MSCCL fork of NCCL; ``executor`` the newer executors (the
-MSCCL executor for NCCL and RCCL's built-in MSCCL). The numbers are those of their
-parsers (``msccl_parser.cc`` / the fork's ``xml.cc``, see
-``shared/reference/msccl-xml.md``): a file breaking one of them makes the runtime
+``legacy`` is the original MSCCL fork of NCCL (https://github.com/microsoft/msccl);
+``executor`` the newer executors (the MSCCL executor for NCCL,
+https://github.com/Azure/msccl-executor-nccl, and RCCL's built-in MSCCL,
+https://github.com/ROCm/rccl). The numbers are those of their parsers
+(``src/misc/msccl/msccl_parser.cc`` of the executors, the fork's ``src/graph/xml.cc``
+and its interpreter's build constants): a file breaking one of them makes the runtime
 refuse it - for the executors, at communicator start, for every algorithm in the
 directory.
 

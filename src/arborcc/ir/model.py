@@ -8,7 +8,7 @@ rank (``dep``); several dependencies are expressed, as in MSCCL XML, by ``nop`` 
 placed right before the step. Hence writing and reading MSCCL XML is lossless.
 
 Offsets and counts are in chunks; a chunk is ``(elements x mult) / chunks_per_loop``
-(see ``docs`` and ``../shared/reference/msccl-xml.md``).
+(see ``docs/ir.md``).
 """
 
 from __future__ import annotations

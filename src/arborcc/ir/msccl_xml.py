@@ -1,8 +1,9 @@
 """MSCCL XML: write an :class:`Algorithm` in either dialect, read XML from any tool.
 
-The format is the one GC3's public tools write and the MSCCL runtimes load
-(``shared/reference/msccl-xml.md``; attribute names and order as msccl-tools'
-``ir_to_xml`` and the runtimes' ``msccl_parser.cc``)::
+The format is the one GC3's public tools write (msccl-tools,
+https://github.com/microsoft/msccl-tools, ``msccl/language/ir.py``: ``ir_to_xml``, whose
+attribute names and order are kept) and the MSCCL runtimes load (their
+``msccl_parser.cc``, see :mod:`arborcc.ir.limits`)::
 
     <algo name=".." proto="Simple" nchannels="1" nchunksperloop="4" ngpus="4" coll="allreduce" inplace="1" ...>
       <gpu id="0" i_chunks="4" o_chunks="4" s_chunks="0">
@@ -24,6 +25,12 @@ an offset of -1 reads back as an absent buffer (offset -1); ``depid="-1"`` means
 dependency whatever ``deps`` says. ``root`` (rooted collectives) is an extra
 attribute the runtimes ignore. A declared ``nchannels`` above what the thread blocks
 use, and the legacy ``redop`` attribute, are not kept.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -31,12 +31,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-KINDS = (
-    "structure", "layout", "bounds", "dependency", "connection", "mismatch",
-    "uninitialized", "deadlock", "unmatched", "race", "postcondition", "limit",
-)
-
-
 @dataclass(frozen=True)
 class Violation:
     """One thing wrong with an algorithm; ``str()`` is one line ``rank 3 tb 2 step 5: ...``.
@@ -115,9 +109,6 @@ class ViolationLog:
     def extend(self, violations: list[Violation]) -> None:
         for v in violations:
             self.add(v.rank, v.tb, v.step, v.kind, v.message)
-
-    def has(self, kind: str) -> bool:
-        return self.counts[kind] > 0
 
     def omitted_notes(self) -> list[str]:
         return [f"{n - self.per_kind} more '{k}' violations not listed"

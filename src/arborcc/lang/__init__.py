@@ -17,6 +17,12 @@ verbs::
 
 See ``docs/dsl.md``. The public GC3 tools' spelling (``MSCCLProgram``, ``XML()``,
 ``Check()``) lives in :mod:`arborcc.compat.msccl`.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from arborcc.lazy import lazy_exports
@@ -44,7 +50,6 @@ EXPORTS = {
     "Gather": "arborcc.lang.collectives",
     "Scatter": "arborcc.lang.collectives",
     "AllToNext": "arborcc.lang.collectives",
-    "BUILTIN_COLLECTIVES": "arborcc.lang.collectives",
 }
 __getattr__, __dir__ = lazy_exports(__name__, EXPORTS)
 __all__ = list(EXPORTS)

@@ -15,6 +15,12 @@ Instances (GC3 section 5.1) replicate a program on 1/n of the data. How the copi
 chunks interleave in a buffer must respect what the runtime thinks each chunk is:
 :meth:`Collective.replication_block` says how many consecutive logical chunks form a
 unit whose data belongs together (a rank's block in all-gather, all-to-all, ...).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
@@ -426,10 +432,3 @@ class AllToNext(Collective):
             return None
         return [Chunk(rank - 1, c) for c in range(self.chunk_factor)]
 
-
-#: the DSL's built-in collective classes, by name
-BUILTIN_COLLECTIVES = {
-    "allreduce": AllReduce, "allgather": AllGather, "reducescatter": ReduceScatter,
-    "alltoall": AllToAll, "broadcast": Broadcast, "reduce": Reduce, "gather": Gather,
-    "scatter": Scatter, "alltonext": AllToNext,
-}

@@ -6,6 +6,12 @@
   instances of the operations inside, each on 1/n of the data, on disjoint channels.
 * Aggregation is expressed with multi-count references (``chunk(r, buf, i, size=4)``).
 * ``instances=`` and ``protocol=`` are arguments of :class:`~arborcc.lang.program.Program`.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

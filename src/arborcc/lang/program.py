@@ -14,6 +14,12 @@ operation that last wrote it, which is how misuse is caught on the user's line:
 
 :meth:`Program.check` evaluates the collective's postcondition on the traced buffers;
 :meth:`Program.compile` lowers the trace to the IR (:mod:`arborcc.compiler`).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

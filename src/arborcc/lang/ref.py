@@ -8,6 +8,12 @@ become sends and receives; on one rank, local copies and reductions (section 4.2
 
 A reference remembers how many operations had been traced when it was made (its
 *epoch*); a slot written by a later operation makes it stale and unusable.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ GPU ``topology.ranks[i]``; a copy needs a route, possibly through switches), an 
 with a ``link(src, dst)`` method returning a bandwidth (the public GC3 tools' topology
 objects; a copy needs a direct link), a square matrix ``links[src][dst]`` (> 0: a link),
 or nothing (every pair connected).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -1,4 +1,11 @@
-"""The library's algorithms by name (``arborcc compile NAME``), as plain data."""
+"""The library's algorithms by name (``arborcc compile NAME``), as plain data.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
+"""
 
 from __future__ import annotations
 

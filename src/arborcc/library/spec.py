@@ -3,6 +3,12 @@
 A :class:`LibrarySpec` is plain data - the function that builds the algorithm is named,
 not imported (``"arborcc.library.ring:ring_allreduce"``) - so listing the library, as
 ``arborcc compile --help`` does, costs no DSL or compiler import.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

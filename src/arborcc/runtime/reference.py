@@ -26,6 +26,12 @@ Uninitialized output and scratch hold NaN, so reading them poisons the result.
 In-place algorithms alias buffers as the runtime does (all-gather: the input is rank
 r's block of the output; reduce-scatter: the output is rank r's block of the input;
 otherwise output is input).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ GPUs on DGX-1V, 14 on DGX-1P). ``fabric="nvlink"`` compares the NVLink fabric (G
 and NVSwitches joined by NVLink, lane counts included) and keeps only allocations it
 connects - Blink's definition; ``fabric="full"`` compares the whole induced topology
 (every device kind, link kind, lane count and bandwidth) and keeps every allocation.
+
+References:
+
+* Blink: G. Wang, S. Venkataraman, A. Phanishayee, N. Devanur, J. Thelin, I. Stoica, "Blink:
+  Fast and Generic Collectives for Distributed ML", MLSys 2020, https://arxiv.org/abs/1910.04940
 """
 
 from __future__ import annotations

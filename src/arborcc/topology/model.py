@@ -8,6 +8,12 @@ every reader reports bad input the same way (``source:place: problem``).
 Units are SI inside: bandwidth in bytes/s per direction, latency in seconds. A
 physical full-duplex link is two directed :class:`Link` objects. ``Link.count`` is the
 number of bonded lanes (NVLinks) and ``Link.bandwidth`` their total.
+
+References:
+
+* BlueConnect: M. Cho, U. Finkler, D. Kung, H. Hunter, "BlueConnect: Decomposing All-Reduce for
+  Deep Learning on Heterogeneous Network Hierarchy", MLSys (SysML) 2019, https://proceedings.mlsys.org/
+  paper_files/paper/2019/hash/0c8abcf158ed12d0dd94480681186fda-Abstract.html
 """
 
 from __future__ import annotations

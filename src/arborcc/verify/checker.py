@@ -10,6 +10,12 @@ Order of the checks (GC3 section 4-6 model; docs/ir.md):
    postcondition (:mod:`.postconditions`).
 
 Step 3 is skipped when step 1 found the program too malformed to run.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

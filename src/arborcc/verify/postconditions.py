@@ -31,6 +31,12 @@ Every listed contribution must appear exactly once and nothing else may appear.
 
 Both the requirement and the memory come as runs of consecutive chunks, so a correct
 output is confirmed a run at a time; only wrong runs are looked at chunk by chunk.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -10,6 +10,12 @@ with a send peer, receives only with a receive peer, offsets inside the buffers,
 A violation is *fatal* when the symbolic execution cannot even be set up (unknown
 ranks or thread blocks, accesses outside a buffer, a send without a peer...): the
 later checks are then skipped.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -22,6 +22,12 @@ slot it keeps the last writer and the readers since, and asks whether each
 conflicting pair is ordered. Slots with the same history are kept together, as
 segments of a rank's memory (:mod:`arborcc.verify.memory`), so a step costs about
 the same whatever its chunk count.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -12,6 +12,12 @@ interleaved_replication=True, instr_fusion=True, ...)`` is an arborcc
   every other reference to an overwritten slot is stale and refused;
 * ``XML()`` writes the executor dialect (all attributes; the legacy dialect for custom
   collectives); ``ARBORCC_MSCCL_DIALECT=legacy|executor`` chooses.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
