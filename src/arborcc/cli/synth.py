@@ -18,15 +18,15 @@ import sys
 
 from arborcc.cli.output import print_json, render_algorithm, write_atomic
 from arborcc.cli.topology_args import add_topology_arguments, topology_from_args
-from arborcc.synth.strategies import COLLECTIVES, STRATEGIES
+from arborcc.synth.registry import strategy_names, synthesizable_collectives
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("synth", help="synthesize a collective algorithm for a topology",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_topology_arguments(p)
-    p.add_argument("--collective", choices=COLLECTIVES, default="allreduce")
-    p.add_argument("--strategy", choices=("auto", *STRATEGIES), default="auto",
+    p.add_argument("--collective", choices=synthesizable_collectives(), default="allreduce")
+    p.add_argument("--strategy", choices=("auto", *strategy_names()), default="auto",
                    help="auto tries every strategy that can do the collective and keeps the fastest")
     p.add_argument("--root", type=int, default=0, help="root rank of broadcast/reduce (default 0)")
     p.add_argument("--size", type=_size, metavar="BYTES",
