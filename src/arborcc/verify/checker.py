@@ -132,11 +132,15 @@ def refuted_mode(algo: Algorithm, mode: Mode) -> str | None:
     return None
 
 
-def verified_modes(algo: Algorithm, dialect: str | None = None, *, slots: int = DEFAULT_SLOTS) -> tuple[Mode, ...]:
-    """The kinds of call (of both) in which ``algo`` is correct, whatever it claims."""
+def supported_modes(algo: Algorithm, dialect: str | None = None, *, known=(),
+                    slots: int = DEFAULT_SLOTS) -> tuple[Mode, ...]:
+    """The kinds of call in which ``algo`` is correct, whatever it claims: the modes in
+    ``known`` (verified by the caller already) and every other mode the verifier proves
+    (after :func:`refuted_mode`, which rules most out in one pass)."""
     ok = []
     for mode in Mode:
-        if refuted_mode(algo, mode) is None and verify_algorithm(algo, dialect, slots=slots, modes=(mode,)).ok:
+        if mode in known or (refuted_mode(algo, mode) is None
+                             and verify_algorithm(algo, dialect, slots=slots, modes=(mode,)).ok):
             ok.append(mode)
     return tuple(ok)
 
