@@ -1,4 +1,4 @@
-"""Lowering BlueConnect / hierarchical plans (papers/blueconnect.txt section 3, Fig. 4,
+"""Lowering BlueConnect / hierarchical plans (BlueConnect, SysML 2019, section 3, Fig. 4,
 Algorithm 1) to verified, executable all-reduce algorithms."""
 
 import dataclasses
@@ -8,7 +8,8 @@ import pytest
 
 from arborcc.errors import SynthesisError
 from arborcc.runtime.reference import assert_executes
-from arborcc.synth.blueconnect import HD, RING, blueconnect_plan, blueconnect_time, choose_blueconnect
+from arborcc.sim.blueconnect_model import blueconnect_time
+from arborcc.synth.blueconnect import HD, RING, blueconnect_plan, choose_blueconnect
 from arborcc.synth.lower_stages import (
     _layout,
     _pieces,

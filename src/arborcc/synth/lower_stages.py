@@ -46,6 +46,7 @@ from typing import Sequence
 from arborcc.errors import SynthesisError
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllReduce, chunk
+from arborcc.library.halving_doubling import recursive_doubling, recursive_halving
 from arborcc.synth.blueconnect import HD, RING, RS, BlueConnectPlan, Stage, _algorithms_for, _Dim, _plan
 from arborcc.synth.lower import MAX_CHANNELS, MAX_COUNT, ChannelMap, Lowered, _finish, _program
 from arborcc.topology.model import Topology
@@ -166,44 +167,6 @@ def _channel_splits(plan: BlueConnectPlan, layout) -> list[int]:
     return splits if sum(splits) <= MAX_CHANNELS else [1] * len(splits)
 
 
-def _halving(g: list[int], off: int, m: int, ch: int) -> None:
-    """Recursive halving (BlueConnect eq. 2; Thakur et al.): in the round at distance
-    d = p/2, ..., 1 position j keeps the lower half of its range when bit d of j is 0,
-    the upper half otherwise, and reduces its partner ``j xor d``'s copy of that half
-    into its own. Position j ends owning sub-block j."""
-    p = len(g)
-    lo, hi = [0] * p, [p] * p
-    d = p // 2
-    while d >= 1:
-        keep = []
-        for j in range(p):
-            mid = (lo[j] + hi[j]) // 2
-            keep.append((lo[j], mid) if j & d == 0 else (mid, hi[j]))
-        for j in range(p):
-            a, b = keep[j]
-            for s, c in _pieces(off + a * m, (b - a) * m):
-                chunk(g[j], IN, s, c).reduce(chunk(g[j ^ d], IN, s, c), ch=ch)
-        for j in range(p):
-            lo[j], hi[j] = keep[j]
-        d //= 2
-
-
-def _doubling(g: list[int], off: int, m: int, ch: int) -> None:
-    """Recursive doubling: at distance d = 1, 2, ..., p/2 every position sends all it
-    owns to its partner ``j xor d``; the owned ranges merge."""
-    p = len(g)
-    lo, hi = list(range(p)), [j + 1 for j in range(p)]
-    d = 1
-    while d < p:
-        for j in range(p):
-            for s, c in _pieces(off + lo[j] * m, (hi[j] - lo[j]) * m):
-                chunk(g[j], IN, s, c).copy(g[j ^ d], IN, s, ch=ch)
-        new = [(min(lo[j], lo[j ^ d]), max(hi[j], hi[j ^ d])) for j in range(p)]
-        for j in range(p):
-            lo[j], hi[j] = new[j]
-        d *= 2
-
-
 def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | None = None):
     """The traced DSL program of :func:`lower_blueconnect` and its channel map (not yet
     compiled): ``(program, channels)``. Same checks as :func:`lower_blueconnect`.
@@ -244,7 +207,7 @@ def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | N
                 continue
             for g, off in blocks:
                 if st.algorithm == HD:
-                    _halving(g, off, m, base[i])
+                    recursive_halving(g, off, m, IN, base[i], _pieces)
                 else:
                     _ring_reduce_scatter(g, off, m, base[i], splits[i])
         for i, st in enumerate(plan.stages[k:]):  # coming down: lines 12-16
@@ -253,7 +216,7 @@ def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | N
                 continue
             for g, off in blocks:
                 if st.algorithm == HD:
-                    _doubling(g, off, m, base[k + i])
+                    recursive_doubling(g, off, m, IN, base[k + i], _pieces)
                 else:
                     _ring_all_gather(g, off, m, base[k + i], splits[k + i])
     return prog, channels

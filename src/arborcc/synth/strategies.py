@@ -256,7 +256,7 @@ def _only_allreduce(strategy: str, collective: str) -> None:
 def synth_nccl_ring(topology: Topology, collective: str, root: int = 0, links: str = "all",
                     bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
     """The rings NCCL would build (NVLink-only when possible), as MSCCL channels."""
-    from arborcc.synth.nccl import nccl_rings
+    from arborcc.synth.nccl_rings import nccl_rings
 
     _only_allreduce("nccl-ring", collective)
     bound = _algbw_bound(topology, collective, root, links, bound)
@@ -270,7 +270,7 @@ def synth_double_binary_tree(topology: Topology, collective: str, root: int = 0,
                              bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
     """NCCL's double binary tree (two complementary binary trees over the nodes, a chain
     inside each node), each tree reducing and broadcasting half of the buffer."""
-    from arborcc.synth.nccl import double_binary_tree
+    from arborcc.synth.double_binary_tree import double_binary_tree
 
     _only_allreduce("double-binary-tree", collective)
     bound = _algbw_bound(topology, collective, root, links, bound)
