@@ -50,6 +50,7 @@ from typing import Sequence
 import numpy as np
 
 from arborcc.errors import SynthesisError
+from arborcc.synth.flowgraph import check_routable
 from arborcc.topology.model import GB, LinkKind, Topology
 
 #: MXNET_KVSTORE_TREE_LINK_USAGE_PENALTY's default (proposal, "Link usage penalty")
@@ -187,6 +188,7 @@ def link_weights(topology: Topology) -> LinkWeights:
 
     Raises SynthesisError when two ranks cannot reach each other.
     """
+    check_routable(topology)
     n = topology.num_ranks
     bw = np.zeros((n, n))
     fabric = np.zeros((n, n), dtype=bool)
@@ -195,8 +197,6 @@ def link_weights(topology: Topology) -> LinkWeights:
         for j, b in enumerate(topology.ranks):
             if i == j:
                 continue
-            if not topology.can_route(a, b):
-                raise SynthesisError(f"{topology.name}: GPUs {a} and {b} cannot reach each other")
             r = topology.route(a, b)
             paths[(i, j)] = (r.path, _route_kind(topology, r.path), r.bandwidth)
             bw[i, j] = r.bandwidth

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from arborcc.errors import SynthesisError
+from arborcc.synth.flowgraph import check_routable
 from arborcc.sim.blueconnect_model import halving_doubling_time, is_power_of_two, ring_reduce_scatter_time
 from arborcc.topology.model import DeviceKind, Topology
 
@@ -135,9 +136,6 @@ class HierarchyLevel:
 
 def _pair_bandwidth(topology: Topology, a: int, b: int) -> float:
     ra, rb = topology.ranks[a], topology.ranks[b]
-    for x, y in ((ra, rb), (rb, ra)):
-        if not topology.can_route(x, y):
-            raise SynthesisError(f"{topology.name}: GPUs {x} and {y} cannot reach each other")
     return min(topology.route(ra, rb).bandwidth, topology.route(rb, ra).bandwidth)
 
 
@@ -173,6 +171,7 @@ def hierarchy_levels(topology: Topology, structural: bool = False) -> list[Hiera
     of the previously kept level's groups (eq. 8 needs equal factors per level).
     """
     n = topology.num_ranks
+    check_routable(topology)
     bw = {(a, b): _pair_bandwidth(topology, a, b) for a in range(n) for b in range(a + 1, n)}
     candidates: list[list[list[int]]] = []
     for t in sorted(set(bw.values()), reverse=True):
@@ -357,9 +356,7 @@ def blueconnect_plan(topology: Topology, factors: Sequence[int] | None = None, a
                                  f"the rank count cannot be factored that way")
         factors = [f for f in factors if f > 1] or [1]
         dims = _radix_dims(n, factors)
-        for a in range(n):  # reachability, with the same message as the hierarchy path
-            for b in range(a + 1, n):
-                _pair_bandwidth(topology, a, b)
+        check_routable(topology)
     else:
         levels = hierarchy_levels(topology, structural)
         dims = _level_dims(topology, levels) if levels else _radix_dims(n, [1])
@@ -370,9 +367,7 @@ def one_level_ring_plan(topology: Topology, alpha: float | None = None) -> BlueC
     """The one-level ring baseline (eqs. 5-6): reduce-scatter and all-gather on one ring
     over all ranks in rank order, gated by the narrowest link it crosses."""
     n = topology.num_ranks
-    for a in range(n):
-        for b in range(a + 1, n):
-            _pair_bandwidth(topology, a, b)
+    check_routable(topology)
     return _plan(topology, _radix_dims(n, [n]), [RING], alpha, {}, name="one-level ring")
 
 

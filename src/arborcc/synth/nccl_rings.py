@@ -34,6 +34,7 @@ from typing import Callable, Iterator, Sequence
 
 from arborcc.errors import SynthesisError
 from arborcc.sim.nccl_model import NcclEstimate, nccl_estimate
+from arborcc.synth.flowgraph import check_routable
 from arborcc.synth.hosts import hop_distance, host_groups, host_nics
 from arborcc.topology.model import LinkKind, Topology
 
@@ -99,14 +100,6 @@ def _route_links(topology: Topology, a: str, b: str) -> list[tuple[str, str]]:
 
 def _nvlink_only(topology: Topology, a: str, b: str) -> bool:
     return all(topology.links[p].kind is LinkKind.NVLINK for p in _route_links(topology, a, b))
-
-
-def _check_reachable(topology: Topology, ranks: Sequence[int]) -> None:
-    for i in ranks:
-        for j in ranks:
-            if i != j and not topology.can_route(topology.ranks[i], topology.ranks[j]):
-                raise SynthesisError(f"{topology.name}: GPUs {topology.ranks[i]} and {topology.ranks[j]} "
-                                     f"cannot reach each other")
 
 
 def _paths(topology: Topology, walk: list[tuple[int, int]]) -> list[tuple[str, ...]]:
@@ -363,7 +356,7 @@ def nccl_rings(topology: Topology, max_rings: int = DEFAULT_MAX_RINGS) -> RingSc
     if max_rings < 1:
         raise SynthesisError(f"max_rings must be >= 1, got {max_rings}")
     n = topology.num_ranks
-    _check_reachable(topology, range(n))
+    check_routable(topology)
     hosts = host_groups(topology)
     if n == 1:
         return RingSchedule([[0]], LinkKind.NVLINK, [0.0], LinkKind.NVLINK, 1, [[]])
@@ -437,7 +430,7 @@ def _multi_node_rings(topology: Topology, hosts: list[list[int]], max_rings: int
 def plain_ring(topology: Topology) -> RingSchedule:
     """One ring in rank order 0 -> 1 -> ... -> n-1 -> 0, whatever links that crosses."""
     n = topology.num_ranks
-    _check_reachable(topology, range(n))
+    check_routable(topology)
     ring = list(range(n))
     hosts = host_groups(topology)
     nvl = all(_nvlink_only(topology, topology.ranks[a], topology.ranks[b]) for a, b in _cycle_hops(ring))

@@ -30,7 +30,9 @@ from arborcc.ir.limits import check_dialect_limits
 from arborcc.ir.model import Algorithm
 from arborcc.synth import bounds as B
 from arborcc.synth import lower as L
-from arborcc.synth.gather import gather_bound, scatter_bound, synth_gather
+from arborcc.synth.bounds import collective_bound
+from arborcc.synth.flowgraph import check_routable, flow_graph
+from arborcc.synth.gather import synth_gather
 from arborcc.synth.packing import pack_allgather, pack_broadcast, pack_reduce, pack_reducescatter
 from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE, apportion
 from arborcc.synth.trees import Hop, Tree
@@ -72,25 +74,6 @@ class SynthesisResult:
         return self.algbw / self.bound if self.bound else 0.0
 
 
-def collective_bound(topology: Topology, collective: str, root: int = 0,
-                     links: str = "all") -> B.Bound | B.AllreduceBound:
-    """The best rate the links allow for ``collective``; ``.algbw`` is in B/s (nccl-tests
-    convention). For all-reduce the :class:`~bounds.AllreduceBound` also carries the
-    best root's link split, which the tree strategy builds on."""
-    r = topology.ranks[root]
-    if collective == "broadcast":
-        return B.broadcast_bound(topology, r, links)
-    if collective == "reduce":
-        return B.reduce_bound(topology, r, links)
-    if collective == "allgather":
-        return B.allgather_bound(topology, links)
-    if collective == "reducescatter":
-        return B.reducescatter_bound(topology, links)
-    if collective in ("gather", "scatter"):
-        return (gather_bound if collective == "gather" else scatter_bound)(topology, r, links)
-    return B.allreduce_bound(topology, links)
-
-
 def _algbw_bound(topology: Topology, collective: str, root: int, links: str, bound: AnyBound | None) -> float:
     """The bound's algbw (B/s), computed unless the caller has it."""
     return (collective_bound(topology, collective, root, links) if bound is None else bound).algbw
@@ -130,7 +113,7 @@ def _tree_allreduce(topology: Topology, bound: B.AllreduceBound, links: str, nam
     half is packed on its share, and each chunk is reduced along a reduce tree then
     broadcast along a broadcast tree. The root is the bound's best one (rank 0 when
     the bound solved no tree LP because reduce-scatter + all-gather is better)."""
-    g = B.flow_graph(topology, links)
+    g = flow_graph(topology, links)
     if bound.tree_split is not None:
         root, rate, (cap_b, cap_r) = topology.ranks.index(bound.tree_root), bound.tree_algbw, bound.tree_split
     else:
@@ -392,10 +375,7 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
         raise SynthesisError(f"{topology.name} has {topology.num_ranks} GPU; a collective needs at least 2")
     if not 0 <= root < topology.num_ranks:
         raise SynthesisError(f"root {root} is not a rank (0-{topology.num_ranks - 1})")
-    for g in topology.ranks[1:]:
-        for a, b in ((topology.ranks[0], g), (g, topology.ranks[0])):
-            if not topology.can_route(a, b):
-                raise SynthesisError(f"GPUs {a} and {b} of {topology.name} cannot reach each other")
+    check_routable(topology, hub=0)
     t0 = time.perf_counter()
     if progress:
         progress(f"bound: the best {collective} rate the links of {topology.name} allow")

@@ -61,10 +61,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import NamedTuple
 
-import networkx as nx
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.optimize import linprog
 
 from arborcc.errors import SynthesisError
 from arborcc.ir.model import Buffer
@@ -165,6 +162,8 @@ def _ports(topology: Topology, local: Topology, gpu: str, partner: str) -> list[
     first = route[:next(i for i, d in enumerate(route) if topology.devices[d].host != host)]
     exits = {l.src for l in topology.links.values()
              if topology.devices[l.src].host == host and topology.devices[l.dst].host != host}
+    import networkx as nx
+
     others = set(local.ranks) - {gpu}
     g = nx.DiGraph([k for k in local.links if others.isdisjoint(k)])
     ports = [first]
@@ -181,6 +180,8 @@ class _Network:
     inside one host (NIC uplinks, switch to switch)."""
 
     def __init__(self, topology: Topology) -> None:
+        import networkx as nx
+
         def host(d: str):
             return topology.devices[d].host
         self._g = nx.DiGraph([(a, b) for a, b in topology.links if host(a) is None or host(a) != host(b)])
@@ -191,6 +192,8 @@ class _Network:
         (_, pa), (_, pb) = a, b
         key = (pa[-1], pb[-1])
         if key not in self._paths:
+            import networkx as nx
+
             self._paths[key] = tuple(nx.shortest_path(self._g, *key))
         return pa + self._paths[key][1:-1] + tuple(reversed(pb))
 
@@ -233,6 +236,9 @@ def _variable_loads(topology: Topology, servers: list[_Server], s: int) -> dict[
 def _lp_shares(topology: Topology, servers: list[_Server]) -> None:
     """Set the (GPU, port) shares minimising the busiest link's time per byte, each
     server's shares summing to 1."""
+    from scipy.optimize import linprog
+    from scipy.sparse import csr_matrix
+
     variables = [(s, key, load) for s in range(len(servers))
                  for key, load in _variable_loads(topology, servers, s).items()]
     links = sorted({l for *_, load in variables for l in load if l in topology.links})

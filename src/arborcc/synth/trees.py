@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from arborcc.errors import VerificationError
-from arborcc.synth.bounds import Bound, LinkSelector, select_links
+from arborcc.synth.bounds import Bound
+from arborcc.synth.flowgraph import LinkSelector, select_links
 from arborcc.topology.model import GB, Topology
 
 
