@@ -1,8 +1,11 @@
 """Balanced binary trees of maximum link weight (the MXNet tree all-reduce proposal).
 
-Source: ``papers/mxnet-tree-allreduce-proposal.txt`` ("Proposed Approach", "Technical
-Challenges", sections 1 "Use Binary Tree to do Reduce" and 2 "Generate Binary Tree",
-"Link usage penalty", "When to switch between Single and Multiple tree").
+Source: the Apache MXNet design proposal "Single machine All Reduce Topology-aware
+Communication" (2018,
+https://cwiki.apache.org/confluence/display/MXNET/Single+machine+All+Reduce+Topology-aware+Communication):
+"Proposed Approach", "Technical Challenges", sections 1 "Use Binary Tree to do Reduce"
+and 2 "Generate Binary Tree", "Link usage penalty", "When to switch between Single and
+Multiple tree".
 
 What the proposal describes, and how it maps onto this module:
 
@@ -108,14 +111,6 @@ class BinaryTree:
     def weight(self) -> float:
         """Sum of the edges' bottleneck bandwidths (B/s) - what the search maximizes."""
         return sum(e.bandwidth for e in self.edges)
-
-    def reduce_steps(self) -> list[list[tuple[int, int]]]:
-        """Per communication step, the (sender, receiver) pairs of a reduce to the root."""
-        return [[(c, p) for p, c in lv] for lv in reversed(self.levels)]
-
-    def broadcast_steps(self) -> list[list[tuple[int, int]]]:
-        """Per communication step, the (sender, receiver) pairs of a broadcast from the root."""
-        return [list(lv) for lv in self.levels]
 
     def validate(self, n: int) -> None:
         """Raise SynthesisError unless this is a balanced tree in levels over ranks 0..n-1."""

@@ -208,7 +208,7 @@ def hierarchy_levels(topology: Topology, structural: bool = False) -> list[Hiera
 
 # --------------------------------------------------------------- decomposition ---
 @dataclass(frozen=True)
-class _Dim:
+class GridAxis:
     """One stage's axis of the rank grid: ``radix`` values, coordinate of rank r is
     ``coord[r]``."""
 
@@ -217,7 +217,7 @@ class _Dim:
     label: str
 
 
-def _level_dims(topology: Topology, levels: list[HierarchyLevel]) -> list[_Dim]:
+def _level_dims(topology: Topology, levels: list[HierarchyLevel]) -> list[GridAxis]:
     n = topology.num_ranks
     dims = []
     prev = [[r] for r in range(n)]
@@ -233,25 +233,26 @@ def _level_dims(topology: Topology, levels: list[HierarchyLevel]) -> list[_Dim]:
                     coord[r] = k
         # inside a level-i group, rank r's position within its subgroup must match across
         # subgroups for "same position" groups; positions come from the lower levels' coords
-        dims.append(_Dim(lv.factor, tuple(coord), f"L{i}"))
+        dims.append(GridAxis(lv.factor, tuple(coord), f"L{i}"))
         prev = lv.groups
     return dims
 
 
-def _radix_dims(n: int, factors: Sequence[int]) -> list[_Dim]:
+def radix_axes(n: int, factors: Sequence[int]) -> list[GridAxis]:
+    """The axes of ``n`` ranks as a mixed radix over rank order (``factors[0]`` innermost)."""
     dims = []
     stride = 1
     for i, f in enumerate(factors):
-        dims.append(_Dim(f, tuple((r // stride) % f for r in range(n)), f"F{i}"))
+        dims.append(GridAxis(f, tuple((r // stride) % f for r in range(n)), f"F{i}"))
         stride *= f
     return dims
 
 
-def _split(dim: _Dim, parts: Sequence[int]) -> list[_Dim]:
+def _split(dim: GridAxis, parts: Sequence[int]) -> list[GridAxis]:
     out = []
     stride = 1
     for j, q in enumerate(parts):
-        out.append(_Dim(q, tuple((c // stride) % q for c in dim.coord), f"{dim.label}.{j}"))
+        out.append(GridAxis(q, tuple((c // stride) % q for c in dim.coord), f"{dim.label}.{j}"))
         stride *= q
     return out
 
@@ -266,7 +267,7 @@ def _ordered_factorizations(p: int) -> Iterator[list[int]]:
                 yield [d] + rest
 
 
-def _groups_of(n: int, dims: Sequence[_Dim], axis: int) -> list[list[int]]:
+def _groups_of(n: int, dims: Sequence[GridAxis], axis: int) -> list[list[int]]:
     keyed: dict[tuple[int, ...], list[int]] = {}
     for r in range(n):
         key = tuple(d.coord[r] for k, d in enumerate(dims) if k != axis)
@@ -308,8 +309,11 @@ def stage_cost(topology: Topology, groups: list[list[int]], algorithm: str) -> t
     return worst_lat, (1.0 / worst_bw if math.isfinite(worst_bw) and worst_bw > 0 else 0.0)
 
 
-def _plan(topology: Topology, dims: Sequence[_Dim], algorithms: Sequence[str], alpha: float | None,
-          cache: dict, name: str = "blueconnect") -> BlueConnectPlan:
+def build_plan(topology: Topology, dims: Sequence[GridAxis], algorithms: Sequence[str], alpha: float | None,
+               cache: dict, name: str = "blueconnect") -> BlueConnectPlan:
+    """The plan whose reduce-scatter stage i runs along axis ``dims[i]`` with
+    ``algorithms[i]``, then the mirrored all-gather stages; ``cache`` keeps stage costs
+    between plans of one topology; ``alpha`` overrides the route latency (s)."""
     n = topology.num_ranks
     up = []
     fraction = 1.0
@@ -327,7 +331,9 @@ def _plan(topology: Topology, dims: Sequence[_Dim], algorithms: Sequence[str], a
     return plan
 
 
-def _algorithms_for(dims: Sequence[_Dim], algorithm: str | None) -> list[str]:
+def stage_algorithms(dims: Sequence[GridAxis], algorithm: str | None) -> list[str]:
+    """Every axis's stage algorithm: ``algorithm``, or (``None``) eq. (3)'s choice -
+    halving-doubling on power-of-two groups, ring otherwise."""
     out = []
     for d in dims:
         if algorithm is None:
@@ -355,12 +361,12 @@ def blueconnect_plan(topology: Topology, factors: Sequence[int] | None = None, a
             raise SynthesisError(f"factors {factors} do not multiply to the {n} ranks of {topology.name}: "
                                  f"the rank count cannot be factored that way")
         factors = [f for f in factors if f > 1] or [1]
-        dims = _radix_dims(n, factors)
+        dims = radix_axes(n, factors)
         check_routable(topology)
     else:
         levels = hierarchy_levels(topology, structural)
-        dims = _level_dims(topology, levels) if levels else _radix_dims(n, [1])
-    return _plan(topology, dims, _algorithms_for(dims, algorithm), alpha, {})
+        dims = _level_dims(topology, levels) if levels else radix_axes(n, [1])
+    return build_plan(topology, dims, stage_algorithms(dims, algorithm), alpha, {})
 
 
 def one_level_ring_plan(topology: Topology, alpha: float | None = None) -> BlueConnectPlan:
@@ -368,7 +374,7 @@ def one_level_ring_plan(topology: Topology, alpha: float | None = None) -> BlueC
     over all ranks in rank order, gated by the narrowest link it crosses."""
     n = topology.num_ranks
     check_routable(topology)
-    return _plan(topology, _radix_dims(n, [n]), [RING], alpha, {}, name="one-level ring")
+    return build_plan(topology, radix_axes(n, [n]), [RING], alpha, {}, name="one-level ring")
 
 
 def choose_blueconnect(topology: Topology, n_bytes: float, alpha: float | None = None,
@@ -386,11 +392,11 @@ def choose_blueconnect(topology: Topology, n_bytes: float, alpha: float | None =
     bases = []
     for structural in (False, True):
         levels = hierarchy_levels(topology, structural)
-        base = _level_dims(topology, levels) if levels else _radix_dims(n, [1])
+        base = _level_dims(topology, levels) if levels else radix_axes(n, [1])
         if all(base != b for b in bases):
             bases.append(base)
 
-    def orders() -> Iterator[list[_Dim]]:
+    def orders() -> Iterator[list[GridAxis]]:
         for base in bases:
             splits = [list(_ordered_factorizations(d.radix)) or [[1]] for d in base]
             for choice in itertools.product(*splits):
@@ -405,7 +411,7 @@ def choose_blueconnect(topology: Topology, n_bytes: float, alpha: float | None =
         # with two ranks ring and halving-doubling are the same exchange
         options = [[RING, HD] if is_power_of_two(d.radix) and d.radix > 2 else [RING] for d in od]
         for algs in itertools.product(*options):
-            plan = _plan(topology, od, list(algs), alpha, cache)
+            plan = build_plan(topology, od, list(algs), alpha, cache)
             t = plan.predicted_time(n_bytes)
             if t < best_t * (1 - 1e-12):
                 best, best_t = plan, t

@@ -45,7 +45,8 @@ from arborcc.ir.model import Buffer
 from arborcc.lang import Gather, Scatter, chunk
 from arborcc.synth.bounds import Bound, gather_cut
 from arborcc.synth.flowgraph import FlowGraph, LinkSelector, flow_graph, root_index
-from arborcc.synth.lower import ChannelMap, Lowered, _blocks, _finish, _local_copy, _program, within_limits
+from arborcc.synth.lower import (ChannelMap, Lowered, finish, local_copy, lowering_program, transfer_blocks,
+                                 within_limits)
 from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE, apportion
 from arborcc.topology.model import Topology
 
@@ -179,12 +180,12 @@ def lower_gather(topology: Topology, collective: str, root: int, paths: list[Flo
     gather = collective == "gather"
     coll = (Gather if gather else Scatter)(n, chunks, root=root)
     scratch = [0] * n
-    with _program(name, coll, topology, channels) as prog:
-        _local_copy(root, *_ends(gather, root, 0, chunks), chunks)
+    with lowering_program(name, coll, topology, channels) as prog:
+        local_copy(root, *_ends(gather, root, 0, chunks), chunks)
         for v, mine in sorted(per_rank.items()):
-            for k, start, size in _blocks([counts[t] for t in mine]):
+            for k, start, size in transfer_blocks([counts[t] for t in mine]):
                 _chain(hops[mine[k]], *_ends(gather, v, start, chunks), size, channels, mine[k], scratch)
-    return _finish(prog, topology, channels, chunks)
+    return finish(prog, topology, channels, chunks)
 
 
 def synth_gather(topology: Topology, collective: str, root: str | int = 0, links: LinkSelector = "all",

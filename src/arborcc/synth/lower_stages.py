@@ -1,6 +1,9 @@
 """Lowering staged all-reduce plans (BlueConnect, hierarchical) to DSL programs.
 
-Source: ``papers/blueconnect.txt`` (Cho et al., SysML 2019), section 3.1 (eq. 8: the
+Source: Cho, Finkler, Kung & Hunter, "BlueConnect: Decomposing All-Reduce for Deep
+Learning on Heterogeneous Network Hierarchy", SysML 2019
+(https://proceedings.mlsys.org/paper_files/paper/2019/hash/0c8abcf158ed12d0dd94480681186fda-Abstract.html),
+section 3.1 (eq. 8: the
 rank count factored as ``p0 x p1 x ... x p_{k-1}``), section 3.2.2 (Figure 4: the
 reduce-scatter stages, "reverse steps with all-gather shall be taken to complete
 all-reduce") and Algorithm 1 (lines 7-16: the per-learner offsets ``g`` and sizes
@@ -47,8 +50,9 @@ from arborcc.errors import SynthesisError
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllReduce, chunk
 from arborcc.library.halving_doubling import recursive_doubling, recursive_halving
-from arborcc.synth.blueconnect import HD, RING, RS, BlueConnectPlan, Stage, _algorithms_for, _Dim, _plan
-from arborcc.synth.lower import MAX_CHANNELS, MAX_COUNT, ChannelMap, Lowered, _finish, _program
+from arborcc.synth.blueconnect import (HD, RING, RS, BlueConnectPlan, GridAxis, Stage, build_plan, radix_axes,
+                                       stage_algorithms)
+from arborcc.synth.lower import MAX_CHANNELS, MAX_COUNT, ChannelMap, Lowered, finish, lowering_program
 from arborcc.topology.model import Topology
 
 #: ring sub-block pieces per channel in one stage (executor runtimes: 64 steps per thread block)
@@ -201,7 +205,7 @@ def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | N
 
     splits = _channel_splits(plan, layout)
     base = [sum(splits[:i]) for i in range(2 * k)]
-    with _program(name, AllReduce(n, n, inplace=True), topology, channels) as prog:
+    with lowering_program(name, AllReduce(n, n, inplace=True), topology, channels) as prog:
         for i, (st, (blocks, m)) in enumerate(zip(plan.stages[:k], layout)):  # going up: lines 7-11
             if st.factor < 2:
                 continue
@@ -241,13 +245,13 @@ def lower_blueconnect(topology: Topology, plan: BlueConnectPlan, name: str | Non
     """
     prog, channels = blueconnect_program(topology, plan, name)
     n = topology.num_ranks
-    return _finish(prog, topology, channels, n,
+    return finish(prog, topology, channels, n,
                    [f"{plan.name}: factors {'x'.join(map(str, plan.factors))}, {n} chunks; stages "
                     f"{describe(plan)} (BlueConnect Algorithm 1)"])
 
 
 # -------------------------------------------------------------- hierarchical ---
-def host_dims(topology: Topology) -> list[_Dim]:
+def host_dims(topology: Topology) -> list[GridAxis]:
     """The two axes of the hierarchical baseline: a rank's position among its host's
     GPUs (in rank order) and its host's position among the hosts. Raises
     SynthesisError when the hosts hold different numbers of ranks."""
@@ -264,7 +268,7 @@ def host_dims(topology: Topology) -> list[_Dim]:
         for j, r in enumerate(ranks):
             local[r], node[r] = j, h
     gpn = sizes.pop()
-    return [_Dim(gpn, tuple(local), "gpu"), _Dim(len(by_host), tuple(node), "node")]
+    return [GridAxis(gpn, tuple(local), "gpu"), GridAxis(len(by_host), tuple(node), "node")]
 
 
 def hierarchical_plan(topology: Topology, algorithm: str | None = RING, alpha: float | None = None,
@@ -280,8 +284,8 @@ def hierarchical_plan(topology: Topology, algorithm: str | None = RING, alpha: f
     stages' own transfers (no all-pairs reachability sweep), so it stays cheap on
     1024 ranks.
     """
-    dims = [d for d in host_dims(topology) if d.radix > 1] or [_Dim(1, (0,) * topology.num_ranks, "one")]
-    return _plan(topology, dims, _algorithms_for(dims, algorithm), alpha, {}, name=name)
+    dims = [d for d in host_dims(topology) if d.radix > 1] or [GridAxis(1, (0,) * topology.num_ranks, "one")]
+    return build_plan(topology, dims, stage_algorithms(dims, algorithm), alpha, {}, name=name)
 
 
 # ------------------------------------------------------------- model check ---
@@ -334,14 +338,11 @@ def plan_for_factors(topology: Topology, factors: Sequence[int], algorithms: Seq
     n = topology.num_ranks
     if math.prod(factors) != n or any(f < 1 for f in factors):
         raise SynthesisError(f"factors {list(factors)} do not multiply to the {n} ranks of {topology.name}")
-    dims, stride = [], 1
-    for i, f in enumerate(factors):
-        dims.append(_Dim(f, tuple((r // stride) % f for r in range(n)), f"F{i}"))
-        stride *= f
-    algs = list(algorithms) if algorithms is not None else _algorithms_for(dims, None)
+    dims = radix_axes(n, factors)
+    algs = list(algorithms) if algorithms is not None else stage_algorithms(dims, None)
     if len(algs) != len(dims):
         raise SynthesisError(f"{len(dims)} factors but {len(algs)} algorithms")
     for d, a in zip(dims, algs):
-        _algorithms_for([d], a)  # raises on halving-doubling over a non-power-of-two group
-    return _plan(topology, dims, algs, alpha, {}, name=name)
+        stage_algorithms([d], a)  # raises on halving-doubling over a non-power-of-two group
+    return build_plan(topology, dims, algs, alpha, {}, name=name)
 

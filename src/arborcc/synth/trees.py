@@ -95,9 +95,6 @@ class Tree:
         """The same tree with data flowing the other way (out-tree <-> in-tree)."""
         return Tree(self.root, tuple(h.reversed() for h in self.hops), self.weight, not self.inward)
 
-    def with_weight(self, weight: float) -> "Tree":
-        return Tree(self.root, self.hops, weight, self.inward)
-
 
 @dataclass(frozen=True)
 class TreePacking:
