@@ -45,7 +45,7 @@ from arborcc.synth.blueconnect import blueconnect_plan  # noqa: E402
 from arborcc.synth.lower import Lowered  # noqa: E402
 from arborcc.synth.lower_stages import (blueconnect_program, hierarchical_plan,  # noqa: E402
                                         sequential_algbw)
-from arborcc.synth.strategies import collective_bound  # noqa: E402
+from arborcc.synth.bounds import collective_bound  # noqa: E402
 from arborcc.topology.cluster import build_cluster, build_hierarchy, parse_hierarchy  # noqa: E402
 from arborcc.verify import check_algorithm  # noqa: E402
 
