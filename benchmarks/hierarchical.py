@@ -2,7 +2,7 @@
 
 For every topology: the hierarchical baseline (ring reduce-scatter in each node, ring
 across nodes among GPUs of equal local index, all-gathers back; factors (GPUs per node,
-nodes)) and BlueConnect's decomposition (papers/blueconnect.txt section 3; eq. 3 picks
+nodes)) and BlueConnect's decomposition (Cho et al., SysML 2019, section 3; eq. 3 picks
 halving-doubling on power-of-two groups). Columns: ranks, factors, stage algorithms,
 IR steps, predicted algbw (steady-state model, ``Lowered.estimate``), the
 stage-sequential algbw (eq. 9 without latency, measured on the emitted algorithm), and

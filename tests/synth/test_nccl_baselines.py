@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from arborcc.errors import SynthesisError
 from arborcc.synth.double_binary_tree import double_binary_tree, double_binary_tree_nodes
-from arborcc.synth.nccl_rings import nccl_rings, plain_ring
+from arborcc.synth.nccl_rings import nccl_rings
 from arborcc.topology.allocation import induced
 from arborcc.topology.cluster import build_cluster, build_hierarchy
 from arborcc.topology.machines import build_machine
@@ -116,14 +116,6 @@ def test_multi_node_rings_enter_and_leave_each_node_once_through_nics():
             nics_used.append(tuple(nics))
     assert len(set(nics_used)) == len(nics_used)  # channels do not share NICs
     assert s.bandwidths == pytest.approx([24 * GB] * 8)  # the PCIe gen4 hop to the NIC
-
-
-def test_plain_ring_is_rank_order():
-    t = build_machine("dgx1v")
-    s = plain_ring(t)
-    assert s.rings == [list(range(8))]
-    assert s.link_kind is LinkKind.PCIE  # 3 -> 4 and 7 -> 0 have no NVLink
-    assert s.bandwidths[0] == pytest.approx(10 * GB)
 
 
 def test_unreachable_gpus_raise():

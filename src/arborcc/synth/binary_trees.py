@@ -80,10 +80,6 @@ class TreeEdge:
     link_kind: LinkKind
     bandwidth: float
 
-    @property
-    def direct(self) -> bool:
-        return len(self.path) == 2
-
 
 @dataclass
 class BinaryTree:
@@ -149,15 +145,6 @@ class BinaryTreeSchedule:
 
     def trees_for(self, n_bytes: int) -> list[BinaryTree]:
         return self.trees[:1] if n_bytes < self.threshold_bytes else list(self.trees)
-
-    def link_usage(self) -> dict[tuple[int, int], int]:
-        """How many trees use each undirected rank pair (sorted pair -> count)."""
-        use: dict[tuple[int, int], int] = {}
-        for t in self.trees:
-            for e in t.edges:
-                key = (min(e.child, e.parent), max(e.child, e.parent))
-                use[key] = use.get(key, 0) + 1
-        return use
 
 
 # ------------------------------------------------------------------------ weights ---

@@ -347,26 +347,36 @@ def stage_algorithms(dims: Sequence[GridAxis], algorithm: str | None) -> list[st
     return out
 
 
-def blueconnect_plan(topology: Topology, factors: Sequence[int] | None = None, algorithm: str | None = None,
-                     alpha: float | None = None, structural: bool = False) -> BlueConnectPlan:
+def blueconnect_plan(topology: Topology, factors: Sequence[int] | None = None,
+                     algorithm: str | Sequence[str] | None = None, alpha: float | None = None,
+                     structural: bool = False) -> BlueConnectPlan:
     """The BlueConnect decomposition following the hierarchy (or explicit ``factors``,
     innermost first, as a mixed radix over rank order). ``algorithm`` forces every
-    stage's algorithm; by default eq. (3) picks halving-doubling for power-of-two
-    groups and ring otherwise. ``alpha`` overrides the route latency (seconds);
-    ``structural`` adds the PCIe-switch/socket/host grouping (:func:`hierarchy_levels`)."""
+    stage's algorithm (with ``factors``, it may list one per factor); by default eq. (3)
+    picks halving-doubling for power-of-two groups and ring otherwise. ``alpha``
+    overrides the route latency (seconds); ``structural`` adds the PCIe-switch/socket/host
+    grouping (:func:`hierarchy_levels`)."""
     n = topology.num_ranks
-    if factors is not None:
-        factors = [int(f) for f in factors]
-        if any(f < 1 for f in factors) or math.prod(factors) != n:
-            raise SynthesisError(f"factors {factors} do not multiply to the {n} ranks of {topology.name}: "
-                                 f"the rank count cannot be factored that way")
-        factors = [f for f in factors if f > 1] or [1]
-        dims = radix_axes(n, factors)
-        check_routable(topology)
-    else:
+    per_stage = algorithm is not None and not isinstance(algorithm, str)
+    if factors is None:
+        if per_stage:
+            raise SynthesisError("one algorithm per stage needs explicit factors")
         levels = hierarchy_levels(topology, structural)
         dims = _level_dims(topology, levels) if levels else radix_axes(n, [1])
-    return build_plan(topology, dims, stage_algorithms(dims, algorithm), alpha, {})
+        return build_plan(topology, dims, stage_algorithms(dims, algorithm), alpha, {})
+    factors = [int(f) for f in factors]
+    if any(f < 1 for f in factors) or math.prod(factors) != n:
+        raise SynthesisError(f"factors {factors} do not multiply to the {n} ranks of {topology.name}: "
+                             f"the rank count cannot be factored that way")
+    check_routable(topology)
+    if not per_stage:
+        dims = radix_axes(n, [f for f in factors if f > 1] or [1])
+        return build_plan(topology, dims, stage_algorithms(dims, algorithm), alpha, {})
+    if len(algorithm) != len(factors):
+        raise SynthesisError(f"{len(factors)} factors but {len(algorithm)} algorithms")
+    dims = radix_axes(n, factors)
+    algorithms = [stage_algorithms([d], a)[0] for d, a in zip(dims, algorithm)]
+    return build_plan(topology, dims, algorithms, alpha, {})
 
 
 def one_level_ring_plan(topology: Topology, alpha: float | None = None) -> BlueConnectPlan:

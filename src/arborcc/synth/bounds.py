@@ -158,11 +158,6 @@ class AllreduceBound:
         return self.algbw * busbw_factor("allreduce", self.allgather.num_ranks)
 
 
-def gbps(rate: float) -> float:
-    """Bytes/s to GB/s (decimal)."""
-    return rate / GB
-
-
 # --- broadcast / reduce ---------------------------------------------------------------
 
 def single_source_bound(g: FlowGraph, r: int, collective: str, root_name: str) -> Bound:

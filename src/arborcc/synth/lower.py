@@ -2,7 +2,7 @@
 
 Every strategy of :mod:`arborcc.synth` ends here: a schedule becomes a chunk-DSL
 program (GC3 section 3) and the compiler turns it into an Algorithm (which
-:func:`arborcc.synth.strategies.synthesize` proves with the verifier before returning it).
+:func:`arborcc.synth.synthesis.synthesize` proves with the verifier before returning it).
 
 Trees (Blink section 4.1): the buffer (or each rank's shard) is split into chunks,
 apportioned to the trees in proportion to their weights (:mod:`.quantize`); a chunk

@@ -44,14 +44,13 @@ sum.
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 from arborcc.errors import SynthesisError
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllReduce, chunk
 from arborcc.library.halving_doubling import recursive_doubling, recursive_halving
-from arborcc.synth.blueconnect import (HD, RING, RS, BlueConnectPlan, GridAxis, Stage, build_plan, radix_axes,
-                                       stage_algorithms)
+from arborcc.synth.blueconnect import HD, RING, RS, BlueConnectPlan, GridAxis, Stage, build_plan, stage_algorithms
+from arborcc.synth.hosts import ranks_by_host
 from arborcc.synth.lower import MAX_CHANNELS, MAX_COUNT, ChannelMap, Lowered, finish, lowering_program
 from arborcc.topology.model import Topology
 
@@ -60,8 +59,8 @@ _RING_STEPS_PER_CHANNEL = 60
 
 IN = Buffer.INPUT
 
-__all__ = ["lower_blueconnect", "blueconnect_program", "describe", "hierarchical_plan", "plan_for_factors",
-           "host_dims", "level_times", "sequential_algbw", "stage_pairs"]
+__all__ = ["lower_blueconnect", "blueconnect_program", "describe", "hierarchical_plan", "host_dims", "level_times",
+           "sequential_algbw", "stage_pairs"]
 
 
 # ----------------------------------------------------------------- ownership ---
@@ -256,9 +255,7 @@ def host_dims(topology: Topology) -> list[GridAxis]:
     GPUs (in rank order) and its host's position among the hosts. Raises
     SynthesisError when the hosts hold different numbers of ranks."""
     n = topology.num_ranks
-    by_host: dict[object, list[int]] = {}
-    for r, g in enumerate(topology.ranks):
-        by_host.setdefault(topology.devices[g].host, []).append(r)
+    by_host = ranks_by_host(topology)
     sizes = {len(v) for v in by_host.values()}
     if len(sizes) != 1:
         raise SynthesisError(f"{topology.name}: hosts hold different numbers of GPUs "
@@ -329,20 +326,3 @@ def sequential_algbw(lowered: Lowered, plan: BlueConnectPlan, topology: Topology
     pace - eq. (9) without latency, measured on the emitted algorithm."""
     t = sum(level_times(lowered, plan, topology))
     return 1.0 / t if t > 0 else math.inf
-
-
-def plan_for_factors(topology: Topology, factors: Sequence[int], algorithms: Sequence[str] | None = None,
-                     alpha: float | None = None, name: str = "blueconnect") -> BlueConnectPlan:
-    """A plan over explicit ``factors`` (mixed radix over rank order, innermost first)
-    with per-stage ``algorithms`` (default: eq. 3), routing only the stages' transfers."""
-    n = topology.num_ranks
-    if math.prod(factors) != n or any(f < 1 for f in factors):
-        raise SynthesisError(f"factors {list(factors)} do not multiply to the {n} ranks of {topology.name}")
-    dims = radix_axes(n, factors)
-    algs = list(algorithms) if algorithms is not None else stage_algorithms(dims, None)
-    if len(algs) != len(dims):
-        raise SynthesisError(f"{len(dims)} factors but {len(algs)} algorithms")
-    for d, a in zip(dims, algs):
-        stage_algorithms([d], a)  # raises on halving-doubling over a non-power-of-two group
-    return build_plan(topology, dims, algs, alpha, {}, name=name)
-

@@ -425,20 +425,3 @@ def _multi_node_rings(topology: Topology, hosts: list[list[int]], max_rings: int
                                                     + topology.route(nb, b).path[1:])
                 return _make_schedule(topology, rings, LinkKind.NETWORK, kind, len(hosts), forced)
     raise SynthesisError(f"{topology.name}: no chain through the GPUs of some node")  # pragma: no cover
-
-
-def plain_ring(topology: Topology) -> RingSchedule:
-    """One ring in rank order 0 -> 1 -> ... -> n-1 -> 0, whatever links that crosses."""
-    n = topology.num_ranks
-    check_routable(topology)
-    ring = list(range(n))
-    hosts = host_groups(topology)
-    nvl = all(_nvlink_only(topology, topology.ranks[a], topology.ranks[b]) for a, b in _cycle_hops(ring))
-    intra = LinkKind.NVLINK if nvl or n == 1 else LinkKind.PCIE
-    if len(hosts) > 1:
-        intra = LinkKind.NVLINK if all(_nvlink_only(topology, topology.ranks[a], topology.ranks[b])
-                                       for h in hosts for a, b in zip(h, h[1:])) else LinkKind.PCIE
-    kind = LinkKind.NETWORK if len(hosts) > 1 else intra
-    if n == 1:
-        return RingSchedule([[0]], kind, [0.0], intra, 1, [[]])
-    return _make_schedule(topology, [ring], kind, intra, len(hosts))
