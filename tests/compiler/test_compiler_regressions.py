@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from arborcc.ir.model import Buffer, Op
 from arborcc.lang import AllReduce, Chunk, Collective, Program, chunk
-from arborcc.runtime.reference import assert_executes, make_inputs, run
+from arborcc.runtime.reference import make_inputs, run
+from support.execution import assert_executes
 from arborcc.verify import check_algorithm
-from irutil import op_counts, thread_block_rule_violations
+from support.ir_checks import op_counts, thread_block_rule_violations
 
 IN, OUT = Buffer.INPUT, Buffer.OUTPUT
 
