@@ -196,7 +196,7 @@ def test_fused_chain_revisiting_a_rank_is_cut():
 
 def test_repro_topologies_compile():
     # the original reproducers, through synthesis (which compiles, verifies and lowers)
-    from arborcc.synth.strategies import synthesize
+    from arborcc.synth import synthesize
     from arborcc.topology.model import GB, Device, DeviceKind, LinkKind, TopologyBuilder
 
     def box(n, lanes):

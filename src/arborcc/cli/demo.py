@@ -75,13 +75,14 @@ def _synthesize_and_check(alloc) -> None:
     from arborcc.errors import SynthesisError
     from arborcc.ir.msccl_xml import read_msccl_xml, write_msccl_xml
     from arborcc.runtime.reference import make_inputs, reference, run
-    from arborcc.synth.strategies import STRATEGIES, synthesize
+    from arborcc.synth import synthesize
+    from arborcc.synth.registry import strategy_names
     from arborcc.verify import verify_algorithm
 
     _section(f"4. all-reduce on {alloc.name}: every strategy (steady-state bandwidth model)")
     results = []
     print(f"  {'strategy':<18} {'bound GB/s':>10} {'algbw GB/s':>10} {'of bound':>8} {'trees':>5} {'steps':>6}")
-    for name in STRATEGIES:
+    for name in strategy_names():
         try:
             r = synthesize(alloc, "allreduce", name)
         except SynthesisError as e:  # a strategy that does not apply here says why

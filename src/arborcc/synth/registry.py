@@ -10,8 +10,8 @@ adding a strategy is adding an entry here and its function.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 from arborcc.ir.collectives import COLLECTIVES as ALL_COLLECTIVES
 
@@ -23,17 +23,18 @@ TREE_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "red
 class Strategy:
     """A synthesis strategy.
 
-    ``function`` is ``"module:attribute"`` of a callable with the strategies' common
-    signature (see :mod:`arborcc.synth.strategies`); ``auto_rank_limit``: ``auto`` leaves the
-    strategy out above this many ranks, where its cost explodes while others reach
-    the bound (asking for it by name still runs it).
+    ``function`` is ``"module:attribute"`` of a callable
+    ``f(request: SynthesisRequest) -> SynthesisResult`` (:mod:`arborcc.synth.result`);
+    ``auto_rank_limits[collective]``: ``auto`` leaves the strategy out above this many
+    ranks for that collective, where its cost explodes while others reach the bound
+    (asking for it by name still runs it).
     """
 
     name: str
     collectives: tuple[str, ...]
     function: str
     description: str
-    auto_rank_limit: int | None = None
+    auto_rank_limits: Mapping[str, int] = field(default_factory=dict)
 
     def load(self) -> Callable:
         """The strategy's function (imports its module)."""
@@ -50,23 +51,23 @@ class Strategy:
 STRATEGIES: tuple[Strategy, ...] = (
     Strategy("trees", TREE_COLLECTIVES, "arborcc.synth.strategies:synth_trees",
              "Blink tree packing (MLSys 2020, 3.1-3.3), ForestColl per-root packings; gather/scatter as a "
-             "single-sink flow split into paths", 32),
+             "single-sink flow split into paths", {"allreduce": 32}),
     Strategy("binary-trees", ALLREDUCE, "arborcc.synth.strategies:synth_binary_trees",
-             "MXNet tree all-reduce proposal: balanced max-weight binary trees, one per root", 32),
+             "MXNet tree all-reduce proposal: balanced max-weight binary trees, one per root", {"allreduce": 32}),
     Strategy("blueconnect", ALLREDUCE, "arborcc.synth.strategies:synth_blueconnect",
              "BlueConnect (SysML 2019) section 3, Algorithm 1: stages along the hierarchy"),
     Strategy("hierarchical", ALLREDUCE, "arborcc.synth.strategies:synth_hierarchical",
              "two-level reduce-scatter / all-gather (in each node, then across nodes)"),
     Strategy("three-phase", ALLREDUCE, "arborcc.synth.strategies:synth_three_phase",
-             "Blink section 3.5: per-server trees, cross-server one-hop trees", 128),
+             "Blink section 3.5: per-server trees, cross-server one-hop trees", {"allreduce": 128}),
     Strategy("nccl-ring", ALLREDUCE, "arborcc.synth.strategies:synth_nccl_ring",
-             "the rings NCCL's search builds", 128),
+             "the rings NCCL's search builds", {"allreduce": 128}),
     Strategy("double-binary-tree", ALLREDUCE, "arborcc.synth.strategies:synth_double_binary_tree",
              "NCCL's double binary trees over the nodes, chains inside them"),
     Strategy("halving-doubling", ALLREDUCE, "arborcc.synth.strategies:synth_halving_doubling",
              "recursive halving + doubling (Thakur, Rabenseifner & Gropp 2005; power-of-two ranks)"),
     Strategy("ring", ALLREDUCE, "arborcc.synth.strategies:synth_ring",
-             "one ring in rank order (Patarasuk & Yuan 2009)", 128),
+             "one ring in rank order (Patarasuk & Yuan 2009)", {"allreduce": 128}),
 )
 
 BY_NAME: dict[str, Strategy] = {s.name: s for s in STRATEGIES}
