@@ -4,7 +4,7 @@
 
 All-reduce (float32 sum) on 2 and 4 ranks from 4 KB to 256 MB against MPICH and gloo;
 all-gather, reduce-scatter and broadcast against MPICH. Every back-end runs the same
-protocol (``arborcc.runtime.benchmark``: barrier, one timed call, slowest rank, median).
+protocol (``arborcc.runtime.bench_protocol``: barrier, one timed call, slowest rank, median).
 Prints one table per collective and rank count with busbw, arborcc's ratios, the
 memory-bandwidth bound (``arborcc.runtime.membw``) and the issue's targets:
 
@@ -24,8 +24,9 @@ import os
 import sys
 from dataclasses import asdict
 
+from arborcc.runtime.bench_protocol import Spec
 from arborcc.runtime.bench_report import plot
-from arborcc.runtime.benchmark import Spec, run_backend
+from arborcc.runtime.benchmark import run_backend
 from arborcc.runtime.membw import busbw_bound, copy_bandwidth
 
 KB, MB = 1 << 10, 1 << 20

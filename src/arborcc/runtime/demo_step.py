@@ -33,7 +33,8 @@ def run_demo_step(algo: Algorithm, section) -> None:
     from arborcc.errors import ArborccError
     from arborcc.ir.msccl_xml import write_msccl_xml
     from arborcc.runtime.bench_report import comparison
-    from arborcc.runtime.benchmark import Spec, run_backend
+    from arborcc.runtime.bench_protocol import Spec
+    from arborcc.runtime.benchmark import run_backend
     from arborcc.runtime.launch import run_ranks
 
     n = algo.num_ranks
