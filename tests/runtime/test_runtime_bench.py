@@ -88,6 +88,14 @@ def test_bench_mpi_backend(capsys):
     assert all(r["wrong"] == 0 for r in out["results"])
 
 
+def test_bench_gloo_backend(capsys):
+    pytest.importorskip("torch")
+    out = bench_json(capsys, "-n", "2", "-b", "4K", "-e", "64K", "-f", "16", "--backend", "arborcc", "--backend",
+                     "gloo", "--collective", "allgather")
+    assert {r["backend"] for r in out["results"]} == {"arborcc", "gloo"}
+    assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in out["results"])
+
+
 def test_run_sets_torchrun_environment(tmp_path):
     script = tmp_path / "env.py"
     script.write_text("import os\ne = os.environ\n"  # one write per rank: lines of ranks never interleave
