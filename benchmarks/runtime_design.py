@@ -4,8 +4,9 @@
 
 Rows: the scheduler on the calling thread vs a worker thread per thread block; large
 messages read from the sender's memory (cross-memory attach) vs copied through the
-shared FIFO slots twice; pipeline slices of 256 KB vs 4 MB. Median us per call (slowest
-rank), 2 and 4 ranks. Each configuration runs twice, interleaved, to show the noise.
+shared FIFO slots twice; pipeline slices of 256 KB, 1 MB (the default) and 4 MB. Median
+us per call (slowest rank), 2 and 4 ranks. Each configuration runs twice, interleaved,
+to show the noise.
 """
 
 from __future__ import annotations
@@ -18,15 +19,17 @@ from arborcc.runtime.benchmark import run_backend
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
 CONFIGS = [
-    ("default: scheduler, CMA, 4 MB slices", {}),
+    ("default: scheduler, CMA, 1 MB slices", {}),
     ("a thread per thread block", {"workers": 0}),
     ("no cross-memory attach (two copies)", {"cma_threshold": 1 << 62}),
     ("256 KB slices", {"slice_bytes": 256 << 10}),
+    ("4 MB slices", {"slice_bytes": 4 << 20}),
 ]
 
 
 def main() -> int:
-    print(f"# load average before: {os.getloadavg()}")
+    print(f"# benchmarks/runtime_design.py; {os.cpu_count()} CPUs; load average before: {os.getloadavg()} "
+          f"(other work shares the machine)")
     print("| ranks | configuration | " + " | ".join(f"{s >> 10} KB us" for s in SIZES) + " |")
     print("|---|---|" + "---|" * len(SIZES))
     for n in (2, 4):
