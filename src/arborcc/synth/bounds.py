@@ -59,7 +59,9 @@ The reported bound is recomputed in floating point from the tight cut.
 
 from __future__ import annotations
 
+import math
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -70,6 +72,7 @@ from arborcc.ir.collectives import busbw_factor
 from arborcc.synth.flowgraph import (FlowGraph, LinkSelector, MaxFlow, RatioCut, RealMaxFlow, capacity_unit,
                                      check_reachable, check_strongly_connected, flow_graph, integer_capacities,
                                      min_ratio_cut, root_index)
+from arborcc.synth.hosts import Cluster
 from arborcc.synth.lp import INF, GrowingLP
 from arborcc.topology.model import GB, Topology
 
@@ -85,7 +88,13 @@ class Bound:
     ``algbw = num_ranks * rate``. ``cut`` is the vertex set ``S`` whose boundary is
     tight: for broadcast the side holding the root, for reduce the side holding the
     root (links *into* it are tight), for all-gather a set whose out-links carry every
-    shard of ``cut_ranks`` ranks, for reduce-scatter a set whose in-links do.
+    shard of ``cut_ranks`` ranks, for reduce-scatter a set whose in-links do; for
+    all-to-all ``rate`` is the rate of each ordered pair's block (``algbw = num_ranks *
+    rate``).
+
+    ``exact``: the rate is the optimum over every algorithm (``basis`` says why); else an
+    upper bound. The cut bounds of broadcast, reduce, all-gather, reduce-scatter, gather
+    and scatter are exact (the theorems in the module doc reach them).
     """
 
     collective: str
@@ -99,6 +108,8 @@ class Bound:
     cut_ranks: int
     links: str
     solve_time: float = 0.0
+    exact: bool = True
+    basis: str = "the minimum cut (reached by a packing of trees or a flow)"
 
     @property
     def algbw_gbps(self) -> float:
@@ -143,6 +154,12 @@ class AllreduceBound:
     @property
     def algbw(self) -> float:
         return max(self.rs_ag_algbw, self.tree_algbw)
+
+    #: all-reduce's optimum over every algorithm is open (Zhou & Sun, "On the Computation
+    #: Rate of All-Reduce", 2026, https://arxiv.org/abs/2602.22482): this is the best rate of
+    #: the two families, exact within them
+    exact = False
+    basis = "the best of reduce-scatter + all-gather and reduce + broadcast through one root (exact within them)"
 
     @property
     def best(self) -> str:
@@ -425,6 +442,156 @@ def allreduce_bound(topology: Topology, links: LinkSelector = "all", tree_roots:
                           time.perf_counter() - t0, splits.get(best_root))
 
 
+# --- all-to-all -----------------------------------------------------------------------
+
+#: jobs up to this many ranks get the exact maximum-concurrent-flow LP for all-to-all
+EXACT_LP_RANKS = 32
+
+
+def two_step_rate(cluster: Cluster) -> float:
+    """The steady-state algbw (B/s) of the two-step routing, from its link loads alone
+    (no program): a flow that certifies a cut bound it reaches."""
+    t, H, G = cluster.topology, cluster.num_hosts, cluster.per_host
+    n = H * G
+    load: Counter = Counter()
+    for m in range(H):
+        for i in range(G):
+            src = cluster.rank(m, i)
+            for g in range(G):
+                if g != i:  # H - 1 blocks for rail g's remote hosts, and one for GPU g itself
+                    for link in zip(cluster.path(src, cluster.rank(m, g)), cluster.path(src, cluster.rank(m, g))[1:]):
+                        load[link] += H
+        for g in range(G):
+            for k in range(H):
+                if k != m:
+                    p = cluster.path(cluster.rank(m, g), cluster.rank(k, g))
+                    for link in zip(p, p[1:]):
+                        load[link] += G
+    worst = max(v / t.links[l].bandwidth for l, v in load.items())
+    return n / worst  # loads are in blocks of S / n bytes
+
+
+def _cut_candidates(topology, g) -> list[np.ndarray]:
+    """Vertex sets whose cuts bound an all-to-all: every rank, every host, and the hosts
+    behind each network switch (with the switch)."""
+    sets = []
+    for r in g.ranks:
+        m = np.zeros(g.n, dtype=bool)
+        m[r] = True
+        sets.append(m)
+    host_of = {}
+    for i, name in enumerate(g.nodes):
+        h = topology.devices[name].host
+        if h is not None:
+            host_of.setdefault(h, []).append(i)
+    for nodes in host_of.values():
+        m = np.zeros(g.n, dtype=bool)
+        m[nodes] = True
+        sets.append(m)
+    # a switch with NICs below it: it and the hosts of those NICs
+    below: dict[int, set] = {}
+    for e in range(len(g.src)):
+        a, b = int(g.src[e]), int(g.dst[e])
+        if topology.devices[g.nodes[a]].host is None and topology.devices[g.nodes[b]].host is not None:
+            below.setdefault(a, set()).add(topology.devices[g.nodes[b]].host)
+    for switch, hosts in below.items():
+        if len(hosts) < len(host_of):
+            m = np.zeros(g.n, dtype=bool)
+            m[switch] = True
+            for h in hosts:
+                m[host_of[h]] = True
+            sets.append(m)
+    return sets
+
+
+def alltoall_cut_bound(topology, links="all"):
+    """The tightest cut of :func:`_cut_candidates` (module doc): ``(x, members)``."""
+    g = flow_graph(topology, links)
+    N = len(g.ranks)
+    is_rank = np.zeros(g.n, dtype=bool)
+    is_rank[g.ranks] = True
+    best = (math.inf, None)
+    for members in _cut_candidates(topology, g):
+        k = int((members & is_rank).sum())
+        if not 0 < k < N:
+            continue
+        out_cap = float(g.cap[members[g.src] & ~members[g.dst]].sum())
+        in_cap = float(g.cap[~members[g.src] & members[g.dst]].sum())
+        x = min(out_cap, in_cap) / (k * (N - k))
+        if x < best[0]:
+            best = (x, members)
+    return g, best
+
+
+def max_concurrent_flow(g, time_limit: float = 30.0) -> float:
+    """The all-to-all rate ``x`` per ordered pair: the maximum concurrent flow, as an LP
+    with one flow per source rank (HiGHS); exact."""
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    N, E, V = len(g.ranks), len(g.src), g.n
+    ranks = [int(r) for r in g.ranks]
+    rows, cols, vals = [], [], []
+    b_eq = []
+    row = 0
+    # conservation: for source s at node v: out - in = (N-1) x if v == s, -x if v is another rank, 0 else
+    for s_i, s in enumerate(ranks):
+        base = s_i * E
+        for v in range(V):
+            out_arcs = np.nonzero(g.src == v)[0]
+            in_arcs = np.nonzero(g.dst == v)[0]
+            rows += [row] * (len(out_arcs) + len(in_arcs))
+            cols += (base + out_arcs).tolist() + (base + in_arcs).tolist()
+            vals += [1.0] * len(out_arcs) + [-1.0] * len(in_arcs)
+            demand = (N - 1) if v == s else (-1 if v in ranks else 0)
+            if demand:
+                rows.append(row)
+                cols.append(N * E)
+                vals.append(-float(demand))
+            b_eq.append(0.0)
+            row += 1
+    a_eq = coo_matrix((vals, (rows, cols)), shape=(row, N * E + 1)).tocsr()
+    scale = float(g.cap.max())
+    cap_rows = np.repeat(np.arange(E), N)
+    cap_cols = (np.arange(N)[None, :] * E + np.arange(E)[:, None]).ravel()
+    a_ub = coo_matrix((np.ones(E * N), (cap_rows, cap_cols)), shape=(E, N * E + 1)).tocsr()
+    c = np.zeros(N * E + 1)
+    c[-1] = -1.0
+    res = linprog(c, A_ub=a_ub, b_ub=g.cap / scale, A_eq=a_eq, b_eq=np.array(b_eq), bounds=(0, None),
+                  method="highs", options={"time_limit": time_limit})
+    if res.status != 0:
+        raise SynthesisError(f"{g.name}: the all-to-all flow LP ended: {res.message}")
+    return float(res.x[-1]) * scale
+
+
+def alltoall_bound(topology: Topology, links: LinkSelector = "all") -> Bound:
+    """The all-to-all bound (:mod:`arborcc.synth.alltoall` explains it) as a :class:`Bound`:
+    ``rate`` is the per-pair rate, ``algbw = N rate``; ``exact`` says whether it is the
+    optimum (the LP, or a routing that reaches the cut) or only an upper bound."""
+    t0 = time.perf_counter()
+    g, (x, members) = alltoall_cut_bound(topology, links)
+    N = len(g.ranks)
+    exact, basis = False, "the tightest cut around a rank, a host or a switch's hosts (an upper bound)"
+    if N <= EXACT_LP_RANKS:
+        x_lp = max_concurrent_flow(g)
+        if x_lp < x:
+            x, members = x_lp, None
+        exact, basis = True, "the maximum concurrent flow (LP)"
+    else:
+        try:
+            rate = two_step_rate(Cluster(topology))
+        except SynthesisError:
+            rate = 0.0
+        if rate >= N * x * (1 - 1e-9):
+            exact, basis = True, "the tightest cut, reached by the two-step routing's flow"
+    cut = frozenset() if members is None else frozenset(g.nodes[i] for i in np.nonzero(members)[0])
+    arcs = [] if members is None else np.nonzero(members[g.src] & ~members[g.dst])[0]
+    k = 0 if members is None else int(sum(1 for r in g.ranks if members[r]))
+    return Bound("alltoall", x, N * x, N, None, cut, tuple(g.original_link(int(i)) for i in arcs),
+                 float(g.cap[arcs].sum()) if len(arcs) else 0.0, k, g.links, time.perf_counter() - t0,
+                 exact=exact, basis=basis)
+
+
 def collective_bound(topology: Topology, collective: str, root: int = 0,
                      links: LinkSelector = "all") -> Bound | AllreduceBound:
     """The best rate the links allow for ``collective``; ``.algbw`` is in B/s (nccl-tests
@@ -445,4 +612,6 @@ def collective_bound(topology: Topology, collective: str, root: int = 0,
         return scatter_bound(topology, r, links)
     if collective == "allreduce":
         return allreduce_bound(topology, links)
+    if collective == "alltoall":
+        return alltoall_bound(topology, links)
     raise SynthesisError(f"no bound is known for collective {collective!r}")

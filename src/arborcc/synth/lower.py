@@ -150,9 +150,11 @@ def transfer_blocks(counts: Sequence[int]) -> list[tuple[int, int, int]]:
     return out
 
 
-def lowering_program(name: str, collective, topology: Topology, channels: ChannelMap) -> Program:
-    """A DSL program for a lowering; instruction fusion only when the compiler picks channels."""
-    return Program(name, collective, topology, instr_fusion=not channels.pinned)
+def lowering_program(name: str, collective, topology: object, channels: ChannelMap, fuse: bool = True) -> Program:
+    """A DSL program for a lowering; instruction fusion (``fuse``) only when the compiler
+    picks channels. ``topology`` is what the program checks its transfers against (see
+    :class:`Program`)."""
+    return Program(name, collective, topology, instr_fusion=fuse and not channels.pinned)
 
 
 def finish(prog: Program, topology: Topology, channels: ChannelMap, chunks: int,

@@ -16,6 +16,7 @@ from typing import Callable, Mapping
 from arborcc.ir.collectives import COLLECTIVES as ALL_COLLECTIVES
 
 ALLREDUCE = ("allreduce",)
+ALLTOALL = ("alltoall",)
 TREE_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "gather", "scatter")
 
 
@@ -27,7 +28,8 @@ class Strategy:
     ``f(request: SynthesisRequest) -> SynthesisResult`` (:mod:`arborcc.synth.result`);
     ``auto_rank_limits[collective]``: ``auto`` leaves the strategy out above this many
     ranks for that collective, where its cost explodes while others reach the bound
-    (asking for it by name still runs it).
+    (asking for it by name still runs it); ``clusters_first``: on a job spanning several
+    hosts ``auto`` tries it before the others.
     """
 
     name: str
@@ -35,6 +37,7 @@ class Strategy:
     function: str
     description: str
     auto_rank_limits: Mapping[str, int] = field(default_factory=dict)
+    clusters_first: bool = False
 
     def load(self) -> Callable:
         """The strategy's function (imports its module)."""
@@ -49,6 +52,9 @@ class Strategy:
 #: nccl-ring 4.3 s at 128 and minutes at 1024, where its rings hold millions of steps,
 #: as the plain ring's two million.
 STRATEGIES: tuple[Strategy, ...] = (
+    Strategy("composed", TREE_COLLECTIVES, "arborcc.synth.strategies:synth_composed",
+             "clusters of equal hosts: per-host one-hop trees composed with balanced rail schedules across hosts",
+             clusters_first=True),
     Strategy("trees", TREE_COLLECTIVES, "arborcc.synth.strategies:synth_trees",
              "Blink tree packing (MLSys 2020, 3.1-3.3), ForestColl per-root packings; gather/scatter as a "
              "single-sink flow split into paths", {"allreduce": 32}),
@@ -68,6 +74,12 @@ STRATEGIES: tuple[Strategy, ...] = (
              "recursive halving + doubling (Thakur, Rabenseifner & Gropp 2005; power-of-two ranks)"),
     Strategy("ring", ALLREDUCE, "arborcc.synth.strategies:synth_ring",
              "one ring in rank order (Patarasuk & Yuan 2009)", {"allreduce": 128}),
+    Strategy("two-step", ALLTOALL, "arborcc.synth.alltoall:synth_two_step",
+             "GC3 7.3: gather on the GPU of the destination's index, one aggregated transfer per rail peer"),
+    Strategy("three-step", ALLTOALL, "arborcc.synth.alltoall:synth_three_step",
+             "GC3's three-step: node pairs spread over the GPUs, gather, one transfer per node pair, scatter"),
+    Strategy("direct", ALLTOALL, "arborcc.synth.alltoall:synth_direct",
+             "all pairs: every block straight to its destination"),
 )
 
 BY_NAME: dict[str, Strategy] = {s.name: s for s in STRATEGIES}

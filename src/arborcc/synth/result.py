@@ -29,6 +29,7 @@ class SynthesisRequest:
     root: int = 0
     links: str = "all"
     size: int | None = None
+    dialect: str | None = "executor"  #: the MSCCL runtime whose limits the algorithm should meet
 
 
 @dataclass

@@ -1,11 +1,18 @@
 """``synthesize``: the entry point of the synthesis stage.
 
-Checks the request once (collective, strategy, ranks, root, routes), computes the
-collective's bound once, runs the strategy asked for - or, with ``auto``, every
-strategy of the registry (:mod:`arborcc.synth.registry`) that builds the collective -
+Checks the request once (collective, strategy, ranks, root, connectivity), computes the
+collective's bound once, runs the strategy asked for - or, with ``auto``, the
+strategies of the registry (:mod:`arborcc.synth.registry`) that build the collective -
 keeps the fastest by the steady-state bandwidth model (preferring algorithms within the
 target dialect's runtime limits), and verifies the one it returns: every algorithm
 arborcc hands out is proved first, once.
+
+``auto`` is a cascade: on a job spanning several hosts the strategies marked
+``clusters_first`` go first, then the others in registry order; a strategy that cannot
+apply (or whose solver hits its time limit) is skipped with its reason, and the
+cascade stops at the first algorithm that reaches the bound within the dialect's
+limits - nothing can beat it. Its notes say which strategy it used and why, and what it
+skipped.
 """
 
 from __future__ import annotations
@@ -16,14 +23,19 @@ from typing import Callable
 from arborcc.errors import SynthesisError, VerificationError
 from arborcc.ir.limits import check_dialect_limits
 from arborcc.synth.bounds import collective_bound
-from arborcc.synth.flowgraph import check_routable
+from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
 from arborcc.synth.registry import BY_NAME, STRATEGIES, strategy_names, synthesizable_collectives
 from arborcc.synth.result import SynthesisRequest, SynthesisResult
 from arborcc.topology.model import Topology
 
 
-def _candidates(strategy: str, collective: str, num_ranks: int) -> tuple[list[str], list[str]]:
-    """The strategies to run and, for ``auto``, those left out with the reason."""
+def _spans_hosts(topology: Topology) -> bool:
+    hosts = {topology.devices[g].host for g in topology.ranks}
+    return len(hosts) > 1
+
+
+def _candidates(strategy: str, collective: str, num_ranks: int, clusters: bool) -> tuple[list[str], list[str]]:
+    """The strategies to run, in order, and, for ``auto``, those left out with the reason."""
     if strategy != "auto":
         entry = BY_NAME[strategy]
         if collective not in entry.collectives:
@@ -39,6 +51,8 @@ def _candidates(strategy: str, collective: str, num_ranks: int) -> tuple[list[st
             skipped.append(f"{entry.name} (auto leaves it out above {limit} ranks; --strategy {entry.name} runs it)")
         else:
             names.append(entry.name)
+    if clusters:
+        names.sort(key=lambda name: not BY_NAME[name].clusters_first)
     return names, skipped
 
 
@@ -78,34 +92,42 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
         raise SynthesisError(f"{topology.name} has {topology.num_ranks} GPU; a collective needs at least 2")
     if not 0 <= root < topology.num_ranks:
         raise SynthesisError(f"root {root} is not a rank (0-{topology.num_ranks - 1})")
-    names, skipped = _candidates(strategy, collective, topology.num_ranks)
-    check_routable(topology, hub=0)
+    names, skipped = _candidates(strategy, collective, topology.num_ranks, _spans_hosts(topology))
     t0 = time.perf_counter()
+    check_strongly_connected(flow_graph(topology, links), collective)
     if progress:
         progress(f"bound: the best {collective} rate the links of {topology.name} allow")
     request = SynthesisRequest(topology, collective, collective_bound(topology, collective, root, links),
-                               root, links, size)
-    results = []
-    for name in names:
+                               root, links, size, dialect)
+    results, untried = [], []
+    for i, name in enumerate(names):
         if progress:
-            progress(f"{name}: synthesizing {collective} on {topology.name}")
+            progress(f"{name}: synthesizing {collective} on {topology.name} ({time.perf_counter() - t0:.1f} s)")
         try:
             results.append(BY_NAME[name].load()(request))
         except SynthesisError as e:
             if strategy != "auto":
                 raise
             skipped.append(f"{name} ({e})")
+            continue
+        last = results[-1]
+        if last.algbw >= request.bound.algbw and (dialect is None or not check_dialect_limits(last.algorithm, dialect)):
+            untried = names[i + 1:]
+            break
     if not results:
         raise SynthesisError(f"no strategy can build {collective} on {topology.name}: " + "; ".join(skipped))
     fits = ({id(r): not check_dialect_limits(r.algorithm, dialect) for r in results}
             if len(results) > 1 and dialect is not None else {})
     best = max(results, key=lambda r: (fits.get(id(r), True), r.algbw))
     if progress:
-        progress(f"verifying the {best.strategy} algorithm")
+        progress(f"verifying the {best.strategy} algorithm ({time.perf_counter() - t0:.1f} s)")
     _verify(best, dialect)
     best.synth_time = time.perf_counter() - t0
     if strategy == "auto":
-        best.notes.append("auto chose " + best.strategy + " among " + ", ".join(
+        why = ("it reaches the bound" + (f", so {', '.join(untried)} were not tried" if untried else "")
+               if best.algbw >= request.bound.algbw else
+               "the fastest" + ("" if fits.get(id(best), True) else f" (none fits the {dialect} limits)"))
+        best.notes.append(f"auto chose {best.strategy} ({why}) among " + ", ".join(
             f"{r.strategy} {r.algbw / 1e9:.1f}" + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
             for r in results) + " GB/s"
             + ("; skipped " + "; ".join(skipped) if skipped else ""))
