@@ -471,52 +471,62 @@ def two_step_rate(cluster: Cluster) -> float:
     return n / worst  # loads are in blocks of S / n bytes
 
 
-def _cut_candidates(topology, g) -> list[np.ndarray]:
-    """Vertex sets whose cuts bound an all-to-all: every rank, every host, and the hosts
-    behind each network switch (with the switch)."""
-    sets = []
+def _rank_groups(topology: Topology, g: FlowGraph) -> list[list[int]]:
+    """Groups of ranks whose cuts bound an all-to-all: every rank, every host, and the
+    hosts behind each network switch - one of each kind per orbit of the automorphisms
+    (equivalent groups have equal cuts)."""
+    orbits = g.orbits()
+    host_ranks: dict[int, list[int]] = {}
     for r in g.ranks:
-        m = np.zeros(g.n, dtype=bool)
-        m[r] = True
-        sets.append(m)
-    host_of = {}
-    for i, name in enumerate(g.nodes):
-        h = topology.devices[name].host
+        h = topology.devices[g.nodes[r]].host
         if h is not None:
-            host_of.setdefault(h, []).append(i)
-    for nodes in host_of.values():
-        m = np.zeros(g.n, dtype=bool)
-        m[nodes] = True
-        sets.append(m)
-    # a switch with NICs below it: it and the hosts of those NICs
+            host_ranks.setdefault(h, []).append(int(r))
+    groups, seen = [], set()
+
+    def add(label, ranks: list[int]) -> None:
+        if label not in seen and 0 < len(ranks) < len(g.ranks):
+            seen.add(label)
+            groups.append(ranks)
+
+    for r in g.ranks:
+        add(("rank", int(orbits.node[r])), [int(r)])
+    for ranks in host_ranks.values():
+        add(("host", int(orbits.node[ranks[0]])), ranks)
     below: dict[int, set] = {}
-    for e in range(len(g.src)):
-        a, b = int(g.src[e]), int(g.dst[e])
+    for a, b in zip(g.src.tolist(), g.dst.tolist()):
         if topology.devices[g.nodes[a]].host is None and topology.devices[g.nodes[b]].host is not None:
             below.setdefault(a, set()).add(topology.devices[g.nodes[b]].host)
     for switch, hosts in below.items():
-        if len(hosts) < len(host_of):
-            m = np.zeros(g.n, dtype=bool)
-            m[switch] = True
-            for h in hosts:
-                m[host_of[h]] = True
-            sets.append(m)
-    return sets
+        add(("switch", int(orbits.node[switch])), sorted(r for h in hosts for r in host_ranks.get(h, [])))
+    return groups
 
 
-def alltoall_cut_bound(topology, links="all"):
-    """The tightest cut of :func:`_cut_candidates` (module doc): ``(x, members)``."""
+def _group_cut(g: FlowGraph, group: list[int], unit: float, icap: np.ndarray) -> tuple[float, np.ndarray]:
+    """The least capacity (B/s) leaving a vertex set that holds ``group`` and no other
+    rank, and that set: a max-flow from the group to the other ranks."""
+    s, t = g.n, g.n + 1
+    inside = set(group)
+    others = [int(r) for r in g.ranks if int(r) not in inside]
+    big = int(icap.sum()) + 1
+    src = np.concatenate([g.src, np.full(len(group), s), np.array(others)])
+    dst = np.concatenate([g.dst, np.array(group), np.full(len(others), t)])
+    mf = MaxFlow(g.n + 2, src, dst, np.concatenate([icap, np.full(len(group) + len(others), big)]))
+    value, res = mf.value(s, t)
+    return value * unit, mf.source_side(s, res)[:g.n]
+
+
+def alltoall_cut_bound(topology: Topology, links: LinkSelector = "all"):
+    """The tightest cut around the groups of :func:`_rank_groups`, both directions:
+    ``(graph, (x, members))`` with ``x`` the per-pair rate it allows."""
     g = flow_graph(topology, links)
     N = len(g.ranks)
-    is_rank = np.zeros(g.n, dtype=bool)
-    is_rank[g.ranks] = True
+    unit = capacity_unit(g.cap, float(g.cap.sum()))
+    icap, rcap = integer_capacities(g.cap, unit), integer_capacities(g.reversed().cap, unit)
     best = (math.inf, None)
-    for members in _cut_candidates(topology, g):
-        k = int((members & is_rank).sum())
-        if not 0 < k < N:
-            continue
-        out_cap = float(g.cap[members[g.src] & ~members[g.dst]].sum())
-        in_cap = float(g.cap[~members[g.src] & members[g.dst]].sum())
+    for group in _rank_groups(topology, g):
+        k = len(group)
+        out_cap, members = _group_cut(g, group, unit, icap)
+        in_cap, _ = _group_cut(g.reversed(), group, unit, rcap)
         x = min(out_cap, in_cap) / (k * (N - k))
         if x < best[0]:
             best = (x, members)
@@ -571,7 +581,7 @@ def alltoall_bound(topology: Topology, links: LinkSelector = "all") -> Bound:
     t0 = time.perf_counter()
     g, (x, members) = alltoall_cut_bound(topology, links)
     N = len(g.ranks)
-    exact, basis = False, "the tightest cut around a rank, a host or a switch's hosts (an upper bound)"
+    exact, basis = False, "the least cut around a rank, a host or a switch's hosts (an upper bound)"
     if N <= EXACT_LP_RANKS:
         x_lp = max_concurrent_flow(g)
         if x_lp < x:

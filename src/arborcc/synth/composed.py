@@ -26,8 +26,6 @@ two directions share their connections (thread blocks).
 * reduce-scatter: the reverse, accumulating in the input (as GC3's reduce-scatters do):
   (3') GPU k of host m sums ``R_k(m)`` over its host; (2') sends each part to GPU k of
   the owner host, which adds it in; (1') each GPU sums its own block over its host.
-* all-reduce: reduce-scatter then all-gather, in place: the reduce-scatter + all-gather
-  bound, which is the all-reduce bound on these clusters.
 * broadcast from GPU k0 of host h0: the buffer is cut into G pieces; the root sends piece
   k to GPU k of its host; piece k then travels the chain of GPUs k of hosts h0, h0+1, ...,
   h0-1 (each NIC sends and receives one piece: the whole host egress), and every GPU k
@@ -46,7 +44,7 @@ the balanced ranges are this module's.
 from __future__ import annotations
 
 from arborcc.ir.model import Buffer
-from arborcc.lang import AllGather, AllReduce, Broadcast, Gather, Reduce, ReduceScatter, Scatter, chunk
+from arborcc.lang import AllGather, Broadcast, Gather, Reduce, ReduceScatter, Scatter, chunk
 from arborcc.synth.hosts import Cluster
 from arborcc.synth.lower import ChannelMap, Lowered, finish, local_copy, lowering_program, transfer_pieces
 
@@ -209,26 +207,6 @@ def _reduce_scatter_phases(cluster, local, network, spread_, channels, tr) -> No
         _reduce(src, dst, interval, INPUT, channels, tr, cluster.local[src])
     for src, dst, interval in local:  # (1') each GPU sums its own block
         _reduce(src, dst, interval, INPUT, channels, tr, cluster.local[src])
-
-
-def lower_composed_allreduce(cluster: Cluster, name: str, spread: int = 0) -> Lowered:
-    """All-reduce: the composed reduce-scatter then the composed all-gather, in place."""
-    _check_single_chunk_ranks(cluster)
-    tr = _Transfers(cluster)
-    local, network, spread_ = _allgather_pairs(cluster, tr)
-    for src, dst, _ in local + network + spread_:
-        tr.add(dst, src)
-    channels = tr.channels(spread)
-    n = cluster.topology.num_ranks
-    with lowering_program(name, AllReduce(n, n, inplace=True), tr, channels, fuse=False) as prog:
-        _reduce_scatter_phases(cluster, local, network, spread_, channels, tr)
-        for phase in (local, network):
-            for src, dst, interval in phase:
-                _copy(src, dst, interval, INPUT, channels, tr, cluster.local[src])
-        for src, dst, interval in spread_:
-            _copy(src, dst, interval, INPUT, channels, tr, cluster.local[dst])
-    return finish(prog, cluster.topology, channels, n,
-                  [_summary("reduce-scatter + all-gather", cluster, network)])
 
 
 def _summary(what: str, cluster: Cluster, network: list) -> str:

@@ -98,6 +98,23 @@ class ChannelMap:
         return out
 
 
+class PlannedPairs:
+    """A program's connectivity (see :class:`~arborcc.lang.Program`) when the lowering has
+    already chosen every transfer's device path: exactly the planned ``(src, dst)`` rank
+    pairs. Checking each transfer against the topology's routes instead would route
+    every rank over the whole graph - seconds per hundred ranks on large clusters."""
+
+    def __init__(self, pairs, num_ranks: int):
+        self.pairs = set(pairs)
+        self.num_ranks = num_ranks
+
+    def link(self, src: int, dst: int) -> bool:
+        return (src, dst) in self.pairs
+
+    def num_nodes(self) -> int:
+        return self.num_ranks
+
+
 def tree_hops(topology: Topology, trees: Sequence[Tree], both_ways: bool = False):
     """(src index, dst index, path) of every hop of the trees (and reversed, if asked)."""
     index = {g: i for i, g in enumerate(topology.ranks)}

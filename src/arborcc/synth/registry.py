@@ -18,6 +18,7 @@ from arborcc.ir.collectives import COLLECTIVES as ALL_COLLECTIVES
 ALLREDUCE = ("allreduce",)
 ALLTOALL = ("alltoall",)
 TREE_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "gather", "scatter")
+ROOTED_AND_GATHERS = ("allgather", "reducescatter", "broadcast", "reduce", "gather", "scatter")
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,6 @@ class Strategy:
 #: nccl-ring 4.3 s at 128 and minutes at 1024, where its rings hold millions of steps,
 #: as the plain ring's two million.
 STRATEGIES: tuple[Strategy, ...] = (
-    Strategy("composed", TREE_COLLECTIVES, "arborcc.synth.strategies:synth_composed",
-             "clusters of equal hosts: per-host one-hop trees composed with balanced rail schedules across hosts",
-             clusters_first=True),
     Strategy("trees", TREE_COLLECTIVES, "arborcc.synth.strategies:synth_trees",
              "Blink tree packing (MLSys 2020, 3.1-3.3), ForestColl per-root packings; gather/scatter as a "
              "single-sink flow split into paths", {"allreduce": 32}),
@@ -63,7 +61,10 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("blueconnect", ALLREDUCE, "arborcc.synth.strategies:synth_blueconnect",
              "BlueConnect (SysML 2019) section 3, Algorithm 1: stages along the hierarchy"),
     Strategy("hierarchical", ALLREDUCE, "arborcc.synth.strategies:synth_hierarchical",
-             "two-level reduce-scatter / all-gather (in each node, then across nodes)"),
+             "two-level reduce-scatter / all-gather (in each node, then across nodes)", clusters_first=True),
+    Strategy("composed", ROOTED_AND_GATHERS, "arborcc.synth.strategies:synth_composed",
+             "clusters of equal hosts: per-host one-hop trees composed with balanced rail schedules across hosts",
+             clusters_first=True),
     Strategy("three-phase", ALLREDUCE, "arborcc.synth.strategies:synth_three_phase",
              "Blink section 3.5: per-server trees, cross-server one-hop trees", {"allreduce": 128}),
     Strategy("nccl-ring", ALLREDUCE, "arborcc.synth.strategies:synth_nccl_ring",

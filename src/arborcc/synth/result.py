@@ -53,6 +53,8 @@ class SynthesisResult:
     synth_time: float = 0.0
     notes: list[str] = field(default_factory=list)
     report: object = None  #: the :class:`arborcc.verify.VerificationReport` of ``algorithm``
+    bound_exact: bool = False  #: ``bound`` is the optimum over every algorithm, not just an upper bound
+    bound_basis: str = ""  #: why (set by ``synthesize``)
 
     @property
     def ratio(self) -> float:

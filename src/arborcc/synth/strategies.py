@@ -248,9 +248,16 @@ def synth_blueconnect(request: SynthesisRequest) -> SynthesisResult:
 def synth_hierarchical(request: SynthesisRequest) -> SynthesisResult:
     """The two-level baseline: reduce-scatter inside each node, reduce-scatter and
     all-gather across nodes between GPUs of equal local index, all-gather inside."""
+    from arborcc.errors import SynthesisError
+    from arborcc.synth.hosts import Cluster
     from arborcc.synth.lower_stages import hierarchical_plan, lower_blueconnect
 
-    lowered = lower_blueconnect(request.topology, hierarchical_plan(request.topology), "hierarchical-allreduce")
+    try:  # on a cluster of equal hosts, its host-local routes and rails (fast at any size)
+        path = Cluster(request.topology).path
+    except SynthesisError:
+        path = None
+    lowered = lower_blueconnect(request.topology, hierarchical_plan(request.topology, path=path),
+                                "hierarchical-allreduce", path=path)
     return SynthesisResult.from_lowered("hierarchical", request, lowered,
                                         ["reduce-scatter in each node, then across nodes, all-gather back"])
 

@@ -72,8 +72,10 @@ def _components(size: int, permutations) -> np.ndarray:
 
     if not permutations:
         return np.arange(size)
-    rows = np.tile(np.arange(size), len(permutations))
-    cols = np.concatenate([np.asarray(p, dtype=np.int64) for p in permutations])
+    perms = np.asarray(permutations, dtype=np.int64)
+    moved = perms != np.arange(size)[None, :]  # generators move few points: only those are edges
+    rows = np.broadcast_to(np.arange(size), perms.shape)[moved]
+    cols = perms[moved]
     graph = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(size, size))
     count, label = connected_components(graph, directed=True, connection="weak")
     smallest = np.full(count, size)

@@ -111,7 +111,7 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
             skipped.append(f"{name} ({e})")
             continue
         last = results[-1]
-        if last.algbw >= request.bound.algbw and (dialect is None or not check_dialect_limits(last.algorithm, dialect)):
+        if last.algbw >= request.bound.algbw * (1 - 1e-9) and (dialect is None or not check_dialect_limits(last.algorithm, dialect)):
             untried = names[i + 1:]
             break
     if not results:
@@ -122,10 +122,14 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
     if progress:
         progress(f"verifying the {best.strategy} algorithm ({time.perf_counter() - t0:.1f} s)")
     _verify(best, dialect)
+    best.bound_exact, best.bound_basis = request.bound.exact, request.bound.basis
+    if not best.bound_exact and best.algbw >= request.bound.algbw * (1 - 1e-9) and \
+            getattr(request.bound, "cut_links", None) is not None:
+        best.bound_exact, best.bound_basis = True, request.bound.basis + ", reached by this algorithm"
     best.synth_time = time.perf_counter() - t0
     if strategy == "auto":
         why = ("it reaches the bound" + (f", so {', '.join(untried)} were not tried" if untried else "")
-               if best.algbw >= request.bound.algbw else
+               if best.algbw >= request.bound.algbw * (1 - 1e-9) else
                "the fastest" + ("" if fits.get(id(best), True) else f" (none fits the {dialect} limits)"))
         best.notes.append(f"auto chose {best.strategy} ({why}) among " + ", ".join(
             f"{r.strategy} {r.algbw / 1e9:.1f}" + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
