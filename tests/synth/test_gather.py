@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from test_bounds import dgx1, nx_graph, ring, small_topologies, split_by_nvlink, star
 
 from arborcc.errors import SynthesisError
-from arborcc.runtime.reference import assert_executes
+from support.execution import assert_executes
 from arborcc.synth.bounds import gather_bound, scatter_bound
 from arborcc.synth.gather import gather_flow, synth_gather
 from arborcc.topology.allocation import induced, resolve_gpus

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from arborcc.errors import SynthesisError
-from arborcc.runtime.reference import assert_executes
+from support.execution import assert_executes
 from arborcc.sim.blueconnect_model import blueconnect_time
 from arborcc.synth.blueconnect import HD, RING, blueconnect_plan, choose_blueconnect
 from arborcc.synth.lower_stages import (

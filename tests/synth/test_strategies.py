@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arborcc.errors import SynthesisError
-from arborcc.runtime.reference import assert_executes
+from support.execution import assert_executes
 from arborcc.sim.bandwidth import steady_state_bandwidth
 from arborcc.synth import synthesize
 from arborcc.synth.registry import BY_NAME, STRATEGIES
