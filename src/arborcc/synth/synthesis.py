@@ -58,16 +58,30 @@ def _candidates(strategy: str, collective: str, num_ranks: int, clusters: bool) 
 
 def _verify(result: SynthesisResult, dialect: str | None) -> None:
     """Verify ``result.algorithm`` (with ``dialect``'s runtime limits) into
-    ``result.report``; raise :class:`VerificationError` if it is incorrect (a limit
+    ``result.report`` and make it claim exactly the calls it is correct in: the mode its
+    lowering declares and every other mode the verifier proves (one run over the modes
+    :func:`arborcc.verify.checker.refuted_mode` does not rule out). Raise
+    :class:`VerificationError` if it is incorrect in its declared mode (a limit
     violation is the caller's to judge: the legacy dialect has no step limits)."""
+    from arborcc.ir.aliasing import Mode, declared_modes, with_modes
     from arborcc.verify import verify_algorithm
+    from arborcc.verify.checker import refuted_mode
 
-    report = verify_algorithm(result.algorithm, dialect)
-    result.report = report
+    algo = result.algorithm
+    declared = declared_modes(algo)
+    modes = [m for m in Mode if m in declared or refuted_mode(algo, m) is None]
+    report = verify_algorithm(algo, dialect, modes=modes)
+    extra_failed = [m for m in modes if m not in declared and m.label in report.failed_modes]
+    if extra_failed:  # correct in its declared mode perhaps, not in the other: claim only those that hold
+        modes = [m for m in modes if m not in extra_failed]
+        report = verify_algorithm(algo, dialect, modes=modes)
     wrong = [v for v in report.violations if v.kind != "limit"]
     if wrong:
         more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
-        raise VerificationError(f"algorithm {result.algorithm.name!r} is incorrect: {wrong[0]}{more}")
+        raise VerificationError(f"algorithm {algo.name!r} is incorrect: {wrong[0]}{more}")
+    if set(modes) != set(declared):
+        result.algorithm = with_modes(algo, modes)
+    result.report = report
 
 
 def synthesize(topology: Topology, collective: str, strategy: str = "auto", root: int = 0,
