@@ -209,13 +209,20 @@ class Cluster:
             ha, hb = self.host_of[a], self.host_of[b]
             ga, gb = t.ranks[a], t.ranks[b]
             if ha == hb:
-                path = self.local_topology(ha).route(ga, gb).path
+                path = self._route(self.local_topology(ha), ga, gb)
             elif not self._host_nics.get(self.host_ids[ha]) or not self._host_nics.get(self.host_ids[hb]):
-                path = t.route(ga, gb).path  # hosts without NICs: the topology's own route
+                path = self._route(t, ga, gb)  # hosts without NICs: the topology's own route
             else:
                 na, nb = self.nic(a), self.nic(b)
-                out = self.local_topology(ha).route(ga, na).path
-                into = self.local_topology(hb).route(nb, gb).path
+                out = self._route(self.local_topology(ha), ga, na)
+                into = self._route(self.local_topology(hb), nb, gb)
                 path = out + self._network_path(na, nb)[1:-1] + into
             self._paths[key] = path
         return self._paths[key]
+
+    def _route(self, topology: Topology, a: str, b: str) -> tuple[str, ...]:
+        """``topology``'s route from device ``a`` to ``b``; SynthesisError when there is none
+        (GPUs do not forward: two GPUs of a host may have no route inside it)."""
+        if not topology.can_route(a, b):
+            raise SynthesisError(f"{self.topology.name}: no route from {a} to {b} inside its host")
+        return topology.route(a, b).path
