@@ -150,16 +150,25 @@ class AllreduceBound:
     links: str
     solve_time: float = 0.0
     tree_split: tuple | None = None
+    #: when the time limit stopped the root search: the largest rate ceiling
+    #: (:func:`_tree_rate_ceiling`) among the roots left unsolved, else 0.0
+    unsolved_ceiling: float = 0.0
 
     @property
     def algbw(self) -> float:
-        return max(self.rs_ag_algbw, self.tree_algbw)
+        return max(self.rs_ag_algbw, self.tree_algbw, self.unsolved_ceiling)
 
     #: all-reduce's optimum over every algorithm is open (Zhou & Sun, "On the Computation
     #: Rate of All-Reduce", 2026, https://arxiv.org/abs/2602.22482): this is the best rate of
     #: the two families, exact within them
     exact = False
-    basis = "the best of reduce-scatter + all-gather and reduce + broadcast through one root (exact within them)"
+
+    @property
+    def basis(self) -> str:
+        if self.unsolved_ceiling > max(self.rs_ag_algbw, self.tree_algbw):
+            return ("reduce-scatter + all-gather, or a ceiling of reduce + broadcast through the roots whose LP "
+                    "the time limit left unsolved (an upper bound)")
+        return "the best of reduce-scatter + all-gather and reduce + broadcast through one root (exact within them)"
 
     @property
     def best(self) -> str:
@@ -429,17 +438,24 @@ def allreduce_bound(topology: Topology, links: LinkSelector = "all", tree_roots:
         if max(ceiling.values()) > rs_ag * (1 + 1e-9):
             todo = g.orbits().representatives(g.ranks)
             todo.sort(key=lambda v: -ceiling[v])
-    for v in todo:
+    unsolved = 0.0
+    for i, v in enumerate(todo):
         if v in ceiling and ceiling[v] <= max([rs_ag, *rates.values()]) * (1 + 1e-9):
             break  # sorted: no later root can do better either
         left = time_limit - (time.perf_counter() - t0)
-        if left <= 0:
-            raise SolverLimitError(f"{topology.name}: all-reduce bound not found within {time_limit:g} s")
-        rate, cap_b, cap_r = tree_allreduce_split(g, v, left)
+        try:
+            if left <= 0:
+                raise SolverLimitError(f"{topology.name}: all-reduce bound not found within {time_limit:g} s")
+            rate, cap_b, cap_r = tree_allreduce_split(g, v, left)
+        except SolverLimitError:
+            if v not in ceiling:  # roots asked for by name: no ceiling to fall back on
+                raise
+            unsolved = max(ceiling[u] for u in todo[i:])  # an upper bound on every root left
+            break
         rates[g.nodes[v]], splits[g.nodes[v]] = rate, (cap_b, cap_r)
     best_root = max(rates, key=lambda k: rates[k]) if rates else None
     return AllreduceBound(rs, ag, rs_ag, rates[best_root] if rates else 0.0, best_root, rates, g.links,
-                          time.perf_counter() - t0, splits.get(best_root))
+                          time.perf_counter() - t0, splits.get(best_root), unsolved)
 
 
 # --- all-to-all -----------------------------------------------------------------------
@@ -569,25 +585,32 @@ def max_concurrent_flow(g, time_limit: float = 30.0) -> float:
     c[-1] = -1.0
     res = linprog(c, A_ub=a_ub, b_ub=g.cap / scale, A_eq=a_eq, b_eq=np.array(b_eq), bounds=(0, None),
                   method="highs", options={"time_limit": time_limit})
+    if res.status == 1:
+        raise SolverLimitError(f"{g.name}: the all-to-all flow LP hit its {time_limit:g} s limit")
     if res.status != 0:
         raise SynthesisError(f"{g.name}: the all-to-all flow LP ended: {res.message}")
     return float(res.x[-1]) * scale
 
 
-def alltoall_bound(topology: Topology, links: LinkSelector = "all") -> Bound:
+def alltoall_bound(topology: Topology, links: LinkSelector = "all", time_limit: float = 30.0) -> Bound:
     """The all-to-all bound (:mod:`arborcc.synth.alltoall` explains it) as a :class:`Bound`:
     ``rate`` is the per-pair rate, ``algbw = N rate``; ``exact`` says whether it is the
-    optimum (the LP, or a routing that reaches the cut) or only an upper bound."""
+    optimum (the LP, or a routing that reaches the cut) or only an upper bound (also when
+    the LP hits ``time_limit``: ``basis`` says so)."""
     t0 = time.perf_counter()
     g, (x, members) = alltoall_cut_bound(topology, links)
     N = len(g.ranks)
     exact, basis = False, "the least cut around a rank, a host or a switch's hosts (an upper bound)"
     if N <= EXACT_LP_RANKS:
-        x_lp = max_concurrent_flow(g)
-        if x_lp < x:
-            x, members = x_lp, None
-        exact, basis = True, "the maximum concurrent flow (LP)"
-    else:
+        try:
+            x_lp = max_concurrent_flow(g, time_limit)
+        except SolverLimitError as e:
+            basis += f" - {e}"
+        else:
+            if x_lp < x:
+                x, members = x_lp, None
+            exact, basis = True, "the maximum concurrent flow (LP)"
+    if not exact:
         try:
             rate = two_step_rate(Cluster(topology))
         except SynthesisError:
