@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Sequence, Union
 import numpy as np
 
 from arborcc.errors import SolverLimitError, SynthesisError
-from arborcc.synth.symmetry import Orbits, graph_orbits
+from arborcc.synth.symmetry import Orbits, graph_orbits, load_igraph
 from arborcc.topology.model import Link, LinkKind, Topology
 
 LinkSelector = Union[str, LinkKind, Iterable[LinkKind], Callable[[Link], bool]]
@@ -278,8 +278,7 @@ class RealMaxFlow:
     """Max-flows and minimum cuts on one graph whose capacities are real numbers (igraph)."""
 
     def __init__(self, n: int, src: np.ndarray, dst: np.ndarray):
-        import igraph
-
+        igraph = load_igraph()
         self.graph = igraph.Graph(n=n, edges=list(zip(src.tolist(), dst.tolist())), directed=True)
 
     def value(self, s: int, t: int, capacity: Sequence[float]) -> float:
