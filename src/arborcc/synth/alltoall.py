@@ -44,7 +44,7 @@ from arborcc.errors import SynthesisError
 from arborcc.ir.limits import dialect_limits
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllToAll, chunk
-from arborcc.synth.hosts import Cluster
+from arborcc.synth.hosts import Cluster, cluster_of
 from arborcc.synth.lower import ChannelMap, finish, local_copy, lowering_program
 from arborcc.synth.result import SynthesisRequest, SynthesisResult
 
@@ -91,7 +91,7 @@ def _check_thread_blocks(strategy: str, needed: int, dialect: str | None) -> Non
 
 def _path_function(topology):
     try:
-        cluster = Cluster(topology)
+        cluster = cluster_of(topology)
         return cluster.path
     except SynthesisError:
         return lambda a, b: topology.route(topology.ranks[a], topology.ranks[b]).path
@@ -234,7 +234,7 @@ def synth_direct(request: SynthesisRequest) -> SynthesisResult:
 
 def synth_two_step(request: SynthesisRequest) -> SynthesisResult:
     """GC3's two-step all-to-all on a cluster of equal hosts (module doc)."""
-    cluster = Cluster(request.topology)
+    cluster = cluster_of(request.topology)
     _consecutive_hosts(cluster, "two-step")
     _check_thread_blocks("two-step", 2 * (cluster.per_host - 1) + 2 * (cluster.num_hosts - 1) + 1, request.dialect)
     return _result("two-step", request, lower_two_step(cluster, "two-step-alltoall"))
@@ -242,7 +242,7 @@ def synth_two_step(request: SynthesisRequest) -> SynthesisResult:
 
 def synth_three_step(request: SynthesisRequest) -> SynthesisResult:
     """GC3's three-step all-to-all on a cluster of equal hosts (module doc)."""
-    cluster = Cluster(request.topology)
+    cluster = cluster_of(request.topology)
     _consecutive_hosts(cluster, "three-step")
     H, G = cluster.num_hosts, cluster.per_host
     peers = math.ceil((H - 1) / G)

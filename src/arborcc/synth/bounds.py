@@ -72,7 +72,7 @@ from arborcc.ir.collectives import busbw_factor
 from arborcc.synth.flowgraph import (FlowGraph, LinkSelector, MaxFlow, RatioCut, RealMaxFlow, capacity_unit,
                                      check_reachable, check_strongly_connected, flow_graph, integer_capacities,
                                      min_ratio_cut, root_index)
-from arborcc.synth.hosts import Cluster
+from arborcc.synth.hosts import Cluster, cluster_of
 from arborcc.synth.lp import INF, GrowingLP
 from arborcc.topology.model import GB, Topology
 
@@ -475,7 +475,8 @@ def two_step_rate(cluster: Cluster) -> float:
             src = cluster.rank(m, i)
             for g in range(G):
                 if g != i:  # H - 1 blocks for rail g's remote hosts, and one for GPU g itself
-                    for link in zip(cluster.path(src, cluster.rank(m, g)), cluster.path(src, cluster.rank(m, g))[1:]):
+                    p = cluster.path(src, cluster.rank(m, g))
+                    for link in zip(p, p[1:]):
                         load[link] += H
         for g in range(G):
             for k in range(H):
@@ -612,7 +613,7 @@ def alltoall_bound(topology: Topology, links: LinkSelector = "all", time_limit: 
             exact, basis = True, "the maximum concurrent flow (LP)"
     if not exact:
         try:
-            rate = two_step_rate(Cluster(topology))
+            rate = two_step_rate(cluster_of(topology))
         except SynthesisError:
             rate = 0.0
         if rate >= N * x * (1 - 1e-9):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from arborcc.errors import SynthesisError
+from arborcc.errors import SynthesisError, TopologyError
 from arborcc.topology.model import DeviceKind, Topology, TopologyBuilder
 
 
@@ -223,6 +223,24 @@ class Cluster:
     def _route(self, topology: Topology, a: str, b: str) -> tuple[str, ...]:
         """``topology``'s route from device ``a`` to ``b``; SynthesisError when there is none
         (GPUs do not forward: two GPUs of a host may have no route inside it)."""
-        if not topology.can_route(a, b):
-            raise SynthesisError(f"{self.topology.name}: no route from {a} to {b} inside its host")
-        return topology.route(a, b).path
+        try:
+            return topology.route(a, b).path
+        except TopologyError:
+            raise SynthesisError(f"{self.topology.name}: no route from {a} to {b} inside its host") from None
+
+
+#: the last few clusters built, most recent first: the bound and the strategies of one
+#: synthesis share one :class:`Cluster` and so its cached paths
+_RECENT_CLUSTERS: list[tuple[Topology, Cluster]] = []
+
+
+def cluster_of(topology: Topology) -> Cluster:
+    """The :class:`Cluster` view of ``topology`` (shared by the callers that pass the same
+    topology object, which is immutable); raises as :class:`Cluster` does."""
+    for t, cluster in _RECENT_CLUSTERS:
+        if t is topology:
+            return cluster
+    cluster = Cluster(topology)
+    _RECENT_CLUSTERS.insert(0, (topology, cluster))
+    del _RECENT_CLUSTERS[4:]
+    return cluster

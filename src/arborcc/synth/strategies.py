@@ -249,11 +249,11 @@ def synth_hierarchical(request: SynthesisRequest) -> SynthesisResult:
     """The two-level baseline: reduce-scatter inside each node, reduce-scatter and
     all-gather across nodes between GPUs of equal local index, all-gather inside."""
     from arborcc.errors import SynthesisError
-    from arborcc.synth.hosts import Cluster
+    from arborcc.synth.hosts import cluster_of
     from arborcc.synth.lower_stages import hierarchical_plan, lower_blueconnect
 
     try:  # on a cluster of equal hosts, its host-local routes and rails (fast at any size)
-        path = Cluster(request.topology).path
+        path = cluster_of(request.topology).path
     except SynthesisError:
         path = None
     lowered = lower_blueconnect(request.topology, hierarchical_plan(request.topology, path=path),
@@ -294,9 +294,9 @@ def synth_composed(request: SynthesisRequest) -> SynthesisResult:
     schedules across the hosts (:mod:`.composed`); optimal when the inter-host cut is the
     bottleneck, a few hundred steps per rank on 1024 GPUs."""
     from arborcc.synth import composed as C
-    from arborcc.synth.hosts import Cluster
+    from arborcc.synth.hosts import cluster_of
 
-    cluster = Cluster(request.topology)
+    cluster = cluster_of(request.topology)
     collective, name = request.collective, f"composed-{request.collective}"
     lower = getattr(C, f"lower_composed_{collective}")
     args = (cluster, request.root, name) if collective in ("broadcast", "reduce", "gather", "scatter") \
