@@ -18,7 +18,7 @@ from arborcc.ir.load import load_algorithm
 from arborcc.ir.model import Op
 from arborcc.ir.msccl_xml import read_msccl_xml, write_msccl_xml
 from arborcc.runtime.reference import make_inputs, run
-from arborcc.verify import verify_algorithm
+from arborcc.verify import claiming_supported_modes, verify_algorithm
 
 SAMPLES = Path(__file__).parent / "samples" / "msccl-tools"
 FILES = sorted(SAMPLES.glob("*.xml"))
@@ -121,6 +121,14 @@ def test_an_in_place_file_claimed_out_of_place_is_refused_for_that_call():
     assert report.failed_modes == ["out-of-place"]
     assert str(report.violations[0]) == ("rank 0: out-of-place call: declares 0 input chunks but allgather on 4 "
                                          "ranks with 4 chunks per loop has 1")
+
+
+@pytest.mark.parametrize("name, modes", [("legacy__allreduce_a100_ring_4_1_1.xml", (Mode.INPLACE,)),
+                                         ("legacy__alltoall_allpairs_4_1.xml", (Mode.OUTOFPLACE,)),
+                                         ("legacy__simple_custom_collective_1.xml", (Mode.OUTOFPLACE, Mode.INPLACE))])
+def test_claims_are_rewritten_to_exactly_the_calls_the_verifier_proves(name, modes):
+    unclaimed = with_modes(_load(name), ())  # claims nothing: every mode must be proved
+    assert declared_modes(claiming_supported_modes(unclaimed)) == modes
 
 
 def test_a_missing_dependency_makes_a_race():
