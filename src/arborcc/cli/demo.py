@@ -62,7 +62,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"{len(classes)} classes over {sum(c.members for c in classes)} NVLink-connected allocations; "
               f"by size: " + ", ".join(f"{k} GPUs: {v}" for k, v in sorted(sizes.items())))
 
-    _synthesize_and_check(alloc)
+    best = _synthesize_and_check(alloc)
+    from arborcc.runtime.demo_step import run_demo_step
+    run_demo_step(best, _section)
     return 0
 
 
@@ -110,3 +112,4 @@ def _synthesize_and_check(alloc) -> None:
     again = read_msccl_xml(path)
     print(f"  MSCCL XML: {path} ({os.path.getsize(path)} bytes), read back "
           f"{'identical' if again == best.algorithm else 'DIFFERENT'}")
+    return best.algorithm
