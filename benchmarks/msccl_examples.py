@@ -200,11 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tool", nargs=3, action="append", required=True, metavar=("LABEL", "CHECKOUT", "PYTHON"),
                    help="a checkout of msccl-tools and the interpreter it is installed in")
-    p.add_argument("--out", default="msccl-examples", help="folder for the files and logs (emptied)")
+    p.add_argument("--out", default="msccl-examples", help="new or empty folder for the files and logs")
     args = p.parse_args(argv)
     out = Path(args.out).resolve()
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    if out.exists() and any(out.iterdir()):
+        p.error(f"{out} is not empty")
+    out.mkdir(parents=True, exist_ok=True)
     rows = []
     for label, checkout, python in args.tool:
         commit = subprocess.run(["git", "-C", checkout, "rev-parse", "--short", "HEAD"],
