@@ -1,0 +1,351 @@
+"""The event-driven core: thread blocks execute their steps in order, transfers share
+links max-min fairly, and the clock jumps from event to event.
+
+Model (``docs/simulator.md`` has the full description):
+
+* The algorithm runs once per *iteration*: every chunk is cut into slices of at most
+  the protocol's slice size and the whole program runs once per slice, each thread
+  block starting its next iteration as soon as it finished the previous one (MSCCL's
+  ``gridOffset`` loop) - that is what pipelines large buffers. When chunks are smaller
+  than a slice, a step moving ``count`` chunks is split into transfers of at most one
+  slice (MSCCL's ``maxAllowedCount``).
+* A step waits for its dependency (that step of the same iteration), then for the
+  data it receives (the matching transfer's arrival), then reduces or copies for
+  ``bytes / bandwidth`` seconds, then sends: its transfer needs a free FIFO slot on the
+  connection (the receiver frees one by receiving) and is a *flow* over the route's
+  links. The step ends when the flow has drained; the data arrives at the receiver
+  after the route's latency plus the protocol's per-hop latency.
+* A flow's rate: connections whose links can never be oversubscribed (the
+  uncontended rates of all connections crossing each link fit its capacity) run at
+  that fixed rate without any bookkeeping; the others share their links max-min
+  fairly (:mod:`arborcc.sim.fairshare`), recomputed whenever one of them starts or ends.
+
+For many iterations the run can stop early: two short runs measure the steady period
+and the remaining iterations add one period each (:func:`run` with ``window``);
+``docs/simulator.md`` shows how close this comes to simulating every iteration.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from arborcc.errors import VerificationError
+from arborcc.sim.fairshare import FairShare
+from arborcc.sim.program import COPY, RECV, REDUCE, SEND, CompiledAlgorithm
+
+_RESUME, _DRAIN, _FLOW_END = 0, 1, 2
+
+
+@dataclass
+class RunSetup:
+    """What one engine run needs besides the compiled algorithm.
+
+    ``chunk_bytes``: payload bytes of one chunk (one instance); ``link_rate[l]``:
+    payload bytes/s link ``l`` carries at full use (nominal x efficiency x protocol
+    wire efficiency / instances); ``tb_cap``: the most one thread block sends per
+    second; ``extra_latency``: seconds every transfer pays on top of its route's latency.
+    """
+
+    chunk_bytes: float
+    slice_bytes: float
+    fifo_slices: int
+    link_rate: list[float]
+    tb_cap: float
+    extra_latency: float
+    reduce_bandwidth: float
+    copy_bandwidth: float
+
+
+class Piece:
+    """What one transfer-sized piece of one step did, kept when recording (critical
+    path). ``cause`` says what it last waited for before it could work: ``"prev"``
+    (its thread block's previous piece, ``ref``), ``"dep"`` (the piece ``ref`` of the
+    step it depends on), ``"data"`` (the sending piece ``ref``), ``"fifo"`` (the
+    receiving piece ``ref`` that freed a slot) or ``"start"``."""
+
+    __slots__ = ("tb", "step", "iteration", "cause", "ref", "ready", "compute", "send", "end")
+
+    def __init__(self, tb: int, step: int, iteration: int, cause: str, ref: int, ready: float):
+        self.tb, self.step, self.iteration = tb, step, iteration
+        self.cause, self.ref, self.ready = cause, ref, ready
+        self.compute: tuple[float, float] | None = None
+        self.send: tuple[float, float] | None = None
+        self.end = ready
+
+
+@dataclass
+class EngineResult:
+    """``makespan`` in seconds from the first step to the last; ``iterations`` the
+    iterations the algorithm runs, ``simulated`` how many were simulated (the rest
+    extrapolated at ``period`` seconds each); ``link_bytes`` payload bytes per link."""
+
+    makespan: float
+    iterations: int
+    simulated: int
+    period: float
+    max_allowed_count: int
+    slice_bytes: float
+    link_bytes: list[float]
+    flow_segments: list[tuple[int, float, float, float]] = field(default_factory=list)  #: (link, t0, t1, B/s)
+    pieces: list[Piece] = field(default_factory=list)
+    tb_finish: list[float] = field(default_factory=list)
+
+
+def pipelining(chunk_bytes: float, slice_bytes: float) -> tuple[int, float, int]:
+    """(iterations, bytes per chunk per iteration, chunks one transfer may carry)."""
+    if chunk_bytes <= 0:
+        return 1, 0.0, 71
+    if chunk_bytes >= slice_bytes:
+        iters = math.ceil(chunk_bytes / slice_bytes - 1e-9)
+        return iters, chunk_bytes / iters, 1
+    return 1, chunk_bytes, max(1, min(71, int(slice_bytes // chunk_bytes)))
+
+
+def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 8,
+        record: bool = False) -> EngineResult:
+    """Simulate ``prog`` (module doc).
+
+    With ``window`` = K and more than 3K iterations, only K and 2K iterations are
+    simulated: their makespans differ by exactly K steady periods (the first
+    iterations' ramp-up and the last ones' drain are the same in both runs), so the
+    full run's makespan is ``T(2K) + (N - 2K) (T(2K) - T(K)) / K``. ``None`` (or
+    ``record``, which keeps every flow's rate periods and every piece of work for the
+    timeline and the critical path) simulates every iteration.
+    """
+    iters, tile, m = pipelining(setup.chunk_bytes, setup.slice_bytes)
+    if window is None or record or iters <= 3 * window:
+        return _run(prog, setup, iters, tile, m, record)
+    short = _run(prog, setup, window, tile, m, False)
+    result = _run(prog, setup, 2 * window, tile, m, False)
+    period = max(0.0, (result.makespan - short.makespan) / window)
+    result.makespan += (iters - 2 * window) * period
+    result.period = period
+    result.iterations = iters
+    result.link_bytes = [b * iters / (2 * window) for b in result.link_bytes]
+    return result
+
+
+def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: int,
+         record: bool) -> EngineResult:
+    n = prog.num_tbs
+    flags, counts, deps = prog.tb_flags, prog.tb_counts, prog.tb_deps
+    send_conn, recv_conn = prog.tb_send, prog.tb_recv
+    tb_len = [len(f) for f in flags]
+    nconn = len(prog.conn_keys)
+    link_rate = setup.link_rate
+
+    # fixed rates where no link can be oversubscribed; the rest share through FairShare
+    cap = setup.tb_cap
+    free_rate = [min([cap] + [link_rate[l] for l in links]) for links in prog.conn_links]
+    demand = [0.0] * len(link_rate)
+    for c, links in enumerate(prog.conn_links):
+        for l in links:
+            demand[l] += free_rate[c]
+    shared_links: list[tuple[int, ...] | None] = []
+    for links in prog.conn_links:
+        tight = tuple(l for l in links if demand[l] > link_rate[l] * (1 + 1e-9))
+        shared_links.append(tight or None)
+    rate_log: list | None = [] if record else None
+    fair = FairShare(link_rate, rate_log)
+    latency = [lat + setup.extra_latency for lat in prog.conn_latency]
+    depth = max(1, setup.fifo_slices)
+    inv_red = 1.0 / setup.reduce_bandwidth if setup.reduce_bandwidth < math.inf else 0.0
+    inv_cpy = 1.0 / setup.copy_bandwidth if setup.copy_bandwidth < math.inf else 0.0
+
+    pos = [0] * n
+    it = [0] * n
+    piece = [0] * n
+    phase = [0] * n
+    pieces_of = [[(k + m - 1) // m for k in cs] for cs in counts]
+    dep_waiters: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    recv_wait = [-1] * nconn
+    fifo_wait = [-1] * nconn
+    arrivals: list[deque] = [deque() for _ in range(nconn)]
+    posted = [0] * nconn
+    consumed = [0] * nconn
+    tb_finish = [0.0] * n
+    heap: list = []
+    seq = 0
+    now = 0.0
+    ready: deque = deque()
+    for t in range(n):
+        if tb_len[t]:
+            ready.append(t)
+        else:
+            it[t] = iters
+    # recording (critical path): the piece each thread block is on, what woke it
+    pieces: list[Piece] = []
+    current = [-1] * n
+    last_done = [-1] * n
+    woke: list[tuple[str, int] | None] = [None] * n
+    sent_by: list[deque] = [deque() for _ in range(nconn)] if record else []
+    push = heapq.heappush
+
+    while True:
+        while ready:
+            t = ready.popleft()
+            L = tb_len[t]
+            tflags, tdeps = flags[t], deps[t]
+            while True:
+                p = pos[t]
+                if p == L:
+                    it[t] += 1
+                    pos[t] = p = 0
+                    if it[t] == iters:
+                        tb_finish[t] = now
+                        break
+                f = tflags[p]
+                ph = phase[t]
+                if record and current[t] < 0:
+                    current[t] = len(pieces)
+                    ref = last_done[t]
+                    pieces.append(Piece(t, p, it[t], "prev" if ref >= 0 else "start", ref, now))
+                if ph == 0:
+                    if piece[t] == 0:
+                        d = tdeps[p]
+                        if d is not None:
+                            dt, ds = d
+                            need = it[t] * tb_len[dt] + ds + 1
+                            if it[dt] * tb_len[dt] + pos[dt] < need:
+                                dep_waiters[dt].append((need, t))
+                                break
+                    if f & RECV:
+                        c = recv_conn[t]
+                        q = arrivals[c]
+                        if not q:
+                            recv_wait[c] = t
+                            break
+                        if q[0] > now:
+                            seq += 1
+                            push(heap, (q[0], seq, _RESUME, t, 0))
+                            if record:
+                                woke[t] = ("data", sent_by[c][0])
+                            break
+                        q.popleft()
+                        consumed[c] += 1
+                        if record:
+                            sent_by[c].popleft()
+                        w = fifo_wait[c]
+                        if w >= 0:
+                            fifo_wait[c] = -1
+                            ready.append(w)
+                            if record:
+                                woke[w] = ("fifo", current[t])
+                    if record and woke[t] is not None:
+                        rec = pieces[current[t]]
+                        rec.cause, rec.ref = woke[t]  # type: ignore[misc]
+                        rec.ready = now
+                        woke[t] = None
+                    if f & (REDUCE | COPY):
+                        k = piece[t]
+                        dur = min(m, counts[t][p] - k * m) * tile * (inv_red if f & REDUCE else inv_cpy)
+                        if dur > 0:
+                            phase[t] = 1
+                            seq += 1
+                            push(heap, (now + dur, seq, _RESUME, t, 0))
+                            if record:
+                                pieces[current[t]].compute = (now, now + dur)
+                            break
+                    ph = 1
+                if ph == 1 and f & SEND:
+                    c = send_conn[t]
+                    if posted[c] - consumed[c] >= depth:
+                        phase[t] = 1
+                        fifo_wait[c] = t
+                        break
+                    posted[c] += 1
+                    k = piece[t]
+                    nbytes = min(m, counts[t][p] - k * m) * tile
+                    phase[t] = 2
+                    if record:
+                        rec = pieces[current[t]]
+                        if woke[t] is not None:  # a FIFO slot was what it waited for last
+                            rec.cause, rec.ref = woke[t]  # type: ignore[misc]
+                            woke[t] = None
+                        rec.send = (now, now)
+                    links = shared_links[c]
+                    if links is None:
+                        end = now + nbytes / free_rate[c]
+                        seq += 1
+                        push(heap, (end, seq, _DRAIN, t, 0))
+                        if record:
+                            rate_log.append((t, now, end, free_rate[c]))  # type: ignore[union-attr]
+                    else:
+                        for fl in fair.start(now, t, nbytes, links, cap):
+                            seq += 1
+                            push(heap, (fl.finish_time(), seq, _FLOW_END, fl.key, fl.version))
+                    break
+                # the piece is done
+                if record:
+                    pieces[current[t]].end = now
+                    last_done[t] = current[t]
+                    current[t] = -1
+                phase[t] = 0
+                k = piece[t] + 1
+                if k < pieces_of[t][p]:
+                    piece[t] = k
+                    continue
+                piece[t] = 0
+                pos[t] = p + 1
+                waiters = dep_waiters[t]
+                if waiters:
+                    done = it[t] * L + p + 1
+                    keep = []
+                    for need, w in waiters:
+                        if need <= done:
+                            ready.append(w)
+                            if record:
+                                woke[w] = ("dep", last_done[t])
+                        else:
+                            keep.append((need, w))
+                    dep_waiters[t] = keep
+        if not heap:
+            break
+        now, _, kind, t, version = heapq.heappop(heap)
+        if kind == _RESUME:
+            ready.append(t)
+            continue
+        if kind == _FLOW_END:
+            fl = fair.current(t)
+            if fl is None or fl.version != version:
+                continue
+            for other in fair.end(now, t):
+                seq += 1
+                push(heap, (other.finish_time(), seq, _FLOW_END, other.key, other.version))
+        # the transfer of thread block t has drained: its data arrives after the latency
+        c = send_conn[t]
+        arrive = now + latency[c]
+        arrivals[c].append(arrive)
+        if record:
+            rec = pieces[current[t]]
+            rec.send = (rec.send[0], now)  # type: ignore[index]
+            sent_by[c].append(current[t])
+        w = recv_wait[c]
+        if w >= 0:
+            recv_wait[c] = -1
+            seq += 1
+            push(heap, (arrive, seq, _RESUME, w, 0))
+            if record:
+                woke[w] = ("data", current[t])
+        ready.append(t)
+
+    stuck = [t for t in range(n) if it[t] < iters]
+    if stuck:
+        t = stuck[0]
+        raise VerificationError(
+            f"{prog.algorithm.name}: the simulation cannot finish - rank {prog.tb_rank[t]} thread block "
+            f"{prog.tb_id[t]} waits forever at step {pos[t]} of iteration {it[t]} (deadlock)")
+    link_bytes = [0.0] * len(link_rate)
+    for c, links in enumerate(prog.conn_links):
+        for l in links:
+            link_bytes[l] += prog.conn_chunks[c] * tile * iters
+    segments = []
+    if rate_log:
+        for key, a, b, rate in rate_log:
+            for l in prog.conn_links[send_conn[key]]:
+                segments.append((l, a, b, rate))
+    return EngineResult(max(tb_finish, default=0.0), iters, iters, 0.0, m, tile, link_bytes, segments,
+                        pieces, tb_finish)
