@@ -36,7 +36,6 @@ from arborcc.errors import VerificationError
 from arborcc.sim.fairshare import FairShare
 from arborcc.sim.program import COPY, RECV, REDUCE, SEND, CompiledAlgorithm
 
-_RESUME, _DRAIN, _FLOW_END = 0, 1, 2
 
 
 @dataclass
@@ -46,7 +45,8 @@ class RunSetup:
     ``chunk_bytes``: payload bytes of one chunk (one instance); ``link_rate[l]``:
     payload bytes/s link ``l`` carries at full use (nominal x efficiency x protocol
     wire efficiency / instances); ``tb_cap``: the most one thread block sends per
-    second; ``extra_latency``: seconds every transfer pays on top of its route's latency.
+    second; ``extra_latency``: seconds every transfer pays on top of its route's
+    latency, which is scaled by ``latency_scale``.
     """
 
     chunk_bytes: float
@@ -55,6 +55,7 @@ class RunSetup:
     link_rate: list[float]
     tb_cap: float
     extra_latency: float
+    latency_scale: float
     reduce_bandwidth: float
     copy_bandwidth: float
 
@@ -150,7 +151,7 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
         shared_links.append(tight or None)
     rate_log: list | None = [] if record else None
     fair = FairShare(link_rate, rate_log)
-    latency = [lat + setup.extra_latency for lat in prog.conn_latency]
+    latency = [lat * setup.latency_scale + setup.extra_latency for lat in prog.conn_latency]
     depth = max(1, setup.fifo_slices)
     inv_red = 1.0 / setup.reduce_bandwidth if setup.reduce_bandwidth < math.inf else 0.0
     inv_cpy = 1.0 / setup.copy_bandwidth if setup.copy_bandwidth < math.inf else 0.0
@@ -167,8 +168,18 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
     posted = [0] * nconn
     consumed = [0] * nconn
     tb_finish = [0.0] * n
-    heap: list = []
-    seq = 0
+    # the event queue: a heap of distinct times, the events of each time in order
+    times: list[float] = []
+    bucket: dict[float, list] = {}
+
+    def schedule(at: float, item) -> None:
+        b = bucket.get(at)
+        if b is None:
+            bucket[at] = [item]
+            heapq.heappush(times, at)
+        else:
+            b.append(item)
+
     now = 0.0
     ready: deque = deque()
     for t in range(n):
@@ -182,7 +193,6 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
     last_done = [-1] * n
     woke: list[tuple[str, int] | None] = [None] * n
     sent_by: list[deque] = [deque() for _ in range(nconn)] if record else []
-    push = heapq.heappush
 
     while True:
         while ready:
@@ -204,7 +214,7 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                     ref = last_done[t]
                     pieces.append(Piece(t, p, it[t], "prev" if ref >= 0 else "start", ref, now))
                 if ph == 0:
-                    if piece[t] == 0:
+                    if tdeps is not None and piece[t] == 0:
                         d = tdeps[p]
                         if d is not None:
                             dt, ds = d
@@ -219,8 +229,7 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                             recv_wait[c] = t
                             break
                         if q[0] > now:
-                            seq += 1
-                            push(heap, (q[0], seq, _RESUME, t, 0))
+                            schedule(q[0], t << 1)
                             if record:
                                 woke[t] = ("data", sent_by[c][0])
                             break
@@ -240,12 +249,18 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                         rec.ready = now
                         woke[t] = None
                     if f & (REDUCE | COPY):
-                        k = piece[t]
-                        dur = min(m, counts[t][p] - k * m) * tile * (inv_red if f & REDUCE else inv_cpy)
+                        nbytes = min(m, counts[t][p] - piece[t] * m) * tile
+                        dur = nbytes * (inv_red if f & REDUCE else inv_cpy)
                         if dur > 0:
+                            c = send_conn[t] if f & SEND else -1
+                            if c >= 0 and not record and shared_links[c] is None and posted[c] - consumed[c] < depth:
+                                # compute, then a transfer at a fixed rate: nothing can change in between
+                                posted[c] += 1
+                                phase[t] = 2
+                                schedule(now + dur + nbytes / free_rate[c], (t << 1) | 1)
+                                break
                             phase[t] = 1
-                            seq += 1
-                            push(heap, (now + dur, seq, _RESUME, t, 0))
+                            schedule(now + dur, t << 1)
                             if record:
                                 pieces[current[t]].compute = (now, now + dur)
                             break
@@ -257,8 +272,7 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                         fifo_wait[c] = t
                         break
                     posted[c] += 1
-                    k = piece[t]
-                    nbytes = min(m, counts[t][p] - k * m) * tile
+                    nbytes = min(m, counts[t][p] - piece[t] * m) * tile
                     phase[t] = 2
                     if record:
                         rec = pieces[current[t]]
@@ -269,14 +283,12 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                     links = shared_links[c]
                     if links is None:
                         end = now + nbytes / free_rate[c]
-                        seq += 1
-                        push(heap, (end, seq, _DRAIN, t, 0))
+                        schedule(end, (t << 1) | 1)
                         if record:
                             rate_log.append((t, now, end, free_rate[c]))  # type: ignore[union-attr]
                     else:
                         for fl in fair.start(now, t, nbytes, links, cap):
-                            seq += 1
-                            push(heap, (fl.finish_time(), seq, _FLOW_END, fl.key, fl.version))
+                            schedule(fl.finish_time(), (fl.key, fl.version))
                     break
                 # the piece is done
                 if record:
@@ -302,35 +314,37 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                         else:
                             keep.append((need, w))
                     dep_waiters[t] = keep
-        if not heap:
+        if not times:
             break
-        now, _, kind, t, version = heapq.heappop(heap)
-        if kind == _RESUME:
-            ready.append(t)
-            continue
-        if kind == _FLOW_END:
-            fl = fair.current(t)
-            if fl is None or fl.version != version:
-                continue
-            for other in fair.end(now, t):
-                seq += 1
-                push(heap, (other.finish_time(), seq, _FLOW_END, other.key, other.version))
-        # the transfer of thread block t has drained: its data arrives after the latency
-        c = send_conn[t]
-        arrive = now + latency[c]
-        arrivals[c].append(arrive)
-        if record:
-            rec = pieces[current[t]]
-            rec.send = (rec.send[0], now)  # type: ignore[index]
-            sent_by[c].append(current[t])
-        w = recv_wait[c]
-        if w >= 0:
-            recv_wait[c] = -1
-            seq += 1
-            push(heap, (arrive, seq, _RESUME, w, 0))
+        now = heapq.heappop(times)
+        for item in bucket.pop(now):
+            if type(item) is int:
+                t = item >> 1
+                if not item & 1:
+                    ready.append(t)
+                    continue
+            else:  # a shared flow's expected end: current unless its rate changed since
+                t, version = item
+                fl = fair.current(t)
+                if fl is None or fl.version != version:
+                    continue
+                for other in fair.end(now, t):
+                    schedule(other.finish_time(), (other.key, other.version))
+            # the transfer of thread block t has drained: its data arrives after the latency
+            c = send_conn[t]
+            arrive = now + latency[c]
+            arrivals[c].append(arrive)
             if record:
-                woke[w] = ("data", current[t])
-        ready.append(t)
+                rec = pieces[current[t]]
+                rec.send = (rec.send[0], now)  # type: ignore[index]
+                sent_by[c].append(current[t])
+            w = recv_wait[c]
+            if w >= 0:
+                recv_wait[c] = -1
+                schedule(arrive, w << 1)
+                if record:
+                    woke[w] = ("data", current[t])
+            ready.append(t)
 
     stuck = [t for t in range(n) if it[t] < iters]
     if stuck:

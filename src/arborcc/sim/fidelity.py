@@ -13,6 +13,8 @@ A :class:`Fidelity` holds, per GPU generation:
   reduces or copies locally (a reduce step costs ``bytes / reduce_bandwidth``).
 * ``launch_latency`` - once per call on top of the protocol's base latency (kernel
   launch and completion as nccl-tests measures them).
+* ``route_latency_scale`` - multiplies the topology's link latencies (a built-in
+  NVSwitch route counts two NVLink hops of 0.7 us; NCCL charges 0.6 us per NVLink hop).
 * ``nccl_channels`` - the rings NCCL runs on a switch machine (its logs: 24 on
   DGX A100, 32 on DGX H100) and ``nvls_efficiency`` the share of port bandwidth
   NVLink SHARP all-reduce reaches (:mod:`arborcc.sim.nvls`).
@@ -50,7 +52,7 @@ class Fidelity:
     reduce_bandwidth: float = INF
     copy_bandwidth: float = INF
     launch_latency: float = 0.0
-    hop_latency_scale: float = 1.0
+    route_latency_scale: float = 1.0
     nccl_channels: int = 0
     nvls_efficiency: float = 0.0
 
@@ -72,42 +74,48 @@ IDEAL = Fidelity("ideal")
 
 _NVLINK_PCIE = {LinkKind.NVLINK: 0.84, LinkKind.PCIE: 0.85, LinkKind.INTER_SOCKET: 0.85,
                 LinkKind.NETWORK: 0.92, LinkKind.SWITCH_PORT: 0.92}
+#: NCCL charges 0.6 us per NVLink hop (LL ring, ``hwLat``); a built-in NVSwitch route
+#: is two 0.7 us NVLink links
+_SWITCH_HOP = 0.6 / 1.4
 
-#: V100 (DGX-1V, DGX-2, p3.16xlarge): NVLink2 at 21 of 25 GB/s and reduce+forward at
-#: about 18 GB/s in Blink's chain tests (Blink, MLSys 2020, section 2.2 and appendix A.1)
+#: V100 (DGX-1V, DGX-2, p3.16xlarge): Blink (MLSys 2020, section 2.2 and appendix A.1)
+#: forwards about 21 GB/s along chains of NVLink2 lanes of 25 GB/s and reduce+forwards
+#: about 19 over 8 GPUs
 V100 = Fidelity(
     "v100",
     link_efficiency=_frozen(_NVLINK_PCIE),
-    tb_bandwidth=_frozen({"LL": 6 * GB, "LL128": 20 * GB}),
-    reduce_bandwidth=126 * GB,
+    tb_bandwidth=_frozen({"LL": 5 * GB, "LL128": 20 * GB}),
+    reduce_bandwidth=220 * GB,
     copy_bandwidth=400 * GB,
     launch_latency=10 * US,
-    nccl_channels=12,
+    nccl_channels=0,
 )
-#: P100 (DGX-1P): NVLink1, same overheads as V100
+#: P100 (DGX-1P): NVLink1, the V100 overheads
 P100 = V100.with_changes(name="p100")
-#: A100 (DGX A100, p4d.24xlarge)
+#: A100 (DGX A100, p4d.24xlarge): nccl-tests all-reduce on 8 GPUs (docs/fidelity.md)
 A100 = Fidelity(
     "a100",
-    link_efficiency=_frozen({**_NVLINK_PCIE, LinkKind.NVLINK: 0.78}),
-    tb_bandwidth=_frozen({"LL": 6 * GB, "LL128": 20 * GB}),
-    reduce_bandwidth=150 * GB,
+    link_efficiency=_frozen({**_NVLINK_PCIE, LinkKind.NVLINK: 0.811}),
+    tb_bandwidth=_frozen({"LL": 5 * GB, "LL128": 20 * GB}),
+    reduce_bandwidth=300 * GB,
     copy_bandwidth=600 * GB,
-    launch_latency=20 * US,
+    launch_latency=29.8 * US,
+    route_latency_scale=_SWITCH_HOP,
     nccl_channels=24,
 )
-#: H100 (DGX H100)
+#: H100 (DGX H100): nccl-tests all-reduce on 8 GPUs, NVLS and NCCL_ALGO=RING (docs/fidelity.md)
 H100 = Fidelity(
     "h100",
-    link_efficiency=_frozen({**_NVLINK_PCIE, LinkKind.NVLINK: 0.82}),
-    tb_bandwidth=_frozen({"LL": 8 * GB, "LL128": 36.7 * GB}),
-    reduce_bandwidth=200 * GB,
+    link_efficiency=_frozen({**_NVLINK_PCIE, LinkKind.NVLINK: 0.871}),
+    tb_bandwidth=_frozen({"LL": 6 * GB, "LL128": 36.7 * GB}),
+    reduce_bandwidth=300 * GB,
     copy_bandwidth=800 * GB,
-    launch_latency=12 * US,
+    launch_latency=10.6 * US,
+    route_latency_scale=_SWITCH_HOP,
     nccl_channels=32,
-    nvls_efficiency=0.7,
+    nvls_efficiency=0.685,
 )
-#: machines nothing is known about: the V100 overheads with nominal-ish links
+#: machines nothing is known about: the V100 overheads
 GENERIC = V100.with_changes(name="generic")
 
 PROFILES: dict[str, Fidelity] = {f.name: f for f in (IDEAL, V100, P100, A100, H100, GENERIC)}

@@ -49,7 +49,7 @@ class CompiledAlgorithm:
     tb_id: list[int]
     tb_flags: list[list[int]]
     tb_counts: list[list[int]]
-    tb_deps: list[list[tuple[int, int] | None]]
+    tb_deps: list[list[tuple[int, int] | None] | None]  #: None: no step of the thread block has one
     tb_send: list[int]
     tb_recv: list[int]
     conn_keys: list[tuple[int, int, int]]
@@ -100,12 +100,17 @@ def _compile(algo: Algorithm, topology: Topology,
             index[(prog.rank, tb.id)] = g
             tb_rank.append(prog.rank)
             tb_id.append(tb.id)
-            flags = [_FLAGS[s.op] for s in tb.steps]
+            steps = tb.steps
+            flags = [_FLAGS[s.op] for s in steps]
             tb_flags.append(flags)
-            tb_counts.append([max(1, s.count) for s in tb.steps])
-            raw_deps.append([(prog.rank, s.dep.tb, s.dep.step) if s.dep is not None else None for s in tb.steps])
+            cnt = [s.count for s in steps]
+            tb_counts.append(cnt if min(cnt, default=1) >= 1 else [max(1, k) for k in cnt])
+            deps = [s.dep for s in steps]
+            raw_deps.append(None if deps.count(None) == len(deps) else
+                            [(prog.rank, d.tb, d.step) if d is not None else None for d in deps])
             where = f"rank {prog.rank} thread block {tb.id}"
-            if any(f & SEND for f in flags):
+            kinds = set(flags)
+            if any(f & SEND for f in kinds):
                 if tb.send < 0:
                     raise VerificationError(f"{algo.name}: {where} sends but has no send peer")
                 key = (prog.rank, tb.send, tb.channel)
@@ -113,7 +118,7 @@ def _compile(algo: Algorithm, topology: Topology,
                     raise VerificationError(f"{algo.name}: connection {key[0]}->{key[1]} channel {key[2]} "
                                             f"has two sending thread blocks")
                 senders[key] = g
-            if any(f & RECV for f in flags):
+            if any(f & RECV for f in kinds):
                 if tb.recv < 0:
                     raise VerificationError(f"{algo.name}: {where} receives but has no receive peer")
                 key = (tb.recv, prog.rank, tb.channel)
@@ -121,8 +126,11 @@ def _compile(algo: Algorithm, topology: Topology,
                     raise VerificationError(f"{algo.name}: connection {key[0]}->{key[1]} channel {key[2]} "
                                             f"has two receiving thread blocks")
                 receivers[key] = g
-    tb_deps: list[list[tuple[int, int] | None]] = []
+    tb_deps: list[list[tuple[int, int] | None] | None] = []
     for g, deps in enumerate(raw_deps):
+        if deps is None:
+            tb_deps.append(None)
+            continue
         out = []
         for d in deps:
             if d is None:

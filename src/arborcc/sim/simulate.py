@@ -102,7 +102,7 @@ def run_setup(algo: Algorithm, prog: CompiledAlgorithm, size: float, protocol: P
         chunk_bytes=chunk_bytes(algo, size) / instances, slice_bytes=protocol.slice_bytes,
         fifo_slices=protocol.fifo_slices, link_rate=rates,
         tb_cap=fidelity.thread_block_bandwidth(protocol.name),
-        extra_latency=protocol.hop_latency * fidelity.hop_latency_scale,
+        extra_latency=protocol.hop_latency, latency_scale=fidelity.route_latency_scale,
         reduce_bandwidth=fidelity.reduce_bandwidth, copy_bandwidth=fidelity.copy_bandwidth)
 
 
