@@ -29,3 +29,16 @@ def test_ring_kernel_shape():
 def test_ring_kernel_rejects_a_non_ring():
     with pytest.raises(SynthesisError, match="exactly once"):
         ring_allreduce_algorithm([[0, 1, 1]])
+
+
+@pytest.mark.parametrize("rings,root", [([[0, 1]], 1), ([[0, 1, 2, 3]], 2), ([[0, 2, 1, 3], [3, 1, 2, 0]], 3)])
+def test_ring_broadcast_is_a_correct_broadcast(rings, root):
+    from arborcc.sim.nccl_ring import ring_broadcast_algorithm
+
+    algo = ring_broadcast_algorithm(rings, root)
+    report = verify_algorithm(algo, "legacy")
+    assert report.ok, report.violations[:3]
+    inputs = make_inputs(algo, elems=len(rings) * 4, seed=1)
+    for out, want in zip(run(algo, inputs), reference(algo, inputs)):
+        if want is not None:
+            np.testing.assert_allclose(out, want, rtol=1e-6)

@@ -17,7 +17,7 @@ from arborcc import __version__
 from arborcc.errors import ArborccError
 
 #: subcommand modules, in the order data flows (each defines ``register``)
-COMMAND_MODULES = ("topo", "synth", "compile", "verify", "show", "demo")
+COMMAND_MODULES = ("topo", "synth", "compile", "verify", "show", "simulate", "compare", "tune", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

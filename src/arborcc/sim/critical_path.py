@@ -51,6 +51,21 @@ class CriticalPath:
     def waiting(self) -> float:
         return max(0.0, self.end - sum(s.duration for s in self.segments))
 
+    def runs(self) -> list[tuple[Segment, int]]:
+        """Consecutive segments of the same kind, thread block, step and peer merged:
+        (a segment spanning the run, how many it merged)."""
+        out: list[tuple[Segment, int]] = []
+        for seg in self.segments:
+            if out:
+                last, n = out[-1]
+                if (last.kind, last.rank, last.tb, last.step, last.peer) == (seg.kind, seg.rank, seg.tb, seg.step,
+                                                                               seg.peer):
+                    out[-1] = (Segment(last.kind, last.start, seg.end, last.rank, last.tb, last.step, last.iteration,
+                                       last.peer), n + 1)
+                    continue
+            out.append((seg, 1))
+        return out
+
     def summary(self) -> dict[str, float]:
         """Seconds per kind along the path, plus ``waiting`` and ``transfers`` (a count)."""
         out = {kind: self.total(kind) for kind in ("launch", "transfer", "latency", "compute")}

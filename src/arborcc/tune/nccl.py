@@ -1,5 +1,5 @@
-"""The NCCL baseline: what NCCL itself runs for an all-reduce on a topology, per size,
-timed by the simulator.
+"""The NCCL baseline: what NCCL itself runs for an all-reduce or a broadcast on a
+topology, per size, timed by the simulator.
 
 NCCL (2.18, NVIDIA/nccl ``src/graph``, ``src/enqueue.cc``):
 
@@ -29,7 +29,7 @@ from functools import cached_property
 from arborcc.errors import SynthesisError
 from arborcc.ir.model import Algorithm, Protocol
 from arborcc.sim.fidelity import Fidelity, fidelity_for
-from arborcc.sim.nccl_ring import ring_allreduce_algorithm
+from arborcc.sim.nccl_ring import ring_allreduce_algorithm, ring_broadcast_algorithm
 from arborcc.sim.nvls import nvls_allreduce_time
 from arborcc.sim.simulate import SimResult, simulate
 from arborcc.topology.model import LinkKind, Topology
@@ -37,6 +37,8 @@ from arborcc.topology.model import LinkKind, Topology
 #: (threads per channel, bytes per thread below which a channel is dropped)
 CHANNEL_THRESHOLDS = {"Simple": (512, 64), "LL128": (640, 8), "LL": (512, 8)}
 MAX_CHANNELS = 32
+#: the collectives the baseline covers
+COLLECTIVES = ("allreduce", "broadcast")
 
 
 @dataclass
@@ -53,7 +55,7 @@ class NcclCall:
 
 
 class NcclBaseline:
-    """NCCL's all-reduce on ``topology`` (module doc); :meth:`call` gives one size."""
+    """NCCL on ``topology`` (module doc); :meth:`call` gives one call."""
 
     def __init__(self, topology: Topology, fidelity: Fidelity | None = None):
         from arborcc.synth.nccl import nccl_rings
@@ -84,39 +86,49 @@ class NcclBaseline:
             nc -= 1
         return nc
 
-    def ring_algorithm(self, distinct: int) -> tuple[Algorithm, dict]:
-        """The ring kernel over the first ``distinct`` rings, with their device paths."""
-        if distinct not in self._algorithms:
+    def ring_algorithm(self, distinct: int, collective: str = "allreduce", root: int = 0) -> tuple[Algorithm, dict]:
+        """NCCL's ring kernel for ``collective`` over the first ``distinct`` rings, with the
+        device path of every connection."""
+        key = (collective, root, distinct)
+        if key not in self._algorithms:
             rings = self.schedule.rings[:distinct]
-            algo = ring_allreduce_algorithm(rings, f"nccl-rings-{distinct}")
+            if collective == "allreduce":
+                algo = ring_allreduce_algorithm(rings, f"nccl-ring-allreduce-{distinct}")
+            else:
+                algo = ring_broadcast_algorithm(rings, root, f"nccl-ring-broadcast-{distinct}")
             routes = {}
             for c, ring in enumerate(rings):
                 hops = self.schedule.hops[c] if self.schedule.hops else []
                 for k, path in enumerate(hops):
                     routes[(ring[k], ring[(k + 1) % len(ring)], c)] = path
-            self._algorithms[distinct] = (algo, routes)
-        return self._algorithms[distinct]
+            self._algorithms[key] = (algo, routes)
+        return self._algorithms[key]
 
-    def simulate_ring(self, size: float, protocol: str, channels: int | None = None) -> SimResult:
+    def simulate_ring(self, size: float, protocol: str, channels: int | None = None,
+                      collective: str = "allreduce", root: int = 0) -> SimResult:
         """The ring kernel on ``channels`` channels (default: NCCL's count for the size)."""
         nc = channels or self.channels_for(size, protocol)
         distinct = min(nc, len(self.schedule.rings))
-        algo, routes = self.ring_algorithm(distinct)
+        algo, routes = self.ring_algorithm(distinct, collective, root)
         return simulate(algo, self.topology, size, protocol, self.fidelity,
                         instances=max(1, round(nc / distinct)), routes=routes)
 
-    def model_choice(self, size: float) -> str:
+    def model_choice(self, size: float, collective: str = "allreduce") -> str:
         """The ring protocol NCCL's alpha-beta model picks for ``size``."""
         from arborcc.synth.nccl import nccl_predicted_time
 
-        return min(self.protocols, key=lambda p: nccl_predicted_time("allreduce", "ring", p, size, self.schedule))
+        return min(self.protocols, key=lambda p: nccl_predicted_time(collective, "ring", p, size, self.schedule))
 
-    def call(self, size: float, protocol: str | None = None) -> NcclCall:
-        """What NCCL runs for an all-reduce of ``size`` bytes; ``protocol`` forces one."""
-        proto = protocol or self.model_choice(size)
+    def call(self, size: float, collective: str = "allreduce", root: int = 0,
+             protocol: str | None = None) -> NcclCall:
+        """What NCCL runs for ``collective`` (allreduce or broadcast) of ``size`` bytes;
+        ``protocol`` forces one (and rules NVLS out)."""
+        if collective not in COLLECTIVES:
+            raise SynthesisError(f"the NCCL baseline covers {', '.join(COLLECTIVES)}, not {collective}")
+        proto = protocol or self.model_choice(size, collective)
         nc = self.channels_for(size, proto)
-        ring = NcclCall("ring", proto, nc, self.simulate_ring(size, proto, nc))
-        if protocol is None:
+        ring = NcclCall("ring", proto, nc, self.simulate_ring(size, proto, nc, collective, root))
+        if protocol is None and collective == "allreduce":
             nvls = nvls_allreduce_time(self.topology, size, self.fidelity)
             if nvls is not None and nvls < ring.result.time:
                 r = ring.result
