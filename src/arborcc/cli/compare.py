@@ -15,6 +15,8 @@ rows with ``strategy``, ``size``, ``protocol``, ``time_us``, ``algbw_gbps``, ``b
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 
 COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter", "gather", "scatter")
@@ -41,6 +43,21 @@ def progress(message: str) -> None:
         print(f"arborcc: {message}", file=sys.stderr)
 
 
+@contextlib.contextmanager
+def chatter_to_stderr():
+    """Send whatever native libraries print on stdout (the LP solver's banner) to stderr
+    while the block runs, so that stdout holds only the command's own output (--json)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from arborcc.cli.output import print_json
     from arborcc.cli.simulate import fidelity_from_args
@@ -51,8 +68,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     sizes = parse_sizes(args.sizes)
     topology = topology_from_args(args)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
-    result = compare(topology, args.collective, sizes, args.protocol, args.root, strategies,
-                     fidelity_from_args(args, topology), progress=progress)
+    with chatter_to_stderr():
+        result = compare(topology, args.collective, sizes, args.protocol, args.root, strategies,
+                         fidelity_from_args(args, topology), progress=progress)
     if args.plot:
         comparison_png(result, args.plot)
     if args.json:
