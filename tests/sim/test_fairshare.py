@@ -29,12 +29,25 @@ def test_a_flow_cap_frees_capacity_for_others():
 
 def test_rates_change_only_when_flows_start_and_end():
     fs = FairShare([10.0])
-    changed = fs.start(0.0, 1, 100.0, (0,), math.inf)
+    fs.start(0.0, 1, 100.0, (0,), math.inf)
+    changed = fs.settle(0.0)
     assert [f.key for f in changed] == [1] and changed[0].finish_time() == pytest.approx(10.0)
-    changed = fs.start(5.0, 2, 100.0, (0,), math.inf)  # flow 1 has 50 bytes left
+    fs.start(5.0, 2, 100.0, (0,), math.inf)  # flow 1 has 50 bytes left
+    changed = fs.settle(5.0)
     assert {f.key: f.finish_time() for f in changed} == pytest.approx({1: 15.0, 2: 25.0})
-    changed = fs.end(15.0, 1)  # flow 2 has 50 left, now alone
+    fs.end(15.0, 1)  # flow 2 has 50 left, now alone
+    changed = fs.settle(15.0)
     assert {f.key: f.finish_time() for f in changed} == pytest.approx({2: 20.0})
+
+
+def test_an_end_and_a_start_at_one_instant_leave_the_others_alone():
+    fs = FairShare([10.0])
+    fs.start(0.0, 1, 100.0, (0,), math.inf)
+    fs.start(0.0, 2, 100.0, (0,), math.inf)
+    fs.settle(0.0)
+    fs.end(20.0, 1)
+    fs.start(20.0, 3, 100.0, (0,), math.inf)
+    assert [f.key for f in fs.settle(20.0)] == [3]
 
 
 @settings(max_examples=60, deadline=None)

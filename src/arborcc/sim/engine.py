@@ -20,13 +20,14 @@ Model (``docs/simulator.md`` has the full description):
   that fixed rate without any bookkeeping; the others share their links max-min
   fairly (:mod:`arborcc.sim.fairshare`), recomputed whenever one of them starts or ends.
 
-For many iterations the run can stop early: two short runs measure the steady period
-and the remaining iterations add one period each (:func:`run` with ``window``);
+For many iterations the run can stop early: short runs measure the steady period and
+the remaining iterations add one period each (:func:`run` with ``window``);
 ``docs/simulator.md`` shows how close this comes to simulating every iteration.
 """
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from collections import deque
@@ -36,6 +37,15 @@ from arborcc.errors import VerificationError
 from arborcc.sim.fairshare import FairShare
 from arborcc.sim.program import COPY, RECV, REDUCE, SEND, CompiledAlgorithm
 
+
+
+#: the largest share of the total time by which two successive period estimates may
+#: disagree over the iterations left to extrapolate
+EXTRAPOLATION_TOLERANCE = 1e-3
+#: period estimates further apart than this (relative) give up on extrapolating
+UNSTEADY = 0.05
+#: runs simulated so far, by everything a run depends on but its iteration count
+_RUNS: dict[tuple, tuple] = {}
 
 
 @dataclass
@@ -105,28 +115,75 @@ def pipelining(chunk_bytes: float, slice_bytes: float) -> tuple[int, float, int]
     return 1, chunk_bytes, max(1, min(71, int(slice_bytes // chunk_bytes)))
 
 
-def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 8,
+def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
         record: bool = False) -> EngineResult:
     """Simulate ``prog`` (module doc).
 
-    With ``window`` = K and more than 3K iterations, only K and 2K iterations are
-    simulated: their makespans differ by exactly K steady periods (the first
-    iterations' ramp-up and the last ones' drain are the same in both runs), so the
-    full run's makespan is ``T(2K) + (N - 2K) (T(2K) - T(K)) / K``. ``None`` (or
-    ``record``, which keeps every flow's rate periods and every piece of work for the
-    timeline and the critical path) simulates every iteration.
+    With ``window`` = K, runs of K, 2K, 4K, ... iterations are simulated instead of all
+    N (and kept: the next size with the same slices asks for the same ones): two runs of ``a`` and ``b`` iterations differ by ``b - a`` steady periods (the
+    first iterations' ramp-up and the last ones' drain are the same in both), so each
+    new run gives a period estimate, and once three consecutive estimates agree closely
+    enough that the remaining iterations cannot move the total by more than
+    :data:`EXTRAPOLATION_TOLERANCE`, the makespan is ``T(b) + (N - b) x period``. When
+    the next run would cost more than simulating everything, or the estimates are far
+    apart (:data:`UNSTEADY`), everything is simulated.
+    ``None`` (or ``record``, which keeps every flow's rate periods and every piece of
+    work for the timeline and the critical path) simulates every iteration.
     """
     iters, tile, m = pipelining(setup.chunk_bytes, setup.slice_bytes)
-    if window is None or record or iters <= 3 * window:
-        return _run(prog, setup, iters, tile, m, record)
-    short = _run(prog, setup, window, tile, m, False)
-    result = _run(prog, setup, 2 * window, tile, m, False)
-    period = max(0.0, (result.makespan - short.makespan) / window)
-    result.makespan += (iters - 2 * window) * period
-    result.period = period
-    result.iterations = iters
-    result.link_bytes = [b * iters / (2 * window) for b in result.link_bytes]
-    return result
+    if record:
+        return _run(prog, setup, iters, tile, m, True)
+    done = _runs_of(prog, setup, tile, m)
+
+    def simulated(k: int) -> EngineResult:
+        if k not in done:
+            done[k] = _run(prog, setup, k, tile, m, False)
+        return copy.copy(done[k])
+
+    if window is None or iters <= 4 * window or iters in done:
+        return simulated(iters)
+    probes = [simulated(window)]
+    spent, estimates = window, []
+    while True:
+        length = 2 * probes[-1].simulated
+        if spent + length >= iters and length not in done:  # probing would cost more than doing it all
+            return simulated(iters)
+        probes.append(simulated(length))
+        spent += length
+        a, b = probes[-2], probes[-1]
+        estimates.append(max(0.0, (b.makespan - a.makespan) / (b.simulated - a.simulated)))
+        if len(estimates) >= 2:
+            q = estimates[-1]
+            spread = max(estimates[-3:]) - min(estimates[-3:])
+            if spread > UNSTEADY * q:  # far from periodic: probing further rarely pays
+                return simulated(iters)
+            total = b.makespan + (iters - b.simulated) * q
+            if len(estimates) >= 3 and spread * (iters - b.simulated) <= EXTRAPOLATION_TOLERANCE * total:
+                return _extrapolate(b, q, iters)
+        if length >= iters:
+            return simulated(iters)
+
+
+def _runs_of(prog: CompiledAlgorithm, setup: RunSetup, tile: float, m: int) -> dict[int, EngineResult]:
+    """The runs already simulated with everything but the iteration count equal (a sweep
+    over sizes with the same slices asks for the same probes again)."""
+    key = (id(prog), tile, m, setup.fifo_slices, tuple(setup.link_rate), setup.tb_cap, setup.extra_latency,
+           setup.latency_scale, setup.reduce_bandwidth, setup.copy_bandwidth)
+    entry = _RUNS.get(key)
+    if entry is None or entry[0] is not prog:
+        entry = _RUNS[key] = (prog, {})
+        if len(_RUNS) > 64:
+            _RUNS.pop(next(iter(_RUNS)))
+    return entry[1]
+
+
+def _extrapolate(run: EngineResult, period: float, iters: int) -> EngineResult:
+    """``run`` (of fewer iterations) stretched to ``iters`` at ``period`` per iteration."""
+    run.link_bytes = [x * iters / run.simulated for x in run.link_bytes]
+    run.makespan += (iters - run.simulated) * period
+    run.period = period
+    run.iterations = iters
+    return run
 
 
 def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: int,
@@ -287,8 +344,7 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                         if record:
                             rate_log.append((t, now, end, free_rate[c]))  # type: ignore[union-attr]
                     else:
-                        for fl in fair.start(now, t, nbytes, links, cap):
-                            schedule(fl.finish_time(), (fl.key, fl.version))
+                        fair.start(now, t, nbytes, links, cap)
                     break
                 # the piece is done
                 if record:
@@ -314,6 +370,9 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                         else:
                             keep.append((need, w))
                     dep_waiters[t] = keep
+        if fair.dirty:
+            for fl in fair.settle(now):
+                schedule(fl.finish_time(), (fl.key, fl.version))
         if not times:
             break
         now = heapq.heappop(times)
@@ -328,8 +387,7 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                 fl = fair.current(t)
                 if fl is None or fl.version != version:
                     continue
-                for other in fair.end(now, t):
-                    schedule(other.finish_time(), (other.key, other.version))
+                fair.end(now, t)
             # the transfer of thread block t has drained: its data arrives after the latency
             c = send_conn[t]
             arrive = now + latency[c]

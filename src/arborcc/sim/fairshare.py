@@ -7,8 +7,8 @@ go faster without slowing one that is no faster (progressive filling, Bertsekas 
 Gallager, *Data Networks*, 2nd ed., 1992, section 6.5.2).
 
 Only a start or an end changes rates, and only for the flows that share a link with
-the changed one, directly or through other flows: :class:`FairShare` recomputes that
-component alone, so a change costs time in the size of its component, not in the
+the changed one, directly or through other flows: :class:`FairShare` recomputes those
+components alone, once per instant however many flows started and ended in it, so a change costs time in the size of its component, not in the
 number of flows in the system. Remaining bytes are advanced lazily (each flow keeps
 the time its rate was last set).
 """
@@ -75,12 +75,27 @@ def max_min_rates(flows: list[Flow], capacity: list[float]) -> dict[int, float]:
     return rates
 
 
+def _one_link_rates(flows: list[Flow], capacity: float) -> dict[int, float]:
+    """:func:`max_min_rates` when every flow crosses the same single link."""
+    if all(f.cap == math.inf for f in flows):
+        share = capacity / len(flows)
+        return {f.key: share for f in flows}
+    rates = {}
+    left, todo = capacity, sorted(flows, key=lambda f: f.cap)
+    for i, f in enumerate(todo):
+        share = left / (len(todo) - i)
+        rate = min(f.cap, share)
+        rates[f.key] = rate
+        left -= rate
+    return rates
+
+
 class FairShare:
     """The active flows on the links whose sharing can bind (see module doc).
 
-    :meth:`start` and :meth:`end` return the flows whose rate changed, with their new
-    expected finish times; their ``version`` is bumped so stale finish events can be
-    recognised and dropped.
+    :meth:`start` and :meth:`end` record changes; :meth:`settle` recomputes the rates
+    they affect and returns the flows whose rate changed, their ``version`` bumped so
+    stale finish events can be recognised and dropped.
     """
 
     def __init__(self, capacity: list[float], log: list | None = None):
@@ -88,12 +103,21 @@ class FairShare:
         self.flows: dict[int, Flow] = {}
         self.on_link: dict[int, set[int]] = {}
         self.log = log  #: if a list: (key, start, end, rate) of every finished rate period
+        self.dirty: set[int] = set()  #: links whose flows changed since the last settle
+        self.wide: dict[int, int] = {}  #: per link, its flows that cross other links too
 
     def _close(self, f: Flow, now: float) -> None:
         if self.log is not None and f.rate > 0 and now > f.since:
             self.log.append((f.key, f.since, now, f.rate))
 
     def _component(self, links: tuple[int, ...]) -> list[Flow]:
+        if len(links) == 1:  # the common case: one shared link whose flows use no other
+            on = self.on_link.get(links[0])
+            if not on:
+                return []
+            flows = [self.flows[k] for k in on]
+            if all(len(f.links) == 1 for f in flows):
+                return flows
         seen_links, seen_flows = set(links), set()
         todo = list(links)
         out = []
@@ -111,36 +135,78 @@ class FairShare:
                         todo.append(m)
         return out
 
-    def _rebalance(self, now: float, links: tuple[int, ...]) -> list[Flow]:
-        component = self._component(links)
-        if not component:
+    def settle(self, now: float) -> list[Flow]:
+        """Recompute the rates of every component touched since the last call; the
+        flows whose rate changed (new flows included) get a new ``version`` and are
+        returned, so their expected finish can be rescheduled. Starts and ends at one
+        instant are settled together, which saves the churn of a flow ending and its
+        successor on the same connection starting at once."""
+        if not self.dirty:
             return []
-        rates = max_min_rates(component, self.capacity)
+        changed, seen = [], set()
+        for l in sorted(self.dirty):
+            if l in seen:
+                continue
+            on = self.on_link.get(l)
+            if not on:
+                continue
+            if not self.wide.get(l):  # every flow here crosses this link only: an even split
+                share = self.capacity[l] / len(on)
+                flows = [self.flows[k] for k in on]
+                if all(f.cap >= share for f in flows):
+                    for f in flows:
+                        if f.rate != share:
+                            self._set(f, share, now)
+                            changed.append(f)
+                    continue
+            component = self._component((l,))
+            for f in component:
+                seen.update(f.links)
+            if component:
+                changed += self._rebalance(now, component)
+        self.dirty.clear()
+        return changed
+
+    def _rebalance(self, now: float, component: list[Flow]) -> list[Flow]:
+        first = component[0].links
+        if len(first) == 1 and all(f.links == first for f in component):
+            rates = _one_link_rates(component, self.capacity[first[0]])
+        else:
+            rates = max_min_rates(component, self.capacity)
         changed = []
         for f in component:
             new = rates[f.key]
             if new != f.rate:
-                self._close(f, now)
-                f.remaining = max(0.0, f.remaining - f.rate * (now - f.since))
-                f.since = now
-                f.rate = new
-                f.version += 1
+                self._set(f, new, now)
                 changed.append(f)
         return changed
 
-    def start(self, now: float, key: int, nbytes: float, links: tuple[int, ...], cap: float) -> list[Flow]:
+    def _set(self, f: Flow, rate: float, now: float) -> None:
+        self._close(f, now)
+        f.remaining = max(0.0, f.remaining - f.rate * (now - f.since))
+        f.since = now
+        f.rate = rate
+        f.version += 1
+
+    def start(self, now: float, key: int, nbytes: float, links: tuple[int, ...], cap: float) -> None:
+        """A flow of ``nbytes`` over ``links`` starts (its rate is set by :meth:`settle`)."""
         f = Flow(key, nbytes, links, cap, now)
         self.flows[key] = f
         for l in links:
             self.on_link.setdefault(l, set()).add(key)
-        return self._rebalance(now, links)
+            if len(links) > 1:
+                self.wide[l] = self.wide.get(l, 0) + 1
+        self.dirty.update(links)
 
-    def end(self, now: float, key: int) -> list[Flow]:
+    def end(self, now: float, key: int) -> None:
+        """Flow ``key`` has delivered its last byte."""
         f = self.flows.pop(key)
         self._close(f, now)
         for l in f.links:
             self.on_link[l].discard(key)
-        return self._rebalance(now, f.links)
+            if len(f.links) > 1:
+                self.wide[l] -= 1
+        self.dirty.update(f.links)
 
     def current(self, key: int) -> Flow | None:
         return self.flows.get(key)

@@ -125,7 +125,7 @@ def simulate(algo: Algorithm, topology: Topology, size: float, protocol: str | N
     fidelity = fidelity or fidelity_for(topology)
     prog = compile_algorithm(algo, topology, routes)
     setup = run_setup(algo, prog, size, proto, fidelity, instances)
-    out = engine.run(prog, setup, None if exact else 8, record)
+    out = engine.run(prog, setup, None if exact else 2, record)
     base = proto.base_latency + fidelity.launch_latency
     time = base + out.makespan
     util = {}
