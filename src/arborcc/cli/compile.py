@@ -18,42 +18,45 @@ exposes its program in one of two ways:
    :mod:`arborcc.compat.msccl` when no real ``msccl`` is installed.
 
 Options after TARGET that ``compile`` knows (``-o``, ``--dialect``, ``--format``,
-``--json``) are taken; everything else goes to the program (or, for a library name,
-its parameters). Put arguments after ``--`` to pass them to the program verbatim.
-What the program prints goes to stderr, so ``--json`` output stays one object.
+``--json``, ``--inplace``, ``--outofplace``) are taken; everything else goes to the
+program (or, for a library name, its parameters). Put arguments after ``--`` to pass
+them to the program verbatim. What the program prints goes to stderr, so ``--json``
+output stays one object.
 
-The algorithm is verified (:func:`arborcc.verify.check_algorithm`, with the dialect's
+The algorithm is verified (:func:`arborcc.verify.verify_algorithm`, with the dialect's
 limits) before anything is written: a wrong algorithm is never written; exit status 1
-says it was wrong, 2 that the input was.
+says it was wrong, 2 that the input was. The file claims exactly the kinds of call in
+which the algorithm is correct (``inplace``/``outofplace``): the program's own and the
+other one too when the verifier proves it (:func:`arborcc.verify.supported_modes`).
+``--inplace`` builds a library algorithm's in-place form and requires an in-place
+claim (``--outofplace`` likewise); a program that has no such form is refused (exit 2,
+naming what goes wrong in that mode).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-
-import runpy
 import sys
 import time
 from pathlib import Path
 
-from arborcc.cli.output import print_json, render_algorithm, write_atomic
 from arborcc.errors import InputError, ProgramError
+from arborcc.ir.limits import DIALECTS
+from arborcc.library.catalog import LIBRARY
 
-DIALECTS = ("executor", "legacy")
 FORMATS = ("xml", "json")
-
-
-def _library():
-    from arborcc.library import LIBRARY
-
-    return LIBRARY
 
 
 def _epilog() -> str:
     lines = ["library algorithms (arborcc compile NAME --help for their parameters):"]
-    for spec in _library().values():
-        flags = " ".join(f"{p.flag}" for p in spec.params)
+    for spec in LIBRARY.values():
+        flags = " ".join("--inplace|--outofplace" if p.name == "inplace" else p.flag for p in spec.params)
         lines.append(f"  {spec.name:24s} {spec.summary}")
         lines.append(f"  {'':24s}   {flags}")
     return "\n".join(lines)
@@ -63,12 +66,19 @@ def _common_options(p: argparse.ArgumentParser, suppress: bool) -> None:
     default = argparse.SUPPRESS if suppress else None
     p.add_argument("-o", "--output", metavar="FILE", default=default,
                    help="write the algorithm here (default: stdout)")
-    p.add_argument("--dialect", choices=DIALECTS, default=default,
+    p.add_argument("--dialect", choices=sorted(DIALECTS), default=default,
                    help="MSCCL XML dialect and runtime limits to verify against (default: executor)")
     p.add_argument("--format", choices=FORMATS, default=default,
                    help="xml (MSCCL) or json (arborcc); default: from the output file's extension, else xml")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
                    help="print the summary as one JSON object")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--inplace", dest="mode", action="store_const", const="inplace", default=default,
+                      help="the in-place form: send and receive buffers are the same memory (NCCL's in-place "
+                           "call); refused if the program has none")
+    mode.add_argument("--outofplace", dest="mode", action="store_const", const="outofplace", default=default,
+                      help="the out-of-place form (separate send and receive buffers); refused if the program "
+                           "has none")
 
 
 def register(subparsers) -> None:
@@ -90,9 +100,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    library = _library()
     if args.list:
-        for spec in library.values():
+        for spec in LIBRARY.values():
             print(f"{spec.name:24s} {spec.collective:14s} {spec.summary}")
         return 0
     if not args.target:
@@ -103,8 +112,8 @@ def run(args: argparse.Namespace) -> int:
     if "--" in rest:
         cut = rest.index("--")
         rest, verbatim = rest[:cut], rest[cut + 1:]
-    if args.target in library:
-        opts, algo, name = _compile_library(library[args.target], rest + verbatim, args)
+    if args.target in LIBRARY:
+        opts, algo, name = _compile_library(LIBRARY[args.target], rest + verbatim, args)
     else:
         opts, algo, name = _compile_file(args.target, rest, verbatim, args)
     return _verify_and_write(algo, name, opts)
@@ -122,6 +131,8 @@ def _compile_library(spec, argv: list[str], args):
     p = argparse.ArgumentParser(prog=f"arborcc compile {spec.name}", description=spec.summary)
     _common_options(p, suppress=True)
     for prm in spec.params:
+        if prm.name == "inplace":
+            continue  # --inplace / --outofplace (common options) choose it
         if prm.type is bool:
             p.add_argument(prm.flag, dest=prm.name, action=argparse.BooleanOptionalAction, default=prm.default,
                            help=prm.help)
@@ -136,8 +147,10 @@ def _compile_library(spec, argv: list[str], args):
         raise InputError(f"bad parameters for {spec.name} (see arborcc compile {spec.name} --help)",
                          source="arborcc compile") from None
     opts = _merge(args, argparse.Namespace(**{k: v for k, v in vars(ns).items()
-                                              if k in ("output", "dialect", "format", "json")}))
-    params = {prm.name: getattr(ns, prm.name) for prm in spec.params}
+                                              if k in ("output", "dialect", "format", "json", "mode")}))
+    params = {prm.name: getattr(ns, prm.name, prm.default) for prm in spec.params}
+    if "inplace" in params and opts.mode is not None:
+        params["inplace"] = opts.mode == "inplace"
     start = time.perf_counter()
     algo, _prog = spec.build(**params)
     opts.compile_seconds = time.perf_counter() - start
@@ -147,7 +160,7 @@ def _compile_library(spec, argv: list[str], args):
 def _compile_file(target: str, argv: list[str], verbatim: list[str], args):
     path = Path(target)
     if not path.is_file():
-        known = ", ".join(_library())
+        known = ", ".join(LIBRARY)
         raise InputError(f"no such program file, and not a library algorithm (known: {known})",
                          source=target)
     p = argparse.ArgumentParser(prog="arborcc compile", add_help=False)
@@ -163,18 +176,19 @@ def _compile_file(target: str, argv: list[str], verbatim: list[str], args):
 
 def _run_program_file(path: Path, program_args: list[str]):
     """Run a program file; returns (Algorithm, name)."""
+    import contextlib
+    import runpy
+
     from arborcc.compat import install_msccl_alias, remove_msccl_alias
     from arborcc.ir.model import Algorithm
-    from arborcc.lang import program as lang_program
+    from arborcc.lang.program import Program, recording_programs
 
-    created: list = []
-    lang_program._CREATION_HOOKS.append(created.append)
     aliased = install_msccl_alias()
     old_argv = sys.argv
     sys.argv = [str(path), *program_args]
     result = None
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(sys.stderr), recording_programs() as created:
             try:
                 namespace = runpy.run_path(str(path), run_name="__main__")
             except SystemExit as e:
@@ -186,7 +200,6 @@ def _run_program_file(path: Path, program_args: list[str]):
                 result = entry(*program_args)
     finally:
         sys.argv = old_argv
-        lang_program._CREATION_HOOKS.remove(created.append)
         if aliased:
             remove_msccl_alias()
     if result is None:
@@ -198,7 +211,7 @@ def _run_program_file(path: Path, program_args: list[str]):
         result = result[0]
     if isinstance(result, Algorithm):
         return result, result.name
-    if isinstance(result, lang_program.Program):
+    if isinstance(result, Program):
         if not result.ops:
             raise ProgramError(f"{path.name}: program {result.name!r} performs no copy or reduce")
         return result.compile(), result.name
@@ -208,7 +221,10 @@ def _run_program_file(path: Path, program_args: list[str]):
 
 # --- verification and output ------------------------------------------------------------
 def _verify_and_write(algo, name: str, opts) -> int:
-    from arborcc.verify import verify_algorithm
+    from arborcc.cli.output import print_json, render_algorithm, write_atomic
+    from arborcc.ir.aliasing import Mode, declared_modes, with_modes
+    from arborcc.ir.limits import dialect_limits
+    from arborcc.verify import supported_modes, verify_algorithm
 
     dialect = opts.dialect or "executor"
     fmt = opts.format or ("json" if opts.output and str(opts.output).lower().endswith(".json") else "xml")
@@ -216,16 +232,13 @@ def _verify_and_write(algo, name: str, opts) -> int:
         raise InputError("--json prints the summary on stdout: name the algorithm file with -o",
                          source="arborcc compile")
     if fmt == "xml":
-        from arborcc.ir.limits import dialect_limits
-
         if algo.collective not in dialect_limits(dialect).collective_names:
             raise InputError(f"the {dialect} dialect of MSCCL XML cannot name the collective "
                              f"{algo.collective!r}; use --dialect legacy or --format json", source=name)
     start = time.perf_counter()
     report = verify_algorithm(algo, dialect if fmt == "xml" else None)
     verify_seconds = time.perf_counter() - start
-    thread_blocks = sum(len(r.threadblocks) for r in algo.ranks)
-    steps = sum(len(tb.steps) for r in algo.ranks for tb in r.threadblocks)
+    thread_blocks, steps = algo.num_threadblocks, algo.num_steps
     summary = {
         "name": name, "collective": algo.collective, "ranks": algo.num_ranks,
         "thread_blocks": thread_blocks, "steps": steps, "channels": algo.num_channels,
@@ -248,19 +261,28 @@ def _verify_and_write(algo, name: str, opts) -> int:
             print(f"arborcc: {name}: the compiled algorithm {what}, nothing written: {first}"
                   + (f" (and {more} more)" if more else "") + hint, file=sys.stderr)
         return 1
+    start = time.perf_counter()
+    modes = supported_modes(algo, known=declared_modes(algo))
+    verify_seconds += time.perf_counter() - start
+    if opts.mode is not None and Mode(opts.mode) not in modes:
+        wanted = Mode(opts.mode)
+        why = verify_algorithm(algo, modes=(wanted,)).violations
+        raise InputError(f"the program has no {wanted.label} form: it is correct "
+                         f"{' and '.join(m.label for m in modes)} only"
+                         + (f" ({why[0]})" if why else ""), source=name)
+    algo = with_modes(algo, modes)
+    summary.update(modes=[m.label for m in modes], verify_seconds=round(verify_seconds, 4))
     text = render_algorithm(algo, fmt, dialect)  # may refuse (e.g. a custom collective in the executor dialect)
     if opts.output:
         write_atomic(opts.output, text)
     else:
         sys.stdout.write(text)
     line = (f"{name}: {algo.collective} on {algo.num_ranks} ranks, {thread_blocks} thread blocks, {steps} steps, "
-            f"compiled in {opts.compile_seconds:.2f} s, verified in {verify_seconds:.2f} s"
+            f"{' and '.join(m.label for m in modes)}, compiled in {opts.compile_seconds:.2f} s, "
+            f"verified in {verify_seconds:.2f} s"
             + (f" -> {opts.output}" if opts.output else ""))
     if opts.json:
         print_json(summary)
     else:
         print(line, file=sys.stdout if opts.output else sys.stderr)
     return 0
-
-
-

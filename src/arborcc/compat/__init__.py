@@ -5,6 +5,12 @@
 changed, e.g. ``from msccl.language import *`` -> ``from arborcc.compat.msccl.language
 import *``. :func:`install_msccl_alias` makes even that change unnecessary: it lets
 ``import msccl...`` find this package (only when no real ``msccl`` is installed).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
@@ -13,9 +19,9 @@ import importlib
 import importlib.util
 import sys
 
-_ALIASED = ("msccl", "msccl.language", "msccl.language.collectives", "msccl.language.ir",
+_ALIASED = ("msccl", "msccl.collectives", "msccl.language", "msccl.language.collectives", "msccl.language.ir",
             "msccl.topologies", "msccl.topologies.generic", "msccl.topologies.distributed",
-            "msccl.topologies.topology")
+            "msccl.topologies.nvidia", "msccl.topologies.topology")
 
 
 def install_msccl_alias(force: bool = False) -> bool:

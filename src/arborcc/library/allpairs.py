@@ -3,6 +3,12 @@
 Two communication steps: every rank receives chunk r from every other rank into scratch
 and reduces them (rank r owns chunk r), then sends the sum to every other rank. Same
 volume as a ring, but 2 steps instead of 2R-2: the latency-bound choice for small sizes.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllReduce, Program, chunk
 from arborcc.library.common import positive
-from arborcc.library.spec import Built
+from arborcc.library.spec import Built, built
 
 IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 
@@ -36,4 +42,4 @@ def allpairs_allreduce(ranks: int, instances: int = 1, protocol: str = "Simple",
             for p in range(R):
                 if p != r:
                     acc.copy(p, OUT, r)
-    return Built(prog.compile(), prog)
+    return built(prog)

@@ -5,6 +5,12 @@ inside node m, to GPU (m, g) - the one with the destination's local index - into
 scratch; GPU (m, g) then sends the G chunks it gathered for (n, g) in one aggregated
 transfer across the network. Chunks between GPUs of one node go directly. Fewer, larger
 inter-node messages: the network's per-message overhead is paid N*G times less.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllToAll, Program, chunk
 from arborcc.library.common import positive
-from arborcc.library.spec import Built
+from arborcc.library.spec import Built, built
 
 IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 
@@ -39,4 +45,4 @@ def twostep_alltoall(nodes: int, gpus_per_node: int, instances: int = 1, protoco
                             c.copy(rank(m, g), SCRATCH, n * G + i)
                     if n != m:  # one aggregated transfer across the network
                         chunk(rank(m, g), SCRATCH, n * G, G).copy(rank(n, g), OUT, m * G)
-    return Built(prog.compile(), prog)
+    return built(prog)

@@ -5,6 +5,12 @@ the buffer is copied directly. Across a node boundary - GPU (n, G-1) to GPU (n+1
 one network link would carry everything, so the buffer is split into G parts: part k is
 first scattered to GPU (n, k), crosses to GPU (n+1, k) over that GPU's own link, and is
 gathered on GPU (n+1, 0). Named scratch regions (``x<n>``) hold the parts in transit.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllToNext, Program, chunk
 from arborcc.library.common import positive
-from arborcc.library.spec import Built
+from arborcc.library.spec import Built, built
 
 IN, OUT = Buffer.INPUT, Buffer.OUTPUT
 
@@ -43,4 +49,4 @@ def alltonext(nodes: int, gpus_per_node: int, instances: int = 1, protocol: str 
                         c = c.copy(rank(n, k), region, 0)
                     c = c.copy(rank(n + 1, k), region, 0)
                     c.copy(rank(n + 1, 0), OUT, k)
-    return Built(prog.compile(), prog)
+    return built(prog)

@@ -5,6 +5,12 @@ reduce-scatter (each GPU ends with the node's sum of N chunks), an inter-node ri
 reduce-scatter and all-gather among the GPUs with the same local index, and an
 intra-node ring all-gather. As in GC3, the intra-node phases run on channel 0 and 2 and
 the inter-node ones on channel 1, and the intra-node phases can be parallelized.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 from arborcc.lang import AllReduce, Program, parallelize
 from arborcc.library.common import positive
 from arborcc.library.ring import ring_all_gather, ring_reduce_scatter
-from arborcc.library.spec import Built
+from arborcc.library.spec import Built, built
 
 
 def hierarchical_allreduce(nodes: int, gpus_per_node: int, instances: int = 1, protocol: str = "Simple",
@@ -33,4 +39,4 @@ def hierarchical_allreduce(nodes: int, gpus_per_node: int, instances: int = 1, p
         with parallelize(parallel):
             for n in range(N):  # intra-node all-gather
                 ring_all_gather([n * G + g for g in range(G)], 0, N, ch=2)
-    return Built(prog.compile(), prog)
+    return built(prog)

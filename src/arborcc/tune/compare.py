@@ -83,14 +83,15 @@ def strategy_candidates(topology: Topology, collective: str, root: int = 0, stra
     (``strategies`` picks some); the rest with the reason they were left out. Without an
     explicit list, strategies whose synthesis explodes on many ranks are left out as
     ``auto`` leaves them out."""
-    from arborcc.synth.strategies import AUTO_RANK_LIMITS, STRATEGIES, synthesize
+    from arborcc.synth.registry import BY_NAME, STRATEGIES
+    from arborcc.synth.synthesis import synthesize
 
-    names = list(strategies) if strategies else list(STRATEGIES)
+    names = list(strategies) if strategies else [s.name for s in STRATEGIES if collective in s.collectives]
     out, skipped = [], []
     for name in names:
-        if name not in STRATEGIES:
-            raise SynthesisError(f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})")
-        limit = AUTO_RANK_LIMITS.get(name)
+        if name not in BY_NAME:
+            raise SynthesisError(f"unknown strategy {name!r} (known: {', '.join(BY_NAME)})")
+        limit = BY_NAME[name].auto_rank_limits.get(collective)
         if not strategies and limit is not None and topology.num_ranks > limit:
             skipped.append(f"{name}: left out above {limit} ranks (name it with --strategies to run it)")
             continue
@@ -141,8 +142,6 @@ def compare(topology: Topology, collective: str = "allreduce", sizes: Sequence[i
         for r in protocol_sweep(c.algorithm, topology, sizes, protocol, fidelity, c.routes):
             rows.append({"strategy": c.name, **r.row()})
     if baselines and collective in NCCL_COLLECTIVES:
-        from arborcc.synth.nccl import nccl_predicted_time
-
         if progress:
             progress("simulating the NCCL baseline")
         base = NcclBaseline(topology, fidelity)
@@ -151,8 +150,8 @@ def compare(topology: Topology, collective: str = "allreduce", sizes: Sequence[i
             rows.append({"strategy": "nccl", **base.call(s, collective, root, forced).row()})
         for s in sizes:
             protos = [forced] if forced else list(base.protocols)
-            p = min(protos, key=lambda q: nccl_predicted_time(collective, "ring", q, s, base.schedule))
-            t = nccl_predicted_time(collective, "ring", p, s, base.schedule)
+            p = min(protos, key=lambda q: base.schedule.nccl_estimate(collective, q, s).time)
+            t = base.schedule.nccl_estimate(collective, p, s).time
             algbw = s / t
             bus = algbw * (2 * (topology.num_ranks - 1) / topology.num_ranks if collective == "allreduce" else 1.0)
             rows.append({"strategy": MODEL, "size": s, "protocol": p, "instances": 1,

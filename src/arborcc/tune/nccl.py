@@ -3,12 +3,12 @@ topology, per size, timed by the simulator.
 
 NCCL (2.18, NVIDIA/nccl ``src/graph``, ``src/enqueue.cc``):
 
-* builds its rings (:func:`arborcc.synth.nccl.nccl_rings`: NVLink-only when it can)
+* builds its rings (:func:`arborcc.synth.nccl_rings.nccl_rings`: NVLink-only when it can)
   and runs every ring twice (``ncclTopoPostset`` duplicates the channels); on NVSwitch
   machines its search finds many rings of the same order - 24 channels on DGX A100,
   32 on DGX H100 (the fidelity profile's ``nccl_channels``);
 * picks algorithm and protocol per call with its alpha-beta model
-  (:func:`arborcc.synth.nccl.nccl_estimate`; LL128 only where the rings stay on
+  (:func:`arborcc.sim.nccl_model.nccl_estimate`; LL128 only where the rings stay on
   NVLink); across nodes it may pick its double binary tree;
 * uses fewer channels for small calls: while ``bytes < channels x threads x
   threshold`` it drops a channel (thresholds 64 bytes per thread for Simple, 8 for
@@ -58,7 +58,7 @@ class NcclBaseline:
     """NCCL on ``topology`` (module doc); :meth:`call` gives one call."""
 
     def __init__(self, topology: Topology, fidelity: Fidelity | None = None):
-        from arborcc.synth.nccl import nccl_rings
+        from arborcc.synth.nccl_rings import nccl_rings
 
         if topology.num_ranks < 2:
             raise SynthesisError(f"{topology.name} has {topology.num_ranks} GPU; a collective needs at least 2")
@@ -115,9 +115,7 @@ class NcclBaseline:
 
     def model_choice(self, size: float, collective: str = "allreduce") -> str:
         """The ring protocol NCCL's alpha-beta model picks for ``size``."""
-        from arborcc.synth.nccl import nccl_predicted_time
-
-        return min(self.protocols, key=lambda p: nccl_predicted_time(collective, "ring", p, size, self.schedule))
+        return min(self.protocols, key=lambda p: self.schedule.nccl_estimate(collective, p, size).time)
 
     def call(self, size: float, collective: str = "allreduce", root: int = 0,
              protocol: str | None = None) -> NcclCall:

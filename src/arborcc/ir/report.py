@@ -1,4 +1,8 @@
-"""What the verifier answers: a list of :class:`Violation` and a :class:`VerificationReport`.
+"""What is wrong with an algorithm: :class:`Violation` and the verifier's :class:`VerificationReport`.
+
+This vocabulary lives in the IR layer because checks of the IR itself speak it too
+(:func:`arborcc.ir.limits.check_dialect_limits`); the verifier (:mod:`arborcc.verify`)
+builds on the IR and fills a report with it.
 
 A violation names where it is (rank, thread block id, step index; any of them may be
 absent for algorithm-wide problems), a ``kind`` and a one-line message. Kinds:
@@ -26,11 +30,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
-
-KINDS = (
-    "structure", "layout", "bounds", "dependency", "connection", "mismatch",
-    "uninitialized", "deadlock", "unmatched", "race", "postcondition", "limit",
-)
 
 
 @dataclass(frozen=True)
@@ -65,18 +64,29 @@ class Violation:
 
 @dataclass
 class VerificationReport:
-    """The verifier's answer. ``ok`` is True exactly when ``violations`` is empty."""
+    """The verifier's answer. ``ok`` is True exactly when ``violations`` is empty.
+
+    ``modes`` are the kinds of call checked (``"out-of-place"``, ``"in-place"``) and
+    ``failed_modes`` those in which something is wrong.
+    """
 
     ok: bool
     violations: list[Violation] = field(default_factory=list)
     postcondition_checked: bool = False
     notes: list[str] = field(default_factory=list)
+    modes: list[str] = field(default_factory=list)
+    failed_modes: list[str] = field(default_factory=list)
+
+    @property
+    def modes_text(self) -> str:
+        """``in-place``, ``out-of-place and in-place``, or ``no call``."""
+        return " and ".join(self.modes) or "no call"
 
     def summary(self) -> str:
-        """One line: verdict, first violation or what was proven."""
+        """One line: verdict (with the modes checked), first violation or what was proven."""
         if self.ok:
             what = "postcondition holds" if self.postcondition_checked else "no postcondition known"
-            return f"OK: {what}; no deadlock, no race, structure valid"
+            return f"OK ({self.modes_text}): {what}; no deadlock, no race, structure valid"
         counts = Counter(v.kind for v in self.violations)
         kinds = ", ".join(f"{n} {k}" for k, n in counts.most_common())
         return f"INCORRECT ({kinds}): {self.violations[0]}"
@@ -84,6 +94,8 @@ class VerificationReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
+            "modes": list(self.modes),
+            "failed_modes": list(self.failed_modes),
             "violations": [v.to_dict() for v in self.violations],
             "postcondition_checked": self.postcondition_checked,
             "notes": list(self.notes),
@@ -111,9 +123,6 @@ class ViolationLog:
     def extend(self, violations: list[Violation]) -> None:
         for v in violations:
             self.add(v.rank, v.tb, v.step, v.kind, v.message)
-
-    def has(self, kind: str) -> bool:
-        return self.counts[kind] > 0
 
     def omitted_notes(self) -> list[str]:
         return [f"{n - self.per_kind} more '{k}' violations not listed"
