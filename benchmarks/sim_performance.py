@@ -97,6 +97,28 @@ def sweep_8gpu(repeat: int) -> dict:
             "ratio": statistics.median(r.sim_seconds / f for r, f in zip(runs, refs))}
 
 
+def extrapolation_error() -> dict:
+    """The steady-period shortcut against simulating every iteration: every strategy of
+    ``compare`` on DGX-1V at 1 MiB - 1 GiB, LL128 and Simple."""
+    from arborcc.tune.compare import strategy_candidates
+
+    topo = build_machine("dgx1v")
+    cands, _ = strategy_candidates(topo, "allreduce")
+    worst, cases, fast_s, exact_s = 0.0, 0, 0.0, 0.0
+    for c in cands:
+        for exp in (20, 24, 27, 30):
+            for proto in ("LL128", "Simple"):
+                t0 = time.perf_counter()
+                fast = simulate(c.algorithm, topo, 1 << exp, proto, routes=c.routes)
+                t1 = time.perf_counter()
+                exact = simulate(c.algorithm, topo, 1 << exp, proto, routes=c.routes, exact=True)
+                exact_s += time.perf_counter() - t1
+                fast_s += t1 - t0
+                worst = max(worst, abs(fast.time / exact.time - 1))
+                cases += 1
+    return {"cases": cases, "worst": worst, "fast": fast_s, "exact": exact_s}
+
+
 def memory(ranks_list: list[int]) -> list[dict]:
     out = []
     for ranks in ranks_list:
@@ -135,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  simulate, warm  {r['warm']:.3f} s   (median of {args.repeat}; flat form reused)")
         print(f"  building the algorithm {r['build']:.2f} s, routing the topology {r['routing']:.2f} s "
               f"(not part of the target)")
+
+    e = extrapolation_error()
+    print(f"\nsteady-period extrapolation vs every iteration simulated ({e['cases']} cases: every compare "
+          f"strategy on dgx1v, 1 MiB - 1 GiB, LL128 and Simple): worst relative time difference {e['worst']:.1e}; "
+          f"{e['fast']:.2f} s against {e['exact']:.2f} s")
 
     print("\nmemory of one simulation (tracemalloc peak) against steps:")
     print(f"  {'ranks':>6} {'steps':>10} {'peak MB':>9} {'bytes/step':>11}")

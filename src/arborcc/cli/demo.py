@@ -4,7 +4,8 @@ fragmented allocation 1,4,5,6 that Blink uses as its motivating example).
 Stages: the topology and its link matrix, routes of the allocation, the unique
 allocations (Blink's 46 classes), synthesis of an all-reduce for the allocation by
 every strategy (bound vs achieved algbw), then the winner verified symbolically, run on
-the numpy reference executor, and written to MSCCL XML and read back.
+the numpy reference executor, and written to MSCCL XML and read back; last, every
+strategy and the NCCL baseline simulated side by side per size (table and plot).
 
 References:
 
@@ -63,6 +64,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
               f"by size: " + ", ".join(f"{k} GPUs: {v}" for k, v in sorted(sizes.items())))
 
     _synthesize_and_check(alloc)
+    from arborcc.tune.compare import demo_comparison
+
+    _section(f"6. simulated on {alloc.name}: every strategy and NCCL, busbw per size")
+    demo_comparison(alloc)
     return 0
 
 

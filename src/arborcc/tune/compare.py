@@ -214,3 +214,26 @@ def comparison_png(cmp: Comparison, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def demo_comparison(topology: Topology, sizes: Sequence[int] = tuple(1 << k for k in range(10, 31, 2))) -> None:
+    """``arborcc demo``'s last section: the comparison table for ``topology`` and, when
+    matplotlib is installed, its plot written to a temporary PNG whose path is printed."""
+    import os
+    import tempfile
+
+    from arborcc.errors import MissingDependencyError
+
+    cmp = compare(topology, "allreduce", sizes)
+    print(comparison_table(cmp))
+    for note in cmp.skipped:
+        print(f"  not compared: {note}")
+    fd, path = tempfile.mkstemp(prefix="arborcc-demo-", suffix=".png")
+    os.close(fd)
+    try:
+        comparison_png(cmp, path)
+    except MissingDependencyError as e:
+        os.unlink(path)
+        print(f"  plot skipped: {e}")
+        return
+    print(f"  plot: {path}")
