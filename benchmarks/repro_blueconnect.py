@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
           f"speedup over the ring {rows[0][1] / rows[0][3]:.2f}x at {rows[0][0]} GPUs, "
           f"{rows[-1][1] / rows[-1][3]:.2f}x at {rows[-1][0]}")
     p = GPUS[-1]
-    print(f"\nat {p} GPUs, by per-message latency alpha (BlueConnect sends fewer messages, the ring moves less "
-          f"over the node's shared uplink):")
+    print(f"\nat {p} GPUs, by per-message latency alpha (eq. 9 divides a node's uplink among its GPUs, "
+          f"eqs. 5-6 give the ring all of it; BlueConnect sends far fewer messages):")
     print(f"{'alpha us':>9} {'ring ms':>9} {'two-level ms':>12} {'BlueConnect ms':>14} {'vs ring':>8}")
     for a_us in (1, 5, 20, 50, 100, 200):
         a = a_us * 1e-6
