@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from repro_plot import line_plot
+
 from arborcc.sim.blueconnect_model import blueconnect_time, one_level_ring_time, two_level_time
 from arborcc.sim.sizes import parse_size
 from arborcc.topology.model import GB
@@ -63,24 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         blc = blueconnect_time((PER_NODE, p // PER_NODE), n, a, ws)
         print(f"{a_us:>9} {ring * 1e3:9.2f} {two * 1e3:12.2f} {blc * 1e3:14.2f} {ring / blc:7.2f}x")
     if args.plot:
-        import os
-
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for i, name in ((1, "one ring (eq. 5-6)"), (2, "two-level (eq. 7)"), (3, "BlueConnect (eq. 9)")):
-            ax.plot([r[0] for r in rows], [r[i] * 1e3 for r in rows], marker="o", label=name)
-        ax.set_xlabel("GPUs")
-        ax.set_ylabel("all-reduce time (ms)")
-        ax.set_title(f"BlueConnect model, {n / 1e6:.0f} MB")
-        ax.legend()
-        fig.tight_layout()
-        os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
-        fig.savefig(args.plot, dpi=110)
-        plt.close(fig)
+        line_plot(args.plot, [r[0] for r in rows],
+                  {name: [r[i] * 1e3 for r in rows] for i, name in
+                   ((1, "one ring (eq. 5-6)"), (2, "two-level (eq. 7)"), (3, "BlueConnect (eq. 9)"))},
+                  "GPUs", "all-reduce time (ms)", f"BlueConnect model, {n / 1e6:.0f} MB", log2_x=False)
     return 0
 
 

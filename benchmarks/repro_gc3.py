@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from repro_plot import line_plot
+
 from arborcc.library.allpairs import allpairs_allreduce
 from arborcc.sim.simulate import simulate
 from arborcc.sim.sizes import parse_sizes
@@ -51,24 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     top = max(rows, key=lambda r: r[3])
     print(f"all-pairs up to {top[3]:.2f}x faster than NCCL's ring (at {top[0]} bytes); GC3 measured up to 1.8x")
     if args.plot:
-        import os
-
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(7, 4))
-        ax.plot([r[0] for r in rows], [r[3] for r in rows], marker="o")
-        ax.axhline(1.0, color="grey", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("size (bytes)")
-        ax.set_ylabel("speedup over NCCL ring")
-        ax.set_title("DGX A100: all-pairs all-reduce vs NCCL ring (simulated)")
-        fig.tight_layout()
-        os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
-        fig.savefig(args.plot, dpi=110)
-        plt.close(fig)
+        line_plot(args.plot, [r[0] for r in rows], {"all-pairs / NCCL ring": [r[3] for r in rows]}, "size (bytes)",
+                  "speedup over NCCL ring", "DGX A100: all-pairs all-reduce vs NCCL ring (simulated)", reference=1.0)
     return 0
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from repro_plot import line_plot
+
 from arborcc.sim.sizes import parse_sizes
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.machines import build_machine
@@ -55,25 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("the multi-tree algorithm is not faster at the largest sizes")
     if args.plot:
-        import os
-
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for name, rs in runs.items():
-            ax.plot(sizes, [r.algbw / GB for r in rs], marker=".", label=name)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("size (bytes)")
-        ax.set_ylabel("algbw GB/s")
-        ax.set_title("p3.16xlarge all-reduce: single vs multi binary tree (simulated)")
-        ax.legend()
-        fig.tight_layout()
-        os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
-        fig.savefig(args.plot, dpi=110)
-        plt.close(fig)
+        line_plot(args.plot, sizes, {name: [r.algbw / GB for r in rs] for name, rs in runs.items()}, "size (bytes)",
+                  "algbw GB/s", "p3.16xlarge all-reduce: single vs multi binary tree (simulated)")
     return 0
 
 

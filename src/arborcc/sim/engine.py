@@ -177,6 +177,12 @@ def _runs_of(prog: CompiledAlgorithm, setup: RunSetup, tile: float, m: int) -> d
     return entry[1]
 
 
+def forget_runs() -> None:
+    """Drop the runs kept for reuse (:func:`run`): the next simulation starts cold, as a
+    benchmark timing the simulator needs."""
+    _RUNS.clear()
+
+
 def _extrapolate(run: EngineResult, period: float, iters: int) -> EngineResult:
     """``run`` (of fewer iterations) stretched to ``iters`` at ``period`` per iteration."""
     run.link_bytes = [x * iters / run.simulated for x in run.link_bytes]
