@@ -42,8 +42,11 @@ from arborcc.sim.program import COPY, RECV, REDUCE, SEND, CompiledAlgorithm
 #: the largest share of the total time by which two successive period estimates may
 #: disagree over the iterations left to extrapolate
 EXTRAPOLATION_TOLERANCE = 1e-3
-#: period estimates further apart than this (relative) give up on extrapolating
+#: the last two of three or more period estimates further apart than this (relative)
+#: give up on extrapolating
 UNSTEADY = 0.05
+#: two period estimates this close (relative) show an exactly periodic run
+EXACTLY = 1e-9
 #: runs simulated so far, by everything a run depends on but its iteration count
 _RUNS: dict[tuple, tuple] = {}
 
@@ -120,13 +123,15 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
     """Simulate ``prog`` (module doc).
 
     With ``window`` = K, runs of K, 2K, 4K, ... iterations are simulated instead of all
-    N (and kept: the next size with the same slices asks for the same ones): two runs of ``a`` and ``b`` iterations differ by ``b - a`` steady periods (the
-    first iterations' ramp-up and the last ones' drain are the same in both), so each
-    new run gives a period estimate, and once three consecutive estimates agree closely
-    enough that the remaining iterations cannot move the total by more than
-    :data:`EXTRAPOLATION_TOLERANCE`, the makespan is ``T(b) + (N - b) x period``. When
-    the next run would cost more than simulating everything, or the estimates are far
-    apart (:data:`UNSTEADY`), everything is simulated.
+    N (and kept: the next size with the same slices asks for the same ones): two runs of
+    ``a`` and ``b`` iterations differ by ``b - a`` steady periods (the first iterations'
+    ramp-up and the last ones' drain are the same in both), so each new run gives a
+    period estimate, and once three consecutive estimates (or two equal ones,
+    :data:`EXACTLY`) agree closely enough that the remaining iterations cannot move the
+    total by more than :data:`EXTRAPOLATION_TOLERANCE`, the makespan is
+    ``T(b) + (N - b) x period``. When the next run would cost more than simulating
+    everything, or the last two estimates are far apart (:data:`UNSTEADY`),
+    everything is simulated.
     ``None`` (or ``record``, which keeps every flow's rate periods and every piece of
     work for the timeline and the critical path) simulates every iteration.
     """
@@ -154,12 +159,15 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
         estimates.append(max(0.0, (b.makespan - a.makespan) / (b.simulated - a.simulated)))
         if len(estimates) >= 2:
             q = estimates[-1]
-            spread = max(estimates[-3:]) - min(estimates[-3:])
-            if spread > UNSTEADY * q:  # far from periodic: probing further rarely pays
+            recent = estimates[-3:]
+            spread = max(recent) - min(recent)
+            # three estimates, or two that are equal (an exactly periodic run)
+            if len(estimates) >= 3 or spread <= EXACTLY * q:
+                total = b.makespan + (iters - b.simulated) * q
+                if spread * (iters - b.simulated) <= EXTRAPOLATION_TOLERANCE * total:
+                    return _extrapolate(b, q, iters)
+            if len(estimates) >= 3 and abs(q - estimates[-2]) > UNSTEADY * q:  # far from periodic
                 return simulated(iters)
-            total = b.makespan + (iters - b.simulated) * q
-            if len(estimates) >= 3 and spread * (iters - b.simulated) <= EXTRAPOLATION_TOLERANCE * total:
-                return _extrapolate(b, q, iters)
         if length >= iters:
             return simulated(iters)
 
