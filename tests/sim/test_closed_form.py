@@ -218,3 +218,18 @@ def test_critical_path_adds_up_to_the_time():
     assert s["launch"] + s["transfer"] + s["latency"] + s["compute"] + s["waiting"] == pytest.approx(r.time)
     assert s["transfers"] == 8 + 2  # the first slice down 3 hops, then the other 7 on the last hop
 
+
+
+def test_a_step_of_more_slices_than_fifo_slots_waits_for_its_receiver():
+    """Two ranks that each send a whole step to the other before receiving: fine while a
+    step fits the connection's FIFO (one slice-sized piece), a deadlock once the runtime
+    cuts it into more slices than the FIFO holds (16 one-slice pieces, 4 Simple slots)."""
+    k = 16
+    tbs = {r: [ThreadBlock(0, send=1 - r, recv=1 - r, steps=[step(Op.SEND, 0, k), step(Op.RECV, 0, k)])]
+           for r in (0, 1)}
+    algo = algorithm("cross-send", 2, k, tbs)
+    topo = chain_topology(2)
+    small = simulate(algo, topo, k * 1024, "Simple", IDEAL)
+    assert small.time > 0
+    with pytest.raises(VerificationError, match="waits forever"):
+        simulate(algo, topo, k * SIMPLE.slice_bytes, "Simple", IDEAL)
