@@ -28,6 +28,8 @@ COMMANDS = (
     "arborcc.cli.simulate",
     "arborcc.cli.compare",
     "arborcc.cli.tune",
+    "arborcc.cli.run",
+    "arborcc.cli.bench",
     "arborcc.cli.demo",
 )
 
