@@ -4,7 +4,9 @@ fragmented allocation 1,4,5,6 that Blink uses as its motivating example).
 Stages: the topology and its link matrix, routes of the allocation, the unique
 allocations (Blink's 46 classes), synthesis of an all-reduce for the allocation by
 every strategy (bound vs achieved algbw), then the winner verified symbolically, run on
-the numpy reference executor, and written to MSCCL XML and read back.
+the numpy reference executor, and written to MSCCL XML and read back, run on local
+processes; last, every strategy and the NCCL baseline simulated side by side per size
+(table and plot).
 
 References:
 
@@ -62,7 +64,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"{len(classes)} classes over {sum(c.members for c in classes)} NVLink-connected allocations; "
               f"by size: " + ", ".join(f"{k} GPUs: {v}" for k, v in sorted(sizes.items())))
 
-    _synthesize_and_check(alloc)
+    best = _synthesize_and_check(alloc)
+    from arborcc.runtime.demo_step import run_demo_step
+    run_demo_step(best, _section)
+    from arborcc.tune.compare import demo_comparison
+
+    _section(f"7. simulated on {alloc.name}: every strategy and NCCL, busbw per size")
+    demo_comparison(alloc)
     return 0
 
 
@@ -110,3 +118,4 @@ def _synthesize_and_check(alloc) -> None:
     again = read_msccl_xml(path)
     print(f"  MSCCL XML: {path} ({os.path.getsize(path)} bytes), read back "
           f"{'identical' if again == best.algorithm else 'DIFFERENT'}")
+    return best.algorithm

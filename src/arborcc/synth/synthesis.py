@@ -3,8 +3,9 @@
 Checks the request once (collective, strategy, ranks, root, connectivity), computes the
 collective's bound once, runs the strategy asked for - or, with ``auto``, the
 strategies of the registry (:mod:`arborcc.synth.registry`) that build the collective -
-keeps the fastest by the steady-state bandwidth model (preferring algorithms within the
-target dialect's runtime limits), and verifies the one it returns: every algorithm
+keeps the fastest - by the simulator's time for a call of the given ``size``, or without
+one by the steady-state bandwidth model - (preferring algorithms within the target
+dialect's runtime limits), and verifies the one it returns: every algorithm
 arborcc hands out is proved first, and claims exactly the kinds of call (in-place,
 out-of-place; :mod:`arborcc.ir.aliasing`) it was verified in.
 
@@ -12,7 +13,8 @@ out-of-place; :mod:`arborcc.ir.aliasing`) it was verified in.
 ``clusters_first`` go first, then the others in registry order; a strategy that cannot
 apply (or whose solver hits its time limit) is skipped with its reason, and the
 cascade stops at the first algorithm that reaches the bound within the dialect's
-limits - nothing can beat it. Its notes say which strategy it used and why, and what it
+limits - nothing can beat it in bandwidth (with a ``size`` every candidate runs: the
+simulated time ranks them). Its notes say which strategy it used and why, and what it
 skipped.
 """
 
@@ -23,6 +25,7 @@ from typing import Callable
 
 from arborcc.errors import SynthesisError, VerificationError
 from arborcc.ir.limits import check_dialect_limits
+from arborcc.sim.simulate import predict_time
 from arborcc.synth.bounds import collective_bound
 from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
 from arborcc.synth.registry import BY_NAME, STRATEGIES, strategy_names, synthesizable_collectives
@@ -137,14 +140,19 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
             skipped.append(f"{name} ({e})")
             continue
         last = results[-1]
-        if last.algbw >= request.bound.algbw * (1 - 1e-9) and (dialect is None or not check_dialect_limits(last.algorithm, dialect)):
+        if size is None and last.algbw >= request.bound.algbw * (1 - 1e-9) and \
+                (dialect is None or not check_dialect_limits(last.algorithm, dialect)):
             untried = names[i + 1:]
             break
     if not results:
         raise SynthesisError(f"no strategy can build {collective} on {topology.name}: " + "; ".join(skipped))
     fits = ({id(r): not check_dialect_limits(r.algorithm, dialect) for r in results}
             if len(results) > 1 and dialect is not None else {})
-    best = max(results, key=lambda r: (fits.get(id(r), True), r.algbw))
+    # with a size, auto ranks by the simulated time of a call of that size (latency,
+    # pipelining and contention included); without one, by steady-state bandwidth
+    predicted = ({id(r): predict_time(r.algorithm, topology, size, routes=r.routes) for r in results}
+                 if strategy == "auto" and size is not None and len(results) > 1 else {})
+    best = max(results, key=lambda r: (fits.get(id(r), True), -predicted.get(id(r), 0.0), r.algbw))
     if progress:
         progress(f"verifying the {best.strategy} algorithm ({time.perf_counter() - t0:.1f} s)")
     _verify(best, dialect)
@@ -154,12 +162,15 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
         best.bound_exact, best.bound_basis = True, request.bound.basis + ", reached by this algorithm"
     best.synth_time = time.perf_counter() - t0
     if strategy == "auto":
-        why = ("it reaches the bound" + (f", so {', '.join(untried)} were not tried" if untried else "")
-               if best.algbw >= request.bound.algbw * (1 - 1e-9) else
-               "the fastest" + ("" if fits.get(id(best), True) else f" (none fits the {dialect} limits)"))
+        by_time = bool(predicted)
+        why = ("the fastest simulated" if by_time else
+               "it reaches the bound" + (f", so {', '.join(untried)} were not tried" if untried else "")
+               if best.algbw >= request.bound.algbw * (1 - 1e-9) else "the fastest")
+        why += "" if fits.get(id(best), True) else f" (none fits the {dialect} limits)"
         best.notes.append(f"auto chose {best.strategy} ({why}) among " + ", ".join(
-            f"{r.strategy} {r.algbw / 1e9:.1f}" + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
-            for r in results) + " GB/s"
+            (f"{r.strategy} {predicted[id(r)] * 1e6:.1f}" if by_time else f"{r.strategy} {r.algbw / 1e9:.1f}")
+            + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
+            for r in results) + (f" us simulated for {size} bytes" if by_time else " GB/s")
             + ("; skipped " + "; ".join(skipped) if skipped else ""))
         best.strategy = f"auto:{best.strategy}"
     return best
