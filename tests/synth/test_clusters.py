@@ -154,3 +154,17 @@ def test_auto_says_what_it_used_and_why():
     assert r.strategy == "auto:composed"
     assert "it reaches the bound" in note
     assert r.bound_exact
+
+
+def test_synth_json_is_the_only_thing_on_stdout():
+    # a fresh process: highspy prints a banner when its first solver is made
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import sys; from arborcc.cli.main import main; "
+                          "sys.exit(main(['synth', '--machine', 'dgx1v', '--collective', 'allreduce', '--json']))"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["bound_exact"] is False and summary["modes"] == ["in-place"]
