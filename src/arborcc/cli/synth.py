@@ -8,8 +8,10 @@
 Prints the bound the links allow, the algbw the emitted algorithm reaches in the
 steady-state bandwidth model, the number of trees and the strategy. The algorithm is
 verified (and, for XML, checked against the dialect's runtime limits) before anything
-is written: exit 1 when it fails that check, 2 for bad input. The strategies are those
-of the registry (``arborcc.synth.registry``).
+is written: exit 1 when it fails that check, 2 for bad input. The file claims exactly
+the calls (in-place, out-of-place) in which the verifier proves it correct;
+``--inplace``/``--outofplace`` require one (exit 2 when it is not proven). The strategies
+are those of the registry (``arborcc.synth.registry``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("xml", "json"), help="default: from the suffix of -o, else xml")
     p.add_argument("--dialect", choices=("executor", "legacy"), default="executor",
                    help="MSCCL XML dialect whose runtime limits the algorithm must meet")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--inplace", dest="mode", action="store_const", const="in-place",
+                      help="require an algorithm correct when the output buffer is the input "
+                           "(refused, exit 2, when the verifier cannot prove it)")
+    mode.add_argument("--outofplace", dest="mode", action="store_const", const="out-of-place",
+                      help="require an algorithm correct with separate input and output buffers")
     p.add_argument("--show-trees", action="store_true", help="draw the trees as text")
     p.add_argument("--trees-png", metavar="PATH", help="draw the trees to a PNG file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -77,6 +85,12 @@ def cmd_synth(args: argparse.Namespace) -> int:
     result = synthesize(topology, args.collective, args.strategy, args.root, args.links, progress=_progress,
                         size=args.size, dialect=args.dialect)
     algo = result.algorithm
+    if args.mode is not None and args.mode not in result.report.modes:
+        from arborcc.errors import InputError
+
+        raise InputError(f"{result.strategy} {result.collective} has no {args.mode} form here: it is verified "
+                         f"{result.report.modes_text} only (its steps race or read the wrong chunk once "
+                         f"input and output alias); nothing written")
     violations = result.report.violations if fmt == "xml" else []
     summary = {
         "topology": topology.name, "ranks": topology.num_ranks, "collective": result.collective,
