@@ -2,7 +2,7 @@
 
 For every topology: the hierarchical baseline (ring reduce-scatter in each node, ring
 across nodes among GPUs of equal local index, all-gathers back; factors (GPUs per node,
-nodes)) and BlueConnect's decomposition (papers/blueconnect.txt section 3; eq. 3 picks
+nodes)) and BlueConnect's decomposition (Cho et al., SysML 2019, section 3; eq. 3 picks
 halving-doubling on power-of-two groups). Columns: ranks, factors, stage algorithms,
 IR steps, predicted algbw (steady-state model, ``Lowered.estimate``), the
 stage-sequential algbw (eq. 9 without latency, measured on the emitted algorithm), and
@@ -45,7 +45,7 @@ from arborcc.synth.blueconnect import blueconnect_plan  # noqa: E402
 from arborcc.synth.lower import Lowered  # noqa: E402
 from arborcc.synth.lower_stages import (blueconnect_program, hierarchical_plan,  # noqa: E402
                                         sequential_algbw)
-from arborcc.synth.strategies import collective_bound  # noqa: E402
+from arborcc.synth.bounds import collective_bound  # noqa: E402
 from arborcc.topology.cluster import build_cluster, build_hierarchy, parse_hierarchy  # noqa: E402
 from arborcc.verify import check_algorithm  # noqa: E402
 

@@ -19,7 +19,7 @@ import sys
 import time
 
 from arborcc.errors import SynthesisError
-from arborcc.synth.strategies import collective_bound, synthesize
+from arborcc.synth import collective_bound, synthesize
 from arborcc.topology.allocation import induced
 from arborcc.topology.cluster import build_cluster
 

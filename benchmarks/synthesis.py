@@ -25,7 +25,7 @@ import statistics
 import sys
 import time
 
-from arborcc.synth.strategies import synthesize
+from arborcc.synth import synthesize
 from arborcc.topology.model import GB
 
 HEADER = (f"{'topology':<30} {'coll':<9} {'ranks':>5} {'bound':>8} {'algbw':>8} {'ratio':>6} {'trees':>5} "

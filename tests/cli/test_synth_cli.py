@@ -6,7 +6,7 @@ import pytest
 
 from arborcc.cli.main import main
 from arborcc.ir.load import load_algorithm
-from arborcc.runtime.reference import assert_executes
+from support.execution import assert_executes
 from arborcc.verify import verify_algorithm
 
 

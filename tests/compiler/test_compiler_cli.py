@@ -7,7 +7,7 @@ from pathlib import Path
 from arborcc.cli.main import main
 from arborcc.ir.load import load_algorithm
 from arborcc.verify import check_algorithm
-from arborcc.runtime.reference import assert_executes
+from support.execution import assert_executes
 
 PROGRAMS = Path(__file__).parents[1] / "lang" / "compat_programs"
 

@@ -1,12 +1,13 @@
 """Instruction generation (GC3 4.2), fusion, and the numpy interpreter used by all tests."""
 
 import pytest
+from support.execution import assert_executes
+from support.ir_checks import op_counts, ops_of, thread_block_rule_violations
 
 from arborcc.ir.model import Buffer, Op
 from arborcc.lang import AllGather, AllReduce, Program, ReduceScatter, chunk
+from arborcc.runtime.reference import Deadlock, MessageMismatch, make_inputs, run
 from arborcc.verify import check_algorithm
-from irutil import op_counts, ops_of, thread_block_rule_violations
-from arborcc.runtime.reference import Deadlock, MessageMismatch, assert_executes, make_inputs, run
 
 IN, OUT, SC = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 
@@ -160,7 +161,8 @@ def test_interpreter_detects_too_few_slots():
 def test_vectorized_lowering_matches_the_general_one():
     from arborcc.compiler.instructions import InstrTable, _lower_direct, _lower_pieces
     from arborcc.compiler.layout import plan_layout
-    from arborcc.library import alltonext, twostep_alltoall
+    from arborcc.library import twostep_alltoall
+    from arborcc.library.alltonext import alltonext
 
     for _, prog in (twostep_alltoall(2, 3), alltonext(2, 3)):  # scratch regions, local and remote ops
         layout = plan_layout(prog)

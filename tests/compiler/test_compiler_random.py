@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from arborcc.ir.model import Buffer
 from arborcc.lang import Chunk, Collective, Program, chunk, parallelize
 from arborcc.verify import verify_algorithm
-from irutil import thread_block_rule_violations
+from support.ir_checks import thread_block_rule_violations
 from arborcc.runtime.reference import make_inputs, run
 
 IN, OUT = Buffer.INPUT, Buffer.OUTPUT

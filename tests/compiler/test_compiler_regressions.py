@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from arborcc.ir.model import Buffer, Op
 from arborcc.lang import AllReduce, Chunk, Collective, Program, chunk
-from arborcc.runtime.reference import assert_executes, make_inputs, run
+from arborcc.runtime.reference import make_inputs, run
+from support.execution import assert_executes
 from arborcc.verify import check_algorithm
-from irutil import op_counts, thread_block_rule_violations
+from support.ir_checks import op_counts, thread_block_rule_violations
 
 IN, OUT = Buffer.INPUT, Buffer.OUTPUT
 
@@ -195,7 +196,7 @@ def test_fused_chain_revisiting_a_rank_is_cut():
 
 def test_repro_topologies_compile():
     # the original reproducers, through synthesis (which compiles, verifies and lowers)
-    from arborcc.synth.strategies import synthesize
+    from arborcc.synth import synthesize
     from arborcc.topology.model import GB, Device, DeviceKind, LinkKind, TopologyBuilder
 
     def box(n, lanes):

@@ -2,8 +2,8 @@
 
 from arborcc.library import ring_allreduce
 from arborcc.verify import check_algorithm
-from irutil import dependency_count, op_counts
-from arborcc.runtime.reference import assert_executes
+from support.ir_checks import dependency_count, op_counts
+from support.execution import assert_executes
 
 
 def test_64_rank_ring_allreduce():

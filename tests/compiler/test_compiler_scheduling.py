@@ -9,8 +9,8 @@ from arborcc.ir.model import Buffer, Op
 from arborcc.lang import AllGather, AllReduce, AllToAll, Program, ReduceScatter, chunk, parallelize
 from arborcc.library import hierarchical_allreduce, ring_allgather, ring_allreduce, twostep_alltoall
 from arborcc.verify import check_algorithm
-from irutil import dependency_count, op_counts, thread_block_rule_violations
-from arborcc.runtime.reference import assert_executes
+from support.ir_checks import dependency_count, op_counts, thread_block_rule_violations
+from support.execution import assert_executes
 
 IN, OUT, SC = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 FILE = "test_compiler_scheduling.py"

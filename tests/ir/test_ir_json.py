@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms import allpairs_allreduce, ring_allreduce, tree_broadcast
+from support.algorithms import allpairs_allreduce, ring_allreduce, tree_broadcast
 from arborcc.errors import IRFormatError
 from arborcc.ir.json_io import algorithm_from_json, algorithm_to_dict, algorithm_to_json
 from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, Protocol, RankProgram, Step, ThreadBlock

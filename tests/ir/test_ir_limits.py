@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from algorithms import allpairs_allreduce, ring_allreduce
+from support.algorithms import allpairs_allreduce, ring_allreduce
 from arborcc.ir.limits import DIALECTS, EXECUTOR, LEGACY, check_dialect_limits
 from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, RankProgram, Step, ThreadBlock
 from arborcc.verify import verify_algorithm
@@ -12,7 +12,7 @@ from arborcc.verify import verify_algorithm
 I, O = Buffer.INPUT, Buffer.OUTPUT
 
 
-def one_tb(steps, collective="allreduce", tb_id=0, channel=0, dialect_ok=True):
+def one_tb(steps, collective="allreduce", tb_id=0, channel=0):
     return Algorithm("l", collective, 1, 4, [RankProgram(0, 4, 4, 0, [ThreadBlock(tb_id, channel=channel, steps=steps)])])
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from algorithms import ring_allreduce
+from support.algorithms import ring_allreduce
 from arborcc.errors import IRFormatError
 from arborcc.ir.json_io import algorithm_to_json
 from arborcc.ir.load import load_algorithm

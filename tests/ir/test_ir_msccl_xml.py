@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from algorithms import allpairs_allreduce, direct_alltoall, ring_allreduce, ring_reducescatter, tree_broadcast
+from support.algorithms import allpairs_allreduce, direct_alltoall, ring_allreduce, ring_reducescatter, tree_broadcast
 from arborcc.errors import IRFormatError
 from arborcc.ir.limits import DIALECTS
 from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, Protocol, RankProgram, Step, ThreadBlock

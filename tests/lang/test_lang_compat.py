@@ -12,7 +12,7 @@ from arborcc.compat import install_msccl_alias, remove_msccl_alias
 from arborcc.errors import ProgramError
 from arborcc.ir.msccl_xml import read_msccl_xml
 from arborcc.verify import check_algorithm
-from arborcc.runtime.reference import assert_executes
+from support.execution import assert_executes
 
 PROGRAMS = Path(__file__).parent / "compat_programs"
 

@@ -6,8 +6,8 @@ import pytest
 from arborcc.errors import InputError
 from arborcc.library import LIBRARY, hd_allreduce
 from arborcc.verify import check_algorithm
-from irutil import thread_block_rule_violations
-from arborcc.runtime.reference import alltonext_reference, assert_executes
+from support.ir_checks import thread_block_rule_violations
+from support.execution import alltonext_reference, assert_executes
 
 
 def cases():

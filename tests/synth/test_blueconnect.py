@@ -1,4 +1,5 @@
-"""BlueConnect: decomposition along the hierarchy, stage groups, equations 1-10, chooser."""
+"""BlueConnect: decomposition along the hierarchy, stage groups, the chooser (the time
+model itself is tested in tests/sim/test_models_blueconnect.py)."""
 
 import math
 
@@ -6,23 +7,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from arborcc.errors import SynthesisError
-from arborcc.synth.blueconnect import (
-    blueconnect_plan,
-    blueconnect_time,
-    blueconnect_torus_time,
-    broadcast_time,
-    choose_blueconnect,
-    halving_doubling_reduce_scatter_time,
-    hierarchy_levels,
-    one_level_ring_plan,
-    one_level_ring_time,
-    reduce_time,
-    ring_all_gather_time,
-    ring_or_halving_time,
-    ring_reduce_scatter_time,
-    two_level_plan,
-    two_level_time,
-)
+from arborcc.sim.blueconnect_model import blueconnect_time, one_level_ring_time
+from arborcc.synth.blueconnect import blueconnect_plan, choose_blueconnect, hierarchy_levels, one_level_ring_plan
 from arborcc.topology.allocation import induced
 from arborcc.topology.cluster import build_cluster, build_hierarchy, parse_hierarchy
 from arborcc.topology.machines import build_machine
@@ -34,58 +20,6 @@ N = 96e6  # bytes
 
 def assert_partition(groups, n):
     assert sorted(r for g in groups for r in g) == list(range(n))
-
-
-# --------------------------------------------------------------- equations ---
-def test_equations_1_to_4_by_hand():
-    beta = 1 / (10 * GB)
-    assert ring_reduce_scatter_time(4, 1000, A, beta) == pytest.approx(3 * A + 0.75 * 1000 / (10 * GB))
-    assert ring_all_gather_time(5, 1000, A, beta) == pytest.approx(4 * A + 0.8 * 1000 / (10 * GB))
-    assert halving_doubling_reduce_scatter_time(8, 1000, A, beta) == pytest.approx(3 * A + 7 / 8 * 1000 / (10 * GB))
-    assert ring_or_halving_time(8, 1000, A, beta) == pytest.approx(3 * A + 7 / 8 * 1e-7)
-    assert ring_or_halving_time(6, 1000, A, beta) == pytest.approx(5 * A + 5 / 6 * 1e-7)
-    tc = 2 * A + 0.75 * 1e-7
-    tr = 3 * A + 0.75 * 1e-7
-    assert broadcast_time(4, 1000, A, beta) == pytest.approx(tc + tr)
-    assert reduce_time(4, 1000, A, beta) == pytest.approx(tc + tr)
-    with pytest.raises(SynthesisError):
-        halving_doubling_reduce_scatter_time(6, 1000, A, beta)
-
-
-def test_equations_5_to_7_by_hand():
-    w = [100 * GB, 25 * GB, 12.5 * GB]
-    # eq 5: 2 (P-1) {alpha + N / (P min W)}
-    assert one_level_ring_time(12, N, A, w) == pytest.approx(2 * 11 * (A + N / (12 * 12.5 * GB)))
-    # eq 7 with p0 = 3, P/p0 = 4 masters (power of two: halving-doubling)
-    tc0 = math.log2(3) * A + 2 / 3 * N / (100 * GB)
-    tr0 = 2 * A + 2 / 3 * N / (100 * GB)
-    masters = 2 * A + 3 / 4 * N / (12.5 * GB)
-    assert two_level_time(3, 12, N, A, 100 * GB, w) == pytest.approx(2 * tc0 + 2 * tr0 + 2 * masters)
-
-
-def test_equation_9_by_hand():
-    w = [100 * GB, 25 * GB, 12.5 * GB]
-    s0 = 2 * A + 2 / 3 * N / (100 * GB)  # ring over p0 = 3, min{w0}
-    s1 = 1 * A + 1 / 2 * (N / 3) / (25 * GB / 3)  # p1 = 2 on N/3, min{w0, w1/p0}
-    s2 = 1 * A + 1 / 2 * (N / 6) / (12.5 * GB / 6)  # p2 = 2 on N/6, min{.., w2/(p0 p1)}
-    assert blueconnect_time([3, 2, 2], N, A, w) == pytest.approx(2 * (s0 + s1 + s2))
-
-
-def test_equation_10_by_hand():
-    w = [100 * GB, 25 * GB, 12.5 * GB]
-    s0 = 2 * A + 2 / 3 * N / (100 * GB)
-    s1 = A + 1 / 2 * (N / 3) / (25 * GB / 3)  # min{w0, w1/p0}
-    s2 = A + 1 / 2 * (N / 6) / (12.5 * GB / 3)  # min{w0, w1/p0, w2/p0}: dedicated torus links
-    assert blueconnect_torus_time([3, 2, 2], N, A, w) == pytest.approx(2 * (s0 + s1 + s2))
-
-
-def test_blueconnect_beats_two_level_and_one_level_in_the_paper_model():
-    # section 3.3: "BlueConnect offers smaller latency than the two-level scheme"
-    w = [100 * GB, 25 * GB, 12.5 * GB]
-    for n_bytes in (0, 1e3, 1e6, 1e9):
-        blc = blueconnect_time([3, 2, 2], n_bytes, A, w)
-        assert blc <= two_level_time(3, 12, n_bytes, A, w[0], w)
-        assert blc <= one_level_ring_time(12, n_bytes, A, w)
 
 
 # ------------------------------------------------------------- decomposition ---
@@ -128,16 +62,6 @@ def test_one_level_ring_plan_matches_equation_6():
     assert plan.factors == [12] and plan.stages[0].groups == [list(range(12))]
     w = [100 * GB, 25 * GB, 12.5 * GB]
     assert plan.predicted_time(N) == pytest.approx(one_level_ring_time(12, N, A, w))
-
-
-def test_two_level_plan_structure():
-    plan = two_level_plan(fig1(), alpha=A)
-    assert plan.masters == [0, 3, 6, 9]
-    assert_partition(plan.groups, 12)
-    assert plan.master_algorithm == "halving-doubling"
-    # masters 0<->6 and 3<->9 share the rack uplink: half of w2 each (eq. 7 ignores this)
-    assert 1 / plan.master_beta == pytest.approx(12.5 * GB / 2)
-    assert plan.predicted_time(N) >= two_level_time(3, 12, N, A, 100 * GB, [100 * GB, 25 * GB, 12.5 * GB])
 
 
 def test_halving_doubling_stages_when_forced_and_refused_on_odd_groups():

@@ -11,18 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arborcc.errors import SynthesisError
-from arborcc.synth.bounds import (
-    allgather_bound,
-    allreduce_bound,
-    broadcast_bound,
-    flow_graph,
-    reduce_bound,
-    reducescatter_bound,
-    select_links,
-)
+from arborcc.synth.bounds import allgather_bound, allreduce_bound, broadcast_bound, reduce_bound, reducescatter_bound
+from arborcc.synth.flowgraph import flow_graph, select_links
 from arborcc.topology.model import GB, Device, DeviceKind, Link, LinkKind, TopologyBuilder
 
-# NVLink lanes of DGX-1V in nvidia-smi numbering (shared/reference/topologies.md)
+# NVLink lanes of DGX-1V in nvidia-smi numbering (NVIDIA DGX-1 with Tesla V100 system architecture
+# white paper, WP-08437-002, 2017)
 DGX1V = (
     (0, 1, 1, 2, 2, 0, 0, 0),
     (1, 0, 2, 1, 0, 2, 0, 0),

@@ -1,4 +1,4 @@
-"""Lowering BlueConnect / hierarchical plans (papers/blueconnect.txt section 3, Fig. 4,
+"""Lowering BlueConnect / hierarchical plans (BlueConnect, SysML 2019, section 3, Fig. 4,
 Algorithm 1) to verified, executable all-reduce algorithms."""
 
 import dataclasses
@@ -7,15 +7,15 @@ import math
 import pytest
 
 from arborcc.errors import SynthesisError
-from arborcc.runtime.reference import assert_executes
-from arborcc.synth.blueconnect import HD, RING, blueconnect_plan, blueconnect_time, choose_blueconnect
+from support.execution import assert_executes
+from arborcc.sim.blueconnect_model import blueconnect_time
+from arborcc.synth.blueconnect import HD, RING, blueconnect_plan, choose_blueconnect
 from arborcc.synth.lower_stages import (
     _layout,
     _pieces,
     hierarchical_plan,
     level_times,
     lower_blueconnect,
-    plan_for_factors,
     sequential_algbw,
     stage_pairs,
 )
@@ -46,17 +46,17 @@ CASES = [
     ("fig4-ring", FIG1, lambda t: blueconnect_plan(t, algorithm=RING)),
     ("h16-hd", H16, lambda t: blueconnect_plan(t, algorithm=HD)),
     ("h16-ring", H16, lambda t: blueconnect_plan(t, algorithm=RING)),
-    ("h16-outer-first", H16, lambda t: plan_for_factors(t, [2, 2, 4], [RING, HD, HD])),
-    ("h16-one-level-hd", H16, lambda t: plan_for_factors(t, [16], [HD])),
-    ("h8-[2,4]", H8, lambda t: plan_for_factors(t, [2, 4], [HD, RING])),
-    ("h8-[4,2]", H8, lambda t: plan_for_factors(t, [4, 2], [RING, HD])),
-    ("h8-[2,2,2]", H8, lambda t: plan_for_factors(t, [2, 2, 2])),
-    ("h8-[8]-ring", H8, lambda t: plan_for_factors(t, [8], [RING])),
+    ("h16-outer-first", H16, lambda t: blueconnect_plan(t, [2, 2, 4], [RING, HD, HD])),
+    ("h16-one-level-hd", H16, lambda t: blueconnect_plan(t, [16], [HD])),
+    ("h8-[2,4]", H8, lambda t: blueconnect_plan(t, [2, 4], [HD, RING])),
+    ("h8-[4,2]", H8, lambda t: blueconnect_plan(t, [4, 2], [RING, HD])),
+    ("h8-[2,2,2]", H8, lambda t: blueconnect_plan(t, [2, 2, 2])),
+    ("h8-[8]-ring", H8, lambda t: blueconnect_plan(t, [8], [RING])),
     ("dgx1v-hierarchical", DGX1, lambda t: hierarchical_plan(t)),
     ("dgx1v-blueconnect", DGX1, lambda t: blueconnect_plan(t)),
     ("a100-hierarchical", A100, lambda t: hierarchical_plan(t)),
     ("a100-hierarchical-hd", A100, lambda t: hierarchical_plan(t, algorithm=HD)),
-    ("a100-[2,4,2]", A100, lambda t: plan_for_factors(t, [2, 4, 2], [RING, HD, RING])),
+    ("a100-[2,4,2]", A100, lambda t: blueconnect_plan(t, [2, 4, 2], [RING, HD, RING])),
     # the chooser splits levels into 2 x 2 x ... and reorders them: still a rank grid
     ("h16-chosen", H16, lambda t: choose_blueconnect(t, 1 << 30)),
     ("dgx1v-chosen", DGX1, lambda t: choose_blueconnect(t, 1 << 20)),
@@ -92,12 +92,12 @@ def test_transfers_are_aggregated_and_split_at_64():
     assert _pieces(5, 3) == [(5, 3)]
     # one-level halving-doubling on 16 ranks: round 1 moves 8 chunks in ONE step per rank
     t = topo(H16)
-    low = lower_blueconnect(t, plan_for_factors(t, [16], [HD]))
+    low = lower_blueconnect(t, blueconnect_plan(t, [16], [HD]))
     counts = sorted({s.count for rp in low.algorithm.ranks for tb in rp.threadblocks for s in tb.steps
                      if s.op.sends or s.op.receives})
     assert counts == [1, 2, 4, 8]
     # and a ring of 16 moves one chunk per step: 2 x 15 transfers per rank
-    ring = lower_blueconnect(t, plan_for_factors(t, [16], [RING]))
+    ring = lower_blueconnect(t, blueconnect_plan(t, [16], [RING]))
     sends = sum(s.count for rp in ring.algorithm.ranks for tb in rp.threadblocks for s in tb.steps if s.op.sends)
     assert sends == 16 * 2 * 15
 
@@ -214,7 +214,7 @@ def _with_stage(plan, i, **kw):
 
 def test_groups_not_partitioning_is_rejected():
     t = topo(H8)
-    plan = plan_for_factors(t, [4, 2], [RING, RING])
+    plan = blueconnect_plan(t, [4, 2], [RING, RING])
     bad = [[0, 1, 2, 3], [4, 5, 6, 0]]  # rank 0 twice, rank 7 missing
     with pytest.raises(SynthesisError, match="partition"):
         lower_blueconnect(t, _with_stage(_with_stage(plan, 0, groups=bad), 3, groups=bad))
@@ -228,22 +228,26 @@ def test_halving_doubling_on_three_is_rejected():
     with pytest.raises(SynthesisError, match="halving-doubling"):
         lower_blueconnect(t, _with_stage(plan, 5, algorithm=HD))  # its all-gather
     with pytest.raises(SynthesisError, match="power-of-two"):
-        plan_for_factors(t, [3, 4], [HD, RING])
+        blueconnect_plan(t, [3, 4], [HD, RING])
 
 
 def test_groups_off_the_rank_grid_are_rejected():
     """Stage-1 groups must join ranks that own the same block after stage 0 (same
     position in their node): pairing position 0 with position 1 is not a decomposition."""
     t = topo(H8)
-    plan = plan_for_factors(t, [4, 2], [RING, RING])
+    plan = blueconnect_plan(t, [4, 2], [RING, RING])
     skew = [[0, 5], [1, 4], [2, 6], [3, 7]]
     with pytest.raises(SynthesisError, match="different blocks"):
         lower_blueconnect(t, _with_stage(_with_stage(plan, 1, groups=skew), 2, groups=skew))
 
 
-def test_factors_must_multiply_to_ranks():
+def test_factors_must_multiply_to_ranks_and_match_the_algorithms():
     with pytest.raises(SynthesisError, match="multiply"):
-        plan_for_factors(topo(H8), [3, 2])
+        blueconnect_plan(topo(H8), [3, 2])
+    with pytest.raises(SynthesisError, match="2 factors but 3 algorithms"):
+        blueconnect_plan(topo(H8), [4, 2], [RING, RING, HD])
+    with pytest.raises(SynthesisError, match="power-of-two"):
+        blueconnect_plan(topo(FIG1), [3, 4], [HD, RING])
 
 
 def test_long_rings_spread_over_channels_to_meet_the_executor_limits():

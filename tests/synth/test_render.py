@@ -97,7 +97,7 @@ def test_text_rejects_a_hop_over_a_missing_link():
 
 
 def test_text_of_a_synthesis_result():
-    from arborcc.synth.strategies import synthesize
+    from arborcc.synth import synthesize
     from arborcc.synth.trees import check_tree
 
     t = small()

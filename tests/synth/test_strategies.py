@@ -7,9 +7,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arborcc.errors import SynthesisError
-from arborcc.runtime.reference import assert_executes
+from support.execution import assert_executes
 from arborcc.sim.bandwidth import steady_state_bandwidth
-from arborcc.synth.strategies import COLLECTIVES, STRATEGIES, synthesize
+from arborcc.synth import synthesize
+from arborcc.synth.registry import strategy_names, synthesizable_collectives
 from arborcc.topology.allocation import induced, resolve_gpus
 from arborcc.topology.cluster import build_hierarchy, parse_hierarchy
 from arborcc.topology.machines import build_machine
@@ -22,7 +23,7 @@ def dgx1v(gpus=None):
     return induced(t, resolve_gpus(t, gpus)) if gpus else t
 
 
-@pytest.mark.parametrize("collective", COLLECTIVES)
+@pytest.mark.parametrize("collective", synthesizable_collectives())
 def test_trees_reach_99_percent_and_compute_the_collective(collective):
     t = dgx1v("1,4,5,6")
     r = synthesize(t, collective, "trees")
@@ -50,7 +51,7 @@ def test_dgx1v_allreduce_trees_beat_nccl_rings():
     assert_executes(rings.algorithm)
 
 
-@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("strategy", strategy_names())
 def test_every_strategy_verifies_and_executes_on_an_nvswitch_box(strategy):
     # three-phase needs several servers: two 4-GPU boxes on a slower network
     t = build_hierarchy(parse_hierarchy("4@100,2@25")) if strategy == "three-phase" else build_machine("dgx-a100")
@@ -63,7 +64,7 @@ def test_every_strategy_verifies_and_executes_on_an_nvswitch_box(strategy):
 def test_auto_keeps_the_fastest():
     t = dgx1v("1,4,5,6")
     auto = synthesize(t, "allreduce")
-    others = [synthesize(t, "allreduce", s).algbw for s in STRATEGIES if s != "three-phase"]  # one server
+    others = [synthesize(t, "allreduce", s).algbw for s in strategy_names() if s != "three-phase"]  # one server
     assert auto.algbw == pytest.approx(max(others))
     assert auto.strategy.startswith("auto:")
 
@@ -144,9 +145,13 @@ def test_random_topologies_allreduce_is_correct_and_near_the_bound(t):
 
 
 def test_auto_leaves_out_strategies_that_explode_on_many_ranks(monkeypatch):
-    import arborcc.synth.strategies as S
+    import dataclasses
 
-    monkeypatch.setattr(S, "AUTO_RANK_LIMITS", {"trees": 3, "binary-trees": 3})
+    import arborcc.synth.synthesis as S
+
+    limited = tuple(dataclasses.replace(s, auto_rank_limits={"allreduce": 3})
+                    if s.name in ("trees", "binary-trees") else s for s in S.STRATEGIES)
+    monkeypatch.setattr(S, "STRATEGIES", limited)
     r = synthesize(dgx1v("1,4,5,6"), "allreduce")
     assert r.strategy not in ("auto:trees", "auto:binary-trees")
     assert "auto leaves it out above 3 ranks" in r.notes[-1]

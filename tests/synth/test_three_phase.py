@@ -5,7 +5,7 @@ baseline in the bandwidth model."""
 import pytest
 
 from arborcc.errors import SynthesisError
-from arborcc.runtime.reference import assert_executes
+from support.execution import assert_executes
 from arborcc.synth.lower_stages import hierarchical_plan, lower_blueconnect
 from arborcc.synth.three_phase import synth_three_phase
 from arborcc.topology.allocation import induced

@@ -16,7 +16,7 @@ from arborcc.topology.defaults import NVLINK_LANE, PCIE_X16
 from arborcc.topology.detect import NumaNode, detect_numa_nodes, detect_topology
 from arborcc.topology.model import GB, LinkKind
 from arborcc.topology.nvidia_smi import read_nvidia_smi
-from topology_helpers import DGX1V_NVLINKS, pcie_parent
+from support.topologies import DGX1V_NVLINKS, pcie_parent
 
 SAMPLES = Path(__file__).parent / "samples"
 

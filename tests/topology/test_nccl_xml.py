@@ -19,7 +19,7 @@ from arborcc.topology.nccl_xml import (canonical_busid, dump_nccl_xml, nccl_lane
                                        pcie_link_bandwidth, read_nccl_xml, write_nccl_xml)
 from arborcc.topology.nvidia_smi import read_nvidia_smi
 from arborcc.topology.readers import read_topology
-from topology_helpers import DGX1V_NVLINKS, pcie_parent
+from support.topologies import DGX1V_NVLINKS, pcie_parent
 
 SAMPLES = Path(__file__).parent / "samples"
 BAD = SAMPLES / "bad"

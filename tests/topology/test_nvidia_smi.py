@@ -15,7 +15,7 @@ from arborcc.topology.defaults import INTER_SOCKET, NVLINK_LANE, PCIE_X16
 from arborcc.topology.model import GB, DeviceKind, LinkKind, Topology
 from arborcc.topology.nvidia_smi import parse_cpu_list, parse_nvidia_smi, read_nvidia_smi
 from arborcc.topology.readers import read_topology
-from topology_helpers import DGX1V_NVLINKS, pcie_parent
+from support.topologies import DGX1V_NVLINKS, pcie_parent
 
 SAMPLES = Path(__file__).parent / "samples"
 BAD = SAMPLES / "bad"

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from algorithms import ring_allreduce, tree_broadcast
+from support.algorithms import ring_allreduce, tree_broadcast
 from arborcc.cli.main import main
 from arborcc.ir.json_io import algorithm_to_json
 from arborcc.ir.msccl_xml import write_msccl_xml

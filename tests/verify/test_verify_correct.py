@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms import (
+from support.algorithms import (
     allpairs_allreduce,
     chain_broadcast,
     direct_alltoall,
@@ -16,7 +16,7 @@ from algorithms import (
     ring_reducescatter,
     tree_broadcast,
 )
-from arborcc.runtime.reference import assert_executes
+from support.execution import assert_executes
 from arborcc.errors import VerificationError
 from arborcc.verify import check_algorithm, verify_algorithm
 

@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from arborcc.verify.collectives import expected_runs
 from arborcc.verify.memory import RankMemory
+from arborcc.verify.postconditions import expected_runs
 from arborcc.verify.races import HappensBefore
 from arborcc.verify.values import (
     Mixed,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms import allpairs_allreduce, direct_alltoall, ring_allreduce, ring_allreduce_split, tree_broadcast
+from support.algorithms import allpairs_allreduce, direct_alltoall, ring_allreduce, ring_allreduce_split, tree_broadcast
 from arborcc.verify.semantics import OPS
 from arborcc.ir.model import Dependency
 from arborcc.verify import verify_algorithm

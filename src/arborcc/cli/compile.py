@@ -25,34 +25,31 @@ What the program prints goes to stderr, so ``--json`` output stays one object.
 The algorithm is verified (:func:`arborcc.verify.check_algorithm`, with the dialect's
 limits) before anything is written: a wrong algorithm is never written; exit status 1
 says it was wrong, 2 that the input was.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-
-import runpy
 import sys
 import time
 from pathlib import Path
 
-from arborcc.cli.output import print_json, render_algorithm, write_atomic
 from arborcc.errors import InputError, ProgramError
+from arborcc.ir.limits import DIALECTS
+from arborcc.library.catalog import LIBRARY
 
-DIALECTS = ("executor", "legacy")
 FORMATS = ("xml", "json")
-
-
-def _library():
-    from arborcc.library import LIBRARY
-
-    return LIBRARY
 
 
 def _epilog() -> str:
     lines = ["library algorithms (arborcc compile NAME --help for their parameters):"]
-    for spec in _library().values():
+    for spec in LIBRARY.values():
         flags = " ".join(f"{p.flag}" for p in spec.params)
         lines.append(f"  {spec.name:24s} {spec.summary}")
         lines.append(f"  {'':24s}   {flags}")
@@ -63,7 +60,7 @@ def _common_options(p: argparse.ArgumentParser, suppress: bool) -> None:
     default = argparse.SUPPRESS if suppress else None
     p.add_argument("-o", "--output", metavar="FILE", default=default,
                    help="write the algorithm here (default: stdout)")
-    p.add_argument("--dialect", choices=DIALECTS, default=default,
+    p.add_argument("--dialect", choices=sorted(DIALECTS), default=default,
                    help="MSCCL XML dialect and runtime limits to verify against (default: executor)")
     p.add_argument("--format", choices=FORMATS, default=default,
                    help="xml (MSCCL) or json (arborcc); default: from the output file's extension, else xml")
@@ -90,9 +87,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    library = _library()
     if args.list:
-        for spec in library.values():
+        for spec in LIBRARY.values():
             print(f"{spec.name:24s} {spec.collective:14s} {spec.summary}")
         return 0
     if not args.target:
@@ -103,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
     if "--" in rest:
         cut = rest.index("--")
         rest, verbatim = rest[:cut], rest[cut + 1:]
-    if args.target in library:
-        opts, algo, name = _compile_library(library[args.target], rest + verbatim, args)
+    if args.target in LIBRARY:
+        opts, algo, name = _compile_library(LIBRARY[args.target], rest + verbatim, args)
     else:
         opts, algo, name = _compile_file(args.target, rest, verbatim, args)
     return _verify_and_write(algo, name, opts)
@@ -147,7 +143,7 @@ def _compile_library(spec, argv: list[str], args):
 def _compile_file(target: str, argv: list[str], verbatim: list[str], args):
     path = Path(target)
     if not path.is_file():
-        known = ", ".join(_library())
+        known = ", ".join(LIBRARY)
         raise InputError(f"no such program file, and not a library algorithm (known: {known})",
                          source=target)
     p = argparse.ArgumentParser(prog="arborcc compile", add_help=False)
@@ -163,18 +159,19 @@ def _compile_file(target: str, argv: list[str], verbatim: list[str], args):
 
 def _run_program_file(path: Path, program_args: list[str]):
     """Run a program file; returns (Algorithm, name)."""
+    import contextlib
+    import runpy
+
     from arborcc.compat import install_msccl_alias, remove_msccl_alias
     from arborcc.ir.model import Algorithm
-    from arborcc.lang import program as lang_program
+    from arborcc.lang.program import Program, recording_programs
 
-    created: list = []
-    lang_program._CREATION_HOOKS.append(created.append)
     aliased = install_msccl_alias()
     old_argv = sys.argv
     sys.argv = [str(path), *program_args]
     result = None
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(sys.stderr), recording_programs() as created:
             try:
                 namespace = runpy.run_path(str(path), run_name="__main__")
             except SystemExit as e:
@@ -186,7 +183,6 @@ def _run_program_file(path: Path, program_args: list[str]):
                 result = entry(*program_args)
     finally:
         sys.argv = old_argv
-        lang_program._CREATION_HOOKS.remove(created.append)
         if aliased:
             remove_msccl_alias()
     if result is None:
@@ -198,7 +194,7 @@ def _run_program_file(path: Path, program_args: list[str]):
         result = result[0]
     if isinstance(result, Algorithm):
         return result, result.name
-    if isinstance(result, lang_program.Program):
+    if isinstance(result, Program):
         if not result.ops:
             raise ProgramError(f"{path.name}: program {result.name!r} performs no copy or reduce")
         return result.compile(), result.name
@@ -208,6 +204,8 @@ def _run_program_file(path: Path, program_args: list[str]):
 
 # --- verification and output ------------------------------------------------------------
 def _verify_and_write(algo, name: str, opts) -> int:
+    from arborcc.cli.output import print_json, render_algorithm, write_atomic
+    from arborcc.ir.limits import dialect_limits
     from arborcc.verify import verify_algorithm
 
     dialect = opts.dialect or "executor"
@@ -216,16 +214,13 @@ def _verify_and_write(algo, name: str, opts) -> int:
         raise InputError("--json prints the summary on stdout: name the algorithm file with -o",
                          source="arborcc compile")
     if fmt == "xml":
-        from arborcc.ir.limits import dialect_limits
-
         if algo.collective not in dialect_limits(dialect).collective_names:
             raise InputError(f"the {dialect} dialect of MSCCL XML cannot name the collective "
                              f"{algo.collective!r}; use --dialect legacy or --format json", source=name)
     start = time.perf_counter()
     report = verify_algorithm(algo, dialect if fmt == "xml" else None)
     verify_seconds = time.perf_counter() - start
-    thread_blocks = sum(len(r.threadblocks) for r in algo.ranks)
-    steps = sum(len(tb.steps) for r in algo.ranks for tb in r.threadblocks)
+    thread_blocks, steps = algo.num_threadblocks, algo.num_steps
     summary = {
         "name": name, "collective": algo.collective, "ranks": algo.num_ranks,
         "thread_blocks": thread_blocks, "steps": steps, "channels": algo.num_channels,
@@ -261,6 +256,3 @@ def _verify_and_write(algo, name: str, opts) -> int:
     else:
         print(line, file=sys.stdout if opts.output else sys.stderr)
     return 0
-
-
-

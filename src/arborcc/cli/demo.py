@@ -5,21 +5,18 @@ Stages: the topology and its link matrix, routes of the allocation, the unique
 allocations (Blink's 46 classes), synthesis of an all-reduce for the allocation by
 every strategy (bound vs achieved algbw), then the winner verified symbolically, run on
 the numpy reference executor, and written to MSCCL XML and read back.
+
+References:
+
+* Blink: G. Wang, S. Venkataraman, A. Phanishayee, N. Devanur, J. Thelin, I. Stoica, "Blink:
+  Fast and Generic Collectives for Distributed ML", MLSys 2020, https://arxiv.org/abs/1910.04940
 """
 
 from __future__ import annotations
 
 import argparse
 
-import os
-import tempfile
-
-import numpy as np
-
 from arborcc.cli.topology_args import add_topology_arguments, topology_from_args
-from arborcc.topology.allocation import induced, resolve_gpus, unique_allocations
-from arborcc.topology.model import GB
-from arborcc.topology.render import matrix_text
 
 DEFAULT_ALLOCATION = "1,4,5,6"
 
@@ -35,6 +32,10 @@ def _section(title: str) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from arborcc.topology.allocation import induced, resolve_gpus, unique_allocations
+    from arborcc.topology.model import GB
+    from arborcc.topology.render import matrix_text
+
     gpus_flag, args.gpus = args.gpus, None
     machine = topology_from_args(args)
     _section(f"1. topology: {machine.name}")
@@ -68,25 +69,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _synthesize_and_check(alloc) -> None:
+    import os
+    import tempfile
+
+    import numpy as np
+
     from arborcc.errors import SynthesisError
     from arborcc.ir.msccl_xml import read_msccl_xml, write_msccl_xml
     from arborcc.runtime.reference import make_inputs, reference, run
-    from arborcc.synth.strategies import STRATEGIES, synthesize
+    from arborcc.synth import synthesize
+    from arborcc.synth.registry import strategy_names
     from arborcc.verify import verify_algorithm
 
     _section(f"4. all-reduce on {alloc.name}: every strategy (steady-state bandwidth model)")
     results = []
     print(f"  {'strategy':<18} {'bound GB/s':>10} {'algbw GB/s':>10} {'of bound':>8} {'trees':>5} {'steps':>6}")
-    for name in STRATEGIES:
+    for name in strategy_names():
         try:
             r = synthesize(alloc, "allreduce", name)
         except SynthesisError as e:  # a strategy that does not apply here says why
             print(f"  {name:<18} n/a: {str(e).split(': ', 1)[-1]}")
             continue
         results.append(r)
-        steps = sum(len(tb.steps) for p in r.algorithm.ranks for tb in p.threadblocks)
         print(f"  {r.strategy:<18} {r.bound / 1e9:10.2f} {r.algbw / 1e9:10.2f} {100 * r.ratio:7.1f}% "
-              f"{len(r.trees):5d} {steps:6d}")
+              f"{len(r.trees):5d} {r.algorithm.num_steps:6d}")
     best = max(results, key=lambda r: r.algbw)
     ring = next(r for r in results if r.strategy == "nccl-ring")
     print(f"  best: {best.strategy}, {best.algbw / ring.algbw:.2f}x the rings NCCL would build")

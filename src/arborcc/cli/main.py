@@ -1,7 +1,9 @@
 """The ``arborcc`` command: one subcommand per pipeline stage, plus ``demo``.
 
 Each subcommand lives in its own module of this package exposing
-``register(subparsers)``; the module sets ``func`` on its parser. Errors derived from
+``register(subparsers)``; the module sets ``func`` on its parser. Command modules
+import only argparse and plain data at their top - everything else where the command
+runs - so building the parser (``arborcc --help``) loads no stage. Errors derived from
 :class:`arborcc.errors.ArborccError` become one line on stderr and exit status 2.
 """
 
@@ -9,15 +11,23 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 
 from arborcc import __version__
 from arborcc.errors import ArborccError
 
-#: subcommand modules, in the order data flows (each defines ``register``)
-COMMAND_MODULES = ("topo", "synth", "compile", "verify", "show", "run", "bench", "demo")
+#: subcommand modules, in the order data flows (each defines ``register(subparsers)``)
+COMMANDS = (
+    "arborcc.cli.topo",
+    "arborcc.cli.synth",
+    "arborcc.cli.compile",
+    "arborcc.cli.verify",
+    "arborcc.cli.show",
+    "arborcc.cli.run",
+    "arborcc.cli.bench",
+    "arborcc.cli.demo",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,18 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"arborcc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"arborcc.cli.{name}")
-        except ModuleNotFoundError as e:  # a stage not built yet is simply absent
-            if e.name == f"arborcc.cli.{name}":
-                continue
-            raise
-        module.register(sub)
+    for module in COMMANDS:
+        importlib.import_module(module).register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    import logging
+
     logging.basicConfig(
         level=logging.DEBUG if os.environ.get("ARBORCC_DEBUG") else logging.WARNING,
         format="arborcc: %(levelname)s: %(message)s",

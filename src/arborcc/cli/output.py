@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from arborcc.errors import InputError
+from arborcc.files import write_text_atomically
 
 
 def print_json(obj: Any) -> None:
@@ -17,20 +19,14 @@ def print_json(obj: Any) -> None:
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename."""
+    """Write an output file named on the command line, creating its folder if needed;
+    nothing is half-written, and a failure is an InputError naming the file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot create the folder: {e.strerror or e}", source=str(path)) from None
+    write_text_atomically(path, text)
 
 
 def render_algorithm(algo, fmt: str, dialect: str = "executor") -> str:

@@ -11,14 +11,11 @@ import argparse
 from collections import Counter
 from typing import Any
 
-from arborcc.cli.output import print_json
-from arborcc.ir.load import load_algorithm
-from arborcc.ir.model import Algorithm, Op
-from arborcc.verify.semantics import OPS
 
+def summarize(algo) -> dict[str, Any]:
+    """The facts ``show`` prints about an :class:`~arborcc.ir.model.Algorithm`, as a JSON-ready dict."""
+    from arborcc.ir.model import Op
 
-def summarize(algo: Algorithm) -> dict[str, Any]:
-    """The facts ``show`` prints, as a JSON-ready dict."""
     types: Counter[str] = Counter()
     links: dict[tuple[int, int], list[int]] = {}
     channels: set[int] = set()
@@ -31,8 +28,7 @@ def summarize(algo: Algorithm) -> dict[str, Any]:
             messages = 0
             for st in tb.steps:
                 types[st.op.value] += 1
-                info = OPS.get(st.op)
-                if info is not None and info.sends:
+                if st.op.sends:
                     sent += st.count
                     messages += 1
             if tb.send >= 0 and messages:
@@ -70,6 +66,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from arborcc.cli.output import print_json
+    from arborcc.ir.load import load_algorithm
+
     algo = load_algorithm(args.algorithm)
     s = summarize(algo)
     if args.json:

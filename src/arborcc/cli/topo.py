@@ -1,15 +1,19 @@
-"""``arborcc topo show|classes|export``: look at, classify and write topologies."""
+"""``arborcc topo show|classes|export``: look at, classify and write topologies.
+
+References:
+
+* Blink: G. Wang, S. Venkataraman, A. Phanishayee, N. Devanur, J. Thelin, I. Stoica, "Blink:
+  Fast and Generic Collectives for Distributed ML", MLSys 2020, https://arxiv.org/abs/1910.04940
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from arborcc.cli.output import print_json, write_atomic
 from arborcc.cli.topology_args import add_topology_arguments, topology_from_args
 from arborcc.errors import InputError
-from arborcc.topology.allocation import FABRICS, unique_allocations
-from arborcc.topology.render import link_table_text, matrix_text, topology_summary
+from arborcc.topology.allocation import FABRICS
 
 EXPORT_FORMATS = ("yaml", "json", "nccl-xml")
 
@@ -42,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from arborcc.cli.output import print_json
+    from arborcc.topology.render import link_table_text, matrix_text, topology_summary
+
     t = topology_from_args(args)
     if args.json:
         print_json(topology_summary(t))
@@ -61,6 +68,9 @@ def _progress(done: int, total: int) -> None:
 
 
 def cmd_classes(args: argparse.Namespace) -> int:
+    from arborcc.cli.output import print_json
+    from arborcc.topology.allocation import unique_allocations
+
     t = topology_from_args(args)
     classes = unique_allocations(t, args.min_gpus, args.max_gpus, args.fabric, progress=_progress)
     if args.json:
@@ -99,6 +109,8 @@ def _export_format(args: argparse.Namespace) -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from arborcc.cli.output import write_atomic
+
     fmt = _export_format(args)
     t = topology_from_args(args)
     if fmt == "nccl-xml":

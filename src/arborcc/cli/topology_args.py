@@ -2,6 +2,12 @@
 ``--file PATH``, ``--detect``, ``--gpus 1,4,5,6`` and bandwidth overrides.
 
 Environment: ``ARBORCC_MACHINE`` replaces the default machine (dgx1v).
+
+References:
+
+* BlueConnect: M. Cho, U. Finkler, D. Kung, H. Hunter, "BlueConnect: Decomposing All-Reduce for
+  Deep Learning on Heterogeneous Network Hierarchy", MLSys (SysML) 2019, https://proceedings.mlsys.org/
+  paper_files/paper/2019/hash/0c8abcf158ed12d0dd94480681186fda-Abstract.html
 """
 
 from __future__ import annotations
@@ -10,8 +16,6 @@ import argparse
 import os
 
 from arborcc.errors import TopologyError
-from arborcc.topology.allocation import induced, resolve_gpus
-from arborcc.topology.model import Topology
 
 DEFAULT_MACHINE = "dgx1v"
 
@@ -37,8 +41,11 @@ def add_topology_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--nic-gbps", type=float, metavar="GB/S", help="bandwidth of one NIC, GB/s per direction (25 = 200 Gb/s)")
 
 
-def topology_from_args(args: argparse.Namespace) -> Topology:
-    """Build the topology the flags describe, restricted to ``--gpus`` if given."""
+def topology_from_args(args: argparse.Namespace):
+    """Build the :class:`~arborcc.topology.model.Topology` the flags describe, restricted to
+    ``--gpus`` if given."""
+    from arborcc.topology.allocation import induced, resolve_gpus
+
     overrides = {"nvlink_gbps": args.nvlink_gbps, "pcie_gbps": args.pcie_gbps, "nic_gbps": args.nic_gbps}
     if args.file or args.detect:
         if args.nodes is not None:
@@ -62,7 +69,7 @@ def topology_from_args(args: argparse.Namespace) -> Topology:
 
 
 def build_named(machine: str, nodes: int | None = None, network: str = "fat-tree",
-                oversubscription: float = 1.0, **overrides: float | None) -> Topology:
+                oversubscription: float = 1.0, **overrides: float | None):
     """A built-in machine, a cluster of them, or a ``hierarchy:`` spec."""
     if machine.startswith("hierarchy:"):
         from arborcc.topology.cluster import build_hierarchy, parse_hierarchy

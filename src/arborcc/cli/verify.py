@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from arborcc.cli.output import print_json
-from arborcc.ir.limits import DIALECTS
-from arborcc.ir.load import load_algorithm
-from arborcc.verify import DEFAULT_SLOTS, verify_algorithm
+from arborcc.ir.limits import DEFAULT_SLOTS, DIALECTS
 
 
 def _slots(text: str) -> int:
@@ -45,13 +42,16 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from arborcc.cli.output import print_json
+    from arborcc.ir.load import load_algorithm
+    from arborcc.verify import verify_algorithm
+
     algo = load_algorithm(args.algorithm, dialect=args.dialect)
     report = verify_algorithm(algo, args.dialect, slots=args.slots)
     if args.json:
         print_json({"file": str(args.algorithm), **report.to_dict()})
         return 0 if report.ok else 1
-    steps = sum(len(tb.steps) for r in algo.ranks for tb in r.threadblocks)
-    what = f"{algo.collective} on {algo.num_ranks} ranks, {steps} steps"
+    what = f"{algo.collective} on {algo.num_ranks} ranks, {algo.num_steps} steps"
     if report.ok:
         proven = "postcondition holds" if report.postcondition_checked else "no postcondition known (custom)"
         limits = f", within {args.dialect} limits" if args.dialect else ""

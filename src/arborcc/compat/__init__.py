@@ -5,6 +5,12 @@
 changed, e.g. ``from msccl.language import *`` -> ``from arborcc.compat.msccl.language
 import *``. :func:`install_msccl_alias` makes even that change unnecessary: it lets
 ``import msccl...`` find this package (only when no real ``msccl`` is installed).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -15,8 +15,17 @@ Passes (GC3 sections 4-5), one module each, in the order data flows:
 ====================  ==========================================================
 
 ``compile_program(program)`` runs them all (:mod:`arborcc.compiler.pipeline`).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
-from arborcc.compiler.pipeline import CompileStats, compile_program
+from arborcc.lazy import lazy_exports
 
-__all__ = ["compile_program", "CompileStats"]
+#: public name -> module that defines it (imported on first use)
+EXPORTS = {"compile_program": "arborcc.compiler.pipeline", "CompileStats": "arborcc.compiler.pipeline"}
+__getattr__, __dir__ = lazy_exports(__name__, EXPORTS)
+__all__ = list(EXPORTS)

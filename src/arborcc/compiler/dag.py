@@ -17,6 +17,12 @@ The scan tracks *atoms* rather than chunks (:func:`_atoms`): the runs of chunks 
 every access covers whole, so a multi-count transfer costs what a single chunk does.
 
 Cost: one pass, O(atoms touched) - nothing is recomputed.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -6,6 +6,12 @@ block ``id`` becomes ``id*n + i``, channel ``c`` becomes ``c + C*i`` (C: channel
 instance), and every offset moves to instance i's copy of its chunk (see
 :mod:`arborcc.compiler.layout`). Replicas touch disjoint chunks, so no dependency
 crosses instances.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -18,6 +18,12 @@ block.
 Later passes may undo a fusion (:func:`unfuse`; ``InstrTable.fusions`` keeps what it
 replaced) when it leaves no FIFO-consistent order (:mod:`.order`) or its chain fits no
 channel (:mod:`.threadblocks`).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

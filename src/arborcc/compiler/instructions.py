@@ -7,6 +7,12 @@ joined by a *communication edge* (``msg_out`` of the send, ``msg_in`` of the rec
 
 Instructions are kept as a table of parallel lists (one entry per instruction) rather
 than objects: programs of 1024 ranks have millions of them.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
@@ -22,9 +28,6 @@ SEND, RECV, RRC, CPY, RE, RCS, RRCS, RRS = range(8)
 KIND_OP = (Op.SEND, Op.RECV, Op.RECV_REDUCE_COPY, Op.COPY, Op.REDUCE, Op.RECV_COPY_SEND,
            Op.RECV_REDUCE_COPY_SEND, Op.RECV_REDUCE_SEND)
 KIND_NAME = tuple(op.value for op in KIND_OP)
-RECEIVES = frozenset((RECV, RRC, RCS, RRCS, RRS))
-SENDS = frozenset((SEND, RCS, RRCS, RRS))
-LOCAL = frozenset((CPY, RE))
 
 
 class InstrTable:

@@ -4,7 +4,7 @@ Three things make IR offsets differ from the indices a program uses:
 
 * named scratch regions are laid out one after another in the one scratch buffer
   (the main scratch region first), per rank;
-* :func:`~arborcc.lang.directives.parallelize` regions split a chunk into parts moved
+* :func:`~arborcc.lang.program.parallelize` regions split a chunk into parts moved
   independently (GC3 section 5.1): every logical chunk becomes ``L`` sub-chunks, ``L``
   the least common multiple of the parallelization factors used;
 * ``instances=n`` replicates the program on 1/n of the data (GC3 section 5.1): each
@@ -16,6 +16,12 @@ Three things make IR offsets differ from the indices a program uses:
 An operation moving a range that crosses a block boundary of a replicated buffer is not
 contiguous in every copy, so it is split into pieces at those boundaries (aggregation
 is kept wherever the layout allows it).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -27,6 +27,12 @@ queues, and an order that keeps many messages of a pair in flight can deadlock w
 the unbounded model would not. If every attempt fails, the pipeline undoes fusions
 (:func:`fifo_conflicting_fusions`, then all of them: program order of the unfused
 instructions always works).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

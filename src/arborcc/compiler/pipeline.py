@@ -6,6 +6,12 @@ global order -> thread blocks and channels -> synchronization -> IR (with instan
 Every pass is linear in the number of chunk operations (the order is one sort), so a
 1024-rank ring all-reduce - two million operations - compiles in seconds rather than
 the hour the public tool's recursive passes would take.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
@@ -21,8 +27,7 @@ from arborcc.compiler.emit import build_algorithm
 from arborcc.compiler.fusion import fuse_instructions, unfuse
 from arborcc.compiler.instructions import KIND_NAME, InstrTable, lower_operations
 from arborcc.compiler.layout import IB_INPUT, IB_OUTPUT, plan_layout
-from arborcc.compiler.order import (fifo_conflicting_fusions, fifo_consistent, global_order, repair_order,
-                                   slot_safe)
+from arborcc.compiler.order import fifo_conflicting_fusions, fifo_consistent, global_order, repair_order, slot_safe
 from arborcc.compiler.sync import emit_steps
 from arborcc.compiler.threadblocks import assign_auto, assign_manual
 from arborcc.ir.model import Algorithm
@@ -96,26 +101,32 @@ def _fifo_order(table: InstrTable, dag, rep: list[int], rdepth: list[int], stats
     return [i for i in range(len(table)) if alive[i]]
 
 
-def compile_program(prog) -> Algorithm:
-    """Compile a traced :class:`~arborcc.lang.program.Program` to an IR Algorithm.
+#: what the passes read of a traced program (:class:`arborcc.lang.program.Program` has them)
+TRACED_PROGRAM_ATTRIBUTES = ("name", "ops", "num_ranks", "collective", "instances", "protocol",
+                             "threadblock_policy", "instr_fusion", "replication", "input_sizes",
+                             "output_sizes", "buffer_names", "buffer_size", "resolve")
 
-    Statistics of the run are left in ``prog.compile_stats``.
+
+def compile_program(prog, stats: CompileStats | None = None) -> Algorithm:
+    """Compile a traced program (an :class:`arborcc.lang.program.Program`, or anything with
+    its :data:`TRACED_PROGRAM_ATTRIBUTES`) to an IR Algorithm.
+
+    ``stats``, when given, receives what the run did and how long each pass took.
     """
+    missing = [a for a in TRACED_PROGRAM_ATTRIBUTES if not hasattr(prog, a)]
+    if missing:
+        raise TypeError(f"compile_program needs a traced program; {prog!r} has no {', '.join(missing)}")
     enabled = gc.isenabled()
     gc.disable()  # millions of acyclic allocations: see Program.__enter__
     try:
-        return _compile(prog)
+        return _compile(prog, stats if stats is not None else CompileStats())
     finally:
         if enabled:
             gc.enable()
 
 
-def _compile(prog) -> Algorithm:
-    from arborcc.lang.program import Program
-
-    if not isinstance(prog, Program):
-        raise TypeError(f"compile_program needs a Program, got {prog!r}")
-    stats = CompileStats(operations=len(prog.ops))
+def _compile(prog, stats: CompileStats) -> Algorithm:
+    stats.operations = len(prog.ops)
     clock, cpu = time.perf_counter, time.process_time
     t0, c0 = clock(), cpu()
 
@@ -153,10 +164,9 @@ def _compile(prog) -> Algorithm:
     stats.instructions = len(table)
     stats.fused = table.alive.count(False)
     stats.unfused = fusions - len(table.fusions)
-    stats.thread_blocks = sum(len(r.threadblocks) for r in algo.ranks)
-    stats.steps = sum(len(tb.steps) for r in algo.ranks for tb in r.threadblocks)
+    stats.thread_blocks = algo.num_threadblocks
+    stats.steps = algo.num_steps
     counts = np.bincount(np.asarray(table.kind, dtype=np.int64)[np.asarray(order, dtype=np.int64)],
                          minlength=len(KIND_NAME))
     stats.kinds = {KIND_NAME[k]: int(v) for k, v in enumerate(counts) if v}
-    prog.compile_stats = stats
     return algo

@@ -7,6 +7,12 @@ on that block's step - only the latest step per block, and only when this block 
 already waited for that step or a later one. The IR carries one dependency per step; the
 others become ``nop`` steps placed right before it. A step others wait on gets
 ``has_dep``. Communication edges need nothing: a receive waits for its send.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

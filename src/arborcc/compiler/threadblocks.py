@@ -21,15 +21,20 @@ channel ranges.
 
 *Manual* policy: every transfer names ``sendtb``/``recvtb`` (and ``ch``, default 0);
 conflicts with the rules above are reported at the program line that caused them.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
 
 from arborcc.compiler.fusion import unfuse
 from arborcc.compiler.instructions import CPY, RE, SEND, InstrTable
+from arborcc.ir.limits import MAX_CHANNELS
 from arborcc.lang.where import format_location, program_error
-
-MAX_CHANNELS = 32  #: MSCCL runtimes support at most 32 channels
 
 
 class TB:

@@ -19,6 +19,12 @@ where each of the IR's three buffers starts: ``placement[Buffer.INPUT] ==
 (Buffer.OUTPUT, 8)`` reads "the IR's input buffer is chunk 8 onwards of the call's
 receive buffer". ``custom`` collectives define no aliasing: their buffers are used as
 declared in both modes.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
@@ -59,10 +65,6 @@ class RankLayout:
         return where, base + offset
 
 
-def _effective_root(algo: Algorithm) -> int:
-    return algo.root if algo.root is not None and 0 <= algo.root < algo.num_ranks else 0
-
-
 def rank_layout(algo: Algorithm, program: RankProgram, mode: Mode) -> RankLayout:
     """The layout of ``program``'s rank for a call in ``mode``.
 
@@ -73,7 +75,7 @@ def rank_layout(algo: Algorithm, program: RankProgram, mode: Mode) -> RankLayout
     n, k, coll = algo.num_ranks, algo.chunks_per_loop, algo.collective
     sig = None
     if coll != "custom" and n >= 1 and k >= 1 and not (coll in RANK_MULTIPLIED and k % n):
-        sig = signature(coll, n, k, program.rank, _effective_root(algo))
+        sig = signature(coll, n, k, program.rank, algo.effective_root)
     i_n = sig.input_chunks if sig else program.input_chunks
     o_n = sig.output_chunks if sig else program.output_chunks
     s_n = program.scratch_chunks

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from arborcc.errors import IRFormatError
+from arborcc.ir.collectives import COLLECTIVES
 from arborcc.ir.model import (
     Algorithm,
     Buffer,
@@ -39,8 +40,6 @@ from arborcc.ir.model import (
 
 FORMAT = "arborcc-algorithm"
 VERSION = 1
-COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce",
-               "gather", "scatter", "custom")
 _OPS = {op.value: op for op in Op}
 _BUFFERS = {b.value: b for b in Buffer}
 _PROTOCOLS = {p.value: p for p in Protocol}

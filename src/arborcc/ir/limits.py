@@ -1,9 +1,11 @@
 """What each MSCCL runtime accepts: the two XML dialects' limits, as data.
 
-``legacy`` is the original MSCCL fork of NCCL; ``executor`` the newer executors (the
-MSCCL executor for NCCL and RCCL's built-in MSCCL). The numbers are those of their
-parsers (``msccl_parser.cc`` / the fork's ``xml.cc``, see
-``shared/reference/msccl-xml.md``): a file breaking one of them makes the runtime
+``legacy`` is the original MSCCL fork of NCCL (https://github.com/microsoft/msccl);
+``executor`` the newer executors (the MSCCL executor for NCCL,
+https://github.com/Azure/msccl-executor-nccl, and RCCL's built-in MSCCL,
+https://github.com/ROCm/rccl). The numbers are those of their parsers
+(``src/misc/msccl/msccl_parser.cc`` of the executors, the fork's ``src/graph/xml.cc``
+and its interpreter's build constants): a file breaking one of them makes the runtime
 refuse it - for the executors, at communicator start, for every algorithm in the
 directory.
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from arborcc.ir.model import Algorithm, Op
-from arborcc.verify.report import Violation
+from arborcc.ir.report import Violation
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,13 @@ EXECUTOR = DialectLimits(
 )
 
 DIALECTS: dict[str, DialectLimits] = {"legacy": LEGACY, "executor": EXECUTOR}
+
+#: channels every runtime accepts (channel ids below this)
+MAX_CHANNELS = min(d.max_channels for d in DIALECTS.values())
+
+#: messages a connection holds before its sender waits: NCCL_STEPS, the FIFO slots of a
+#: connection with the Simple protocol (what the verifier assumes unless told otherwise)
+DEFAULT_SLOTS = 8
 
 #: every ``coll`` spelling either dialect uses -> canonical name
 XML_COLLECTIVE_NAMES: dict[str, str] = {

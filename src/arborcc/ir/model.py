@@ -8,7 +8,7 @@ rank (``dep``); several dependencies are expressed, as in MSCCL XML, by ``nop`` 
 placed right before the step. Hence writing and reading MSCCL XML is lossless.
 
 Offsets and counts are in chunks; a chunk is ``(elements x mult) / chunks_per_loop``
-(see ``docs`` and ``../shared/reference/msccl-xml.md``).
+(see ``docs/ir.md``).
 """
 
 from __future__ import annotations
@@ -119,6 +119,21 @@ class Algorithm:
     min_bytes: int = 0
     max_bytes: int = 0
     root: int | None = None
+
+    @property
+    def effective_root(self) -> int:
+        """The root a rooted collective uses: ``root``, or rank 0 when it is unset or not a rank."""
+        return self.root if self.root is not None and 0 <= self.root < self.num_ranks else 0
+
+    @property
+    def num_threadblocks(self) -> int:
+        """Thread blocks over all ranks."""
+        return sum(len(r.threadblocks) for r in self.ranks)
+
+    @property
+    def num_steps(self) -> int:
+        """Steps over all ranks and thread blocks (``nop`` steps included)."""
+        return sum(len(tb.steps) for r in self.ranks for tb in r.threadblocks)
 
     @property
     def num_channels(self) -> int:

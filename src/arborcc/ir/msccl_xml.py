@@ -1,8 +1,9 @@
 """MSCCL XML: write an :class:`Algorithm` in either dialect, read XML from any tool.
 
-The format is the one GC3's public tools write and the MSCCL runtimes load
-(``shared/reference/msccl-xml.md``; attribute names and order as msccl-tools'
-``ir_to_xml`` and the runtimes' ``msccl_parser.cc``)::
+The format is the one GC3's public tools write (msccl-tools,
+https://github.com/microsoft/msccl-tools, ``msccl/language/ir.py``: ``ir_to_xml``, whose
+attribute names and order are kept) and the MSCCL runtimes load (their
+``msccl_parser.cc``, see :mod:`arborcc.ir.limits`)::
 
     <algo name=".." proto="Simple" nchannels="1" nchunksperloop="4" ngpus="4" coll="allreduce" inplace="1" ...>
       <gpu id="0" i_chunks="4" o_chunks="4" s_chunks="0">
@@ -24,6 +25,12 @@ an offset of -1 reads back as an absent buffer (offset -1); ``depid="-1"`` means
 dependency whatever ``deps`` says. ``root`` (rooted collectives) is an extra
 attribute the runtimes ignore. A declared ``nchannels`` above what the thread blocks
 use, and the legacy ``redop`` attribute, are not kept.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
@@ -32,7 +39,6 @@ import os
 import re
 from pathlib import Path
 from xml.parsers import expat
-from xml.sax.saxutils import escape
 
 from arborcc.errors import IRFormatError
 from arborcc.ir.limits import (
@@ -61,6 +67,10 @@ _PROTOCOLS = {p.value: p for p in Protocol}
 _REDOPS = {"sum", "prod", "max", "min", "nop"}
 #: characters outside XML 1.0's Char production (not even a character reference can hold them)
 _XML_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+#: what an attribute value (in double quotes) must escape; whitespace other than spaces is
+#: written as character references so that a reader's attribute normalization keeps it
+_ATTR_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "\n": "&#10;",
+                               "\t": "&#9;", "\r": "&#13;"})
 
 
 # ------------------------------------------------------------------------------ writing
@@ -118,7 +128,7 @@ def _value(v) -> str:
 
 
 def _attr(v) -> str:
-    return escape(str(v), {'"': "&quot;", "\n": "&#10;", "\t": "&#9;", "\r": "&#13;"})
+    return str(v).translate(_ATTR_ESCAPES)
 
 
 def _step_line(i: int, st: Step) -> str:

@@ -17,18 +17,39 @@ verbs::
 
 See ``docs/dsl.md``. The public GC3 tools' spelling (``MSCCLProgram``, ``XML()``,
 ``Check()``) lives in :mod:`arborcc.compat.msccl`.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
-from arborcc.ir.model import Buffer, Protocol
-from arborcc.lang.collectives import (COLLECTIVES, AllGather, AllReduce, AllToAll, AllToNext, Broadcast,
-                                      Collective, Gather, Reduce, ReduceScatter, Scatter)
-from arborcc.lang.directives import ThreadblockPolicy, parallelize
-from arborcc.lang.program import Program, chunk, create_scratch, current_program
-from arborcc.lang.ref import Ref
-from arborcc.lang.values import Chunk, ReduceChunk
+from arborcc.lazy import lazy_exports
 
-__all__ = [
-    "Program", "chunk", "create_scratch", "current_program", "parallelize", "Ref", "Buffer",
-    "Protocol", "ThreadblockPolicy", "Chunk", "ReduceChunk", "Collective", "AllReduce", "AllGather",
-    "ReduceScatter", "AllToAll", "Broadcast", "Reduce", "Gather", "Scatter", "AllToNext", "COLLECTIVES",
-]
+#: public name -> module that defines it (imported on first use)
+EXPORTS = {
+    "Program": "arborcc.lang.program",
+    "chunk": "arborcc.lang.program",
+    "create_scratch": "arborcc.lang.program",
+    "current_program": "arborcc.lang.program",
+    "parallelize": "arborcc.lang.program",
+    "Ref": "arborcc.lang.ref",
+    "Buffer": "arborcc.ir.model",
+    "Protocol": "arborcc.ir.model",
+    "ThreadblockPolicy": "arborcc.lang.directives",
+    "Chunk": "arborcc.lang.values",
+    "ReduceChunk": "arborcc.lang.values",
+    "Collective": "arborcc.lang.collectives",
+    "AllReduce": "arborcc.lang.collectives",
+    "AllGather": "arborcc.lang.collectives",
+    "ReduceScatter": "arborcc.lang.collectives",
+    "AllToAll": "arborcc.lang.collectives",
+    "Broadcast": "arborcc.lang.collectives",
+    "Reduce": "arborcc.lang.collectives",
+    "Gather": "arborcc.lang.collectives",
+    "Scatter": "arborcc.lang.collectives",
+    "AllToNext": "arborcc.lang.collectives",
+}
+__getattr__, __dir__ = lazy_exports(__name__, EXPORTS)
+__all__ = list(EXPORTS)

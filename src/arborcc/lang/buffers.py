@@ -8,6 +8,12 @@ written with :class:`arborcc.ir.model.Buffer` members, or with the strings
 
 Inside a traced program each buffer of a rank has a small integer *code*: 0 input,
 1 output, 2 scratch, 3.. named regions (codes are shared by all ranks).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -15,10 +15,17 @@ Instances (GC3 section 5.1) replicate a program on 1/n of the data. How the copi
 chunks interleave in a buffer must respect what the runtime thinks each chunk is:
 :meth:`Collective.replication_block` says how many consecutive logical chunks form a
 unit whose data belongs together (a rank's block in all-gather, all-to-all, ...).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
 
+from arborcc.ir.limits import XML_COLLECTIVE_NAMES
 from arborcc.ir.model import Buffer
 from arborcc.lang.values import Chunk, ReduceChunk, describe
 
@@ -87,12 +94,8 @@ class Collective:
 
     @property
     def ir_name(self) -> str:
-        known = {"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce",
-                 "gather", "scatter"}
-        name = getattr(self, "name", "custom")
-        if name == "reduce_scatter":
-            return "reducescatter"
-        return name if name in known else "custom"
+        """The IR's collective name: ``name`` in either MSCCL dialect's spelling, else custom."""
+        return XML_COLLECTIVE_NAMES.get(getattr(self, "name", "custom"), "custom")
 
     # --- postcondition -----------------------------------------------------------------
     def expected_output(self, rank: int) -> list | None:
@@ -429,10 +432,3 @@ class AllToNext(Collective):
             return None
         return [Chunk(rank - 1, c) for c in range(self.chunk_factor)]
 
-
-#: the built-in collectives by canonical name
-COLLECTIVES = {
-    "allreduce": AllReduce, "allgather": AllGather, "reducescatter": ReduceScatter,
-    "alltoall": AllToAll, "broadcast": Broadcast, "reduce": Reduce, "gather": Gather,
-    "scatter": Scatter, "alltonext": AllToNext,
-}

@@ -1,20 +1,24 @@
-"""Scheduling directives of the DSL (GC3 section 5.1).
+"""The values of the DSL's scheduling directives (GC3 section 5.1).
 
 * ``ch=`` on copy/reduce picks the channel of a transfer; ``sendtb=``/``recvtb=`` pick
-  thread blocks when the program's thread-block policy is manual.
-* :func:`parallelize` (a ``with`` region) creates n parallel instances of the
-  operations inside, each on 1/n of the data, on disjoint channels.
+  thread blocks when the program's :class:`ThreadblockPolicy` is manual.
+* :func:`~arborcc.lang.program.parallelize` (a ``with`` region) creates n parallel
+  instances of the operations inside, each on 1/n of the data, on disjoint channels.
 * Aggregation is expressed with multi-count references (``chunk(r, buf, i, size=4)``).
 * ``instances=`` and ``protocol=`` are arguments of :class:`~arborcc.lang.program.Program`.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
 
 import enum
-from contextlib import contextmanager
 
 from arborcc.ir.model import Protocol
-from arborcc.lang.where import program_error
 
 
 class ThreadblockPolicy(str, enum.Enum):
@@ -45,21 +49,3 @@ def parse_protocol(value: object) -> Protocol:
             return p
     raise ValueError(f"protocol must be Simple, LL or LL128, got {value!r}")
 
-
-@contextmanager
-def parallelize(n: int):
-    """Run the copies and reduces in this region as ``n`` parallel instances.
-
-    Each instance moves 1/n of every chunk on its own channels and thread blocks (GC3
-    section 5.1, "Chunk parallelization"). Regions nest (factors multiply).
-    """
-    from arborcc.lang.program import current_program
-
-    prog = current_program()
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise program_error(f"parallelize needs a positive integer, got {n!r}")
-    prog._lanes *= n
-    try:
-        yield
-    finally:
-        prog._lanes //= n

@@ -14,29 +14,45 @@ operation that last wrote it, which is how misuse is caught on the user's line:
 
 :meth:`Program.check` evaluates the collective's postcondition on the traced buffers;
 :meth:`Program.compile` lowers the trace to the IR (:mod:`arborcc.compiler`).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
 
 import gc
+from contextlib import contextmanager
+from typing import Iterator
 
 from arborcc.ir.model import Buffer
 from arborcc.lang import trace as T
-from arborcc.lang.buffers import (CODE_INPUT, CODE_OUTPUT, CODE_SCRATCH, INPUT, OUTPUT, SCRATCH,
-                                  buffer_label, resolve_buffer)
+from arborcc.lang.buffers import (
+    CODE_INPUT,
+    CODE_OUTPUT,
+    CODE_SCRATCH,
+    INPUT,
+    OUTPUT,
+    SCRATCH,
+    buffer_label,
+    resolve_buffer,
+)
 from arborcc.lang.collectives import Collective
 from arborcc.lang.directives import ThreadblockPolicy, parse_policy, parse_protocol
+from arborcc.lang.ref import Ref
 from arborcc.lang.routes import Connectivity
 from arborcc.lang.values import ReduceChunk
-from arborcc.lang.ref import Ref
 from arborcc.lang.where import format_location, program_error, user_location
 
 #: a buffer name no program uses (no aliasing rule)
 _NOTHING = object()
 #: programs whose ``with`` block is open, innermost last
 _ACTIVE: list["Program"] = []
-#: observers told about every Program created (the compile CLI uses this)
-_CREATION_HOOKS: list = []
+#: lists that collect every Program created while a :func:`recording_programs` block is open
+_RECORDERS: list[list] = []
 
 
 def current_program() -> "Program":
@@ -44,6 +60,23 @@ def current_program() -> "Program":
     if not _ACTIVE:
         raise program_error("no program is open: use the DSL inside `with Program(...):`")
     return _ACTIVE[-1]
+
+
+def open_program() -> "Program | None":
+    """The innermost open program, or None."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+@contextmanager
+def recording_programs() -> Iterator[list["Program"]]:
+    """A list that receives every :class:`Program` created inside the ``with`` block
+    (how ``arborcc compile`` finds the program a file builds when it runs)."""
+    created: list[Program] = []
+    _RECORDERS.append(created)
+    try:
+        yield created
+    finally:
+        _RECORDERS.remove(created)
 
 
 class Program:
@@ -86,7 +119,7 @@ class Program:
         self.ops: list[tuple] = []
         self.check_errors: list[str] = []
         self._lanes = 1
-        self._entered = False
+        self.compile_stats = None  #: what the last :meth:`compile` did (a CompileStats)
         # in-place aliasing: a simple rule (buffer named, buffer meant, shift per rank),
         # else the collective's function (None when nothing aliases)
         rule = collective.alias_rule()
@@ -94,8 +127,8 @@ class Program:
         self._alias = collective.get_buffer_index if rule is None and collective.aliases() else None
         self._all_connected = self.connectivity.kind == "all"
         self._init_state(loc)
-        for hook in _CREATION_HOOKS:
-            hook(self)
+        for created in _RECORDERS:
+            created.append(self)
 
     # --- state -----------------------------------------------------------------------
     def _init_state(self, loc) -> None:
@@ -281,14 +314,13 @@ class Program:
         if self in _ACTIVE:
             raise program_error(f"program {self.name!r} is already open")
         _ACTIVE.append(self)
-        self._entered = True
         # tracing allocates millions of small acyclic objects; the cyclic garbage
         # collector would rescan them over and over (quadratic time), so it pauses
         self._gc_was_enabled = gc.isenabled()
         gc.disable()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, *exc_info) -> None:
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         if getattr(self, "_gc_was_enabled", False) and not _ACTIVE:
@@ -306,10 +338,12 @@ class Program:
         return bool(ok)
 
     def compile(self):
-        """Lower the traced program to an IR :class:`~arborcc.ir.model.Algorithm`."""
-        from arborcc.compiler import compile_program
+        """Lower the traced program to an IR :class:`~arborcc.ir.model.Algorithm`
+        (:func:`arborcc.compiler.compile_program`); ``compile_stats`` says what it did."""
+        from arborcc.compiler import CompileStats, compile_program
 
-        return compile_program(self)
+        self.compile_stats = CompileStats()
+        return compile_program(self, self.compile_stats)
 
     @property
     def num_ops(self) -> int:
@@ -330,6 +364,23 @@ def chunk(rank: int, buffer: object, index: int, size: int = 1):
     return current_program().chunk(rank, buffer, index, size)
 
 
+@contextmanager
+def parallelize(n: int) -> Iterator[None]:
+    """Run the copies and reduces in this region as ``n`` parallel instances.
+
+    Each instance moves 1/n of every chunk on its own channels and thread blocks (GC3
+    section 5.1, "Chunk parallelization"). Regions nest (factors multiply).
+    """
+    prog = current_program()
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise program_error(f"parallelize needs a positive integer, got {n!r}")
+    prog._lanes *= n
+    try:
+        yield
+    finally:
+        prog._lanes //= n
+
+
 def create_scratch(rank: int, name: object) -> object:
     """Declare a named scratch region (optional: using a new name declares it too)."""
     prog = current_program()
@@ -339,4 +390,5 @@ def create_scratch(rank: int, name: object) -> object:
     return name
 
 
-__all__ = ["Program", "chunk", "create_scratch", "current_program", "Buffer"]
+__all__ = ["Program", "chunk", "create_scratch", "current_program", "open_program", "parallelize",
+           "recording_programs", "Buffer"]

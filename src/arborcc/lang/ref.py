@@ -8,6 +8,12 @@ become sends and receives; on one rank, local copies and reductions (section 4.2
 
 A reference remembers how many operations had been traced when it was made (its
 *epoch*); a slot written by a later operation makes it stale and unusable.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ from sys import _getframe
 
 from arborcc.lang.buffers import INPUT, OUTPUT, buffer_label, is_scratch, resolve_buffer
 from arborcc.lang.trace import COPY, REDUCE
-from arborcc.lang.where import _PACKAGE_DIR, program_error, user_location
+from arborcc.lang.where import PACKAGE_DIR, program_error, user_location
+
 
 class Ref:
     """A reference to ``size`` chunks at ``(rank, buffer, index)`` of a program."""
@@ -142,7 +149,7 @@ class Ref:
         name = f.f_code.co_filename
         ops = prog.ops
         ops.append((COPY, src_rank, self.code, s, dst, code, index, size, sendtb, recvtb, ch,
-                    prog._lanes, prog.where if name.startswith(_PACKAGE_DIR) else (name, f.f_lineno)))
+                    prog._lanes, prog.where if name.startswith(PACKAGE_DIR) else (name, f.f_lineno)))
         seq = len(ops)
         if size == 1:
             dst_seqs[index] = seq
@@ -186,7 +193,7 @@ class Ref:
         name = f.f_code.co_filename
         ops = prog.ops
         ops.append((REDUCE, other.rank, other.code, s, rank, code, d, size, sendtb, recvtb, ch,
-                    prog._lanes, prog.where if name.startswith(_PACKAGE_DIR) else (name, f.f_lineno)))
+                    prog._lanes, prog.where if name.startswith(PACKAGE_DIR) else (name, f.f_lineno)))
         seq = len(ops)
         if size == 1:
             dst_seqs[d] = seq

@@ -5,11 +5,15 @@ GPU ``topology.ranks[i]``; a copy needs a route, possibly through switches), an 
 with a ``link(src, dst)`` method returning a bandwidth (the public GC3 tools' topology
 objects; a copy needs a direct link), a square matrix ``links[src][dst]`` (> 0: a link),
 or nothing (every pair connected).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
-
-from collections import deque
 
 
 class Connectivity:
@@ -19,7 +23,6 @@ class Connectivity:
         self.topology = topology
         self.num_ranks = num_ranks
         self._cache: dict[tuple[int, int], str | None] = {}
-        self._reach: dict[str, set[str]] = {}
         self.kind = self._classify(topology, num_ranks)
 
     @staticmethod
@@ -64,22 +67,4 @@ class Connectivity:
             return bool(topo.link(src, dst))
         if self.kind == "matrix":
             return bool(topo[src][dst])
-        a, b = topo.ranks[src], topo.ranks[dst]
-        try:
-            return bool(topo.can_route(a, b))
-        except ModuleNotFoundError as e:  # routing module not available: plain reachability
-            if "routing" not in str(e.name):
-                raise
-            return b in self._reachable(a)
-
-    def _reachable(self, start: str) -> set[str]:
-        if start not in self._reach:
-            seen, todo = {start}, deque([start])
-            while todo:
-                d = todo.popleft()
-                for link in self.topology.out_links(d):
-                    if link.dst not in seen:
-                        seen.add(link.dst)
-                        todo.append(link.dst)
-            self._reach[start] = seen
-        return self._reach[start]
+        return topo.can_route(topo.ranks[src], topo.ranks[dst])

@@ -5,6 +5,12 @@ of the Chunk DAG, whose edges are the dependencies through buffer slots. The tra
 the nodes in program order (which is a topological order of that DAG); the compiler
 derives the edges (:mod:`arborcc.compiler.dag`).
 
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
+
 An operation is a plain tuple (millions are recorded for 1024-rank programs, so no
 per-operation object). Its fields, by index:
 """
@@ -35,7 +41,3 @@ class OpView(NamedTuple):
     ch: int
     lanes: int
     where: tuple
-
-    @property
-    def is_remote(self) -> bool:
-        return self.src_rank != self.dst_rank

@@ -14,6 +14,12 @@ of output slots costs one flattening, not thousands.
 ``Chunk(origin_rank, origin_index, dst_rank=-1, dst_index=-1)`` and
 ``ReduceChunk(creation_rank, chunks)`` keep the constructor signatures the public GC3
 tools use, so their user-defined collectives can build pre- and postconditions unchanged.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -14,10 +14,11 @@ import sys
 from arborcc.errors import ProgramError
 
 #: directory of the arborcc package; frames below it are arborcc's own
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
 
 def _is_internal(filename: str) -> bool:
-    return filename.startswith(_PACKAGE_DIR)
+    return filename.startswith(PACKAGE_DIR)
 
 
 def user_location(skip: int = 1) -> tuple[str, int]:

@@ -3,6 +3,12 @@
 Two communication steps: every rank receives chunk r from every other rank into scratch
 and reduces them (rank r owns chunk r), then sends the sum to every other rank. Same
 volume as a ring, but 2 steps instead of 2R-2: the latency-bound choice for small sizes.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ inside node m, to GPU (m, g) - the one with the destination's local index - into
 scratch; GPU (m, g) then sends the G chunks it gathered for (n, g) in one aggregated
 transfer across the network. Chunks between GPUs of one node go directly. Fewer, larger
 inter-node messages: the network's per-message overhead is paid N*G times less.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

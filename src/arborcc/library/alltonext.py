@@ -5,6 +5,12 @@ the buffer is copied directly. Across a node boundary - GPU (n, G-1) to GPU (n+1
 one network link would carry everything, so the buffer is split into G parts: part k is
 first scattered to GPU (n, k), crosses to GPU (n+1, k) over that GPU's own link, and is
 gathered on GPU (n+1, 0). Named scratch regions (``x<n>``) hold the parts in transit.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

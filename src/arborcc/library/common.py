@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from arborcc.errors import InputError
+from arborcc.ir.limits import MAX_CHANNELS
 
 
 def positive(value: object, name: str, algorithm: str, minimum: int = 1) -> int:
@@ -13,6 +14,7 @@ def positive(value: object, name: str, algorithm: str, minimum: int = 1) -> int:
 
 def channels_ok(channels: int, algorithm: str) -> int:
     channels = positive(channels, "channels", algorithm)
-    if channels > 32:
-        raise InputError(f"channels must be at most 32 (the MSCCL limit), got {channels}", source=algorithm)
+    if channels > MAX_CHANNELS:
+        raise InputError(f"channels must be at most {MAX_CHANNELS} (the MSCCL runtimes' limit), got {channels}",
+                         source=algorithm)
     return channels

@@ -1,15 +1,21 @@
-"""Recursive halving-doubling all-reduce (Thakur, Rabenseifner and Gropp; BlueConnect's
-"halving-doubling"), written in the GC3 DSL with aggregated (multi-count) references.
+"""Recursive halving-doubling, written once in the GC3 DSL with aggregated (multi-count)
+references: the all-reduce of the library and the stages of BlueConnect's plans.
 
-Reduce-scatter by recursive halving: in round k rank r exchanges with ``r XOR d``
-(d = R/2, R/4, ..., 1); each keeps half of the range it still owns (the lower half when
-its bit d is 0) and reduces the partner's copy of that half into its own. After log2 R
-rounds rank r owns chunk r, fully reduced. All-gather by recursive doubling retraces the
-rounds (d = 1, 2, ..., R/2), each rank sending everything it owns to its partner.
-Needs a power-of-two number of ranks.
+Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
+MPICH", IJHPCA 19(1), 2005 (https://doi.org/10.1177/1094342005051521); BlueConnect's
+eq. (2) restates its cost.
+
+Reduce-scatter by recursive halving over a group of p members (p a power of two): in
+the round at distance d = p/2, p/4, ..., 1, position j exchanges with ``j XOR d``; each
+keeps half of the range it still owns (the lower half when bit d of j is 0) and reduces
+its partner's copy of that half into its own. After log2 p rounds position j owns
+sub-block j, fully reduced. All-gather by recursive doubling retraces the rounds
+(d = 1, 2, ..., p/2), each position sending everything it owns to its partner.
 """
 
 from __future__ import annotations
+
+from typing import Callable, Iterable, Sequence
 
 from arborcc.errors import InputError
 from arborcc.ir.model import Buffer
@@ -19,9 +25,57 @@ from arborcc.library.spec import Built
 
 IN, OUT = Buffer.INPUT, Buffer.OUTPUT
 
+#: how a contiguous range of chunks ``(start, count)`` is cut into transfers
+Transfers = Callable[[int, int], Iterable[tuple[int, int]]]
+
+
+def _whole(start: int, count: int) -> list[tuple[int, int]]:
+    return [(start, count)]
+
+
+def recursive_halving(group: Sequence[int], offset: int, block: int, buffer: Buffer = IN, ch: int = -1,
+                      transfers: Transfers = _whole) -> None:
+    """Reduce-scatter among ``group`` (ranks by position) of the ``len(group)`` blocks of
+    ``block`` chunks at ``offset`` of ``buffer``: position j ends owning block j, reduced.
+    ``transfers`` cuts each exchanged range into transfers (default: one)."""
+    p = len(group)
+    lo, hi = [0] * p, [p] * p
+    d = p // 2
+    while d >= 1:
+        keep = []
+        for j in range(p):
+            mid = (lo[j] + hi[j]) // 2
+            keep.append((lo[j], mid) if j & d == 0 else (mid, hi[j]))
+        for j in range(p):
+            a, b = keep[j]
+            for s, c in transfers(offset + a * block, (b - a) * block):
+                chunk(group[j], buffer, s, c).reduce(chunk(group[j ^ d], buffer, s, c), ch=ch)
+        for j in range(p):
+            lo[j], hi[j] = keep[j]
+        d //= 2
+
+
+def recursive_doubling(group: Sequence[int], offset: int, block: int, buffer: Buffer = IN, ch: int = -1,
+                       transfers: Transfers = _whole) -> None:
+    """All-gather among ``group`` of the blocks :func:`recursive_halving` left: at distance
+    d = 1, 2, ..., p/2 every position sends all it owns to its partner ``j XOR d``."""
+    p = len(group)
+    lo, hi = list(range(p)), [j + 1 for j in range(p)]
+    d = 1
+    while d < p:
+        for j in range(p):
+            for s, c in transfers(offset + lo[j] * block, (hi[j] - lo[j]) * block):
+                chunk(group[j], buffer, s, c).copy(group[j ^ d], buffer, s, ch=ch)
+        new = [(min(lo[j], lo[j ^ d]), max(hi[j], hi[j ^ d])) for j in range(p)]
+        for j in range(p):
+            lo[j], hi[j] = new[j]
+        d *= 2
+
 
 def hd_allreduce(ranks: int, instances: int = 1, protocol: str = "Simple", inplace: bool = True,
                  topology: object = None, name: str | None = None) -> Built:
+    """Recursive halving reduce-scatter then recursive doubling all-gather over ranks
+    0..R-1 (R a power of two), one chunk per rank."""
     R = positive(ranks, "ranks", "hd-allreduce")
     if R & (R - 1):
         raise InputError(f"recursive halving-doubling needs a power-of-two number of ranks, got {R} "
@@ -34,25 +88,7 @@ def hd_allreduce(ranks: int, instances: int = 1, protocol: str = "Simple", inpla
             for r in range(R):
                 chunk(r, IN, 0, R).copy(r, OUT, 0)
             buf = OUT
-        lo, hi = [0] * R, [R] * R
-        d = R // 2
-        while d >= 1:  # recursive halving: reduce-scatter
-            keep = []
-            for r in range(R):
-                mid = (lo[r] + hi[r]) // 2
-                keep.append((lo[r], mid) if r & d == 0 else (mid, hi[r]))
-            for r in range(R):
-                a, b = keep[r]
-                chunk(r, buf, a, b - a).reduce(chunk(r ^ d, buf, a, b - a))
-            for r in range(R):
-                lo[r], hi[r] = keep[r]
-            d //= 2
-        d = 1
-        while d < R:  # recursive doubling: all-gather
-            for r in range(R):
-                chunk(r, buf, lo[r], hi[r] - lo[r]).copy(r ^ d, buf, lo[r])
-            new = [(min(lo[r], lo[r ^ d]), max(hi[r], hi[r ^ d])) for r in range(R)]
-            for r in range(R):
-                lo[r], hi[r] = new[r]
-            d *= 2
+        everyone = list(range(R))
+        recursive_halving(everyone, 0, 1, buf)
+        recursive_doubling(everyone, 0, 1, buf)
     return Built(prog.compile(), prog)

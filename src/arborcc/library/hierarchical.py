@@ -5,6 +5,12 @@ reduce-scatter (each GPU ends with the node's sum of N chunks), an inter-node ri
 reduce-scatter and all-gather among the GPUs with the same local index, and an
 intra-node ring all-gather. As in GC3, the intra-node phases run on channel 0 and 2 and
 the inter-node ones on channel 1, and the intra-node phases can be parallelized.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

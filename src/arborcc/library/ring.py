@@ -5,6 +5,12 @@ ring twice starting after rank j: the first pass reduces (a reduce-scatter), the
 copies the result to every rank (an all-gather). GC3 spreads one logical ring over
 several channels by giving chunk j channel ``j % channels``; instances replicate it.
 The compiler fuses each hop into ``rrs`` / ``rrcs`` / ``rcs`` instructions.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -1,11 +1,24 @@
-"""How a library algorithm describes itself: its parameters, for the CLI and for users."""
+"""How a library algorithm describes itself: its parameters, for the CLI and for users.
+
+A :class:`LibrarySpec` is plain data - the function that builds the algorithm is named,
+not imported (``"arborcc.library.ring:ring_allreduce"``) - so listing the library, as
+``arborcc compile --help`` does, costs no DSL or compiler import.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
+"""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from arborcc.ir.model import Algorithm
+if TYPE_CHECKING:
+    from arborcc.ir.model import Algorithm
 
 
 class Built(NamedTuple):
@@ -32,19 +45,23 @@ class Param:
 
 @dataclass(frozen=True)
 class LibrarySpec:
-    """A named algorithm of the library."""
+    """A named algorithm of the library; ``function`` is ``"module:function"``."""
 
     name: str
     collective: str
     summary: str
-    build: Callable[..., Built]
+    function: str
     params: tuple[Param, ...] = field(default_factory=tuple)
 
     def defaults(self) -> dict[str, Any]:
         return {p.name: p.default for p in self.params}
 
-    def __call__(self, **kwargs) -> Built:
-        return self.build(**kwargs)
+    def build(self, **kwargs) -> Built:
+        """Trace and compile the algorithm with these parameters."""
+        module, name = self.function.split(":")
+        return getattr(importlib.import_module(module), name)(**kwargs)
+
+    __call__ = build
 
 
 # parameters shared by most algorithms

@@ -1,6 +1,7 @@
 """Executing algorithms.
 
-- :mod:`arborcc.runtime.reference`: the numpy reference executor (the semantics).
+- :mod:`arborcc.runtime.reference`: the numpy reference executor (the semantics), whose
+  results every runtime must match.
 - :class:`Communicator`: the shared-memory runtime, one process per rank on one machine,
   its data plane a C++ interpreter of the IR (:mod:`arborcc.runtime.native`); collectives
   on numpy arrays and torch CPU tensors, algorithms chosen by a :class:`Plan`.
@@ -12,9 +13,17 @@ algorithm; ``direct`` holds the built-in ones), ``lowering`` (IR to data-plane r
 (``arborcc bench``), ``demo_step`` (the demo's last stage).
 """
 
-from arborcc.runtime.arrays import BFloat16
-from arborcc.runtime.communicator import Communicator, Options
-from arborcc.runtime.errors import CommunicationError
-from arborcc.runtime.plan import Plan
+from arborcc.lazy import lazy_exports
 
-__all__ = ["Communicator", "Options", "Plan", "BFloat16", "CommunicationError"]
+#: public name -> module that defines it (imported on first use)
+EXPORTS = {
+    "run": "arborcc.runtime.reference",
+    "make_inputs": "arborcc.runtime.reference",
+    "Communicator": "arborcc.runtime.communicator",
+    "Options": "arborcc.runtime.communicator",
+    "Plan": "arborcc.runtime.plan",
+    "BFloat16": "arborcc.runtime.arrays",
+    "CommunicationError": "arborcc.runtime.errors",
+}
+__getattr__, __dir__ = lazy_exports(__name__, EXPORTS)
+__all__ = list(EXPORTS)

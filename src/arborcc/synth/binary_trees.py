@@ -1,8 +1,11 @@
 """Balanced binary trees of maximum link weight (the MXNet tree all-reduce proposal).
 
-Source: ``papers/mxnet-tree-allreduce-proposal.txt`` ("Proposed Approach", "Technical
-Challenges", sections 1 "Use Binary Tree to do Reduce" and 2 "Generate Binary Tree",
-"Link usage penalty", "When to switch between Single and Multiple tree").
+Source: the Apache MXNet design proposal "Single machine All Reduce Topology-aware
+Communication" (2018,
+https://cwiki.apache.org/confluence/display/MXNET/Single+machine+All+Reduce+Topology-aware+Communication):
+"Proposed Approach", "Technical Challenges", sections 1 "Use Binary Tree to do Reduce"
+and 2 "Generate Binary Tree", "Link usage penalty", "When to switch between Single and
+Multiple tree".
 
 What the proposal describes, and how it maps onto this module:
 
@@ -50,6 +53,7 @@ from typing import Sequence
 import numpy as np
 
 from arborcc.errors import SynthesisError
+from arborcc.synth.flowgraph import check_routable
 from arborcc.topology.model import GB, LinkKind, Topology
 
 #: MXNET_KVSTORE_TREE_LINK_USAGE_PENALTY's default (proposal, "Link usage penalty")
@@ -75,10 +79,6 @@ class TreeEdge:
     path: tuple[str, ...]
     link_kind: LinkKind
     bandwidth: float
-
-    @property
-    def direct(self) -> bool:
-        return len(self.path) == 2
 
 
 @dataclass
@@ -107,14 +107,6 @@ class BinaryTree:
     def weight(self) -> float:
         """Sum of the edges' bottleneck bandwidths (B/s) - what the search maximizes."""
         return sum(e.bandwidth for e in self.edges)
-
-    def reduce_steps(self) -> list[list[tuple[int, int]]]:
-        """Per communication step, the (sender, receiver) pairs of a reduce to the root."""
-        return [[(c, p) for p, c in lv] for lv in reversed(self.levels)]
-
-    def broadcast_steps(self) -> list[list[tuple[int, int]]]:
-        """Per communication step, the (sender, receiver) pairs of a broadcast from the root."""
-        return [list(lv) for lv in self.levels]
 
     def validate(self, n: int) -> None:
         """Raise SynthesisError unless this is a balanced tree in levels over ranks 0..n-1."""
@@ -154,15 +146,6 @@ class BinaryTreeSchedule:
     def trees_for(self, n_bytes: int) -> list[BinaryTree]:
         return self.trees[:1] if n_bytes < self.threshold_bytes else list(self.trees)
 
-    def link_usage(self) -> dict[tuple[int, int], int]:
-        """How many trees use each undirected rank pair (sorted pair -> count)."""
-        use: dict[tuple[int, int], int] = {}
-        for t in self.trees:
-            for e in t.edges:
-                key = (min(e.child, e.parent), max(e.child, e.parent))
-                use[key] = use.get(key, 0) + 1
-        return use
-
 
 # ------------------------------------------------------------------------ weights ---
 @dataclass(frozen=True)
@@ -187,6 +170,7 @@ def link_weights(topology: Topology) -> LinkWeights:
 
     Raises SynthesisError when two ranks cannot reach each other.
     """
+    check_routable(topology)
     n = topology.num_ranks
     bw = np.zeros((n, n))
     fabric = np.zeros((n, n), dtype=bool)
@@ -195,8 +179,6 @@ def link_weights(topology: Topology) -> LinkWeights:
         for j, b in enumerate(topology.ranks):
             if i == j:
                 continue
-            if not topology.can_route(a, b):
-                raise SynthesisError(f"{topology.name}: GPUs {a} and {b} cannot reach each other")
             r = topology.route(a, b)
             paths[(i, j)] = (r.path, _route_kind(topology, r.path), r.bandwidth)
             bw[i, j] = r.bandwidth

@@ -1,10 +1,11 @@
-"""BlueConnect: all-reduce decomposed along the network hierarchy, and its model.
+"""BlueConnect: all-reduce decomposed along the network hierarchy.
 
-Source: ``papers/blueconnect.txt`` (Cho et al., "BlueConnect: Decomposing All-Reduce
-for Deep Learning on Heterogeneous Network Hierarchy", SysML 2019): section 2.2
-(equations 1-4), section 2.3 (equations 5-7, the one- and two-level baselines),
-section 3.1 (equation 8, the decomposition), 3.2 (Figure 4, Algorithm 1: the stage
-groups) and 3.3 (equations 9 and 10, the performance model on fat-tree and torus).
+Minsik Cho, Ulrich Finkler, David Kung, Hillery Hunter: "BlueConnect: Decomposing
+All-Reduce for Deep Learning on Heterogeneous Network Hierarchy", SysML 2019
+(https://proceedings.mlsys.org/paper_files/paper/2019/hash/0c8abcf158ed12d0dd94480681186fda-Abstract.html):
+section 3.1 (equation 8, the decomposition) and 3.2 (Figure 4, Algorithm 1: the stage
+groups). The paper's time model (equations 1-10) is :mod:`arborcc.sim.blueconnect_model`;
+:func:`choose_blueconnect` asks it which decomposition is fastest.
 
 The decomposition. The rank count is factored along the hierarchy,
 ``|P| = p0 x p1 x ... x p_{k-1}`` (eq. 8), innermost level first. A rank is a point of
@@ -42,112 +43,13 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from arborcc.errors import SynthesisError
+from arborcc.synth.flowgraph import check_routable
+from arborcc.sim.blueconnect_model import halving_doubling_time, is_power_of_two, ring_reduce_scatter_time
 from arborcc.topology.model import DeviceKind, Topology
 
 RS, AG = "reducescatter", "allgather"
 RING, HD = "ring", "halving-doubling"
 ALGORITHMS = (RING, HD)
-
-
-# ------------------------------------------------------- performance model (eqs 1-10) ---
-def _is_pow2(p: int) -> bool:
-    return p >= 1 and p & (p - 1) == 0
-
-
-def _check(p: int, n_bytes: float) -> None:
-    if not (isinstance(p, int) and p >= 1):
-        raise SynthesisError(f"learner count must be an integer >= 1, got {p!r}")
-    if not n_bytes >= 0:
-        raise SynthesisError(f"data size must be >= 0, got {n_bytes!r}")
-
-
-def ring_reduce_scatter_time(p: int, n_bytes: float, alpha: float, beta: float) -> float:
-    """Eq. (1): ``Tr(p, n, alpha, w) = (p-1) alpha + (p-1)/p * n / w``, with beta = 1/w
-    (seconds per byte). A ring all-gather costs the same."""
-    _check(p, n_bytes)
-    return (p - 1) * alpha + (p - 1) / p * n_bytes * beta
-
-
-ring_all_gather_time = ring_reduce_scatter_time
-
-
-def halving_doubling_reduce_scatter_time(p: int, n_bytes: float, alpha: float, beta: float) -> float:
-    """Eq. (2): ``Tc(p, n, alpha, w) = lg(p) alpha + (p-1)/p * n / w``; p a power of two
-    (recursive halving; recursive doubling for all-gather costs the same)."""
-    _check(p, n_bytes)
-    if not _is_pow2(p):
-        raise SynthesisError(f"recursive halving/doubling needs a power-of-two group, got {p}")
-    return math.log2(p) * alpha + (p - 1) / p * n_bytes * beta
-
-
-halving_doubling_all_gather_time = halving_doubling_reduce_scatter_time
-
-
-def ring_or_halving_time(p: int, n_bytes: float, alpha: float, beta: float) -> float:
-    """Eq. (3): ``Tr/c`` - halving/doubling when p is a power of two, else ring."""
-    if _is_pow2(p):
-        return halving_doubling_reduce_scatter_time(p, n_bytes, alpha, beta)
-    return ring_reduce_scatter_time(p, n_bytes, alpha, beta)
-
-
-def broadcast_time(p: int, n_bytes: float, alpha: float, beta: float) -> float:
-    """Eq. (4): ``Tbcast = Treduce = Tc + Tr`` (scatter then ring all-gather, Thakur et al.)."""
-    _check(p, n_bytes)
-    tc = math.log2(p) * alpha + (p - 1) / p * n_bytes * beta  # eq. 2's form, as the paper uses it
-    return tc + ring_reduce_scatter_time(p, n_bytes, alpha, beta)
-
-
-reduce_time = broadcast_time
-
-
-def one_level_ring_time(p: int, n_bytes: float, alpha: float, bandwidths: Sequence[float]) -> float:
-    """Eqs. (5)-(6): ``2 (p-1) {alpha + N / (p min W)} = 2 Tr(p, N, alpha, min W)``."""
-    return 2 * ring_reduce_scatter_time(p, n_bytes, alpha, 1.0 / min(bandwidths))
-
-
-def two_level_time(p0: int, p: int, n_bytes: float, alpha: float, w0: float, bandwidths: Sequence[float]) -> float:
-    """Eq. (7): reduce to a master in each group of p0, ``Tr/c`` all-reduce among the
-    ``p / p0`` masters over the narrowest bandwidth, broadcast back:
-    ``2 Tc(p0, N, alpha, w0) + 2 Tr(p0, N, alpha, w0) + 2 Tr/c(p/p0, N, alpha, min W)``."""
-    if p0 < 1 or p % p0:
-        raise SynthesisError(f"{p} learners cannot be split into groups of {p0}")
-    local = reduce_time(p0, n_bytes, alpha, 1.0 / w0) + broadcast_time(p0, n_bytes, alpha, 1.0 / w0)
-    return local + 2 * ring_or_halving_time(p // p0, n_bytes, alpha, 1.0 / min(bandwidths))
-
-
-def _stage_bandwidths(factors: Sequence[int], bandwidths: Sequence[float], torus: bool) -> list[float]:
-    if len(factors) != len(bandwidths):
-        raise SynthesisError(f"{len(factors)} factors but {len(bandwidths)} bandwidths")
-    out = []
-    for i in range(len(factors)):
-        if torus:  # eq. 10: only the p0 learners of a node share its dedicated links
-            cands = [bandwidths[0]] + [bandwidths[j] / factors[0] for j in range(1, i + 1)]
-        else:  # eq. 9: the level-j uplink is shared by all p0...p_{j-1} learners below it
-            cands = [bandwidths[j] / math.prod(factors[:j]) for j in range(i + 1)]
-        out.append(min(cands))
-    return out
-
-
-def blueconnect_time(factors: Sequence[int], n_bytes: float, alpha: float, bandwidths: Sequence[float],
-                     torus: bool = False) -> float:
-    """Eq. (9) (fat tree) or eq. (10) (``torus=True``):
-    ``T_blc = 2 sum_i Tr/c(p_i, N / prod_{j<i} p_j, alpha, min_{j<=i} w_j / prod_{k<j} p_k)``.
-
-    The summation bounds printed under the sigma read ``0 <= j < i``; the expanded first
-    terms (``min{w0}``, ``min{w0, w1/p0}``, ...) include ``j = i``, which is what this
-    implements (with ``j < i`` stage 0 would have no bandwidth at all).
-    """
-    ws = _stage_bandwidths(factors, bandwidths, torus)
-    total = 0.0
-    for i, p in enumerate(factors):
-        total += 2 * ring_or_halving_time(p, n_bytes / math.prod(factors[:i]), alpha, 1.0 / ws[i])
-    return total
-
-
-def blueconnect_torus_time(factors: Sequence[int], n_bytes: float, alpha: float,
-                           bandwidths: Sequence[float]) -> float:
-    """Eq. (10), BlueConnect on a torus (see :func:`blueconnect_time`)."""
-    return blueconnect_time(factors, n_bytes, alpha, bandwidths, torus=True)
 
 
 # ------------------------------------------------------------------------ schedules ---
@@ -170,9 +72,10 @@ class Stage:
     data_fraction: float
 
     def time(self, n_bytes: float) -> float:
+        """Seconds for an ``n_bytes`` all-reduce's share: BlueConnect eq. (1) or (2)."""
         n = n_bytes * self.data_fraction
         if self.algorithm == HD:
-            return halving_doubling_reduce_scatter_time(self.factor, n, self.alpha, self.beta)
+            return halving_doubling_time(self.factor, n, self.alpha, self.beta)
         return ring_reduce_scatter_time(self.factor, n, self.alpha, self.beta)
 
     @property
@@ -211,45 +114,12 @@ class BlueConnectPlan:
                 raise SynthesisError(f"stage {i} groups do not partition ranks 0..{n - 1}")
             if any(len(g) != st.factor for g in st.groups):
                 raise SynthesisError(f"stage {i} has a group whose size is not {st.factor}")
-            if st.algorithm not in ALGORITHMS or (st.algorithm == HD and not _is_pow2(st.factor)):
+            if st.algorithm not in ALGORITHMS or (st.algorithm == HD and not is_power_of_two(st.factor)):
                 raise SynthesisError(f"stage {i}: algorithm {st.algorithm} cannot run on groups of {st.factor}")
             if not math.isclose(st.data_fraction, 1.0 / math.prod(self.factors[:level])):
                 raise SynthesisError(f"stage {i} works on {st.data_fraction} of the data")
             if not up and st.groups != self.stages[level].groups:
                 raise SynthesisError(f"all-gather stage {i} does not mirror reduce-scatter stage {level}")
-
-
-@dataclass
-class TwoLevelPlan:
-    """The two-level baseline (section 2.3, Fig. 2; eq. 7): reduce to the master of
-    every local group, all-reduce among the masters, broadcast back."""
-
-    groups: list[list[int]]
-    masters: list[int]
-    local_alpha: float
-    local_beta: float
-    master_alpha: float
-    master_beta: float
-    master_algorithm: str
-
-    def predicted_time(self, n_bytes: float) -> float:
-        p0 = len(self.groups[0])
-        local = (reduce_time(p0, n_bytes, self.local_alpha, self.local_beta)
-                 + broadcast_time(p0, n_bytes, self.local_alpha, self.local_beta))
-        m = len(self.masters)
-        if self.master_algorithm == HD:
-            t = halving_doubling_reduce_scatter_time(m, n_bytes, self.master_alpha, self.master_beta)
-        else:
-            t = ring_reduce_scatter_time(m, n_bytes, self.master_alpha, self.master_beta)
-        return local + 2 * t
-
-    def validate(self, n: int) -> None:
-        if sorted(r for g in self.groups for r in g) != list(range(n)):
-            raise SynthesisError("two-level groups do not partition the ranks")
-        if len({len(g) for g in self.groups}) != 1:
-            raise SynthesisError("two-level groups differ in size")
-        if [g[0] for g in self.groups] != self.masters:
-            raise SynthesisError("each group's master must be its first rank")
 
 
 # ------------------------------------------------------------------- hierarchy ---
@@ -266,9 +136,6 @@ class HierarchyLevel:
 
 def _pair_bandwidth(topology: Topology, a: int, b: int) -> float:
     ra, rb = topology.ranks[a], topology.ranks[b]
-    for x, y in ((ra, rb), (rb, ra)):
-        if not topology.can_route(x, y):
-            raise SynthesisError(f"{topology.name}: GPUs {x} and {y} cannot reach each other")
     return min(topology.route(ra, rb).bandwidth, topology.route(rb, ra).bandwidth)
 
 
@@ -304,6 +171,7 @@ def hierarchy_levels(topology: Topology, structural: bool = False) -> list[Hiera
     of the previously kept level's groups (eq. 8 needs equal factors per level).
     """
     n = topology.num_ranks
+    check_routable(topology)
     bw = {(a, b): _pair_bandwidth(topology, a, b) for a in range(n) for b in range(a + 1, n)}
     candidates: list[list[list[int]]] = []
     for t in sorted(set(bw.values()), reverse=True):
@@ -340,7 +208,7 @@ def hierarchy_levels(topology: Topology, structural: bool = False) -> list[Hiera
 
 # --------------------------------------------------------------- decomposition ---
 @dataclass(frozen=True)
-class _Dim:
+class GridAxis:
     """One stage's axis of the rank grid: ``radix`` values, coordinate of rank r is
     ``coord[r]``."""
 
@@ -349,7 +217,7 @@ class _Dim:
     label: str
 
 
-def _level_dims(topology: Topology, levels: list[HierarchyLevel]) -> list[_Dim]:
+def _level_dims(topology: Topology, levels: list[HierarchyLevel]) -> list[GridAxis]:
     n = topology.num_ranks
     dims = []
     prev = [[r] for r in range(n)]
@@ -365,25 +233,26 @@ def _level_dims(topology: Topology, levels: list[HierarchyLevel]) -> list[_Dim]:
                     coord[r] = k
         # inside a level-i group, rank r's position within its subgroup must match across
         # subgroups for "same position" groups; positions come from the lower levels' coords
-        dims.append(_Dim(lv.factor, tuple(coord), f"L{i}"))
+        dims.append(GridAxis(lv.factor, tuple(coord), f"L{i}"))
         prev = lv.groups
     return dims
 
 
-def _radix_dims(n: int, factors: Sequence[int]) -> list[_Dim]:
+def radix_axes(n: int, factors: Sequence[int]) -> list[GridAxis]:
+    """The axes of ``n`` ranks as a mixed radix over rank order (``factors[0]`` innermost)."""
     dims = []
     stride = 1
     for i, f in enumerate(factors):
-        dims.append(_Dim(f, tuple((r // stride) % f for r in range(n)), f"F{i}"))
+        dims.append(GridAxis(f, tuple((r // stride) % f for r in range(n)), f"F{i}"))
         stride *= f
     return dims
 
 
-def _split(dim: _Dim, parts: Sequence[int]) -> list[_Dim]:
+def _split(dim: GridAxis, parts: Sequence[int]) -> list[GridAxis]:
     out = []
     stride = 1
     for j, q in enumerate(parts):
-        out.append(_Dim(q, tuple((c // stride) % q for c in dim.coord), f"{dim.label}.{j}"))
+        out.append(GridAxis(q, tuple((c // stride) % q for c in dim.coord), f"{dim.label}.{j}"))
         stride *= q
     return out
 
@@ -398,7 +267,7 @@ def _ordered_factorizations(p: int) -> Iterator[list[int]]:
                 yield [d] + rest
 
 
-def _groups_of(n: int, dims: Sequence[_Dim], axis: int) -> list[list[int]]:
+def _groups_of(n: int, dims: Sequence[GridAxis], axis: int) -> list[list[int]]:
     keyed: dict[tuple[int, ...], list[int]] = {}
     for r in range(n):
         key = tuple(d.coord[r] for k, d in enumerate(dims) if k != axis)
@@ -440,8 +309,11 @@ def stage_cost(topology: Topology, groups: list[list[int]], algorithm: str) -> t
     return worst_lat, (1.0 / worst_bw if math.isfinite(worst_bw) and worst_bw > 0 else 0.0)
 
 
-def _plan(topology: Topology, dims: Sequence[_Dim], algorithms: Sequence[str], alpha: float | None,
-          cache: dict, name: str = "blueconnect") -> BlueConnectPlan:
+def build_plan(topology: Topology, dims: Sequence[GridAxis], algorithms: Sequence[str], alpha: float | None,
+               cache: dict, name: str = "blueconnect") -> BlueConnectPlan:
+    """The plan whose reduce-scatter stage i runs along axis ``dims[i]`` with
+    ``algorithms[i]``, then the mirrored all-gather stages; ``cache`` keeps stage costs
+    between plans of one topology; ``alpha`` overrides the route latency (s)."""
     n = topology.num_ranks
     up = []
     fraction = 1.0
@@ -459,12 +331,14 @@ def _plan(topology: Topology, dims: Sequence[_Dim], algorithms: Sequence[str], a
     return plan
 
 
-def _algorithms_for(dims: Sequence[_Dim], algorithm: str | None) -> list[str]:
+def stage_algorithms(dims: Sequence[GridAxis], algorithm: str | None) -> list[str]:
+    """Every axis's stage algorithm: ``algorithm``, or (``None``) eq. (3)'s choice -
+    halving-doubling on power-of-two groups, ring otherwise."""
     out = []
     for d in dims:
         if algorithm is None:
-            out.append(HD if _is_pow2(d.radix) else RING)  # eq. (3)
-        elif algorithm == HD and not _is_pow2(d.radix):
+            out.append(HD if is_power_of_two(d.radix) else RING)  # eq. (3)
+        elif algorithm == HD and not is_power_of_two(d.radix):
             raise SynthesisError(f"halving-doubling needs power-of-two groups; a stage has {d.radix}")
         elif algorithm not in ALGORITHMS:
             raise SynthesisError(f"unknown stage algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
@@ -473,58 +347,44 @@ def _algorithms_for(dims: Sequence[_Dim], algorithm: str | None) -> list[str]:
     return out
 
 
-def blueconnect_plan(topology: Topology, factors: Sequence[int] | None = None, algorithm: str | None = None,
-                     alpha: float | None = None, structural: bool = False) -> BlueConnectPlan:
+def blueconnect_plan(topology: Topology, factors: Sequence[int] | None = None,
+                     algorithm: str | Sequence[str] | None = None, alpha: float | None = None,
+                     structural: bool = False) -> BlueConnectPlan:
     """The BlueConnect decomposition following the hierarchy (or explicit ``factors``,
     innermost first, as a mixed radix over rank order). ``algorithm`` forces every
-    stage's algorithm; by default eq. (3) picks halving-doubling for power-of-two
-    groups and ring otherwise. ``alpha`` overrides the route latency (seconds);
-    ``structural`` adds the PCIe-switch/socket/host grouping (:func:`hierarchy_levels`)."""
+    stage's algorithm (with ``factors``, it may list one per factor); by default eq. (3)
+    picks halving-doubling for power-of-two groups and ring otherwise. ``alpha``
+    overrides the route latency (seconds); ``structural`` adds the PCIe-switch/socket/host
+    grouping (:func:`hierarchy_levels`)."""
     n = topology.num_ranks
-    if factors is not None:
-        factors = [int(f) for f in factors]
-        if any(f < 1 for f in factors) or math.prod(factors) != n:
-            raise SynthesisError(f"factors {factors} do not multiply to the {n} ranks of {topology.name}: "
-                                 f"the rank count cannot be factored that way")
-        factors = [f for f in factors if f > 1] or [1]
-        dims = _radix_dims(n, factors)
-        for a in range(n):  # reachability, with the same message as the hierarchy path
-            for b in range(a + 1, n):
-                _pair_bandwidth(topology, a, b)
-    else:
+    per_stage = algorithm is not None and not isinstance(algorithm, str)
+    if factors is None:
+        if per_stage:
+            raise SynthesisError("one algorithm per stage needs explicit factors")
         levels = hierarchy_levels(topology, structural)
-        dims = _level_dims(topology, levels) if levels else _radix_dims(n, [1])
-    return _plan(topology, dims, _algorithms_for(dims, algorithm), alpha, {})
+        dims = _level_dims(topology, levels) if levels else radix_axes(n, [1])
+        return build_plan(topology, dims, stage_algorithms(dims, algorithm), alpha, {})
+    factors = [int(f) for f in factors]
+    if any(f < 1 for f in factors) or math.prod(factors) != n:
+        raise SynthesisError(f"factors {factors} do not multiply to the {n} ranks of {topology.name}: "
+                             f"the rank count cannot be factored that way")
+    check_routable(topology)
+    if not per_stage:
+        dims = radix_axes(n, [f for f in factors if f > 1] or [1])
+        return build_plan(topology, dims, stage_algorithms(dims, algorithm), alpha, {})
+    if len(algorithm) != len(factors):
+        raise SynthesisError(f"{len(factors)} factors but {len(algorithm)} algorithms")
+    dims = radix_axes(n, factors)
+    algorithms = [stage_algorithms([d], a)[0] for d, a in zip(dims, algorithm)]
+    return build_plan(topology, dims, algorithms, alpha, {})
 
 
 def one_level_ring_plan(topology: Topology, alpha: float | None = None) -> BlueConnectPlan:
     """The one-level ring baseline (eqs. 5-6): reduce-scatter and all-gather on one ring
     over all ranks in rank order, gated by the narrowest link it crosses."""
     n = topology.num_ranks
-    for a in range(n):
-        for b in range(a + 1, n):
-            _pair_bandwidth(topology, a, b)
-    return _plan(topology, _radix_dims(n, [n]), [RING], alpha, {}, name="one-level ring")
-
-
-def two_level_plan(topology: Topology, alpha: float | None = None) -> TwoLevelPlan:
-    """The two-level baseline (eq. 7): local groups are the innermost hierarchy level,
-    masters their first ranks; the masters' all-reduce is halving-doubling when their
-    count is a power of two, else a ring (``Tr/c``)."""
-    n = topology.num_ranks
-    levels = hierarchy_levels(topology)
-    groups = levels[0].groups if levels else [list(range(n))]
-    masters = [g[0] for g in groups]
-    lat0, beta0 = stage_cost(topology, groups, RING)
-    alg = HD if _is_pow2(len(masters)) else RING
-    if len(masters) > 1:
-        lat1, beta1 = stage_cost(topology, [masters], alg)
-    else:
-        lat1, beta1 = 0.0, 0.0
-    plan = TwoLevelPlan(groups, masters, lat0 if alpha is None else alpha, beta0,
-                        lat1 if alpha is None else alpha, beta1, alg)
-    plan.validate(n)
-    return plan
+    check_routable(topology)
+    return build_plan(topology, radix_axes(n, [n]), [RING], alpha, {}, name="one-level ring")
 
 
 def choose_blueconnect(topology: Topology, n_bytes: float, alpha: float | None = None,
@@ -542,11 +402,11 @@ def choose_blueconnect(topology: Topology, n_bytes: float, alpha: float | None =
     bases = []
     for structural in (False, True):
         levels = hierarchy_levels(topology, structural)
-        base = _level_dims(topology, levels) if levels else _radix_dims(n, [1])
+        base = _level_dims(topology, levels) if levels else radix_axes(n, [1])
         if all(base != b for b in bases):
             bases.append(base)
 
-    def orders() -> Iterator[list[_Dim]]:
+    def orders() -> Iterator[list[GridAxis]]:
         for base in bases:
             splits = [list(_ordered_factorizations(d.radix)) or [[1]] for d in base]
             for choice in itertools.product(*splits):
@@ -559,9 +419,9 @@ def choose_blueconnect(topology: Topology, n_bytes: float, alpha: float | None =
     best_t = best.predicted_time(n_bytes)
     for od in itertools.islice(orders(), max_candidates):
         # with two ranks ring and halving-doubling are the same exchange
-        options = [[RING, HD] if _is_pow2(d.radix) and d.radix > 2 else [RING] for d in od]
+        options = [[RING, HD] if is_power_of_two(d.radix) and d.radix > 2 else [RING] for d in od]
         for algs in itertools.product(*options):
-            plan = _plan(topology, od, list(algs), alpha, cache)
+            plan = build_plan(topology, od, list(algs), alpha, cache)
             t = plan.predicted_time(n_bytes)
             if t < best_t * (1 - 1e-12):
                 best, best_t = plan, t

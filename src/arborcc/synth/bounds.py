@@ -3,9 +3,8 @@
 All rates are bytes/s; ``algbw`` follows nccl-tests (``algbw = S / t``, where ``S`` is
 the buffer size, the *total* size for all-gather and reduce-scatter).
 
-The graph is the topology's directed links (optionally filtered by kind, see
-:func:`select_links`), with every non-GPU device (PCIe switch, CPU, NVSwitch, NIC,
-network switch) a relay: it forwards but is not a rank.
+Every bound is computed on the :mod:`~arborcc.synth.flowgraph` of the topology (relays
+forward, ranks hold buffers) with its exact integer max-flows.
 
 Theorems used
 -------------
@@ -14,9 +13,12 @@ Theorems used
   arborescence at a time). With relay vertices whose in-capacity is at least their
   out-capacity (true of every balanced, e.g. full-duplex symmetric, topology) the same value is reached
   by packing Steiner arborescences whose relay hops are point-to-point routes
-  (Bang-Jensen, Frank & Jackson 1995, "Preserving and increasing local
-  edge-connectivity in mixed graphs": splitting off relays keeps every rank-to-rank
-  connectivity). **Reduce** to ``r`` is broadcast on the reversed graph.
+  (Bang-Jensen, Frank & Jackson, "Preserving and increasing local edge-connectivity in
+  mixed graphs", SIAM J. Discrete Math. 8(2), 1995, https://doi.org/10.1137/S0895480192239670:
+  splitting off relays keeps every rank-to-rank connectivity). Edmonds, "Edge-disjoint
+  branchings", Combinatorial Algorithms, 1973; Lovasz, "On two minimax theorems in
+  graph", J. Combinatorial Theory B 21(2), 1976, https://doi.org/10.1016/0095-8956(76)90049-6.
+  **Reduce** to ``r`` is broadcast on the reversed graph.
 * **All-gather** with each rank sending its shard of ``M/N`` bytes at rate ``x``: for
   every vertex set ``S`` that holds at least one rank and misses at least one, the
   shards of the ranks in ``S`` must leave ``S``, so ``x * |S n ranks| <= cap(out of S)``.
@@ -25,204 +27,51 @@ Theorems used
   arborescences rooted at r_1..r_k exist iff every non-empty set X has in-degree at
   least the number of roots outside X) shows the bound is reached on GPU-only graphs
   by one packing of out-trees per rank; with relays it is reached after splitting them
-  off (the ForestColl construction, Zhao et al. 2024). On a GPU-only graph the formula
+  off (the ForestColl construction: Zhao et al., "ForestColl: Efficient Collective
+  Communications on Heterogeneous Network Fabrics", 2024, https://arxiv.org/abs/2402.06787).
+  On a GPU-only graph the formula
   is exactly ``min over proper non-empty S of ranks of cap(out of S)/|S|``: a set
   holding every rank has no constraint, and relays are absent.
   **Reduce-scatter** is the same on the reversed graph.
-* ``x*`` is computed exactly without enumerating sets, by the parametric min-cut
-  technique: add a source ``s`` with an arc of capacity ``x`` to every rank. A cut
-  separating ``s`` from a rank ``t`` has value ``x |ranks \\ S| + cap(out of S)``, so
-  ``maxflow(s, t) = N x`` for every rank ``t`` iff ``x <= x*``. Starting from an upper
-  bound, Dinkelbach's iteration (Dinkelbach 1967, Newton's method for a ratio) replaces
-  ``x`` by the ratio of the most violated cut until none is violated; the number of
-  ranks in the minimising set strictly drops, so it ends after at most N rounds.
+* ``x*`` is computed exactly without enumerating sets, by the parametric min-cut of
+  :func:`arborcc.synth.flowgraph.min_ratio_cut` (Dinkelbach's iteration, at most N
+  integer max-flows per sink orbit).
+* **Gather** to ``r`` (``algbw = S / t``, ``S`` the root's output): every other rank
+  moves its block of ``S/N`` bytes into ``r``; at ``x`` bytes/s per block this is one
+  single-commodity flow (every byte has the same sink), which exists iff every vertex
+  set ``A`` without ``r`` has ``cap(out of A) >= x |A n ranks|`` (max-flow min-cut), so
+  ``x* = min_A cap(out of A) / |A n ranks|``, the same ratio cut with the other ranks
+  as sources and ``r`` the only sink; ``algbw = N x*``. Relays conserve flow, so they
+  only forward. **Scatter** from ``r`` is gather on the reversed graph.
 * **All-reduce**: (a) reduce-scatter then all-gather, ``t = M/algbw_rs + M/algbw_ag``
   (ForestColl; Patarasuk & Yuan's ring is the homogeneous special case); (b) Blink's
   reduce to a root pipelined with a broadcast from it, ``t = M/R`` where ``R`` is the
   largest rate for which the links' capacity can be split between a reduce of rate R
   and a broadcast of rate R (a flow LP with generated cut constraints, solved warm
-  with HiGHS), maximised over roots. Both are reported.
+  with HiGHS), maximised over roots. Both are reported (Patarasuk & Yuan, "Bandwidth
+  optimal all-reduce algorithms for clusters of workstations", J. Parallel Distrib.
+  Comput. 69(2), 2009, https://doi.org/10.1016/j.jpdc.2008.09.002; Blink, MLSys 2020,
+  section 3.3, https://arxiv.org/abs/1910.04940).
 
-Max-flows run on :func:`scipy.sparse.csgraph.maximum_flow`, which needs int32
-capacities: bandwidths are expressed in integer units of 1 MB/s (finer for slow links,
-coarser if a graph would overflow 2^31), which is exact for bandwidths quoted in GB/s
-or MB/s. The reported bound is recomputed in floating point from the tight cut.
+The reported bound is recomputed in floating point from the tight cut.
+:func:`collective_bound` dispatches on the collective's name.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import Callable, Iterable, Sequence, Union
+from dataclasses import dataclass
+from typing import Sequence
 
-import igraph
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.csgraph import maximum_flow
 
 from arborcc.errors import SolverLimitError, SynthesisError
+from arborcc.ir.collectives import busbw_factor
+from arborcc.synth.flowgraph import (FlowGraph, LinkSelector, MaxFlow, RatioCut, RealMaxFlow, capacity_unit,
+                                     check_reachable, check_strongly_connected, flow_graph, integer_capacities,
+                                     min_ratio_cut, root_index)
 from arborcc.synth.lp import INF, GrowingLP
-from arborcc.synth.symmetry import Orbits, graph_orbits
-from arborcc.topology.model import GB, Link, LinkKind, Topology
-
-LinkSelector = Union[str, LinkKind, Iterable[LinkKind], Callable[[Link], bool]]
-
-_INT32_MAX = 2**31 - 1
-
-
-# --- the capacitated graph ------------------------------------------------------------
-
-def select_links(topology: Topology, links: LinkSelector = "all") -> tuple[list[Link], str]:
-    """The links to use and a short description of the choice.
-
-    ``links`` is ``"all"``, ``"nvlink"`` (Blink's NVLink-only trees; NVSwitch ports are
-    NVLink), a :class:`LinkKind` or its value, an iterable of them, or a predicate
-    ``f(link) -> bool``.
-    """
-    if callable(links) and not isinstance(links, (str, LinkKind)):
-        chosen = [l for l in topology.links.values() if links(l)]
-        return chosen, getattr(links, "__name__", "custom")
-    if isinstance(links, str) and links == "all":
-        return list(topology.links.values()), "all"
-    kinds_in = [links] if isinstance(links, (str, LinkKind)) else list(links)
-    kinds: set[LinkKind] = set()
-    for k in kinds_in:
-        try:
-            kinds.add(LinkKind(k))
-        except ValueError:
-            known = ", ".join(["all"] + [x.value for x in LinkKind])
-            raise SynthesisError(f"unknown link selection {k!r} (known: {known})") from None
-    desc = "+".join(sorted(k.value for k in kinds))
-    return [l for l in topology.links.values() if l.kind in kinds], desc
-
-
-@dataclass(frozen=True, eq=False)
-class FlowGraph:
-    """A topology as arrays: arc ``i`` goes ``nodes[src[i]] -> nodes[dst[i]]`` with
-    capacity ``cap[i]`` B/s. ``ranks[k]`` is the node index of rank ``k``.
-
-    ``reversed_of_original`` is True for the reversed graph (arc ``i`` is then the
-    original link ``nodes[dst[i]] -> nodes[src[i]]``).
-    """
-
-    name: str
-    nodes: tuple[str, ...]
-    ranks: np.ndarray
-    src: np.ndarray
-    dst: np.ndarray
-    cap: np.ndarray
-    links: str
-    reversed_of_original: bool = False
-    index: dict = field(default_factory=dict)
-    #: orbits by fixed vertex, shared with the reversed graph (same automorphisms)
-    _orbits: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def n(self) -> int:
-        return len(self.nodes)
-
-    @property
-    def rank_ids(self) -> tuple[str, ...]:
-        return tuple(self.nodes[i] for i in self.ranks)
-
-    def reversed(self) -> "FlowGraph":
-        return FlowGraph(self.name, self.nodes, self.ranks, self.dst, self.src, self.cap, self.links,
-                         not self.reversed_of_original, self.index, self._orbits)
-
-    def orbits(self, fixed: int | None = None) -> Orbits:
-        """Orbits of the automorphisms (fixing node ``fixed``), computed once."""
-        if fixed not in self._orbits:
-            self._orbits[fixed] = graph_orbits(self.n, self.src, self.dst, self.cap, self.ranks, fixed)
-        return self._orbits[fixed]
-
-    def original_link(self, arc: int) -> tuple[str, str]:
-        """The topology link (src, dst) that arc ``arc`` stands for."""
-        a, b = self.nodes[self.src[arc]], self.nodes[self.dst[arc]]
-        return (b, a) if self.reversed_of_original else (a, b)
-
-
-def flow_graph(topology: Topology, links: LinkSelector = "all") -> FlowGraph:
-    """The capacitated directed graph of ``topology`` restricted to ``links``.
-
-    Devices no selected link touches are dropped (ranks are always kept), and so are
-    GPUs that are not ranks (another job's GPUs do not forward this job's data). Raises
-    :class:`SynthesisError` when there are fewer than two ranks.
-    """
-    if topology.num_ranks < 2:
-        raise SynthesisError(f"{topology.name}: a collective needs at least 2 ranks, the topology has "
-                             f"{topology.num_ranks}")
-    chosen, desc = select_links(topology, links)
-    # a GPU outside the job is not a relay: only the job's ranks and non-GPU devices carry data
-    ranks = set(topology.ranks)
-    idle = {d.id for d in topology.devices.values() if d.is_gpu and d.id not in ranks}
-    chosen = [l for l in chosen if l.bandwidth > 0 and l.src not in idle and l.dst not in idle]
-    names = list(topology.ranks)
-    seen = set(names)
-    for l in chosen:
-        for d in (l.src, l.dst):
-            if d not in seen:
-                seen.add(d)
-                names.append(d)
-    index = {d: i for i, d in enumerate(names)}
-    src = np.array([index[l.src] for l in chosen], dtype=np.int64)
-    dst = np.array([index[l.dst] for l in chosen], dtype=np.int64)
-    cap = np.array([float(l.bandwidth) for l in chosen], dtype=float)
-    return FlowGraph(topology.name, tuple(names), np.arange(topology.num_ranks), src, dst, cap, desc,
-                     False, index)
-
-
-# --- integer max-flow ----------------------------------------------------------------
-
-def _unit_for(cap: np.ndarray, largest_total: float) -> float:
-    """A power-of-ten unit (B/s) making capacities integers that do not overflow int32.
-
-    1 MB/s normally; finer when some link is slower than 1 GB/s (so every link is at
-    least 1000 units), coarser when ``largest_total`` B/s would exceed int32.
-    """
-    unit = 1e6
-    smallest = float(cap.min()) if cap.size else 1e9
-    if smallest < 1e9:
-        unit = 10.0 ** (math.floor(math.log10(smallest)) - 3)
-    while largest_total / unit > _INT32_MAX / 4:
-        unit *= 10.0
-    return unit
-
-
-def _int_caps(cap: np.ndarray, unit: float) -> np.ndarray:
-    return np.maximum(np.rint(cap / unit), 0).astype(np.int64)
-
-
-class _MaxFlow:
-    """Max-flows on one integer-capacitated graph of ``n`` nodes (scipy's Dinic)."""
-
-    def __init__(self, n: int, src: np.ndarray, dst: np.ndarray, icap: np.ndarray):
-        if icap.size and int(icap.max()) > _INT32_MAX:
-            raise SynthesisError("internal: capacity exceeds int32 after scaling")
-        self.n = n
-        self.matrix = sp.csr_matrix((icap.astype(np.int32), (src, dst)), shape=(n, n))
-        self.matrix.sum_duplicates()
-        self._dense = None
-
-    def value(self, s: int, t: int) -> tuple[int, object]:
-        res = maximum_flow(self.matrix, int(s), int(t))
-        return int(res.flow_value), res
-
-    def source_side(self, s: int, res) -> np.ndarray:
-        """Boolean mask of the nodes reachable from ``s`` in the residual graph."""
-        if self._dense is None:
-            self._dense = self.matrix.toarray().astype(np.int64)
-        residual = self._dense - res.flow.toarray().astype(np.int64)
-        seen = np.zeros(self.n, dtype=bool)
-        seen[s] = True
-        stack = [s]
-        while stack:
-            u = stack.pop()
-            for v in np.nonzero((residual[u] > 0) & ~seen)[0]:
-                seen[v] = True
-                stack.append(int(v))
-        return seen
+from arborcc.topology.model import GB, Topology
 
 
 # --- results -----------------------------------------------------------------------
@@ -261,11 +110,8 @@ class Bound:
 
     @property
     def busbw(self) -> float:
-        """nccl-tests bus bandwidth: algbw x (n-1)/n for all-gather/reduce-scatter and
-        gather/scatter, x1 else."""
-        n = self.num_ranks
-        factor = (n - 1) / n if self.collective in ("allgather", "reducescatter", "gather", "scatter") else 1.0
-        return self.algbw * factor
+        """nccl-tests bus bandwidth (:func:`arborcc.ir.collectives.busbw_factor`)."""
+        return self.algbw * busbw_factor(self.collective, self.num_ranks)
 
     def time(self, size: float) -> float:
         """Seconds to move a buffer of ``size`` bytes at this bound (nccl-tests size)."""
@@ -309,39 +155,10 @@ class AllreduceBound:
 
     @property
     def busbw(self) -> float:
-        n = self.allgather.num_ranks
-        return self.algbw * 2 * (n - 1) / n
-
-
-def gbps(rate: float) -> float:
-    """Bytes/s to GB/s (decimal)."""
-    return rate / GB
+        return self.algbw * busbw_factor("allreduce", self.allgather.num_ranks)
 
 
 # --- broadcast / reduce ---------------------------------------------------------------
-
-def _check_reachable(g: FlowGraph, root: int, what: str) -> None:
-    adj = sp.csr_matrix((np.ones(len(g.src)), (g.src, g.dst)), shape=(g.n, g.n))
-    from scipy.sparse.csgraph import breadth_first_order
-
-    order = breadth_first_order(adj, root, directed=True, return_predecessors=False)
-    reached = set(int(i) for i in order)
-    missing = [g.nodes[i] for i in g.ranks if int(i) not in reached]
-    if missing:
-        raise SynthesisError(f"{g.name}: {', '.join(missing)} cannot be reached from {g.nodes[root]} "
-                             f"over {g.links} links ({what})")
-
-
-def root_index(g: FlowGraph, root: str | int) -> int:
-    """The node index of ``root`` (a rank id or a rank position) in ``g``."""
-    if isinstance(root, (int, np.integer)):
-        if not 0 <= root < len(g.ranks):
-            raise SynthesisError(f"{g.name}: root rank {root} does not exist ({len(g.ranks)} ranks)")
-        return int(g.ranks[root])
-    if root not in g.index or g.index[root] not in set(int(i) for i in g.ranks):
-        raise SynthesisError(f"{g.name}: root {root!r} is not a rank (ranks: {', '.join(g.rank_ids)})")
-    return g.index[root]
-
 
 def single_source_bound(g: FlowGraph, r: int, collective: str, root_name: str) -> Bound:
     """min over ranks v != r of maxflow(r, v) on ``g`` (Edmonds), with its tight cut.
@@ -350,10 +167,12 @@ def single_source_bound(g: FlowGraph, r: int, collective: str, root_name: str) -
     names the result.
     """
     t0 = time.perf_counter()
-    _check_reachable(g, r, f"{collective} from {root_name}" if collective == "broadcast"
-                     else f"{collective} to {root_name}")
-    unit = _unit_for(g.cap, float(g.cap.sum()))
-    mf = _MaxFlow(g.n, g.src, g.dst, _int_caps(g.cap, unit))
+    if g.reversed_of_original:  # data flows into r: every rank must reach it
+        check_reachable(g.reversed(), r, f"{collective} to {root_name}", into=True)
+    else:
+        check_reachable(g, r, f"{collective} from {root_name}")
+    unit = capacity_unit(g.cap, float(g.cap.sum()))
+    mf = MaxFlow(g.n, g.src, g.dst, integer_capacities(g.cap, unit))
     best_val, best_res = None, None
     for v in g.orbits(fixed=r).representatives(g.ranks):  # max-flows are equal within an orbit
         if v == r:
@@ -393,64 +212,25 @@ def reduce_bound(topology: Topology, root: str | int, links: LinkSelector = "all
 
 # --- all-gather / reduce-scatter --------------------------------------------------------
 
-def _check_strongly_connected(g: FlowGraph, what: str) -> None:
-    r0 = int(g.ranks[0])
-    _check_reachable(g, r0, what)
-    _check_reachable(g.reversed(), r0, what)
-
-
-def all_to_all_bound(g: FlowGraph, collective: str, time_limit: float) -> Bound:
-    """``x* = min_S cap(out S)/|S n ranks|`` by parametric min-cut + Dinkelbach (see module doc)."""
+def allgather_cut_bound(g: FlowGraph, collective: str, time_limit: float) -> Bound:
+    """``x* = min_S cap(out S)/|S n ranks|`` by parametric min-cut + Dinkelbach (see module
+    doc; every rank a source, one sink per orbit of the automorphisms, which all fix the
+    super source and so have the same max-flows)."""
     t0 = time.perf_counter()
-    _check_strongly_connected(g, collective)
-    N = len(g.ranks)
+    check_strongly_connected(g, collective)
     ranks = [int(i) for i in g.ranks]
-    out_cap = np.zeros(g.n)
-    np.add.at(out_cap, g.src, g.cap)
-    x0 = float(min(out_cap[r] for r in ranks))
-    # flows reach N^2 x0 (source arcs N x p, p <= N x0) and arcs are scaled by <= N
-    unit = _unit_for(g.cap, max(N * N * x0, N * float(g.cap.max())))
-    icap = _int_caps(g.cap, unit)
-    iout = np.zeros(g.n, dtype=np.int64)
-    np.add.at(iout, g.src, icap)
-    # every automorphism fixes the super source: one sink per orbit has the same max-flows
-    sinks = g.orbits().representatives(ranks)
-    # the current ratio p/q and the set achieving it (a single rank to start)
-    start = min(ranks, key=lambda r: iout[r])
-    ratio = Fraction(int(iout[start]), 1)
-    best_set = np.zeros(g.n + 1, dtype=bool)
-    best_set[start] = True
-    s = g.n  # the super source
-    src = np.concatenate([g.src, np.full(N, s)])
-    dst = np.concatenate([g.dst, np.array(ranks)])
-    for _ in range(N + 2):
-        if time.perf_counter() - t0 > time_limit:
-            raise SolverLimitError(f"{g.name}: {collective} bound not found within {time_limit:g} s")
-        p, q = ratio.numerator, ratio.denominator
-        caps = np.concatenate([icap * q, np.full(N, p, dtype=np.int64)])
-        mf = _MaxFlow(g.n + 1, src, dst, caps)
-        improved = None
-        for t in sinks:
-            val, res = mf.value(s, t)
-            if val < N * p:
-                side = mf.source_side(s, res)
-                members = side[:g.n]
-                k = int(sum(1 for r in ranks if members[r]))
-                arcs = members[g.src] & ~members[g.dst]
-                cand = Fraction(int(icap[arcs].sum()), k)
-                if cand < ratio and (improved is None or cand < improved[0]):
-                    improved = (cand, side.copy())
-        if improved is None:
-            break
-        ratio, best_set = improved
-    else:  # pragma: no cover - Dinkelbach ends within N rounds
-        raise SolverLimitError(f"{g.name}: {collective} bound did not converge")
-    members = best_set[:g.n]
-    arcs = np.nonzero(members[g.src] & ~members[g.dst])[0]
-    k = int(sum(1 for r in ranks if members[r]))
+    cut = min_ratio_cut(g, ranks, g.orbits().representatives(ranks), collective, time_limit)
+    return _cut_bound(g, collective, None, cut, t0)
+
+
+def _cut_bound(g: FlowGraph, collective: str, root: str | None, cut: RatioCut, t0: float) -> Bound:
+    """The :class:`Bound` of a ratio cut: rate = cap(out of S) / ranks in S, in floats."""
+    arcs = np.nonzero(g.leaving(cut.members))[0]
+    k = int(sum(1 for r in g.ranks if cut.members[r]))
     cut_cap = float(g.cap[arcs].sum())
     x = cut_cap / k
-    return Bound(collective, x, N * x, N, None, frozenset(g.nodes[i] for i in np.nonzero(members)[0]),
+    N = len(g.ranks)
+    return Bound(collective, x, N * x, N, root, frozenset(g.nodes[i] for i in np.nonzero(cut.members)[0]),
                  tuple(g.original_link(int(i)) for i in arcs), cut_cap, k, g.links, time.perf_counter() - t0)
 
 
@@ -460,20 +240,44 @@ def allgather_bound(topology: Topology, links: LinkSelector = "all", time_limit:
     ``cut`` is a minimising ``S`` (it holds ``cut_ranks`` ranks and misses one);
     ``cut_links`` are the links leaving it. See the module doc for the theorem.
     """
-    return all_to_all_bound(flow_graph(topology, links), "allgather", time_limit)
+    return allgather_cut_bound(flow_graph(topology, links), "allgather", time_limit)
 
 
 def reducescatter_bound(topology: Topology, links: LinkSelector = "all", time_limit: float = 30.0) -> Bound:
     """Best reduce-scatter: all-gather on the reversed graph (``cut_links`` enter ``cut``)."""
-    return all_to_all_bound(flow_graph(topology, links).reversed(), "reducescatter", time_limit)
+    return allgather_cut_bound(flow_graph(topology, links).reversed(), "reducescatter", time_limit)
+
+
+# --- gather / scatter ----------------------------------------------------------------
+
+def gather_cut(g: FlowGraph, r: int, collective: str) -> tuple[Bound, RatioCut]:
+    """The gather bound into node ``r`` of ``g`` (scatter: ``g`` reversed) and the ratio
+    cut with its single-sink max-flow (module doc): every other rank a source, ``r`` the
+    only sink."""
+    t0 = time.perf_counter()
+    if g.reversed_of_original:
+        check_reachable(g.reversed(), r, collective)
+    else:
+        check_reachable(g, r, collective, into=True)
+    cut = min_ratio_cut(g, [int(v) for v in g.ranks if int(v) != r], [r], collective)
+    return _cut_bound(g, collective, g.nodes[r], cut, t0), cut
+
+
+def gather_bound(topology: Topology, root: str | int, links: LinkSelector = "all") -> Bound:
+    """Best gather to ``root`` (a rank id or position): ``rate`` is the per-rank block
+    rate ``x* = min_A cap(out of A) / |A n ranks|`` over sets ``A`` without the root,
+    ``algbw = N x*``. ``cut`` is a minimising ``A``, ``cut_links`` the links leaving it."""
+    g = flow_graph(topology, links)
+    return gather_cut(g, root_index(g, root), "gather")[0]
+
+
+def scatter_bound(topology: Topology, root: str | int, links: LinkSelector = "all") -> Bound:
+    """Best scatter from ``root``: gather on the reversed graph (``cut_links`` enter ``cut``)."""
+    g = flow_graph(topology, links)
+    return gather_cut(g.reversed(), root_index(g, root), "scatter")[0]
 
 
 # --- all-reduce -----------------------------------------------------------------------
-
-def tree_allreduce_rate(g: FlowGraph, r: int, time_limit: float = 30.0) -> float:
-    """The rate of :func:`tree_allreduce_split`."""
-    return tree_allreduce_split(g, r, time_limit)[0]
-
 
 def tree_allreduce_split(g: FlowGraph, r: int, time_limit: float = 30.0) -> tuple[float, np.ndarray, np.ndarray]:
     """``(R, c_b, c_r)``: the largest ``R`` for which a reduce to node ``r`` and a broadcast from it, both of rate
@@ -522,9 +326,9 @@ def tree_allreduce_split(g: FlowGraph, r: int, time_limit: float = 30.0) -> tupl
         nz = np.nonzero(np.abs(coef) > 1e-12)[0]
         for base in (CB, CR):  # relays balanced: out - in = 0
             lp.add_row(0.0, 0.0, base + nz, coef[nz])
-    # igraph's max-flow (C, float capacities) finds the cuts; arc ids are kept
-    forward = igraph.Graph(n=g.n, edges=list(zip(g.src.tolist(), g.dst.tolist())), directed=True)
-    backward = igraph.Graph(n=g.n, edges=list(zip(g.dst.tolist(), g.src.tolist())), directed=True)
+    # the LP's capacities are real numbers: cuts come from a real-valued max-flow; arc ids are kept
+    forward = RealMaxFlow(g.n, g.src, g.dst)
+    backward = RealMaxFlow(g.n, g.dst, g.src)
     seen: set[tuple[int, bytes]] = set()
 
     def add_cut(base: int, cut_arcs) -> bool:
@@ -555,15 +359,15 @@ def tree_allreduce_split(g: FlowGraph, r: int, time_limit: float = 30.0) -> tupl
         for base, h in ((CB, forward), (CR, backward)):
             caps = np.maximum(x[base:base + K], 0.0)[cls].tolist()
             for v in sinks:
-                if h.maxflow_value(r, v, capacity=caps) >= R * (1 - 1e-7):
+                if h.value(r, v, caps) >= R * (1 - 1e-7):
                     continue
-                added += add_cut(base, h.mincut(r, v, capacity=caps).cut)
+                added += add_cut(base, h.cut_arcs(r, v, caps))
         if not added:
             return R * scale, x[CB:CB + K][cls] * scale, x[CR:CR + K][cls] * scale
 
 
 def _tree_rate_ceiling(g: FlowGraph, r: int) -> float:
-    """An upper bound on :func:`tree_allreduce_rate` for root ``r`` that costs no LP.
+    """An upper bound on :func:`tree_allreduce_split` for root ``r`` that costs no LP.
 
     Every other rank receives R of broadcast over its in-arcs and sends R of reduce
     over its out-arcs; the root sends R and receives R. Summed over the other ranks,
@@ -595,8 +399,8 @@ def allreduce_bound(topology: Topology, links: LinkSelector = "all", tree_roots:
     """
     t0 = time.perf_counter()
     g = flow_graph(topology, links)
-    rs = all_to_all_bound(g.reversed(), "reducescatter", time_limit)
-    ag = all_to_all_bound(g, "allgather", time_limit)
+    rs = allgather_cut_bound(g.reversed(), "reducescatter", time_limit)
+    ag = allgather_cut_bound(g, "allgather", time_limit)
     rs_ag = 1.0 / (1.0 / rs.algbw + 1.0 / ag.algbw)
     rates: dict[str, float] = {}
     splits: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -619,3 +423,26 @@ def allreduce_bound(topology: Topology, links: LinkSelector = "all", tree_roots:
     best_root = max(rates, key=lambda k: rates[k]) if rates else None
     return AllreduceBound(rs, ag, rs_ag, rates[best_root] if rates else 0.0, best_root, rates, g.links,
                           time.perf_counter() - t0, splits.get(best_root))
+
+
+def collective_bound(topology: Topology, collective: str, root: int = 0,
+                     links: LinkSelector = "all") -> Bound | AllreduceBound:
+    """The best rate the links allow for ``collective``; ``.algbw`` is in B/s (nccl-tests
+    convention). For all-reduce the :class:`AllreduceBound` also carries the best root's
+    link split, which the tree strategy builds on."""
+    r = topology.ranks[root]
+    if collective == "broadcast":
+        return broadcast_bound(topology, r, links)
+    if collective == "reduce":
+        return reduce_bound(topology, r, links)
+    if collective == "allgather":
+        return allgather_bound(topology, links)
+    if collective == "reducescatter":
+        return reducescatter_bound(topology, links)
+    if collective == "gather":
+        return gather_bound(topology, r, links)
+    if collective == "scatter":
+        return scatter_bound(topology, r, links)
+    if collective == "allreduce":
+        return allreduce_bound(topology, links)
+    raise SynthesisError(f"no bound is known for collective {collective!r}")

@@ -1,36 +1,21 @@
 """Gather and scatter, optimal by construction: a single-sink flow, split into paths.
 
-API (for :mod:`arborcc.synth.strategies` and the CLI)::
+API (for :mod:`arborcc.synth.strategies`)::
 
-    gather_bound(topology, root, links="all") -> Bound     # root: rank id or rank position
-    scatter_bound(topology, root, links="all") -> Bound
     gather_flow(topology, collective, root, links="all") -> Flow   # the bound and its paths
     synth_gather(topology, collective, root=0, links="all", name=None) -> (Lowered, notes, paths)
 
-``collective`` is ``"gather"`` or ``"scatter"``. Like :mod:`.lower`'s functions,
-``synth_gather`` compiles but does not verify (``strategies.synthesize`` proves the
-algorithm it returns); the algorithm meets the executor dialect's limits when it can
-(:func:`arborcc.synth.lower.within_limits`).
-
-Bound
------
-Gather to ``r`` (``algbw = S / t``, ``S`` the root's output): every other rank moves its
-block of ``S/N`` bytes into ``r``; the root's own block is a local copy. At ``x`` bytes/s
-per block this is one single-commodity flow (every byte has the same sink): a super
-source ``s`` with an arc of capacity ``x`` to each non-root rank, and the schedule exists
-iff ``maxflow(s, r) = (N-1) x``. By the max-flow min-cut theorem (Ford & Fulkerson
-1956) that holds iff every vertex set ``A`` without ``r`` has ``cap(out of A) >=
-x |A n ranks|``, so ``x* = min_A cap(out of A) / |A n ranks|`` and ``algbw = N x*``.
-``x*`` is found exactly by Dinkelbach's iteration (Dinkelbach 1967) on that parametric
-cut, as :func:`arborcc.synth.bounds.all_to_all_bound` does with every sink: at most
-``N`` integer max-flows. Relays (switches, CPUs, NICs) conserve flow, so they only
-forward; GPUs of the allocation may forward too (store-and-forward through scratch).
-**Scatter** from ``r`` is gather on the reversed graph.
+``collective`` is ``"gather"`` or ``"scatter"``; the bound itself is
+:func:`arborcc.synth.bounds.gather_bound` (the minimum ratio cut with the root the only
+sink). Like :mod:`.lower`'s functions, ``synth_gather`` compiles but does not verify
+(``synthesize`` proves the algorithm it returns); the algorithm meets the executor
+dialect's limits when it can (:func:`arborcc.synth.lower.within_limits`).
 
 Schedule
 --------
 The max-flow at ``x*`` decomposes into paths and cycles (flow decomposition theorem;
-Ahuja, Magnanti & Orlin, *Network Flows*, 1993, theorem 3.5). A path from ``s``
+Ahuja, Magnanti & Orlin, *Network Flows: Theory, Algorithms, and Applications*,
+Prentice Hall, 1993, theorem 3.5). A path from ``s``
 enters the graph through one arc ``s -> v``, so it carries only rank ``v``'s data;
 cycles carry nothing and are dropped. Each rank's block is split over its paths with
 the chunk rules of the tree strategies (:func:`arborcc.synth.quantize.apportion`:
@@ -49,27 +34,23 @@ connection with one path, exactly like a tree hop.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass
-from fractions import Fraction
 from itertools import pairwise
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import breadth_first_order
 
 from arborcc.errors import SynthesisError
 from arborcc.ir.model import Buffer
 from arborcc.lang import Gather, Scatter, chunk
-from arborcc.synth.bounds import (Bound, FlowGraph, LinkSelector, _int_caps, _MaxFlow, _unit_for, flow_graph,
-                                  root_index)
-from arborcc.synth.lower import ChannelMap, Lowered, _blocks, _finish, _local_copy, _program, within_limits
+from arborcc.synth.bounds import Bound, gather_cut
+from arborcc.synth.flowgraph import FlowGraph, LinkSelector, flow_graph, root_index
+from arborcc.synth.lower import (ChannelMap, Lowered, finish, local_copy, lowering_program, transfer_blocks,
+                                 within_limits)
 from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE, apportion
 from arborcc.topology.model import Topology
 
 INPUT, OUTPUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
-COLLECTIVES = ("gather", "scatter")
 
 RankHop = tuple[int, int, tuple[str, ...]]  #: (sending rank, receiving rank, device path)
 
@@ -94,53 +75,7 @@ class Flow:
     paths: tuple[FlowPath, ...]
 
 
-# --- bound and flow -------------------------------------------------------------------
-
-def _check_reaches_root(g: FlowGraph, r: int, collective: str) -> None:
-    """Every rank must reach node ``r`` of ``g`` (``g`` is reversed for scatter)."""
-    back = csr_matrix((np.ones(len(g.src)), (g.dst, g.src)), shape=(g.n, g.n))
-    reached = {int(i) for i in breadth_first_order(back, r, directed=True, return_predecessors=False)}
-    missing = [g.nodes[i] for i in g.ranks if int(i) not in reached]
-    if missing:
-        verb = "cannot reach" if collective == "gather" else "cannot be reached from"
-        raise SynthesisError(f"{g.name}: {', '.join(missing)} {verb} the root {g.nodes[r]} over {g.links} links "
-                             f"({collective})")
-
-
-def _parametric_cut(g: FlowGraph, r: int):
-    """Dinkelbach on ``min_A cap(out A) / |A n sources|`` (see module doc).
-
-    Returns ``(ratio, members, arc_flow, unit)``: the optimal per-rank rate is
-    ``ratio x unit`` B/s, ``members`` (a node mask) attains it, and ``arc_flow`` is an
-    integer max-flow at that rate in units of ``unit / ratio.denominator`` B/s.
-    """
-    sources = [int(v) for v in g.ranks if int(v) != r]
-    K = len(sources)
-    out_cap = np.zeros(g.n)
-    np.add.at(out_cap, g.src, g.cap)
-    x0 = float(min(out_cap[v] for v in sources))
-    unit = _unit_for(g.cap, max(len(g.ranks) ** 2 * x0, len(g.ranks) * float(g.cap.max())))
-    icap = _int_caps(g.cap, unit)
-    iout = np.zeros(g.n, dtype=np.int64)
-    np.add.at(iout, g.src, icap)
-    start = min(sources, key=lambda v: iout[v])
-    ratio, members = Fraction(int(iout[start])), np.arange(g.n) == start
-    s = g.n
-    src = np.concatenate([g.src, np.full(K, s)])
-    dst = np.concatenate([g.dst, np.array(sources)])
-    is_source = np.isin(np.arange(g.n), sources)
-    for _ in range(K + 1):  # the number of sources in the minimising set drops every round
-        p, q = ratio.numerator, ratio.denominator
-        mf = _MaxFlow(g.n + 1, src, dst, np.concatenate([icap * q, np.full(K, p, dtype=np.int64)]))
-        value, res = mf.value(s, r)
-        if value == K * p:
-            flow = np.asarray(res.flow[g.src, g.dst]).ravel().astype(np.int64)
-            return ratio, members, np.maximum(flow, 0), unit
-        members = mf.source_side(s, res)[:g.n]
-        leaving = members[g.src] & ~members[g.dst]
-        ratio = Fraction(int(icap[leaving].sum()), int((members & is_source).sum()))
-    raise SynthesisError(f"{g.name}: internal: the gather cut iteration did not converge")  # pragma: no cover
-
+# --- the flow and its paths ---------------------------------------------------------
 
 def _decompose(g: FlowGraph, flow: np.ndarray, r: int, supply: int) -> list[tuple[int, list[int], int]]:
     """Split an s-r flow (``supply`` units from each rank) into ``(rank, nodes, units)``
@@ -177,40 +112,19 @@ def _decompose(g: FlowGraph, flow: np.ndarray, r: int, supply: int) -> list[tupl
 
 def gather_flow(topology: Topology, collective: str, root: str | int, links: LinkSelector = "all") -> Flow:
     """The optimal gather (scatter) rate to (from) ``root`` and a flow reaching it."""
-    if collective not in COLLECTIVES:
-        raise SynthesisError(f"unknown rooted flow collective {collective!r} (known: {', '.join(COLLECTIVES)})")
-    t0 = time.perf_counter()
+    if collective not in ("gather", "scatter"):
+        raise SynthesisError(f"a single-sink flow builds gather or scatter, not {collective!r}")
     g = flow_graph(topology, links)
     r = root_index(g, root)
     if collective == "scatter":
         g = g.reversed()
-    _check_reaches_root(g, r, collective)
-    ratio, members, arc_flow, unit = _parametric_cut(g, r)
-    leaving = np.nonzero(members[g.src] & ~members[g.dst])[0]
-    k = int(sum(1 for v in g.ranks if members[v]))
-    cut_cap = float(g.cap[leaving].sum())
-    N = len(g.ranks)
-    bound = Bound(collective, cut_cap / k, N * cut_cap / k, N, g.nodes[r],
-                  frozenset(g.nodes[i] for i in np.nonzero(members)[0]),
-                  tuple(g.original_link(int(i)) for i in leaving), cut_cap, k, g.links, time.perf_counter() - t0)
-    per_unit = unit / ratio.denominator
+    bound, cut = gather_cut(g, r, collective)
+    per_unit = cut.unit / cut.ratio.denominator
     paths = []
-    for v, nodes, units in _decompose(g, arc_flow, r, ratio.numerator):
+    for v, nodes, units in _decompose(g, cut.arc_flow, r, cut.ratio.numerator):
         devices = tuple(g.nodes[i] for i in nodes)
         paths.append(FlowPath(v, devices if collective == "gather" else devices[::-1], units * per_unit))
     return Flow(bound, r, tuple(paths))
-
-
-def gather_bound(topology: Topology, root: str | int, links: LinkSelector = "all") -> Bound:
-    """Best gather to ``root`` (a rank id or position): ``rate`` is the per-rank block
-    rate ``x* = min_A cap(out of A) / |A n ranks|`` over sets ``A`` without the root,
-    ``algbw = N x*``. ``cut`` is a minimising ``A``, ``cut_links`` the links leaving it."""
-    return gather_flow(topology, "gather", root, links).bound
-
-
-def scatter_bound(topology: Topology, root: str | int, links: LinkSelector = "all") -> Bound:
-    """Best scatter from ``root``: gather on the reversed graph (``cut_links`` enter ``cut``)."""
-    return gather_flow(topology, "scatter", root, links).bound
 
 
 # --- chunks and lowering --------------------------------------------------------------
@@ -266,12 +180,12 @@ def lower_gather(topology: Topology, collective: str, root: int, paths: list[Flo
     gather = collective == "gather"
     coll = (Gather if gather else Scatter)(n, chunks, root=root)
     scratch = [0] * n
-    with _program(name, coll, topology, channels) as prog:
-        _local_copy(root, *_ends(gather, root, 0, chunks), chunks)
+    with lowering_program(name, coll, topology, channels) as prog:
+        local_copy(root, *_ends(gather, root, 0, chunks), chunks)
         for v, mine in sorted(per_rank.items()):
-            for k, start, size in _blocks([counts[t] for t in mine]):
+            for k, start, size in transfer_blocks([counts[t] for t in mine]):
                 _chain(hops[mine[k]], *_ends(gather, v, start, chunks), size, channels, mine[k], scratch)
-    return _finish(prog, topology, channels, chunks)
+    return finish(prog, topology, channels, chunks)
 
 
 def synth_gather(topology: Topology, collective: str, root: str | int = 0, links: LinkSelector = "all",

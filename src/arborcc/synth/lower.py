@@ -2,7 +2,7 @@
 
 Every strategy of :mod:`arborcc.synth` ends here: a schedule becomes a chunk-DSL
 program (GC3 section 3) and the compiler turns it into an Algorithm (which
-:func:`arborcc.synth.strategies.synthesize` proves with the verifier before returning it).
+:func:`arborcc.synth.synthesis.synthesize` proves with the verifier before returning it).
 
 Trees (Blink section 4.1): the buffer (or each rank's shard) is split into chunks,
 apportioned to the trees in proportion to their weights (:mod:`.quantize`); a chunk
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from arborcc.errors import SynthesisError
+from arborcc.ir.limits import DIALECTS, MAX_CHANNELS
 from arborcc.ir.model import Algorithm, Buffer
 from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, chunk
 from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
@@ -30,7 +31,8 @@ from arborcc.synth.trees import Tree
 from arborcc.topology.model import Topology
 
 INPUT, OUTPUT = Buffer.INPUT, Buffer.OUTPUT
-MAX_CHANNELS = 32  #: MSCCL's limit (both dialects)
+#: chunks per transfer: the largest power of two every dialect's ``cnt`` limit allows
+MAX_COUNT = 1 << (min(d.max_count_exclusive for d in DIALECTS.values()) - 1).bit_length() - 1
 
 
 @dataclass
@@ -94,7 +96,7 @@ class ChannelMap:
         return out
 
 
-def _tree_hops(topology: Topology, trees: Sequence[Tree], both_ways: bool = False):
+def tree_hops(topology: Topology, trees: Sequence[Tree], both_ways: bool = False):
     """(src index, dst index, path) of every hop of the trees (and reversed, if asked)."""
     index = {g: i for i, g in enumerate(topology.ranks)}
     for t in trees:
@@ -107,7 +109,7 @@ def _tree_hops(topology: Topology, trees: Sequence[Tree], both_ways: bool = Fals
                 yield index[h.dst], index[h.src], tuple(reversed(h.path))
 
 
-def _children(tree: Tree, index: dict[str, int]) -> tuple[int, dict[int, list[tuple[int, tuple[str, ...]]]]]:
+def tree_children(tree: Tree, index: dict[str, int]) -> tuple[int, dict[int, list[tuple[int, tuple[str, ...]]]]]:
     """Root index and, per rank index, its children with the path *from parent to child*."""
     kids: dict[int, list[tuple[int, tuple[str, ...]]]] = {}
     for h in tree.hops:
@@ -130,43 +132,43 @@ def _bfs(root: int, kids: dict[int, list[tuple[int, tuple[str, ...]]]]) -> list[
     return order
 
 
-MAX_COUNT = 64  #: chunks per transfer (MSCCL: cnt < 72)
+def transfer_pieces(start: int, stop: int) -> list[tuple[int, int]]:
+    """The chunks ``[start, stop)`` as ``(first, size)`` transfers of at most MAX_COUNT."""
+    return [(a, min(MAX_COUNT, stop - a)) for a in range(start, stop, MAX_COUNT)]
 
 
-def _blocks(counts: Sequence[int]) -> list[tuple[int, int, int]]:
+def transfer_blocks(counts: Sequence[int]) -> list[tuple[int, int, int]]:
     """(tree, first chunk, chunks) per transfer: each tree's chunks are contiguous and
     move as one multi-count transfer per hop (GC3's aggregation), split at MAX_COUNT.
     The runtime's tiling pipelines consecutive slices through the tree."""
     out, start = [], 0
     for t, c in enumerate(counts):
-        while c > 0:
-            size = min(c, MAX_COUNT)
-            out.append((t, start, size))
-            start, c = start + size, c - size
+        out += [(t, a, size) for a, size in transfer_pieces(start, start + c)]
+        start += c
     return out
 
 
-def _program(name: str, collective, topology: Topology, channels: ChannelMap) -> Program:
+def lowering_program(name: str, collective, topology: Topology, channels: ChannelMap) -> Program:
+    """A DSL program for a lowering; instruction fusion only when the compiler picks channels."""
     return Program(name, collective, topology, instr_fusion=not channels.pinned)
 
 
-def _finish(prog: Program, topology: Topology, channels: ChannelMap, chunks: int,
-            notes: Iterable[str] = ()) -> Lowered:
-    """Compile and estimate; :func:`arborcc.synth.strategies.synthesize` verifies the
+def finish(prog: Program, topology: Topology, channels: ChannelMap, chunks: int,
+           notes: Iterable[str] = ()) -> Lowered:
+    """Compile and estimate; :func:`arborcc.synth.synthesis.synthesize` verifies the
     algorithm it returns (candidates that lose are not worth proving)."""
     algo = prog.compile()
     routes = channels.routes(algo)
     return Lowered(algo, routes, chunks, steady_state_bandwidth(algo, topology, routes), list(notes))
 
 
-def _local_copy(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int) -> None:
+def local_copy(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int) -> None:
     """Copy ``size`` chunks within a rank, in transfers of at most MAX_COUNT chunks."""
-    for k in range(0, size, MAX_COUNT):
-        n = min(MAX_COUNT, size - k)
-        chunk(rank, src[0], src[1] + k, n).copy(rank, dst[0], dst[1] + k)
+    for first, n in transfer_pieces(0, size):
+        chunk(rank, src[0], src[1] + first, n).copy(rank, dst[0], dst[1] + first)
 
 
-def _broadcast_block(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int,
+def broadcast_block(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int,
                      channels: ChannelMap, tree: int = 0) -> None:
     """Copy ``size`` chunks at ``src`` of the root down the tree into ``dst`` of every rank."""
     for parent, child, path in _bfs(root, kids):
@@ -174,7 +176,7 @@ def _broadcast_block(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer
         chunk(parent, buf, i, size).copy(child, dst[0], dst[1], ch=channels.channel(parent, child, path, tree))
 
 
-def _reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc: Buffer,
+def reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc: Buffer,
                   root_slot: tuple[Buffer, int] | None = None, tree: int = 0) -> None:
     """Reduce ``size`` chunks at ``idx`` of every rank into the root, leaves first.
 
@@ -188,7 +190,7 @@ def _reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, ac
     for v in sorted((v for v in kids if kids[v]), key=lambda v: (-depth[v], v)):
         buf, i = root_slot if (v == root and root_slot) else (acc, idx)
         if (buf, i) != (INPUT, idx):
-            _local_copy(v, (INPUT, idx), (buf, i), size)
+            local_copy(v, (INPUT, idx), (buf, i), size)
         for child, path in kids[v]:
             src = acc if kids.get(child) else INPUT
             chunk(v, buf, i, size).reduce(chunk(child, src, idx, size),
@@ -199,27 +201,27 @@ def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[
                     spread: int = 0) -> Lowered:
     """Out-trees from one root; ``counts[t]`` chunks on tree t."""
     index = {g: i for i, g in enumerate(topology.ranks)}
-    chunks, channels = sum(counts), ChannelMap(_tree_hops(topology, trees), spread)
+    chunks, channels = sum(counts), ChannelMap(tree_hops(topology, trees), spread)
     root = index[trees[0].root]
-    shapes = [_children(t, index)[1] for t in trees]
-    with _program(name, Broadcast(topology.num_ranks, chunks, root=root), topology, channels) as prog:
-        _local_copy(root, (INPUT, 0), (OUTPUT, 0), chunks)
-        for t, start, size in _blocks(counts):
-            _broadcast_block(root, shapes[t], (INPUT, start), (OUTPUT, start), size, channels, t)
-    return _finish(prog, topology, channels, chunks)
+    shapes = [tree_children(t, index)[1] for t in trees]
+    with lowering_program(name, Broadcast(topology.num_ranks, chunks, root=root), topology, channels) as prog:
+        local_copy(root, (INPUT, 0), (OUTPUT, 0), chunks)
+        for t, start, size in transfer_blocks(counts):
+            broadcast_block(root, shapes[t], (INPUT, start), (OUTPUT, start), size, channels, t)
+    return finish(prog, topology, channels, chunks)
 
 
 def lower_reduce(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
                  spread: int = 0) -> Lowered:
     """In-trees into one root; inner ranks accumulate in their (unconstrained) output."""
     index = {g: i for i, g in enumerate(topology.ranks)}
-    chunks, channels = sum(counts), ChannelMap(_tree_hops(topology, trees), spread)
+    chunks, channels = sum(counts), ChannelMap(tree_hops(topology, trees), spread)
     root = index[trees[0].root]
-    shapes = [_children(t, index)[1] for t in trees]
-    with _program(name, Reduce(topology.num_ranks, chunks, root=root), topology, channels) as prog:
-        for t, start, size in _blocks(counts):
-            _reduce_block(root, shapes[t], start, size, channels, OUTPUT, tree=t)
-    return _finish(prog, topology, channels, chunks)
+    shapes = [tree_children(t, index)[1] for t in trees]
+    with lowering_program(name, Reduce(topology.num_ranks, chunks, root=root), topology, channels) as prog:
+        for t, start, size in transfer_blocks(counts):
+            reduce_block(root, shapes[t], start, size, channels, OUTPUT, tree=t)
+    return finish(prog, topology, channels, chunks)
 
 
 def _per_root_blocks(topology: Topology, trees: Sequence[Tree], counts: Sequence[int]):
@@ -228,12 +230,12 @@ def _per_root_blocks(topology: Topology, trees: Sequence[Tree], counts: Sequence
     index = {g: i for i, g in enumerate(topology.ranks)}
     by_root: dict[int, list[tuple[dict, int, int]]] = {}
     for k, (t, c) in enumerate(zip(trees, counts)):
-        r, kids = _children(t, index)
+        r, kids = tree_children(t, index)
         by_root.setdefault(r, []).append((kids, c, k))
     per_root = {sum(c for _, c, _ in items) for items in by_root.values()}
     if len(by_root) != topology.num_ranks or len(per_root) != 1:
         raise SynthesisError("per-root trees must give every rank the same number of chunks")
-    plan = {r: [(items[t][0], start, size, items[t][2]) for t, start, size in _blocks([c for _, c, _ in items])]
+    plan = {r: [(items[t][0], start, size, items[t][2]) for t, start, size in transfer_blocks([c for _, c, _ in items])]
             for r, items in by_root.items()}
     return plan, per_root.pop()
 
@@ -242,13 +244,13 @@ def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[
                     spread: int = 0) -> Lowered:
     """One set of out-trees per root (ForestColl); each root's shard split over its trees."""
     plan, chunks = _per_root_blocks(topology, trees, counts)
-    channels = ChannelMap(_tree_hops(topology, trees), spread)
-    with _program(name, AllGather(topology.num_ranks, chunks), topology, channels) as prog:
+    channels = ChannelMap(tree_hops(topology, trees), spread)
+    with lowering_program(name, AllGather(topology.num_ranks, chunks), topology, channels) as prog:
         for r in sorted(plan):
-            _local_copy(r, (INPUT, 0), (OUTPUT, r * chunks), chunks)
+            local_copy(r, (INPUT, 0), (OUTPUT, r * chunks), chunks)
             for kids, start, size, t in plan[r]:
-                _broadcast_block(r, kids, (INPUT, start), (OUTPUT, r * chunks + start), size, channels, t)
-    return _finish(prog, topology, channels, chunks)
+                broadcast_block(r, kids, (INPUT, start), (OUTPUT, r * chunks + start), size, channels, t)
+    return finish(prog, topology, channels, chunks)
 
 
 def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
@@ -256,12 +258,12 @@ def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Seque
     """One set of in-trees per root; partial sums accumulate in the input, as GC3's own
     reduce-scatter programs do; the root reduces into its output."""
     plan, chunks = _per_root_blocks(topology, trees, counts)
-    channels = ChannelMap(_tree_hops(topology, trees), spread)
-    with _program(name, ReduceScatter(topology.num_ranks, chunks), topology, channels) as prog:
+    channels = ChannelMap(tree_hops(topology, trees), spread)
+    with lowering_program(name, ReduceScatter(topology.num_ranks, chunks), topology, channels) as prog:
         for r in sorted(plan):
             for kids, start, size, t in plan[r]:
-                _reduce_block(r, kids, r * chunks + start, size, channels, INPUT, (OUTPUT, start), t)
-    return _finish(prog, topology, channels, chunks)
+                reduce_block(r, kids, r * chunks + start, size, channels, INPUT, (OUTPUT, start), t)
+    return finish(prog, topology, channels, chunks)
 
 
 def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
@@ -269,16 +271,16 @@ def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Seq
     """All-reduce = reduce-scatter on the reversed per-root trees + all-gather on the
     per-root out-trees (``trees`` are the out-trees), in place."""
     plan, chunks = _per_root_blocks(topology, trees, counts)
-    n, channels = topology.num_ranks, ChannelMap(_tree_hops(topology, trees, both_ways=True), spread)
-    with _program(name, AllReduce(n, n * chunks, inplace=True), topology, channels) as prog:
+    n, channels = topology.num_ranks, ChannelMap(tree_hops(topology, trees, both_ways=True), spread)
+    with lowering_program(name, AllReduce(n, n * chunks, inplace=True), topology, channels) as prog:
         for r in sorted(plan):
             for kids, start, size, t in plan[r]:
-                _reduce_block(r, kids, r * chunks + start, size, channels, INPUT, tree=t)
+                reduce_block(r, kids, r * chunks + start, size, channels, INPUT, tree=t)
         for r in sorted(plan):
             for kids, start, size, t in plan[r]:
                 at = (INPUT, r * chunks + start)
-                _broadcast_block(r, kids, at, at, size, channels, t)
-    return _finish(prog, topology, channels, chunks)
+                broadcast_block(r, kids, at, at, size, channels, t)
+    return finish(prog, topology, channels, chunks)
 
 
 def lower_allreduce_trees(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
@@ -286,17 +288,17 @@ def lower_allreduce_trees(topology: Topology, trees: Sequence[Tree], counts: Seq
     """All-reduce as reduce + broadcast over each tree (Blink section 3.3; MXNet's trees):
     a block is reduced up its tree into the root and broadcast back down, in place."""
     index = {g: i for i, g in enumerate(topology.ranks)}
-    chunks, channels = sum(counts), ChannelMap(_tree_hops(topology, trees, both_ways=True), spread)
-    shapes = [_children(t, index) for t in trees]
-    with _program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels) as prog:
-        blocks = _blocks(counts)
+    chunks, channels = sum(counts), ChannelMap(tree_hops(topology, trees, both_ways=True), spread)
+    shapes = [tree_children(t, index) for t in trees]
+    with lowering_program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels) as prog:
+        blocks = transfer_blocks(counts)
         for t, start, size in blocks:
             root, kids = shapes[t]
-            _reduce_block(root, kids, start, size, channels, INPUT, tree=t)
+            reduce_block(root, kids, start, size, channels, INPUT, tree=t)
         for t, start, size in blocks:
             root, kids = shapes[t]
-            _broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels, t)
-    return _finish(prog, topology, channels, chunks)
+            broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels, t)
+    return finish(prog, topology, channels, chunks)
 
 
 def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[tuple[Tree, int]],
@@ -311,16 +313,16 @@ def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[
     if chunks != sum(c for _, c in broadcast_trees):
         raise SynthesisError("reduce and broadcast trees must carry the same number of chunks")
     trees = [t for t, _ in reduce_trees] + [t for t, _ in broadcast_trees]
-    channels = ChannelMap(_tree_hops(topology, trees), spread)
-    with _program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels) as prog:
-        for t, start, size in _blocks([c for _, c in reduce_trees]):
-            root, kids = _children(reduce_trees[t][0], index)
-            _reduce_block(root, kids, start, size, channels, INPUT, tree=t)
+    channels = ChannelMap(tree_hops(topology, trees), spread)
+    with lowering_program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels) as prog:
+        for t, start, size in transfer_blocks([c for _, c in reduce_trees]):
+            root, kids = tree_children(reduce_trees[t][0], index)
+            reduce_block(root, kids, start, size, channels, INPUT, tree=t)
         offset = len(reduce_trees)
-        for t, start, size in _blocks([c for _, c in broadcast_trees]):
-            root, kids = _children(broadcast_trees[t][0], index)
-            _broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels, offset + t)
-    return _finish(prog, topology, channels, chunks)
+        for t, start, size in transfer_blocks([c for _, c in broadcast_trees]):
+            root, kids = tree_children(broadcast_trees[t][0], index)
+            broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels, offset + t)
+    return finish(prog, topology, channels, chunks)
 
 
 def within_limits(lower, *args, dialect: str = "executor") -> Lowered:

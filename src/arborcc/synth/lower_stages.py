@@ -1,6 +1,9 @@
 """Lowering staged all-reduce plans (BlueConnect, hierarchical) to DSL programs.
 
-Source: ``papers/blueconnect.txt`` (Cho et al., SysML 2019), section 3.1 (eq. 8: the
+Source: Cho, Finkler, Kung & Hunter, "BlueConnect: Decomposing All-Reduce for Deep
+Learning on Heterogeneous Network Hierarchy", SysML 2019
+(https://proceedings.mlsys.org/paper_files/paper/2019/hash/0c8abcf158ed12d0dd94480681186fda-Abstract.html),
+section 3.1 (eq. 8: the
 rank count factored as ``p0 x p1 x ... x p_{k-1}``), section 3.2.2 (Figure 4: the
 reduce-scatter stages, "reverse steps with all-gather shall be taken to complete
 all-reduce") and Algorithm 1 (lines 7-16: the per-learner offsets ``g`` and sizes
@@ -41,13 +44,14 @@ sum.
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 from arborcc.errors import SynthesisError
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllReduce, chunk
-from arborcc.synth.blueconnect import HD, RING, RS, BlueConnectPlan, Stage, _algorithms_for, _Dim, _plan
-from arborcc.synth.lower import MAX_CHANNELS, MAX_COUNT, ChannelMap, Lowered, _finish, _program
+from arborcc.library.halving_doubling import recursive_doubling, recursive_halving
+from arborcc.synth.blueconnect import HD, RING, RS, BlueConnectPlan, GridAxis, Stage, build_plan, stage_algorithms
+from arborcc.synth.hosts import ranks_by_host
+from arborcc.synth.lower import MAX_CHANNELS, MAX_COUNT, ChannelMap, Lowered, finish, lowering_program
 from arborcc.topology.model import Topology
 
 #: ring sub-block pieces per channel in one stage (executor runtimes: 64 steps per thread block)
@@ -55,8 +59,8 @@ _RING_STEPS_PER_CHANNEL = 60
 
 IN = Buffer.INPUT
 
-__all__ = ["lower_blueconnect", "blueconnect_program", "describe", "hierarchical_plan", "plan_for_factors",
-           "host_dims", "level_times", "sequential_algbw", "stage_pairs"]
+__all__ = ["lower_blueconnect", "blueconnect_program", "describe", "hierarchical_plan", "host_dims", "level_times",
+           "sequential_algbw", "stage_pairs"]
 
 
 # ----------------------------------------------------------------- ownership ---
@@ -166,44 +170,6 @@ def _channel_splits(plan: BlueConnectPlan, layout) -> list[int]:
     return splits if sum(splits) <= MAX_CHANNELS else [1] * len(splits)
 
 
-def _halving(g: list[int], off: int, m: int, ch: int) -> None:
-    """Recursive halving (BlueConnect eq. 2; Thakur et al.): in the round at distance
-    d = p/2, ..., 1 position j keeps the lower half of its range when bit d of j is 0,
-    the upper half otherwise, and reduces its partner ``j xor d``'s copy of that half
-    into its own. Position j ends owning sub-block j."""
-    p = len(g)
-    lo, hi = [0] * p, [p] * p
-    d = p // 2
-    while d >= 1:
-        keep = []
-        for j in range(p):
-            mid = (lo[j] + hi[j]) // 2
-            keep.append((lo[j], mid) if j & d == 0 else (mid, hi[j]))
-        for j in range(p):
-            a, b = keep[j]
-            for s, c in _pieces(off + a * m, (b - a) * m):
-                chunk(g[j], IN, s, c).reduce(chunk(g[j ^ d], IN, s, c), ch=ch)
-        for j in range(p):
-            lo[j], hi[j] = keep[j]
-        d //= 2
-
-
-def _doubling(g: list[int], off: int, m: int, ch: int) -> None:
-    """Recursive doubling: at distance d = 1, 2, ..., p/2 every position sends all it
-    owns to its partner ``j xor d``; the owned ranges merge."""
-    p = len(g)
-    lo, hi = list(range(p)), [j + 1 for j in range(p)]
-    d = 1
-    while d < p:
-        for j in range(p):
-            for s, c in _pieces(off + lo[j] * m, (hi[j] - lo[j]) * m):
-                chunk(g[j], IN, s, c).copy(g[j ^ d], IN, s, ch=ch)
-        new = [(min(lo[j], lo[j ^ d]), max(hi[j], hi[j ^ d])) for j in range(p)]
-        for j in range(p):
-            lo[j], hi[j] = new[j]
-        d *= 2
-
-
 def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | None = None):
     """The traced DSL program of :func:`lower_blueconnect` and its channel map (not yet
     compiled): ``(program, channels)``. Same checks as :func:`lower_blueconnect`.
@@ -238,13 +204,13 @@ def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | N
 
     splits = _channel_splits(plan, layout)
     base = [sum(splits[:i]) for i in range(2 * k)]
-    with _program(name, AllReduce(n, n, inplace=True), topology, channels) as prog:
+    with lowering_program(name, AllReduce(n, n, inplace=True), topology, channels) as prog:
         for i, (st, (blocks, m)) in enumerate(zip(plan.stages[:k], layout)):  # going up: lines 7-11
             if st.factor < 2:
                 continue
             for g, off in blocks:
                 if st.algorithm == HD:
-                    _halving(g, off, m, base[i])
+                    recursive_halving(g, off, m, IN, base[i], _pieces)
                 else:
                     _ring_reduce_scatter(g, off, m, base[i], splits[i])
         for i, st in enumerate(plan.stages[k:]):  # coming down: lines 12-16
@@ -253,7 +219,7 @@ def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | N
                 continue
             for g, off in blocks:
                 if st.algorithm == HD:
-                    _doubling(g, off, m, base[k + i])
+                    recursive_doubling(g, off, m, IN, base[k + i], _pieces)
                 else:
                     _ring_all_gather(g, off, m, base[k + i], splits[k + i])
     return prog, channels
@@ -278,20 +244,18 @@ def lower_blueconnect(topology: Topology, plan: BlueConnectPlan, name: str | Non
     """
     prog, channels = blueconnect_program(topology, plan, name)
     n = topology.num_ranks
-    return _finish(prog, topology, channels, n,
+    return finish(prog, topology, channels, n,
                    [f"{plan.name}: factors {'x'.join(map(str, plan.factors))}, {n} chunks; stages "
                     f"{describe(plan)} (BlueConnect Algorithm 1)"])
 
 
 # -------------------------------------------------------------- hierarchical ---
-def host_dims(topology: Topology) -> list[_Dim]:
+def host_dims(topology: Topology) -> list[GridAxis]:
     """The two axes of the hierarchical baseline: a rank's position among its host's
     GPUs (in rank order) and its host's position among the hosts. Raises
     SynthesisError when the hosts hold different numbers of ranks."""
     n = topology.num_ranks
-    by_host: dict[object, list[int]] = {}
-    for r, g in enumerate(topology.ranks):
-        by_host.setdefault(topology.devices[g].host, []).append(r)
+    by_host = ranks_by_host(topology)
     sizes = {len(v) for v in by_host.values()}
     if len(sizes) != 1:
         raise SynthesisError(f"{topology.name}: hosts hold different numbers of GPUs "
@@ -301,7 +265,7 @@ def host_dims(topology: Topology) -> list[_Dim]:
         for j, r in enumerate(ranks):
             local[r], node[r] = j, h
     gpn = sizes.pop()
-    return [_Dim(gpn, tuple(local), "gpu"), _Dim(len(by_host), tuple(node), "node")]
+    return [GridAxis(gpn, tuple(local), "gpu"), GridAxis(len(by_host), tuple(node), "node")]
 
 
 def hierarchical_plan(topology: Topology, algorithm: str | None = RING, alpha: float | None = None,
@@ -317,8 +281,8 @@ def hierarchical_plan(topology: Topology, algorithm: str | None = RING, alpha: f
     stages' own transfers (no all-pairs reachability sweep), so it stays cheap on
     1024 ranks.
     """
-    dims = [d for d in host_dims(topology) if d.radix > 1] or [_Dim(1, (0,) * topology.num_ranks, "one")]
-    return _plan(topology, dims, _algorithms_for(dims, algorithm), alpha, {}, name=name)
+    dims = [d for d in host_dims(topology) if d.radix > 1] or [GridAxis(1, (0,) * topology.num_ranks, "one")]
+    return build_plan(topology, dims, stage_algorithms(dims, algorithm), alpha, {}, name=name)
 
 
 # ------------------------------------------------------------- model check ---
@@ -362,23 +326,3 @@ def sequential_algbw(lowered: Lowered, plan: BlueConnectPlan, topology: Topology
     pace - eq. (9) without latency, measured on the emitted algorithm."""
     t = sum(level_times(lowered, plan, topology))
     return 1.0 / t if t > 0 else math.inf
-
-
-def plan_for_factors(topology: Topology, factors: Sequence[int], algorithms: Sequence[str] | None = None,
-                     alpha: float | None = None, name: str = "blueconnect") -> BlueConnectPlan:
-    """A plan over explicit ``factors`` (mixed radix over rank order, innermost first)
-    with per-stage ``algorithms`` (default: eq. 3), routing only the stages' transfers."""
-    n = topology.num_ranks
-    if math.prod(factors) != n or any(f < 1 for f in factors):
-        raise SynthesisError(f"factors {list(factors)} do not multiply to the {n} ranks of {topology.name}")
-    dims, stride = [], 1
-    for i, f in enumerate(factors):
-        dims.append(_Dim(f, tuple((r // stride) % f for r in range(n)), f"F{i}"))
-        stride *= f
-    algs = list(algorithms) if algorithms is not None else _algorithms_for(dims, None)
-    if len(algs) != len(dims):
-        raise SynthesisError(f"{len(dims)} factors but {len(algs)} algorithms")
-    for d, a in zip(dims, algs):
-        _algorithms_for([d], a)  # raises on halving-doubling over a non-power-of-two group
-    return _plan(topology, dims, algs, alpha, {}, name=name)
-

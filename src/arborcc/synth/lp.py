@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import highspy
 import numpy as np
 
 from arborcc.errors import SolverLimitError, SynthesisError
@@ -34,6 +33,8 @@ class GrowingLP:
     rows and columns added between solves. Each solve starts from the last basis."""
 
     def __init__(self, name: str):
+        import highspy
+
         self.name = name
         self._h = highspy.Highs()
         self._h.setOptionValue("output_flag", False)
@@ -86,6 +87,8 @@ class GrowingLP:
     def solve(self, time_limit: float) -> Solution:
         """Solve (warm); raises SolverLimitError at the time limit, SynthesisError if the
         LP is infeasible or unbounded."""
+        import highspy
+
         h = self._h
         h.setOptionValue("time_limit", max(float(time_limit), 0.01))
         h.run()

@@ -56,19 +56,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse.csgraph import dijkstra
 
 from arborcc.errors import SolverLimitError, SynthesisError
-from arborcc.synth.bounds import (
-    Bound,
-    FlowGraph,
-    LinkSelector,
-    all_to_all_bound,
-    flow_graph,
-    root_index,
-    single_source_bound,
-)
+from arborcc.synth.bounds import Bound, allgather_cut_bound, single_source_bound
+from arborcc.synth.flowgraph import FlowGraph, LinkSelector, flow_graph, root_index
 from arborcc.synth.lp import INF, GrowingLP
 from arborcc.synth.trees import Hop, Tree, TreePacking
 
@@ -404,6 +396,8 @@ def _fewest_trees(cols: list[_Column], cap: np.ndarray, roots: list[int], target
     Tries weights that are integer multiples of each grain in turn (``None``: any
     weights, Blink's final relaxation); returns (weights, description) or (None, why).
     """
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
     J, E = len(cols), len(cap)
     L = np.stack([c.load for c in cols], axis=1)
     upper = np.array([float(np.min(cap[c.load > 0] / c.load[c.load > 0])) for c in cols])
@@ -456,8 +450,7 @@ def _supports(g: FlowGraph, cap: np.ndarray, root: int, amount: float) -> bool:
     keep = cap > 1e-9 * float(cap.max(initial=0.0)) if cap.size else cap > 0
     if not keep.any():
         return False
-    sub = FlowGraph(g.name, g.nodes, g.ranks, g.src[keep], g.dst[keep], cap[keep], g.links,
-                    g.reversed_of_original, g.index)
+    sub = g.with_capacities(cap, keep)
     try:
         return single_source_bound(sub, root, "broadcast", g.nodes[root]).rate >= amount * (1 - 1e-7)
     except SynthesisError:
@@ -741,7 +734,7 @@ def pack_allgather(topology, links: LinkSelector = "all", *, threshold: float = 
     """
     t0 = time.perf_counter()
     g = flow_graph(topology, links)
-    bound = all_to_all_bound(g, "allgather", time_limit)
+    bound = allgather_cut_bound(g, "allgather", time_limit)
     return _pack(topology, g, list(range(len(g.ranks))), bound, "allgather", "exact", threshold,
                  minimize_trees, time_limit, 0.1, allow_partial, t0, tol, ilp_time_limit)
 
@@ -752,6 +745,6 @@ def pack_reducescatter(topology, links: LinkSelector = "all", *, threshold: floa
     """In-trees into every rank: the all-gather packing of the reversed graph, reversed."""
     t0 = time.perf_counter()
     g = flow_graph(topology, links).reversed()
-    bound = all_to_all_bound(g, "reducescatter", time_limit)
+    bound = allgather_cut_bound(g, "reducescatter", time_limit)
     return _pack(topology, g, list(range(len(g.ranks))), bound, "reducescatter", "exact", threshold,
                  minimize_trees, time_limit, 0.1, allow_partial, t0, tol, ilp_time_limit)

@@ -156,7 +156,7 @@ def trees_text(result_or_trees: Any, topology: Topology, counts: Sequence[int] |
                limit: int | None = None) -> str:
     """Every tree as an indented text tree (see the module doc).
 
-    ``result_or_trees``: a :class:`~arborcc.synth.strategies.SynthesisResult`, a
+    ``result_or_trees``: a :class:`~arborcc.synth.result.SynthesisResult`, a
     :class:`~arborcc.synth.trees.TreePacking`, one :class:`Tree` or a sequence of them.
     ``counts``: chunks per tree (aligned with the trees), if known. ``limit``: draw at
     most this many trees and say how many were left out.

@@ -1,99 +1,37 @@
-"""Strategies: each turns a Topology and a collective into a verified Algorithm.
+"""The strategies: each turns a :class:`~arborcc.synth.result.SynthesisRequest` into a
+:class:`~arborcc.synth.result.SynthesisResult` holding a compiled (not yet verified)
+algorithm.
 
-| strategy       | source                                   | collectives |
-|----------------|------------------------------------------|-------------|
-| trees          | Blink sections 3.1-3.3 (tree packing), ForestColl per-root packings; gather/scatter as a single-sink flow split into paths | all seven |
-| binary-trees   | MXNet tree all-reduce proposal            | allreduce |
-| blueconnect    | BlueConnect section 3, Algorithm 1        | allreduce |
-| hierarchical   | two-level reduce-scatter / all-gather      | allreduce |
-| three-phase    | Blink section 3.5 (multi-server trees)     | allreduce |
-| nccl-ring      | NCCL's ring search (baselines reference)  | allreduce |
-| double-binary-tree | NCCL's double binary trees (baselines reference) | allreduce |
-| halving-doubling | recursive halving + doubling (Thakur et al.; power-of-two ranks) | allreduce |
-| ring           | one ring in rank order (Patarasuk & Yuan) | allreduce |
-| auto           | the fastest of the above by the bandwidth model | all seven |
+The registry (:mod:`arborcc.synth.registry`) names them, says which collectives each
+builds and describes them; :func:`arborcc.synth.synthesis.synthesize` checks the request
+once (collective, ranks, routes), computes the bound once, runs one strategy or - with
+``auto`` - every one that applies, and verifies the algorithm it returns. So a strategy
+starts from a valid request and only builds.
 
-Every result carries the collective's bound (:mod:`.bounds`, at the topology's link
-bandwidths) and the algbw the lowered algorithm achieves in the steady-state
-bandwidth model (:mod:`arborcc.sim.bandwidth`), so ``algbw / bound`` says how close to
-optimal the *emitted* algorithm is, not just the schedule it came from.
+Sources: Blink (Wang et al., "Blink: Fast and Generic Collectives for Distributed ML",
+MLSys 2020, https://arxiv.org/abs/1910.04940), ForestColl (Zhao et al., "ForestColl:
+Efficient Collective Communications on Heterogeneous Network Fabrics", 2024,
+https://arxiv.org/abs/2402.06787), the MXNet tree proposal, BlueConnect (SysML 2019),
+NCCL (https://github.com/NVIDIA/nccl), Thakur, Rabenseifner & Gropp (IJHPCA 2005,
+https://doi.org/10.1177/1094342005051521) and Patarasuk & Yuan (JPDC 2009,
+https://doi.org/10.1016/j.jpdc.2008.09.002); each function's docstring says which part.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field, replace
-from typing import Callable
+from dataclasses import replace
 
-from arborcc.errors import SynthesisError
-from arborcc.ir.limits import check_dialect_limits
-from arborcc.ir.model import Algorithm
 from arborcc.synth import bounds as B
 from arborcc.synth import lower as L
-from arborcc.synth.gather import gather_bound, scatter_bound, synth_gather
+from arborcc.synth.flowgraph import flow_graph
 from arborcc.synth.packing import pack_allgather, pack_broadcast, pack_reduce, pack_reducescatter
 from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE, apportion
+from arborcc.synth.result import SynthesisRequest, SynthesisResult
 from arborcc.synth.trees import Hop, Tree
 from arborcc.topology.model import Topology, TopologyBuilder
-from arborcc.verify import check_algorithm
 
-
-COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter", "gather", "scatter")
-ROOTED = ("broadcast", "reduce", "gather", "scatter")
-AnyBound = B.Bound | B.AllreduceBound
-#: all-reduce strategies ``auto`` leaves out above this many ranks, where their cost
-#: explodes while others reach the bound (DGX A100 fat trees, 2-core machine, measured
-#: with ``arborcc synth --machine dgx-a100 --nodes N --strategy S``: trees
-#: 0.3 s at 32 ranks, over its 30 s limit at 64; binary-trees 1.2 s at 32, 10 s at
-#: 64, 194 s at 128; three-phase 3.8 s at 128, 28 s at 256; nccl-ring 4.3 s at 128
-#: and minutes at 1024, where its rings hold millions of steps, as the plain ring's
-#: two million); asking for them by name still runs them
-AUTO_RANK_LIMITS = {"trees": 32, "binary-trees": 32, "three-phase": 128, "nccl-ring": 128, "ring": 128}
-
-
-@dataclass
-class SynthesisResult:
-    """A verified algorithm with its bound and its predicted large-message algbw (B/s)."""
-
-    strategy: str
-    collective: str
-    algorithm: Algorithm
-    bound: float
-    algbw: float
-    trees: list[Tree] = field(default_factory=list)
-    counts: list[int] = field(default_factory=list)  #: chunks each tree carries (same order)
-    routes: dict = field(default_factory=dict)
-    chunks: int = 0
-    synth_time: float = 0.0
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ratio(self) -> float:
-        return self.algbw / self.bound if self.bound else 0.0
-
-
-def collective_bound(topology: Topology, collective: str, root: int = 0,
-                     links: str = "all") -> B.Bound | B.AllreduceBound:
-    """The best rate the links allow for ``collective``; ``.algbw`` is in B/s (nccl-tests
-    convention). For all-reduce the :class:`~bounds.AllreduceBound` also carries the
-    best root's link split, which the tree strategy builds on."""
-    r = topology.ranks[root]
-    if collective == "broadcast":
-        return B.broadcast_bound(topology, r, links)
-    if collective == "reduce":
-        return B.reduce_bound(topology, r, links)
-    if collective == "allgather":
-        return B.allgather_bound(topology, links)
-    if collective == "reducescatter":
-        return B.reducescatter_bound(topology, links)
-    if collective in ("gather", "scatter"):
-        return (gather_bound if collective == "gather" else scatter_bound)(topology, r, links)
-    return B.allreduce_bound(topology, links)
-
-
-def _algbw_bound(topology: Topology, collective: str, root: int, links: str, bound: AnyBound | None) -> float:
-    """The bound's algbw (B/s), computed unless the caller has it."""
-    return (collective_bound(topology, collective, root, links) if bound is None else bound).algbw
+#: the protocol whose NCCL cost-model prediction the NCCL strategies note for a ``size``
+NOTED_PROTOCOL = "Simple"
 
 
 def _apportion(topology: Topology, trees: list[Tree], target: float, both_ways: bool = False,
@@ -124,13 +62,14 @@ def _with_capacities(topology: Topology, capacity: dict[tuple[str, str], float])
     return b.build(ranks=topology.ranks)
 
 
-def _tree_allreduce(topology: Topology, bound: B.AllreduceBound, links: str, name: str) -> SynthesisResult:
+def _tree_allreduce(request: SynthesisRequest, name: str) -> SynthesisResult:
     """Reduce into one root and broadcast from it at once (Blink section 3.3): the LP of
     :func:`bounds.tree_allreduce_split` divides every link between the two halves, each
     half is packed on its share, and each chunk is reduced along a reduce tree then
     broadcast along a broadcast tree. The root is the bound's best one (rank 0 when
     the bound solved no tree LP because reduce-scatter + all-gather is better)."""
-    g = B.flow_graph(topology, links)
+    topology, bound, links = request.topology, request.bound, request.links
+    g = flow_graph(topology, links)
     if bound.tree_split is not None:
         root, rate, (cap_b, cap_r) = topology.ranks.index(bound.tree_root), bound.tree_algbw, bound.tree_split
     else:
@@ -161,36 +100,48 @@ def _tree_allreduce(topology: Topology, bound: B.AllreduceBound, links: str, nam
     used_r = [(t, c) for t, c in zip(red.trees, counts_r) if c]
     used_b = [(t, c) for t, c in zip(bcast.trees, counts_b) if c]
     lowered = L.within_limits(L.lower_allreduce_reduce_broadcast, topology, used_r, used_b, name)
-    return _from_lowered("trees", "allreduce", lowered, bound.algbw, [t for t, _ in used_r + used_b],
-                         [f"reduce + broadcast through rank {root} (Blink 3.3) at {rate / 1e9:.2f} GB/s: "
-                          f"{len(used_r)} reduce and {len(used_b)} broadcast trees, {chunks} chunks"],
-                         [c for _, c in used_r + used_b])
+    return SynthesisResult.from_lowered(
+        "trees", request, lowered,
+        [f"reduce + broadcast through rank {root} (Blink 3.3) at {rate / 1e9:.2f} GB/s: "
+         f"{len(used_r)} reduce and {len(used_b)} broadcast trees, {chunks} chunks"],
+        [t for t, _ in used_r + used_b], [c for _, c in used_r + used_b])
 
 
-def _from_lowered(strategy: str, collective: str, lowered: L.Lowered, bound: float, trees: list[Tree],
-                  notes: list[str], counts: list[int] | None = None) -> SynthesisResult:
-    return SynthesisResult(strategy, collective, lowered.algorithm, bound, lowered.estimate.algbw, trees,
-                           list(counts or []), lowered.routes, lowered.chunks, notes=notes + lowered.notes)
+def _rs_ag_allreduce(request: SynthesisRequest, name: str) -> SynthesisResult:
+    """All-reduce as reduce-scatter on reversed per-root trees + all-gather on the
+    per-root out-trees of one all-gather packing (ForestColl)."""
+    topology = request.topology
+    packing = pack_allgather(topology, request.links, threshold=TOLERANCE)
+    a = _apportion(topology, list(packing.trees), packing.algbw / 2, both_ways=True)
+    used = [t for t, c in zip(packing.trees, a.counts) if c]
+    lowered = L.within_limits(L.lower_allreduce_rs_ag, topology, used, [c for c in a.counts if c], name)
+    return SynthesisResult.from_lowered(
+        "trees", request, lowered,
+        [f"reduce-scatter + all-gather on {len(used)} per-root trees, {a.chunks} chunks per rank"],
+        used, [c for c in a.counts if c])
 
 
-def synth_trees(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
-    """Blink: pack arborescences to the bound, round to chunks, lower, verify."""
-    bound = collective_bound(topology, collective, root, links) if bound is None else bound
-    r, name = topology.ranks[root], f"trees-{collective}"
-    if collective in ("gather", "scatter"):  # trees that are paths: a flow decomposition
-        lowered, notes, _ = synth_gather(topology, collective, root, links, name)
-        return _from_lowered("trees", collective, lowered, bound.algbw, [], notes)
-    if collective in ROOTED:
+def synth_trees(request: SynthesisRequest) -> SynthesisResult:
+    """Blink: pack arborescences to the bound, round to chunks, lower. Gather/scatter:
+    trees that are paths, a single-sink flow decomposition (:mod:`.gather`)."""
+    from arborcc.synth.gather import synth_gather
+
+    topology, collective, links = request.topology, request.collective, request.links
+    r, name = topology.ranks[request.root], f"trees-{collective}"
+    if collective in ("gather", "scatter"):
+        lowered, notes, _ = synth_gather(topology, collective, request.root, links, name)
+        return SynthesisResult.from_lowered("trees", request, lowered, notes)
+    if collective in ("broadcast", "reduce"):
         pack = pack_broadcast if collective == "broadcast" else pack_reduce
         packing = pack(topology, r, links, threshold=TOLERANCE)
         a = _apportion(topology, list(packing.trees), packing.rate)
         lower = L.lower_broadcast if collective == "broadcast" else L.lower_reduce
         used = [t for t, c in zip(packing.trees, a.counts) if c]
         lowered = L.within_limits(lower, topology, used, [c for c in a.counts if c], name)
-        return _from_lowered("trees", collective, lowered, bound.algbw, used,
-                             [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees "
-                              f"({packing.method}), {a.chunks} chunks"], [c for c in a.counts if c])
+        return SynthesisResult.from_lowered(
+            "trees", request, lowered,
+            [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees ({packing.method}), "
+             f"{a.chunks} chunks"], used, [c for c in a.counts if c])
     if collective in ("allgather", "reducescatter"):
         pack = pack_allgather if collective == "allgather" else pack_reducescatter
         packing = pack(topology, links, threshold=TOLERANCE)
@@ -198,15 +149,15 @@ def synth_trees(topology: Topology, collective: str, root: int = 0, links: str =
         lower = L.lower_allgather if collective == "allgather" else L.lower_reducescatter
         used = [t for t, c in zip(packing.trees, a.counts) if c]
         lowered = L.within_limits(lower, topology, used, [c for c in a.counts if c], name)
-        return _from_lowered("trees", collective, lowered, bound.algbw, used,
-                             [f"per-root packing {packing.algbw / 1e9:.2f} GB/s with {packing.num_trees} trees, "
-                              f"{a.chunks} chunks per rank"], [c for c in a.counts if c])
+        return SynthesisResult.from_lowered(
+            "trees", request, lowered,
+            [f"per-root packing {packing.algbw / 1e9:.2f} GB/s with {packing.num_trees} trees, "
+             f"{a.chunks} chunks per rank"], used, [c for c in a.counts if c])
     # all-reduce: reduce-scatter + all-gather on per-root trees, or reduce + broadcast
     # over trees from one root on a split of the links. The family with the higher
     # bound is built; the other only if rounding left the first short of 99%.
-    families = [lambda: _rs_ag_allreduce(topology, links, bound.algbw, name),
-                lambda: _tree_allreduce(topology, bound, links, name)]
-    if bound.best == "tree":
+    families = [lambda: _rs_ag_allreduce(request, name), lambda: _tree_allreduce(request, name)]
+    if request.bound.best == "tree":
         families.reverse()
     result = families[0]()
     if result.ratio < 1 - 2 * TOLERANCE:
@@ -214,26 +165,12 @@ def synth_trees(topology: Topology, collective: str, root: int = 0, links: str =
     return result
 
 
-def _rs_ag_allreduce(topology: Topology, links: str, bound: float, name: str) -> SynthesisResult:
-    """All-reduce as reduce-scatter on reversed per-root trees + all-gather on the
-    per-root out-trees of one all-gather packing (ForestColl)."""
-    packing = pack_allgather(topology, links, threshold=TOLERANCE)
-    a = _apportion(topology, list(packing.trees), packing.algbw / 2, both_ways=True)
-    used = [t for t, c in zip(packing.trees, a.counts) if c]
-    lowered = L.within_limits(L.lower_allreduce_rs_ag, topology, used, [c for c in a.counts if c], name)
-    return _from_lowered("trees", "allreduce", lowered, bound, used,
-                         [f"reduce-scatter + all-gather on {len(used)} per-root trees, "
-                          f"{a.chunks} chunks per rank"], [c for c in a.counts if c])
-
-
-def synth_binary_trees(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                       bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
+def synth_binary_trees(request: SynthesisRequest) -> SynthesisResult:
     """MXNet: one balanced max-weight binary tree per root, reduce + broadcast each; for a
     ``size`` below MXNet's threshold, only the first root's tree (latency-bound sizes)."""
     from arborcc.synth.binary_trees import binary_tree_schedule
 
-    _only_allreduce("binary-trees", collective)
-    bound = _algbw_bound(topology, collective, root, links, bound)
+    topology, size = request.topology, request.size
     schedule = binary_tree_schedule(topology)
     chosen = schedule.trees if size is None else schedule.trees_for(size)
     trees = [Tree(topology.ranks[bt.root],
@@ -244,36 +181,33 @@ def synth_binary_trees(topology: Topology, collective: str, root: int = 0, links
            if len(chosen) == 1 and len(schedule.trees) > 1 else
            f"{len(trees)} binary trees, one per root (MXNet uses only the first below "
            f"{schedule.threshold_bytes} bytes)")
-    return _from_lowered("binary-trees", collective, lowered, bound, trees, [how], [1] * len(trees))
+    return SynthesisResult.from_lowered("binary-trees", request, lowered, [how], trees, [1] * len(trees))
 
 
-def _only_allreduce(strategy: str, collective: str) -> None:
-    if collective != "allreduce":
-        raise SynthesisError(f"strategy {strategy} builds allreduce only, not {collective} "
-                             f"(use --strategy trees)")
+def _nccl_prediction(estimate, size: int) -> str:
+    return (f"NCCL's cost model ({NOTED_PROTOCOL}) predicts {estimate.time * 1e6:.1f} us for {size} bytes "
+            f"({estimate.algorithm_bandwidth / 1e9:.1f} GB/s algbw)")
 
 
-def synth_nccl_ring(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                    bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
+def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
     """The rings NCCL would build (NVLink-only when possible), as MSCCL channels."""
-    from arborcc.synth.nccl import nccl_rings
+    from arborcc.synth.nccl_rings import nccl_rings
 
-    _only_allreduce("nccl-ring", collective)
-    bound = _algbw_bound(topology, collective, root, links, bound)
-    rings = nccl_rings(topology)
-    lowered = L.lower_ring_allreduce(topology, rings.rings, rings.hops or None, "nccl-ring-allreduce")
-    return _from_lowered("nccl-ring", collective, lowered, bound, [],
-                         [f"{len(rings.rings)} rings over {rings.link_kind.value}"])
+    rings = nccl_rings(request.topology)
+    lowered = L.lower_ring_allreduce(request.topology, rings.rings, rings.hops or None, "nccl-ring-allreduce")
+    notes = [f"{len(rings.rings)} rings over {rings.link_kind.value}"]
+    if request.size is not None:
+        notes.append(_nccl_prediction(rings.nccl_estimate(request.collective, NOTED_PROTOCOL, request.size),
+                                      request.size))
+    return SynthesisResult.from_lowered("nccl-ring", request, lowered, notes)
 
 
-def synth_double_binary_tree(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                             bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
+def synth_double_binary_tree(request: SynthesisRequest) -> SynthesisResult:
     """NCCL's double binary tree (two complementary binary trees over the nodes, a chain
     inside each node), each tree reducing and broadcasting half of the buffer."""
-    from arborcc.synth.nccl import double_binary_tree
+    from arborcc.synth.double_binary_tree import double_binary_tree
 
-    _only_allreduce("double-binary-tree", collective)
-    bound = _algbw_bound(topology, collective, root, links, bound)
+    topology = request.topology
     dbt = double_binary_tree(topology)
     trees = []
     for parents in dbt.parents:
@@ -283,152 +217,66 @@ def synth_double_binary_tree(topology: Topology, collective: str, root: int = 0,
                      for c, p in sorted(parents.items()) if p is not None)
         trees.append(Tree(topology.ranks[top], hops, 1.0, inward=True))
     lowered = L.within_limits(L.lower_allreduce_trees, topology, trees, [1, 1], "double-binary-tree-allreduce")
-    return _from_lowered("double-binary-tree", collective, lowered, bound, trees,
-                         [f"two complementary binary trees over {dbt.nodes} node(s), chains inside nodes"],
-                         [1, 1])
+    notes = [f"two complementary binary trees over {dbt.nodes} node(s), chains inside nodes"]
+    if request.size is not None:
+        notes.append(_nccl_prediction(dbt.nccl_estimate(NOTED_PROTOCOL, request.size), request.size))
+    return SynthesisResult.from_lowered("double-binary-tree", request, lowered, notes, trees, [1, 1])
 
 
-def synth_ring(topology: Topology, collective: str, root: int = 0, links: str = "all",
-               bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
-    """One ring in rank order."""
-    _only_allreduce("ring", collective)
-    bound = _algbw_bound(topology, collective, root, links, bound)
-    lowered = L.lower_ring_allreduce(topology, [list(range(topology.num_ranks))], None, "ring-allreduce")
-    return _from_lowered("ring", collective, lowered, bound, [], ["one ring in rank order"])
+def synth_ring(request: SynthesisRequest) -> SynthesisResult:
+    """One ring in rank order (Patarasuk & Yuan's bandwidth-optimal ring all-reduce)."""
+    n = request.topology.num_ranks
+    lowered = L.lower_ring_allreduce(request.topology, [list(range(n))], None, "ring-allreduce")
+    return SynthesisResult.from_lowered("ring", request, lowered, ["one ring in rank order"])
 
 
-def synth_blueconnect(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                      bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
+def synth_blueconnect(request: SynthesisRequest) -> SynthesisResult:
     """BlueConnect (Cho et al., SysML 2019, section 3): the rank count factored along the
     hierarchy, reduce-scatter stages up and all-gather stages down (Algorithm 1), ring or
     halving-doubling per stage as its model (eqs. 1-10) prefers for large messages."""
     from arborcc.synth.blueconnect import choose_blueconnect
     from arborcc.synth.lower_stages import describe, hierarchical_plan, lower_blueconnect
 
-    _only_allreduce("blueconnect", collective)
-    bound = _algbw_bound(topology, collective, root, links, bound)
+    topology = request.topology
     # the full factor search costs seconds per hundred ranks; beyond that follow the hosts
     plan = (choose_blueconnect(topology, 1 << 30) if topology.num_ranks <= 128
             else hierarchical_plan(topology, algorithm=None, name="blueconnect"))
     lowered = lower_blueconnect(topology, plan, "blueconnect-allreduce")
-    return _from_lowered("blueconnect", collective, lowered, bound, [], [describe(plan)])
+    return SynthesisResult.from_lowered("blueconnect", request, lowered, [describe(plan)])
 
 
-def synth_hierarchical(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                       bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
+def synth_hierarchical(request: SynthesisRequest) -> SynthesisResult:
     """The two-level baseline: reduce-scatter inside each node, reduce-scatter and
     all-gather across nodes between GPUs of equal local index, all-gather inside."""
     from arborcc.synth.lower_stages import hierarchical_plan, lower_blueconnect
 
-    _only_allreduce("hierarchical", collective)
-    bound = _algbw_bound(topology, collective, root, links, bound)
-    lowered = lower_blueconnect(topology, hierarchical_plan(topology), "hierarchical-allreduce")
-    return _from_lowered("hierarchical", collective, lowered, bound, [],
-                         ["reduce-scatter in each node, then across nodes, all-gather back"])
+    lowered = lower_blueconnect(request.topology, hierarchical_plan(request.topology), "hierarchical-allreduce")
+    return SynthesisResult.from_lowered("hierarchical", request, lowered,
+                                        ["reduce-scatter in each node, then across nodes, all-gather back"])
 
 
-def synth_three_phase(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                      bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
+def synth_three_phase(request: SynthesisRequest) -> SynthesisResult:
     """Blink's multi-server all-reduce (section 3.5, Figure 10): per-server trees reduce
     each partition into a local root, the roots all-reduce it across servers over
     one-hop trees, and each root broadcasts it back over the server's trees."""
     from arborcc.synth.three_phase import synth_three_phase as three_phase
 
-    _only_allreduce("three-phase", collective)
-    bound = _algbw_bound(topology, collective, root, links, bound)
-    tp = three_phase(topology, links)
-    return _from_lowered("three-phase", collective, tp.lowered, bound, tp.trees, tp.notes, tp.counts)
+    tp = three_phase(request.topology, request.links)
+    return SynthesisResult.from_lowered("three-phase", request, tp.lowered, tp.notes, tp.trees, tp.counts)
 
 
-def synth_halving_doubling(topology: Topology, collective: str, root: int = 0, links: str = "all",
-                           bound: AnyBound | None = None, size: int | None = None) -> SynthesisResult:
+def synth_halving_doubling(request: SynthesisRequest) -> SynthesisResult:
     """Recursive halving reduce-scatter + recursive doubling all-gather (Thakur,
     Rabenseifner & Gropp; BlueConnect eq. 2) in rank order, from the algorithm library."""
+    from arborcc.errors import SynthesisError
     from arborcc.library.halving_doubling import hd_allreduce
     from arborcc.sim.bandwidth import steady_state_bandwidth
 
-    _only_allreduce("halving-doubling", collective)
+    topology = request.topology
     n = topology.num_ranks
     if n & (n - 1):
         raise SynthesisError(f"halving-doubling needs a power-of-two rank count, {topology.name} has {n}")
-    bound = _algbw_bound(topology, collective, root, links, bound)
     algo = hd_allreduce(n).algorithm
     estimate = steady_state_bandwidth(algo, topology)
-    return SynthesisResult("halving-doubling", collective, algo, bound, estimate.algbw,
+    return SynthesisResult("halving-doubling", request.collective, algo, request.bound.algbw, estimate.algbw,
                            chunks=algo.chunks_per_loop, notes=["recursive halving-doubling in rank order"])
-
-
-STRATEGIES: dict[str, Callable[..., SynthesisResult]] = {
-    "trees": synth_trees,
-    "binary-trees": synth_binary_trees,
-    "blueconnect": synth_blueconnect,
-    "hierarchical": synth_hierarchical,
-    "three-phase": synth_three_phase,
-    "nccl-ring": synth_nccl_ring,
-    "double-binary-tree": synth_double_binary_tree,
-    "halving-doubling": synth_halving_doubling,
-    "ring": synth_ring,
-}
-
-
-def synthesize(topology: Topology, collective: str, strategy: str = "auto", root: int = 0,
-               links: str = "all", progress: Callable[[str], None] | None = None,
-               size: int | None = None, dialect: str = "executor") -> SynthesisResult:
-    """Run one strategy (or, with ``auto``, every one that applies and keep the fastest).
-
-    ``size``: the buffer size in bytes the algorithm is meant for, for strategies whose
-    schedule depends on it (binary-trees: one tree below MXNet's threshold); ``None``
-    means large, bandwidth-bound buffers. ``dialect``: the MSCCL runtime the algorithm
-    is for; ``auto`` prefers candidates within its limits (steps per thread block,
-    thread blocks per rank) over faster ones that are not.
-    """
-    if size is not None and size <= 0:
-        raise SynthesisError(f"size must be a positive number of bytes, got {size}")
-    if collective not in COLLECTIVES:
-        raise SynthesisError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
-    if strategy != "auto" and strategy not in STRATEGIES:
-        raise SynthesisError(f"unknown strategy {strategy!r} (known: auto, {', '.join(STRATEGIES)})")
-    if topology.num_ranks < 2:
-        raise SynthesisError(f"{topology.name} has {topology.num_ranks} GPU; a collective needs at least 2")
-    if not 0 <= root < topology.num_ranks:
-        raise SynthesisError(f"root {root} is not a rank (0-{topology.num_ranks - 1})")
-    for g in topology.ranks[1:]:
-        for a, b in ((topology.ranks[0], g), (g, topology.ranks[0])):
-            if not topology.can_route(a, b):
-                raise SynthesisError(f"GPUs {a} and {b} of {topology.name} cannot reach each other")
-    t0 = time.perf_counter()
-    if progress:
-        progress(f"bound: the best {collective} rate the links of {topology.name} allow")
-    bound = collective_bound(topology, collective, root, links)
-    names = [strategy] if strategy != "auto" else [
-        s for s in STRATEGIES if collective == "allreduce" or s == "trees"]
-    results, skipped = [], []
-    if strategy == "auto" and collective == "allreduce":
-        for name, limit in AUTO_RANK_LIMITS.items():
-            if topology.num_ranks > limit:
-                names.remove(name)
-                skipped.append(f"{name} (auto leaves it out above {limit} ranks; --strategy {name} runs it)")
-    for name in names:
-        if progress:
-            progress(f"{name}: synthesizing {collective} on {topology.name}")
-        try:
-            results.append(STRATEGIES[name](topology, collective, root, links, bound=bound, size=size))
-        except SynthesisError as e:
-            if strategy != "auto":
-                raise
-            skipped.append(f"{name} ({e})")
-    if not results:
-        raise SynthesisError(f"no strategy can build {collective} on {topology.name}: " + "; ".join(skipped))
-    fits = {id(r): not check_dialect_limits(r.algorithm, dialect) for r in results} if len(results) > 1 else {}
-    best = max(results, key=lambda r: (fits.get(id(r), True), r.algbw))
-    if progress:
-        progress(f"verifying the {best.strategy} algorithm")
-    check_algorithm(best.algorithm)  # every algorithm arborcc hands out is proved first
-    best.synth_time = time.perf_counter() - t0
-    if strategy == "auto":
-        best.notes.append("auto chose " + best.strategy + " among " + ", ".join(
-            f"{r.strategy} {r.algbw / 1e9:.1f}" + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
-            for r in results) + " GB/s"
-            + ("; skipped " + "; ".join(skipped) if skipped else ""))
-        best.strategy = f"auto:{best.strategy}"
-    return best

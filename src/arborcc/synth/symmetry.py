@@ -20,10 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import igraph
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
 
 
 @dataclass(frozen=True)
@@ -51,6 +48,8 @@ def graph_orbits(n: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray, rank
     """The orbits of the automorphisms of the ``n``-vertex digraph with arcs
     ``src[e] -> dst[e]`` of capacity ``cap[e]`` that map ranks to ranks (and fix vertex
     ``fixed``, when given)."""
+    import igraph
+
     E = len(src)
     level = {c: i for i, c in enumerate(sorted(set(np.asarray(cap, dtype=float).tolist())))}
     color = np.ones(n, dtype=np.int64)  # relays 1, ranks 0, the fixed vertex 2
@@ -68,6 +67,9 @@ def graph_orbits(n: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray, rank
 def _components(size: int, permutations) -> np.ndarray:
     """Smallest element of each element's orbit under the group the permutations
     generate: the weakly connected components of the graph ``i -> perm[i]``."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
     if not permutations:
         return np.arange(size)
     rows = np.tile(np.arange(size), len(permutations))

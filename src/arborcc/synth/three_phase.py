@@ -61,16 +61,13 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import NamedTuple
 
-import networkx as nx
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.optimize import linprog
 
 from arborcc.errors import SynthesisError
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllReduce, chunk
-from arborcc.synth.lower import (MAX_COUNT, ChannelMap, Lowered, _broadcast_block, _children, _finish,
-                                 _program, _reduce_block, _tree_hops, within_limits)
+from arborcc.synth.lower import (ChannelMap, Lowered, broadcast_block, finish, lowering_program, reduce_block,
+                                 transfer_pieces, tree_children, tree_hops, within_limits)
 from arborcc.synth.packing import pack_allgather
 from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE
 from arborcc.synth.trees import Tree
@@ -165,6 +162,8 @@ def _ports(topology: Topology, local: Topology, gpu: str, partner: str) -> list[
     first = route[:next(i for i, d in enumerate(route) if topology.devices[d].host != host)]
     exits = {l.src for l in topology.links.values()
              if topology.devices[l.src].host == host and topology.devices[l.dst].host != host}
+    import networkx as nx
+
     others = set(local.ranks) - {gpu}
     g = nx.DiGraph([k for k in local.links if others.isdisjoint(k)])
     ports = [first]
@@ -181,6 +180,8 @@ class _Network:
     inside one host (NIC uplinks, switch to switch)."""
 
     def __init__(self, topology: Topology) -> None:
+        import networkx as nx
+
         def host(d: str):
             return topology.devices[d].host
         self._g = nx.DiGraph([(a, b) for a, b in topology.links if host(a) is None or host(a) != host(b)])
@@ -191,6 +192,8 @@ class _Network:
         (_, pa), (_, pb) = a, b
         key = (pa[-1], pb[-1])
         if key not in self._paths:
+            import networkx as nx
+
             self._paths[key] = tuple(nx.shortest_path(self._g, *key))
         return pa + self._paths[key][1:-1] + tuple(reversed(pb))
 
@@ -233,6 +236,9 @@ def _variable_loads(topology: Topology, servers: list[_Server], s: int) -> dict[
 def _lp_shares(topology: Topology, servers: list[_Server]) -> None:
     """Set the (GPU, port) shares minimising the busiest link's time per byte, each
     server's shares summing to 1."""
+    from scipy.optimize import linprog
+    from scipy.sparse import csr_matrix
+
     variables = [(s, key, load) for s in range(len(servers))
                  for key, load in _variable_loads(topology, servers, s).items()]
     links = sorted({l for *_, load in variables for l in load if l in topology.links})
@@ -270,11 +276,6 @@ def _cuts(start: int, stop: int, weights: Sequence[float]) -> list[int]:
     return out
 
 
-def _pieces(start: int, stop: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` as (start, size) transfers of at most MAX_COUNT chunks."""
-    return [(a, min(MAX_COUNT, stop - a)) for a in range(start, stop, MAX_COUNT)]
-
-
 def _cut_server(s: int, srv: _Server, lo: int, hi: int, local: list) -> list[tuple[int, End]]:
     """Cut owner block ``[lo, hi)`` among server ``s``'s roots, each root's part among
     its trees (appended to ``local``) and its ports; returns (end, endpoint) per port range."""
@@ -284,7 +285,7 @@ def _cut_server(s: int, srv: _Server, lo: int, hi: int, local: list) -> list[tup
         trees = srv.trees_of(g)
         tree_cuts = _cuts(a, b, [srv.trees[t].weight for t in trees])
         for t, x, y in zip(trees, tree_cuts, tree_cuts[1:]):
-            local += [(s, t, p, size) for p, size in _pieces(x, y)]
+            local += [(s, t, p, size) for p, size in transfer_pieces(x, y)]
         ports = range(len(srv.ports[g]))
         port_cuts = _cuts(a, b, [srv.shares.get((g, p), 0.0) for p in ports])
         ranges += [(y, (g, srv.ports[g][p])) for p, x, y in zip(ports, port_cuts, port_cuts[1:]) if y > x]
@@ -303,7 +304,7 @@ def _layout(servers: list[_Server], chunks: int) -> _Layout:
         bounds = sorted({lo, hi} | {end for rs in ranges for end, _ in rs})
         for a, b in pairwise(bounds):
             ends = tuple(next(e for end, e in rs if end > a) for rs in ranges)
-            cross += [(k, p, size, ends) for p, size in _pieces(a, b)]
+            cross += [(k, p, size, ends) for p, size in transfer_pieces(a, b)]
     return _Layout(chunks, local, cross)
 
 
@@ -350,21 +351,21 @@ def lower_three_phase(topology: Topology, servers: list[_Server], layout: _Layou
     """The in-place AllReduce program of the three phases (Figure 10), compiled."""
     index = {g: i for i, g in enumerate(topology.ranks)}
     cross = list(_cross_hops(layout, network))
-    hops = list(_tree_hops(topology, [t for srv in servers for t in srv.trees], both_ways=True))
+    hops = list(tree_hops(topology, [t for srv in servers for t in srv.trees], both_ways=True))
     channels = ChannelMap(hops + [(index[a], index[b], path) for a, b, path, _ in cross], spread)
     keys = [(s, t) for s, srv in enumerate(servers) for t in range(len(srv.trees))]
     tree_ids = {key: i for i, key in enumerate(keys)}
-    shapes = {key: _children(servers[key[0]].trees[key[1]], index) for key in tree_ids}
-    with _program(name, AllReduce(topology.num_ranks, layout.chunks, inplace=True), topology, channels) as prog:
+    shapes = {key: tree_children(servers[key[0]].trees[key[1]], index) for key in tree_ids}
+    with lowering_program(name, AllReduce(topology.num_ranks, layout.chunks, inplace=True), topology, channels) as prog:
         for s, t, a, size in layout.local:  # phase 1: reduce into the local roots
             root, kids = shapes[(s, t)]
-            _reduce_block(root, kids, a, size, channels, INPUT, tree=tree_ids[(s, t)])
+            reduce_block(root, kids, a, size, channels, INPUT, tree=tree_ids[(s, t)])
         for k, a, size, ends in layout.cross:  # phase 2: one-hop trees among the roots
             _cross_server(index, channels, network, ends, k, a, size, len(tree_ids) + k)
         for s, t, a, size in layout.local:  # phase 3: broadcast from the local roots
             root, kids = shapes[(s, t)]
-            _broadcast_block(root, kids, (INPUT, a), (INPUT, a), size, channels, tree_ids[(s, t)])
-    return _finish(prog, topology, channels, layout.chunks)
+            broadcast_block(root, kids, (INPUT, a), (INPUT, a), size, channels, tree_ids[(s, t)])
+    return finish(prog, topology, channels, layout.chunks)
 
 
 def _cross_server(index: dict[str, int], channels: ChannelMap, network: _Network, ends: tuple[End, ...],

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from arborcc.errors import VerificationError
-from arborcc.synth.bounds import Bound, LinkSelector, select_links
+from arborcc.synth.bounds import Bound
+from arborcc.synth.flowgraph import LinkSelector, select_links
 from arborcc.topology.model import GB, Topology
 
 
@@ -93,9 +94,6 @@ class Tree:
     def reversed(self) -> "Tree":
         """The same tree with data flowing the other way (out-tree <-> in-tree)."""
         return Tree(self.root, tuple(h.reversed() for h in self.hops), self.weight, not self.inward)
-
-    def with_weight(self, weight: float) -> "Tree":
-        return Tree(self.root, self.hops, weight, self.inward)
 
 
 @dataclass(frozen=True)

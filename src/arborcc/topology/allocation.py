@@ -10,18 +10,25 @@ GPUs on DGX-1V, 14 on DGX-1P). ``fabric="nvlink"`` compares the NVLink fabric (G
 and NVSwitches joined by NVLink, lane counts included) and keeps only allocations it
 connects - Blink's definition; ``fabric="full"`` compares the whole induced topology
 (every device kind, link kind, lane count and bandwidth) and keeps every allocation.
+
+References:
+
+* Blink: G. Wang, S. Venkataraman, A. Phanishayee, N. Devanur, J. Thelin, I. Stoica, "Blink:
+  Fast and Generic Collectives for Distributed ML", MLSys 2020, https://arxiv.org/abs/1910.04940
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Callable, Sequence
-
-import networkx as nx
+from math import comb
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from arborcc.errors import TopologyError
-from arborcc.topology.model import LinkKind, Topology, TopologyBuilder
+from arborcc.topology.model import DeviceKind, LinkKind, Topology, TopologyBuilder
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 FABRICS = ("nvlink", "full")
 
@@ -81,10 +88,12 @@ class AllocationClass:
 
 
 def _fabric_graph(topology: Topology, gpus: Sequence[str], fabric: str) -> nx.Graph:
+    import networkx as nx
+
     chosen = set(gpus)
     g = nx.Graph()
     if fabric == "nvlink":
-        relays = {d.id for d in topology.devices.values() if d.kind.value == "nvswitch"}
+        relays = {d.id for d in topology.devices.values() if d.kind is DeviceKind.NVSWITCH}
         nodes = chosen | relays
         g.add_nodes_from((n, {"label": "gpu" if n in chosen else "nvswitch"}) for n in nodes)
         for l in topology.links.values():
@@ -101,6 +110,8 @@ def _fabric_graph(topology: Topology, gpus: Sequence[str], fabric: str) -> nx.Gr
 
 
 def _connected(g: nx.Graph, gpus: Sequence[str]) -> bool:
+    import networkx as nx
+
     if not all(x in g for x in gpus):
         return False
     comp = nx.node_connected_component(g, gpus[0])
@@ -115,6 +126,8 @@ def unique_allocations(topology: Topology, min_gpus: int = 2, max_gpus: int | No
     Candidates are bucketed by a Weisfeiler-Lehman hash (labels: device kind, lane
     count) and only compared exactly (VF2 with node and edge labels) inside a bucket.
     """
+    import networkx as nx
+
     if fabric not in FABRICS:
         raise TopologyError(f"unknown fabric {fabric!r} (known: {', '.join(FABRICS)})", source="--fabric")
     n = topology.num_ranks
@@ -122,8 +135,6 @@ def unique_allocations(topology: Topology, min_gpus: int = 2, max_gpus: int | No
     if not 1 <= min_gpus <= max_gpus <= n:
         raise TopologyError(f"need 1 <= min-gpus <= max-gpus <= {n}, got {min_gpus}..{max_gpus}",
                             source="--min-gpus/--max-gpus")
-    from math import comb
-
     total = sum(comb(n, k) for k in range(min_gpus, max_gpus + 1))
     if total > 200_000:
         raise TopologyError(f"{total} allocations are too many to enumerate; narrow --min-gpus/--max-gpus",

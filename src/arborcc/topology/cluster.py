@@ -1,7 +1,7 @@
 """Multi-node topologies: N copies of a built-in machine over a network, and the
 generic switch hierarchy of BlueConnect (Fig. 1).
 
-Network shapes (``../shared/reference/topologies.md``, "Multi-node"):
+Network shapes (the usual ones of GPU clusters; BlueConnect's Fig. 1 for the hierarchy):
 
 * ``fat-tree``: every NIC links to a leaf switch (``leaf_ports`` NICs per leaf, in
   node order); when there is more than one leaf, the leaves join one non-blocking core
@@ -10,6 +10,12 @@ Network shapes (``../shared/reference/topologies.md``, "Multi-node"):
   ``spine0`` for cross-rail traffic, again divided by ``oversubscription``.
 
 Device ids are the single machine's ids prefixed with ``n{node}.``; switches have no host.
+
+References:
+
+* BlueConnect: M. Cho, U. Finkler, D. Kung, H. Hunter, "BlueConnect: Decomposing All-Reduce for
+  Deep Learning on Heterogeneous Network Hierarchy", MLSys (SysML) 2019, https://proceedings.mlsys.org/
+  paper_files/paper/2019/hash/0c8abcf158ed12d0dd94480681186fda-Abstract.html
 """
 
 from __future__ import annotations

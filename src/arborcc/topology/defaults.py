@@ -1,9 +1,15 @@
 """Default link parameters shared by built-in machines and readers of formats that do
 not carry them (nvidia-smi dumps, NCCL XML). Every built-in machine can override them.
 
-Sources: ``../shared/reference/topologies.md`` (bandwidths; NCCL's PCIe formula and
-per-generation NVLink numbers) and ``baselines-and-benchmarks.md`` (NCCL's per-hop
-latencies, which these defaults follow in magnitude).
+Sources: NCCL's topology model (https://github.com/NVIDIA/nccl, ``src/graph/topo.h``:
+the PCIe bandwidth formula, the per-generation NVLink bandwidths, the per-hop
+latencies these defaults follow in magnitude) and the vendors' link specifications
+(NVLink 2/3/4 at 25 GB/s per lane and direction, PCIe gen3/4/5 x16).
+
+References:
+
+* MXNet: "Single machine All Reduce Topology-aware Communication", Apache MXNet design
+  proposal, 2018, https://cwiki.apache.org/confluence/display/MXNET/Single+machine+All+Reduce+Topology-aware+Communication
 """
 
 from __future__ import annotations

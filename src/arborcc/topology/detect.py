@@ -1,7 +1,7 @@
 """Live detection of the machine this process runs on, without launching GPU kernels.
 
-GPUs come from NVML (Python module ``pynvml``, package ``nvidia-ml-py``; see
-``shared/reference/topologies.md``, "Detection on a live GPU machine"):
+GPUs come from NVML (Python module ``pynvml``, package ``nvidia-ml-py``; NVIDIA
+Management Library API reference, https://docs.nvidia.com/deploy/nvml-api/):
 
 * ``nvmlDeviceGetNvLinkState`` / ``nvmlDeviceGetNvLinkRemotePciInfo`` /
   ``nvmlDeviceGetNvLinkRemoteDeviceType`` / ``nvmlDeviceGetNvLinkVersion`` per link give

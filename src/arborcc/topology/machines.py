@@ -1,12 +1,21 @@
 """Built-in machines with documented, overridable defaults.
 
-Numbers come from ``../shared/reference/topologies.md`` (which cites its public
-sources); every one is a field of :class:`MachineParams` and can be overridden, from
+Numbers come from the vendor's system descriptions ("NVIDIA DGX-1 With Tesla V100
+System Architecture", NVIDIA white paper, 2017; the DGX-2, DGX A100 and DGX H100 user
+guides, https://docs.nvidia.com/dgx/) and from NCCL's topology model
+(https://github.com/NVIDIA/nccl, ``src/graph/topo.h``); the DGX-1V NVLink matrix is
+the one ``nvidia-smi topo -m`` prints on those machines (AWS p3.16xlarge). Every
+number is a field of :class:`MachineParams` and can be overridden, from
 Python (``build_machine("dgx1v", nvlink_gbps=22)``) or from the CLI
 (``--nvlink-gbps 22``). Bandwidths in the parameters are GB/s per direction.
 
 Device ids follow one convention shared with the readers: ``gpu{i}``, ``cpu{i}``,
 ``pcie{i}``, ``nvswitch0``, ``nic{i}``.
+
+References:
+
+* Blink: G. Wang, S. Venkataraman, A. Phanishayee, N. Devanur, J. Thelin, I. Stoica, "Blink:
+  Fast and Generic Collectives for Distributed ML", MLSys 2020, https://arxiv.org/abs/1910.04940
 """
 
 from __future__ import annotations

@@ -8,6 +8,12 @@ every reader reports bad input the same way (``source:place: problem``).
 Units are SI inside: bandwidth in bytes/s per direction, latency in seconds. A
 physical full-duplex link is two directed :class:`Link` objects. ``Link.count`` is the
 number of bonded lanes (NVLinks) and ``Link.bandwidth`` their total.
+
+References:
+
+* BlueConnect: M. Cho, U. Finkler, D. Kung, H. Hunter, "BlueConnect: Decomposing All-Reduce for
+  Deep Learning on Heterogeneous Network Hierarchy", MLSys (SysML) 2019, https://proceedings.mlsys.org/
+  paper_files/paper/2019/hash/0c8abcf158ed12d0dd94480681186fda-Abstract.html
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field, replace
-from typing import Iterator, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from arborcc.errors import TopologyError
+from arborcc.topology.routing import Route, can_route, route
 
 GB = 1e9  #: bytes per GB (decimal, as link bandwidths are quoted)
 US = 1e-6  #: seconds per microsecond
@@ -59,6 +66,10 @@ class Device:
     def is_gpu(self) -> bool:
         return self.kind is DeviceKind.GPU
 
+    @property
+    def is_nic(self) -> bool:
+        return self.kind is DeviceKind.NIC
+
 
 @dataclass(frozen=True)
 class Link:
@@ -71,25 +82,6 @@ class Link:
     latency: float = 0.0
     count: int = 1
 
-    @property
-    def bandwidth_gbps(self) -> float:
-        return self.bandwidth / GB
-
-
-@dataclass(frozen=True)
-class Route:
-    """The path a transfer between two devices takes, with its bottleneck bandwidth."""
-
-    path: tuple[str, ...]
-    bandwidth: float
-    latency: float
-
-    @property
-    def hops(self) -> int:
-        return len(self.path) - 1
-
-    def pairs(self) -> Iterator[tuple[str, str]]:
-        return zip(self.path, self.path[1:])
 
 
 class Topology:
@@ -113,11 +105,8 @@ class Topology:
         self.ranks: tuple[str, ...] = tuple(ranks)
         self.meta: dict[str, object] = dict(meta or {})
         self._out: dict[str, list[Link]] = {d: [] for d in self.devices}
-        self._in: dict[str, list[Link]] = {d: [] for d in self.devices}
         for l in links:
             self._out[l.src].append(l)
-            self._in[l.dst].append(l)
-        self._routes: dict[str, dict[str, Route]] = {}
 
     # --- queries -------------------------------------------------------------------
     @property
@@ -148,26 +137,13 @@ class Topology:
     def out_links(self, device_id: str) -> list[Link]:
         return self._out[device_id]
 
-    def in_links(self, device_id: str) -> list[Link]:
-        return self._in[device_id]
-
     def route(self, src: str, dst: str) -> Route:
-        """The route of a transfer ``src -> dst`` (see :mod:`arborcc.topology.routing`)."""
-        from arborcc.topology.routing import routes_from
-
-        if src not in self._routes:
-            self._routes[src] = routes_from(self, src)
-        try:
-            return self._routes[src][dst]
-        except KeyError:
-            raise TopologyError(f"no route from {src} to {dst}", source=self.name) from None
+        """The route of a transfer ``src -> dst`` (:func:`arborcc.topology.routing.route`)."""
+        return route(self, src, dst)
 
     def can_route(self, src: str, dst: str) -> bool:
-        from arborcc.topology.routing import routes_from
-
-        if src not in self._routes:
-            self._routes[src] = routes_from(self, src)
-        return dst in self._routes[src]
+        """Whether a transfer ``src -> dst`` has a route."""
+        return can_route(self, src, dst)
 
     def with_ranks(self, ranks: Sequence[str]) -> "Topology":
         """The same machine with another rank order (every id must be a GPU)."""

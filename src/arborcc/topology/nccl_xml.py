@@ -1,7 +1,7 @@
 """Read and write NCCL topology XML (the ``NCCL_TOPO_FILE`` format).
 
-Format (``shared/reference/topologies.md``, section "NCCL topology XML", checked against
-NCCL's ``src/graph/topo.cc`` and ``src/graph/xml.cc``): root ``<system version="1">``;
+Format (as NCCL reads and writes it, https://github.com/NVIDIA/nccl, ``src/graph/topo.cc``
+and ``src/graph/xml.cc``): root ``<system version="1">``;
 ``<cpu numaid affinity arch vendor familyid modelid>`` elements hold nested
 ``<pci busid class link_speed link_width>`` elements (class ``0x060400`` is a PCIe
 switch); a ``<pci>`` holding a ``<gpu dev sm rank gdr>`` is that GPU, whose
@@ -44,10 +44,10 @@ from typing import Mapping
 from xml.parsers import expat
 
 from arborcc.errors import TopologyError
+from arborcc.files import write_text_atomically
 from arborcc.topology import defaults
-from arborcc.topology.model import Device, DeviceKind, GB, Link, LinkKind, Topology, TopologyBuilder
 from arborcc.topology.defaults import NIC_BANDWIDTH
-from arborcc.topology.topofile import write_text_atomically
+from arborcc.topology.model import GB, Device, DeviceKind, Link, LinkKind, Topology, TopologyBuilder
 
 log = logging.getLogger(__name__)
 
@@ -759,5 +759,5 @@ def write_nccl_xml(topology: Topology, path: str | os.PathLike | None = None, **
         text = dump_nccl_xml(topology, **options)
     except TopologyError as e:
         raise TopologyError(e.problem, source=str(path), place=e.place) from None
-    write_text_atomically(path, text)
+    write_text_atomically(path, text, TopologyError)
     return text

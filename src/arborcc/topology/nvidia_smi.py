@@ -1,7 +1,6 @@
 """Read the matrix printed by ``nvidia-smi topo -m`` into a :class:`Topology`.
 
-Format (``shared/reference/topologies.md``, section "nvidia-smi topo -m", and the legend
-nvidia-smi prints under the matrix): a header line naming the columns (``GPU0 .. GPUn``,
+Format (the legend nvidia-smi prints under the matrix, and dumps from real machines): a header line naming the columns (``GPU0 .. GPUn``,
 then the NICs, as ``mlx5_0`` on older drivers or ``NIC0`` with a "NIC Legend" below on
 newer ones), then ``CPU Affinity`` and, on newer drivers, ``NUMA Affinity`` and
 ``GPU NUMA ID``; one row per GPU and per NIC. A cell is ``X`` (self), ``NV#`` (a bonded

@@ -15,29 +15,94 @@ through the source's host, then the network (devices without a host), then the
 destination's host. Without that rule a cross-socket transfer inside one node could
 "win" by going out through a NIC and back, and cross-rail traffic could bounce
 through another node's PCIe switch - neither of which a runtime does.
+
+This module owns the routes it computes: :func:`route` and :func:`can_route` keep, per
+topology (which is immutable) and source device, the table of one search, and drop it
+when the topology is garbage-collected. It reads a topology only through its
+``devices`` (``host``, ``index``, ``is_gpu``, ``is_nic``) and ``links`` (``bandwidth``,
+``latency``), so it needs nothing else of :mod:`arborcc.topology.model`, which calls it.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Iterator
 
-if TYPE_CHECKING:  # pragma: no cover
-    from arborcc.topology.model import Route, Topology
+from arborcc.errors import TopologyError
+
+
+@dataclass(frozen=True)
+class Route:
+    """The path a transfer between two devices takes, with its bottleneck bandwidth."""
+
+    path: tuple[str, ...]
+    bandwidth: float
+    latency: float
+
+    @property
+    def hops(self) -> int:
+        return len(self.path) - 1
+
+    def pairs(self) -> Iterator[tuple[str, str]]:
+        return zip(self.path, self.path[1:])
+
+
+class _TopologyRoutes:
+    """What is known about one topology's routes: its graph and a table per source."""
+
+    def __init__(self, topology) -> None:
+        self.graph = _Graph(topology)
+        self.tables: dict[str, RouteTable] = {}
+
+
+#: id(topology) -> its routes, while the topology lives
+_CACHE: dict[int, _TopologyRoutes] = {}
+
+
+def _routes_of(topology) -> _TopologyRoutes:
+    key = id(topology)
+    known = _CACHE.get(key)
+    if known is None:
+        known = _CACHE[key] = _TopologyRoutes(topology)
+        weakref.finalize(topology, _CACHE.pop, key, None)
+    return known
+
+
+def _table(topology, src: str) -> "RouteTable":
+    known = _routes_of(topology)
+    table = known.tables.get(src)
+    if table is None:
+        if src not in known.graph.index:
+            raise TopologyError(f"{src} is not a device", source=topology.name)
+        table = known.tables[src] = routes_from(topology, src)
+    return table
+
+
+def route(topology, src: str, dst: str) -> Route:
+    """The route of a transfer ``src -> dst`` on ``topology`` (TopologyError if none)."""
+    table = _table(topology, src)
+    if dst not in table:
+        raise TopologyError(f"no route from {src} to {dst}", source=topology.name)
+    return table[dst]
+
+
+def can_route(topology, src: str, dst: str) -> bool:
+    """Whether a transfer ``src -> dst`` has a route on ``topology``."""
+    return dst in _table(topology, src)
 
 
 class _Graph:
     """The topology as integer arrays, built once per topology (see :func:`routes_from`)."""
 
-    def __init__(self, topology: "Topology"):
-        from arborcc.topology.model import DeviceKind
-
+    def __init__(self, topology) -> None:
         self.ids = list(topology.devices)
         index = {d: i for i, d in enumerate(self.ids)}
         devs = [topology.devices[d] for d in self.ids]
         self.host = [d.host for d in devs]
         self.relay = [not d.is_gpu for d in devs]
-        self.nic_index = [d.index if d.kind is DeviceKind.NIC else None for d in devs]
+        self.nic_index = [d.index if d.is_nic else None for d in devs]
         self.gpu_index = [d.index if d.is_gpu else None for d in devs]
         self.out: list[list[tuple[int, float]]] = [[] for _ in devs]
         for l in topology.links.values():
@@ -48,14 +113,6 @@ class _Graph:
         self.widths = sorted({l.bandwidth for l in topology.links.values()}, reverse=True)
 
 
-def _graph(topology: "Topology") -> _Graph:
-    g = getattr(topology, "_routing_graph", None)
-    if g is None:
-        g = _Graph(topology)
-        topology._routing_graph = g  # type: ignore[attr-defined]
-    return g
-
-
 class RouteTable:
     """Routes from one source, computed by :func:`routes_from` and read back on demand.
 
@@ -63,16 +120,16 @@ class RouteTable:
     within it, all parents on shortest paths; ``table[dst]`` builds the Route once.
     """
 
-    def __init__(self, topology: "Topology", g: _Graph, src: int):
+    def __init__(self, topology, g: _Graph, src: int):
         self.topology, self.g, self.src = topology, g, src
         self.reached: dict[int, dict[int, list[int]]] = {}  #: device -> its parents (one BFS)
-        self._built: dict[str, "Route"] = {}
+        self._built: dict[str, Route] = {}
 
     def __contains__(self, dst: str) -> bool:
         v = self.g.index.get(dst)
         return v is not None and v != self.src and v in self.reached
 
-    def __getitem__(self, dst: str) -> "Route":
+    def __getitem__(self, dst: str) -> Route:
         route = self._built.get(dst)
         if route is None:
             if dst not in self:
@@ -80,9 +137,7 @@ class RouteTable:
             route = self._built[dst] = self._build(self.g.index[dst])
         return route
 
-    def _build(self, v: int) -> "Route":
-        from arborcc.topology.model import Route
-
+    def _build(self, v: int) -> Route:
         g, parents = self.g, self.reached[v]
         home = g.host[self.src]
 
@@ -102,7 +157,7 @@ class RouteTable:
                      sum(l.latency for l in links))
 
 
-def routes_from(topology: "Topology", src: str) -> RouteTable:
+def routes_from(topology, src: str) -> RouteTable:
     """Widest-then-shortest routes from ``src`` to every device it can reach.
 
     Runs one breadth-first search per distinct link bandwidth (descending), each on
@@ -113,7 +168,7 @@ def routes_from(topology: "Topology", src: str) -> RouteTable:
     uses NIC i when several are equally close, as rail-aligned NCCL does), then device
     order.
     """
-    g = _graph(topology)
+    g = _routes_of(topology).graph
     s = g.index[src]
     home = g.host[s]
     table = RouteTable(topology, g, s)

@@ -27,7 +27,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -35,6 +34,7 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from arborcc.errors import TopologyError
+from arborcc.files import write_text_atomically
 from arborcc.topology import defaults
 from arborcc.topology.model import Device, DeviceKind, Link, LinkKind, Topology, TopologyBuilder
 
@@ -226,26 +226,7 @@ def write_topology_file(topology: Topology, path: str | os.PathLike) -> None:
         text = dump_topology(topology, fmt)
     except TopologyError as e:
         raise TopologyError(e.problem, source=str(path), place=e.place) from None
-    write_text_atomically(path, text)
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, so a failure leaves nothing behind."""
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as e:
-        raise TopologyError(f"cannot write the file: {e.strerror or e}", source=str(path)) from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    write_text_atomically(path, text, TopologyError)
 
 
 # --------------------------------------------------------------------------------------

@@ -9,8 +9,15 @@ See :mod:`arborcc.verify.checker` for the order of the checks and ``docs/ir.md``
 the model (chunk layouts, FIFO slots, what orders steps, what a race is).
 """
 
-from arborcc.verify.report import VerificationReport, Violation
-from arborcc.verify.checker import check_algorithm, verify_algorithm
-from arborcc.verify.symbolic import DEFAULT_SLOTS
+from arborcc.lazy import lazy_exports
 
-__all__ = ["verify_algorithm", "check_algorithm", "VerificationReport", "Violation", "DEFAULT_SLOTS"]
+#: public name -> module that defines it (imported on first use)
+EXPORTS = {
+    "verify_algorithm": "arborcc.verify.checker",
+    "check_algorithm": "arborcc.verify.checker",
+    "VerificationReport": "arborcc.ir.report",
+    "Violation": "arborcc.ir.report",
+    "DEFAULT_SLOTS": "arborcc.ir.limits",
+}
+__getattr__, __dir__ = lazy_exports(__name__, EXPORTS)
+__all__ = list(EXPORTS)

@@ -10,6 +10,12 @@ Order of the checks (GC3 section 4-6 model; docs/ir.md):
    postcondition (:mod:`.postconditions`).
 
 Step 3 is skipped when step 1 found the program too malformed to run.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
@@ -19,12 +25,13 @@ import time
 from bisect import bisect_right
 
 from arborcc.errors import VerificationError
+from arborcc.ir.limits import DEFAULT_SLOTS, check_dialect_limits
 from arborcc.ir.model import Algorithm
+from arborcc.ir.report import VerificationReport, ViolationLog
 from arborcc.verify.layout import check_layout, memory_map
 from arborcc.verify.postconditions import check_postcondition
-from arborcc.verify.report import VerificationReport, ViolationLog
 from arborcc.verify.structure import check_structure
-from arborcc.verify.symbolic import DEFAULT_SLOTS, simulate
+from arborcc.verify.symbolic import simulate
 
 log_ = logging.getLogger(__name__)
 
@@ -46,8 +53,6 @@ def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int 
     violations.extend(capped.items)
     notes.extend(layout_notes + capped.omitted_notes())
     if dialect is not None:
-        from arborcc.ir.limits import check_dialect_limits  # ir.limits imports verify.report
-
         violations.extend(check_dialect_limits(algo, dialect))
     if algo.collective == "custom":
         notes.append("collective 'custom': no postcondition is known; structure, limits, deadlock "

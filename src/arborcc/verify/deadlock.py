@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from arborcc.verify.report import Violation
+from arborcc.ir.report import Violation
 
 
 @dataclass

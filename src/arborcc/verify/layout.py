@@ -3,28 +3,16 @@ chunk lives in memory for an in-place or an out-of-place call.
 
 The symbolic execution addresses one flat array of chunk slots for all ranks; a
 :class:`MemoryMap` gives each rank's input, output and scratch base in it. In-place
-aliasing follows :mod:`arborcc.verify.collectives` (NCCL's in-place convention).
+aliasing follows NCCL's in-place convention (:mod:`arborcc.ir.aliasing`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from arborcc.ir.collectives import RANK_MULTIPLIED, ROOTED, Signature, signature
 from arborcc.ir.model import Algorithm, Buffer
-from arborcc.verify.collectives import (
-    RANK_MULTIPLIED,
-    ROOTED_COLLECTIVES,
-    Signature,
-    signature,
-)
-from arborcc.verify.report import Violation
-
-
-def effective_root(algo: Algorithm) -> int:
-    """The root of a rooted collective (rank 0 when the algorithm does not say)."""
-    if algo.root is not None and 0 <= algo.root < algo.num_ranks:
-        return algo.root
-    return 0
+from arborcc.ir.report import Violation
 
 
 def check_layout(algo: Algorithm) -> tuple[list[Violation], list[str]]:
@@ -35,7 +23,7 @@ def check_layout(algo: Algorithm) -> tuple[list[Violation], list[str]]:
     if not algo.inplace and not algo.outofplace:
         out.append(Violation(None, None, None, "layout",
                              "neither in-place nor out-of-place: no call can select this algorithm"))
-    if coll in ROOTED_COLLECTIVES:
+    if coll in ROOTED:
         if algo.root is None:
             notes.append(f"{coll}: the algorithm names no root; assuming rank 0")
         elif not 0 <= algo.root < n:
@@ -47,7 +35,7 @@ def check_layout(algo: Algorithm) -> tuple[list[Violation], list[str]]:
         out.append(Violation(None, None, None, "layout",
                              f"{coll} needs chunks per loop ({k}) divisible by the rank count ({n})"))
         return out, notes
-    root = effective_root(algo)
+    root = algo.effective_root
     for prog in algo.ranks:
         if not 0 <= prog.rank < n:
             continue
@@ -81,7 +69,7 @@ class MemoryMap:
 def memory_map(algo: Algorithm, inplace: bool) -> MemoryMap:
     """Lay out all ranks' buffers in one flat array (assumes rank ids 0..n-1, unique)."""
     n, k, coll = algo.num_ranks, algo.chunks_per_loop, algo.collective
-    root = effective_root(algo)
+    root = algo.effective_root
     usable_sigs = coll != "custom" and n >= 1 and k >= 1 and not (coll in RANK_MULTIPLIED and k % n)
     bases: list[dict[Buffer, int]] = [dict() for _ in range(n)]
     spans: list[tuple[int, int]] = [(0, 0)] * n

@@ -24,6 +24,12 @@ For ``s`` the destination fields and for ``r`` the source fields name the remote
 chunk; the runtime does not use them and neither does the verifier. A write made by a
 receiving step carries received data, so it cannot start before the matching send
 has started (used by the race check, :mod:`arborcc.verify.races`).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -10,15 +10,21 @@ with a send peer, receives only with a receive peer, offsets inside the buffers,
 A violation is *fatal* when the symbolic execution cannot even be set up (unknown
 ranks or thread blocks, accesses outside a buffer, a send without a peer...): the
 later checks are then skipped.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from arborcc.ir.collectives import COLLECTIVES
 from arborcc.ir.model import Algorithm, Buffer, Op, Protocol
-from arborcc.verify.collectives import CANONICAL_COLLECTIVES
-from arborcc.verify.report import Violation
+from arborcc.ir.report import Violation
 from arborcc.verify.semantics import OPS
 
 
@@ -41,9 +47,9 @@ def check_structure(algo: Algorithm, max_per_kind: int = 20) -> StructureResult:
     """All structural rules; see the module docstring."""
     res = StructureResult()
     n = algo.num_ranks
-    if algo.collective not in CANONICAL_COLLECTIVES:
+    if algo.collective not in COLLECTIVES:
         res.add(None, None, None, "structure",
-                f"unknown collective {algo.collective!r} (known: {', '.join(CANONICAL_COLLECTIVES)})")
+                f"unknown collective {algo.collective!r} (known: {', '.join(COLLECTIVES)})")
     if not isinstance(algo.protocol, Protocol):
         res.add(None, None, None, "structure", f"unknown protocol {algo.protocol!r}")
     if algo.chunks_per_loop < 1:

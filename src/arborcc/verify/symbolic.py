@@ -22,6 +22,12 @@ slot it keeps the last writer and the readers since, and asks whether each
 conflicting pair is ordered. Slots with the same history are kept together, as
 segments of a rank's memory (:mod:`arborcc.verify.memory`), so a step costs about
 the same whatever its chunk count.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
@@ -29,16 +35,16 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from arborcc.ir.limits import DEFAULT_SLOTS
 from arborcc.ir.model import Algorithm, Buffer, Op
+from arborcc.ir.report import ViolationLog
 from arborcc.verify.deadlock import TbName, Wait, explain_deadlock
 from arborcc.verify.layout import MemoryMap
 from arborcc.verify.memory import RankMemory, initial_memory
 from arborcc.verify.races import ConflictLog, HappensBefore, resolve_candidates
-from arborcc.verify.report import ViolationLog
 from arborcc.verify.semantics import OPS
 from arborcc.verify.values import add_runs, first_uninitialized, fit_runs
 
-DEFAULT_SLOTS = 8  #: NCCL_STEPS: FIFO slots per connection for the Simple protocol
 MAX_CANDIDATES = 2_000_000  #: conflicting pairs analysed across ranks before giving up (reported)
 
 

@@ -14,6 +14,12 @@ postcondition (reductions only add). That gives a compact exact representation:
 
 Reduction (``add``) is the multiset sum; it is commutative and associative, like the
 runtime's sum/prod/max/min reductions it stands for.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations

@@ -12,17 +12,29 @@ interleaved_replication=True, instr_fusion=True, ...)`` is an arborcc
   every other reference to an overwritten slot is stale and refused;
 * ``XML()`` writes the executor dialect (all attributes; the legacy dialect for custom
   collectives); ``ARBORCC_MSCCL_DIALECT=legacy|executor`` chooses.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
 """
 
 from __future__ import annotations
 
 import os
 
-from arborcc.compat.msccl.language.collectives import (AllGather, AllReduce, AllToAll, Chunk, Collective,
-                                                       ReduceChunk, ReduceScatter)
+from arborcc.compat.msccl.language.collectives import (
+    AllGather,
+    AllReduce,
+    AllToAll,
+    Chunk,
+    Collective,
+    ReduceChunk,
+    ReduceScatter,
+)
 from arborcc.compat.msccl.language.ir import Buffer, ChannelType, Instruction, ThreadblockPolicy
-from arborcc.lang.directives import parallelize
-from arborcc.lang.program import Program, _ACTIVE, chunk, create_scratch, current_program
+from arborcc.lang.program import Program, chunk, create_scratch, current_program, open_program, parallelize
 from arborcc.lang.ref import Ref
 from arborcc.lang.where import program_error, user_location
 
@@ -47,7 +59,7 @@ class MSCCLProgram(Program):
         self.dependence_nop = dependence_nop
 
     def __enter__(self):
-        if _ACTIVE:
+        if open_program() is not None:
             raise program_error("there is already a program in context")
         return super().__enter__()
 

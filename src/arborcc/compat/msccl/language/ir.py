@@ -1,5 +1,12 @@
 """Names the public GC3 tools keep in ``msccl.language.ir``: :class:`Buffer`,
-:class:`ThreadblockPolicy`, :class:`Instruction` (the step types)."""
+:class:`ThreadblockPolicy`, :class:`Instruction` (the step types).
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
+"""
 
 from __future__ import annotations
 

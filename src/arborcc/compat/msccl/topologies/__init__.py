@@ -1,4 +1,11 @@
-"""``msccl.topologies``: topology constructors of the public GC3 tools."""
+"""``msccl.topologies``: topology constructors of the public GC3 tools.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
+"""
 
 from arborcc.compat.msccl.topologies.distributed import distributed_fully_connected, distributed_hub_and_spoke
 from arborcc.compat.msccl.topologies.generic import fully_connected, hub_and_spoke, line, ring, star

@@ -1,5 +1,12 @@
 """``msccl.topologies.topology``: a topology as a link matrix ``links[dst][src]``
-(bandwidth, 0 = no link) plus optional switches, as in the public GC3 tools."""
+(bandwidth, 0 = no link) plus optional switches, as in the public GC3 tools.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Blink's split of one transfer over PCIe trees and NVLink trees (section 3.4, eq. 8).
+"""Blink's split of one transfer over PCIe trees and NVLink trees (its eq. 8).
+
+Guanhua Wang, Shivaram Venkataraman, Amar Phanishayee, Jorgen Thelin, Nikhil Devanur,
+Ion Stoica: "Blink: Fast and Generic Collectives for Distributed ML", MLSys 2020,
+section 3.4 (https://arxiv.org/abs/1910.04940).
 
 Blink cannot put PCIe and NVLink into one set of trees (the driver routes peer traffic
 over NVLink once it exists), so it builds one set of trees per link type and splits
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from arborcc.errors import SynthesisError
+from arborcc.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -41,9 +45,9 @@ def hybrid_split(total_bytes: float, pcie_rate: float, nvlink_rate: float, setup
     for name, value in (("total_bytes", total_bytes), ("pcie_rate", pcie_rate), ("nvlink_rate", nvlink_rate),
                         ("setup_time", setup_time)):
         if not value >= 0:
-            raise SynthesisError(f"hybrid split: {name} must be >= 0, got {value}")
+            raise InputError(f"{name} must be >= 0, got {value}", source="Blink hybrid model")
     if nvlink_rate == 0 and pcie_rate == 0:
-        raise SynthesisError("hybrid split: no link carries data")
+        raise InputError("no link carries data (both rates are 0)", source="Blink hybrid model")
     both = pcie_rate + nvlink_rate
     pcie = (total_bytes * pcie_rate - setup_time * pcie_rate * nvlink_rate) / both
     pcie = min(max(pcie, 0.0), total_bytes)

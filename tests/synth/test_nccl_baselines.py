@@ -1,4 +1,5 @@
-"""NCCL baselines: ring search, double binary trees, halving-doubling pairings, cost model."""
+"""NCCL baselines: ring search and double binary trees (NCCL's cost model is tested in
+tests/sim/test_models_nccl.py)."""
 
 import itertools
 import math
@@ -7,15 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from arborcc.errors import SynthesisError
-from arborcc.synth.nccl import (
-    double_binary_tree,
-    double_binary_tree_nodes,
-    nccl_estimate,
-    nccl_predicted_time,
-    nccl_rings,
-    plain_ring,
-    recursive_halving_doubling,
-)
+from arborcc.synth.double_binary_tree import double_binary_tree, double_binary_tree_nodes
+from arborcc.synth.nccl_rings import nccl_rings
 from arborcc.topology.allocation import induced
 from arborcc.topology.cluster import build_cluster, build_hierarchy
 from arborcc.topology.machines import build_machine
@@ -124,14 +118,6 @@ def test_multi_node_rings_enter_and_leave_each_node_once_through_nics():
     assert s.bandwidths == pytest.approx([24 * GB] * 8)  # the PCIe gen4 hop to the NIC
 
 
-def test_plain_ring_is_rank_order():
-    t = build_machine("dgx1v")
-    s = plain_ring(t)
-    assert s.rings == [list(range(8))]
-    assert s.link_kind is LinkKind.PCIE  # 3 -> 4 and 7 -> 0 have no NVLink
-    assert s.bandwidths[0] == pytest.approx(10 * GB)
-
-
 def test_unreachable_gpus_raise():
     b = TopologyBuilder("split")
     for i in range(3):
@@ -185,72 +171,6 @@ def test_double_binary_tree_over_a_cluster():
             assert sum(1 for k in ks if host[k] != host[v]) <= 2
     assert dbt.roots[0] != dbt.roots[1]
     assert all(bw > 0 for bw in dbt.bandwidths)
-
-
-# --------------------------------------------------------- halving-doubling ---
-def test_halving_doubling_power_of_two():
-    hd = recursive_halving_doubling(8)
-    assert hd.fold == [] and hd.core == list(range(8))
-    assert [sorted(abs(a - b) for a, b in step)[0] for step in hd.steps] == [4, 2, 1]
-    for step in hd.steps:
-        assert sorted(r for p in step for r in p) == list(range(8))
-        assert all(a ^ b in (1, 2, 4) for a, b in step)
-
-
-def test_halving_doubling_folds_extra_ranks():
-    hd = recursive_halving_doubling(6)
-    assert len(hd.fold) == 2 and len(hd.core) == 4 and len(hd.steps) == 2
-    assert sorted(hd.core + [e for e, _ in hd.fold]) == list(range(6))
-    assert all(p in hd.core for _, p in hd.fold)
-
-
-# ---------------------------------------------------------------- cost model ---
-def test_ring_allreduce_model_by_hand():
-    t = build_machine("dgx1v")
-    s = nccl_rings(t)
-    n_bytes = 1 << 20
-    est = nccl_estimate("allreduce", "ring", "Simple", n_bytes, s)
-    lat = (8.4 + 2 * 7 * 3.4) * 1e-6
-    algbw = 150 * GB * 8 / 14
-    assert est.latency == pytest.approx(lat)
-    assert est.algorithm_bandwidth == pytest.approx(algbw)
-    assert est.time == pytest.approx(lat + n_bytes / algbw)
-    ll = nccl_estimate("allreduce", "ring", "LL", n_bytes, s)
-    assert ll.latency == pytest.approx((6.6 + 14 * 0.6) * 1e-6)
-    assert ll.bus_bandwidth == pytest.approx(75 * GB)
-    assert nccl_predicted_time("allreduce", "ring", "Simple", n_bytes, t) == pytest.approx(est.time)
-    ag = nccl_estimate("allgather", "ring", "LL128", n_bytes, s)
-    assert ag.latency == pytest.approx((14 + 7 * 1.9) * 1e-6)
-    assert ag.algorithm_bandwidth == pytest.approx(150 * GB * 0.92 * 8 / 7)
-
-
-def test_multi_node_latency_terms_by_hand():
-    t = build_cluster("dgx-a100", 4)
-    s = nccl_rings(t)
-    ring = nccl_estimate("allreduce", "ring", "LL", 0, s)
-    # 2(32-1) = 62 steps, 2(4-1) = 6 of them between nodes
-    assert ring.latency == pytest.approx((6.6 + 56 * 0.6 + 6 * 2.7) * 1e-6)
-    tree = nccl_estimate("allreduce", "tree", "Simple", 0, t)
-    assert tree.latency == pytest.approx((8.4 + 2 * (7 * 4.0 + 2 * 14)) * 1e-6)
-    big = 1 << 30
-    assert nccl_estimate("allreduce", "tree", "Simple", big, t).algorithm_bandwidth == pytest.approx(
-        nccl_estimate("allreduce", "tree", "Simple", big, t).bus_bandwidth / 2)
-
-
-def test_pcie_ring_uses_pcie_hop_latency():
-    m = build_machine("dgx1v")
-    s = nccl_rings(induced(m, ["gpu1", "gpu4", "gpu5", "gpu6"]))
-    assert nccl_estimate("allreduce", "ring", "Simple", 0, s).latency == pytest.approx((8.4 + 6 * 5.7) * 1e-6)
-
-
-def test_model_rejects_bad_requests():
-    t = build_machine("dgx1v")
-    with pytest.raises(SynthesisError):
-        nccl_predicted_time("allgather", "tree", "LL", 1024, t)
-    with pytest.raises(SynthesisError):
-        nccl_predicted_time("allreduce", "ring", "LL64", 1024, t)
-    with pytest.raises(SynthesisError):
-        nccl_predicted_time("alltoall", "ring", "LL", 1024, t)
 
 
 # ------------------------------------------------------------------ properties ---

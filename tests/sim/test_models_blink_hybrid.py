@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from arborcc.errors import SynthesisError
-from arborcc.synth.hybrid import hybrid_split
+from arborcc.errors import InputError
+from arborcc.sim.blink_hybrid import hybrid_split
 
 GB = 1e9
 
@@ -35,5 +35,5 @@ def test_split_is_never_slower_than_nvlink_alone(total, pcie, nvl, setup):
 
 
 def test_bad_values():
-    with pytest.raises(SynthesisError, match="pcie_rate must be >= 0"):
+    with pytest.raises(InputError, match="pcie_rate must be >= 0"):
         hybrid_split(1.0, -1.0, 1.0)

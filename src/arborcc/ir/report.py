@@ -1,4 +1,8 @@
-"""What the verifier answers: a list of :class:`Violation` and a :class:`VerificationReport`.
+"""What is wrong with an algorithm: :class:`Violation` and the verifier's :class:`VerificationReport`.
+
+This vocabulary lives in the IR layer because checks of the IR itself speak it too
+(:func:`arborcc.ir.limits.check_dialect_limits`); the verifier (:mod:`arborcc.verify`)
+builds on the IR and fills a report with it.
 
 A violation names where it is (rank, thread block id, step index; any of them may be
 absent for algorithm-wide problems), a ``kind`` and a one-line message. Kinds:
@@ -26,12 +30,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
-
-KINDS = (
-    "structure", "layout", "bounds", "dependency", "connection", "mismatch",
-    "uninitialized", "deadlock", "unmatched", "race", "postcondition", "limit",
-)
-
 
 @dataclass(frozen=True)
 class Violation:
@@ -111,9 +109,6 @@ class ViolationLog:
     def extend(self, violations: list[Violation]) -> None:
         for v in violations:
             self.add(v.rank, v.tb, v.step, v.kind, v.message)
-
-    def has(self, kind: str) -> bool:
-        return self.counts[kind] > 0
 
     def omitted_notes(self) -> list[str]:
         return [f"{n - self.per_kind} more '{k}' violations not listed"

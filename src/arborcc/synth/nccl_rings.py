@@ -1,13 +1,9 @@
-"""The classic baselines NCCL builds, and NCCL's alpha-beta cost model.
+"""The rings NCCL builds: its depth-first ring search, as a schedule over the ranks.
 
-Source: ``reference/baselines-and-benchmarks.md`` ("What users compare against"):
-NCCL searches rings depth-first using only the fastest link type it can (NVLink when
-an NVLink ring exists, else through PCIe), builds double binary trees over nodes with a
-chain inside each node, and predicts times with a per algorithm x protocol alpha-beta
-model. The recursive halving-doubling pairings follow Thakur, Rabenseifner & Gropp
-(2005), as restated by the BlueConnect paper's equation (2).
-
-Ring search (:func:`nccl_rings`), modelled on NCCL's graph search:
+NCCL (NVIDIA, https://github.com/NVIDIA/nccl, ``src/graph/search.cc``) searches rings
+depth-first using only the fastest link type it can - NVLink when an NVLink ring
+exists, else through PCIe - and gives each ring (channel) a share of the links' bandwidth.
+:func:`nccl_rings` is modelled on that search:
 
 * Tiers: first only rank pairs whose route is NVLink end to end (a direct NVLink or
   through an NVSwitch); if no ring exists there, any route (PCIe, CPU, inter-socket).
@@ -25,6 +21,8 @@ Ring search (:func:`nccl_rings`), modelled on NCCL's graph search:
   node, a chain through the node's GPUs from a GPU next to that NIC to another one next
   to it, and the chains of the nodes joined in node order.
 
+:meth:`RingSchedule.nccl_estimate` asks NCCL's own cost model
+(:mod:`arborcc.sim.nccl_model`) what NCCL would predict for the rings.
 Rank indices are positions in ``topology.ranks``.
 """
 
@@ -35,7 +33,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 from arborcc.errors import SynthesisError
-from arborcc.topology.model import DeviceKind, LinkKind, Topology
+from arborcc.sim.nccl_model import NcclEstimate, nccl_estimate
+from arborcc.synth.flowgraph import check_routable
+from arborcc.synth.hosts import hop_distance, host_groups, host_nics
+from arborcc.topology.model import LinkKind, Topology
 
 #: limit of depth-first search steps per ring (keeps pathological inputs bounded)
 DFS_BUDGET = 20_000
@@ -81,73 +82,15 @@ class RingSchedule:
         if len(self.bandwidths) != len(self.rings):
             raise SynthesisError("one bandwidth per ring is needed")
 
-
-@dataclass
-class DoubleBinaryTree:
-    """NCCL's double binary tree: two complementary binary trees over the nodes, a chain
-    through each node's ranks.
-
-    ``node_parents[t][k]`` is node k's parent in tree t (None at the root);
-    ``chains[k]`` the ranks of node k in chain order (``chains[k][0]`` is the node's
-    head, which talks to the other nodes); ``parents[t][r]`` the resulting rank-level
-    tree t. ``bandwidths[t]``: tree t's bottleneck (B/s) with both trees running.
-    """
-
-    chains: list[list[int]]
-    node_parents: tuple[dict[int, int | None], dict[int, int | None]]
-    parents: tuple[dict[int, int | None], dict[int, int | None]]
-    bandwidths: tuple[float, float]
-    intra_link_kind: LinkKind = LinkKind.NVLINK
-
-    @property
-    def roots(self) -> tuple[int, int]:
-        return tuple(next(r for r, p in tree.items() if p is None) for tree in self.parents)  # type: ignore[return-value]
-
-    @property
-    def nodes(self) -> int:
-        return len(self.chains)
-
-    def children(self, tree: int) -> dict[int, list[int]]:
-        out: dict[int, list[int]] = {r: [] for r in self.parents[tree]}
-        for r, p in sorted(self.parents[tree].items()):
-            if p is not None:
-                out[p].append(r)
-        return out
-
-    def validate(self, n: int) -> None:
-        for t, par in enumerate(self.parents):
-            _check_tree(par, list(range(n)), f"double binary tree {t}")
-            for v, kids in self.children(t).items():
-                if sum(1 for k in kids if self._node_of(k) != self._node_of(v)) > 2:
-                    raise SynthesisError(f"double binary tree {t}: rank {v} has more than 2 children across nodes")
-
-    def _node_of(self, r: int) -> int:
-        return next(k for k, c in enumerate(self.chains) if r in c)
+    def nccl_estimate(self, collective: str, protocol: str, n_bytes: float) -> NcclEstimate:
+        """What NCCL's cost model predicts for ``n_bytes`` of ``collective`` on these rings."""
+        return nccl_estimate(collective, "ring", protocol, n_bytes, ranks=self.num_ranks, nodes=self.nodes,
+                             intra_link=link_class(self.intra_link_kind), bus_bandwidth=self.bus_bandwidth)
 
 
-@dataclass
-class HalvingDoublingSchedule:
-    """Recursive halving (reduce-scatter) then doubling (all-gather) pairings.
-
-    ``core`` holds the 2^k ranks that exchange; with n not a power of two the
-    ``fold`` pairs (extra, partner) come first - the extra rank hands its data to its
-    partner and gets the result back at the end (Rabenseifner's method, Thakur et al.
-    2005, section 4). ``steps[s]`` are the disjoint pairs exchanging at halving step s
-    (partner distance 2^(k-1-s) in core positions); all-gather runs them reversed.
-    """
-
-    n: int
-    core: list[int]
-    fold: list[tuple[int, int]]
-    steps: list[list[tuple[int, int]]]
-
-    def validate(self) -> None:
-        if sorted(self.core + [e for e, _ in self.fold]) != list(range(self.n)):
-            raise SynthesisError("halving-doubling core and fold do not partition the ranks")
-        for s, pairs in enumerate(self.steps):
-            flat = [r for p in pairs for r in p]
-            if sorted(flat) != sorted(self.core):
-                raise SynthesisError(f"halving-doubling step {s} does not pair every core rank once")
+def link_class(kind: LinkKind) -> str:
+    """The link class of NCCL's cost model (``nvlink``, ``pcie``, ``network``) of a link kind."""
+    return "nvlink" if kind is LinkKind.NVLINK else "network" if kind is LinkKind.NETWORK else "pcie"
 
 
 # ---------------------------------------------------------------- route helpers ---
@@ -159,19 +102,11 @@ def _nvlink_only(topology: Topology, a: str, b: str) -> bool:
     return all(topology.links[p].kind is LinkKind.NVLINK for p in _route_links(topology, a, b))
 
 
-def _check_reachable(topology: Topology, ranks: Sequence[int]) -> None:
-    for i in ranks:
-        for j in ranks:
-            if i != j and not topology.can_route(topology.ranks[i], topology.ranks[j]):
-                raise SynthesisError(f"{topology.name}: GPUs {topology.ranks[i]} and {topology.ranks[j]} "
-                                     f"cannot reach each other")
-
-
 def _paths(topology: Topology, walk: list[tuple[int, int]]) -> list[tuple[str, ...]]:
     return [topology.route(topology.ranks[a], topology.ranks[b]).path for a, b in walk]
 
 
-def _fair_share(topology: Topology, walks: list[list[tuple[str, ...]]]) -> list[float]:
+def fair_share(topology: Topology, walks: list[list[tuple[str, ...]]]) -> list[float]:
     """Bottleneck of each walk (a list of hops, each a device path) when all run at once
     and every directed physical link is shared equally by the hops routed over it."""
     load: dict[tuple[str, str], int] = {}
@@ -394,25 +329,9 @@ def _search_cycles(topology: Topology, members: list[int], max_rings: int
 
 
 # ------------------------------------------------------------------------- rings ---
-def _hosts(topology: Topology) -> list[list[int]]:
-    by_host: dict[int, list[int]] = {}
-    for i, g in enumerate(topology.ranks):
-        h = topology.devices[g].host
-        by_host.setdefault(-1 if h is None else h, []).append(i)
-    return [by_host[h] for h in sorted(by_host)]
-
-
-def _nics_of(topology: Topology, host_ranks: list[int]) -> list[str]:
-    host = topology.devices[topology.ranks[host_ranks[0]]].host
-    return sorted((d.id for d in topology.devices.values() if d.kind is DeviceKind.NIC and d.host == host),
-                  key=lambda d: (topology.devices[d].index if topology.devices[d].index is not None else 0, d))
-
-
-def _hop_distance(topology: Topology, a: str, b: str) -> tuple[int, float]:
-    if not topology.can_route(a, b):
-        return (1 << 30, 0.0)
-    r = topology.route(a, b)
-    return (r.hops, -r.bandwidth)
+def nics_of(topology: Topology, host_ranks: list[int]) -> list[str]:
+    """The NICs of the host of ``host_ranks`` (rank indices of one host)."""
+    return host_nics(topology, topology.devices[topology.ranks[host_ranks[0]]].host)
 
 
 def _make_schedule(topology: Topology, rings: list[list[int]], kind: LinkKind, intra: LinkKind,
@@ -426,7 +345,7 @@ def _make_schedule(topology: Topology, rings: list[list[int]], kind: LinkKind, i
             if forced and (i, k) in forced:
                 walk[k] = forced[(i, k)]
         hops.append(walk)
-    bws = _fair_share(topology, hops)
+    bws = fair_share(topology, hops)
     sched = RingSchedule(rings, kind, [b if math.isfinite(b) else 0.0 for b in bws], intra, nodes, hops)
     sched.validate(topology.num_ranks)
     return sched
@@ -437,8 +356,8 @@ def nccl_rings(topology: Topology, max_rings: int = DEFAULT_MAX_RINGS) -> RingSc
     if max_rings < 1:
         raise SynthesisError(f"max_rings must be >= 1, got {max_rings}")
     n = topology.num_ranks
-    _check_reachable(topology, range(n))
-    hosts = _hosts(topology)
+    check_routable(topology)
+    hosts = host_groups(topology)
     if n == 1:
         return RingSchedule([[0]], LinkKind.NVLINK, [0.0], LinkKind.NVLINK, 1, [[]])
     if len(hosts) == 1:
@@ -456,7 +375,7 @@ def _node_ends(topology: Topology, members: list[int], nic: str | None, channel:
     next to a NIC take turns entering and leaving. Returns (start, ends, search order)."""
     if nic is None:
         return members[0], [r for r in members if r != members[0]], list(members)
-    dist = {r: _hop_distance(topology, topology.ranks[r], nic) for r in members}
+    dist = {r: hop_distance(topology, topology.ranks[r], nic) for r in members}
     close = sorted(members, key=lambda r: (dist[r], r))
     near = [r for r in close if dist[r][0] == dist[close[0]][0]]
     start = near[channel % len(near)]
@@ -469,7 +388,7 @@ def _multi_node_rings(topology: Topology, hosts: list[list[int]], max_rings: int
     """Rings that enter and leave every node once (module doc): one channel per NIC of
     the node with fewest NICs (one channel without NICs), every channel's chains found
     at one common speed - the highest at which all of them fit."""
-    nics = [_nics_of(topology, h) for h in hosts]
+    nics = [nics_of(topology, h) for h in hosts]
     channels = max(1, min(max_rings, min(len(x) for x in nics))) if all(nics) else 1
     for kind, allowed in _tiers(topology):
         speeds = sorted({s for h in hosts for s in _candidate_speeds(topology, h, allowed)}, reverse=True)
@@ -506,243 +425,3 @@ def _multi_node_rings(topology: Topology, hosts: list[list[int]], max_rings: int
                                                     + topology.route(nb, b).path[1:])
                 return _make_schedule(topology, rings, LinkKind.NETWORK, kind, len(hosts), forced)
     raise SynthesisError(f"{topology.name}: no chain through the GPUs of some node")  # pragma: no cover
-
-
-def plain_ring(topology: Topology) -> RingSchedule:
-    """One ring in rank order 0 -> 1 -> ... -> n-1 -> 0, whatever links that crosses."""
-    n = topology.num_ranks
-    _check_reachable(topology, range(n))
-    ring = list(range(n))
-    hosts = _hosts(topology)
-    nvl = all(_nvlink_only(topology, topology.ranks[a], topology.ranks[b]) for a, b in _cycle_hops(ring))
-    intra = LinkKind.NVLINK if nvl or n == 1 else LinkKind.PCIE
-    if len(hosts) > 1:
-        intra = LinkKind.NVLINK if all(_nvlink_only(topology, topology.ranks[a], topology.ranks[b])
-                                       for h in hosts for a, b in zip(h, h[1:])) else LinkKind.PCIE
-    kind = LinkKind.NETWORK if len(hosts) > 1 else intra
-    if n == 1:
-        return RingSchedule([[0]], kind, [0.0], intra, 1, [[]])
-    return _make_schedule(topology, [ring], kind, intra, len(hosts))
-
-
-# ----------------------------------------------------------- double binary tree ---
-def _btree_parent(n: int, r: int) -> int | None:
-    """Parent of ``r`` in NCCL's first binary tree over 0..n-1: clear r's lowest set bit
-    and set the next higher one; if that leaves the range, just clear the bit. Rank 0
-    is the root (its only child is the largest power of two below n)."""
-    if r == 0:
-        return None
-    low = r & -r
-    up = (r ^ low) | (low << 1)
-    return up if up < n else r ^ low
-
-
-def double_binary_tree_nodes(n: int) -> tuple[dict[int, int | None], dict[int, int | None]]:
-    """The two node-level trees: the first as :func:`_btree_parent`, the second its
-    mirror image (``n-1-r``) when n is even or its shift by one when n is odd, so that a
-    node is interior in at most one of the two trees (for even n)."""
-    if n < 1:
-        raise SynthesisError(f"a double binary tree needs at least one node, got {n}")
-    first = {r: _btree_parent(n, r) for r in range(n)}
-    if n % 2 == 0:
-        second = {r: (None if first[n - 1 - r] is None else n - 1 - first[n - 1 - r]) for r in range(n)}  # type: ignore[operator]
-    else:
-        second = {}
-        for r in range(n):
-            p = first[(r - 1) % n]
-            second[r] = None if p is None else (p + 1) % n
-    return first, second
-
-
-def double_binary_tree(topology: Topology, rings: RingSchedule | None = None) -> DoubleBinaryTree:
-    """NCCL's double binary tree: node trees from :func:`double_binary_tree_nodes`,
-    chains inside each node taken from the first NCCL ring (its stretch in that node),
-    the chain's first rank being the node's head in both trees. Edges between heads go
-    through a NIC next to each head (the two trees alternate among equally near NICs);
-    ``bandwidths`` share every link fairly among the edges of both trees."""
-    n = topology.num_ranks
-    rings = rings if rings is not None else nccl_rings(topology)
-    hosts = _hosts(topology)
-    host_of = {r: k for k, h in enumerate(hosts) for r in h}
-    ring = rings.rings[0]
-    if len(hosts) == 1:
-        chains = [list(ring)]
-    else:
-        chains = [[r for r in ring if host_of[r] == k] for k in range(len(hosts))]
-    node_trees = double_binary_tree_nodes(len(hosts))
-    parents = []
-    for nt in node_trees:
-        par: dict[int, int | None] = {}
-        for k, chain in enumerate(chains):
-            up = nt[k]
-            par[chain[0]] = None if up is None else chains[up][0]
-            for a, b in zip(chain, chain[1:]):
-                par[b] = a
-        parents.append(par)
-    # a head-to-head edge between nodes goes through a NIC next to each head; the two
-    # trees take turns among equally near NICs so they do not share one
-    nics = [_nics_of(topology, h) for h in hosts]
-
-    def nic_for(k: int, tree: int) -> str | None:
-        if not nics[k]:
-            return None
-        head = topology.ranks[chains[k][0]]
-        dist = {x: _hop_distance(topology, head, x) for x in nics[k]}
-        best = min(dist.values())[0]
-        near = [x for x in nics[k] if dist[x][0] == best]
-        return near[tree % len(near)]
-
-    walks = []
-    for t, par in enumerate(parents):
-        walk = []
-        for r, p in sorted(par.items()):
-            if p is None:
-                continue
-            a, b = topology.ranks[r], topology.ranks[p]
-            ka, kb = host_of[r], host_of[p]
-            na, nb = (nic_for(ka, t), nic_for(kb, t)) if ka != kb else (None, None)
-            if na is not None and nb is not None:
-                walk.append(topology.route(a, na).path + topology.route(na, nb).path[1:]
-                            + topology.route(nb, b).path[1:])
-            else:
-                walk.append(topology.route(a, b).path)
-        walks.append(walk)
-    bws = _fair_share(topology, walks)
-    dbt = DoubleBinaryTree(chains, (node_trees[0], node_trees[1]), (parents[0], parents[1]),
-                           (bws[0] if math.isfinite(bws[0]) else 0.0, bws[1] if math.isfinite(bws[1]) else 0.0),
-                           rings.intra_link_kind)
-    dbt.validate(n)
-    return dbt
-
-
-def _check_tree(parent: dict[int, int | None], ranks: list[int], what: str) -> None:
-    if sorted(parent) != ranks:
-        raise SynthesisError(f"{what} does not span the ranks")
-    roots = [r for r, p in parent.items() if p is None]
-    if len(roots) != 1:
-        raise SynthesisError(f"{what} has {len(roots)} roots")
-    for r in parent:
-        seen = set()
-        v: int | None = r
-        while v is not None:
-            if v in seen:
-                raise SynthesisError(f"{what} has a cycle through rank {r}")
-            seen.add(v)
-            v = parent[v]
-
-
-# ------------------------------------------------------- recursive halving-doubling ---
-def recursive_halving_doubling(n: int) -> HalvingDoublingSchedule:
-    """Pairings of recursive halving (reduce-scatter) / doubling (all-gather) over n
-    ranks (Thakur, Rabenseifner & Gropp 2005; BlueConnect eq. (2) for the cost)."""
-    if n < 1:
-        raise SynthesisError(f"halving-doubling needs at least one rank, got {n}")
-    k = n.bit_length() - 1
-    extra = n - (1 << k)
-    # first 2*extra ranks pair up (2i, 2i+1); the even one folds into the odd one
-    fold = [(2 * i, 2 * i + 1) for i in range(extra)]
-    core = [2 * i + 1 for i in range(extra)] + list(range(2 * extra, n))
-    steps = []
-    for s in range(k):
-        dist = 1 << (k - 1 - s)
-        steps.append([(core[i], core[i ^ dist]) for i in range(len(core)) if i < (i ^ dist)])
-    sched = HalvingDoublingSchedule(n, core, fold, steps)
-    sched.validate()
-    return sched
-
-
-# --------------------------------------------------------------- NCCL cost model ---
-PROTOCOLS = ("LL", "LL128", "Simple")
-ALGORITHMS = ("ring", "tree")
-COLLECTIVES = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce")
-
-#: base latency (us) per algorithm, per protocol (baselines-and-benchmarks.md)
-NCCL_BASE_LATENCY_US = {"tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
-                        "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}}
-#: per-hop latency (us) by link class, algorithm and protocol
-NCCL_HOP_LATENCY_US = {
-    "nvlink": {"tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0}, "ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}},
-    "pcie": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 4.0}, "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}},
-    "network": {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}, "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}},
-}
-#: share of the wire each protocol delivers (LL: half, LL128: about 92%)
-NCCL_PROTOCOL_EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
-
-
-@dataclass(frozen=True)
-class NcclEstimate:
-    """Breakdown of :func:`nccl_predicted_time` (seconds, B/s)."""
-
-    latency: float
-    bus_bandwidth: float
-    algorithm_bandwidth: float
-    time: float
-
-
-def _hop_class(kind: LinkKind) -> str:
-    return "nvlink" if kind is LinkKind.NVLINK else "network" if kind is LinkKind.NETWORK else "pcie"
-
-
-def nccl_estimate(collective: str, algorithm: str, protocol: str, n_bytes: float,
-                  target: Topology | RingSchedule | DoubleBinaryTree) -> NcclEstimate:
-    """NCCL's alpha-beta model (baselines-and-benchmarks.md):
-
-    * ring latency = base + (steps - inter steps) x intra hop + inter steps x inter hop,
-      steps = 2(n-1) for all-reduce, n-1 otherwise; inter steps = 2(nodes-1) resp. nodes-1;
-    * tree (all-reduce only) latency = base + 2((ranks per node - 1) x intra + log2(nodes) x inter);
-    * bus bandwidth = sum over channels of their bandwidth, times the protocol's share;
-      ring algorithm bandwidth = bus x n / steps for all-reduce, bus x n/(n-1) for
-      reduce-scatter/all-gather, bus for broadcast/reduce; tree halves the bus bandwidth;
-    * time = latency + n_bytes / algorithm bandwidth.
-
-    ``target`` is a topology (its NCCL rings/trees are built) or a built schedule.
-    """
-    if collective not in COLLECTIVES:
-        raise SynthesisError(f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
-    if algorithm not in ALGORITHMS:
-        raise SynthesisError(f"unknown NCCL algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
-    if protocol not in PROTOCOLS:
-        raise SynthesisError(f"unknown NCCL protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
-    if not n_bytes >= 0:
-        raise SynthesisError(f"n_bytes must be >= 0, got {n_bytes}")
-    if algorithm == "tree" and collective != "allreduce":
-        raise SynthesisError(f"NCCL's tree algorithm implements allreduce only, not {collective}")
-    if isinstance(target, Topology):
-        rings = nccl_rings(target)
-        target = double_binary_tree(target, rings) if algorithm == "tree" else rings
-    if isinstance(target, DoubleBinaryTree):
-        n, nodes = sum(len(c) for c in target.chains), target.nodes
-        intra_kind = target.intra_link_kind
-        bus = float(sum(target.bandwidths))
-    else:
-        n, nodes = target.num_ranks, target.nodes
-        intra_kind = target.intra_link_kind
-        bus = target.bus_bandwidth
-    intra = NCCL_HOP_LATENCY_US[_hop_class(intra_kind)][algorithm][protocol]
-    inter = NCCL_HOP_LATENCY_US["network"][algorithm][protocol]
-    base = NCCL_BASE_LATENCY_US[algorithm][protocol]
-    bus *= NCCL_PROTOCOL_EFFICIENCY[protocol]
-    if n <= 1:
-        return NcclEstimate(0.0, bus, math.inf, 0.0)
-    if algorithm == "ring":
-        if collective == "allreduce":
-            steps, inter_steps, ratio = 2 * (n - 1), 2 * (nodes - 1), n / (2 * (n - 1))
-        elif collective in ("reducescatter", "allgather"):
-            steps, inter_steps, ratio = n - 1, nodes - 1, n / (n - 1)
-        else:
-            steps, inter_steps, ratio = n - 1, nodes - 1, 1.0
-        lat_us = base + (steps - inter_steps) * intra + inter_steps * inter
-        algbw = bus * ratio
-    else:
-        per_node = n // nodes
-        lat_us = base + 2 * ((per_node - 1) * intra + math.log2(nodes) * inter)
-        algbw = bus * 0.5
-    latency = lat_us * 1e-6
-    time = latency + (n_bytes / algbw if algbw > 0 else (0.0 if n_bytes == 0 else math.inf))
-    return NcclEstimate(latency, bus, algbw, time)
-
-
-def nccl_predicted_time(collective: str, algorithm: str, protocol: str, n_bytes: float,
-                        target: Topology | RingSchedule | DoubleBinaryTree) -> float:
-    """Seconds NCCL's cost model predicts; see :func:`nccl_estimate`."""
-    return nccl_estimate(collective, algorithm, protocol, n_bytes, target).time

@@ -1,0 +1,356 @@
+"""The flow-graph kit every strategy builds on: a topology as capacitated arcs,
+reachability, maximum flows and minimum cuts, and the parametric ratio cut.
+
+The graph is the topology's directed links (optionally filtered by kind, see
+:func:`select_links`), with every non-GPU device (PCIe switch, CPU, NVSwitch, NIC,
+network switch) a relay: it forwards but is not a rank. GPUs outside the job are left
+out (another job's GPUs do not forward this job's data).
+
+Max-flows: :class:`MaxFlow` runs scipy's Dinic (:func:`scipy.sparse.csgraph.maximum_flow`)
+on integer capacities, which makes every bound exact: bandwidths are expressed in
+integer units of 1 MB/s (finer for slow links, coarser if a graph would overflow
+int32, :func:`capacity_unit`), exact for bandwidths quoted in GB/s or MB/s. Minimum cuts
+are read off the residual graph of a maximum flow (the side the source still reaches;
+Ford & Fulkerson, "Maximal flow through a network", Canadian Journal of Mathematics 8,
+1956, https://doi.org/10.4153/CJM-1956-045-5). The one caller whose capacities are
+real numbers - an LP's solution, in the cutting-plane loop of the tree all-reduce
+bound - uses :class:`RealMaxFlow` (igraph's push-relabel on floats), because integer
+units would blur the LP's tolerance.
+
+:func:`min_ratio_cut` minimises ``cap(out of S) / |S n sources|`` over vertex sets ``S``
+that miss a sink - the bound of all-gather, reduce-scatter, gather and scatter - by
+Dinkelbach's iteration on a parametric max-flow (W. Dinkelbach, "On nonlinear
+fractional programming", Management Science 13(7), 1967,
+https://doi.org/10.1287/mnsc.13.7.492).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable, Iterable, Sequence, Union
+
+import numpy as np
+
+from arborcc.errors import SolverLimitError, SynthesisError
+from arborcc.synth.symmetry import Orbits, graph_orbits
+from arborcc.topology.model import Link, LinkKind, Topology
+
+LinkSelector = Union[str, LinkKind, Iterable[LinkKind], Callable[[Link], bool]]
+
+INT32_MAX = 2**31 - 1
+
+
+# --- the capacitated graph ------------------------------------------------------------
+
+def select_links(topology: Topology, links: LinkSelector = "all") -> tuple[list[Link], str]:
+    """The links to use and a short description of the choice.
+
+    ``links`` is ``"all"``, ``"nvlink"`` (Blink's NVLink-only trees; NVSwitch ports are
+    NVLink), a :class:`LinkKind` or its value, an iterable of them, or a predicate
+    ``f(link) -> bool``.
+    """
+    if callable(links) and not isinstance(links, (str, LinkKind)):
+        chosen = [l for l in topology.links.values() if links(l)]
+        return chosen, getattr(links, "__name__", "custom")
+    if isinstance(links, str) and links == "all":
+        return list(topology.links.values()), "all"
+    kinds_in = [links] if isinstance(links, (str, LinkKind)) else list(links)
+    kinds: set[LinkKind] = set()
+    for k in kinds_in:
+        try:
+            kinds.add(LinkKind(k))
+        except ValueError:
+            known = ", ".join(["all"] + [x.value for x in LinkKind])
+            raise SynthesisError(f"unknown link selection {k!r} (known: {known})") from None
+    desc = "+".join(sorted(k.value for k in kinds))
+    return [l for l in topology.links.values() if l.kind in kinds], desc
+
+
+@dataclass(frozen=True, eq=False)
+class FlowGraph:
+    """A topology as arrays: arc ``i`` goes ``nodes[src[i]] -> nodes[dst[i]]`` with
+    capacity ``cap[i]`` B/s. ``ranks[k]`` is the node index of rank ``k``.
+
+    ``reversed_of_original`` is True for the reversed graph (arc ``i`` is then the
+    original link ``nodes[dst[i]] -> nodes[src[i]]``).
+    """
+
+    name: str
+    nodes: tuple[str, ...]
+    ranks: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    cap: np.ndarray
+    links: str
+    reversed_of_original: bool = False
+    index: dict = field(default_factory=dict)
+    #: orbits by fixed vertex, shared with the reversed graph (same automorphisms)
+    orbit_cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def n(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def rank_ids(self) -> tuple[str, ...]:
+        return tuple(self.nodes[i] for i in self.ranks)
+
+    def reversed(self) -> "FlowGraph":
+        return FlowGraph(self.name, self.nodes, self.ranks, self.dst, self.src, self.cap, self.links,
+                         not self.reversed_of_original, self.index, self.orbit_cache)
+
+    def with_capacities(self, cap: np.ndarray, keep: np.ndarray | None = None) -> "FlowGraph":
+        """The same graph with capacities ``cap`` (and only the arcs ``keep`` selects)."""
+        if keep is None:
+            keep = np.ones(len(self.src), dtype=bool)
+        return FlowGraph(self.name, self.nodes, self.ranks, self.src[keep], self.dst[keep], cap[keep], self.links,
+                         self.reversed_of_original, self.index)
+
+    def orbits(self, fixed: int | None = None) -> Orbits:
+        """Orbits of the automorphisms (fixing node ``fixed``), computed once."""
+        if fixed not in self.orbit_cache:
+            self.orbit_cache[fixed] = graph_orbits(self.n, self.src, self.dst, self.cap, self.ranks, fixed)
+        return self.orbit_cache[fixed]
+
+    def original_link(self, arc: int) -> tuple[str, str]:
+        """The topology link (src, dst) that arc ``arc`` stands for."""
+        a, b = self.nodes[self.src[arc]], self.nodes[self.dst[arc]]
+        return (b, a) if self.reversed_of_original else (a, b)
+
+    def out_capacity(self) -> np.ndarray:
+        """Capacity leaving each node (B/s)."""
+        out = np.zeros(self.n)
+        np.add.at(out, self.src, self.cap)
+        return out
+
+    def leaving(self, members: np.ndarray) -> np.ndarray:
+        """Boolean mask of the arcs leaving the node set ``members`` (a node mask)."""
+        return members[self.src] & ~members[self.dst]
+
+
+def flow_graph(topology: Topology, links: LinkSelector = "all") -> FlowGraph:
+    """The capacitated directed graph of ``topology`` restricted to ``links``.
+
+    Devices no selected link touches are dropped (ranks are always kept), and so are
+    GPUs that are not ranks. Raises :class:`SynthesisError` when there are fewer than
+    two ranks.
+    """
+    if topology.num_ranks < 2:
+        raise SynthesisError(f"{topology.name}: a collective needs at least 2 ranks, the topology has "
+                             f"{topology.num_ranks}")
+    chosen, desc = select_links(topology, links)
+    ranks = set(topology.ranks)
+    idle = {d.id for d in topology.devices.values() if d.is_gpu and d.id not in ranks}
+    chosen = [l for l in chosen if l.bandwidth > 0 and l.src not in idle and l.dst not in idle]
+    names = list(topology.ranks)
+    seen = set(names)
+    for l in chosen:
+        for d in (l.src, l.dst):
+            if d not in seen:
+                seen.add(d)
+                names.append(d)
+    index = {d: i for i, d in enumerate(names)}
+    src = np.array([index[l.src] for l in chosen], dtype=np.int64)
+    dst = np.array([index[l.dst] for l in chosen], dtype=np.int64)
+    cap = np.array([float(l.bandwidth) for l in chosen], dtype=float)
+    return FlowGraph(topology.name, tuple(names), np.arange(topology.num_ranks), src, dst, cap, desc,
+                     False, index)
+
+
+def root_index(g: FlowGraph, root: str | int) -> int:
+    """The node index of ``root`` (a rank id or a rank position) in ``g``."""
+    if isinstance(root, (int, np.integer)):
+        if not 0 <= root < len(g.ranks):
+            raise SynthesisError(f"{g.name}: root rank {root} does not exist ({len(g.ranks)} ranks)")
+        return int(g.ranks[root])
+    if root not in g.index or g.index[root] not in set(int(i) for i in g.ranks):
+        raise SynthesisError(f"{g.name}: root {root!r} is not a rank (ranks: {', '.join(g.rank_ids)})")
+    return g.index[root]
+
+
+# --- reachability ---------------------------------------------------------------------
+
+def reached_from(g: FlowGraph, root: int) -> np.ndarray:
+    """Boolean node mask of what ``root`` reaches along the arcs of ``g``."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import breadth_first_order
+
+    adj = csr_matrix((np.ones(len(g.src)), (g.src, g.dst)), shape=(g.n, g.n))
+    seen = np.zeros(g.n, dtype=bool)
+    seen[breadth_first_order(adj, root, directed=True, return_predecessors=False)] = True
+    return seen
+
+
+def check_reachable(g: FlowGraph, root: int, what: str, into: bool = False) -> None:
+    """Raise :class:`SynthesisError` unless node ``root`` reaches every rank of ``g``
+    (with ``into``: every rank reaches ``root``); ``what`` says what needs it."""
+    seen = reached_from(g.reversed() if into else g, root)
+    missing = [g.nodes[i] for i in g.ranks if not seen[i]]
+    if missing:
+        verb = "cannot reach" if into else "cannot be reached from"
+        raise SynthesisError(f"{g.name}: {', '.join(missing)} {verb} {g.nodes[root]} over {g.links} links ({what})")
+
+
+def check_strongly_connected(g: FlowGraph, what: str) -> None:
+    """Raise :class:`SynthesisError` unless every rank reaches every other over ``g``."""
+    r0 = int(g.ranks[0])
+    check_reachable(g, r0, what)
+    check_reachable(g, r0, what, into=True)
+
+
+def check_routable(topology: Topology, hub: int | None = None) -> None:
+    """Raise :class:`SynthesisError` unless the topology's routes join the ranks: every
+    ordered pair of ranks, or (``hub`` given, a rank index) the hub and every rank both
+    ways - what strategies that send along :meth:`Topology.route` need."""
+    ranks = topology.ranks
+    if hub is not None:
+        pairs = ((a, b) for g in ranks if g != ranks[hub] for a, b in ((ranks[hub], g), (g, ranks[hub])))
+    else:
+        pairs = ((a, b) for a in ranks for b in ranks if a != b)
+    for a, b in pairs:
+        if not topology.can_route(a, b):
+            raise SynthesisError(f"{topology.name}: GPUs {a} and {b} cannot reach each other")
+
+
+# --- integer max-flow -------------------------------------------------------------------
+
+def capacity_unit(cap: np.ndarray, largest_total: float) -> float:
+    """A power-of-ten unit (B/s) making capacities integers that do not overflow int32.
+
+    1 MB/s normally; finer when some link is slower than 1 GB/s (so every link is at
+    least 1000 units), coarser when ``largest_total`` B/s would exceed int32.
+    """
+    unit = 1e6
+    smallest = float(cap.min()) if cap.size else 1e9
+    if smallest < 1e9:
+        unit = 10.0 ** (math.floor(math.log10(smallest)) - 3)
+    while largest_total / unit > INT32_MAX / 4:
+        unit *= 10.0
+    return unit
+
+
+def integer_capacities(cap: np.ndarray, unit: float) -> np.ndarray:
+    """Capacities in whole ``unit`` s (rounded, never negative)."""
+    return np.maximum(np.rint(cap / unit), 0).astype(np.int64)
+
+
+class MaxFlow:
+    """Max-flows and minimum cuts on one integer-capacitated graph of ``n`` nodes."""
+
+    def __init__(self, n: int, src: np.ndarray, dst: np.ndarray, icap: np.ndarray):
+        from scipy.sparse import csr_matrix
+
+        if icap.size and int(icap.max()) > INT32_MAX:
+            raise SynthesisError("internal: capacity exceeds int32 after scaling")
+        self.n = n
+        self.matrix = csr_matrix((icap.astype(np.int32), (src, dst)), shape=(n, n))
+        self.matrix.sum_duplicates()
+
+    def value(self, s: int, t: int) -> tuple[int, object]:
+        """The max-flow value from ``s`` to ``t`` and the flow (for :meth:`source_side`)."""
+        from scipy.sparse.csgraph import maximum_flow
+
+        res = maximum_flow(self.matrix, int(s), int(t))
+        return int(res.flow_value), res
+
+    def source_side(self, s: int, res) -> np.ndarray:
+        """Boolean mask of the nodes ``s`` reaches in the residual graph of flow ``res``:
+        the source side of a minimum cut (the one closest to ``s``)."""
+        from scipy.sparse.csgraph import breadth_first_order
+
+        residual = (self.matrix - res.flow).tocsr()
+        residual.data = (residual.data > 0).astype(np.int8)
+        residual.eliminate_zeros()
+        seen = np.zeros(self.n, dtype=bool)
+        seen[breadth_first_order(residual, int(s), directed=True, return_predecessors=False)] = True
+        return seen
+
+    @staticmethod
+    def arc_flow(res, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """The flow of ``res`` on each arc ``src[i] -> dst[i]`` (parallel arcs share one entry)."""
+        return np.asarray(res.flow[src, dst]).ravel().astype(np.int64)
+
+
+class RealMaxFlow:
+    """Max-flows and minimum cuts on one graph whose capacities are real numbers (igraph)."""
+
+    def __init__(self, n: int, src: np.ndarray, dst: np.ndarray):
+        import igraph
+
+        self.graph = igraph.Graph(n=n, edges=list(zip(src.tolist(), dst.tolist())), directed=True)
+
+    def value(self, s: int, t: int, capacity: Sequence[float]) -> float:
+        return self.graph.maxflow_value(s, t, capacity=capacity)
+
+    def cut_arcs(self, s: int, t: int, capacity: Sequence[float]) -> list[int]:
+        """The arcs of a minimum ``s``-``t`` cut."""
+        return self.graph.mincut(s, t, capacity=capacity).cut
+
+
+# --- the parametric ratio cut -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RatioCut:
+    """The minimum of ``cap(out of S) / |S n sources|`` over node sets ``S`` missing a
+    sink: ``ratio * unit`` B/s per source, attained by ``members`` (a node mask).
+    ``arc_flow``: with one sink, an integer max-flow at that rate in units of
+    ``unit / ratio.denominator`` B/s (each source supplies ``ratio.numerator``)."""
+
+    ratio: Fraction
+    members: np.ndarray
+    unit: float
+    arc_flow: np.ndarray | None
+
+
+def min_ratio_cut(g: FlowGraph, sources: Sequence[int], sinks: Sequence[int], what: str,
+                  time_limit: float | None = None) -> RatioCut:
+    """``x* = min_S cap(out of S) / |S n sources|`` over node sets ``S`` that miss one of
+    ``sinks``, exactly (module doc).
+
+    Add a super source with an arc of capacity ``x`` to every source. A cut separating
+    it from a sink ``t`` has value ``x |sources \\ S| + cap(out of S)``, so
+    ``maxflow(s, t) = |sources| x`` for every sink iff ``x <= x*``. Starting from the
+    smallest source's out-capacity, Dinkelbach's iteration replaces ``x`` by the ratio
+    of the most violated cut until none is violated; the number of sources in the
+    minimising set strictly drops, so it ends within ``|sources|`` rounds, each one
+    integer max-flow per sink.
+    """
+    t0 = time.perf_counter()
+    K, N = len(sources), len(g.ranks)
+    out_cap = g.out_capacity()
+    x0 = float(min(out_cap[v] for v in sources))
+    # flows reach N^2 x0 (source arcs N x p, p <= N x0) and arcs are scaled by <= N
+    unit = capacity_unit(g.cap, max(N * N * x0, N * float(g.cap.max())))
+    icap = integer_capacities(g.cap, unit)
+    iout = np.zeros(g.n, dtype=np.int64)
+    np.add.at(iout, g.src, icap)
+    is_source = np.zeros(g.n, dtype=bool)
+    is_source[list(sources)] = True
+    start = min(sources, key=lambda v: iout[v])
+    ratio = Fraction(int(iout[start]), 1)
+    members = np.arange(g.n) == start
+    s = g.n  # the super source
+    src = np.concatenate([g.src, np.full(K, s)])
+    dst = np.concatenate([g.dst, np.array(sources)])
+    for _ in range(K + 2):
+        if time_limit is not None and time.perf_counter() - t0 > time_limit:
+            raise SolverLimitError(f"{g.name}: {what} bound not found within {time_limit:g} s")
+        p, q = ratio.numerator, ratio.denominator
+        mf = MaxFlow(g.n + 1, src, dst, np.concatenate([icap * q, np.full(K, p, dtype=np.int64)]))
+        improved, last = None, None
+        for t in sinks:
+            val, res = mf.value(s, t)
+            last = res
+            if val < K * p:
+                side = mf.source_side(s, res)[:g.n]
+                cand = Fraction(int(icap[g.leaving(side)].sum()), int((side & is_source).sum()))
+                if cand < ratio and (improved is None or cand < improved[0]):
+                    improved = (cand, side)
+        if improved is None:
+            flow = MaxFlow.arc_flow(last, g.src, g.dst) if len(sinks) == 1 else None
+            return RatioCut(ratio, members, unit, None if flow is None else np.maximum(flow, 0))
+        ratio, members = improved
+    raise SolverLimitError(f"{g.name}: {what} bound did not converge")  # pragma: no cover

@@ -1,0 +1,84 @@
+"""The strategy registry: every synthesis strategy, what it builds, where it lives.
+
+One entry per strategy - its name, the collectives it builds, the function that builds
+them (named as ``"module:function"`` and imported only when called, so reading the
+registry costs no heavy import) and a one-line description. ``synthesize``, ``auto``,
+the ``arborcc synth --strategy`` choices and ``docs/synthesis.md`` all read this table;
+adding a strategy is adding an entry here and its function.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from arborcc.ir.collectives import COLLECTIVES as ALL_COLLECTIVES
+
+ALLREDUCE = ("allreduce",)
+TREE_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "gather", "scatter")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A synthesis strategy.
+
+    ``function`` is ``"module:attribute"`` of a callable
+    ``f(request: SynthesisRequest) -> SynthesisResult`` (:mod:`arborcc.synth.result`);
+    ``auto_rank_limits[collective]``: ``auto`` leaves the strategy out above this many
+    ranks for that collective, where its cost explodes while others reach the bound
+    (asking for it by name still runs it).
+    """
+
+    name: str
+    collectives: tuple[str, ...]
+    function: str
+    description: str
+    auto_rank_limits: Mapping[str, int] = field(default_factory=dict)
+
+    def load(self) -> Callable:
+        """The strategy's function (imports its module)."""
+        module, _, attribute = self.function.partition(":")
+        return getattr(importlib.import_module(module), attribute)
+
+
+#: every strategy, in the order ``auto`` tries them. Rank limits measured on DGX A100
+#: fat trees, 2-core machine, with ``arborcc synth --machine dgx-a100 --nodes N
+#: --strategy S``: trees 0.3 s at 32 ranks, over its 30 s limit at 64; binary-trees
+#: 1.2 s at 32, 10 s at 64, 194 s at 128; three-phase 3.8 s at 128, 28 s at 256;
+#: nccl-ring 4.3 s at 128 and minutes at 1024, where its rings hold millions of steps,
+#: as the plain ring's two million.
+STRATEGIES: tuple[Strategy, ...] = (
+    Strategy("trees", TREE_COLLECTIVES, "arborcc.synth.strategies:synth_trees",
+             "Blink tree packing (MLSys 2020, 3.1-3.3), ForestColl per-root packings; gather/scatter as a "
+             "single-sink flow split into paths", {"allreduce": 32}),
+    Strategy("binary-trees", ALLREDUCE, "arborcc.synth.strategies:synth_binary_trees",
+             "MXNet tree all-reduce proposal: balanced max-weight binary trees, one per root", {"allreduce": 32}),
+    Strategy("blueconnect", ALLREDUCE, "arborcc.synth.strategies:synth_blueconnect",
+             "BlueConnect (SysML 2019) section 3, Algorithm 1: stages along the hierarchy"),
+    Strategy("hierarchical", ALLREDUCE, "arborcc.synth.strategies:synth_hierarchical",
+             "two-level reduce-scatter / all-gather (in each node, then across nodes)"),
+    Strategy("three-phase", ALLREDUCE, "arborcc.synth.strategies:synth_three_phase",
+             "Blink section 3.5: per-server trees, cross-server one-hop trees", {"allreduce": 128}),
+    Strategy("nccl-ring", ALLREDUCE, "arborcc.synth.strategies:synth_nccl_ring",
+             "the rings NCCL's search builds", {"allreduce": 128}),
+    Strategy("double-binary-tree", ALLREDUCE, "arborcc.synth.strategies:synth_double_binary_tree",
+             "NCCL's double binary trees over the nodes, chains inside them"),
+    Strategy("halving-doubling", ALLREDUCE, "arborcc.synth.strategies:synth_halving_doubling",
+             "recursive halving + doubling (Thakur, Rabenseifner & Gropp 2005; power-of-two ranks)"),
+    Strategy("ring", ALLREDUCE, "arborcc.synth.strategies:synth_ring",
+             "one ring in rank order (Patarasuk & Yuan 2009)", {"allreduce": 128}),
+)
+
+BY_NAME: dict[str, Strategy] = {s.name: s for s in STRATEGIES}
+
+
+def strategy_names() -> tuple[str, ...]:
+    """The registered strategy names, in registry order."""
+    return tuple(s.name for s in STRATEGIES)
+
+
+def synthesizable_collectives() -> tuple[str, ...]:
+    """The collectives some strategy builds, in :data:`arborcc.ir.collectives.COLLECTIVES` order."""
+    built = {c for s in STRATEGIES for c in s.collectives}
+    return tuple(c for c in ALL_COLLECTIVES if c in built)

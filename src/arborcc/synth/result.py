@@ -1,0 +1,66 @@
+"""What a strategy is given and what it returns.
+
+Every strategy of the registry (:mod:`arborcc.synth.registry`) is a function
+``f(request: SynthesisRequest) -> SynthesisResult``. The request carries what the
+driver (:func:`arborcc.synth.synthesis.synthesize`) has already checked and computed
+once for all strategies: a topology whose ranks reach each other, a collective the
+strategy builds, the root, the links to use, the buffer size (``None`` for large,
+bandwidth-bound buffers) and the collective's bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from arborcc.ir.model import Algorithm
+from arborcc.synth.bounds import AllreduceBound, Bound
+from arborcc.synth.lower import Lowered
+from arborcc.synth.trees import Tree
+from arborcc.topology.model import Topology
+
+
+@dataclass(frozen=True)
+class SynthesisRequest:
+    """The inputs of one strategy run (module doc). ``root`` is a rank index."""
+
+    topology: Topology
+    collective: str
+    bound: Bound | AllreduceBound
+    root: int = 0
+    links: str = "all"
+    size: int | None = None
+
+
+@dataclass
+class SynthesisResult:
+    """An algorithm with its bound and its predicted large-message algbw (B/s).
+
+    ``algbw`` is the steady-state bandwidth model's (:mod:`arborcc.sim.bandwidth`) for the
+    *emitted* algorithm, so ``ratio = algbw / bound`` says how close to optimal it is.
+    ``report`` is the verifier's, set by ``synthesize`` on the algorithm it returns.
+    """
+
+    strategy: str
+    collective: str
+    algorithm: Algorithm
+    bound: float
+    algbw: float
+    trees: list[Tree] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)  #: chunks each tree carries (same order)
+    routes: dict = field(default_factory=dict)
+    chunks: int = 0
+    synth_time: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    report: object = None  #: the :class:`arborcc.verify.VerificationReport` of ``algorithm``
+
+    @property
+    def ratio(self) -> float:
+        return self.algbw / self.bound if self.bound else 0.0
+
+    @classmethod
+    def from_lowered(cls, strategy: str, request: SynthesisRequest, lowered: Lowered, notes: list[str],
+                     trees: list[Tree] | None = None, counts: list[int] | None = None) -> "SynthesisResult":
+        """The result of a lowered schedule: its algorithm, estimate, routes and notes."""
+        return cls(strategy, request.collective, lowered.algorithm, request.bound.algbw, lowered.estimate.algbw,
+                   list(trees or []), list(counts or []), lowered.routes, lowered.chunks,
+                   notes=notes + lowered.notes)

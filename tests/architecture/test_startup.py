@@ -1,0 +1,26 @@
+"""Start-up stays light: building the CLI's parser (what ``arborcc --help`` does) loads
+no heavy library. Timing is measured by ``benchmarks/startup.py``, not here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("igraph", "matplotlib", "scipy.optimize", "networkx", "highspy", "torch")
+
+
+def _heavy_loaded_after(statements: str) -> list[str]:
+    """The heavy modules a fresh interpreter has loaded after running ``statements``."""
+    code = f"{statements}\nimport json, sys\nprint(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_building_the_parser_imports_no_heavy_library():
+    loaded = _heavy_loaded_after("import arborcc.cli.main as main\nmain.build_parser()")
+    assert loaded == [], f"building the parser imported {loaded}"
+
+
+def test_the_probe_sees_a_heavy_import():
+    assert _heavy_loaded_after("import networkx") == ["networkx"]
