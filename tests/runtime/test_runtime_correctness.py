@@ -57,7 +57,7 @@ def library_algorithm(index: int):
 
 @lru_cache(maxsize=None)
 def synthesized_algorithm(index: int):
-    from arborcc.synth.strategies import synthesize
+    from arborcc.synth import synthesize
     from arborcc.topology.allocation import induced, resolve_gpus
     from arborcc.topology.machines import build_machine
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from arborcc.errors import InputError
-from arborcc.runtime import native
+import arborcc.runtime.native as native
 
 #: element type name -> (data-plane code, bytes per element)
 DTYPES: dict[str, tuple[int, int]] = {

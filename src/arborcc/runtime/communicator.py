@@ -34,7 +34,7 @@ from arborcc.errors import InputError
 from arborcc.ir.aliasing import Mode, declared_modes
 from arborcc.ir.collectives import ROOTED
 from arborcc.ir.model import Algorithm
-from arborcc.runtime import native
+import arborcc.runtime.native as native
 from arborcc.runtime.arrays import DTYPES, ArrayRef, array_ref, check_op
 from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.lowering import LoweredRank, lower_rank
