@@ -95,3 +95,26 @@ def test_bad_calls_are_refused_before_any_communication():
                           "int32", "op: unknown reduction 'median' (known: sum, prod, min, max, avg)",
                           "root: root 7 is not a rank (0-1)", "send: 5 elements do not split into 2 blocks"]
         assert x == [2.0] * 4
+
+
+def _store_rank():
+    import os
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from arborcc.runtime import Communicator
+
+    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore("127.0.0.1", int(os.environ["MASTER_PORT"]), n, rank == 0, timedelta(seconds=30))
+    comm = Communicator.from_store(dist.PrefixStore("pg0", store), rank, n, timeout=30)
+    x = np.full(10, rank + 1.0)
+    comm.allreduce(x)
+    return x.tolist()
+
+
+def test_join_through_a_torch_store():
+    """How a torch.distributed backend (issue 13) joins: through the store it is given."""
+    pytest.importorskip("torch")
+    for x in run_ranks(_store_rank, 3, timeout=120):
+        assert x == [6.0] * 10

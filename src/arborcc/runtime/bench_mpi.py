@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import numpy as np
 
@@ -17,7 +16,7 @@ import numpy as np
 def main(spec_path: str, out_path: str) -> None:
     from mpi4py import MPI
 
-    from arborcc.runtime.benchmark import Spec, block_count, count_wrong, expected, pattern
+    from arborcc.runtime.benchmark import Spec, block_count, count_wrong, expected, pattern, time_calls
 
     with open(spec_path) as f:
         spec = Spec(**json.load(f))
@@ -63,14 +62,7 @@ def main(spec_path: str, out_path: str) -> None:
                 elif spec.collective == "alltoall":
                     comm.Alltoall(MPI.IN_PLACE if inplace else send, send if inplace else recv)
 
-            for _ in range(spec.warmup):
-                call()
-            times = []
-            for _ in range(spec.iters):
-                comm.Barrier()
-                t0 = time.perf_counter()
-                call()
-                times.append(time.perf_counter() - t0)
+            times = time_calls(call, comm.Barrier, spec.warmup, spec.iters)
             wrong = 0
             if spec.check:
                 values = pattern(spec.dtype, spec.op, count, rank, blocks_in)

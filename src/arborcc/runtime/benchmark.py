@@ -26,9 +26,6 @@ import numpy as np
 from arborcc.errors import InputError, MissingDependencyError
 from arborcc.ir.collectives import busbw_factor
 
-#: collectives the benchmark runs, with how many rank blocks the send/receive buffers hold
-BENCH_COLLECTIVES = {"allreduce": (1, 1), "allgather": (1, "n"), "reducescatter": ("n", 1), "broadcast": (1, 1),
-                     "reduce": (1, 1), "alltoall": ("n", "n")}
 BACKENDS = ("arborcc", "gloo", "mpi")
 
 
@@ -121,6 +118,19 @@ def count_wrong(got: np.ndarray, want: np.ndarray | None, op: str) -> int:
     return int(np.count_nonzero(np.abs(got - want) > tol))
 
 
+def time_calls(call, barrier, warmup: int, iters: int) -> list[float]:
+    """``warmup`` untimed calls, then ``iters`` calls each after a barrier, timed alone (s)."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(iters):
+        barrier()
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
 def rows_from_timings(backend: str, spec: Spec, per_rank: list[dict]) -> list[Row]:
     """Combine every rank's timings into rows: slowest rank per call, median over calls."""
     rows = []
@@ -193,14 +203,7 @@ def _arborcc_rank(spec: Spec) -> dict:
             base = np.ones(count * max(blocks_in, blocks_out), np_dtype)
             send, recv = _buffers(base, count, rank, blocks_in, blocks_out, inplace, spec.collective)
             try:
-                for _ in range(spec.warmup):
-                    call(send, recv, inplace)
-                times = []
-                for _ in range(spec.iters):
-                    comm.barrier()
-                    t0 = time.perf_counter()
-                    call(send, recv, inplace)
-                    times.append(time.perf_counter() - t0)
+                times = time_calls(lambda: call(send, recv, inplace), comm.barrier, spec.warmup, spec.iters)
                 wrong = 0
                 if spec.check:
                     values = pattern(spec.dtype, spec.op, count, rank, blocks_in)
@@ -299,14 +302,7 @@ def _gloo_rank(spec: Spec) -> dict:
                         raise InputError(f"the gloo back-end does not run {spec.collective}")
 
                 try:
-                    for _ in range(spec.warmup):
-                        call()
-                    times = []
-                    for _ in range(spec.iters):
-                        dist.barrier()
-                        t0 = time.perf_counter()
-                        call()
-                        times.append(time.perf_counter() - t0)
+                    times = time_calls(call, dist.barrier, spec.warmup, spec.iters)
                     wrong = 0
                     if spec.check:
                         values = torch.from_numpy(pattern(spec.dtype if spec.dtype != "bfloat16" else "float32",

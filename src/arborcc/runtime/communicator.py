@@ -54,7 +54,8 @@ class Options:
     slice_bytes: int = 1 << 20  #: pipeline slice per chunk and step (GC3's tile)
     cma_threshold: int = 16 * 1024  #: messages this large are read from the sender's memory (one copy)
     workers: int = 1  #: threads per rank: 1 = a scheduler on the calling thread, 0 = one per thread block
-    spin: int = -1  #: pauses spent spinning before yielding the core, then sleeping (-1: 1000, or 50 with more ranks than CPUs)
+    spin_us: float = -1  #: a waiting rank spins this long (-1: 500, or 2 with more ranks than CPUs) ...
+    yield_us: float = -1  #: ... then yields the CPU this long (-1: 5000, or 1000 with more ranks than CPUs), then sleeps
     slots: int = 8  #: FIFO slots per connection
     slot_bytes: int = 4 << 20  #: bytes per FIFO slot (an upper bound on one message; pages are touched only when used)
     channels: int = 32  #: channels per pair of ranks (MSCCL's maximum)
@@ -136,9 +137,12 @@ class Communicator:
                                                options.slot_bytes)
         except native.NativeCommError as e:
             raise CommunicationError(f"rank {rank}: {e}") from None
-        if options.spin < 0:
-            options.spin = 1000 if world_size <= (os.cpu_count() or 1) else 50
-        self._native.set_spin(options.spin)
+        spare_cpus = world_size <= (os.cpu_count() or 1)
+        if options.spin_us < 0:
+            options.spin_us = 500.0 if spare_cpus else 2.0
+        if options.yield_us < 0:
+            options.yield_us = 5000.0 if spare_cpus else 1000.0
+        self._native.set_waiting(options.spin_us * 1e-6, options.yield_us * 1e-6)
         if options.pin:
             pin_to_cpu(rank, world_size)
 
@@ -167,13 +171,35 @@ class Communicator:
             else:
                 name = fetch_name(where, options.timeout)
                 comm = cls(where.rank, where.world_size, name, False, options, plan)
-            try:
-                comm._native.wait_attached(options.timeout)
-            except native.NativeCommError as e:
-                raise CommunicationError(f"rank {where.rank}: {e}") from None
+            comm._call(comm._native.wait_attached, options.timeout)
         finally:
             if name is not None:
                 native.unlink(name)  # every rank has mapped it (or start-up failed): remove the name
+        return comm
+
+    @classmethod
+    def from_store(cls, store, rank: int, world_size: int, plan: Plan | None = None, key: str = "arborcc/segment",
+                   **options) -> "Communicator":
+        """Join through a key-value store (``set(key, bytes)``, and ``get(key)`` waiting for
+        the key, as torch.distributed's ``Store``): rank 0 publishes the segment's name.
+
+        This is how a torch.distributed backend joins: its creator receives the store."""
+        opts = Options.from_env(None, **options)
+        name = None
+        try:
+            if rank == 0:
+                remove_stale_segments()
+                name = f"/{SEGMENT_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+                comm = cls(0, world_size, name, True, opts, plan)
+                store.set(key, name.encode())
+            else:
+                raw = store.get(key)
+                name = raw.decode() if isinstance(raw, (bytes, bytearray)) else str(raw)
+                comm = cls(rank, world_size, name, False, opts, plan)
+            comm._call(comm._native.wait_attached, opts.timeout)
+        finally:
+            if name is not None:
+                native.unlink(name)
         return comm
 
     # -- properties --------------------------------------------------------------------
@@ -382,7 +408,7 @@ class Communicator:
             per = lw.chunks_per_block
             handle = self._call(self._native.prepare, p, [per, per, 0], [base, base, 0], count, c, DTYPES[dtype][0],
                                 op_code, max(1, slice_bytes // esize), self.options.timeout,
-                                self.options.cma_threshold, self.options.workers, self.options.spin)
+                                self.options.cma_threshold, self.options.workers)
             steps.append((handle, bool(lw.input_chunks), bool(lw.output_chunks), lw.scratch_chunks * c * esize,
                           None))
         if op == "avg" and (algo.collective != "reduce" or self.rank == root):

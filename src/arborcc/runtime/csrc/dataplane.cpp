@@ -396,28 +396,33 @@ class Communicator {
   // Everything about a call except its buffers, stored once per call shape.
   int prepare(int program, std::vector<int64_t> cpb, std::vector<int64_t> base, int64_t block_stride,
               int64_t chunk_elems, int dtype, int op, int64_t tile_elems, double timeout, uint64_t cma_threshold,
-              int workers, int spin) {
+              int workers) {
     programs_.at(program);
     if (dtype < 0 || dtype > DT_U8) throw CommError("unknown dtype code");
     if (op < 0 || op > OP_MAX) throw CommError("unknown op code");
     Prepared p{program, {cpb.at(0), cpb.at(1), cpb.at(2)}, {base.at(0), base.at(1), base.at(2)}, block_stride,
-               chunk_elems, dtype, op, tile_elems, timeout, cma_threshold, workers, spin};
+               chunk_elems, dtype, op, tile_elems, timeout, cma_threshold, workers};
     prepared_.push_back(p);
     return (int)prepared_.size() - 1;
   }
 
-  void set_spin(int spin) { default_spin_ = spin; }
+  // How a rank waits: spin for `spin_seconds`, then yield the CPU for `yield_seconds`,
+  // then sleep on its futex.
+  void set_waiting(double spin_seconds, double yield_seconds) {
+    spin_seconds_ = spin_seconds;
+    yield_seconds_ = yield_seconds;
+  }
 
   void run_prepared(int handle, uint64_t in_addr, uint64_t out_addr, uint64_t scratch_addr) {
     const Prepared& p = prepared_.at(handle);
     run(p.program, in_addr, out_addr, scratch_addr, p.cpb, p.base, p.block_stride, p.chunk_elems, p.dtype, p.op,
-        p.tile_elems, p.timeout, p.cma_threshold, p.workers, p.spin);
+        p.tile_elems, p.timeout, p.cma_threshold, p.workers);
   }
 
   // Run a registered program once over the buffers (called with the GIL released).
   void run(int program, uint64_t in_addr, uint64_t out_addr, uint64_t scratch_addr, const std::vector<int64_t>& cpb,
            const std::vector<int64_t>& base, int64_t block_stride, int64_t chunk_elems, int dtype, int op,
-           int64_t tile_elems, double timeout, uint64_t cma_threshold, int workers, int spin) {
+           int64_t tile_elems, double timeout, uint64_t cma_threshold, int workers) {
     const Program& prog = programs_.at(program);
     if (dtype < 0 || dtype > DT_U8) throw CommError("unknown dtype code");
     Geometry g;
@@ -438,7 +443,7 @@ class Communicator {
     int64_t tile = std::min<int64_t>(tile_elems > 0 ? tile_elems : chunk_elems, max_tile);
     tile = std::min(tile, chunk_elems);
     Call call{prog, g, dtype, op, tile, (chunk_elems + tile - 1) / tile, timeout, cma_ && cma_threshold > 0,
-              cma_threshold, spin, ++call_id_};
+              cma_threshold, ++call_id_};
     execute(call, workers);
   }
 
@@ -463,7 +468,7 @@ class Communicator {
       if (!process_alive(h->ranks[0].pid.load())) fail("rank 0 died before publishing the slice size");
       if (elapsed(t0) > timeout)
         fail("timed out after " + fmt(timeout) + " s waiting for rank 0 to publish the slice size");
-      wait_change(s, default_spin_, 20000000);
+      wait_change(s, 20000000);
     }
   }
 
@@ -484,14 +489,13 @@ class Communicator {
                " is gone) before the barrier");
         if (elapsed(t0) > timeout)
           fail("barrier timed out after " + fmt(timeout) + " s waiting for rank " + std::to_string(r));
-        wait_change(s, default_spin_, 2000000);
+        wait_change(s, 2000000);
       }
     }
   }
 
  private:
   static constexpr uint64_t PROBE = 0x5ca1ab1e0ddba11ULL;
-  static constexpr double YIELD_SECONDS = 200e-6;
 
   struct Prepared {
     int program;
@@ -501,7 +505,7 @@ class Communicator {
     int64_t tile_elems;
     double timeout;
     uint64_t cma_threshold;
-    int workers, spin;
+    int workers;
   };
 
   struct Call {
@@ -512,7 +516,6 @@ class Communicator {
     double timeout;
     bool cma;
     uint64_t cma_threshold;
-    int spin;
     uint64_t id;
   };
 
@@ -540,21 +543,24 @@ class Communicator {
     if (c.sleeping.load(std::memory_order_seq_cst)) futex(&c.seq, FUTEX_WAKE, INT_MAX, nullptr);
   }
 
-  // Wait until this rank's sequence word leaves `s`: spin `spin` pauses (a peer on
-  // another core answers within microseconds), then yield the core for up to
-  // YIELD_SECONDS (a peer waiting for this core runs; with nothing else to run the yield
-  // returns at once, so this is polling), then sleep on the futex for at most `nanos`.
-  void wait_change(uint32_t s, int spin, long nanos) {
+  // Wait until this rank's sequence word leaves `s`: spin (a peer on another CPU answers
+  // within microseconds), then yield the CPU (a peer waiting for this CPU runs), then
+  // sleep on the futex for at most `nanos`.
+  void wait_change(uint32_t s, long nanos) {
     RankCell& me = seg_.hdr()->ranks[rank_];
-    for (int i = 0; i < spin; ++i) {
-      if (me.seq.load(std::memory_order_relaxed) != s) return;
-      _mm_pause();
-    }
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0;; ++i) {
       if (me.seq.load(std::memory_order_relaxed) != s) return;
-      sched_yield();
-      if ((i & 15) == 15 && elapsed(t0) > YIELD_SECONDS) break;
+      _mm_pause();
+      if ((i & 63) == 63 && elapsed(t0) > spin_seconds_) break;
+    }
+    if (yield_seconds_ > 0) {
+      t0 = std::chrono::steady_clock::now();
+      for (int i = 0;; ++i) {
+        if (me.seq.load(std::memory_order_relaxed) != s) return;
+        sched_yield();
+        if ((i & 15) == 15 && elapsed(t0) > yield_seconds_) break;
+      }
     }
     sleep_on_seq(s, nanos);
   }
@@ -912,7 +918,7 @@ class Communicator {
       }
       if (active.empty()) break;
       // nothing can move: spin briefly, then sleep until a peer bumps our sequence word
-      wait_change(seq, call.spin, 20000000);  // 20 ms slices between checks
+      wait_change(seq, 20000000);  // 20 ms slices between checks
       auto now = std::chrono::steady_clock::now();
       if (std::chrono::duration<double>(now - last_check).count() > 0.1 ||
           std::chrono::duration<double>(now - last_progress).count() > call.timeout) {
@@ -936,7 +942,7 @@ class Communicator {
       while (c->tail.load(std::memory_order_acquire) < st[t].last_remote) {
         uint32_t seq = me.seq.load(std::memory_order_seq_cst);
         if (c->tail.load(std::memory_order_acquire) >= st[t].last_remote) break;
-        wait_change(seq, call.spin, 20000000);
+        wait_change(seq, 20000000);
         if (elapsed(last_check) > 0.1) {
           last_check = std::chrono::steady_clock::now();
           check_abort();
@@ -1052,7 +1058,7 @@ class Communicator {
   bool cma_ = false;
   uint64_t call_id_ = 0;
   uint64_t barrier_gen_ = 0;
-  int default_spin_ = 200;
+  double spin_seconds_ = 20e-6, yield_seconds_ = 200e-6;
   volatile uint64_t probe_value_ = PROBE;
   std::atomic<int64_t> remote_outstanding_{0};
   std::vector<Program> programs_;
@@ -1132,7 +1138,7 @@ PYBIND11_MODULE(native, m) {
       .def("abort_message", &Communicator::abort_message)
       .def("register_program", &Communicator::register_program)
       .def("prepare", &Communicator::prepare)
-      .def("set_spin", &Communicator::set_spin)
+      .def("set_waiting", &Communicator::set_waiting)
       .def("run_prepared", &Communicator::run_prepared, py::call_guard<py::gil_scoped_release>())
       .def("publish", &Communicator::publish)
       .def("wait_published", &Communicator::wait_published, py::call_guard<py::gil_scoped_release>())
