@@ -1,0 +1,112 @@
+"""The data path of the backend: shared memory inside a host, the torch.distributed
+executor between hosts.
+
+On one host every collective is the shared-memory runtime's
+(:class:`arborcc.runtime.Communicator`). Across hosts (:class:`~arborcc.torch.hosts.HostLayout`):
+
+- all-reduce is hierarchical, as in BlueConnect (M. Cho, U. Finkler, D. Kung, H. Hunter,
+  "BlueConnect: Decomposing All-Reduce for Deep Learning on Heterogeneous Network
+  Hierarchy", SysML 2019): a reduce-scatter inside each host, an all-reduce of each
+  rank's shard among the ranks at the same position on every host (the executor over a
+  gloo group of those ranks, running arborcc's algorithm for that group), an all-gather
+  inside each host. When the hosts run different numbers of ranks or the tensor does
+  not split into the host's ranks: an all-reduce inside the host, one between the first
+  ranks of the hosts, a broadcast inside the host;
+- the other collectives run one arborcc algorithm over every rank with the executor
+  (:class:`arborcc.torch.executor.GroupExecutor`) on a gloo group of the whole job.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from arborcc.runtime.plan import Plan
+from arborcc.torch.hosts import HostLayout
+
+
+class Transport:
+    """The collectives of one rank of the backend, on flat contiguous CPU tensors."""
+
+    def __init__(self, store, rank: int, size: int, timeout: timedelta, layout: HostLayout, world_gloo,
+                 plan: Plan | None = None):
+        from arborcc.runtime.communicator import Communicator
+        from arborcc.torch.executor import GroupExecutor
+
+        import torch.distributed as dist
+
+        self.rank, self.size, self.layout = rank, size, layout
+        seconds = timeout.total_seconds()
+        host = layout.host_of(rank)
+        self.local_ranks = layout.hosts[host]
+        self.local_rank = self.local_ranks.index(rank)
+        self.multi_host = len(layout.hosts) > 1
+        self.local = Communicator.from_store(dist.PrefixStore(f"arborcc/shm{host}/", store), self.local_rank,
+                                             len(self.local_ranks), plan, timeout=seconds)
+        self.inter = self.leaders = self.world = None
+        if self.multi_host:
+            peers = layout.peers(rank)
+            self.inter = GroupExecutor(
+                dist.ProcessGroupGloo(dist.PrefixStore(f"arborcc/inter{self.local_rank}/", store),
+                                      peers.index(rank), len(peers), timeout),
+                timeout=seconds, plan=plan, rank_names=list(peers))
+            self.leaders = self.inter if self.local_rank == 0 else None
+            self.world = GroupExecutor(world_gloo, timeout=seconds, plan=plan)
+
+    def close(self) -> None:
+        self.local.close()
+
+    def barrier(self) -> None:
+        self.local.barrier()
+        if self.multi_host:
+            self.world.group.barrier().wait()
+            self.local.barrier()
+
+    def allreduce(self, t, op: str) -> None:
+        if not self.multi_host:
+            self.local.allreduce(t, op=op)
+            return
+        step = "sum" if op == "avg" else op
+        n, parts = t.numel(), len(self.local_ranks)
+        if self.layout.uniform and n % parts == 0:
+            c = n // parts
+            shard = t[self.local_rank * c:(self.local_rank + 1) * c]
+            self.local.reduce_scatter(t, shard, op=step)
+            self.inter.allreduce(shard, step)
+            self.local.allgather(shard, t)
+        else:
+            self.local.allreduce(t, op=step)
+            if self.leaders is not None:
+                self.leaders.allreduce(t, step)
+            self.local.broadcast(t, root=0)
+        if op == "avg":
+            t.div_(self.size)
+
+    def broadcast(self, t, root: int) -> None:
+        if self.multi_host:
+            self.world.broadcast(t, root)
+        else:
+            self.local.broadcast(t, root=root)
+
+    def reduce(self, t, root: int, op: str) -> None:
+        if self.multi_host:
+            self.world.reduce(t, root, op)
+        else:
+            self.local.reduce(t, root=root, op=op)
+
+    def allgather(self, send, recv) -> None:
+        if self.multi_host:
+            self.world.allgather(send, recv)
+        else:
+            self.local.allgather(send, recv)
+
+    def reduce_scatter(self, send, recv, op: str) -> None:
+        if self.multi_host:
+            self.world.reduce_scatter(send, recv, op)
+        else:
+            self.local.reduce_scatter(send, recv, op=op)
+
+    def alltoall(self, send, recv) -> None:
+        if self.multi_host:
+            self.world.alltoall(send, recv)
+        else:
+            self.local.alltoall(send, recv)
