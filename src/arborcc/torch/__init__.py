@@ -19,10 +19,11 @@ from arborcc.lazy import lazy_exports
 #: public name -> module that defines it (imported on first use)
 EXPORTS = {
     "GroupExecutor": "arborcc.torch.executor",
-    "ArborccProcessGroup": "arborcc.torch.backend",
+    "process_group_class": "arborcc.torch.backend",
     "register_backend": "arborcc.torch.backend",
     "allreduce_hook": "arborcc.torch.hook",
     "hook_state": "arborcc.torch.hook",
+    "FallbackWarning": "arborcc.torch.fallback",
     "init": "arborcc.torch.launch",
 }
 __getattr__, __dir__ = lazy_exports(__name__, EXPORTS)
