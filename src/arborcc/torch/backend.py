@@ -94,7 +94,7 @@ def define_process_group():
             op = reduction_name(opts.reduceOp)
             why = unsupported(tensors, op)
             if why:
-                return self.fallback.call("allreduce", why, tensors, opts)
+                return self.fallback.call("all_reduce", why, tensors, opts, method="allreduce")
 
             def run():
                 for t in tensors:
@@ -135,7 +135,7 @@ def define_process_group():
                             for lst, i in zip(output_lists, inputs))
             why = unsupported(list(inputs) + outs) or (None if shapes_ok else "outputs unlike the input")
             if why:
-                return self.fallback.call("allgather", why, output_lists, inputs, opts)
+                return self.fallback.call("all_gather", why, output_lists, inputs, opts, method="allgather")
 
             def run():
                 for lst, inp in zip(output_lists, inputs):
@@ -150,7 +150,7 @@ def define_process_group():
             why = unsupported([output, input]) or (
                 None if output.numel() == self._size * input.numel() else "an output not world_size inputs")
             if why:
-                return self.fallback.call("_allgather_base", why, output, input, opts)
+                return self.fallback.call("all_gather_into_tensor", why, output, input, opts, method="_allgather_base")
             return self._run(lambda: self.transport.allgather(input.view(-1), output.view(-1)), [output], opts)
 
         _allgather_base = all_gather_single
@@ -159,7 +159,8 @@ def define_process_group():
             opts = opts or dist.AllgatherOptions()
             why = unsupported(list(outputs) + list(inputs))
             if why:
-                return self.fallback.call("allgather_into_tensor_coalesced", why, outputs, inputs, opts)
+                return self.fallback.call("all_gather_into_tensor (coalesced)", why, outputs, inputs, opts,
+                                          method="allgather_into_tensor_coalesced")
 
             def run():
                 for o, i in zip(outputs, inputs):
@@ -188,7 +189,7 @@ def define_process_group():
             why = unsupported([output, input], op) or (
                 None if input.numel() == self._size * output.numel() else "an input not world_size outputs")
             if why:
-                return self.fallback.call("_reduce_scatter_base", why, output, input, opts)
+                return self.fallback.call("reduce_scatter_tensor", why, output, input, opts, method="_reduce_scatter_base")
             return self._run(lambda: self.transport.reduce_scatter(input.view(-1), output.view(-1), op), [output],
                              opts)
 
@@ -199,7 +200,8 @@ def define_process_group():
             op = reduction_name(opts.reduceOp)
             why = unsupported(list(outputs) + list(inputs), op)
             if why:
-                return self.fallback.call("reduce_scatter_tensor_coalesced", why, outputs, inputs, opts)
+                return self.fallback.call("reduce_scatter_tensor (coalesced)", why, outputs, inputs, opts,
+                                          method="reduce_scatter_tensor_coalesced")
 
             def run():
                 for o, i in zip(outputs, inputs):
@@ -216,7 +218,8 @@ def define_process_group():
             why = unsupported([output, input]) or (
                 None if even and n % self._size == 0 and output.numel() == n else "unequal splits")
             if why:
-                return self.fallback.call("alltoall_base", why, output, input, output_splits, input_splits, opts)
+                return self.fallback.call("all_to_all_single", why, output, input, output_splits, input_splits, opts,
+                                          method="alltoall_base")
             return self._run(lambda: self.transport.alltoall(input.view(-1), output.view(-1)), [output], opts)
 
         alltoall_base = all_to_all_single
@@ -243,7 +246,8 @@ def define_process_group():
             return self.fallback.call("scatter", "scatter", outputs, inputs, opts or dist.ScatterOptions())
 
         def alltoall(self, outputs, inputs, opts=None):
-            return self.fallback.call("alltoall", "lists of tensors", outputs, inputs, opts or dist.AllToAllOptions())
+            return self.fallback.call("all_to_all", "lists of tensors", outputs, inputs, opts or dist.AllToAllOptions(),
+                                      method="alltoall")
 
     return ArborccProcessGroup
 

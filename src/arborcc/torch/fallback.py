@@ -25,11 +25,12 @@ class GlooFallback:
         self.group = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
         self.warned: set[tuple[str, str]] = set()
 
-    def call(self, collective: str, reason: str, *args):
-        """Run ``collective`` (a ProcessGroupGloo method name) with ``args`` on gloo."""
+    def call(self, collective: str, reason: str, *args, method: str | None = None):
+        """Run ``collective`` (torch.distributed's name; ``method`` the ProcessGroupGloo
+        method, by default the same name) with ``args`` on gloo."""
         key = (collective, reason)
         if key not in self.warned:
             self.warned.add(key)
             warnings.warn(f"arborcc does not implement {collective} for {reason}; running it on gloo "
                           f"(warned once)", FallbackWarning, stacklevel=3)
-        return getattr(self.group, collective)(*args)
+        return getattr(self.group, method or collective)(*args)

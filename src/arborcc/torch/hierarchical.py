@@ -18,8 +18,11 @@ On one host every collective is the shared-memory runtime's
 
 from __future__ import annotations
 
+import re
+from contextlib import contextmanager
 from datetime import timedelta
 
+from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.plan import Plan
 from arborcc.torch.hosts import HostLayout
 
@@ -55,11 +58,22 @@ class Transport:
     def close(self) -> None:
         self.local.close()
 
+    @contextmanager
+    def job_ranks(self):
+        """Errors of the host's communicator name its ranks by their ranks in the job."""
+        try:
+            yield
+        except CommunicationError as e:
+            if not self.multi_host:
+                raise
+            text = re.sub(r"\brank (\d+)", lambda m: f"rank {self.local_ranks[int(m.group(1))]}", str(e))
+            raise CommunicationError(text) from None
+
     def barrier(self) -> None:
-        self.local.barrier()
+        with self.job_ranks():
+            self.local.barrier()
         if self.multi_host:
             self.world.group.barrier().wait()
-            self.local.barrier()
 
     def allreduce(self, t, op: str) -> None:
         if not self.multi_host:
@@ -70,14 +84,18 @@ class Transport:
         if self.layout.uniform and n % parts == 0:
             c = n // parts
             shard = t[self.local_rank * c:(self.local_rank + 1) * c]
-            self.local.reduce_scatter(t, shard, op=step)
+            with self.job_ranks():
+                self.local.reduce_scatter(t, shard, op=step)
             self.inter.allreduce(shard, step)
-            self.local.allgather(shard, t)
+            with self.job_ranks():
+                self.local.allgather(shard, t)
         else:
-            self.local.allreduce(t, op=step)
+            with self.job_ranks():
+                self.local.allreduce(t, op=step)
             if self.leaders is not None:
                 self.leaders.allreduce(t, step)
-            self.local.broadcast(t, root=0)
+            with self.job_ranks():
+                self.local.broadcast(t, root=0)
         if op == "avg":
             t.div_(self.size)
 
