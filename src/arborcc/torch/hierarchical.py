@@ -27,6 +27,10 @@ from arborcc.runtime.plan import Plan
 from arborcc.torch.hosts import HostLayout
 
 
+#: starts the part of an abort message whose ranks are already the job's
+JOB_RANKS_MARK = "(job ranks) "
+
+
 class Transport:
     """The collectives of one rank of the backend, on flat contiguous CPU tensors."""
 
@@ -60,20 +64,40 @@ class Transport:
 
     @contextmanager
     def job_ranks(self):
-        """Errors of the host's communicator name its ranks by their ranks in the job."""
+        """Errors name ranks by their ranks in the job, and a failure between hosts stops
+        this host's other ranks too (their calls fail with the same message)."""
         try:
             yield
         except CommunicationError as e:
             if not self.multi_host:
                 raise
-            text = re.sub(r"\brank (\d+)", lambda m: f"rank {self.local_ranks[int(m.group(1))]}", str(e))
+            text = str(e)
+            if getattr(e, "local", True):  # the host's communicator numbers ranks 0..L-1 (up to our mark)
+                local, mark, job = text.partition(JOB_RANKS_MARK)
+                text = re.sub(r"\brank (\d+)", self.job_rank, local) + job
+            try:
+                self.local.abort(JOB_RANKS_MARK + text)
+            except Exception:  # already failed: its ranks know
+                pass
             raise CommunicationError(text) from None
+
+    def job_rank(self, m: re.Match) -> str:
+        r = int(m.group(1))
+        return f"rank {self.local_ranks[r]}" if r < len(self.local_ranks) else m.group(0)
+
+    def between_hosts(self, fn, *args) -> None:
+        """``fn(*args)`` on an executor (whose errors already name the job's ranks)."""
+        try:
+            fn(*args)
+        except CommunicationError as e:
+            e.local = False
+            raise
 
     def barrier(self) -> None:
         with self.job_ranks():
             self.local.barrier()
-        if self.multi_host:
-            self.world.group.barrier().wait()
+            if self.multi_host:
+                self.between_hosts(lambda: self.world.group.barrier().wait())
 
     def allreduce(self, t, op: str) -> None:
         if not self.multi_host:
@@ -81,20 +105,17 @@ class Transport:
             return
         step = "sum" if op == "avg" else op
         n, parts = t.numel(), len(self.local_ranks)
-        if self.layout.uniform and n % parts == 0:
-            c = n // parts
-            shard = t[self.local_rank * c:(self.local_rank + 1) * c]
-            with self.job_ranks():
+        with self.job_ranks():
+            if self.layout.uniform and n % parts == 0:
+                c = n // parts
+                shard = t[self.local_rank * c:(self.local_rank + 1) * c]
                 self.local.reduce_scatter(t, shard, op=step)
-            self.inter.allreduce(shard, step)
-            with self.job_ranks():
+                self.between_hosts(self.inter.allreduce, shard, step)
                 self.local.allgather(shard, t)
-        else:
-            with self.job_ranks():
+            else:
                 self.local.allreduce(t, op=step)
-            if self.leaders is not None:
-                self.leaders.allreduce(t, step)
-            with self.job_ranks():
+                if self.leaders is not None:
+                    self.between_hosts(self.leaders.allreduce, t, step)
                 self.local.broadcast(t, root=0)
         if op == "avg":
             t.div_(self.size)
