@@ -16,7 +16,7 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
           torch.int64, torch.uint8, torch.bool, torch.complex64]
 OPS = [dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX, dist.ReduceOp.AVG,
        dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR]
-SIZES = [1, 7, 1000, 65539]
+SIZES = [1, 7, 4099]
 compared, skipped, wrong = 0, set(), []
 
 def data(dtype, n, seed, op=None):
@@ -134,7 +134,7 @@ def test_every_collective_dtype_and_op_equals_gloo(tmp_path):
         (r,) = said[rank]
         assert r["backend"] == "arborcc"
         assert r["nwrong"] == 0, r["wrong"]
-        assert r["compared"] > 900
+        assert r["compared"] > 700
         assert r["async"] == [64.0, 4.0, 64.0, True]
         # what arborcc lacks went to gloo, each kind warned about once
         assert r["repeated"] == 1
@@ -160,7 +160,7 @@ for built in (ring_allreduce(w, channels=2, inplace=True), allpairs_allreduce(w)
               ring_allgather(w), ring_reducescatter(w)):
     algo = built.algorithm
     for dtype in (torch.float32, torch.float64, torch.int64):
-        for n in (w * 6, w * 6 * 1000 + 5 * w):
+        for n in (w * 6, w * 6 * 100 + 5 * w):
             blocks = w if algo.collective == "reducescatter" else 1
             x = (torch.randn(n * blocks, generator=torch.Generator().manual_seed(rank + n)) * 100).to(dtype)
             if algo.collective == "allreduce":  # the library's all-reduces run in place
