@@ -152,7 +152,7 @@ from arborcc.library.halving_doubling import hd_allreduce
 from arborcc.library.ring import ring_allgather, ring_allreduce, ring_reducescatter
 from arborcc.torch.executor import GroupExecutor
 gloo = dist.new_group(backend="gloo")
-ex = GroupExecutor(gloo, timeout=60)
+ex = GroupExecutor(gloo, timeout=60, tile_bytes=16 << 10)  # several tiles per chunk
 comm = dist.group.WORLD.transport.local  # this host's shared-memory communicator
 w = dist.get_world_size()
 results = []
@@ -160,7 +160,7 @@ for built in (ring_allreduce(w, channels=2, inplace=True), allpairs_allreduce(w)
               ring_allgather(w), ring_reducescatter(w)):
     algo = built.algorithm
     for dtype in (torch.float32, torch.float64, torch.int64):
-        for n in (w * 6, w * 6 * 100 + 5 * w):
+        for n in (w * 6, w * 6 * 2000 + 5 * w):
             blocks = w if algo.collective == "reducescatter" else 1
             x = (torch.randn(n * blocks, generator=torch.Generator().manual_seed(rank + n)) * 100).to(dtype)
             if algo.collective == "allreduce":  # the library's all-reduces run in place

@@ -22,8 +22,11 @@ thread block reaches it; one into the destination waits for the step's dependenc
 Completion of an operation is awaited by a helper thread (gloo's Work objects cannot be
 polled), which wakes the issuing thread, so a rank always reacts to whichever message
 arrives first - waiting on one fixed receive could deadlock an algorithm whose peers
-wait on this rank's later sends. A send whose source memory a later step may write is
-sent from a copy (the IR's semantics: a send captures its data when it is posted).
+wait on this rank's later sends. Sends read the caller's memory where it is, without a
+copy; a step that would write memory a send in flight still reads waits for that send
+to complete (a receive that would land there goes to a temporary buffer instead, so a
+pair of ranks exchanging the same chunks cannot block each other) - the IR's semantics,
+a send captures its data when it is posted, without copying.
 
 References:
 
@@ -52,27 +55,32 @@ OP_OF_CODE = {code: op for op, code in STEP_CODE.items()}
 SEND_BUFFER, RECV_BUFFER, SCRATCH_BUFFER = 0, 1, 2
 #: the reductions the executor computes (avg is a sum, then a division)
 REDUCTIONS = ("sum", "prod", "min", "max", "avg")
+#: tags per tile: a connection's tag is its channel + CHANNEL_TAGS * tile (MSCCL has at most 32 channels)
+CHANNEL_TAGS = 64
 
 
 @dataclass(frozen=True)
 class Geometry:
     """Where the chunks of a call's buffers are: ``per_block`` chunks of ``chunk`` elements
-    in each rank block of ``count`` elements, starting ``base`` elements into the block
-    (scratch chunks are contiguous)."""
+    in each rank block of ``count`` elements, ``stride`` elements apart (0: ``chunk``),
+    starting ``base`` elements into the block (scratch chunks are contiguous). A tile of
+    a call is its chunks' elements ``base .. base + chunk`` within chunks of ``stride``."""
 
     count: int
     chunk: int
     per_block: int
     base: int
+    stride: int = 0
 
     def ranges(self, buf: int, first: int, n: int) -> list[tuple[int, int]]:
         """Element ranges ``[start, stop)`` of chunks ``first .. first + n - 1``, adjacent ones merged."""
         c = self.chunk
         if buf == SCRATCH_BUFFER:
             return [(first * c, (first + n) * c)]
+        stride = self.stride or c
         out: list[tuple[int, int]] = []
         for k in range(first, first + n):
-            start = (k // self.per_block) * self.count + (k % self.per_block) * c + self.base
+            start = (k // self.per_block) * self.count + (k % self.per_block) * stride + self.base
             if out and out[-1][1] == start:
                 out[-1] = (out[-1][0], start + c)
             else:
@@ -162,11 +170,13 @@ class GroupExecutor:
 
     ``rank_names`` gives the rank each group rank is called in errors (default: itself);
     ``tagged`` False for back-ends that ignore tags (batched issue; NCCL); ``timeout`` is
-    the seconds a call may wait without any operation completing.
+    the seconds a call may wait without any operation completing; chunks larger than
+    ``tile_bytes`` run as tiles of at most that size, all in flight at once (a pipeline,
+    as GC3's runtime tiles large buffers; tiles need tags, so untagged back-ends run one).
     """
 
     def __init__(self, group, timeout: float = 1800.0, plan: Plan | None = None, rank_names: list[int] | None = None,
-                 tagged: bool = True, tag_base: int = 0):
+                 tagged: bool = True, tag_base: int = 0, tile_bytes: int = 1 << 20):
         self.group = group
         self.rank, self.size = group.rank(), group.size()
         self.timeout = timeout
@@ -174,6 +184,7 @@ class GroupExecutor:
         self.rank_names = rank_names or list(range(self.size))
         self.tagged = tagged
         self.tag_base = tag_base
+        self.tile_bytes = tile_bytes
         self._programs: dict[tuple[int, Mode], tuple[Algorithm, LoweredRank, list[LoweredThreadBlock]]] = {}
         self.waiters = Waiters()
 
@@ -270,10 +281,14 @@ class GroupExecutor:
             raise InputError(f"{count} elements do not divide into the {low.chunks_per_block} chunks of a custom "
                              f"collective", source=algo.name)
         if chunk:
-            self._run(tbs, low, Geometry(count, chunk, low.chunks_per_block, 0), flat, op, send)
+            tiles = max(1, -(-chunk * send.element_size() // self.tile_bytes)) if self.tagged else 1
+            size = -(-chunk // tiles)
+            geos = [Geometry(count, min(size, chunk - t), low.chunks_per_block, t, chunk)
+                    for t in range(0, chunk, size)]
+            self._run(tbs, low, geos, flat, op, send)
         if tail:
             f_low, f_tbs = self._program(fallback_algorithm(algo.collective, self.size, mode, root), mode)
-            self._run(f_tbs, f_low, Geometry(count, tail, 1, low.chunks_per_block * chunk), flat, op, send)
+            self._run(f_tbs, f_low, [Geometry(count, tail, 1, low.chunks_per_block * chunk)], flat, op, send)
         if op == "avg" and (algo.collective != "reduce" or self.rank == root):
             if low.output_chunks:
                 flat[RECV_BUFFER].div_(self.size)
@@ -282,14 +297,18 @@ class GroupExecutor:
             else:
                 flat[SEND_BUFFER].div_(self.size)
 
-    def _run(self, tbs: list[LoweredThreadBlock], low: LoweredRank, geo: Geometry, flat: dict, op: str,
+    def _run(self, tbs: list[LoweredThreadBlock], low: LoweredRank, geos: list[Geometry], flat: dict, op: str,
              like) -> None:
         import torch
 
-        bufs = dict(flat)
-        if low.scratch_chunks:
-            bufs[SCRATCH_BUFFER] = torch.empty(low.scratch_chunks * geo.chunk, dtype=like.dtype, device=like.device)
-        Run(self, tbs, geo, bufs, _reducer(op), like).execute()
+        tiles = []
+        for geo in geos:
+            bufs = dict(flat)
+            if low.scratch_chunks:
+                bufs[SCRATCH_BUFFER] = torch.empty(low.scratch_chunks * geo.chunk, dtype=like.dtype,
+                                                   device=like.device)
+            tiles.append((geo, bufs))
+        Run(self, tbs, tiles, _reducer(op), like).execute()
 
     # -- transport -------------------------------------------------------------------
 
@@ -308,53 +327,66 @@ class GroupExecutor:
 
 class Run:
     """One execution of one rank's thread blocks on one call's buffers (see the module
-    docstring for the progress rule)."""
+    docstring for the progress rule), once per tile: ``tiles`` holds each tile's geometry
+    and buffers; thread block ``i`` of the run is thread block ``i % T`` of the program
+    (``T`` of them) on tile ``i // T``, its messages tagged apart from other tiles'."""
 
-    def __init__(self, ex: GroupExecutor, tbs: list[LoweredThreadBlock], geo: Geometry, bufs: dict, reduce_fn,
-                 like):
-        self.ex, self.tbs, self.geo, self.bufs, self.reduce_fn, self.like = ex, tbs, geo, bufs, reduce_fn, like
-        self.pos = [0] * len(tbs)
-        self.pending: list[tuple | None] = [None] * len(tbs)  # (token, buffer, into destination)
+    def __init__(self, ex: GroupExecutor, tbs: list[LoweredThreadBlock], tiles: list[tuple[Geometry, dict]],
+                 reduce_fn, like):
+        self.ex, self.reduce_fn, self.like = ex, reduce_fn, like
+        self.per_tile = len(tbs)
+        self.tbs = [tb for _ in tiles for tb in tbs]
+        self.geos = [geo for geo, _ in tiles]
+        self.bufs = [bufs for _, bufs in tiles]
+        self.pos = [0] * len(self.tbs)
+        self.pending: list[tuple | None] = [None] * len(self.tbs)  # (token, buffer, into destination)
         self.finished: set[int] = set()  # tokens of completed operations
         self.failed: dict[int, BaseException] = {}
         self.inflight: dict[int, tuple[str, int]] = {}  # token -> ("send"/"recv", peer)
         self.sends: list = []  # payloads kept alive until their sends complete
+        self.busy: dict[int, list[tuple[int, int, int]]] = {}  # send token -> (buffer, start, stop) it reads
         self.done = queue.SimpleQueue()
         self.next_token = 0
-        self.new_sends: list[tuple[int, int, object]] = []
+        self.new_sends: list[tuple[int, int, object, list | None]] = []
         self.new_recvs: list[tuple[int, int, object, int]] = []
 
     # -- memory ------------------------------------------------------------------------
 
-    def view(self, where: tuple[int, int], n: int):
-        """The chunks as one tensor view, or None when they are not contiguous."""
-        buf, first = where
-        ranges = self.geo.ranges(buf, first, n)
+    def ranges(self, i: int, where: tuple[int, int], n: int) -> list[tuple[int, int]]:
+        return self.geos[i // self.per_tile].ranges(where[0], where[1], n)
+
+    def view(self, i: int, where: tuple[int, int], n: int):
+        """Thread block ``i``'s chunks as one tensor view, or None when they are not contiguous."""
+        ranges = self.ranges(i, where, n)
         if len(ranges) != 1:
             return None
         start, stop = ranges[0]
-        return self.bufs[buf][start:stop]
+        return self.bufs[i // self.per_tile][where[0]][start:stop]
 
-    def read(self, where: tuple[int, int], n: int):
+    def read(self, i: int, where: tuple[int, int], n: int):
         import torch
 
-        v = self.view(where, n)
+        v = self.view(i, where, n)
         if v is not None:
             return v
-        buf, first = where
-        return torch.cat([self.bufs[buf][a:b] for a, b in self.geo.ranges(buf, first, n)])
+        buf = self.bufs[i // self.per_tile][where[0]]
+        return torch.cat([buf[a:b] for a, b in self.ranges(i, where, n)])
 
-    def write(self, where: tuple[int, int], n: int, value) -> None:
-        buf, first = where
+    def write(self, i: int, where: tuple[int, int], n: int, value) -> None:
+        buf = self.bufs[i // self.per_tile][where[0]]
         at = 0
-        for a, b in self.geo.ranges(buf, first, n):
-            self.bufs[buf][a:b].copy_(value[at:at + b - a])
+        for a, b in self.ranges(i, where, n):
+            buf[a:b].copy_(value[at:at + b - a])
             at += b - a
 
-    def temp(self, n: int):
+    def temp(self, i: int, n: int):
         import torch
 
-        return torch.empty(n * self.geo.chunk, dtype=self.like.dtype, device=self.like.device)
+        return torch.empty(n * self.geos[i // self.per_tile].chunk, dtype=self.like.dtype, device=self.like.device)
+
+    def channel(self, i: int, tb: LoweredThreadBlock) -> int:
+        """The tag of ``tb``'s connection on thread block ``i``'s tile."""
+        return tb.channel + CHANNEL_TAGS * (i // self.per_tile)
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -392,6 +424,7 @@ class Run:
 
     def complete(self, token: int, error: BaseException | None) -> None:
         kind, peer = self.inflight.pop(token)
+        self.busy.pop(token, None)
         if error is not None:
             me, them = self.ex.rank_names[self.ex.rank], self.ex.rank_names[peer]
             detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -405,7 +438,7 @@ class Run:
             return
         sends, recvs = self.new_sends, self.new_recvs
         self.new_sends, self.new_recvs = [], []
-        works = self.ex.post(sends, [(p, ch, t) for p, ch, t, _ in recvs])
+        works = self.ex.post([(p, ch, t) for p, ch, t, _ in sends], [(p, ch, t) for p, ch, t, _ in recvs])
         tokens = [None] * len(sends) + [tok for *_, tok in recvs]
         for i, work in enumerate(works):
             if i < len(sends):
@@ -413,22 +446,40 @@ class Run:
                 self.next_token += 1
                 self.inflight[token] = ("send", sends[i][0])
                 self.sends.append(sends[i][2])
+                if sends[i][3]:
+                    self.busy[token] = sends[i][3]
             else:
                 token = tokens[i]
             self.ex.waiters.submit(work, token, self.done)
 
-    def send(self, tb: LoweredThreadBlock, payload) -> None:
-        self.new_sends.append((tb.send, tb.channel, payload))
+    def send(self, i: int, tb: LoweredThreadBlock, payload, shared: tuple[int, int] | None = None,
+             n: int = 0) -> None:
+        """Send ``payload``; ``shared``: it is the ``n`` chunks at ``shared`` of a buffer
+        that later steps may write, which they then do only once the send has completed."""
+        ranges = None
+        if shared:
+            key = (i // self.per_tile, shared[0])
+            ranges = [(key, a, b) for a, b in self.ranges(i, shared, n)]
+        self.new_sends.append((tb.send, self.channel(i, tb), payload, ranges))
+
+    def in_use(self, i: int, where: tuple[int, int], n: int) -> bool:
+        """Whether a send in flight (or about to be issued) reads any of these chunks."""
+        key = (i // self.per_tile, where[0])
+        mine = self.ranges(i, where, n)
+        held = [r for rs in self.busy.values() for r in rs] + [r for *_, rs in self.new_sends if rs for r in rs]
+        return any(b == key and a < hi and lo < e for b, lo, e in held for a, hi in mine)
 
     def post_recv(self, i: int, tb: LoweredThreadBlock, target, into_dst: bool) -> None:
         token = self.next_token
         self.next_token += 1
         self.inflight[token] = ("recv", tb.recv)
         self.pending[i] = (token, target, into_dst)
-        self.new_recvs.append((tb.recv, tb.channel, target, token))
+        self.new_recvs.append((tb.recv, self.channel(i, tb), target, token))
 
-    def dep_met(self, step: LoweredStep) -> bool:
-        return step.dep is None or self.pos[step.dep[0]] > step.dep[1]
+    def dep_met(self, i: int, step: LoweredStep) -> bool:
+        if step.dep is None:
+            return True
+        return self.pos[(i // self.per_tile) * self.per_tile + step.dep[0]] > step.dep[1]
 
     def advance(self, i: int) -> bool:
         """Run thread block ``i`` as far as it can; True if it finished a step."""
@@ -439,70 +490,72 @@ class Run:
             if step.op.receives:
                 pend = self.pending[i]
                 if pend is None:
-                    direct = step.op in (Op.RECV, Op.RECV_COPY_SEND) and self.view(step.dst, step.count) is not None
-                    if direct and not self.dep_met(step):
+                    direct = step.op in (Op.RECV, Op.RECV_COPY_SEND) and self.view(i, step.dst, step.count) is not None \
+                        and not self.in_use(i, step.dst, step.count)
+                    if direct and not self.dep_met(i, step):
                         return moved
-                    target = self.view(step.dst, step.count) if direct else self.temp(step.count)
+                    target = self.view(i, step.dst, step.count) if direct else self.temp(i, step.count)
                     self.post_recv(i, tb, target, direct)
                     return moved
                 token, data, into_dst = pend
-                if token not in self.finished or not self.dep_met(step):
+                if token not in self.finished or not self.dep_met(i, step) or (
+                        not into_dst and step.dst is not None and self.in_use(i, step.dst, step.count)):
                     return moved
                 self.finished.discard(token)
                 self.pending[i] = None
-                self.receive_step(tb, step, data, into_dst)
+                self.receive_step(i, tb, step, data, into_dst)
             else:
-                if not self.dep_met(step):
+                if not self.dep_met(i, step) or (step.op in (Op.COPY, Op.REDUCE) and self.in_use(i, step.dst, step.count)):
                     return moved
-                self.local_step(tb, step)
+                self.local_step(i, tb, step)
             self.pos[i] += 1
             moved = True
         return moved
 
-    def receive_step(self, tb: LoweredThreadBlock, step: LoweredStep, data, into_dst: bool) -> None:
+    def receive_step(self, i: int, tb: LoweredThreadBlock, step: LoweredStep, data, into_dst: bool) -> None:
         op, n = step.op, step.count
         if op is Op.RECV:
             if not into_dst:
-                self.write(step.dst, n, data)
+                self.write(i, step.dst, n, data)
         elif op is Op.RECV_COPY_SEND:
             if not into_dst:
-                self.write(step.dst, n, data)
-                self.send(tb, data)
+                self.write(i, step.dst, n, data)
+                self.send(i, tb, data)
             else:
-                self.send(tb, data if step.private_dst else data.clone())
+                self.send(i, tb, data, None if step.private_dst else step.dst, step.count)
         elif op is Op.RECV_REDUCE_SEND:
-            self.reduce_fn(self.read(step.src, n), data, out=data)
-            self.send(tb, data)
+            self.reduce_fn(self.read(i, step.src, n), data, out=data)
+            self.send(i, tb, data)
         elif op is Op.RECV_REDUCE_COPY:
-            dst = self.view(step.dst, n)
+            dst = self.view(i, step.dst, n)
             if dst is not None:
-                self.reduce_fn(self.read(step.src, n), data, out=dst)
+                self.reduce_fn(self.read(i, step.src, n), data, out=dst)
             else:
-                self.reduce_fn(self.read(step.src, n), data, out=data)
-                self.write(step.dst, n, data)
+                self.reduce_fn(self.read(i, step.src, n), data, out=data)
+                self.write(i, step.dst, n, data)
         elif op is Op.RECV_REDUCE_COPY_SEND:
-            self.reduce_fn(self.read(step.src, n), data, out=data)
-            self.write(step.dst, n, data)
-            self.send(tb, data)
+            self.reduce_fn(self.read(i, step.src, n), data, out=data)
+            self.write(i, step.dst, n, data)
+            self.send(i, tb, data)
         else:
             raise InputError(f"step type {op.value!r} is not supported by the torch.distributed executor")
 
-    def local_step(self, tb: LoweredThreadBlock, step: LoweredStep) -> None:
+    def local_step(self, i: int, tb: LoweredThreadBlock, step: LoweredStep) -> None:
         op, n = step.op, step.count
         if op is Op.SEND:
-            v = self.view(step.src, n)
+            v = self.view(i, step.src, n)
             if v is None:
-                self.send(tb, self.read(step.src, n))  # gathered into a new tensor
+                self.send(i, tb, self.read(i, step.src, n))  # gathered into a new tensor
             else:
-                self.send(tb, v if step.private_src else v.clone())
+                self.send(i, tb, v, None if step.private_src else step.src, step.count)
         elif op is Op.COPY:
-            self.write(step.dst, n, self.read(step.src, n))
+            self.write(i, step.dst, n, self.read(i, step.src, n))
         elif op is Op.REDUCE:
-            dst = self.view(step.dst, n)
+            dst = self.view(i, step.dst, n)
             if dst is not None:
-                self.reduce_fn(dst, self.read(step.src, n), out=dst)
+                self.reduce_fn(dst, self.read(i, step.src, n), out=dst)
             else:
-                self.write(step.dst, n, self.reduce_fn(self.read(step.dst, n), self.read(step.src, n)))
+                self.write(i, step.dst, n, self.reduce_fn(self.read(i, step.dst, n), self.read(i, step.src, n)))
         elif op is not Op.NOP:
             raise InputError(f"step type {op.value!r} is not supported by the torch.distributed executor")
 
