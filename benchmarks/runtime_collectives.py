@@ -4,7 +4,7 @@
 
 All-reduce (float32 sum) on 2 and 4 ranks from 4 KB to 256 MB against MPICH and gloo;
 all-gather, reduce-scatter and broadcast against MPICH. Every back-end runs the same
-protocol (``arborcc.runtime.benchmark``: barrier, one timed call, slowest rank, median).
+protocol (``arborcc.runtime.bench_protocol``: barrier, one timed call, slowest rank, median).
 Prints one table per collective and rank count with busbw, arborcc's ratios, the
 memory-bandwidth bound (``arborcc.runtime.membw``) and the issue's targets:
 
@@ -12,8 +12,9 @@ memory-bandwidth bound (``arborcc.runtime.membw``) and the issue's targets:
   256 MB; at 4 KB a latency within 2x of MPICH's;
 - all-gather, reduce-scatter, broadcast: the same against MPICH.
 
-Timings on a shared machine are noisy: compare within one run, and rerun when other
-work was running (the script prints the load average before and after).
+Timings on a shared machine are noisy: the back-ends run interleaved, ``--rounds`` times
+in rotating order, and a row is the median over the rounds of each round's median call;
+compare within one run (the script prints the load average before and after).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
+from arborcc.runtime.bench_protocol import Spec
 from arborcc.runtime.bench_report import plot
-from arborcc.runtime.benchmark import Spec, run_backend
+from arborcc.runtime.benchmark import run_backend
 from arborcc.runtime.membw import busbw_bound, copy_bandwidth
 
 KB, MB = 1 << 10, 1 << 20
@@ -33,19 +36,37 @@ SIZES = [4 * KB, 16 * KB, 64 * KB, 256 * KB, 1 * MB, 4 * MB, 16 * MB, 64 * MB, 2
 QUICK_SIZES = [4 * KB, 64 * KB, 1 * MB, 16 * MB]
 
 
-def sweep(collective: str, ranks: int, backends: list[str], sizes: list[int]) -> list:
-    rows = []
+def sweep(collective: str, ranks: int, backends: list[str], sizes: list[int], rounds: int) -> list:
+    """Every back-end on every size, ``rounds`` times with the back-ends interleaved (their
+    order rotates each round, so load that drifts during the run hits them alike); a
+    row's time is the median over the rounds of each round's median call."""
     small = [s for s in sizes if s <= 4 * MB]
     large = [s for s in sizes if s > 4 * MB]
-    for backend in backends:
+    runs: dict[tuple, list] = {}
+    for rnd in range(rounds):
+        order = backends[rnd % len(backends):] + backends[:rnd % len(backends)]
         for group, iters, warmup in ((small, 50, 10), (large, 7, 2)):
             if not group:
                 continue
-            spec = Spec(collective=collective, ranks=ranks, sizes=group, iters=iters, warmup=warmup, check=True,
-                        timeout=900)
-            print(f"# {collective} {ranks} ranks {backend} {group[0]}-{group[-1]} B ...", file=sys.stderr, flush=True)
-            rows += run_backend(backend, spec)
-    return rows
+            for backend in order:
+                spec = Spec(collective=collective, ranks=ranks, sizes=group, iters=iters, warmup=warmup, check=True,
+                            timeout=1800)
+                print(f"# round {rnd + 1}/{rounds}: {collective} {ranks} ranks {backend} {group[0]}-{group[-1]} B",
+                      file=sys.stderr, flush=True)
+                for row in run_backend(backend, spec):
+                    runs.setdefault((backend, row.requested, row.inplace), []).append(row)
+    return [combine(group) for group in runs.values()]
+
+
+def combine(rows: list) -> object:
+    """One row from the same measurement's rounds: median time, #wrong summed."""
+    timed = [r for r in rows if r.time_us is not None]
+    if not timed:
+        return rows[0]
+    t = statistics.median(r.time_us for r in timed)
+    scale = timed[0].time_us / t
+    return replace(timed[0], time_us=t, algbw_gbps=timed[0].algbw_gbps * scale,
+                   busbw_gbps=timed[0].busbw_gbps * scale, wrong=sum(r.wrong or 0 for r in rows))
 
 
 def verdicts(collective: str, ranks: int, rows: list, sizes: list[int]) -> list[str]:
@@ -106,9 +127,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="4 sizes up to 16 MB, 2 ranks")
     ap.add_argument("--json", help="write every row here")
     ap.add_argument("--plot-dir", help="write one busbw plot per collective and rank count here")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every sweep (default 3)")
     args = ap.parse_args()
     sizes = QUICK_SIZES if args.quick else SIZES
-    print(f"# load average before: {os.getloadavg()}")
+    print(f"# {' '.join(['benchmarks/runtime_collectives.py'] + sys.argv[1:])}")
+    print(f"# {os.cpu_count()} CPUs; load average before: {os.getloadavg()} (other work shares the machine)")
     membw = copy_bandwidth(2)
     print(f"# memory-copy bandwidth (2 processes copying 64 MB at once, read + written): {membw / 1e9:.1f} GB/s")
     cases = [("allreduce", n, ["arborcc", "mpi", "gloo"]) for n in ((2,) if args.quick else (2, 4))]
@@ -116,7 +139,7 @@ def main() -> int:
               for n in ((2,) if args.quick else (2, 4))]
     everything = []
     for collective, ranks, backends in cases:
-        rows = sweep(collective, ranks, backends, sizes)
+        rows = sweep(collective, ranks, backends, sizes, args.rounds)
         everything += [dict(asdict(r), collective=collective, ranks=ranks) for r in rows]
         print()
         print(table(collective, ranks, rows, backends, sizes, membw))

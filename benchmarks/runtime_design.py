@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import sys
 
-from arborcc.runtime.benchmark import Spec, run_backend
+from arborcc.runtime.bench_protocol import Spec
+from arborcc.runtime.benchmark import run_backend
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
 CONFIGS = [

@@ -1,15 +1,8 @@
 """Runtime tests: multi-process, every wait bounded; the rank pools live for the session."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-HERE = str(Path(__file__).parent)
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
-
-from rankpool import RankPool  # noqa: E402
+from support.rankpool import RankPool
 
 
 @pytest.fixture(scope="session")

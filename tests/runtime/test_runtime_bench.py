@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from arborcc.cli.main import main
+from arborcc.ir.aliasing import Mode, declared_modes
 from arborcc.ir.load import load_algorithm
 from arborcc.ir.msccl_xml import write_msccl_xml
 from arborcc.library import LIBRARY
 from arborcc.verify import verify_algorithm
+from support.msccl_samples import MSCCL_SAMPLES
 
-SAMPLES = sorted((Path(__file__).parents[3] / "shared" / "reference" / "msccl-samples").glob("*.xml")) or sorted(
-    Path("/work/shared/reference/msccl-samples").glob("*.xml"))
 QUICK = ["--iters", "3", "-w", "1", "--no-membw", "--json"]
 
 
@@ -56,14 +55,21 @@ def test_bench_xml_library_algorithm(capsys, tmp_path):
     assert all(r["note"] == "the algorithm is not out of place" for r in out["results"] if r["time_us"] is None)
 
 
-@pytest.mark.parametrize("sample", SAMPLES, ids=[s.name for s in SAMPLES])
+@pytest.mark.parametrize("sample", MSCCL_SAMPLES, ids=[s.name for s in MSCCL_SAMPLES])
 def test_bench_runs_every_msccl_sample(capsys, sample):
-    if not verify_algorithm(load_algorithm(sample)).ok:
-        pytest.xfail("today's verifier is not mode-aware for in-place files (the core engineer's fix); "
-                     "the runtime refuses what does not verify")
+    """Every sample verifies, and bench runs it in every mode it declares with #wrong 0."""
+    algo = load_algorithm(sample)
+    assert verify_algorithm(algo).ok
     out = bench_json(capsys, "--xml", str(sample), "-b", "4K", "-e", "4M", "-f", "32")
-    ran = [r for r in out["results"] if r["time_us"] is not None]
-    assert ran and all(r["wrong"] == 0 for r in ran)
+    assert out["ranks"] == algo.num_ranks
+    modes = set(declared_modes(algo))
+    for row in out["results"]:
+        mode = Mode.INPLACE if row["inplace"] else Mode.OUTOFPLACE
+        if mode in modes:
+            assert row["time_us"] is not None and row["wrong"] == 0, row
+        else:
+            assert row["time_us"] is None
+    assert {r["size"] for r in out["results"] if r["time_us"] is not None} and modes
 
 
 def test_bench_plot_and_bad_flags(capsys, tmp_path):
@@ -82,10 +88,19 @@ def test_bench_mpi_backend(capsys):
     assert all(r["wrong"] == 0 for r in out["results"])
 
 
+def test_bench_gloo_backend(capsys):
+    pytest.importorskip("torch")
+    out = bench_json(capsys, "-n", "2", "-b", "4K", "-e", "64K", "-f", "16", "--backend", "arborcc", "--backend",
+                     "gloo", "--collective", "allgather")
+    assert {r["backend"] for r in out["results"]} == {"arborcc", "gloo"}
+    assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in out["results"])
+
+
 def test_run_sets_torchrun_environment(tmp_path):
     script = tmp_path / "env.py"
-    script.write_text("import os\nprint(os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['LOCAL_RANK'], "
-                      "os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']) > 0, flush=True)\n")
+    script.write_text("import os\ne = os.environ\n"  # one write per rank: lines of ranks never interleave
+                      "os.write(1, f\"{e['RANK']} {e['WORLD_SIZE']} {e['LOCAL_RANK']} {e['MASTER_ADDR']} "
+                      "{int(e['MASTER_PORT']) > 0}\\n\".encode())\n")
     proc = subprocess.run([sys.executable, "-m", "arborcc.cli.main", "run", "-n", "3", str(script)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0

@@ -13,10 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arborcc.ir.aliasing import declared_modes
+from arborcc.ir.load import load_algorithm
 from arborcc.library import LIBRARY
 from arborcc.runtime.lowering import chunks_per_block
 from arborcc.verify import verify_algorithm
-from rankpool import as_float, make_input
+from support.msccl_samples import MSCCL_SAMPLES
+from support.rankpool import as_float, make_input
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8")
 OPS = ("sum", "prod", "min", "max", "avg")
@@ -132,12 +134,18 @@ def run_and_check(pools, algo, key, mode, dtype, op, count, seed, collective=Non
     check_outputs(outputs, expected, dtype, op, n, f"{key or coll} {mode} {dtype} {op} count={count}")
 
 
+@lru_cache(maxsize=None)
+def sample_algorithm(index: int):
+    return load_algorithm(MSCCL_SAMPLES[index])
+
+
 def algorithm_cases():
-    return [("lib", i) for i in range(len(LIBRARY_CASES))] + [("synth", i) for i in range(len(SYNTH_CASES))]
+    return ([("lib", i) for i in range(len(LIBRARY_CASES))] + [("synth", i) for i in range(len(SYNTH_CASES))]
+            + [("sample", i) for i in range(len(MSCCL_SAMPLES))])
 
 
 def get_algorithm(kind: str, index: int):
-    return library_algorithm(index) if kind == "lib" else synthesized_algorithm(index)
+    return {"lib": library_algorithm, "synth": synthesized_algorithm, "sample": sample_algorithm}[kind](index)
 
 
 PROPERTY_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -164,10 +172,12 @@ def test_algorithms_match_numpy(pools, case, dtype, op, data):
 
 @pytest.mark.parametrize("kind, index", algorithm_cases(), ids=[
     f"{n}-{'-'.join(f'{k}{v}' for k, v in p.items())}" for n, p in LIBRARY_CASES] + [
-    f"synth-{g}-{c}-{s}" for g, c, s in SYNTH_CASES])
+    f"synth-{g}-{c}-{s}" for g, c, s in SYNTH_CASES] + [f"sample-{p.stem}" for p in MSCCL_SAMPLES])
 def test_every_algorithm_verifies_and_runs(pools, kind, index):
-    """Each algorithm at least once: verified, then run (float32 sum, a count with a tail)."""
+    """Each algorithm at least once: verified (every mode it declares), then run in each
+    declared mode (float32 sum, a count with a tail)."""
     algo = get_algorithm(kind, index)
+    assert declared_modes(algo)
     assert verify_algorithm(algo).ok
     per_block = chunks_per_block(algo)
     count = 2 * per_block + (0 if algo.collective == "custom" else max(1, per_block // 3))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from arborcc.runtime.direct import DIRECT_COLLECTIVES, direct_algorithm, owner_allreduce
-from arborcc.runtime.reference import assert_executes
+from support.execution import assert_executes
 from arborcc.verify import verify_algorithm
 
 CASES = [(c, n, ip, root) for c in DIRECT_COLLECTIVES for n in (1, 2, 3, 5, 8) for ip in (False, True)

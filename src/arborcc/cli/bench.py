@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--xml", metavar="FILE", help="run this algorithm (MSCCL XML or arborcc JSON)")
     p.add_argument("--backend", action="append", choices=BACKENDS,
                    help="back-end to sweep (repeat for several; default arborcc)")
-    p.add_argument("--slice-bytes", type=parse_size, help="arborcc: pipeline slice (default 256K)")
+    p.add_argument("--slice-bytes", type=parse_size, help="arborcc: pipeline slice (default 1M)")
     p.add_argument("--workers", type=int, help="arborcc: 1 = scheduler on the calling thread, 0 = thread per tb")
     p.add_argument("--tune", action="store_true", help="arborcc: tune the slice size online (Blink's MIAD)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before a sweep is killed (default 600)")

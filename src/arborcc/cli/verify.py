@@ -1,8 +1,11 @@
 """``arborcc verify ALGO.xml|ALGO.json``: prove an algorithm correct, or say what is wrong.
 
-Exit status: 0 correct (one summary line), 1 incorrect (the first violation, explained),
-2 unreadable input (an :class:`~arborcc.errors.IRFormatError`, reported by ``main``).
-``--json`` prints one object: ``ok``, ``violations``, ``postcondition_checked``, ``notes``.
+Every kind of call the file claims (``inplace``/``outofplace``) is checked with its own
+buffer layout, and the answer names them. Exit status: 0 correct (one summary line), 1
+incorrect (the first violation, explained, with the mode it fails in), 2 unreadable
+input (an :class:`~arborcc.errors.IRFormatError`, reported by ``main``). ``--json``
+prints one object: ``ok``, ``modes``, ``failed_modes``, ``violations``,
+``postcondition_checked``, ``notes``.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"file": str(args.algorithm), **report.to_dict()})
         return 0 if report.ok else 1
-    what = f"{algo.collective} on {algo.num_ranks} ranks, {algo.num_steps} steps"
+    what = f"{algo.collective} on {algo.num_ranks} ranks, {algo.num_steps} steps, {report.modes_text}"
     if report.ok:
         proven = "postcondition holds" if report.postcondition_checked else "no postcondition known (custom)"
         limits = f", within {args.dialect} limits" if args.dialect else ""
@@ -59,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     first = report.violations[0]
     more = len(report.violations) - 1
-    print(f"{args.algorithm}: INCORRECT ({what}): {first} [{first.kind}]"
+    wrong = f"; wrong {' and '.join(report.failed_modes)}" if report.failed_modes else ""
+    print(f"{args.algorithm}: INCORRECT ({what}{wrong}): {first} [{first.kind}]"
           + (f" (and {more} more; --json lists all)" if more else ""))
     return 1

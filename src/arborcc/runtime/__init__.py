@@ -1,7 +1,7 @@
 """Executing algorithms.
 
-- :mod:`arborcc.runtime.reference`: the numpy reference executor (the semantics), whose
-  results every runtime must match.
+- :mod:`arborcc.runtime.reference`: the numpy reference executor (the semantics every
+  runtime must match).
 - :class:`Communicator`: the shared-memory runtime, one process per rank on one machine,
   its data plane a C++ interpreter of the IR (:mod:`arborcc.runtime.native`); collectives
   on numpy arrays and torch CPU tensors, algorithms chosen by a :class:`Plan`.

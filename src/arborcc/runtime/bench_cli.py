@@ -7,7 +7,8 @@ import sys
 
 from arborcc.errors import InputError
 from arborcc.runtime.bench_report import comparison, json_object, plot, table
-from arborcc.runtime.benchmark import Spec, run_backend
+from arborcc.runtime.bench_protocol import Spec
+from arborcc.runtime.benchmark import run_backend
 
 
 def sweep_sizes(minbytes: int, maxbytes: int, factor: int) -> list[int]:

@@ -16,7 +16,7 @@ import numpy as np
 def main(spec_path: str, out_path: str) -> None:
     from mpi4py import MPI
 
-    from arborcc.runtime.benchmark import Spec, block_count, count_wrong, expected, pattern, time_calls
+    from arborcc.runtime.bench_protocol import Spec, block_count, count_wrong, expected, pattern, time_calls
 
     with open(spec_path) as f:
         spec = Spec(**json.load(f))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from arborcc.runtime.benchmark import Row, Spec
+from arborcc.runtime.bench_protocol import Row, Spec
 from arborcc.runtime.membw import busbw_bound
 
 GB = 1e9

@@ -37,7 +37,7 @@ from arborcc.ir.model import Algorithm
 import arborcc.runtime.native as native
 from arborcc.runtime.arrays import DTYPES, ArrayRef, array_ref, check_op
 from arborcc.runtime.errors import CommunicationError
-from arborcc.runtime.lowering import LoweredRank, lower_rank
+from arborcc.runtime.lowering import LoweredRank, call_mode, chunk_start, lower_rank
 from arborcc.runtime.miad import MIADTuner
 from arborcc.runtime.plan import Plan, fallback_algorithm, require_verified
 from arborcc.runtime.rendezvous import LaunchEnv, NameServer, fetch_name, launch_env
@@ -216,8 +216,7 @@ class Communicator:
         s = array_ref(send, "send")
         r = s if recv is None else array_ref(recv, "recv")
         self._same_size(s, r, s.count, "recv")
-        mode = Mode.INPLACE if r.address == s.address else Mode.OUTOFPLACE
-        self._collective("allreduce", s, r, s.count, op, mode)
+        self._collective("allreduce", s, r, s.count, op, self._mode("allreduce", s, r, s.count))
         return recv if recv is not None else send
 
     def allgather(self, send, recv):
@@ -226,9 +225,8 @@ class Communicator:
         s = array_ref(send, "send") if send is not None else None
         count = r.count // self.world_size if s is None else s.count
         self._same_size(s or r, r, count * self.world_size, "recv")
-        inplace = s is None or s.address == r.address + self.rank * count * DTYPES[r.dtype][1]
-        self._collective("allgather", s if s is not None else r, r, count, "sum",
-                         Mode.INPLACE if inplace else Mode.OUTOFPLACE)
+        mode = Mode.INPLACE if s is None else self._mode("allgather", s, r, count)
+        self._collective("allgather", s if s is not None else r, r, count, "sum", mode)
         return recv
 
     def reduce_scatter(self, send, recv=None, op: str = "sum"):
@@ -238,12 +236,10 @@ class Communicator:
         if count * self.world_size != s.count:
             raise InputError(f"{s.count} elements do not split into {self.world_size} blocks", source="send")
         r = array_ref(recv, "recv") if recv is not None else None
-        itemsize = DTYPES[s.dtype][1]
-        inplace = r is None or r.address == s.address + self.rank * count * itemsize
         if r is not None:
             self._same_size(s, r, count, "recv")
-        self._collective("reducescatter", s, r if r is not None else s, count, op,
-                         Mode.INPLACE if inplace else Mode.OUTOFPLACE)
+        mode = Mode.INPLACE if r is None else self._mode("reducescatter", s, r, count)
+        self._collective("reducescatter", s, r if r is not None else s, count, op, mode)
         if recv is None:
             return send[self.rank * count:(self.rank + 1) * count]
         return recv
@@ -256,7 +252,7 @@ class Communicator:
         count = s.count // self.world_size
         if count * self.world_size != s.count:
             raise InputError(f"{s.count} elements do not split into {self.world_size} blocks", source="send")
-        self._collective("alltoall", s, r, count, "sum", Mode.INPLACE if r.address == s.address else Mode.OUTOFPLACE)
+        self._collective("alltoall", s, r, count, "sum", self._mode("alltoall", s, r, count))
         return recv if recv is not None else send
 
     def broadcast(self, send, recv=None, root: int = 0):
@@ -264,8 +260,7 @@ class Communicator:
         s = array_ref(send, "send")
         r = s if recv is None else array_ref(recv, "recv")
         self._same_size(s, r, s.count, "recv")
-        self._collective("broadcast", s, r, s.count, "sum",
-                         Mode.INPLACE if r.address == s.address else Mode.OUTOFPLACE, root)
+        self._collective("broadcast", s, r, s.count, "sum", self._mode("broadcast", s, r, s.count, root), root)
         return recv if recv is not None else send
 
     def reduce(self, send, recv=None, root: int = 0, op: str = "sum"):
@@ -273,8 +268,7 @@ class Communicator:
         s = array_ref(send, "send")
         r = s if recv is None else array_ref(recv, "recv")
         self._same_size(s, r, s.count, "recv")
-        self._collective("reduce", s, r, s.count, op, Mode.INPLACE if r.address == s.address else Mode.OUTOFPLACE,
-                         root)
+        self._collective("reduce", s, r, s.count, op, self._mode("reduce", s, r, s.count, root), root)
         return recv if recv is not None else send
 
     def run_algorithm(self, algo: Algorithm, send, recv=None, op: str = "sum", count: int | None = None):
@@ -292,16 +286,13 @@ class Communicator:
         if count is None:
             blocks = self.world_size if algo.collective in ("reducescatter", "alltoall", "scatter") else 1
             count = s.count // blocks
-        offset = self.rank * count * DTYPES[s.dtype][1]
-        inplace = r.address == s.address or (
-            algo.collective in ("allgather", "gather") and s.address == r.address + offset) or (
-            algo.collective in ("reducescatter", "scatter") and r.address == s.address + offset)
-        mode = Mode.INPLACE if inplace else Mode.OUTOFPLACE
-        if mode not in declared_modes(algo):
-            raise InputError(f"the algorithm does not run {'in place' if inplace else 'out of place'} "
-                             f"(its file declares {', '.join(m.value for m in declared_modes(algo)) or 'no mode'})",
+        declared = declared_modes(algo)
+        mode = self._mode(algo.collective, s, r, count, algo.effective_root, declared)
+        if mode not in declared:
+            raise InputError(f"the algorithm does not run {mode.label} "
+                             f"(its file declares {', '.join(m.label for m in declared) or 'no mode'})",
                              source=algo.name)
-        self._execute(algo, mode, s, r, count, op, algo.root or 0)
+        self._execute(algo, mode, s, r, count, op, algo.effective_root)
         return recv if recv is not None else send
 
     def barrier(self) -> None:
@@ -324,6 +315,11 @@ class Communicator:
         self.close()
 
     # -- internals ---------------------------------------------------------------------
+
+    def _mode(self, collective: str, s: ArrayRef, r: ArrayRef, count: int, root: int = 0,
+              declared: tuple[Mode, ...] = (Mode.OUTOFPLACE, Mode.INPLACE)) -> Mode:
+        return call_mode(collective, self.world_size, self.rank, root, s.address, r.address,
+                         count * DTYPES[s.dtype][1], declared)
 
     def _same_size(self, a: ArrayRef, b: ArrayRef, count: int, what: str) -> None:
         if b.count != count:
@@ -411,13 +407,9 @@ class Communicator:
                                 self.options.cma_threshold, self.options.workers)
             steps.append((handle, bool(lw.input_chunks), bool(lw.output_chunks), lw.scratch_chunks * c * esize,
                           None))
-        if op == "avg" and (algo.collective != "reduce" or self.rank == root):
-            if low.output_chunks:
-                steps.append((0, 0, 0, 0, (1, 0, count)))
-            elif algo.collective == "reducescatter":  # in place: the rank's block of the send buffer
-                steps.append((0, 0, 0, 0, (0, self.rank * count * esize, count)))
-            else:
-                steps.append((0, 0, 0, 0, (0, 0, count)))
+        if op == "avg" and low.result_checked:  # divide the rank's result (where the layout puts it)
+            buffer, first = low.result
+            steps.append((0, 0, 0, 0, (buffer, chunk_start(first, low.chunks_per_block, count) * esize, count)))
         return steps
 
     # -- online slice tuning (Blink's MIAD) --------------------------------------------

@@ -32,8 +32,9 @@ def run_demo_step(algo: Algorithm, section) -> None:
     against numpy, and benchmark it next to gloo."""
     from arborcc.errors import ArborccError
     from arborcc.ir.msccl_xml import write_msccl_xml
+    from arborcc.runtime.bench_protocol import Spec
     from arborcc.runtime.bench_report import comparison
-    from arborcc.runtime.benchmark import Spec, run_backend
+    from arborcc.runtime.benchmark import run_backend
     from arborcc.runtime.launch import run_ranks
 
     n = algo.num_ranks

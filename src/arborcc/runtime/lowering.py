@@ -2,8 +2,9 @@
 every buffer access resolved to a call buffer, and the geometry of a call.
 
 Buffer placement comes from the one normalization of in-place and out-of-place calls,
-:func:`arborcc.ir.aliasing.rank_layout`. Call buffers are numbered 0 (the send buffer),
-1 (the receive buffer) and 2 (scratch).
+:func:`arborcc.ir.aliasing.rank_layout`, and so does the mode of a call, read from where
+the caller's two buffers are (:func:`call_mode`). Call buffers are numbered 0 (the send
+buffer), 1 (the receive buffer) and 2 (scratch).
 
 Chunks and the remainder. A call of ``count`` elements per rank block (NCCL's count: the
 per-rank count for all-gather, reduce-scatter, all-to-all, gather and scatter) splits
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 from arborcc.errors import InputError
 from arborcc.ir.aliasing import Mode, rank_layout
-from arborcc.ir.collectives import RANK_MULTIPLIED
+from arborcc.ir.collectives import RANK_MULTIPLIED, has_signature, signature
 from arborcc.ir.model import Algorithm, Buffer, Op
 
 CALL_BUFFER = {Buffer.INPUT: 0, Buffer.OUTPUT: 1, Buffer.SCRATCH: 2}
@@ -39,6 +40,8 @@ class LoweredRank:
     output_chunks: int  #: chunks of the call's receive buffer (0: it lives in the send buffer)
     scratch_chunks: int
     chunks_per_block: int  #: P: chunks of one rank block of the call buffers
+    result: tuple[int, int]  #: (call buffer, first chunk) where the rank's result ends
+    result_checked: bool  #: False where the collective leaves the rank's result open (a non-root's reduce)
 
 
 def chunks_per_block(algo: Algorithm) -> int:
@@ -78,5 +81,34 @@ def lower_rank(algo: Algorithm, rank: int, mode: Mode) -> LoweredRank:
                           CALL_BUFFER[src[0]] if src else -1, src[1] if src else 0,
                           CALL_BUFFER[dst[0]] if dst else -1, dst[1] if dst else 0,
                           step.count, dep_tb, dep_step])
+    where, first, _ = layout.result
     return LoweredRank(tbs, steps, layout.input_chunks, layout.output_chunks, layout.scratch_chunks,
-                       chunks_per_block(algo))
+                       chunks_per_block(algo), (CALL_BUFFER[where], first), layout.result_checked)
+
+
+def chunk_start(chunk: int, per_block: int, count: int) -> int:
+    """The first element of chunk ``chunk`` of a call buffer (see the module docstring)."""
+    return (chunk // per_block) * count + (chunk % per_block) * (count // per_block)
+
+
+def call_mode(collective: str, num_ranks: int, rank: int, root: int, send_address: int, recv_address: int,
+              block_bytes: int, declared: tuple[Mode, ...] = (Mode.OUTOFPLACE, Mode.INPLACE)) -> Mode:
+    """The mode of a call whose send and receive buffers start at these addresses: in
+    place when they sit as :func:`arborcc.ir.aliasing.rank_layout` places a call's buffers
+    in place (one buffer; all-gather's and gather's send buffer at the rank's block of the
+    receive buffer; reduce-scatter's and scatter's receive buffer at the rank's block of
+    the send buffer), else out of place. ``block_bytes``: one rank block (NCCL's count
+    times the item size). A ``custom`` collective uses its buffers as declared in both
+    modes: it needs two buffers and runs in the first mode of ``declared``."""
+    per_loop = num_ranks if collective in RANK_MULTIPLIED else 1  # one chunk per rank block
+    if not has_signature(collective, num_ranks, per_loop):
+        if send_address == recv_address:
+            raise InputError(f"a {collective} collective uses separate send and receive buffers in every mode; "
+                             f"the call passes one", source="recv")
+        return declared[0] if declared else Mode.OUTOFPLACE
+    sig = signature(collective, num_ranks, per_loop, rank, root)
+    offset = sig.alias_offset * block_bytes
+    inplace = {"same": recv_address == send_address,
+               "input_in_output": send_address == recv_address + offset,
+               "output_in_input": recv_address == send_address + offset}[sig.alias]
+    return Mode.INPLACE if inplace else Mode.OUTOFPLACE
