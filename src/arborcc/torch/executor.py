@@ -47,7 +47,7 @@ from arborcc.ir.aliasing import Mode, declared_modes
 from arborcc.ir.collectives import ROOTED
 from arborcc.ir.model import Algorithm, Op
 from arborcc.runtime.errors import CommunicationError
-from arborcc.runtime.lowering import STEP_CODE, LoweredRank, lower_rank
+from arborcc.runtime.lowering import STEP_CODE, LoweredRank, call_mode, chunk_start, lower_rank
 from arborcc.runtime.plan import Plan, fallback_algorithm, require_verified
 
 OP_OF_CODE = {code: op for op, code in STEP_CODE.items()}
@@ -55,6 +55,8 @@ OP_OF_CODE = {code: op for op, code in STEP_CODE.items()}
 SEND_BUFFER, RECV_BUFFER, SCRATCH_BUFFER = 0, 1, 2
 #: the reductions the executor computes (avg is a sum, then a division)
 REDUCTIONS = ("sum", "prod", "min", "max", "avg")
+#: seconds between checks for a failure elsewhere in the job while a call waits
+ABORT_POLL = 0.2
 #: tags per tile: a connection's tag is its channel + CHANNEL_TAGS * tile (MSCCL has at most 32 channels)
 CHANNEL_TAGS = 64
 
@@ -169,6 +171,8 @@ class GroupExecutor:
     ``ProcessGroupGloo``), whose point-to-point operations take group ranks.
 
     ``rank_names`` gives the rank each group rank is called in errors (default: itself);
+    ``failure``, if given, is asked while a call waits (every ``ABORT_POLL`` s) whether
+    the job has failed elsewhere: a message stops the call with an error that repeats it;
     ``tagged`` False for back-ends that ignore tags (batched issue; NCCL); ``timeout`` is
     the seconds a call may wait without any operation completing; chunks larger than
     ``tile_bytes`` run as tiles of at most that size, all in flight at once (a pipeline,
@@ -176,12 +180,14 @@ class GroupExecutor:
     """
 
     def __init__(self, group, timeout: float = 1800.0, plan: Plan | None = None, rank_names: list[int] | None = None,
+                 failure=None,
                  tagged: bool = True, tag_base: int = 0, tile_bytes: int = 1 << 20):
         self.group = group
         self.rank, self.size = group.rank(), group.size()
         self.timeout = timeout
         self.plan = plan or Plan()
         self.rank_names = rank_names or list(range(self.size))
+        self.failure = failure
         self.tagged = tagged
         self.tag_base = tag_base
         self.tile_bytes = tile_bytes
@@ -213,8 +219,7 @@ class GroupExecutor:
     def _collective(self, collective: str, send, recv, count: int, op: str, root: int = 0):
         if count == 0:
             return recv
-        inplace = self._aliased(collective, send, recv, count)
-        mode = Mode.INPLACE if inplace else Mode.OUTOFPLACE
+        mode = self._mode(collective, send, recv, count, root if collective in ROOTED else 0)
         algo = self.plan.select(collective, self.size, mode, count, send.element_size(),
                                 root if collective in ROOTED else 0)
         self._execute(algo, mode, send, recv, count, op, root)
@@ -233,19 +238,20 @@ class GroupExecutor:
         if count is None:
             blocks = self.size if algo.collective in ("reducescatter", "alltoall", "scatter") else 1
             count = send.numel() // blocks
-        inplace = self._aliased(algo.collective, send, recv, count)
-        mode = Mode.INPLACE if inplace else Mode.OUTOFPLACE
-        if mode not in declared_modes(algo):
-            raise InputError(f"the algorithm does not run {'in place' if inplace else 'out of place'}",
+        declared = declared_modes(algo)
+        mode = self._mode(algo.collective, send, recv, count, algo.effective_root, declared)
+        if mode not in declared:
+            raise InputError(f"the algorithm does not run {mode.label} "
+                             f"(its file declares {', '.join(m.label for m in declared) or 'no mode'})",
                              source=algo.name)
         self._execute(algo, mode, send, recv, count, op, algo.effective_root)
         return recv
 
-    def _aliased(self, collective: str, send, recv, count: int) -> bool:
-        s, r = send.data_ptr(), recv.data_ptr()
-        offset = self.rank * count * send.element_size()
-        return s == r or (collective in ("allgather", "gather") and s == r + offset) or (
-            collective in ("reducescatter", "scatter") and r == s + offset)
+    def _mode(self, collective: str, send, recv, count: int, root: int,
+              declared: tuple[Mode, ...] = (Mode.OUTOFPLACE, Mode.INPLACE)) -> Mode:
+        """The call's mode, by the one normalization of buffers (as the runtime decides it)."""
+        return call_mode(collective, self.size, self.rank, root, send.data_ptr(), recv.data_ptr(),
+                         count * send.element_size(), declared)
 
     # -- execution -------------------------------------------------------------------
 
@@ -289,13 +295,10 @@ class GroupExecutor:
         if tail:
             f_low, f_tbs = self._program(fallback_algorithm(algo.collective, self.size, mode, root), mode)
             self._run(f_tbs, f_low, [Geometry(count, tail, 1, low.chunks_per_block * chunk)], flat, op, send)
-        if op == "avg" and (algo.collective != "reduce" or self.rank == root):
-            if low.output_chunks:
-                flat[RECV_BUFFER].div_(self.size)
-            elif algo.collective == "reducescatter":  # in place: this rank's block of the send buffer
-                flat[SEND_BUFFER][self.rank * count:(self.rank + 1) * count].div_(self.size)
-            else:
-                flat[SEND_BUFFER].div_(self.size)
+        if op == "avg" and low.result_checked:  # divide the rank's result (where the layout puts it)
+            buffer, first = low.result
+            start = chunk_start(first, low.chunks_per_block, count)
+            flat[buffer][start:start + count].div_(self.size)
 
     def _run(self, tbs: list[LoweredThreadBlock], low: LoweredRank, geos: list[Geometry], flat: dict, op: str,
              like) -> None:
@@ -406,13 +409,21 @@ class Run:
 
     def wait_any(self, deadline: float) -> float:
         """Block until an operation completes; the new deadline (time without progress)."""
-        try:
-            token, error = self.done.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
+        while True:
+            try:
+                token, error = self.done.get(timeout=max(0.0, min(ABORT_POLL, deadline - time.monotonic())))
+                break
+            except queue.Empty:
+                failure = self.ex.failure() if self.ex.failure else None
+                if failure:
+                    raise CommunicationError(f"rank {self.ex.rank_names[self.ex.rank]}: the job was stopped: "
+                                             f"{failure}") from None
+                if time.monotonic() < deadline:
+                    continue
             waiting = sorted({self.ex.rank_names[p] for _, p in self.inflight.values()})
             raise CommunicationError(f"rank {self.ex.rank_names[self.ex.rank]}: timed out after "
                                      f"{self.ex.timeout:g} s waiting for rank{'s' if len(waiting) > 1 else ''} "
-                                     f"{', '.join(map(str, waiting))}") from None
+                                     f"{', '.join(map(str, waiting))}")
         self.complete(token, error)
         while True:  # take every other completion that is already there
             try:

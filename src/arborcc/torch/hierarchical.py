@@ -14,6 +14,10 @@ On one host every collective is the shared-memory runtime's
   ranks of the hosts, a broadcast inside the host;
 - the other collectives run one arborcc algorithm over every rank with the executor
   (:class:`arborcc.torch.executor.GroupExecutor`) on a gloo group of the whole job.
+
+A failure stops the whole job, naming the rank that failed: the host's other ranks by an
+abort of its communicator, the other hosts' ranks through torch's store (where waiting
+executors look for it).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from arborcc.torch.hosts import HostLayout
 
 #: starts the part of an abort message whose ranks are already the job's
 JOB_RANKS_MARK = "(job ranks) "
+#: the store key where the first rank that fails leaves its error for the other hosts
+FAILURE_KEY = "arborcc/failure"
 
 
 class Transport:
@@ -42,6 +48,7 @@ class Transport:
         import torch.distributed as dist
 
         self.rank, self.size, self.layout = rank, size, layout
+        self.store = store
         seconds = timeout.total_seconds()
         host = layout.host_of(rank)
         self.local_ranks = layout.hosts[host]
@@ -55,9 +62,9 @@ class Transport:
             self.inter = GroupExecutor(
                 dist.ProcessGroupGloo(dist.PrefixStore(f"arborcc/inter{self.local_rank}/", store),
                                       peers.index(rank), len(peers), timeout),
-                timeout=seconds, plan=plan, rank_names=list(peers))
+                timeout=seconds, plan=plan, rank_names=list(peers), failure=self.failure)
             self.leaders = self.inter if self.local_rank == 0 else None
-            self.world = GroupExecutor(world_gloo, timeout=seconds, plan=plan)
+            self.world = GroupExecutor(world_gloo, timeout=seconds, plan=plan, failure=self.failure)
 
     def close(self) -> None:
         self.local.close()
@@ -79,7 +86,20 @@ class Transport:
                 self.local.abort(JOB_RANKS_MARK + text)
             except Exception:  # already failed: its ranks know
                 pass
+            try:  # the ranks of other hosts, waiting between hosts, read it there
+                self.store.set(FAILURE_KEY, text.encode())
+            except Exception:  # the store is gone with the job
+                pass
             raise CommunicationError(text) from None
+
+    def failure(self) -> str | None:
+        """The first failure any rank of the job reported, or None."""
+        try:
+            if self.store.check([FAILURE_KEY]):
+                return bytes(self.store.get(FAILURE_KEY)).decode()
+        except Exception:  # the store is gone: the waits will time out or fail on their own
+            return None
+        return None
 
     def job_rank(self, m: re.Match) -> str:
         r = int(m.group(1))
