@@ -16,10 +16,25 @@ FLOAT_NAMES = frozenset({"float32", "float64", "float16", "bfloat16"})
 REDUCTION_NAMES = {"SUM": "sum", "PRODUCT": "prod", "MIN": "min", "MAX": "max", "AVG": "avg"}
 
 
+#: filled on first use (they need torch): RedOpType value -> reduction; torch dtype -> name
+_tables: dict = {}
+
+
+def tables() -> dict:
+    if not _tables:
+        import torch
+        import torch.distributed as dist
+
+        kinds = dist.ReduceOp.RedOpType
+        _tables["ops"] = {int(getattr(kinds, k)): v for k, v in REDUCTION_NAMES.items()}
+        _tables["dtypes"] = {getattr(torch, name.split(".")[1]): v for name, v in DTYPE_NAMES.items()}
+    return _tables
+
+
 def reduction_name(reduce_op) -> str | None:
     """The runtime's name of a torch ``ReduceOp`` (or ``RedOpType``), None when it has none."""
     kind = getattr(reduce_op, "op", reduce_op)
-    return REDUCTION_NAMES.get(getattr(kind, "name", str(kind).rsplit(".", 1)[-1]))
+    return tables()["ops"].get(int(kind))
 
 
 def unsupported(tensors, op: str | None = "sum") -> str | None:
@@ -28,10 +43,11 @@ def unsupported(tensors, op: str | None = "sum") -> str | None:
     ``op`` None means the caller's reduction has no arborcc equivalent."""
     if op is None:
         return "reduction operator"
+    dtypes = tables()["dtypes"]
     for t in tensors:
-        if t.device.type != "cpu":
+        if not t.is_cpu:
             return f"device {t.device.type}"
-        name = DTYPE_NAMES.get(str(t.dtype))
+        name = dtypes.get(t.dtype)
         if name is None:
             return f"dtype {str(t.dtype).replace('torch.', '')}"
         if op == "avg" and name not in FLOAT_NAMES:
