@@ -7,9 +7,10 @@ Per rank count (2 and 4), one job of local ranks holds three ways to all-reduce 
 float32 tensor (sum): ``dist.all_reduce`` on the default group (backend ``arborcc``),
 ``dist.all_reduce`` on a gloo group of the same ranks, and the raw shared-memory runtime
 (the backend's own :class:`arborcc.runtime.Communicator`, called directly). For each
-size the three alternate in rounds; each call is timed alone after a barrier
-(:func:`arborcc.runtime.benchmark.time_calls`), the slowest rank counts, the table shows
-medians. busbw = size / time * 2(n-1)/n, as nccl-tests.
+size the three alternate in rounds; a sample is a barrier, then calls timed together
+(16 below 64 KB, down to 1 from 1 MB: nccl-tests averages its iterations), the slowest
+rank's sample counts, the table shows medians of samples. busbw = size / time *
+2(n-1)/n, as nccl-tests.
 
 Two hosts: 4 ranks, two "hosts" of 2 (``ARBORCC_HOST``), at 16 and 64 MB: the backend
 (shared memory inside a host, the torch.distributed executor over gloo between hosts),
@@ -31,6 +32,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from arborcc.ir.collectives import busbw_factor
@@ -50,13 +52,33 @@ def iterations(size: int, quick: bool) -> tuple[int, int]:
     return 3, 8 if quick else 20
 
 
+def batch_of(size: int) -> int:
+    """Calls timed together per sample: small calls in batches (as nccl-tests averages its
+    iterations), so one late wake-up after the barrier does not dominate a sample."""
+    return max(1, min(16, MB // size))
+
+
+def time_batches(call, barrier, warmup: int, samples: int, batch: int) -> list[float]:
+    """``warmup`` untimed calls, then ``samples`` times: a barrier, ``batch`` calls timed
+    together; seconds per call of each sample."""
+    for _ in range(warmup):
+        call()
+    out = []
+    for _ in range(samples):
+        barrier()
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            call()
+        out.append((time.perf_counter() - t0) / batch)
+    return out
+
+
 def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
     """On one rank: {way: {size: [seconds per timed call]}}."""
     import torch
     import torch.distributed as dist
 
     import arborcc.torch
-    from arborcc.runtime.benchmark import time_calls
     from arborcc.torch.executor import GroupExecutor
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -80,7 +102,8 @@ def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
         t = torch.ones(size // 4)
         for rnd in range(ROUNDS):
             for way, call in ways.items():
-                times = time_calls(lambda: call(t), lambda: barrier().wait(), warmup if rnd == 0 else 0, iters)
+                times = time_batches(lambda: call(t), lambda: barrier().wait(), warmup if rnd == 0 else 0, iters,
+                                     batch_of(size))
                 out[way].setdefault(size, []).extend(times)
         t.fill_(1.0)
         for call in ways.values():

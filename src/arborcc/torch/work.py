@@ -4,9 +4,10 @@ calls made with ``async_op=True``.
 A call runs at once on the calling thread unless torch asked for an asynchronous one
 (``opts.asyncOp``, which ``dist.all_reduce(..., async_op=True)`` and DDP's reducer set);
 those run in order on one worker thread, and a later synchronous call waits for them
-first, so every rank's communicator sees its calls in program order. Either way the
-Work's future completes with the call's output tensors (or its error), which is what
-DDP's hooks chain on (``get_future().then(...)``).
+first, so every rank's communicator sees its calls in program order. The Work of an
+asynchronous call completes with the call's output tensors (or its error), which is what
+DDP's hooks chain on (``get_future().then(...)``); a synchronous call that ran inline
+returns one shared completed Work (torch's wrappers only wait on it).
 """
 
 from __future__ import annotations
@@ -15,12 +16,18 @@ import queue
 import threading
 
 
+def new_future():
+    """An empty torch future (the C class: a tenth of the Python wrapper's cost)."""
+    import torch
+
+    return torch._C.Future([])
+
+
 def completed_work(result):
     """A Work that is already done, its future holding ``result``."""
-    import torch
     from torch._C._distributed_c10d import _create_work_from_future
 
-    fut = torch.futures.Future()
+    fut = new_future()
     fut.set_result(result)
     return _create_work_from_future(fut)
 
@@ -34,6 +41,7 @@ class CallQueue:
         self.queued = 0
         self.lock = threading.Lock()
         self.worker: threading.Thread | None = None
+        self.done = None  #: the completed Work every synchronous inline call returns
 
     def submit(self, fn, result, async_op: bool):
         """Run ``fn()``; a Work whose future completes with ``result`` once it has run."""
@@ -43,11 +51,12 @@ class CallQueue:
                 self.queued += 1
         if inline:
             fn()
-            return completed_work(result)
-        import torch
+            if self.done is None:  # torch's synchronous wrappers only wait on it
+                self.done = completed_work([])
+            return self.done
         from torch._C._distributed_c10d import _create_work_from_future
 
-        fut = torch.futures.Future()
+        fut = new_future()
         if self.worker is None:
             self.worker = threading.Thread(target=self._serve, name="arborcc-calls", daemon=True)
             self.worker.start()
