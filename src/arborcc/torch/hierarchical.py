@@ -22,6 +22,7 @@ executors look for it).
 
 from __future__ import annotations
 
+import os
 import re
 from contextlib import contextmanager
 from datetime import timedelta
@@ -35,6 +36,18 @@ from arborcc.torch.hosts import HostLayout
 JOB_RANKS_MARK = "(job ranks) "
 #: the store key where the first rank that fails leaves its error for the other hosts
 FAILURE_KEY = "arborcc/failure"
+
+
+def shared_machine_options(colocated: int, env: dict | None = None) -> dict:
+    """Runtime options for a host's communicator when the job has more ranks on this
+    machine than it has CPUs (several "hosts" on one machine): no pinning, and waiting
+    that yields at once, as the runtime does when its own ranks outnumber the CPUs; the
+    ``ARBORCC_*`` variables still win."""
+    env = os.environ if env is None else env
+    if colocated <= (os.cpu_count() or 1):
+        return {}
+    wanted = {"pin": False, "spin_us": 2.0, "yield_us": 1000.0}
+    return {k: v for k, v in wanted.items() if f"ARBORCC_{k.upper()}" not in env}
 
 
 class Transport:
@@ -55,7 +68,8 @@ class Transport:
         self.local_rank = self.local_ranks.index(rank)
         self.multi_host = len(layout.hosts) > 1
         self.local = Communicator.from_store(dist.PrefixStore(f"arborcc/shm{host}/", store), self.local_rank,
-                                             len(self.local_ranks), plan, timeout=seconds)
+                                             len(self.local_ranks), plan, timeout=seconds,
+                                             **shared_machine_options(layout.colocated))
         self.inter = self.leaders = self.world = None
         if self.multi_host:
             peers = layout.peers(rank)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from arborcc.errors import InputError
 
@@ -30,6 +30,7 @@ class HostLayout:
     """The hosts of a job: ``hosts[h]`` is the ranks of host ``h``, in rank order."""
 
     hosts: tuple[tuple[int, ...], ...]
+    colocated: int = 1  #: ranks of the job on this rank's physical machine (hosts may share one, as on loopback)
 
     def host_of(self, rank: int) -> int:
         return next(h for h, ranks in enumerate(self.hosts) if rank in ranks)
@@ -68,8 +69,9 @@ def exchange_layout(store, rank: int, size: int, env: dict | None = None):
 
     env = os.environ if env is None else env
     name = machine_name(env)
-    store.set(f"{KEY}/name/{rank}", name.encode())
-    names = [bytes(store.get(f"{KEY}/name/{r}")).decode() for r in range(size)]
+    store.set(f"{KEY}/name/{rank}", f"{socket.gethostname()}\n{name}".encode())
+    machines, names = zip(*(bytes(store.get(f"{KEY}/name/{r}")).decode().split("\n", 1) for r in range(size)))
+    colocated = machines.count(machines[rank])
     by_name: dict[str, list[int]] = {}
     for r, n in enumerate(names):
         by_name.setdefault(n, []).append(r)
@@ -91,6 +93,6 @@ def exchange_layout(store, rank: int, size: int, env: dict | None = None):
             if len({names[r] for r in ranks}) > 1:
                 raise InputError(f"puts ranks {list(ranks)} on one host, but they run on "
                                  f"{', '.join(sorted({names[r] for r in ranks}))}", source=path)
-        return topo, layout
+        return topo, replace(layout, colocated=colocated)
     topo = cpu_topology(hosts)
-    return topo, layout_of_topology(topo)
+    return topo, replace(layout_of_topology(topo), colocated=colocated)
