@@ -96,9 +96,12 @@ def define_process_group():
             if why:
                 return self.fallback.call("all_reduce", why, tensors, opts, method="allreduce")
 
+            if len(tensors) == 1:  # the common call, without a closure
+                return self.calls.submit(self.transport.allreduce, tensors, opts.asyncOp, tensors[0], op)
+
             def run():
                 for t in tensors:
-                    self.transport.allreduce(t.view(-1), op)
+                    self.transport.allreduce(t, op)
             return self._run(run, tensors, opts)
 
         def allreduce_coalesced(self, tensors, opts=None):

@@ -137,6 +137,7 @@ class Transport:
         if not self.multi_host:
             self.local.allreduce(t, op=op)
             return
+        t = t.view(-1)
         step = "sum" if op == "avg" else op
         n, parts = t.numel(), len(self.local_ranks)
         with self.job_ranks():

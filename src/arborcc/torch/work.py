@@ -43,24 +43,22 @@ class CallQueue:
         self.worker: threading.Thread | None = None
         self.done = None  #: the completed Work every synchronous inline call returns
 
-    def submit(self, fn, result, async_op: bool):
-        """Run ``fn()``; a Work whose future completes with ``result`` once it has run."""
-        with self.lock:
-            inline = not async_op and self.queued == 0
-            if not inline:
-                self.queued += 1
-        if inline:
-            fn()
+    def submit(self, fn, result, async_op: bool, *args):
+        """Run ``fn(*args)``; a Work whose future completes with ``result`` once it has run."""
+        if not async_op and self.queued == 0:  # only this thread queues calls: no race with a new one
+            fn(*args)
             if self.done is None:  # torch's synchronous wrappers only wait on it
                 self.done = completed_work([])
             return self.done
         from torch._C._distributed_c10d import _create_work_from_future
 
+        with self.lock:
+            self.queued += 1
         fut = new_future()
         if self.worker is None:
             self.worker = threading.Thread(target=self._serve, name="arborcc-calls", daemon=True)
             self.worker.start()
-        self.jobs.put((fn, result, fut))
+        self.jobs.put((fn, args, result, fut))
         work = _create_work_from_future(fut)
         if not async_op:
             work.wait()
@@ -73,14 +71,14 @@ class CallQueue:
             if self.queued == 0:
                 return
             self.queued += 1
-        self.jobs.put((done.set, None, None))
+        self.jobs.put((done.set, (), None, None))
         done.wait()
 
     def _serve(self) -> None:
         while True:
-            fn, result, fut = self.jobs.get()
+            fn, args, result, fut = self.jobs.get()
             try:
-                fn()
+                fn(*args)
             except BaseException as e:  # the Work's waiter raises it
                 if fut is not None:
                     fut.set_exception(e)
