@@ -181,7 +181,7 @@ class GroupExecutor:
 
     def __init__(self, group, timeout: float = 1800.0, plan: Plan | None = None, rank_names: list[int] | None = None,
                  failure=None,
-                 tagged: bool = True, tag_base: int = 0, tile_bytes: int = 1 << 20):
+                 tagged: bool = True, tag_base: int = 0, tile_bytes: int = 8 << 20):
         self.group = group
         self.rank, self.size = group.rank(), group.size()
         self.timeout = timeout
