@@ -173,6 +173,14 @@ for built in (ring_allreduce(w, channels=2, inplace=True), allpairs_allreduce(w)
                 ex.run_algorithm(algo, x.clone(), a)
                 comm.run_algorithm(algo, x.clone(), b)
             results.append([algo.name, str(dtype), n, torch.equal(a, b)])
+# batched issue (the path for back-ends without tags, as NCCL): one connection per peer
+batched = GroupExecutor(gloo, timeout=60, tagged=False)
+for built in (ring_allreduce(w, channels=1, inplace=True), allpairs_allreduce(w)):
+    x = torch.randn(w * 6 * 50 + 3, generator=torch.Generator().manual_seed(rank))
+    a, b = x.clone(), x.clone()
+    batched.run_algorithm(built.algorithm, a)
+    comm.run_algorithm(built.algorithm, b)
+    results.append([built.algorithm.name + " (batched)", "float32", x.numel(), torch.equal(a, b)])
 # the plan's collectives on the executor
 x = torch.randn(1001, generator=torch.Generator().manual_seed(rank))
 a, b = x.clone(), x.clone()
@@ -190,5 +198,5 @@ def test_executor_runs_algorithms_as_the_runtime_does(tmp_path):
     assert code == 0, err[-3000:]
     for rank in range(4):
         rows = said[rank][0]
-        assert len(rows) == 31
+        assert len(rows) == 33
         assert all(ok for *_, ok in rows), [r for r in rows if not r[-1]]
