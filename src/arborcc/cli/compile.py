@@ -27,7 +27,7 @@ The algorithm is verified (:func:`arborcc.verify.verify_algorithm`, with the dia
 limits) before anything is written: a wrong algorithm is never written; exit status 1
 says it was wrong, 2 that the input was. The file claims exactly the kinds of call in
 which the algorithm is correct (``inplace``/``outofplace``): the program's own and the
-other one too when the verifier proves it (:func:`arborcc.verify.supported_modes`).
+other one too when the verifier proves it (:func:`arborcc.verify.claiming_supported_modes`).
 ``--inplace`` builds a library algorithm's in-place form and requires an in-place
 claim (``--outofplace`` likewise); a program that has no such form is refused (exit 2,
 naming what goes wrong in that mode).
@@ -222,9 +222,9 @@ def _run_program_file(path: Path, program_args: list[str]):
 # --- verification and output ------------------------------------------------------------
 def _verify_and_write(algo, name: str, opts) -> int:
     from arborcc.cli.output import print_json, render_algorithm, write_atomic
-    from arborcc.ir.aliasing import Mode, declared_modes, with_modes
+    from arborcc.ir.aliasing import Mode, declared_modes
     from arborcc.ir.limits import dialect_limits
-    from arborcc.verify import supported_modes, verify_algorithm
+    from arborcc.verify import claiming_supported_modes, verify_algorithm
 
     dialect = opts.dialect or "executor"
     fmt = opts.format or ("json" if opts.output and str(opts.output).lower().endswith(".json") else "xml")
@@ -262,7 +262,8 @@ def _verify_and_write(algo, name: str, opts) -> int:
                   + (f" (and {more} more)" if more else "") + hint, file=sys.stderr)
         return 1
     start = time.perf_counter()
-    modes = supported_modes(algo, known=declared_modes(algo))
+    algo = claiming_supported_modes(algo)
+    modes = declared_modes(algo)
     verify_seconds += time.perf_counter() - start
     if opts.mode is not None and Mode(opts.mode) not in modes:
         wanted = Mode(opts.mode)
@@ -270,7 +271,6 @@ def _verify_and_write(algo, name: str, opts) -> int:
         raise InputError(f"the program has no {wanted.label} form: it is correct "
                          f"{' and '.join(m.label for m in modes)} only"
                          + (f" ({why[0]})" if why else ""), source=name)
-    algo = with_modes(algo, modes)
     summary.update(modes=[m.label for m in modes], verify_seconds=round(verify_seconds, 4))
     text = render_algorithm(algo, fmt, dialect)  # may refuse (e.g. a custom collective in the executor dialect)
     if opts.output:

@@ -4,7 +4,9 @@ fragmented allocation 1,4,5,6 that Blink uses as its motivating example).
 Stages: the topology and its link matrix, routes of the allocation, the unique
 allocations (Blink's 46 classes), synthesis of an all-reduce for the allocation by
 every strategy (bound vs achieved algbw), then the winner verified symbolically, run on
-the numpy reference executor, and written to MSCCL XML and read back.
+the numpy reference executor, and written to MSCCL XML and read back, run on local
+processes; last, every strategy and the NCCL baseline simulated side by side per size
+(table and plot).
 
 References:
 
@@ -65,6 +67,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     best = _synthesize_and_check(alloc)
     from arborcc.runtime.demo_step import run_demo_step
     run_demo_step(best, _section)
+    from arborcc.tune.compare import demo_comparison
+
+    _section(f"7. simulated on {alloc.name}: every strategy and NCCL, busbw per size")
+    demo_comparison(alloc)
     return 0
 
 

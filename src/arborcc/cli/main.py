@@ -25,6 +25,9 @@ COMMANDS = (
     "arborcc.cli.verify",
     "arborcc.cli.convert",
     "arborcc.cli.show",
+    "arborcc.cli.simulate",
+    "arborcc.cli.compare",
+    "arborcc.cli.tune",
     "arborcc.cli.run",
     "arborcc.cli.bench",
     "arborcc.cli.demo",
@@ -44,17 +47,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # --help and --version end here, before logging is set up
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
     import logging
 
     logging.basicConfig(
         level=logging.DEBUG if os.environ.get("ARBORCC_DEBUG") else logging.WARNING,
         format="arborcc: %(levelname)s: %(message)s",
     )
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     try:
         return int(args.func(args) or 0)
     except ArborccError as e:

@@ -3,8 +3,9 @@
 Checks the request once (collective, strategy, ranks, root, routes), computes the
 collective's bound once, runs the strategy asked for - or, with ``auto``, every
 strategy of the registry (:mod:`arborcc.synth.registry`) that builds the collective -
-keeps the fastest by the steady-state bandwidth model (preferring algorithms within the
-target dialect's runtime limits), and verifies the one it returns: every algorithm
+keeps the fastest - by the simulator's time for a call of the given ``size``, or without
+one by the steady-state bandwidth model - (preferring algorithms within the target
+dialect's runtime limits), and verifies the one it returns: every algorithm
 arborcc hands out is proved first, once.
 """
 
@@ -15,6 +16,7 @@ from typing import Callable
 
 from arborcc.errors import SynthesisError, VerificationError
 from arborcc.ir.limits import check_dialect_limits
+from arborcc.sim.simulate import predict_time
 from arborcc.synth.bounds import collective_bound
 from arborcc.synth.flowgraph import check_routable
 from arborcc.synth.registry import BY_NAME, STRATEGIES, strategy_names, synthesizable_collectives
@@ -99,15 +101,21 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
         raise SynthesisError(f"no strategy can build {collective} on {topology.name}: " + "; ".join(skipped))
     fits = ({id(r): not check_dialect_limits(r.algorithm, dialect) for r in results}
             if len(results) > 1 and dialect is not None else {})
-    best = max(results, key=lambda r: (fits.get(id(r), True), r.algbw))
+    # with a size, auto ranks by the simulated time of a call of that size (latency,
+    # pipelining and contention included); without one, by steady-state bandwidth
+    predicted = ({id(r): predict_time(r.algorithm, topology, size, routes=r.routes) for r in results}
+                 if strategy == "auto" and size is not None and len(results) > 1 else {})
+    best = max(results, key=lambda r: (fits.get(id(r), True), -predicted.get(id(r), 0.0), r.algbw))
     if progress:
         progress(f"verifying the {best.strategy} algorithm")
     _verify(best, dialect)
     best.synth_time = time.perf_counter() - t0
     if strategy == "auto":
+        by_time = bool(predicted)
         best.notes.append("auto chose " + best.strategy + " among " + ", ".join(
-            f"{r.strategy} {r.algbw / 1e9:.1f}" + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
-            for r in results) + " GB/s"
+            (f"{r.strategy} {predicted[id(r)] * 1e6:.1f}" if by_time else f"{r.strategy} {r.algbw / 1e9:.1f}")
+            + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
+            for r in results) + (f" us simulated for {size} bytes" if by_time else " GB/s")
             + ("; skipped " + "; ".join(skipped) if skipped else ""))
         best.strategy = f"auto:{best.strategy}"
     return best
