@@ -49,3 +49,22 @@ def test_operators_and_dtypes_arborcc_runs():
     assert unsupported([torch.ones(3, dtype=torch.int8)]) == "dtype int8"
     assert unsupported([torch.ones(4, 4).t()]) == "non-contiguous tensor"
     assert unsupported([torch.ones(3)], None) == "reduction operator"
+
+
+def test_plan_from_a_tuned_directory(tmp_path):
+    """ARBORCC_PLAN may name the directory `arborcc tune` writes (XML files and plan.json)."""
+    import json
+
+    from arborcc.ir.aliasing import Mode
+    from arborcc.ir.msccl_xml import write_msccl_xml
+    from arborcc.library.ring import ring_allreduce
+    from arborcc.torch.backend import plan_from_env
+
+    algo = ring_allreduce(4, inplace=True).algorithm
+    (tmp_path / "ring.xml").write_text(write_msccl_xml(algo))
+    (tmp_path / "plan.json").write_text(json.dumps({
+        "format": "arborcc-plan", "version": 1, "collective": "allreduce", "ranks": 4,
+        "algorithms": [{"file": "ring.xml", "min_bytes": 0, "max_bytes": 0}]}))
+    plan = plan_from_env({"ARBORCC_PLAN": str(tmp_path)})
+    assert plan.select("allreduce", 4, Mode.INPLACE, 4096, 4).name == algo.name
+    assert plan_from_env({}) is None

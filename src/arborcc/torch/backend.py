@@ -12,8 +12,8 @@ forms. What arborcc does not run goes to gloo with a one-time warning
 Start-up, on every rank: the hosts of the job (:mod:`arborcc.torch.hosts`), a gloo group
 for fallbacks, the shared-memory communicator of this rank's host, joined through
 torch's store (:meth:`arborcc.runtime.Communicator.from_store`). The plan comes from
-``ARBORCC_PLAN`` (an MSCCL XML file or directory, e.g. tuned algorithms) when set, else
-the runtime's built-in default; runtime options from ``ARBORCC_*``
+``ARBORCC_PLAN`` (an MSCCL XML file or directory, or the directory ``arborcc tune``
+writes) when set, else the runtime's built-in default; runtime options from ``ARBORCC_*``
 (:class:`arborcc.runtime.Options`), the timeout from ``init_process_group``.
 """
 
@@ -32,11 +32,25 @@ NAME = "arborcc"
 
 
 def plan_from_env(env: dict | None = None):
-    """The plan named by ``ARBORCC_PLAN``, or None (the built-in default)."""
+    """The plan named by ``ARBORCC_PLAN``, or None (the built-in default): an algorithm
+    file, a directory of them, or a directory ``arborcc tune`` wrote (its ``plan.json``
+    lists the files, one per size bucket)."""
+    from pathlib import Path
+
+    from arborcc.ir.load import load_algorithm
     from arborcc.runtime.plan import Plan
+    from arborcc.tune.plan import INDEX, read_plan
 
     path = (os.environ if env is None else env).get("ARBORCC_PLAN")
-    return Plan.from_path(path) if path else None
+    if not path:
+        return None
+    if not (Path(path) / INDEX).is_file():
+        return Plan.from_path(path)
+    plan = Plan()
+    for entry in read_plan(path):
+        source = str(Path(path) / entry.file)
+        plan.add(load_algorithm(source), source)
+    return plan
 
 
 def process_group_class():
