@@ -215,8 +215,8 @@ def run_mpi(spec: Spec) -> list[Row]:
         with open(spec_path, "w") as f:
             json.dump(asdict(spec), f)
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-        rank_module = f"{__package__}.bench_mpi"  # run in each MPI process, not imported here
-        cmd = [mpiexec_path(), "-n", str(spec.ranks), sys.executable, "-m", rank_module, spec_path, out_path]
+        cmd = [mpiexec_path(), "-n", str(spec.ranks), sys.executable, "-m", "arborcc.runtime.bench_mpi", spec_path,
+               out_path]
         try:
             proc = subprocess.run(cmd, env=env, timeout=spec.timeout, capture_output=True, text=True)
         except subprocess.TimeoutExpired:
