@@ -1,6 +1,7 @@
 """The shared-memory runtime against MPICH (mpi4py) and gloo (torch), side by side in one run.
 
-    .venv/bin/python benchmarks/runtime_collectives.py [--quick] [--json OUT.json] [--plot-dir DIR]
+    .venv/bin/python benchmarks/runtime_collectives.py [--quick] [--rounds N] [--collectives C ...]
+        [--ranks N ...] [--json OUT.json] [--plot-dir DIR]
 
 All-reduce (float32 sum) on 2 and 4 ranks from 4 KB to 256 MB against MPICH and gloo;
 all-gather, reduce-scatter and broadcast against MPICH. Every back-end runs the same
@@ -34,6 +35,7 @@ from arborcc.runtime.membw import busbw_bound, copy_bandwidth
 KB, MB = 1 << 10, 1 << 20
 SIZES = [4 * KB, 16 * KB, 64 * KB, 256 * KB, 1 * MB, 4 * MB, 16 * MB, 64 * MB, 256 * MB]
 QUICK_SIZES = [4 * KB, 64 * KB, 1 * MB, 16 * MB]
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast")
 
 
 def sweep(collective: str, ranks: int, backends: list[str], sizes: list[int], rounds: int) -> list:
@@ -128,15 +130,17 @@ def main() -> int:
     ap.add_argument("--json", help="write every row here")
     ap.add_argument("--plot-dir", help="write one busbw plot per collective and rank count here")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every sweep (default 3)")
+    ap.add_argument("--collectives", nargs="+", default=list(COLLECTIVES), choices=COLLECTIVES)
+    ap.add_argument("--ranks", type=int, nargs="+", help="rank counts (default 2 and 4; --quick: 2)")
     args = ap.parse_args()
     sizes = QUICK_SIZES if args.quick else SIZES
     print(f"# {' '.join(['benchmarks/runtime_collectives.py'] + sys.argv[1:])}")
     print(f"# {os.cpu_count()} CPUs; load average before: {os.getloadavg()} (other work shares the machine)")
     membw = copy_bandwidth(2)
     print(f"# memory-copy bandwidth (2 processes copying 64 MB at once, read + written): {membw / 1e9:.1f} GB/s")
-    cases = [("allreduce", n, ["arborcc", "mpi", "gloo"]) for n in ((2,) if args.quick else (2, 4))]
-    cases += [(c, n, ["arborcc", "mpi"]) for c in ("allgather", "reducescatter", "broadcast")
-              for n in ((2,) if args.quick else (2, 4))]
+    ranks = args.ranks or ([2] if args.quick else [2, 4])
+    cases = [(c, n, ["arborcc", "mpi", "gloo"] if c == "allreduce" else ["arborcc", "mpi"])
+             for c in args.collectives for n in ranks]
     everything = []
     for collective, ranks, backends in cases:
         rows = sweep(collective, ranks, backends, sizes, args.rounds)

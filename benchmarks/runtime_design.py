@@ -1,15 +1,17 @@
 """The runtime's design choices measured side by side (all-reduce, float32 sum, out of place).
 
-    .venv/bin/python benchmarks/runtime_design.py
+    .venv/bin/python benchmarks/runtime_design.py [--ranks 2 4] [--sizes 4K 64K 1M 16M 64M]
 
 Rows: the scheduler on the calling thread vs a worker thread per thread block; large
 messages read from the sender's memory (cross-memory attach) vs copied through the
-shared FIFO slots twice; pipeline slices of 256 KB vs 4 MB. Median us per call (slowest
-rank), 2 and 4 ranks. Each configuration runs twice, interleaved, to show the noise.
+shared FIFO slots twice; pipeline slices of 256 KB, 1 MB (the default) and 4 MB. Median
+us per call (slowest rank), 2 and 4 ranks. Each configuration runs twice, interleaved,
+to show the noise.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
@@ -18,24 +20,33 @@ from arborcc.runtime.benchmark import run_backend
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
 CONFIGS = [
-    ("default: scheduler, CMA, 4 MB slices", {}),
+    ("default: scheduler, CMA, 1 MB slices", {}),
     ("a thread per thread block", {"workers": 0}),
     ("no cross-memory attach (two copies)", {"cma_threshold": 1 << 62}),
     ("256 KB slices", {"slice_bytes": 256 << 10}),
+    ("4 MB slices", {"slice_bytes": 4 << 20}),
 ]
 
 
 def main() -> int:
-    print(f"# load average before: {os.getloadavg()}")
-    print("| ranks | configuration | " + " | ".join(f"{s >> 10} KB us" for s in SIZES) + " |")
-    print("|---|---|" + "---|" * len(SIZES))
-    for n in (2, 4):
+    from arborcc.cli.bench import parse_size
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--sizes", type=parse_size, nargs="+", default=SIZES, help="bytes, with K/M suffixes")
+    args = ap.parse_args()
+    sizes = args.sizes
+    print(f"# {' '.join(['benchmarks/runtime_design.py'] + sys.argv[1:])}; {os.cpu_count()} CPUs; "
+          f"load average before: {os.getloadavg()} (other work shares the machine)")
+    print("| ranks | configuration | " + " | ".join(f"{s >> 10} KB us" for s in sizes) + " |")
+    print("|---|---|" + "---|" * len(sizes))
+    for n in args.ranks:
         for _ in range(2):
             for label, opts in CONFIGS:
-                rows = run_backend("arborcc", Spec(ranks=n, sizes=SIZES, iters=15, warmup=3, options=opts,
+                rows = run_backend("arborcc", Spec(ranks=n, sizes=sizes, iters=15, warmup=3, options=opts,
                                                    check=False, timeout=900))
                 times = {r.requested: r.time_us for r in rows if not r.inplace}
-                print(f"| {n} | {label} | " + " | ".join(f"{times[s]:,.1f}" for s in SIZES) + " |", flush=True)
+                print(f"| {n} | {label} | " + " | ".join(f"{times[s]:,.1f}" for s in sizes) + " |", flush=True)
     print(f"# load average after: {os.getloadavg()}")
     return 0
 

@@ -42,6 +42,35 @@ def test_torch_tensors_in_place_without_copies():
                 assert same_memory and correct, key
 
 
+def _repeated_allreduce_rank():
+    from arborcc.runtime import Communicator
+
+    comm = Communicator.from_env(timeout=30)
+    r, n = comm.rank, comm.world_size
+    x, out, other = np.zeros(3000, np.float32), np.zeros(3000, np.float32), np.zeros(3000, np.float32)
+    seen = []
+    for i in range(4):  # the same arrays again and again, new contents each time
+        x[:] = np.arange(3000) % 7 + r + i
+        comm.allreduce(x, out)
+        seen.append(bool(np.array_equal(out, (np.arange(3000) % 7 + i) * n + sum(range(n)))))
+        comm.allreduce(x, out, op="max")  # another operator on the same arrays
+        seen.append(bool(np.array_equal(out, np.arange(3000) % 7 + n - 1 + i)))
+    x[:] = r
+    comm.allreduce(x, other)  # another output
+    seen.append(bool(np.all(other == sum(range(n)))))
+    comm.allreduce(x)  # in place
+    seen.append(bool(np.all(x == sum(range(n)))))
+    comm.allreduce(x)
+    seen.append(bool(np.all(x == n * sum(range(n)))))
+    return seen
+
+
+def test_repeated_allreduce_on_the_same_arrays():
+    """The repeat path (the last all-reduce's prepared calls) reads each call's contents."""
+    for seen in run_ranks(_repeated_allreduce_rank, 3, timeout=120):
+        assert all(seen), seen
+
+
 def test_array_checks():
     a = np.zeros((4, 4), np.float32)
     assert array_ref(a, "x").count == 16

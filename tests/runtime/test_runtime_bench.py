@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -105,6 +106,34 @@ def test_run_sets_torchrun_environment(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     assert sorted(proc.stdout.split("\n")[:3]) == [f"{r} 3 {r} 127.0.0.1 True" for r in range(3)]
+
+
+ALLREDUCE_SCRIPT = """
+import os
+import numpy as np
+from arborcc.runtime import Communicator
+comm = Communicator.from_env(timeout=60)
+x = np.full(1000, comm.rank + 1.0, np.float32)
+comm.allreduce(x)
+os.write(1, f"rank {comm.rank} {x.min():g} {x.max():g}\\n".encode())
+"""
+
+
+@pytest.mark.parametrize("launcher", ["arborcc", "torchrun"])
+def test_the_same_script_runs_under_arborcc_run_and_torchrun(tmp_path, launcher):
+    script = tmp_path / "allreduce.py"
+    script.write_text(ALLREDUCE_SCRIPT)
+    if launcher == "torchrun":
+        torchrun = Path(sys.executable).parent / "torchrun"
+        if not torchrun.exists():
+            pytest.skip("torchrun is not installed (the torch extra)")
+        cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", str(script)]
+    else:
+        cmd = [sys.executable, "-m", "arborcc.cli.main", "run", "-n", "2", str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(line for line in proc.stdout.splitlines() if line.startswith("rank")) == ["rank 0 3 3",
+                                                                                           "rank 1 3 3"]
 
 
 def test_run_reports_the_failing_rank_status(tmp_path):

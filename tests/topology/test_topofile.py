@@ -160,8 +160,8 @@ def test_floats_come_back_bit_for_bit():
     ("topo_undefined_endpoint.yaml", "12: link gpu3->gpu9: gpu9 is not defined"),
     ("topo_undefined_endpoint.json", "4: link gpu3->gpu9: gpu9 is not defined"),
     ("topo_unknown_key.yaml", "10: links[0].bandwith_gbps: unknown key 'bandwith_gbps' (did you mean 'bandwidth_gbps'?)"),
-    ("topo_unknown_kind.yaml", "5: devices[1].kind: unknown kind 'tpu': expected one of gpu, cpu, pcie_switch, "
-                               "nvswitch, nic, net_switch"),
+    ("topo_unknown_kind.yaml", "5: devices[1].kind: unknown kind 'tpu': expected one of gpu, cpu, core, "
+                               "pcie_switch, nvswitch, nic, net_switch"),
     ("topo_duplicate_id.yaml", "6: devices[2].id: duplicate device id gpu0"),
     ("topo_zero_bandwidth.yaml", "7: links[0].bandwidth_gbps: must be a positive number, got 0"),
     ("topo_negative_bandwidth.json", "10: links[1].bandwidth_gbps: must be a positive number, got -12.0"),

@@ -16,7 +16,7 @@ import numpy as np
 def main(spec_path: str, out_path: str) -> None:
     from mpi4py import MPI
 
-    from arborcc.runtime.bench_protocol import Spec, block_count, count_wrong, expected, pattern, time_calls
+    from arborcc.runtime.bench_protocol import Spec, block_count, count_wrong, pattern, time_calls
 
     with open(spec_path) as f:
         spec = Spec(**json.load(f))
@@ -73,7 +73,7 @@ def main(spec_path: str, out_path: str) -> None:
                 got = send if inplace and spec.collective in ("allreduce", "broadcast", "alltoall", "reduce") else recv
                 if inplace and spec.collective == "reducescatter":
                     got = send[:count]
-                wrong = count_wrong(got, expected(spec, count, rank), spec.op)
+                wrong = count_wrong(got, spec, count, rank)
             results[key] = {"times": times, "wrong": wrong}
     gathered = comm.gather(results, root=0)
     if rank == 0:

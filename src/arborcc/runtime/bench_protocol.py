@@ -63,48 +63,70 @@ def block_count(spec: Spec, size: int) -> int:
     return max(1, size // (item_size(spec.dtype) * blocks))
 
 
+#: elements per window when filling and checking buffers (bounds the memory of a check)
+WINDOW = 1 << 20
+
+
+def _pattern_ints(dtype: str, op: str, index: np.ndarray, rank) -> np.ndarray:
+    """The check values of ``rank`` (an int or an array) at input ``index``: small integers."""
+    if op == "prod":
+        return np.where((index + rank) % 7 == 0, 2, 1) * np.where((index + 3 * rank) % 5 == 0, -1, 1)
+    return (index * 7 + rank * 3) % 5 - (0 if dtype == "uint8" else 2)
+
+
+def _inputs(dtype: str, op: str, index: np.ndarray, rank) -> np.ndarray:
+    """``_pattern_ints`` as the call's element type holds them, in float64."""
+    return _pattern_ints(dtype, op, index, rank).astype(np.float32 if dtype == "bfloat16" else dtype).astype(
+        np.float64)
+
+
 def pattern(dtype: str, op: str, count: int, rank: int, blocks: int = 1) -> np.ndarray:
     """Rank ``rank``'s check input: small integers, exact in every dtype and after any op."""
-    i = np.arange(count * blocks)
-    if op == "prod":
-        values = np.where((i + rank) % 7 == 0, 2, 1) * np.where((i + 3 * rank) % 5 == 0, -1, 1)
-    else:
-        values = (i * 7 + rank * 3) % 5 - (0 if dtype == "uint8" else 2)
-    return values.astype(np.float32 if dtype == "bfloat16" else dtype)
+    out = np.empty(count * blocks, np.float32 if dtype == "bfloat16" else dtype)
+    for lo in range(0, out.size, WINDOW):
+        hi = min(lo + WINDOW, out.size)
+        out[lo:hi] = _pattern_ints(dtype, op, np.arange(lo, hi), rank)
+    return out
 
 
-def expected(spec: Spec, count: int, rank: int) -> np.ndarray | None:
-    """What rank ``rank`` must hold after the check call (None: not checked)."""
+def expected(spec: Spec, count: int, rank: int, lo: int, hi: int) -> np.ndarray | None:
+    """Elements ``[lo, hi)`` of what rank ``rank`` must hold after the check call (None: not
+    checked), in float64."""
     n, coll, op = spec.ranks, spec.collective, spec.op
-    blocks_in = n if coll in ("reducescatter", "alltoall") else 1
-    inputs = [pattern(spec.dtype, op, count, r, blocks_in).astype(np.float64) for r in range(n)]
+    i = np.arange(lo, hi)
     if coll in ("allreduce", "reduce", "reducescatter"):
+        if coll == "reduce" and rank != spec.root:
+            return None
+        index = i + rank * count if coll == "reducescatter" else i
         fn = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}[op]
-        acc = inputs[0]
-        for x in inputs[1:]:
-            acc = fn(acc, x)
+        acc = _inputs(spec.dtype, op, index, 0)
+        for r in range(1, n):
+            acc = fn(acc, _inputs(spec.dtype, op, index, r))
         if op == "avg":
             acc = acc / n
-        if spec.dtype == "uint8":
-            acc = np.mod(acc, 256)
-        if coll == "reduce":
-            return acc if rank == spec.root else None
-        return acc[rank * count:(rank + 1) * count] if coll == "reducescatter" else acc
-    if coll == "allgather":
-        return np.concatenate(inputs)
+        return np.mod(acc, 256) if spec.dtype == "uint8" else acc
+    if coll == "allgather":  # block m of the output is rank m's input
+        return _inputs(spec.dtype, op, i % count, i // count)
     if coll == "broadcast":
-        return inputs[spec.root]
-    if coll == "alltoall":
-        return np.concatenate([inputs[m][rank * count:(rank + 1) * count] for m in range(n)])
+        return _inputs(spec.dtype, op, i, spec.root)
+    if coll == "alltoall":  # block m of the output is block `rank` of rank m's input
+        return _inputs(spec.dtype, op, rank * count + i % count, i // count)
     raise InputError(f"no benchmark for collective {coll!r}", source="--collective")
 
 
-def count_wrong(got: np.ndarray, want: np.ndarray | None, op: str) -> int:
-    if want is None:
-        return 0
-    got = np.asarray(got, np.float64)
-    tol = 1e-2 * np.maximum(1, np.abs(want)) if op == "avg" else 0
-    return int(np.count_nonzero(np.abs(got - want) > tol))
+def count_wrong(got: np.ndarray, spec: Spec, count: int, rank: int) -> int:
+    """Elements of ``got`` (rank ``rank``'s result) that differ from :func:`expected`,
+    compared window by window."""
+    wrong = 0
+    for lo in range(0, got.size, WINDOW):
+        hi = min(lo + WINDOW, got.size)
+        want = expected(spec, count, rank, lo, hi)
+        if want is None:
+            return 0
+        diff = np.abs(np.asarray(got[lo:hi], np.float64) - want)
+        tol = 1e-2 * np.maximum(1, np.abs(want)) if spec.op == "avg" else 0
+        wrong += int(np.count_nonzero(diff > tol))
+    return wrong
 
 
 def time_calls(call, barrier, warmup: int, iters: int) -> list[float]:

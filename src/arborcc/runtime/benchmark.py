@@ -17,8 +17,7 @@ from dataclasses import asdict
 import numpy as np
 
 from arborcc.errors import InputError, MissingDependencyError
-from arborcc.runtime.bench_protocol import (Row, Spec, block_count, count_wrong, expected, pattern,
-                                            rows_from_timings, time_calls)
+from arborcc.runtime.bench_protocol import Row, Spec, block_count, count_wrong, pattern, rows_from_timings, time_calls
 
 BACKENDS = ("arborcc", "gloo", "mpi")
 
@@ -79,7 +78,7 @@ def _arborcc_rank(spec: Spec) -> dict:
                     send, recv = _buffers(base, count, rank, blocks_in, blocks_out, inplace, spec.collective, values)
                     call(send, recv, inplace)
                     got = _from_bf16_bits(recv) if bf16 else recv
-                    wrong = count_wrong(got, expected(spec, count, rank), spec.op)
+                    wrong = count_wrong(got, spec, count, rank)
                 results[key] = {"times": times, "wrong": wrong}
             except Exception as e:  # a row that cannot run says why; the sweep goes on
                 results[key] = {"error": str(e)}
@@ -178,7 +177,8 @@ def _gloo_rank(spec: Spec) -> dict:
                         if inplace and spec.collective == "allgather":
                             recv[rank * count:(rank + 1) * count].copy_(values)
                         call()
-                        wrong = count_wrong(recv.to(torch.float64).numpy(), expected(spec, count, rank), spec.op)
+                        got = (recv.float() if recv.dtype == torch.bfloat16 else recv).numpy()
+                        wrong = count_wrong(got, spec, count, rank)
                     results[key] = {"times": times, "wrong": wrong}
                 except Exception as e:
                     results[key] = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}

@@ -16,6 +16,11 @@ memory (NCCL's rule: for all-gather the input is the rank's block of the output,
 reduce-scatter the output is the rank's block of the input). Every rank must make the
 same calls in the same order with the same sizes.
 
+Repeated all-reduces on the same numpy arrays (a training loop's buckets) skip the
+Python-side work after the first: the communicator remembers the last all-reduce's
+arrays, operator and prepared data-plane calls (and so keeps those arrays alive until
+the next all-reduce on others, or :meth:`Communicator.close`).
+
 The shared-memory segment ``/dev/shm/arborcc-<pid>-<random>`` exists only during
 start-up: once every rank has mapped it, it is unlinked, so nothing is left behind
 whatever way the processes end.
@@ -131,6 +136,7 @@ class Communicator:
         self._scratch = np.empty(0, np.uint8)
         self._tuners: dict[tuple, MIADTuner] = {}
         self._tuned_calls = 0
+        self._last_allreduce: tuple | None = None  #: (send, recv, op, plan size, prepared calls, send ref, recv ref)
         self._closed = False
         try:
             self._native = native.Communicator(segment, rank, create, world_size, options.channels, options.slots,
@@ -213,10 +219,18 @@ class Communicator:
 
     def allreduce(self, send, recv=None, op: str = "sum"):
         """``recv`` (or ``send`` in place) = the reduction of every rank's ``send``."""
+        last = self._last_allreduce
+        if last is not None and last[0] is send and last[1] is recv and last[2] == op \
+                and last[3] == len(self.plan.entries) and not self._closed:
+            self._run_prepared(last[4], last[5], last[6])  # the same call as the last one
+            return recv if recv is not None else send
         s = array_ref(send, "send")
         r = s if recv is None else array_ref(recv, "recv")
         self._same_size(s, r, s.count, "recv")
-        self._collective("allreduce", s, r, s.count, op, self._mode("allreduce", s, r, s.count))
+        prepared = self._collective("allreduce", s, r, s.count, op, self._mode("allreduce", s, r, s.count))
+        if prepared is not None and type(send) is np.ndarray and (recv is None or type(recv) is np.ndarray):
+            # a numpy array keeps its memory while referenced (resizing it needs no other reference)
+            self._last_allreduce = (send, recv, op, len(self.plan.entries), prepared, s, r)
         return recv if recv is not None else send
 
     def allgather(self, send, recv):
@@ -303,6 +317,7 @@ class Communicator:
         if not self._closed:
             self._closed = True
             self._native = None
+            self._last_allreduce = None
 
     def abort(self, reason: str) -> None:
         """Make every rank's current and later calls fail with ``reason``."""
@@ -336,7 +351,7 @@ class Communicator:
             raise CommunicationError(str(e)) from None
 
     def _collective(self, collective: str, s: ArrayRef, r: ArrayRef, count: int, op: str, mode: Mode,
-                    root: int = 0) -> None:
+                    root: int = 0) -> list[tuple] | None:
         if collective in ROOTED and not 0 <= root < self.world_size:
             raise InputError(f"root {root} is not a rank (0-{self.world_size - 1})", source="root")
         key = (collective, mode, count, s.dtype, root, len(self.plan.entries))
@@ -344,7 +359,7 @@ class Communicator:
         if algo is None:
             algo = self._selected[key] = self.plan.select(collective, self.world_size, mode, count,
                                                           DTYPES[s.dtype][1], root)
-        self._execute(algo, mode, s, r, count, op, root)
+        return self._execute(algo, mode, s, r, count, op, root)
 
     def _program(self, algo: Algorithm, mode: Mode) -> tuple[int, LoweredRank]:
         key = (id(algo), mode)
@@ -362,17 +377,26 @@ class Communicator:
         return self._scratch.ctypes.data
 
     def _execute(self, algo: Algorithm, mode: Mode, s: ArrayRef, r: ArrayRef, count: int, op: str,
-                 root: int) -> None:
+                 root: int) -> list[tuple] | None:
+        """Run the call; returns its prepared data-plane calls when a repeat may reuse them
+        (None: nothing ran, or the slice size is being tuned)."""
         if count == 0:
-            return
+            return None
         slice_bytes, tuner, t0 = self._slice_for(algo.collective, s.dtype, count)
         key = (id(algo), mode, count, s.dtype, op, root, slice_bytes)
         hit = self._prepared.get(key)
         if hit is None or hit[0] is not algo:
             hit = self._prepared[key] = (algo, self._prepare(algo, mode, count, s.dtype, op, root, slice_bytes))
+        self._run_prepared(hit[1], s, r)
+        if tuner is not None:
+            self._tuned(tuner, s.nbytes, time.perf_counter() - t0)
+            return None
+        return hit[1]
+
+    def _run_prepared(self, prepared: list[tuple], s: ArrayRef, r: ArrayRef) -> None:
         run = self._native.run_prepared
         try:
-            for handle, uses_in, uses_out, scratch_bytes, divide in hit[1]:
+            for handle, uses_in, uses_out, scratch_bytes, divide in prepared:
                 if divide is None:
                     run(handle, s.address if uses_in else 0, r.address if uses_out else 0,
                         self._scratch_address(scratch_bytes) if scratch_bytes else 0)
@@ -381,8 +405,6 @@ class Communicator:
                     native.divide((s if buf == 0 else r).address + offset, n, s.dtype_code, float(self.world_size))
         except native.NativeCommError as e:
             raise CommunicationError(str(e)) from None
-        if tuner is not None:
-            self._tuned(tuner, s.nbytes, time.perf_counter() - t0)
 
     def _prepare(self, algo: Algorithm, mode: Mode, count: int, dtype: str, op: str, root: int,
                  slice_bytes: int) -> list[tuple]:

@@ -19,6 +19,7 @@ so any count works, as NCCL handles counts that do not divide.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from arborcc.errors import InputError
 from arborcc.ir.aliasing import Mode, rank_layout
@@ -100,15 +101,28 @@ def call_mode(collective: str, num_ranks: int, rank: int, root: int, send_addres
     the send buffer), else out of place. ``block_bytes``: one rank block (NCCL's count
     times the item size). A ``custom`` collective uses its buffers as declared in both
     modes: it needs two buffers and runs in the first mode of ``declared``."""
-    per_loop = num_ranks if collective in RANK_MULTIPLIED else 1  # one chunk per rank block
-    if not has_signature(collective, num_ranks, per_loop):
+    alias = in_place_alias(collective, num_ranks, rank, root)
+    if alias is None:
         if send_address == recv_address:
             raise InputError(f"a {collective} collective uses separate send and receive buffers in every mode; "
                              f"the call passes one", source="recv")
         return declared[0] if declared else Mode.OUTOFPLACE
-    sig = signature(collective, num_ranks, per_loop, rank, root)
-    offset = sig.alias_offset * block_bytes
-    inplace = {"same": recv_address == send_address,
-               "input_in_output": send_address == recv_address + offset,
-               "output_in_input": recv_address == send_address + offset}[sig.alias]
+    kind, blocks = alias
+    if kind == "same":
+        inplace = recv_address == send_address
+    elif kind == "input_in_output":
+        inplace = send_address == recv_address + blocks * block_bytes
+    else:
+        inplace = recv_address == send_address + blocks * block_bytes
     return Mode.INPLACE if inplace else Mode.OUTOFPLACE
+
+
+@lru_cache(maxsize=1024)
+def in_place_alias(collective: str, num_ranks: int, rank: int, root: int) -> tuple[str, int] | None:
+    """How the collective's signature places a rank's in-place buffers: ``(alias, offset in
+    rank blocks)``, None when it has no signature (``custom``). Cached: calls ask per call."""
+    per_loop = num_ranks if collective in RANK_MULTIPLIED else 1  # one chunk per rank block
+    if not has_signature(collective, num_ranks, per_loop):
+        return None
+    sig = signature(collective, num_ranks, per_loop, rank, root)
+    return sig.alias, sig.alias_offset

@@ -32,7 +32,8 @@ US = 1e-6  #: seconds per microsecond
 
 class DeviceKind(str, enum.Enum):
     GPU = "gpu"
-    CPU = "cpu"
+    CPU = "cpu"  #: a CPU socket / NUMA node (the hub of its memory and PCIe)
+    CORE = "core"  #: a CPU core that runs one rank of a CPU-only job
     PCIE_SWITCH = "pcie_switch"
     NVSWITCH = "nvswitch"
     NIC = "nic"
@@ -43,6 +44,7 @@ class LinkKind(str, enum.Enum):
     NVLINK = "nvlink"
     PCIE = "pcie"
     INTER_SOCKET = "inter_socket"
+    MEMORY = "memory"  #: a core's path to its NUMA node's memory (CPU-only jobs)
     NETWORK = "network"
     SWITCH_PORT = "switch_port"  #: a port of a generic hierarchy's switch (BlueConnect Fig. 1)
 
@@ -70,6 +72,11 @@ class Device:
     def is_nic(self) -> bool:
         return self.kind is DeviceKind.NIC
 
+    @property
+    def can_be_rank(self) -> bool:
+        """GPUs, and the cores of CPU-only jobs, run ranks."""
+        return self.kind is DeviceKind.GPU or self.kind is DeviceKind.CORE
+
 
 @dataclass(frozen=True)
 class Link:
@@ -87,8 +94,9 @@ class Link:
 class Topology:
     """An immutable machine (or cluster, or allocation) graph with ordered ranks.
 
-    ``ranks`` are the GPUs of the job in rank order; by default every GPU ordered by
-    (host, index). ``meta`` carries provenance (machine name and parameters).
+    ``ranks`` are the GPUs of the job in rank order (the cores, for a CPU-only job); by
+    default every GPU ordered by (host, index). ``meta`` carries provenance (machine name
+    and parameters).
     """
 
     def __init__(
@@ -241,20 +249,20 @@ class TopologyBuilder:
         self.add_link(Link(b, a, kind, bandwidth, latency, count), place, merge)
 
     def build(self, ranks: Sequence[str] | None = None, place: str | int | None = None) -> Topology:
-        gpus = sorted((d for d in self._devices.values() if d.is_gpu),
-                      key=lambda d: (d.host if d.host is not None else -1,
-                                     d.index if d.index is not None else 1 << 30, d.id))
-        if ranks is None:
-            ranks = [d.id for d in gpus]
+        if ranks is None:  # every GPU by (host, index); a CPU-only job: every core
+            kind = DeviceKind.GPU if any(d.is_gpu for d in self._devices.values()) else DeviceKind.CORE
+            ranks = [d.id for d in sorted((d for d in self._devices.values() if d.kind is kind),
+                                          key=lambda d: (d.host if d.host is not None else -1,
+                                                         d.index if d.index is not None else 1 << 30, d.id))]
         seen: set[str] = set()
         for r in ranks:
             if r not in self._devices:
                 raise self.error(f"rank {r} is not a defined device", place)
-            if not self._devices[r].is_gpu:
-                raise self.error(f"rank {r} is a {self._devices[r].kind.value}, not a gpu", place)
+            if not self._devices[r].can_be_rank:
+                raise self.error(f"rank {r} is a {self._devices[r].kind.value}, not a gpu or core", place)
             if r in seen:
                 raise self.error(f"rank {r} is listed twice", place)
             seen.add(r)
         if not ranks:
-            raise self.error("the topology has no GPU", place)
+            raise self.error("the topology has no GPU (and no core)", place)
         return Topology(self.name, list(self._devices.values()), list(self._links.values()), ranks, self.meta)
