@@ -40,6 +40,7 @@ import sys
 import time
 from pathlib import Path
 
+from arborcc.cli.parsing import ArgumentParser, UsageError
 from arborcc.errors import InputError, ProgramError
 from arborcc.ir.limits import DIALECTS
 from arborcc.library.catalog import LIBRARY
@@ -88,6 +89,12 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
+        if args.json:
+            from arborcc.cli.output import print_json
+
+            print_json({"algorithms": [{"name": spec.name, "collective": spec.collective, "summary": spec.summary,
+                                        "parameters": [p.flag for p in spec.params]} for spec in LIBRARY.values()]})
+            return 0
         for spec in LIBRARY.values():
             print(f"{spec.name:24s} {spec.collective:14s} {spec.summary}")
         return 0
@@ -115,7 +122,7 @@ def _merge(args: argparse.Namespace, extra: argparse.Namespace) -> argparse.Name
 
 
 def _compile_library(spec, argv: list[str], args):
-    p = argparse.ArgumentParser(prog=f"arborcc compile {spec.name}", description=spec.summary)
+    p = ArgumentParser(prog=f"arborcc compile {spec.name}", description=spec.summary)
     _common_options(p, suppress=True)
     for prm in spec.params:
         if prm.type is bool:
@@ -126,14 +133,12 @@ def _compile_library(spec, argv: list[str], args):
                            help=f"{prm.help} (default {prm.default})")
     try:
         ns = p.parse_args(argv)
-    except SystemExit as e:
-        if e.code == 0:
-            raise
-        raise InputError(f"bad parameters for {spec.name} (see arborcc compile {spec.name} --help)",
-                         source="arborcc compile") from None
+    except UsageError as e:
+        raise UsageError(e.prog, f"{e.message} (see arborcc compile {spec.name} --help)") from None
     opts = _merge(args, argparse.Namespace(**{k: v for k, v in vars(ns).items()
                                               if k in ("output", "dialect", "format", "json")}))
     params = {prm.name: getattr(ns, prm.name) for prm in spec.params}
+    _check_output_options(opts)
     start = time.perf_counter()
     algo, _prog = spec.build(**params)
     opts.compile_seconds = time.perf_counter() - start
@@ -146,11 +151,12 @@ def _compile_file(target: str, argv: list[str], verbatim: list[str], args):
         known = ", ".join(LIBRARY)
         raise InputError(f"no such program file, and not a library algorithm (known: {known})",
                          source=target)
-    p = argparse.ArgumentParser(prog="arborcc compile", add_help=False)
+    p = ArgumentParser(prog="arborcc compile", add_help=False)
     _common_options(p, suppress=True)
     ns, program_args = p.parse_known_args(argv)
     program_args += verbatim
     opts = _merge(args, ns)
+    _check_output_options(opts)
     start = time.perf_counter()
     algo, name = _run_program_file(path, program_args)
     opts.compile_seconds = time.perf_counter() - start
@@ -203,16 +209,31 @@ def _run_program_file(path: Path, program_args: list[str]):
 
 
 # --- verification and output ------------------------------------------------------------
+def _output_format(opts) -> str:
+    return opts.format or ("json" if opts.output and str(opts.output).lower().endswith(".json") else "xml")
+
+
+def _check_output_options(opts) -> None:
+    """Refuse what cannot be written before the program runs; ``-o -`` is standard output."""
+    from arborcc.cli.output import ALGORITHM_SUFFIXES, check_outputs, warn_suffix
+
+    if opts.output == "-":
+        opts.output = None
+    if opts.json and not opts.output:
+        raise InputError("--json prints the summary on stdout: name the algorithm file with -o",
+                         source="arborcc compile")
+    check_outputs(output=opts.output)
+    warn_suffix(opts.output, _output_format(opts), ALGORITHM_SUFFIXES)
+
+
 def _verify_and_write(algo, name: str, opts) -> int:
-    from arborcc.cli.output import print_json, render_algorithm, write_atomic
+    from arborcc.cli.output import dialect_hint, print_json, render_algorithm, write_output
+    from arborcc.files import is_stream
     from arborcc.ir.limits import dialect_limits
     from arborcc.verify import verify_algorithm
 
     dialect = opts.dialect or "executor"
-    fmt = opts.format or ("json" if opts.output and str(opts.output).lower().endswith(".json") else "xml")
-    if opts.json and not opts.output:
-        raise InputError("--json prints the summary on stdout: name the algorithm file with -o",
-                         source="arborcc compile")
+    fmt = _output_format(opts)
     if fmt == "xml":
         if algo.collective not in dialect_limits(dialect).collective_names:
             raise InputError(f"the {dialect} dialect of MSCCL XML cannot name the collective "
@@ -236,8 +257,9 @@ def _verify_and_write(algo, name: str, opts) -> int:
             more = len(report.violations) - 1
             if all(v.kind == "limit" for v in report.violations):
                 what = f"exceeds the {dialect} runtime's limits"
-                hint = ("; spread it over more thread blocks (e.g. more channels) or write "
-                        "--dialect legacy" if dialect == "executor" else "")
+                hint = dialect_hint(algo, dialect)
+                if any("steps; at most" in str(v) for v in report.violations):
+                    hint += "; or spread the steps over more thread blocks (e.g. more channels)"
             else:
                 what, hint = "is wrong", ""
             print(f"arborcc: {name}: the compiled algorithm {what}, nothing written: {first}"
@@ -245,7 +267,7 @@ def _verify_and_write(algo, name: str, opts) -> int:
         return 1
     text = render_algorithm(algo, fmt, dialect)  # may refuse (e.g. a custom collective in the executor dialect)
     if opts.output:
-        write_atomic(opts.output, text)
+        write_output(opts.output, text)
     else:
         sys.stdout.write(text)
     line = (f"{name}: {algo.collective} on {algo.num_ranks} ranks, {thread_blocks} thread blocks, {steps} steps, "
@@ -254,5 +276,5 @@ def _verify_and_write(algo, name: str, opts) -> int:
     if opts.json:
         print_json(summary)
     else:
-        print(line, file=sys.stdout if opts.output else sys.stderr)
+        print(line, file=sys.stderr if is_stream(opts.output) else sys.stdout)
     return 0

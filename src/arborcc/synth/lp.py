@@ -19,6 +19,28 @@ from arborcc.errors import SolverLimitError, SynthesisError
 INF = float("inf")
 
 
+def quiet_highs():
+    """A ``highspy.Highs`` with its output off. HiGHS prints its banner on the process's
+    standard output (file descriptor 1, under Python) when the first one is made, whatever
+    ``output_flag`` says, which would break ``--json``'s one object: it goes to /dev/null."""
+    import os
+    import sys
+
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+        h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    h.setOptionValue("output_flag", False)
+    return h
+
+
 @dataclass
 class Solution:
     """Column values, row duals (d objective / d row bound) and the objective."""
@@ -33,11 +55,8 @@ class GrowingLP:
     rows and columns added between solves. Each solve starts from the last basis."""
 
     def __init__(self, name: str):
-        import highspy
-
         self.name = name
-        self._h = highspy.Highs()
-        self._h.setOptionValue("output_flag", False)
+        self._h = quiet_highs()
         self.num_cols = 0
         self.num_rows = 0
 

@@ -36,8 +36,12 @@ FABRICS = ("nvlink", "full")
 def resolve_gpus(topology: Topology, spec: str | Sequence[str | int], source: str = "--gpus") -> list[str]:
     """GPU ids from ``"1,4,5,6"`` / ``[1, 4]`` (rank positions) or device ids (``n1.gpu3``)."""
     items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
+    if isinstance(spec, str) and not spec.strip():
+        raise TopologyError("an empty GPU list (leave the flag out to use every GPU)", source=source)
     gpus: list[str] = []
-    for item in items:
+    for k, item in enumerate(items):
+        if item == "":
+            raise TopologyError(f"item {k + 1} of {spec!r} is empty", source=source)
         if isinstance(item, int) or (isinstance(item, str) and item.isdigit()):
             k = int(item)
             if not 0 <= k < topology.num_ranks:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from arborcc.errors import TopologyError
+from arborcc.files import read_input_text
 from arborcc.topology import defaults
 from arborcc.topology.model import Device, DeviceKind, LinkKind, Topology, TopologyBuilder
 
@@ -522,11 +523,5 @@ def _affinity(row: _Row, names: Sequence[str], source: str | None) -> tuple[int 
 
 def read_nvidia_smi(path: str | Path, **options) -> Topology:
     """Read a file holding ``nvidia-smi topo -m`` output (options as :func:`parse_nvidia_smi`)."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise TopologyError(f"not a text file ({e.reason} at byte {e.start})", source=source) from None
-    except OSError as e:
-        raise TopologyError(f"cannot read the file: {e.strerror or e}", source=source) from None
-    return parse_nvidia_smi(text, source, **options)
+    text = read_input_text(path, TopologyError)
+    return parse_nvidia_smi(text, str(path), **options)
