@@ -49,10 +49,15 @@ _OPEN = object()  # an anchor whose value is still being read
 
 
 def path_text(path: DocPath) -> str:
-    """``("links", 3, "src")`` -> ``links[3].src``."""
+    """``("links", 3, "src")`` -> ``links[3].src``; a very deep path keeps its ends
+    (``meta.a.a...a.a``)."""
     out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    for i, p in enumerate(path):
+        if len(path) > 8 and 4 <= i < len(path) - 3:
+            if i == 4:
+                out += "..."
+            continue
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out and not out.endswith("...") else str(p))
     return out
 
 

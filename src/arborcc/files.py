@@ -52,7 +52,7 @@ def read_input_bytes(path: str | os.PathLike, error: type[InputError] = InputErr
                     size = os.fstat(f.fileno()).st_size
                 except OSError:
                     size = 0
-                limit("input-bytes").check(max(size, len(data)), source=source, what="the file is", error=error)
+                limit("input-bytes").check(max(size, len(data)), source=source, error=error)
     except OSError as e:
         raise error(f"cannot read the file: {e.strerror or e}", source=source) from None
     return data

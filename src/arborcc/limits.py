@@ -110,6 +110,10 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
           "per buffer", "chunks per loop (nchunksperloop) and input, output and scratch chunks of a rank",
           "the MSCCL runtimes hold chunk offsets in 16-bit signed integers (mscclTransmission.srcOffset, "
           "msccl-executor-nccl and RCCL), so no runtime addresses chunk 32,768"),
+    Limit("buffer-chunks", 4 * 2**20, "chunks",
+          "per algorithm", "input, output and scratch chunks of all ranks together",
+          "what the verifier's symbolic run and postcondition walk: a 1,024-rank all-to-all with "
+          "1,024 chunks per buffer is 2 million; 4 Mi chunks are checked in about 20 s"),
     Limit("operations", 1_000_000, "operations",
           "per DSL program", "copies and reduces traced (a library algorithm or your program)",
           "a 128-rank ring all-reduce is 32,512 operations and compiles in about 1 s; a million take about "

@@ -219,6 +219,10 @@ class TopologyBuilder:
                 raise self.error(f"{what}: {end} is not defined", place)
         if link.src == link.dst:
             raise self.error(f"{what}: a link cannot join a device to itself", place)
+        if not (isinstance(link.count, int) and link.count >= 1):
+            raise self.error(f"{what}: count must be an integer >= 1, got {link.count!r}", place)
+        if link.count > limit("lanes").value:
+            raise self.error(limit("lanes").message(link.count, what), place)
         if not (isinstance(link.bandwidth, (int, float)) and math.isfinite(link.bandwidth) and link.bandwidth > 0):
             raise self.error(f"{what}: bandwidth must be a positive number, got {link.bandwidth!r}", place)
         if not MIN_BANDWIDTH <= link.bandwidth <= MAX_BANDWIDTH:
@@ -229,8 +233,6 @@ class TopologyBuilder:
         if link.latency > MAX_LATENCY:
             raise self.error(f"{what}: a latency of {link.latency:g} s is more than a link can have "
                              f"(at most {MAX_LATENCY:g} s)", place)
-        if not (isinstance(link.count, int) and link.count >= 1):
-            raise self.error(f"{what}: count must be an integer >= 1, got {link.count!r}", place)
         key = (link.src, link.dst)
         if key in self._links:
             old = self._links[key]

@@ -45,6 +45,7 @@ from xml.parsers import expat
 
 from arborcc.errors import TopologyError
 from arborcc.files import read_input_text, write_output
+from arborcc.limits import limit
 from arborcc.topology import defaults
 from arborcc.topology.defaults import NIC_BANDWIDTH
 from arborcc.topology.model import GB, Device, DeviceKind, Link, LinkKind, Topology, TopologyBuilder
@@ -117,7 +118,12 @@ def _parse_elements(text: str, source: str | None) -> _Element:
     stack: list[_Element] = []
     root: list[_Element] = []
 
+    max_depth = limit("nesting").value
+
     def start(tag: str, attrs: dict[str, str]) -> None:
+        if len(stack) >= max_depth:
+            raise TopologyError(limit("nesting").message(len(stack) + 1, f"<{tag}>"), source=source,
+                                place=parser.CurrentLineNumber)
         el = _Element(tag, dict(attrs), parser.CurrentLineNumber)
         (stack[-1].children if stack else root).append(el)
         stack.append(el)
