@@ -16,7 +16,7 @@ def test_library_algorithm_to_xml(tmp_path, capsys):
     out = tmp_path / "ring.xml"
     assert main(["compile", "ring-allreduce", "--ranks", "6", "--channels", "2", "-o", str(out)]) == 0
     line = capsys.readouterr().out.strip()
-    assert line.startswith("ring-allreduce: allreduce on 6 ranks, 12 thread blocks, 66 steps, compiled in")
+    assert line.startswith("ring-allreduce: allreduce on 6 ranks, 12 thread blocks, 66 steps, in-place, compiled in")
     algo = load_algorithm(out, dialect="executor")
     assert algo.num_channels == 2
     check_algorithm(algo, "executor")

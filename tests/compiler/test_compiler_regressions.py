@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from arborcc.ir.model import Buffer, Op
 from arborcc.lang import AllReduce, Chunk, Collective, Program, chunk
-from arborcc.runtime.reference import make_inputs, run
+from arborcc.runtime.reference import execute, make_inputs, run
 from support.execution import assert_executes
 from arborcc.verify import check_algorithm
 from support.ir_checks import op_counts, thread_block_rule_violations
@@ -61,7 +61,7 @@ def test_fused_relay_chains_crossing_in_program_order():
     assert op_counts(algo)["rcs"] + op_counts(algo)["rrcs"] == 4  # every fusion kept
     # no postcondition (it is not a whole all-reduce): compare with the program's meaning
     inputs = make_inputs(algo, elems=2, seed=3)
-    out = run(algo, [x.copy() for x in inputs], slots=2)
+    out = [b[IN] for b in execute(algo, [x.copy() for x in inputs], slots=2)]
     want = [x.copy() for x in inputs]
     want[3][3] += inputs[2][3]
     want[3][2] = want[1][2] = want[0][2] = inputs[2][2]
@@ -171,7 +171,7 @@ def test_repaired_order_keeps_few_messages_in_flight():
             want[b][idx:idx + size] += want[a][idx:idx + size]
         else:
             want[b][idx:idx + size] = want[a][idx:idx + size]
-    out = run(algo, inputs, slots=2)
+    out = [b[IN] for b in execute(algo, inputs, slots=2)]
     for r in range(3):
         assert np.allclose(out[r], want[r]), r
 

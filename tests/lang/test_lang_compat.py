@@ -109,3 +109,102 @@ def test_compat_topologies_and_check():
             for j in range(4):
                 chunk(r, Buffer.input, j).copy(j, Buffer.output, r)
         assert Check()
+
+
+# --- the public tools' semantics and surface --------------------------------------------
+def test_in_place_copies_name_the_senders_block_as_in_the_tools(tmp_path):
+    from arborcc.ir.model import Buffer
+
+    out = run_with_changed_imports("allgather_pairs_inplace.py", ["5"], tmp_path)
+    assert "checked: True" in out
+    algo = read_msccl_xml(xml_part(out))
+    assert algo.inplace and not algo.outofplace
+    assert all(st.src_buf is not Buffer.INPUT and st.dst_buf is not Buffer.INPUT  # all in the output
+               for r in algo.ranks for tb in r.threadblocks for st in tb.steps)
+    check_algorithm(algo, "executor")
+    assert_executes(algo)
+    # the neighbour transfers named no thread block: one shared thread block per rank holds them
+    assert all(len(r.threadblocks) == 5 for r in algo.ranks)
+
+
+@pytest.mark.parametrize("by_source,landing", [(False, 2), (True, 0)])
+def test_copy_index_of_an_in_place_buffer_by_destination_or_by_source(by_source, landing):
+    from arborcc.lang import AllGather, Buffer, Program, chunk
+
+    with Program("one", AllGather(3, 1, inplace=True), copy_index_by_source=by_source) as prog:
+        chunk(0, Buffer.INPUT, 0).copy(2, Buffer.INPUT, 0)
+    # arborcc: rank 2's own input block (block 2 of its output); the tools: rank 0's block
+    assert prog.buffers[2][Buffer.OUTPUT][landing].origin_rank == 0
+
+
+def test_unnamed_thread_blocks_under_the_manual_policy():
+    from arborcc.lang import AllReduce, Buffer, Program, ThreadblockPolicy, chunk
+
+    def build(shared):
+        with Program("m", AllReduce(2, 2, inplace=True), threadblock_policy=ThreadblockPolicy.manual,
+                     unnamed_tb_shared=shared) as prog:
+            chunk(1, Buffer.INPUT, 0).reduce(chunk(0, Buffer.INPUT, 0))
+            chunk(0, Buffer.INPUT, 1).reduce(chunk(1, Buffer.INPUT, 1))
+            chunk(1, Buffer.INPUT, 0).copy(0, Buffer.INPUT, 0)
+            chunk(0, Buffer.INPUT, 1).copy(1, Buffer.INPUT, 1)
+        return prog
+
+    with pytest.raises(ProgramError, match="manual thread-block policy needs sendtb="):
+        build(False).compile()
+    algo = build(True).compile()
+    check_algorithm(algo)
+    assert all(len(r.threadblocks) == 1 for r in algo.ranks)
+
+
+def test_nvidia_topologies():
+    from arborcc.compat.msccl.topologies import dgx1, dgx_a100, nvlink_only
+    from arborcc.compat.msccl.topologies.nvidia import DGX1_TOOL_ORDER
+    from arborcc.topology.machines import DGX1V_NVLINKS
+
+    t = dgx1()
+    assert t.num_nodes() == 8
+    assert all(t.link(i, j) == DGX1V_NVLINKS[DGX1_TOOL_ORDER[i]][DGX1_TOOL_ORDER[j]] for i in range(8) for j in range(8))
+    assert all(sum(t.link(i, j) for j in range(8)) == 6 for i in range(8))  # six NVLinks per V100
+    assert t.link(0, 1) == 2 and t.link(0, 5) == 0
+    a = dgx_a100()
+    assert all(a.link(i, j) == (0 if i == j else 12) for i in range(8) for j in range(8))
+    dump = (Path(__file__).parents[1] / "topology" / "samples" / "dgx1v_topo.txt").read_text()
+    assert nvlink_only(dump).links == [list(row) for row in DGX1V_NVLINKS]
+
+
+def test_program_on_the_dgx1_of_the_tools(tmp_path):
+    out = run_with_changed_imports("dgx1_ring_allreduce.py", [], tmp_path)
+    assert "checked: True" in out
+    algo = read_msccl_xml(xml_part(out))
+    check_algorithm(algo, "executor")
+    assert_executes(algo)
+
+
+def test_xml_falls_back_to_the_original_dialect_beyond_the_executor_limits(tmp_path, capsys):
+    from arborcc.ir.convert import convert_for_dialect
+
+    out = run_with_changed_imports("ring_allreduce_manual.py", ["40", "1", "1"], tmp_path)  # 78 steps per tb
+    assert "writing the original MSCCL dialect (legacy) instead" in capsys.readouterr().err
+    text = xml_part(out)
+    assert "outofplace=" not in text.splitlines()[0]  # the original runtime's attribute set
+    algo = read_msccl_xml(text, dialect="legacy")
+    check_algorithm(algo, "legacy")
+    # what the executors need: the same algorithm spread over channels (arborcc convert)
+    converted = convert_for_dialect(algo, "executor")
+    check_algorithm(converted, "executor")
+    assert converted.num_channels == 2
+    assert_executes(converted)
+
+
+def test_xml_refuses_a_wrong_algorithm_at_its_line():
+    from arborcc.compat.msccl.language import XML, Buffer, MSCCLProgram, chunk
+    from arborcc.compat.msccl.language.collectives import AllReduce
+    from arborcc.compat.msccl.topologies import fully_connected
+
+    with MSCCLProgram("half", fully_connected(2), AllReduce(2, 1, True), 1):
+        chunk(1, Buffer.input, 0).reduce(chunk(0, Buffer.input, 0))  # rank 0 never gets the sum
+        with pytest.raises(ProgramError) as e:
+            XML()
+    assert str(e.value).startswith("test_lang_compat.py:")
+    assert "XML(): program 'half' compiles to an incorrect algorithm: rank 0: in-place call: output chunk 0" \
+        in str(e.value)

@@ -71,3 +71,20 @@ def test_library_rejects_bad_parameters():
         LIBRARY["ring-allreduce"](ranks=0)
     with pytest.raises(InputError, match="channels must be at most 32"):
         LIBRARY["ring-allreduce"](ranks=4, channels=33)
+
+
+@pytest.mark.parametrize("name, params", [
+    ("ring-allreduce", dict(ranks=4, inplace=True)), ("ring-allreduce", dict(ranks=4, inplace=False)),
+    ("ring-allgather", dict(ranks=4, inplace=False)), ("ring-reducescatter", dict(ranks=4, inplace=False)),
+    ("allpairs-allreduce", dict(ranks=3, inplace=False)), ("twostep-alltoall", dict(nodes=2, gpus_per_node=2)),
+    ("hierarchical-allreduce", dict(nodes=2, gpus_per_node=2)),
+])
+def test_library_algorithms_claim_exactly_the_calls_in_which_they_verify(name, params):
+    from arborcc.ir.aliasing import Mode, declared_modes
+    from arborcc.verify import verify_algorithm
+
+    algo = LIBRARY[name](**params).algorithm
+    claimed = declared_modes(algo)
+    assert claimed
+    for mode in Mode:
+        assert verify_algorithm(algo, modes=(mode,)).ok == (mode in claimed), mode

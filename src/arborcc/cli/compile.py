@@ -18,13 +18,19 @@ exposes its program in one of two ways:
    :mod:`arborcc.compat.msccl` when no real ``msccl`` is installed.
 
 Options after TARGET that ``compile`` knows (``-o``, ``--dialect``, ``--format``,
-``--json``) are taken; everything else goes to the program (or, for a library name,
-its parameters). Put arguments after ``--`` to pass them to the program verbatim.
-What the program prints goes to stderr, so ``--json`` output stays one object.
+``--json``, ``--inplace``, ``--outofplace``) are taken; everything else goes to the
+program (or, for a library name, its parameters). Put arguments after ``--`` to pass
+them to the program verbatim. What the program prints goes to stderr, so ``--json``
+output stays one object.
 
-The algorithm is verified (:func:`arborcc.verify.check_algorithm`, with the dialect's
+The algorithm is verified (:func:`arborcc.verify.verify_algorithm`, with the dialect's
 limits) before anything is written: a wrong algorithm is never written; exit status 1
-says it was wrong, 2 that the input was.
+says it was wrong, 2 that the input was. The file claims exactly the kinds of call in
+which the algorithm is correct (``inplace``/``outofplace``): the program's own and the
+other one too when the verifier proves it (:func:`arborcc.verify.supported_modes`).
+``--inplace`` builds a library algorithm's in-place form and requires an in-place
+claim (``--outofplace`` likewise); a program that has no such form is refused (exit 2,
+naming what goes wrong in that mode).
 
 References:
 
@@ -51,7 +57,7 @@ FORMATS = ("xml", "json")
 def _epilog() -> str:
     lines = ["library algorithms (arborcc compile NAME --help for their parameters):"]
     for spec in LIBRARY.values():
-        flags = " ".join(f"{p.flag}" for p in spec.params)
+        flags = " ".join("--inplace|--outofplace" if p.name == "inplace" else p.flag for p in spec.params)
         lines.append(f"  {spec.name:24s} {spec.summary}")
         lines.append(f"  {'':24s}   {flags}")
     return "\n".join(lines)
@@ -67,6 +73,13 @@ def _common_options(p: argparse.ArgumentParser, suppress: bool) -> None:
                    help="xml (MSCCL) or json (arborcc); default: from the output file's extension, else xml")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
                    help="print the summary as one JSON object")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--inplace", dest="mode", action="store_const", const="inplace", default=default,
+                      help="the in-place form: send and receive buffers are the same memory (NCCL's in-place "
+                           "call); refused if the program has none")
+    mode.add_argument("--outofplace", dest="mode", action="store_const", const="outofplace", default=default,
+                      help="the out-of-place form (separate send and receive buffers); refused if the program "
+                           "has none")
 
 
 def register(subparsers) -> None:
@@ -125,6 +138,8 @@ def _compile_library(spec, argv: list[str], args):
     p = ArgumentParser(prog=f"arborcc compile {spec.name}", description=spec.summary)
     _common_options(p, suppress=True)
     for prm in spec.params:
+        if prm.name == "inplace":
+            continue  # --inplace / --outofplace (common options) choose it
         if prm.type is bool:
             p.add_argument(prm.flag, dest=prm.name, action=argparse.BooleanOptionalAction, default=prm.default,
                            help=prm.help)
@@ -136,8 +151,10 @@ def _compile_library(spec, argv: list[str], args):
     except UsageError as e:
         raise UsageError(e.prog, f"{e.message} (see arborcc compile {spec.name} --help)") from None
     opts = _merge(args, argparse.Namespace(**{k: v for k, v in vars(ns).items()
-                                              if k in ("output", "dialect", "format", "json")}))
-    params = {prm.name: getattr(ns, prm.name) for prm in spec.params}
+                                              if k in ("output", "dialect", "format", "json", "mode")}))
+    params = {prm.name: getattr(ns, prm.name, prm.default) for prm in spec.params}
+    if "inplace" in params and opts.mode is not None:
+        params["inplace"] = opts.mode == "inplace"
     _check_output_options(opts)
     start = time.perf_counter()
     algo, _prog = spec.build(**params)
@@ -229,8 +246,9 @@ def _check_output_options(opts) -> None:
 def _verify_and_write(algo, name: str, opts) -> int:
     from arborcc.cli.output import dialect_hint, print_json, render_algorithm, write_output
     from arborcc.files import is_stream
+    from arborcc.ir.aliasing import Mode, declared_modes, with_modes
     from arborcc.ir.limits import dialect_limits
-    from arborcc.verify import verify_algorithm
+    from arborcc.verify import supported_modes, verify_algorithm
 
     dialect = opts.dialect or "executor"
     fmt = _output_format(opts)
@@ -265,13 +283,25 @@ def _verify_and_write(algo, name: str, opts) -> int:
             print(f"arborcc: {name}: the compiled algorithm {what}, nothing written: {first}"
                   + (f" (and {more} more)" if more else "") + hint, file=sys.stderr)
         return 1
+    start = time.perf_counter()
+    modes = supported_modes(algo, known=declared_modes(algo))
+    verify_seconds += time.perf_counter() - start
+    if opts.mode is not None and Mode(opts.mode) not in modes:
+        wanted = Mode(opts.mode)
+        why = verify_algorithm(algo, modes=(wanted,)).violations
+        raise InputError(f"the program has no {wanted.label} form: it is correct "
+                         f"{' and '.join(m.label for m in modes)} only"
+                         + (f" ({why[0]})" if why else ""), source=name)
+    algo = with_modes(algo, modes)
+    summary.update(modes=[m.label for m in modes], verify_seconds=round(verify_seconds, 4))
     text = render_algorithm(algo, fmt, dialect)  # may refuse (e.g. a custom collective in the executor dialect)
     if opts.output:
         write_output(opts.output, text)
     else:
         sys.stdout.write(text)
     line = (f"{name}: {algo.collective} on {algo.num_ranks} ranks, {thread_blocks} thread blocks, {steps} steps, "
-            f"compiled in {opts.compile_seconds:.2f} s, verified in {verify_seconds:.2f} s"
+            f"{' and '.join(m.label for m in modes)}, compiled in {opts.compile_seconds:.2f} s, "
+            f"verified in {verify_seconds:.2f} s"
             + (f" -> {opts.output}" if opts.output else ""))
     if opts.json:
         print_json(summary)

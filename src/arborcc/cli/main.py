@@ -23,6 +23,7 @@ COMMANDS = (
     "arborcc.cli.synth",
     "arborcc.cli.compile",
     "arborcc.cli.verify",
+    "arborcc.cli.convert",
     "arborcc.cli.show",
     "arborcc.cli.demo",
 )

@@ -1,10 +1,13 @@
 """``arborcc verify ALGO.xml|ALGO.json``: prove an algorithm correct, or say what is wrong.
 
-Exit status: 0 correct (one summary line), 1 incorrect (the first violation, explained),
-2 unreadable input (an :class:`~arborcc.errors.IRFormatError`, reported by ``main``).
-``--json`` prints one object: ``ok``, ``violations``, ``postcondition_checked``, ``notes``,
-and the runtime limits checked: ``dialects`` (the dialects whose limits were checked)
-and ``accepted_by`` (those within whose limits the algorithm is).
+Every kind of call the file claims (``inplace``/``outofplace``) is checked with its own
+buffer layout, and the answer names them. Exit status: 0 correct (one summary line), 1
+incorrect (the first violation, explained, with the mode it fails in), 2 unreadable
+input (an :class:`~arborcc.errors.IRFormatError`, reported by ``main``). ``--json``
+prints one object: ``ok``, ``modes``, ``failed_modes``, ``violations``,
+``postcondition_checked``, ``notes``, and the runtime limits checked: ``dialects`` (the
+dialects whose limits were checked) and ``accepted_by`` (those within whose limits the
+algorithm is).
 
 Runtime limits: with ``--dialect`` that MSCCL runtime's; without, both dialects' - the
 algorithm is correct when it is within at least one of them, and the line says which.
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"file": str(args.algorithm), **report.to_dict(), "dialects": dialects, "accepted_by": accepted})
         return 0 if report.ok else 1
-    what = f"{algo.collective} on {algo.num_ranks} ranks, {algo.num_steps} steps"
+    what = f"{algo.collective} on {algo.num_ranks} ranks, {algo.num_steps} steps, {report.modes_text}"
     if report.ok:
         proven = "postcondition holds" if report.postcondition_checked else "no postcondition known (custom)"
         if args.dialect:
@@ -83,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     first = report.violations[0]
     more = len(report.violations) - 1
     scope = " (within neither MSCCL dialect's limits)" if not args.dialect and not accepted else ""
-    print(f"{args.algorithm}: INCORRECT ({what}): {first} [{first.kind}]{scope}"
+    wrong = f"; wrong {' and '.join(report.failed_modes)}" if report.failed_modes else ""
+    print(f"{args.algorithm}: INCORRECT ({what}{wrong}): {first} [{first.kind}]{scope}"
           + (f" (and {more} more; --json lists all)" if more else ""))
     return 1

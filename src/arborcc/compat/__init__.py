@@ -19,9 +19,9 @@ import importlib
 import importlib.util
 import sys
 
-_ALIASED = ("msccl", "msccl.language", "msccl.language.collectives", "msccl.language.ir",
+_ALIASED = ("msccl", "msccl.collectives", "msccl.language", "msccl.language.collectives", "msccl.language.ir",
             "msccl.topologies", "msccl.topologies.generic", "msccl.topologies.distributed",
-            "msccl.topologies.topology")
+            "msccl.topologies.nvidia", "msccl.topologies.topology")
 
 
 def install_msccl_alias(force: bool = False) -> bool:

@@ -314,10 +314,9 @@ def assign_manual(t: InstrTable, order: list[int], num_ranks: int, prog) -> Assi
     """Manual policy: the program's sendtb/recvtb/ch, checked against the rules."""
     a = Assignment(num_ranks, len(t))
     ops = prog.ops
-    hinted = [x for x in t.sendtb + t.recvtb if x >= 0]
-    tb_span = (max(hinted) + 1) if hinted else 1
     ch_span = max([c for c in t.ch if c >= 0], default=0) + 1
-    by_id: list[dict[int, TB]] = [{} for _ in range(num_ranks)]
+    shared_unnamed = getattr(prog, "unnamed_tb_shared", False)
+    by_id: list[dict[tuple[int, int], TB]] = [{} for _ in range(num_ranks)]  # (lane, tb named) -> TB
     send_owner: dict[tuple, TB] = {}
     recv_owner: dict[tuple, TB] = {}
 
@@ -326,14 +325,13 @@ def assign_manual(t: InstrTable, order: list[int], num_ranks: int, prog) -> Assi
 
     def get_tb(i: int, tbid: int, role: str) -> TB:
         r, q = t.rank[i], t.lane[i]
-        if tbid < 0:
+        if tbid < 0 and not shared_unnamed:
             raise program_error(
                 f"the manual thread-block policy needs {role}= for this {_verb(t, i)} "
                 f"(rank {r})", where(i))
-        tid = tbid + q * tb_span
-        tb = by_id[r].get(tid)
+        tb = by_id[r].get((q, tbid))
         if tb is None:
-            tb = by_id[r][tid] = TB(r, tid, -1, -1, -1, q)
+            tb = by_id[r][q, tbid] = TB(r, tbid, -1, -1, -1, q)
         return tb
 
     def bind(tb: TB, i: int, attr: str, peer: int, owners: dict) -> None:
@@ -381,8 +379,8 @@ def assign_manual(t: InstrTable, order: list[int], num_ranks: int, prog) -> Assi
             bind(tb, i, "recv", t.rpeer[i], recv_owner)
         a.tb_of[i] = tb
     for r in range(num_ranks):
-        for new_id, tid in enumerate(sorted(by_id[r])):  # ids contiguous from 0, order kept
-            tb = by_id[r][tid]
+        for new_id, key in enumerate(sorted(by_id[r])):  # ids contiguous from 0, order kept
+            tb = by_id[r][key]
             tb.id = new_id
             if tb.ch == -1:
                 tb.ch = 0

@@ -8,7 +8,8 @@ The bottom layer of arborcc: every stage that makes an algorithm produces an
   buffers live in an in-place or out-of-place call;
 * :mod:`.limits` - what each MSCCL runtime (dialect) accepts; :mod:`.report` - the
   vocabulary of what is wrong with an algorithm;
-* :mod:`.msccl_xml`, :mod:`.json_io`, :mod:`.load` - reading and writing files.
+* :mod:`.msccl_xml`, :mod:`.json_io`, :mod:`.load` - reading and writing files;
+  :mod:`.convert` - rewriting an algorithm for another MSCCL runtime.
 """
 
 from arborcc.lazy import lazy_exports
@@ -31,6 +32,10 @@ EXPORTS = {
     "check_dialect_limits": "arborcc.ir.limits",
     "Mode": "arborcc.ir.aliasing",
     "layouts": "arborcc.ir.aliasing",
+    "rank_layout": "arborcc.ir.aliasing",
+    "declared_modes": "arborcc.ir.aliasing",
+    "with_modes": "arborcc.ir.aliasing",
+    "convert_for_dialect": "arborcc.ir.convert",
 }
 __getattr__, __dir__ = lazy_exports(__name__, EXPORTS)
 __all__ = list(EXPORTS)

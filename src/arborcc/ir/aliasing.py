@@ -17,8 +17,15 @@ A :class:`RankLayout` says, for one rank and one mode, how many chunks the call'
 send (``INPUT``) and receive (``OUTPUT``) buffers and the scratch buffer hold, and
 where each of the IR's three buffers starts: ``placement[Buffer.INPUT] ==
 (Buffer.OUTPUT, 8)`` reads "the IR's input buffer is chunk 8 onwards of the call's
-receive buffer". ``custom`` collectives define no aliasing: their buffers are used as
-declared in both modes.
+receive buffer". It also says where the rank's data is when the call starts
+(:attr:`RankLayout.data`) and where its result must be when it ends
+(:attr:`RankLayout.result`). ``custom`` collectives define no aliasing: their buffers
+are used as declared in both modes.
+
+Every consumer builds on this: the verifier lays out its symbolic memory with it
+(:mod:`arborcc.verify.layout`), the reference executor allocates its buffers with it
+(:mod:`arborcc.runtime.reference`), and the simulator and the runtimes address a
+caller's buffers with it.
 
 References:
 
@@ -30,9 +37,9 @@ References:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from arborcc.ir.collectives import RANK_MULTIPLIED, signature
+from arborcc.ir.collectives import has_signature, signature
 from arborcc.ir.model import Algorithm, Buffer, RankProgram
 
 
@@ -42,10 +49,21 @@ class Mode(str, enum.Enum):
     OUTOFPLACE = "outofplace"
     INPLACE = "inplace"
 
+    @property
+    def label(self) -> str:
+        """How reports name the mode: ``in-place`` or ``out-of-place``."""
+        return "in-place" if self is Mode.INPLACE else "out-of-place"
+
 
 def declared_modes(algo: Algorithm) -> tuple[Mode, ...]:
     """The modes ``algo`` says it supports (``inplace`` / ``outofplace`` attributes)."""
     return tuple(m for m, on in ((Mode.OUTOFPLACE, algo.outofplace), (Mode.INPLACE, algo.inplace)) if on)
+
+
+def with_modes(algo: Algorithm, modes) -> Algorithm:
+    """``algo`` claiming exactly ``modes`` (a shallow copy: the ranks are shared)."""
+    chosen = set(modes)
+    return replace(algo, inplace=Mode.INPLACE in chosen, outofplace=Mode.OUTOFPLACE in chosen)
 
 
 @dataclass(frozen=True)
@@ -58,11 +76,33 @@ class RankLayout:
     output_chunks: int  #: chunks of the call's receive buffer (0 when it lives inside the send buffer)
     scratch_chunks: int
     placement: dict[Buffer, tuple[Buffer, int]]
+    sent_chunks: int = 0  #: chunks of data the rank passes (its send count), at :attr:`data`
+    received_chunks: int = 0  #: chunks of result the rank gets (its receive count), at :attr:`result`
+    data_defined: bool = True  #: False where the call passes no data (a non-root's broadcast input)
+    result_checked: bool = True  #: False where the collective leaves the result open (a non-root's reduce)
 
     def locate(self, buffer: Buffer, offset: int) -> tuple[Buffer, int]:
         """The call buffer and chunk index that the IR's ``buffer[offset]`` denotes."""
         where, base = self.placement[buffer]
         return where, base + offset
+
+    def size(self, buffer: Buffer) -> int:
+        """Chunks of the call's ``buffer`` (INPUT: send, OUTPUT: receive, SCRATCH)."""
+        if buffer is Buffer.INPUT:
+            return self.input_chunks
+        return self.output_chunks if buffer is Buffer.OUTPUT else self.scratch_chunks
+
+    @property
+    def data(self) -> tuple[Buffer, int, int]:
+        """``(call buffer, first chunk, count)`` of the rank's data when the call starts."""
+        where, base = self.placement[Buffer.INPUT]
+        return where, base, self.sent_chunks
+
+    @property
+    def result(self) -> tuple[Buffer, int, int]:
+        """``(call buffer, first chunk, count)`` where the rank's result is when the call ends."""
+        where, base = self.placement[Buffer.OUTPUT]
+        return where, base, self.received_chunks
 
 
 def rank_layout(algo: Algorithm, program: RankProgram, mode: Mode) -> RankLayout:
@@ -73,24 +113,24 @@ def rank_layout(algo: Algorithm, program: RankProgram, mode: Mode) -> RankLayout
     call does not pass separately has size 0 and the IR's accesses to it are redirected.
     """
     n, k, coll = algo.num_ranks, algo.chunks_per_loop, algo.collective
-    sig = None
-    if coll != "custom" and n >= 1 and k >= 1 and not (coll in RANK_MULTIPLIED and k % n):
-        sig = signature(coll, n, k, program.rank, algo.effective_root)
+    sig = signature(coll, n, k, program.rank, algo.effective_root) if has_signature(coll, n, k) else None
     i_n = sig.input_chunks if sig else program.input_chunks
     o_n = sig.output_chunks if sig else program.output_chunks
     s_n = program.scratch_chunks
+    counts = dict(sent_chunks=i_n, received_chunks=o_n, data_defined=sig.input_defined if sig else True,
+                  result_checked=sig.output_checked if sig else True)
     identity = {Buffer.INPUT: (Buffer.INPUT, 0), Buffer.OUTPUT: (Buffer.OUTPUT, 0),
                 Buffer.SCRATCH: (Buffer.SCRATCH, 0)}
     if mode is Mode.OUTOFPLACE or sig is None:
-        return RankLayout(program.rank, mode, i_n, o_n, s_n, identity)
+        return RankLayout(program.rank, mode, i_n, o_n, s_n, identity, **counts)
     if sig.alias == "input_in_output":
         return RankLayout(program.rank, mode, 0, o_n, s_n,
-                          {**identity, Buffer.INPUT: (Buffer.OUTPUT, sig.alias_offset)})
+                          {**identity, Buffer.INPUT: (Buffer.OUTPUT, sig.alias_offset)}, **counts)
     if sig.alias == "output_in_input":
         return RankLayout(program.rank, mode, i_n, 0, s_n,
-                          {**identity, Buffer.OUTPUT: (Buffer.INPUT, sig.alias_offset)})
+                          {**identity, Buffer.OUTPUT: (Buffer.INPUT, sig.alias_offset)}, **counts)
     return RankLayout(program.rank, mode, max(i_n, o_n), 0, s_n,
-                      {**identity, Buffer.OUTPUT: (Buffer.INPUT, 0)})
+                      {**identity, Buffer.OUTPUT: (Buffer.INPUT, 0)}, **counts)
 
 
 def layouts(algo: Algorithm, mode: Mode) -> list[RankLayout]:

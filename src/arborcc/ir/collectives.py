@@ -47,6 +47,12 @@ def busbw_factor(collective: str, num_ranks: int) -> float:
     raise ValueError(f"no bus-bandwidth factor for collective {collective!r}")
 
 
+def has_signature(collective: str, n: int, k: int) -> bool:
+    """Whether :func:`signature` describes ``collective`` on ``n`` ranks with ``k`` chunks
+    per loop (not for ``custom``, nor when a rank-multiplied ``k`` is not a multiple of n)."""
+    return collective != "custom" and n >= 1 and k >= 1 and not (collective in RANK_MULTIPLIED and k % n)
+
+
 @dataclass(frozen=True)
 class Signature:
     """What one rank's buffers must look like for a collective.

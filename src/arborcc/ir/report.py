@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+
 @dataclass(frozen=True)
 class Violation:
     """One thing wrong with an algorithm; ``str()`` is one line ``rank 3 tb 2 step 5: ...``.
@@ -63,18 +64,29 @@ class Violation:
 
 @dataclass
 class VerificationReport:
-    """The verifier's answer. ``ok`` is True exactly when ``violations`` is empty."""
+    """The verifier's answer. ``ok`` is True exactly when ``violations`` is empty.
+
+    ``modes`` are the kinds of call checked (``"out-of-place"``, ``"in-place"``) and
+    ``failed_modes`` those in which something is wrong.
+    """
 
     ok: bool
     violations: list[Violation] = field(default_factory=list)
     postcondition_checked: bool = False
     notes: list[str] = field(default_factory=list)
+    modes: list[str] = field(default_factory=list)
+    failed_modes: list[str] = field(default_factory=list)
+
+    @property
+    def modes_text(self) -> str:
+        """``in-place``, ``out-of-place and in-place``, or ``no call``."""
+        return " and ".join(self.modes) or "no call"
 
     def summary(self) -> str:
-        """One line: verdict, first violation or what was proven."""
+        """One line: verdict (with the modes checked), first violation or what was proven."""
         if self.ok:
             what = "postcondition holds" if self.postcondition_checked else "no postcondition known"
-            return f"OK: {what}; no deadlock, no race, structure valid"
+            return f"OK ({self.modes_text}): {what}; no deadlock, no race, structure valid"
         counts = Counter(v.kind for v in self.violations)
         kinds = ", ".join(f"{n} {k}" for k, n in counts.most_common())
         return f"INCORRECT ({kinds}): {self.violations[0]}"
@@ -82,6 +94,8 @@ class VerificationReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
+            "modes": list(self.modes),
+            "failed_modes": list(self.failed_modes),
             "violations": [v.to_dict() for v in self.violations],
             "postcondition_checked": self.postcondition_checked,
             "notes": list(self.notes),

@@ -89,12 +89,24 @@ class Program:
     copy/reduce names its ``sendtb``/``recvtb``/``ch``). ``instr_fusion``: fuse receive
     and send instructions (GC3 section 4.2). ``replication``: ``interleaved`` (each
     collective's own layout) or ``batched`` (instances one after another in every buffer).
+
+    ``unnamed_tb_shared``: under the manual policy, a transfer that names no thread block
+    is an error (False), or goes to one thread block of its rank shared by all such
+    transfers (True, as the public GC3 tools do with thread block ``-1``).
+
+    ``copy_index_by_source``: how ``copy(dst, buffer, index)`` reads an index into a
+    buffer an in-place collective places inside another: False (arborcc), the slot
+    ``index`` of the destination's ``buffer``; True (the public GC3 tools, which map it
+    with the copying rank's offset), the slot the source rank's ``buffer[index]`` occupies.
+    In-place all-gather: ``chunk(r, input, 0).copy(d, input, 0)`` lands in block ``d`` of
+    ``d``'s output with False, in block ``r`` (where ``r``'s data belongs) with True.
     """
 
     def __init__(self, name: str, collective: Collective, topology: object = None, *,
                  instances: int = 1, protocol: object = "Simple",
                  threadblock_policy: object = ThreadblockPolicy.auto, instr_fusion: bool = True,
-                 replication: str = "interleaved"):
+                 replication: str = "interleaved", copy_index_by_source: bool = False,
+                 unnamed_tb_shared: bool = False):
         loc = user_location(1)
         if not isinstance(collective, Collective):
             raise program_error(f"the collective must be a Collective, got {collective!r}", loc)
@@ -115,6 +127,8 @@ class Program:
         self.instances = instances
         self.instr_fusion = bool(instr_fusion)
         self.replication = replication
+        self.copy_index_by_source = bool(copy_index_by_source)
+        self.unnamed_tb_shared = bool(unnamed_tb_shared)
         self.where = loc
         self.ops: list[tuple] = []
         self.check_errors: list[str] = []

@@ -109,8 +109,11 @@ class Ref:
         if type(index) is not int or index < 0:
             raise program_error(f"chunk index must be a non-negative integer, got {index!r}")
         if buf is prog._alias_named:
-            buf, index = prog._alias_meant, index + dst * prog._alias_shift
+            owner = self.rank if prog.copy_index_by_source else dst
+            buf, index = prog._alias_meant, index + owner * prog._alias_shift
         elif prog._alias is not None:
+            if prog.copy_index_by_source:
+                buf, index = prog._alias(self.rank, buf, index)
             buf, index = prog._alias(dst, buf, index)
         code = 0 if buf is INPUT else 1 if buf is OUTPUT else prog.code_of(buf)
         size = self.size

@@ -16,7 +16,7 @@ from __future__ import annotations
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllReduce, Program, chunk
 from arborcc.library.common import positive
-from arborcc.library.spec import Built
+from arborcc.library.spec import Built, built
 
 IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 
@@ -42,4 +42,4 @@ def allpairs_allreduce(ranks: int, instances: int = 1, protocol: str = "Simple",
             for p in range(R):
                 if p != r:
                     acc.copy(p, OUT, r)
-    return Built(prog.compile(), prog)
+    return built(prog)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllToAll, Program, chunk
 from arborcc.library.common import positive
-from arborcc.library.spec import Built
+from arborcc.library.spec import Built, built
 
 IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 
@@ -45,4 +45,4 @@ def twostep_alltoall(nodes: int, gpus_per_node: int, instances: int = 1, protoco
                             c.copy(rank(m, g), SCRATCH, n * G + i)
                     if n != m:  # one aggregated transfer across the network
                         chunk(rank(m, g), SCRATCH, n * G, G).copy(rank(n, g), OUT, m * G)
-    return Built(prog.compile(), prog)
+    return built(prog)

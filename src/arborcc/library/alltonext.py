@@ -18,7 +18,7 @@ from __future__ import annotations
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllToNext, Program, chunk
 from arborcc.library.common import positive
-from arborcc.library.spec import Built
+from arborcc.library.spec import Built, built
 
 IN, OUT = Buffer.INPUT, Buffer.OUTPUT
 
@@ -49,4 +49,4 @@ def alltonext(nodes: int, gpus_per_node: int, instances: int = 1, protocol: str 
                         c = c.copy(rank(n, k), region, 0)
                     c = c.copy(rank(n + 1, k), region, 0)
                     c.copy(rank(n + 1, 0), OUT, k)
-    return Built(prog.compile(), prog)
+    return built(prog)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from arborcc.lang import AllReduce, Program, parallelize
 from arborcc.library.common import positive
 from arborcc.library.ring import ring_all_gather, ring_reduce_scatter
-from arborcc.library.spec import Built
+from arborcc.library.spec import Built, built
 
 
 def hierarchical_allreduce(nodes: int, gpus_per_node: int, instances: int = 1, protocol: str = "Simple",
@@ -39,4 +39,4 @@ def hierarchical_allreduce(nodes: int, gpus_per_node: int, instances: int = 1, p
         with parallelize(parallel):
             for n in range(N):  # intra-node all-gather
                 ring_all_gather([n * G + g for g in range(G)], 0, N, ch=2)
-    return Built(prog.compile(), prog)
+    return built(prog)

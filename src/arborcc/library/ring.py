@@ -18,7 +18,7 @@ from __future__ import annotations
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllGather, AllReduce, Program, ReduceScatter, chunk
 from arborcc.library.common import channels_ok, positive
-from arborcc.library.spec import Built
+from arborcc.library.spec import Built, built
 
 IN, OUT = Buffer.INPUT, Buffer.OUTPUT
 
@@ -66,7 +66,7 @@ def ring_allreduce(ranks: int, channels: int = 1, instances: int = 1, protocol: 
             # all-gather: the reduced chunk goes around once more
             for step in range(1, R):
                 c = c.copy((j + step) % R, OUT, j, ch=ch)
-    return Built(prog.compile(), prog)
+    return built(prog)
 
 
 def ring_allgather(ranks: int, channels: int = 1, instances: int = 1, protocol: str = "Simple",
@@ -82,7 +82,7 @@ def ring_allgather(ranks: int, channels: int = 1, instances: int = 1, protocol: 
             c.copy(j, OUT, j)  # own block (a no-op when in-place: the input is that block)
             for step in range(1, R):
                 c = c.copy((j + step) % R, OUT, j, ch=ch)
-    return Built(prog.compile(), prog)
+    return built(prog)
 
 
 def ring_reducescatter(ranks: int, channels: int = 1, instances: int = 1, protocol: str = "Simple",
@@ -103,4 +103,4 @@ def ring_reducescatter(ranks: int, channels: int = 1, instances: int = 1, protoc
                 if step == R and not inplace:
                     own = own.copy(r, OUT, 0)
                 c = own.reduce(c, ch=ch)
-    return Built(prog.compile(), prog)
+    return built(prog)

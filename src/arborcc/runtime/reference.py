@@ -23,9 +23,11 @@ nop   nothing (carries a dependency)
 ====  ==============================================================
 
 Uninitialized output and scratch hold NaN, so reading them poisons the result.
-In-place algorithms alias buffers as the runtime does (all-gather: the input is rank
-r's block of the output; reduce-scatter: the output is rank r's block of the input;
-otherwise output is input).
+A run is a call in one mode: its buffers are laid out by :mod:`arborcc.ir.aliasing`
+(out of place the send and receive buffers are separate; in place they are the same
+memory, all-gather's input being rank r's block of the output and reduce-scatter's
+output rank r's block of the input), and every IR buffer is a numpy view into them,
+so an in-place algorithm runs on aliased memory exactly as a runtime would run it.
 
 References:
 
@@ -41,6 +43,7 @@ from collections import deque
 import numpy as np
 
 from arborcc.errors import ArborccError
+from arborcc.ir.aliasing import Mode, declared_modes, layouts
 from arborcc.ir.model import Algorithm, Buffer, Op
 
 
@@ -52,36 +55,55 @@ class MessageMismatch(ArborccError):
     """A receive got a message of another size, or messages were never received."""
 
 
+def default_mode(algo: Algorithm) -> Mode:
+    """The mode a run uses unless told: out-of-place if the algorithm claims it, else in-place."""
+    modes = declared_modes(algo)
+    return modes[0] if modes else Mode.OUTOFPLACE
+
+
 def make_inputs(algo: Algorithm, elems: int = 3, seed: int = 0) -> list[np.ndarray]:
+    """Random data for every rank, by rank: as many chunks as the rank passes to the call."""
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal((rp.input_chunks, elems)) for rp in algo.ranks]
+    return [rng.standard_normal((lay.sent_chunks, elems)) for lay in layouts(algo, Mode.OUTOFPLACE)]
 
 
-def _buffers(algo: Algorithm, inputs: list[np.ndarray], elems: int) -> list[dict]:
+#: key of the rank's result region in the buffers of a run
+_RESULT = "result"
+
+
+def _buffers(algo: Algorithm, inputs: list[np.ndarray], elems: int, mode: Mode) -> list[dict]:
+    """Per rank, the IR's three buffers as views into the call's buffers (NaN where unset)."""
     bufs = []
-    for rp, inp in zip(algo.ranks, inputs):
-        r = rp.rank
-        out = np.full((rp.output_chunks, elems), np.nan)
-        scratch = np.full((rp.scratch_chunks, elems), np.nan)
-        i = inp.copy()
-        if algo.inplace:
-            if algo.collective in ("allgather", "gather"):
-                k = rp.input_chunks
-                out[r * k:(r + 1) * k] = i
-                i = out[r * k:(r + 1) * k]  # a view: the input is part of the output
-            elif algo.collective in ("reducescatter", "scatter"):
-                k = rp.output_chunks
-                out = i[r * k:(r + 1) * k]
-            else:
-                out = i
-        bufs.append({Buffer.INPUT: i, Buffer.OUTPUT: out, Buffer.SCRATCH: scratch})
+    by_rank = {p.rank: p for p in algo.ranks}
+    for lay in layouts(algo, mode):
+        prog = by_rank[lay.rank]
+        declared = {Buffer.INPUT: prog.input_chunks, Buffer.OUTPUT: prog.output_chunks,
+                    Buffer.SCRATCH: prog.scratch_chunks}
+        call = {b: np.full((lay.size(b), elems), np.nan) for b in Buffer}
+        where, first, count = lay.data
+        if lay.data_defined:
+            call[where][first:first + count] = inputs[lay.rank]
+        views = {b: call[w][off:off + declared[b]] for b, (w, off) in lay.placement.items()}
+        views[_RESULT] = call[lay.result[0]][lay.result[1]:lay.result[1] + lay.received_chunks]
+        bufs.append(views)
     return bufs
 
 
-def run(algo: Algorithm, inputs: list[np.ndarray], slots: int = 2, max_rounds: int | None = None) -> list[np.ndarray]:
-    """Execute ``algo``; returns every rank's output buffer (a copy)."""
+def run(algo: Algorithm, inputs: list[np.ndarray], slots: int = 2, max_rounds: int | None = None,
+        mode: Mode | None = None) -> list[np.ndarray]:
+    """Execute ``algo`` as a call in ``mode`` (default :func:`default_mode`); returns every
+    rank's result (a copy of the region the collective leaves it in)."""
+    bufs = execute(algo, inputs, slots, max_rounds, mode)
+    return [b[_RESULT].copy() for b in bufs]
+
+
+def execute(algo: Algorithm, inputs: list[np.ndarray], slots: int = 2, max_rounds: int | None = None,
+            mode: Mode | None = None) -> list[dict]:
+    """Execute ``algo`` as :func:`run` does; returns every rank's IR buffers after the call
+    (``{Buffer: array}``, views into the call's memory, so aliased buffers share it)."""
+    mode = default_mode(algo) if mode is None else Mode(mode)
     elems = inputs[0].shape[1] if inputs else 1
-    bufs = _buffers(algo, inputs, elems)
+    bufs = _buffers(algo, inputs, elems, mode)
     fifos: dict[tuple[int, int, int], deque] = {}
     # (rank, tb id) -> [tb, next step index]
     state = {}
@@ -142,7 +164,7 @@ def run(algo: Algorithm, inputs: list[np.ndarray], slots: int = 2, max_rounds: i
                 elif op is Op.COPY:
                     val = region(rank, step.src_buf, step.src_off, step.count).copy()
                     region(rank, step.dst_buf, step.dst_off, step.count)[:] = val
-                elif op is Op.REDUCE:
+                elif op is Op.REDUCE or op is Op.RESIDUAL_ADD:
                     val = region(rank, step.dst_buf, step.dst_off, step.count) + region(
                         rank, step.src_buf, step.src_off, step.count)
                     region(rank, step.dst_buf, step.dst_off, step.count)[:] = val
@@ -169,7 +191,7 @@ def run(algo: Algorithm, inputs: list[np.ndarray], slots: int = 2, max_rounds: i
     leftover = {k: len(v) for k, v in fifos.items() if v}
     if leftover:
         raise MessageMismatch(f"messages sent but never received: {leftover}")
-    return [bufs[r][Buffer.OUTPUT].copy() for r in range(len(bufs))]
+    return bufs
 
 
 def reference(algo: Algorithm, inputs: list[np.ndarray]) -> list[np.ndarray | None]:

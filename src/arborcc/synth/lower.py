@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from arborcc.errors import SynthesisError
-from arborcc.ir.limits import DIALECTS
+from arborcc.ir.limits import DIALECTS, MAX_CHANNELS
 from arborcc.ir.model import Algorithm, Buffer
 from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, chunk
 from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
@@ -31,8 +31,6 @@ from arborcc.synth.trees import Tree
 from arborcc.topology.model import Topology
 
 INPUT, OUTPUT = Buffer.INPUT, Buffer.OUTPUT
-#: channels every MSCCL dialect accepts
-MAX_CHANNELS = min(d.max_channels for d in DIALECTS.values())
 #: chunks per transfer: the largest power of two every dialect's ``cnt`` limit allows
 MAX_COUNT = 1 << (min(d.max_count_exclusive for d in DIALECTS.values()) - 1).bit_length() - 1
 

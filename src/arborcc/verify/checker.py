@@ -4,10 +4,12 @@ Order of the checks (GC3 section 4-6 model; docs/ir.md):
 
 1. structure (:mod:`.structure`) and buffer layout (:mod:`.layout`);
 2. the dialect's runtime limits when a dialect is named (:mod:`arborcc.ir.limits`);
-3. for each kind of call the algorithm accepts (out-of-place, in-place): a symbolic
-   run with bounded FIFOs (:mod:`.symbolic`) that finds deadlocks, races,
-   uninitialized reads, count mismatches and unreceived data, then the
-   postcondition (:mod:`.postconditions`).
+3. for each kind of call the algorithm claims (out-of-place, in-place; buffers laid out
+   by :mod:`arborcc.ir.aliasing`): a symbolic run with bounded FIFOs
+   (:mod:`.symbolic`) that finds deadlocks, races, uninitialized reads, count
+   mismatches and unreceived data, then the postcondition (:mod:`.postconditions`).
+   A file that claims both modes must be correct in both; every violation names the
+   mode it was found in.
 
 Step 3 is skipped when step 1 found the program too malformed to run.
 
@@ -25,11 +27,14 @@ import time
 from bisect import bisect_right
 
 from arborcc.errors import VerificationError
+from arborcc.ir.aliasing import Mode, declared_modes, rank_layout
+from arborcc.ir.collectives import has_signature
 from arborcc.ir.limits import DEFAULT_SLOTS, check_dialect_limits
-from arborcc.ir.model import Algorithm
-from arborcc.ir.report import VerificationReport, ViolationLog
+from arborcc.ir.model import Algorithm, Buffer
+from arborcc.ir.report import VerificationReport, Violation, ViolationLog
 from arborcc.verify.layout import check_layout, memory_map
 from arborcc.verify.postconditions import check_postcondition
+from arborcc.verify.semantics import OPS
 from arborcc.verify.structure import check_structure
 from arborcc.verify.symbolic import simulate
 
@@ -37,21 +42,32 @@ log_ = logging.getLogger(__name__)
 
 
 def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int = DEFAULT_SLOTS,
-                     check_races: bool = True) -> VerificationReport:
+                     check_races: bool = True, modes=None) -> VerificationReport:
     """Prove ``algo`` correct or list what is wrong with it.
 
     ``dialect`` ("legacy" or "executor") adds that runtime's limits; ``slots`` is the
-    FIFO depth of every connection (8 = NCCL_STEPS for Simple).
+    FIFO depth of every connection (8 = NCCL_STEPS for Simple). ``modes`` (default: the
+    modes the algorithm claims, :func:`arborcc.ir.aliasing.declared_modes`) are the
+    kinds of call checked; each gets its own buffer layout, run and postcondition, and
+    every violation they find names its mode.
     """
     notes: list[str] = []
     structure = check_structure(algo)
     violations = list(structure.violations)
     notes.extend(structure.notes)
-    layout_violations, layout_notes = check_layout(algo)
-    capped = ViolationLog()
-    capped.extend(layout_violations)
-    violations.extend(capped.items)
-    notes.extend(layout_notes + capped.omitted_notes())
+    checked = tuple(declared_modes(algo) if modes is None else modes)
+    if not checked:
+        violations.append(Violation(None, None, None, "layout",
+                                    "neither in-place nor out-of-place: no call can select this algorithm"))
+    failed: list[str] = []
+    for mode in checked:
+        layout_violations, layout_notes = check_layout(algo, mode)
+        capped = ViolationLog()
+        capped.extend(layout_violations)
+        violations.extend(capped.items)
+        notes.extend(n for n in layout_notes + capped.omitted_notes() if n not in notes)
+        if layout_violations:
+            failed.append(mode.label)
     if dialect is not None:
         violations.extend(check_dialect_limits(algo, dialect))
     if algo.collective == "custom":
@@ -62,27 +78,71 @@ def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int 
         notes.append("the program is too malformed to execute: deadlock, race and postcondition "
                      "checks were skipped")
     else:
-        modes = [m for m, on in ((False, algo.outofplace), (True, algo.inplace)) if on]
         results = []
-        for inplace in modes:
-            label = "in-place" if inplace else "out-of-place"
-            log = ViolationLog(prefix=f"{label} call: " if len(modes) > 1 else "")
-            mm = memory_map(algo, inplace)
+        for mode in checked:
+            log = ViolationLog(prefix=f"{mode.label} call: ")
+            mm = memory_map(algo, mode)
             started = time.perf_counter()
             sim = simulate(algo, mm, structure.cuts, log, slots=slots, check_races=check_races)
-            log_.debug("%s: %s call: %d steps, %d race candidates, %.2f s", algo.name, label, sim.steps_run,
+            log_.debug("%s: %s call: %d steps, %d race candidates, %.2f s", algo.name, mode.label, sim.steps_run,
                        sim.race_candidates, time.perf_counter() - started)
-            checked = False
+            ok = False
             if sim.finished:
-                checked = check_postcondition(algo, mm, sim.memory, _writer_namer(algo), log)
-            results.append(checked)
+                ok = check_postcondition(algo, mm, sim.memory, _writer_namer(algo), log)
+            results.append(ok)
+            if len(log) and mode.label not in failed:
+                failed.append(mode.label)
             violations.extend(log.items)
             notes.extend(log.omitted_notes())
-            notes.append(f"{label} call: ran {sim.steps_run} steps with {slots} slots per connection"
+            notes.append(f"{mode.label} call: ran {sim.steps_run} steps with {slots} slots per connection"
                          + ("" if sim.finished else " before deadlocking"))
         postcondition_checked = bool(results) and all(results)
     return VerificationReport(ok=not violations, violations=violations,
-                              postcondition_checked=postcondition_checked, notes=notes)
+                              postcondition_checked=postcondition_checked, notes=notes,
+                              modes=[m.label for m in checked], failed_modes=failed)
+
+
+def refuted_mode(algo: Algorithm, mode: Mode) -> str | None:
+    """A quick proof that ``algo`` is wrong in ``mode`` without running it, or None.
+
+    Out of place the receive buffer holds nothing when the call starts; if some chunk of
+    a result the collective requires is written by no step (no step writes the IR buffer
+    placed there), the postcondition cannot hold. In-place programs of the public GC3
+    tools, which write every access in one buffer, are refuted this way for
+    out-of-place calls at the cost of one pass over the steps.
+    """
+    if mode is not Mode.OUTOFPLACE or not has_signature(algo.collective, algo.num_ranks, algo.chunks_per_loop):
+        return None
+    for prog in algo.ranks:
+        if not 0 <= prog.rank < algo.num_ranks:
+            return None
+        lay = rank_layout(algo, prog, mode)
+        if not lay.result_checked or not lay.received_chunks:
+            continue
+        written = [False] * lay.received_chunks
+        for tb in prog.threadblocks:
+            for st in tb.steps:
+                info = OPS.get(st.op)
+                if info is not None and info.writes_dst and st.dst_buf is Buffer.OUTPUT:
+                    for x in range(max(st.dst_off, 0), min(st.dst_off + st.count, lay.received_chunks)):
+                        written[x] = True
+        if not all(written):
+            return (f"{mode.label} call: rank {prog.rank}: output chunk {written.index(False)} is written by no step, "
+                    f"but {algo.collective} needs a result there")
+    return None
+
+
+def supported_modes(algo: Algorithm, dialect: str | None = None, *, known=(),
+                    slots: int = DEFAULT_SLOTS) -> tuple[Mode, ...]:
+    """The kinds of call in which ``algo`` is correct, whatever it claims: the modes in
+    ``known`` (verified by the caller already) and every other mode the verifier proves
+    (after :func:`refuted_mode`, which rules most out in one pass)."""
+    ok = []
+    for mode in Mode:
+        if mode in known or (refuted_mode(algo, mode) is None
+                             and verify_algorithm(algo, dialect, slots=slots, modes=(mode,)).ok):
+            ok.append(mode)
+    return tuple(ok)
 
 
 def _writer_namer(algo: Algorithm):

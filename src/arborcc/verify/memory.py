@@ -172,15 +172,18 @@ def initial_memory(algo: Algorithm, mm: MemoryMap, cuts: dict[int, dict[Buffer, 
     """
     memory = []
     for prog in sorted(algo.ranks, key=lambda p: p.rank):
-        start, end = mm.spans[prog.rank]
-        base = mm.bases[prog.rank]
-        ins, ine = base[Buffer.INPUT], base[Buffer.INPUT] + prog.input_chunks
-        at = {start, end, ins, ine, base[Buffer.OUTPUT], base[Buffer.OUTPUT] + prog.output_chunks,
-              base[Buffer.SCRATCH], base[Buffer.SCRATCH] + prog.scratch_chunks}
-        for buf, offsets in cuts[prog.rank].items():
+        r = prog.rank
+        start, end = mm.spans[r]
+        base = mm.bases[r]
+        data, data_end = mm.data(r)
+        result, result_end = mm.result(r)
+        at = {start, end, data, data_end, result, result_end, *mm.call_bases[r].values(),
+              base[Buffer.INPUT] + prog.input_chunks, base[Buffer.OUTPUT] + prog.output_chunks,
+              base[Buffer.SCRATCH] + prog.scratch_chunks, *base.values()}
+        for buf, offsets in cuts[r].items():
             b = base[buf]
             at.update([b + off for off in offsets])
-        sig = mm.signatures[prog.rank]
-        defined = sig is None or sig.input_defined
-        memory.append(RankMemory(sorted(at), ins, ine if defined else ins, 1 << prog.rank))
+        defined = mm.layouts[r].data_defined
+        memory.append(RankMemory(sorted(a for a in at if start <= a <= end), data, data_end if defined else data,
+                                 1 << r))
     return memory

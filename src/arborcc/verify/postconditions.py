@@ -41,6 +41,7 @@ References:
 
 from __future__ import annotations
 
+from arborcc.ir.collectives import has_signature
 from arborcc.ir.model import Algorithm, Buffer
 from arborcc.ir.report import ViolationLog
 from arborcc.verify.layout import MemoryMap
@@ -55,19 +56,16 @@ def check_postcondition(algo: Algorithm, mm: MemoryMap, memory: list[RankMemory]
     ``writer_of(gid)`` names the step that last wrote a slot (for the message).
     """
     coll, n, k = algo.collective, algo.num_ranks, algo.chunks_per_loop
-    if coll == "custom":
+    if not has_signature(coll, n, k):
         return False
     root = algo.effective_root
     for prog in sorted(algo.ranks, key=lambda p: p.rank):
         r = prog.rank
-        sig = mm.signatures[r]
-        if sig is None:
-            return False
-        if not sig.output_checked:
+        lay = mm.layouts[r]
+        if not lay.result_checked:
             continue
         base = mm.bases[r][Buffer.OUTPUT]
-        for first, length, chunk, mask in expected_runs(coll, n, k, r, root,
-                                                        min(prog.output_chunks, sig.output_chunks)):
+        for first, length, chunk, mask in expected_runs(coll, n, k, r, root, lay.received_chunks):
             start = base + first
             for a, size, v, w in memory[r].pieces(start, start + length):
                 c = chunk + a - start

@@ -10,8 +10,15 @@ interleaved_replication=True, instr_fusion=True, ...)`` is an arborcc
   of an ``AssertionError``;
 * ``reduce`` returns the reference it was called on, which stays usable (as there);
   every other reference to an overwritten slot is stale and refused;
-* ``XML()`` writes the executor dialect (all attributes; the legacy dialect for custom
-  collectives); ``ARBORCC_MSCCL_DIALECT=legacy|executor`` chooses.
+* ``XML()`` verifies the compiled algorithm (every mode it claims) and refuses a wrong
+  one, naming the ``XML()`` line; it writes the executor dialect (all attributes), or the
+  original (legacy) dialect - saying so on stderr - when the algorithm exceeds the
+  executors' limits (64 steps per thread block...) or is a custom collective, which the
+  executors cannot name; ``ARBORCC_MSCCL_DIALECT=legacy|executor`` forces one;
+* as in the public tools, in-place collectives map ``copy(dst, buffer, index)``'s index
+  with the copying rank's offset, and under the manual policy a transfer naming no
+  thread block goes to one shared thread block of its rank (see
+  :class:`~arborcc.lang.program.Program`).
 
 References:
 
@@ -23,6 +30,7 @@ References:
 from __future__ import annotations
 
 import os
+import sys
 
 from arborcc.compat.msccl.language.collectives import (
     AllGather,
@@ -54,7 +62,8 @@ class MSCCLProgram(Program):
                                 f"{collective.num_ranks}", user_location(1))
         super().__init__(name, collective, topo, instances=instances, protocol=protocol,
                          threadblock_policy=threadblock_policy, instr_fusion=instr_fusion,
-                         replication="interleaved" if interleaved_replication else "batched")
+                         replication="interleaved" if interleaved_replication else "batched",
+                         copy_index_by_source=True, unnamed_tb_shared=True)
         self.check_xml = check_xml
         self.dependence_nop = dependence_nop
 
@@ -67,22 +76,33 @@ class MSCCLProgram(Program):
         """The compiled IR (:class:`~arborcc.ir.model.Algorithm`)."""
         return self.compile()
 
-    def dialect(self) -> str:
-        chosen = os.environ.get("ARBORCC_MSCCL_DIALECT")
-        if chosen:
-            return chosen
-        return "legacy" if self.collective.ir_name == "custom" else "executor"
+    def dialect(self) -> str | None:
+        """The dialect ``ARBORCC_MSCCL_DIALECT`` forces, else None (chosen by :meth:`generate_xml`)."""
+        return os.environ.get("ARBORCC_MSCCL_DIALECT") or None
 
     def generate_xml(self) -> str:
-        """Compile, verify (unless ``check_xml=False``) and write MSCCL XML."""
+        """Compile, verify (unless ``check_xml=False``) and write MSCCL XML (see the module)."""
+        from arborcc.ir.limits import check_dialect_limits
         from arborcc.ir.msccl_xml import write_msccl_xml
+        from arborcc.verify import verify_algorithm
 
         algo = self.compile()
-        dialect = self.dialect()
+        forced = self.dialect()
+        dialect = forced or ("legacy" if algo.collective == "custom" else "executor")
         if self.check_xml:
-            from arborcc.verify import check_algorithm
-
-            check_algorithm(algo, dialect)
+            report = verify_algorithm(algo)
+            if not report.ok:
+                raise program_error(f"XML(): program {self.name!r} compiles to an incorrect algorithm: "
+                                    f"{report.violations[0]}")
+            exceeded = check_dialect_limits(algo, dialect)
+            if exceeded and not forced and dialect == "executor" and not check_dialect_limits(algo, "legacy"):
+                more = f" (and {len(exceeded) - 1} more)" if len(exceeded) > 1 else ""
+                print(f"arborcc: note: {self.name}: {exceeded[0]}{more}; writing the original MSCCL dialect "
+                      "(legacy) instead", file=sys.stderr)
+                dialect, exceeded = "legacy", []
+            if exceeded:
+                raise program_error(f"XML(): program {self.name!r} exceeds the {dialect} runtime's limits: "
+                                    f"{exceeded[0]}")
         return write_msccl_xml(algo, dialect)
 
 

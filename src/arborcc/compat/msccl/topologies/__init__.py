@@ -1,4 +1,7 @@
-"""``msccl.topologies``: topology constructors of the public GC3 tools.
+"""``msccl.topologies``: topology constructors of the public GC3 tools (generic shapes,
+copies over a network, NVIDIA machines). Not provided: the tools' AMD machines
+(``amd4``, ``amd8``) and topology transformers (``reverse_topology``,
+``binarize_topology``), which no example program uses.
 
 References:
 
@@ -9,9 +12,10 @@ References:
 
 from arborcc.compat.msccl.topologies.distributed import distributed_fully_connected, distributed_hub_and_spoke
 from arborcc.compat.msccl.topologies.generic import fully_connected, hub_and_spoke, line, ring, star
+from arborcc.compat.msccl.topologies.nvidia import dgx1, dgx_a100, nvlink_only
 from arborcc.compat.msccl.topologies.topology import Topology
 
 _arborcc_compat = True
 
 __all__ = ["Topology", "fully_connected", "ring", "line", "star", "hub_and_spoke",
-           "distributed_fully_connected", "distributed_hub_and_spoke"]
+           "distributed_fully_connected", "distributed_hub_and_spoke", "dgx1", "dgx_a100", "nvlink_only"]
