@@ -181,33 +181,64 @@ def _compile_file(target: str, argv: list[str], verbatim: list[str], args):
 
 
 def _run_program_file(path: Path, program_args: list[str]):
-    """Run a program file; returns (Algorithm, name)."""
+    """Run a program file; returns (Algorithm, name).
+
+    What the program prints is held and then written to stderr (so ``--json`` output
+    stays one object). As ``python prog.py`` would, the program's folder comes first on
+    ``sys.path`` while it runs (its own modules import). Whatever the program raises becomes one line at its own file and
+    line (:func:`arborcc.lang.where.program_failure`; ``ARBORCC_DEBUG=1`` shows the whole
+    traceback instead); a program that exits with a non-zero status (argparse does on
+    bad arguments) is reported with the last line it printed.
+    """
     import contextlib
+    import io
+    import os
     import runpy
 
     from arborcc.compat import install_msccl_alias, remove_msccl_alias
+    from arborcc.errors import ArborccError
     from arborcc.ir.model import Algorithm
     from arborcc.lang.program import Program, recording_programs
+    from arborcc.lang.where import program_failure
 
     aliased = install_msccl_alias()
     old_argv = sys.argv
     sys.argv = [str(path), *program_args]
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
     result = None
+    printed = io.StringIO()
+    failure: BaseException | None = None
     try:
-        with contextlib.redirect_stdout(sys.stderr), recording_programs() as created:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed), \
+                recording_programs() as created:
             try:
                 namespace = runpy.run_path(str(path), run_name="__main__")
+                entry = namespace.get("arborcc_program")
+                if callable(entry):
+                    result = entry(*program_args)
             except SystemExit as e:
                 if e.code not in (None, 0):
-                    raise InputError(f"the program exited with status {e.code}", source=str(path)) from None
-                namespace = {}
-            entry = namespace.get("arborcc_program")
-            if callable(entry):
-                result = entry(*program_args)
+                    said = [line for line in printed.getvalue().splitlines() if line.strip()]
+                    failure = InputError(f"the program exited with status {e.code}"
+                                         + (f": {said[-1].strip()}" if said else ""), source=str(path))
+                    if not os.environ.get("ARBORCC_DEBUG"):
+                        printed = io.StringIO()  # its last line is in the message (argparse: usage, error)
+            except (ArborccError, KeyboardInterrupt):
+                raise
+            except Exception as e:  # noqa: BLE001 - anything the user's code raises is reported, one line
+                if os.environ.get("ARBORCC_DEBUG"):
+                    raise
+                failure = program_failure(e, str(path), created)
     finally:
         sys.argv = old_argv
+        if folder in sys.path:
+            sys.path.remove(folder)
         if aliased:
             remove_msccl_alias()
+        sys.stderr.write(printed.getvalue())
+    if failure is not None:
+        raise failure from None
     if result is None:
         if not created:
             raise InputError("the program created no Program and defines no arborcc_program()",

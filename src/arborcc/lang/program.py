@@ -128,6 +128,9 @@ class Program:
         self.instr_fusion = bool(instr_fusion)
         self.replication = replication
         self.copy_index_by_source = bool(copy_index_by_source)
+        #: the slot of the last chunk() that found nothing (it returned None), named when the
+        #: program then calls a method on that None (:func:`arborcc.lang.where.program_failure`)
+        self.empty_chunk: str | None = None
         self.unnamed_tb_shared = bool(unnamed_tb_shared)
         self.where = loc
         self.ops: list[tuple] = []
@@ -304,6 +307,7 @@ class Program:
             self.check_range(rank, code, index, size, user_location(1))
         if index >= n or seqs[index] < 0:  # the first slot is empty: are all of them?
             if size == 1 or max(seqs[index:index + size], default=-1) < 0:
+                self.empty_chunk = self.slot_name(rank, code, index)
                 return None
         return Ref(self, rank, code, index, size, len(self.ops))
 
