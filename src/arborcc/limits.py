@@ -106,6 +106,9 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
     Limit("lanes", 64, "lanes",
           "per link", "bonded lanes (count:, NVLink count=)",
           "a GPU has at most 18 NVLink lanes (H100, B200), an NVSwitch chip 64 ports"),
+    Limit("cpus", 8_192, "CPUs",
+          "per CPU list", "CPU numbers in a CPU affinity list (nvidia-smi topo -m, sysfs cpulist)",
+          "Linux's largest configurable CPU count on x86-64 (NR_CPUS) is 8,192"),
     Limit("chunks", 32_768, "chunks",
           "per buffer", "chunks per loop (nchunksperloop) and input, output and scratch chunks of a rank",
           "the MSCCL runtimes hold chunk offsets in 16-bit signed integers (mscclTransmission.srcOffset, "

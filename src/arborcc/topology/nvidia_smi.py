@@ -38,6 +38,7 @@ from typing import Iterable, Mapping, Sequence
 
 from arborcc.errors import TopologyError
 from arborcc.files import read_input_text
+from arborcc.limits import limit
 from arborcc.topology import defaults
 from arborcc.topology.model import Device, DeviceKind, LinkKind, Topology, TopologyBuilder
 
@@ -288,6 +289,8 @@ def parse_cpu_list(text: str) -> frozenset[int]:
         lo_i, hi_i = int(lo), int(hi) if sep else int(lo)
         if hi_i < lo_i:
             raise ValueError(f"bad CPU range {part!r}")
+        if hi_i >= limit("cpus").value:
+            raise ValueError(limit("cpus").message(hi_i + 1, f"CPU list {part!r}"))
         cpus.update(range(lo_i, hi_i + 1))
     return frozenset(cpus)
 
@@ -506,15 +509,15 @@ def _affinity(row: _Row, names: Sequence[str], source: str | None) -> tuple[int 
     if text is not None and text.upper() != "N/A":
         try:
             cpus = parse_cpu_list(text) or None
-        except ValueError:
-            raise TopologyError(f"row {row.label}, column CPU Affinity: cannot read {text!r}",
+        except ValueError as e:
+            raise TopologyError(f"row {row.label}, column CPU Affinity: cannot read {text!r} ({e})",
                                 source=source, place=row.line) from None
     text = values.get("NUMA Affinity")
     if text is not None and text.upper() != "N/A":
         try:
             nodes = parse_cpu_list(text)
-        except ValueError:
-            raise TopologyError(f"row {row.label}, column NUMA Affinity: cannot read {text!r}",
+        except ValueError as e:
+            raise TopologyError(f"row {row.label}, column NUMA Affinity: cannot read {text!r} ({e})",
                                 source=source, place=row.line) from None
         if len(nodes) == 1:
             numa = next(iter(nodes))
