@@ -48,7 +48,14 @@ class IRFormatError(InputError):
 
 
 class ProgramError(ArborccError):
-    """A DSL program misuses the language; the message points at the user's line."""
+    """A DSL program misuses the language; the message points at the user's line.
+
+    ``problem`` is the message without that place (for a library algorithm run by the
+    command line, where the place is arborcc's own)."""
+
+    def __init__(self, message: str, problem: str | None = None):
+        self.problem = message if problem is None else problem
+        super().__init__(message)
 
 
 class VerificationError(ArborccError):

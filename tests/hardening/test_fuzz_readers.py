@@ -30,7 +30,7 @@ TESTS = Path(__file__).resolve().parents[1]
 EXAMPLE_SECONDS = 20  # per reading: a hang guard, far above what any reading takes
 MEMORY_BUDGET = 2**30  # bytes the readers may add to the process
 #: per reader: the six readers run in well under a minute; ARBORCC_FUZZ_EXAMPLES=5000 for a long local run
-EXAMPLES = int(os.environ.get("ARBORCC_FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("ARBORCC_FUZZ_EXAMPLES", "300"))
 
 #: values a careless or hostile writer puts where a number or a name belongs
 HOSTILE = ["-1", "0", "-4", "1e400", "NaN", ".nan", "Infinity", "1000000000000", "9" * 30, "3.5", "0x10", "",

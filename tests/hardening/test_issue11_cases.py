@@ -362,3 +362,26 @@ def test_the_dialect_hint_is_only_given_when_that_dialect_accepts(tmp_path):
     assert "--dialect legacy" not in run.err and "--format json" in run.err
     assert not (tmp_path / "a.xml").exists()
     within_budget(run)
+
+
+# ------------------------------------------------------------------ work estimated before it starts
+@pytest.mark.parametrize("args, needle", [
+    (["compile", "ring-allreduce", "--ranks", "100000"],
+     r"^arborcc: error: arborcc compile ring-allreduce: AllReduce\(100000, 100000\): ranks: 100,000 GPUs"),
+    (["compile", "ring-allreduce", "--ranks", "2000"], r"8,000,000 chunks is over the limit of 4,194,304 chunks"),
+    (["topo", "classes", "--machine", "dgx-a100", "--nodes", "64", "--min-gpus", "2"],
+     r"--min-gpus/--max-gpus: 2-512 of 512 GPUs: .* allocations is over the limit of 100,000"),
+])
+def test_requests_beyond_the_machine_are_refused_before_the_work(tmp_path, args, needle):
+    refused(arborcc(*args, cwd=tmp_path), needle)
+
+
+def test_a_program_over_the_operations_limit_stops_at_the_limit(tmp_path):
+    run = arborcc("compile", "ring-allreduce", "--ranks", "16", cwd=tmp_path, env={"ARBORCC_MAX_OPERATIONS": "100"})
+    refused(run, r"program 'ring-allreduce-16r.*': copies and reduces: 101 operations is over the limit of 100")
+    (tmp_path / "prog.py").write_text("from arborcc.lang import AllReduce, Buffer, Program, chunk\n"
+                                      "with Program('loop', AllReduce(2, 1)):\n"
+                                      "    while True:\n"
+                                      "        chunk(0, Buffer.INPUT, 0).copy(1, Buffer.SCRATCH, 0)\n")
+    run = arborcc("--limit", "operations=1000", "compile", "prog.py", cwd=tmp_path)
+    refused(run, r"^arborcc: error: prog\.py:4: program 'loop': copies and reduces: 1,001 operations")

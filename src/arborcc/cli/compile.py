@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 
 from arborcc.cli.parsing import ArgumentParser, UsageError
-from arborcc.errors import InputError, ProgramError
+from arborcc.errors import ArborccError, InputError, ProgramError
 from arborcc.ir.limits import DIALECTS
 from arborcc.library.catalog import LIBRARY
 
@@ -157,7 +157,10 @@ def _compile_library(spec, argv: list[str], args):
         params["inplace"] = opts.mode == "inplace"
     _check_output_options(opts)
     start = time.perf_counter()
-    algo, _prog = spec.build(**params)
+    try:
+        algo, _prog = spec.build(**params)
+    except ProgramError as e:  # its place is arborcc's library code: name the command instead
+        raise InputError(e.problem, source=f"arborcc compile {spec.name}") from None
     opts.compile_seconds = time.perf_counter() - start
     return opts, algo, spec.name
 
@@ -196,7 +199,6 @@ def _run_program_file(path: Path, program_args: list[str]):
     import runpy
 
     from arborcc.compat import install_msccl_alias, remove_msccl_alias
-    from arborcc.errors import ArborccError
     from arborcc.ir.model import Algorithm
     from arborcc.lang.program import Program, recording_programs
     from arborcc.lang.where import program_failure

@@ -92,4 +92,4 @@ def program_error(message: str, loc: tuple[str, int] | None = None) -> ProgramEr
     """A ProgramError ``file:line: message`` at ``loc`` (default: the caller's user line)."""
     if loc is None:
         loc = user_location(2)
-    return ProgramError(f"{format_location(loc)}: {message}")
+    return ProgramError(f"{format_location(loc)}: {message}", problem=message)
