@@ -2,8 +2,9 @@
 shell tools do. One helper for every reader and every writer.
 
 Reading (:func:`read_input_bytes`, :func:`read_input_text`): a directory, a missing or
-unreadable file, a file over the ``input-bytes`` limit (:mod:`arborcc.limits`, checked
-before it is read - also for pipes such as ``/dev/stdin``) or text that is not UTF-8 is
+unreadable file, a file over its size limit (:mod:`arborcc.limits`: ``input-bytes`` for
+topologies, ``algorithm-bytes`` for algorithm files; checked while it is read, so also
+for pipes such as ``/dev/stdin``) or text that is not UTF-8 is
 one :class:`~arborcc.errors.InputError` naming the file.
 
 Writing (:func:`write_output`), the same rules for every output flag (``-o``,
@@ -38,10 +39,11 @@ STDOUT = "-"
 
 
 # ------------------------------------------------------------------------------ reading
-def read_input_bytes(path: str | os.PathLike, error: type[InputError] = InputError) -> bytes:
-    """The bytes of the input file ``path``, refused (``error``) over the input-bytes limit."""
+def read_input_bytes(path: str | os.PathLike, error: type[InputError] = InputError,
+                     size_limit: str = "input-bytes") -> bytes:
+    """The bytes of the input file ``path``, refused (``error``) over the ``size_limit`` limit."""
     source = str(path)
-    max_bytes = limit("input-bytes").value
+    max_bytes = limit(size_limit).value
     try:
         if os.path.isdir(path):
             raise error("is a directory, not a file", source=source)
@@ -52,7 +54,7 @@ def read_input_bytes(path: str | os.PathLike, error: type[InputError] = InputErr
                     size = os.fstat(f.fileno()).st_size
                 except OSError:
                     size = 0
-                limit("input-bytes").check(max(size, len(data)), source=source, error=error)
+                limit(size_limit).check(max(size, len(data)), source=source, error=error)
     except OSError as e:
         raise error(f"cannot read the file: {e.strerror or e}", source=source) from None
     return data

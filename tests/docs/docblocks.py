@@ -3,7 +3,8 @@
 Every doc is a list of :class:`DocStep` in the order it is written:
 
 * ``command``: a line of a fenced block (no language, ``sh``, ``bash``, ``console``)
-  that starts with ``arborcc``, ``make`` or ``python`` (a ``$ `` prompt is dropped; the
+  that starts with ``arborcc``, ``make`` or ``python``, after any ``NAME=value``
+  environment assignments (a ``$ `` prompt is dropped; the
   lines after a ``$`` line up to the next are its expected output), or an inline code
   span `` `arborcc ...` `` that is a whole command line: in a table row, or of four
   words or more in prose (``arborcc compile --inplace`` names an option); spans with placeholders (``ALGO``, ``N``, ``[...]``,
@@ -61,7 +62,8 @@ def documents() -> list[Path]:
 
 
 def is_command_line(line: str) -> bool:
-    words = line.split()
+    """``arborcc ...``, ``make ...``, also after environment assignments (``ARBORCC_X=1 arborcc ...``)."""
+    words = [w for w in line.split() if not re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", w)]
     return bool(words) and words[0] in COMMAND_WORDS
 
 

@@ -370,7 +370,7 @@ def test_the_dialect_hint_is_only_given_when_that_dialect_accepts(tmp_path):
      r"^arborcc: error: arborcc compile ring-allreduce: AllReduce\(100000, 100000\): ranks: 100,000 GPUs"),
     (["compile", "ring-allreduce", "--ranks", "2000"], r"8,000,000 chunks is over the limit of 4,194,304 chunks"),
     (["topo", "classes", "--machine", "dgx-a100", "--nodes", "64", "--min-gpus", "2"],
-     r"--min-gpus/--max-gpus: 2-512 of 512 GPUs: .* allocations is over the limit of 100,000"),
+     r"--min-gpus/--max-gpus: 2-512 of 512 GPUs: .* allocations is over the limit of 50,000"),
 ])
 def test_requests_beyond_the_machine_are_refused_before_the_work(tmp_path, args, needle):
     refused(arborcc(*args, cwd=tmp_path), needle)

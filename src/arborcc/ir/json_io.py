@@ -110,7 +110,7 @@ def algorithm_from_json(data: str | bytes | os.PathLike | dict, source: str | No
     else:
         path = Path(data)
         source = source or str(path)
-        text = read_input_bytes(path, IRFormatError)
+        text = read_input_bytes(path, IRFormatError, "algorithm-bytes")
     obj, _ = load_json(text, source, IRFormatError, exact=False)  # within the nesting limit; no duplicate keys
     return algorithm_from_dict(obj, source)
 

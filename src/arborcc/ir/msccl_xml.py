@@ -172,7 +172,7 @@ def _read_source(text_or_path, source: str | None) -> tuple[str | bytes, str]:
     if isinstance(text_or_path, str) and (text_or_path.lstrip().startswith("<") or not text_or_path.strip()):
         return text_or_path, source or "<xml>"
     path = Path(text_or_path)
-    return read_input_bytes(path, IRFormatError), source or str(path)
+    return read_input_bytes(path, IRFormatError, "algorithm-bytes"), source or str(path)
 
 
 class _Reader:
