@@ -3,9 +3,10 @@
 Every doc is a list of :class:`DocStep` in the order it is written:
 
 * ``command``: a line of a fenced block (no language, ``sh``, ``bash``, ``console``)
-  that starts with ``arborcc``, ``make`` or ``python``, after any ``NAME=value``
-  environment assignments (a ``$ `` prompt is dropped; the
-  lines after a ``$`` line up to the next are its expected output), or an inline code
+  whose first line is a command (``arborcc``, ``make``, ``python``, ``pip``, ...; after
+  any ``NAME=value`` assignments) - the block's other lines that are not commands are
+  the output the doc shows for the command above them; or, in a block with ``$ ``
+  prompts, the prompted lines (the others are output) - or an inline code
   span `` `arborcc ...` `` that is a whole command line: in a table row, or of four
   words or more in prose (``arborcc compile --inplace`` names an option); spans with placeholders (``ALGO``, ``N``, ``[...]``,
   ``a|b``, ``...``) are syntax summaries and are not run;
@@ -18,7 +19,9 @@ Every doc is a list of :class:`DocStep` in the order it is written:
 * ``setup``: ``<!-- doctest: setup COMMAND -->``, a command run at that place that the
   rendered doc does not show (it makes an input a documented command names).
 
-Markers, as HTML comments the rendered doc does not show:
+Commands that need what this machine lacks (GPUs, the network: :data:`REQUIREMENTS`)
+are skipped with that reason wherever they appear. Markers, as HTML comments the
+rendered doc does not show:
 ``<!-- doctest: skip REASON -->`` on the line before a fenced block skips its steps, and
 ``<!-- doctest: skip-command PREFIX: REASON -->`` anywhere in a doc skips that doc's
 commands starting with ``PREFIX`` - both with the reason in the test report (for
@@ -32,7 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMAND_WORDS = ("arborcc", "make", "python")
+COMMAND_WORDS = ("arborcc", "make", "python", "python3", "pip", "torchrun", "mpirun", "bash", "cd", "export",
+                 "cat", "ls", "git", "curl", "wget")
+#: commands this machine cannot run, found in any doc without a marker: (pattern, reason)
+REQUIREMENTS = [
+    (r"\btorchrun\b|\bmpirun\b|--detect\b|\bnvidia-smi\b|--backend[ =]nccl\b|--device[ =]cuda\b|\bcuda:\d",
+     "needs NVIDIA GPUs, which this machine does not have"),
+    (r"^pip3? install\b|^git clone\b|\bcurl\b|\bwget\b", "needs the network"),
+]
 _FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
 _INLINE = re.compile(r"(?<!`)`(arborcc [^`]+)`(?!`)")
 _MARKER = re.compile(r"<!--\s*doctest:\s*(skip-command|skip|file|setup)\b\s*(.*?)\s*-->", re.S)
@@ -74,7 +84,7 @@ def is_runnable(command: str) -> bool:
 
 def steps_of(path: Path) -> list[DocStep]:
     text = path.read_text(encoding="utf-8")
-    doc = str(path.relative_to(ROOT))
+    doc = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
     line_of = _line_index(text)
     events: list[tuple[int, DocStep]] = []
     fenced: list[tuple[int, int]] = []
@@ -111,6 +121,8 @@ def steps_of(path: Path) -> list[DocStep]:
     steps = [step for _, step in events]
     seen: set[str] = set()
     for step in steps:
+        if step.kind in ("command", "setup"):
+            step.skip = step.skip or needs_what_is_missing(step.text)
         if step.kind == "command":
             for prefix, reason in skip_prefixes:
                 if step.text.startswith(prefix):
@@ -134,18 +146,29 @@ def _block_steps(doc: str, line: int, lang: str, body: str) -> list[DocStep]:
         return []
     prompt = any(raw.startswith("$ ") for raw in lines)
     code = [raw for raw in lines if raw.strip() and not raw.lstrip().startswith("#")]
-    if not prompt and not (code and all(is_command_line(raw) for raw in code)):
+    if not prompt and not (code and is_command_line(code[0])):
         return []  # a diagram, a tree, example messages: text, not something to run
     steps: list[DocStep] = []
     for k, raw in enumerate(lines):
-        if prompt:
-            if raw.startswith("$ "):
-                steps.append(DocStep(doc, line + 1 + k, "command", _strip_comment(raw[2:])))
-            elif steps and raw.strip():
-                steps[-1].expected.append(raw.rstrip())
-        elif raw.strip() and not raw.lstrip().startswith("#"):
+        if not raw.strip() or (not prompt and raw.lstrip().startswith("#")):
+            continue
+        if prompt and raw.startswith("$ "):
+            steps.append(DocStep(doc, line + 1 + k, "command", _strip_comment(raw[2:])))
+        elif not prompt and is_command_line(raw):
             steps.append(DocStep(doc, line + 1 + k, "command", _strip_comment(raw)))
+        elif steps:
+            steps[-1].expected.append(raw.rstrip())  # the output the doc shows for the command above
     return steps
+
+
+def needs_what_is_missing(command: str) -> str | None:
+    """Why a command cannot run on this machine (it needs GPUs or the network), or None."""
+    import shutil
+
+    for pattern, reason in REQUIREMENTS:
+        if re.search(pattern, command) and not (reason.startswith("needs NVIDIA") and shutil.which("nvidia-smi")):
+            return reason
+    return None
 
 
 def _strip_comment(command: str) -> str:
