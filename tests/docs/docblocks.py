@@ -7,8 +7,9 @@ Every doc is a list of :class:`DocStep` in the order it is written:
   any ``NAME=value`` assignments) - the block's other lines that are not commands are
   the output the doc shows for the command above them; or, in a block with ``$ ``
   prompts, the prompted lines (the others are output) - or an inline code
-  span `` `arborcc ...` `` that is a whole command line: in a table row, or of four
-  words or more in prose (``arborcc compile --inplace`` names an option); spans with placeholders (``ALGO``, ``N``, ``[...]``,
+  span `` `arborcc ...` `` that is a whole command line: the whole cell of a table, or
+  of five words or more in prose (``arborcc compile --inplace``, ``arborcc bench
+  --backend mpi`` name a command or an option); spans with placeholders (``ALGO``, ``N``, ``[...]``,
   ``a|b``, ``...``) are syntax summaries and are not run;
 * ``python``: a fenced ``python`` block, run as a script;
 * ``file``: a fenced block after ``<!-- doctest: file NAME -->``, written to ``NAME``
@@ -39,7 +40,7 @@ COMMAND_WORDS = ("arborcc", "make", "python", "python3", "pip", "torchrun", "mpi
                  "cat", "ls", "git", "curl", "wget")
 #: commands this machine cannot run, found in any doc without a marker: (pattern, reason)
 REQUIREMENTS = [
-    (r"\btorchrun\b|\bmpirun\b|--detect\b|\bnvidia-smi\b|--backend[ =]nccl\b|--device[ =]cuda\b|\bcuda:\d",
+    (r"--detect\b|\bnvidia-smi\b|--backend[ =]nccl\b|--device[ =]cuda\b|\bcuda:\d",
      "needs NVIDIA GPUs, which this machine does not have"),
     (r"^pip3? install\b|^git clone\b|\bcurl\b|\bwget\b", "needs the network"),
 ]
@@ -113,9 +114,7 @@ def steps_of(path: Path) -> list[DocStep]:
         if any(a <= m.start() < b for a, b in fenced):
             continue
         command = " ".join(m.group(1).split())
-        line_start = text.rfind("\n", 0, m.start()) + 1
-        in_table = text[line_start:].lstrip().startswith("|")
-        if is_runnable(command) and (in_table or len(command.split()) >= 4):
+        if is_runnable(command) and (_is_table_cell(text, m) or len(command.split()) >= 5):
             events.append((m.start(), DocStep(doc, line_of(m.start()), "command", command)))
     events.sort(key=lambda e: e[0])
     steps = [step for _, step in events]
@@ -169,6 +168,17 @@ def needs_what_is_missing(command: str) -> str | None:
         if re.search(pattern, command) and not (reason.startswith("needs NVIDIA") and shutil.which("nvidia-smi")):
             return reason
     return None
+
+
+def _is_table_cell(text: str, m: re.Match) -> bool:
+    """Whether the code span is the whole cell of a table row (``| `arborcc demo` | ...``)."""
+    line_start = text.rfind("\n", 0, m.start()) + 1
+    line_end = text.find("\n", m.end())
+    row = text[line_start:line_end if line_end >= 0 else len(text)]
+    if not row.lstrip().startswith("|"):
+        return False
+    before, after = text[line_start:m.start()], text[m.end():line_end if line_end >= 0 else len(text)]
+    return before.rstrip().endswith("|") and after.lstrip().startswith("|")
 
 
 def _strip_comment(command: str) -> str:

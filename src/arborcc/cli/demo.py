@@ -4,7 +4,9 @@ fragmented allocation 1,4,5,6 that Blink uses as its motivating example).
 Stages: the topology and its link matrix, routes of the allocation, the unique
 allocations (Blink's 46 classes), synthesis of an all-reduce for the allocation by
 every strategy (bound vs achieved algbw), then the winner verified symbolically, run on
-the numpy reference executor, and written to MSCCL XML and read back.
+the numpy reference executor, and written to MSCCL XML and read back (in memory: the
+demo leaves no file behind), run on local processes; last, every strategy and the NCCL
+baseline simulated side by side per size (table and plot).
 
 References:
 
@@ -88,7 +90,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         out.data["classes"] = {"count": len(classes), "allocations": members,
                                "by_size": {str(k): v for k, v in sorted(sizes.items())}}
 
-    _synthesize_and_check(alloc, out)
+    best = _synthesize_and_check(alloc, out)
+    _run_for_real(best, out)
     if args.json:
         from arborcc.cli.output import print_json
 
@@ -96,7 +99,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _synthesize_and_check(alloc, out: _Report) -> None:
+def _run_for_real(algo, out: _Report) -> None:
+    """Stage 6 (:mod:`arborcc.runtime.demo_step`): with ``--json`` its lines go to stderr,
+    so standard output stays one JSON object."""
+    import contextlib
+    import sys
+
+    from arborcc.runtime.demo_step import run_demo_step
+
+    with contextlib.redirect_stdout(sys.stderr) if out.as_json else contextlib.nullcontext():
+        run_demo_step(algo, out.section)
+    out.data["run"] = {"ranks": algo.num_ranks, "report": "on stderr" if out.as_json else "above"}
+
+
+def _synthesize_and_check(alloc, out: _Report):
     import numpy as np
 
     from arborcc.errors import SynthesisError
@@ -145,3 +161,4 @@ def _synthesize_and_check(alloc, out: _Report) -> None:
     out.data["winner"] = {"verified": report.ok, "max_error": err, "ranks": len(inputs),
                           "elements": int(inputs[0].size), "xml_bytes": len(text.encode()),
                           "xml_round_trip": again == best.algorithm}
+    return best.algorithm

@@ -25,6 +25,8 @@ COMMANDS = (
     "arborcc.cli.verify",
     "arborcc.cli.convert",
     "arborcc.cli.show",
+    "arborcc.cli.run",
+    "arborcc.cli.bench",
     "arborcc.cli.demo",
 )
 

@@ -1,5 +1,17 @@
-"""Executing algorithms: the numpy reference executor (:mod:`.reference`), whose results
-every runtime must match."""
+"""Executing algorithms.
+
+- :mod:`arborcc.runtime.reference`: the numpy reference executor (the semantics every
+  runtime must match).
+- :class:`Communicator`: the shared-memory runtime, one process per rank on one machine,
+  its data plane a C++ interpreter of the IR (:mod:`arborcc.runtime.native`); collectives
+  on numpy arrays and torch CPU tensors, algorithms chosen by a :class:`Plan`.
+
+Modules in the order a call flows: ``arrays`` (the caller's memory), ``plan`` (which
+algorithm; ``direct`` holds the built-in ones), ``lowering`` (IR to data-plane rows),
+``communicator`` (rendezvous in ``rendezvous``, slice tuning in ``miad``), ``launch``
+(local ranks), ``benchmark``/``bench_report``/``bench_cli``/``bench_mpi``/``membw``
+(``arborcc bench``), ``demo_step`` (the demo's last stage).
+"""
 
 from arborcc.lazy import lazy_exports
 
@@ -7,6 +19,11 @@ from arborcc.lazy import lazy_exports
 EXPORTS = {
     "run": "arborcc.runtime.reference",
     "make_inputs": "arborcc.runtime.reference",
+    "Communicator": "arborcc.runtime.communicator",
+    "Options": "arborcc.runtime.communicator",
+    "Plan": "arborcc.runtime.plan",
+    "BFloat16": "arborcc.runtime.arrays",
+    "CommunicationError": "arborcc.runtime.errors",
 }
 __getattr__, __dir__ = lazy_exports(__name__, EXPORTS)
 __all__ = list(EXPORTS)

@@ -1,0 +1,64 @@
+"""``arborcc bench``: nccl-tests' sweep on local ranks, for arborcc's shared-memory runtime
+and, side by side, gloo (torch.distributed) and MPICH (mpi4py).
+
+Flags follow nccl-tests: ``-n`` ranks, ``-b``/``-e``/``-f`` the size sweep (bytes, with
+K/M/G suffixes), ``-o`` op, ``-d`` dtype, ``-w`` warm-up calls, ``--iters`` timed calls,
+``-c`` check, ``--collective``; ``--xml FILE`` runs that algorithm (on as many ranks as
+it has); ``--backend`` may be repeated; ``--json`` prints one object; ``--plot PNG``
+draws busbw against size for every back-end of the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall")
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8")
+OPS = ("sum", "prod", "min", "max", "avg")
+BACKENDS = ("arborcc", "gloo", "mpi")
+
+
+def parse_size(text: str) -> int:
+    t = text.strip().upper().removesuffix("B")
+    unit = t[-1] if t and t[-1] in SIZE_SUFFIXES else ""
+    try:
+        value = int(float(t[:-1] if unit else t) * SIZE_SUFFIXES[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4096, 64K, 256M)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a size must be at least 1 byte, got {text!r}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmark collectives on local ranks (nccl-tests flags), vs gloo and MPICH",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-n", "--ranks", type=int, default=None, help="local ranks (default 2, or the --xml file's)")
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("4K"), help="smallest size (default 4K)")
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"), help="largest size (default 64M)")
+    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between rows (default 2)")
+    p.add_argument("-o", "--op", choices=OPS, default="sum")
+    p.add_argument("-d", "--datatype", choices=DTYPES, default="float32")
+    p.add_argument("-r", "--root", type=int, default=0, help="root of broadcast and reduce")
+    p.add_argument("-w", "--warmup_iters", type=int, default=5, help="untimed calls per row (default 5)")
+    p.add_argument("--iters", "-i", type=int, default=20, help="timed calls per row (default 20)")
+    p.add_argument("-c", "--check", type=int, choices=(0, 1), default=1, help="check results (default 1)")
+    p.add_argument("--collective", choices=COLLECTIVES, default="allreduce")
+    p.add_argument("--xml", metavar="FILE", help="run this algorithm (MSCCL XML or arborcc JSON)")
+    p.add_argument("--backend", action="append", choices=BACKENDS,
+                   help="back-end to sweep (repeat for several; default arborcc)")
+    p.add_argument("--slice-bytes", type=parse_size, help="arborcc: pipeline slice (default 1M)")
+    p.add_argument("--workers", type=int, help="arborcc: 1 = scheduler on the calling thread, 0 = thread per tb")
+    p.add_argument("--tune", action="store_true", help="arborcc: tune the slice size online (Blink's MIAD)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before a sweep is killed (default 600)")
+    p.add_argument("--no-membw", action="store_true", help="skip measuring the machine's copy bandwidth")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", metavar="PNG", help="draw busbw against size for every back-end")
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from arborcc.runtime.bench_cli import run_bench
+
+    return run_bench(args)

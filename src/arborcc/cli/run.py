@@ -1,0 +1,31 @@
+"""``arborcc run -n N script.py [args...]``: start N local ranks of a Python script with the
+environment torchrun gives its workers (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+MASTER_ADDR=127.0.0.1, MASTER_PORT), so the same script runs under torchrun. The exit
+status is the first failing rank's; a failing rank stops the others."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run a Python script on N local ranks (torchrun's environment)",
+                       description=__doc__)
+    p.add_argument("-n", "--nproc", type=int, required=True, help="number of local ranks")
+    p.add_argument("--timeout", type=float, default=None, help="seconds after which every rank is stopped")
+    p.add_argument("script", help="the Python script each rank runs")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import os
+
+    from arborcc.errors import InputError
+    from arborcc.runtime.launch import run_script
+
+    if args.nproc < 1:
+        raise InputError(f"at least one rank, got {args.nproc}", source="-n")
+    if not os.path.isfile(args.script):
+        raise InputError("no such file", source=args.script)
+    return run_script(args.nproc, [args.script, *args.args], timeout=args.timeout)

@@ -1,0 +1,145 @@
+"""The benchmark protocol every back-end of ``arborcc bench`` follows (nccl-tests' manner).
+
+Every back-end runs the same protocol: for each size, out of place then in place,
+``warmup`` untimed calls, then ``iters`` calls each preceded by a barrier and timed
+alone on every rank; a call's time is the slowest rank's, and a row reports the median
+over the calls. With ``check``, one more call on a known pattern (small integers, exact
+in every dtype) is compared with the expected result; ``#wrong`` counts the elements
+that differ, over all ranks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from arborcc.errors import InputError
+from arborcc.ir.collectives import busbw_factor
+
+@dataclass
+class Spec:
+    """What to sweep (sizes in bytes, nccl-tests' size: the total for gathers and scatters)."""
+
+    collective: str = "allreduce"
+    ranks: int = 2
+    sizes: list[int] = field(default_factory=lambda: [4096])
+    dtype: str = "float32"
+    op: str = "sum"
+    root: int = 0
+    warmup: int = 5
+    iters: int = 20
+    check: bool = True
+    xml: str | None = None  #: an algorithm file to run (arborcc back-end)
+    options: dict = field(default_factory=dict)  #: arborcc runtime options
+    timeout: float = 600.0
+
+
+@dataclass
+class Row:
+    backend: str
+    size: int
+    count: int
+    type: str
+    redop: str
+    root: int
+    inplace: bool
+    time_us: float | None
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    wrong: int | None
+    note: str = ""
+    requested: int = 0  #: the sweep size this row measures (``size`` is what divides into the ranks)
+
+
+def item_size(dtype: str) -> int:
+    return {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "uint8": 1}[dtype]
+
+
+def block_count(spec: Spec, size: int) -> int:
+    """Elements per rank block (NCCL's count) for a call of ``size`` bytes."""
+    blocks = spec.ranks if spec.collective in ("allgather", "reducescatter", "alltoall") else 1
+    return max(1, size // (item_size(spec.dtype) * blocks))
+
+
+def pattern(dtype: str, op: str, count: int, rank: int, blocks: int = 1) -> np.ndarray:
+    """Rank ``rank``'s check input: small integers, exact in every dtype and after any op."""
+    i = np.arange(count * blocks)
+    if op == "prod":
+        values = np.where((i + rank) % 7 == 0, 2, 1) * np.where((i + 3 * rank) % 5 == 0, -1, 1)
+    else:
+        values = (i * 7 + rank * 3) % 5 - (0 if dtype == "uint8" else 2)
+    return values.astype(np.float32 if dtype == "bfloat16" else dtype)
+
+
+def expected(spec: Spec, count: int, rank: int) -> np.ndarray | None:
+    """What rank ``rank`` must hold after the check call (None: not checked)."""
+    n, coll, op = spec.ranks, spec.collective, spec.op
+    blocks_in = n if coll in ("reducescatter", "alltoall") else 1
+    inputs = [pattern(spec.dtype, op, count, r, blocks_in).astype(np.float64) for r in range(n)]
+    if coll in ("allreduce", "reduce", "reducescatter"):
+        fn = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum, "max": np.maximum}[op]
+        acc = inputs[0]
+        for x in inputs[1:]:
+            acc = fn(acc, x)
+        if op == "avg":
+            acc = acc / n
+        if spec.dtype == "uint8":
+            acc = np.mod(acc, 256)
+        if coll == "reduce":
+            return acc if rank == spec.root else None
+        return acc[rank * count:(rank + 1) * count] if coll == "reducescatter" else acc
+    if coll == "allgather":
+        return np.concatenate(inputs)
+    if coll == "broadcast":
+        return inputs[spec.root]
+    if coll == "alltoall":
+        return np.concatenate([inputs[m][rank * count:(rank + 1) * count] for m in range(n)])
+    raise InputError(f"no benchmark for collective {coll!r}", source="--collective")
+
+
+def count_wrong(got: np.ndarray, want: np.ndarray | None, op: str) -> int:
+    if want is None:
+        return 0
+    got = np.asarray(got, np.float64)
+    tol = 1e-2 * np.maximum(1, np.abs(want)) if op == "avg" else 0
+    return int(np.count_nonzero(np.abs(got - want) > tol))
+
+
+def time_calls(call, barrier, warmup: int, iters: int) -> list[float]:
+    """``warmup`` untimed calls, then ``iters`` calls each after a barrier, timed alone (s)."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(iters):
+        barrier()
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def rows_from_timings(backend: str, spec: Spec, per_rank: list[dict]) -> list[Row]:
+    """Combine every rank's timings into rows: slowest rank per call, median over calls."""
+    rows = []
+    for size in spec.sizes:
+        count = block_count(spec, size)
+        nbytes = count * item_size(spec.dtype) * (spec.ranks if spec.collective in (
+            "allgather", "reducescatter", "alltoall") else 1)
+        for inplace in (False, True):
+            key = f"{size}:{int(inplace)}"
+            entries = [r.get(key) for r in per_rank]
+            root = spec.root if spec.collective in ("broadcast", "reduce") else -1
+            if any(e is None or "error" in e for e in entries):
+                note = next((e["error"] for e in entries if e and "error" in e), "not run")
+                rows.append(Row(backend, nbytes, count, spec.dtype, spec.op, root, inplace, None, None, None, None,
+                                note, size))
+                continue
+            per_call = np.max(np.array([e["times"] for e in entries]), axis=0)
+            t = float(np.median(per_call))
+            algbw = nbytes / t / 1e9
+            wrong = sum(e["wrong"] for e in entries) if spec.check else None
+            rows.append(Row(backend, nbytes, count, spec.dtype, spec.op, root, inplace, t * 1e6, algbw,
+                            algbw * busbw_factor(spec.collective, spec.ranks), wrong, "", size))
+    return rows

@@ -1,0 +1,141 @@
+"""Benchmark output: the nccl-tests table (plus busbw as a fraction of the machine's copy
+bandwidth and of the memory-bandwidth bound), one JSON object, and a plot of busbw
+against size for every back-end of the run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from arborcc.runtime.bench_protocol import Row, Spec
+from arborcc.runtime.membw import busbw_bound
+
+GB = 1e9
+
+
+def _bound(spec: Spec, row: Row, membw: float | None) -> float | None:
+    if not membw or spec.collective not in ("allreduce", "allgather", "reducescatter", "broadcast"):
+        return None
+    return busbw_bound(spec.collective, spec.ranks, row.size, membw, row.inplace) / GB
+
+
+def _half(row: Row | None, membw: float | None, bound: float | None) -> str:
+    if row is None or row.time_us is None:
+        return f"{'n/a':>10} {'':>7} {'':>7} {'':>6} {'':>6} {'':>6}"
+    wrong = "N/A" if row.wrong is None else str(row.wrong)
+    copy = f"{100 * row.busbw_gbps * GB / membw:5.1f}%" if membw else "     -"
+    of_bound = f"{100 * row.busbw_gbps / bound:5.1f}%" if bound else "     -"
+    return (f"{row.time_us:10.1f} {row.algbw_gbps:7.2f} {row.busbw_gbps:7.2f} {wrong:>6} {copy:>6} "
+            f"{of_bound:>6}")
+
+
+def table(spec: Spec, backend: str, rows: list[Row], membw: float | None) -> str:
+    """nccl-tests' table for one back-end."""
+    lines = [
+        f"# {backend}: {spec.collective} on {spec.ranks} ranks, {spec.dtype}, op {spec.op}, warm-up {spec.warmup}, "
+        f"{spec.iters} timed calls (median of the slowest rank), check {int(spec.check)}"
+        + (f", algorithm {spec.xml}" if spec.xml and backend == "arborcc" else ""),
+        f"# memory-copy bandwidth: {membw / GB:.1f} GB/s (read + written, one copy per rank at once); "
+        f"%copy = busbw / that, %bound = busbw / the memory-bandwidth bound" if membw else "#",
+        "#",
+        f"# {'':>46}{'out-of-place':>27}{'':>25}{'in-place':>22}",
+        f"# {'size':>10} {'count':>12} {'type':>8} {'redop':>6} {'root':>5}"
+        + f" {'time':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6} {'%copy':>6} {'%bound':>6}" * 2,
+        f"# {'(B)':>10} {'(elements)':>12} {'':>8} {'':>6} {'':>5}"
+        + f" {'(us)':>10} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6} {'':>6} {'':>6}" * 2,
+    ]
+    busbws = []
+    for size in spec.sizes:
+        pair = [r for r in rows if r.backend == backend and _matches(r, spec, size)]
+        oop = next((r for r in pair if not r.inplace), None)
+        ip = next((r for r in pair if r.inplace), None)
+        first = oop or ip
+        if first is None:
+            continue
+        lines.append(f"  {first.size:>10} {first.count:>12} {first.type:>8} {first.redop:>6} {first.root:>5} "
+                     f"{_half(oop, membw, _bound(spec, oop, membw) if oop else None)} "
+                     f"{_half(ip, membw, _bound(spec, ip, membw) if ip else None)}")
+        busbws += [r.busbw_gbps for r in (oop, ip) if r is not None and r.busbw_gbps is not None]
+    notes = sorted({r.note for r in rows if r.backend == backend and r.note})
+    lines += [f"# note: {n}" for n in notes]
+    wrong = sum(r.wrong or 0 for r in rows if r.backend == backend)
+    lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
+    avg = sum(busbws) / len(busbws) if busbws else 0.0
+    lines.append(f"# Avg bus bandwidth    : {avg:.4g}")
+    return "\n".join(lines)
+
+
+def _matches(row: Row, spec: Spec, size: int) -> bool:
+    return row.requested == size
+
+
+def comparison(spec: Spec, rows: list[Row], backends: list[str]) -> str:
+    """busbw of each back-end and arborcc's ratio to each other one: out of place, or in
+    place when arborcc ran only in place (an in-place algorithm file)."""
+    others = [b for b in backends if b != "arborcc"]
+    if "arborcc" not in backends or not others:
+        return ""
+    inplace = not any(r.backend == "arborcc" and not r.inplace and r.time_us is not None for r in rows)
+    head = f"# {'size':>10} " + " ".join(f"{b + ' busbw':>14}" for b in backends) + " " + " ".join(
+        f"{'x ' + b:>9}" for b in others)
+    lines = [f"# {'in-place' if inplace else 'out-of-place'} busbw (GB/s) side by side, and arborcc's ratio", head]
+    for size in spec.sizes:
+        got = {}
+        for b in backends:
+            r = next((r for r in rows if r.backend == b and r.inplace == inplace and _matches(r, spec, size)), None)
+            got[b] = r.busbw_gbps if r is not None else None
+        cells = " ".join(f"{got[b]:>14.3f}" if got[b] is not None else f"{'n/a':>14}" for b in backends)
+        ratios = " ".join(f"{got['arborcc'] / got[b]:>9.2f}" if got[b] and got["arborcc"] else f"{'-':>9}"
+                          for b in others)
+        size_bytes = next((r.size for r in rows if _matches(r, spec, size)), size)
+        lines.append(f"  {size_bytes:>10} {cells} {ratios}")
+    return "\n".join(lines)
+
+
+def json_object(spec: Spec, rows: list[Row], membw: float | None, backends: list[str]) -> dict:
+    results = []
+    for r in rows:
+        d = asdict(r)
+        bound = _bound(spec, r, membw) if r.time_us is not None else None
+        d["copy_fraction"] = (r.busbw_gbps * GB / membw) if membw and r.busbw_gbps is not None else None
+        d["bound_busbw_gbps"] = bound
+        results.append(d)
+    avg = {}
+    for b in backends:
+        vals = [r.busbw_gbps for r in rows if r.backend == b and r.busbw_gbps is not None]
+        avg[b] = sum(vals) / len(vals) if vals else None
+    return {"collective": spec.collective, "ranks": spec.ranks, "dtype": spec.dtype, "op": spec.op,
+            "root": spec.root, "warmup": spec.warmup, "iters": spec.iters, "xml": spec.xml, "backends": backends,
+            "membw_gbps": membw / GB if membw else None, "avg_busbw_gbps": avg, "results": results}
+
+
+def plot(spec: Spec, rows: list[Row], backends: list[str], path: str, membw: float | None = None) -> None:
+    """busbw against size (log2) for every back-end, out of place solid, in place dashed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        from arborcc.errors import MissingDependencyError
+        raise MissingDependencyError("--plot", "matplotlib", "plot") from None
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for b in backends:
+        for inplace, style in ((False, "-"), (True, "--")):
+            pts = [(r.size, r.busbw_gbps) for r in rows if r.backend == b and r.inplace == inplace
+                   and r.busbw_gbps is not None]
+            if pts:
+                xs, ys = zip(*sorted(pts))
+                line, = ax.plot(xs, ys, style, marker="o", markersize=3,
+                                label=f"{b} {'in-place' if inplace else 'out-of-place'}")
+    if membw and spec.collective in ("allreduce", "allgather", "reducescatter", "broadcast"):
+        sizes = sorted({r.size for r in rows})
+        ax.plot(sizes, [busbw_bound(spec.collective, spec.ranks, s, membw) / GB for s in sizes], ":", color="gray",
+                label="memory-bandwidth bound")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(f"{spec.collective}, {spec.ranks} ranks, {spec.dtype} {spec.op}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

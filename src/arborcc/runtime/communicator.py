@@ -1,0 +1,439 @@
+"""A communicator: the ranks of one machine, one shared-memory segment, and the plan that
+says which algorithm each call runs.
+
+::
+
+    from arborcc.runtime import Communicator
+    comm = Communicator.from_env()          # RANK, WORLD_SIZE, MASTER_ADDR/PORT (torchrun, arborcc run)
+    comm.allreduce(x)                       # in place: x becomes the sum over ranks
+    comm.allreduce(x, out, op="max")        # out of place
+    comm.allgather(x, gathered)             # gathered has world_size * x.size elements
+    comm.close()
+
+Arrays are numpy arrays or torch CPU tensors, contiguous, read and written where they
+are (no copies). A call is in place when the receive buffer is omitted or is the same
+memory (NCCL's rule: for all-gather the input is the rank's block of the output, for
+reduce-scatter the output is the rank's block of the input). Every rank must make the
+same calls in the same order with the same sizes.
+
+The shared-memory segment ``/dev/shm/arborcc-<pid>-<random>`` exists only during
+start-up: once every rank has mapped it, it is unlinked, so nothing is left behind
+whatever way the processes end.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from arborcc.errors import InputError
+from arborcc.ir.aliasing import Mode, declared_modes
+from arborcc.ir.collectives import ROOTED
+from arborcc.ir.model import Algorithm
+import arborcc.runtime.native as native
+from arborcc.runtime.arrays import DTYPES, ArrayRef, array_ref, check_op
+from arborcc.runtime.errors import CommunicationError
+from arborcc.runtime.lowering import LoweredRank, call_mode, chunk_start, lower_rank
+from arborcc.runtime.miad import MIADTuner
+from arborcc.runtime.plan import Plan, fallback_algorithm, require_verified
+from arborcc.runtime.rendezvous import LaunchEnv, NameServer, fetch_name, launch_env
+
+#: prefix of every arborcc shared-memory segment (under /dev/shm)
+SEGMENT_PREFIX = "arborcc-"
+
+
+@dataclass
+class Options:
+    """Tuning knobs of the data plane (all have working defaults)."""
+
+    timeout: float = 120.0  #: seconds a rank waits without progress before failing (names the rank waited for)
+    slice_bytes: int = 1 << 20  #: pipeline slice per chunk and step (GC3's tile)
+    cma_threshold: int = 16 * 1024  #: messages this large are read from the sender's memory (one copy)
+    workers: int = 1  #: threads per rank: 1 = a scheduler on the calling thread, 0 = one per thread block
+    spin_us: float = -1  #: a waiting rank spins this long (-1: 500, or 2 with more ranks than CPUs) ...
+    yield_us: float = -1  #: ... then yields the CPU this long (-1: 5000, or 1000 with more ranks than CPUs), then sleeps
+    slots: int = 8  #: FIFO slots per connection
+    slot_bytes: int = 4 << 20  #: bytes per FIFO slot (an upper bound on one message; pages are touched only when used)
+    channels: int = 32  #: channels per pair of ranks (MSCCL's maximum)
+    tune: bool = False  #: adjust slice_bytes per call shape online (Blink's MIAD)
+    pin: bool = True  #: with no more ranks than CPUs, run rank r on CPU r (when its affinity is not already set)
+
+    @classmethod
+    def from_env(cls, env: dict | None = None, **overrides) -> "Options":
+        """Defaults, then ``ARBORCC_TIMEOUT``, ``ARBORCC_SLICE_BYTES``, ..., then ``overrides``."""
+        env = os.environ if env is None else env
+        values = {}
+        for name, spec in cls.__dataclass_fields__.items():
+            raw = env.get(f"ARBORCC_{name.upper()}")
+            if raw is None:
+                continue
+            if spec.type == "bool":
+                values[name] = raw.strip().lower() not in ("", "0", "false", "no")
+                continue
+            try:
+                values[name] = float(raw) if spec.type == "float" else int(raw)
+            except ValueError:
+                raise InputError(f"not a number: {raw!r}", source=f"$ARBORCC_{name.upper()}") from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = set(values) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise InputError(f"unknown runtime option(s): {', '.join(sorted(unknown))}")
+        return cls(**values)
+
+
+def pin_to_cpu(rank: int, world_size: int) -> bool:
+    """Run this process on CPU ``rank`` if there are enough CPUs and nobody restricted it.
+
+    Waiting ranks spin, then yield, then sleep; Linux's load balancer then tends to pack
+    them onto one CPU, where every wait costs a context switch. One CPU per rank (as MPI
+    launchers bind) keeps them apart."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if world_size > len(cpus) or len(cpus) < (os.cpu_count() or 1):
+        return False
+    os.sched_setaffinity(0, {cpus[rank]})
+    return True
+
+
+def remove_stale_segments(directory: str = "/dev/shm") -> list[str]:
+    """Unlink arborcc segments whose creating process is gone (left by a rank killed during
+    the microseconds of start-up when a segment has a name); returns their names."""
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for entry in names:
+        if not entry.startswith(SEGMENT_PREFIX):
+            continue
+        pid = entry[len(SEGMENT_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            if native.unlink("/" + entry):
+                removed.append(entry)
+    return removed
+
+
+class Communicator:
+    """The ranks of one machine; see the module docstring. Not thread-safe: one thread
+    of each rank makes the calls, in the same order on every rank."""
+
+    def __init__(self, rank: int, world_size: int, segment: str, create: bool, options: Options,
+                 plan: Plan | None = None):
+        self.rank, self.world_size = rank, world_size
+        self.options = options
+        self.plan = plan or Plan()
+        self._programs: dict[tuple[int, Mode], tuple[Algorithm, int, LoweredRank]] = {}
+        self._selected: dict[tuple, Algorithm] = {}
+        self._prepared: dict[tuple, tuple] = {}
+        self._scratch = np.empty(0, np.uint8)
+        self._tuners: dict[tuple, MIADTuner] = {}
+        self._tuned_calls = 0
+        self._closed = False
+        try:
+            self._native = native.Communicator(segment, rank, create, world_size, options.channels, options.slots,
+                                               options.slot_bytes)
+        except native.NativeCommError as e:
+            raise CommunicationError(f"rank {rank}: {e}") from None
+        spare_cpus = world_size <= (os.cpu_count() or 1)
+        if options.spin_us < 0:
+            options.spin_us = 500.0 if spare_cpus else 2.0
+        if options.yield_us < 0:
+            options.yield_us = 5000.0 if spare_cpus else 1000.0
+        self._native.set_waiting(options.spin_us * 1e-6, options.yield_us * 1e-6)
+        if options.pin:
+            pin_to_cpu(rank, world_size)
+
+    # -- construction ----------------------------------------------------------------
+
+    @classmethod
+    def from_env(cls, plan: Plan | None = None, env: dict | None = None, **options) -> "Communicator":
+        """Join the communicator of the ranks launched by ``arborcc run`` or torchrun."""
+        return cls.create(launch_env(env), plan, Options.from_env(env, **options))
+
+    @classmethod
+    def create(cls, where: LaunchEnv, plan: Plan | None = None, options: Options | None = None) -> "Communicator":
+        """Rendezvous at ``where`` (rank 0 creates the segment, the others attach)."""
+        options = options or Options()
+        name = None
+        try:
+            if where.rank == 0:
+                server = NameServer(where, options.timeout)
+                server.accept()
+                remove_stale_segments()
+                name = f"/{SEGMENT_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+                try:
+                    comm = cls(0, where.world_size, name, True, options, plan)
+                finally:
+                    server.send(name)
+            else:
+                name = fetch_name(where, options.timeout)
+                comm = cls(where.rank, where.world_size, name, False, options, plan)
+            comm._call(comm._native.wait_attached, options.timeout)
+        finally:
+            if name is not None:
+                native.unlink(name)  # every rank has mapped it (or start-up failed): remove the name
+        return comm
+
+    @classmethod
+    def from_store(cls, store, rank: int, world_size: int, plan: Plan | None = None, key: str = "arborcc/segment",
+                   **options) -> "Communicator":
+        """Join through a key-value store (``set(key, bytes)``, and ``get(key)`` waiting for
+        the key, as torch.distributed's ``Store``): rank 0 publishes the segment's name.
+
+        This is how a torch.distributed backend joins: its creator receives the store."""
+        opts = Options.from_env(None, **options)
+        name = None
+        try:
+            if rank == 0:
+                remove_stale_segments()
+                name = f"/{SEGMENT_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+                comm = cls(0, world_size, name, True, opts, plan)
+                store.set(key, name.encode())
+            else:
+                raw = store.get(key)
+                name = raw.decode() if isinstance(raw, (bytes, bytearray)) else str(raw)
+                comm = cls(rank, world_size, name, False, opts, plan)
+            comm._call(comm._native.wait_attached, opts.timeout)
+        finally:
+            if name is not None:
+                native.unlink(name)
+        return comm
+
+    # -- properties --------------------------------------------------------------------
+
+    @property
+    def cross_memory_attach(self) -> bool:
+        """True when large messages are read straight from the sender's memory."""
+        return self._native.cma
+
+    # -- collectives -------------------------------------------------------------------
+
+    def allreduce(self, send, recv=None, op: str = "sum"):
+        """``recv`` (or ``send`` in place) = the reduction of every rank's ``send``."""
+        s = array_ref(send, "send")
+        r = s if recv is None else array_ref(recv, "recv")
+        self._same_size(s, r, s.count, "recv")
+        self._collective("allreduce", s, r, s.count, op, self._mode("allreduce", s, r, s.count))
+        return recv if recv is not None else send
+
+    def allgather(self, send, recv):
+        """Block ``i`` of ``recv`` (``world_size`` blocks of ``send``'s size) = rank i's ``send``."""
+        r = array_ref(recv, "recv")
+        s = array_ref(send, "send") if send is not None else None
+        count = r.count // self.world_size if s is None else s.count
+        self._same_size(s or r, r, count * self.world_size, "recv")
+        mode = Mode.INPLACE if s is None else self._mode("allgather", s, r, count)
+        self._collective("allgather", s if s is not None else r, r, count, "sum", mode)
+        return recv
+
+    def reduce_scatter(self, send, recv=None, op: str = "sum"):
+        """``recv`` = block ``rank`` of the reduction of every rank's ``send``."""
+        s = array_ref(send, "send")
+        count = s.count // self.world_size
+        if count * self.world_size != s.count:
+            raise InputError(f"{s.count} elements do not split into {self.world_size} blocks", source="send")
+        r = array_ref(recv, "recv") if recv is not None else None
+        if r is not None:
+            self._same_size(s, r, count, "recv")
+        mode = Mode.INPLACE if r is None else self._mode("reducescatter", s, r, count)
+        self._collective("reducescatter", s, r if r is not None else s, count, op, mode)
+        if recv is None:
+            return send[self.rank * count:(self.rank + 1) * count]
+        return recv
+
+    def alltoall(self, send, recv=None):
+        """Block ``j`` of rank i's ``send`` ends in block ``i`` of rank j's ``recv``."""
+        s = array_ref(send, "send")
+        r = s if recv is None else array_ref(recv, "recv")
+        self._same_size(s, r, s.count, "recv")
+        count = s.count // self.world_size
+        if count * self.world_size != s.count:
+            raise InputError(f"{s.count} elements do not split into {self.world_size} blocks", source="send")
+        self._collective("alltoall", s, r, count, "sum", self._mode("alltoall", s, r, count))
+        return recv if recv is not None else send
+
+    def broadcast(self, send, recv=None, root: int = 0):
+        """``recv`` (or ``send`` in place) on every rank = ``send`` of ``root``."""
+        s = array_ref(send, "send")
+        r = s if recv is None else array_ref(recv, "recv")
+        self._same_size(s, r, s.count, "recv")
+        self._collective("broadcast", s, r, s.count, "sum", self._mode("broadcast", s, r, s.count, root), root)
+        return recv if recv is not None else send
+
+    def reduce(self, send, recv=None, root: int = 0, op: str = "sum"):
+        """``recv`` of ``root`` = the reduction of every rank's ``send``."""
+        s = array_ref(send, "send")
+        r = s if recv is None else array_ref(recv, "recv")
+        self._same_size(s, r, s.count, "recv")
+        self._collective("reduce", s, r, s.count, op, self._mode("reduce", s, r, s.count, root), root)
+        return recv if recv is not None else send
+
+    def run_algorithm(self, algo: Algorithm, send, recv=None, op: str = "sum", count: int | None = None):
+        """Run ``algo`` (verified first) on this call, whatever the plan says.
+
+        ``count`` is the elements per rank block (NCCL's count); by default it comes from
+        ``send`` (all-gather, gather: its size; otherwise its size over the blocks).
+        """
+        if algo.num_ranks != self.world_size:
+            raise InputError(f"the algorithm is for {algo.num_ranks} ranks, the communicator has {self.world_size}",
+                             source=algo.name)
+        require_verified(algo)
+        s = array_ref(send, "send")
+        r = s if recv is None else array_ref(recv, "recv")
+        if count is None:
+            blocks = self.world_size if algo.collective in ("reducescatter", "alltoall", "scatter") else 1
+            count = s.count // blocks
+        declared = declared_modes(algo)
+        mode = self._mode(algo.collective, s, r, count, algo.effective_root, declared)
+        if mode not in declared:
+            raise InputError(f"the algorithm does not run {mode.label} "
+                             f"(its file declares {', '.join(m.label for m in declared) or 'no mode'})",
+                             source=algo.name)
+        self._execute(algo, mode, s, r, count, op, algo.effective_root)
+        return recv if recv is not None else send
+
+    def barrier(self) -> None:
+        self._call(self._native.barrier, self.options.timeout)
+
+    def close(self) -> None:
+        """Release the segment (other ranks are unaffected; the communicator is then unusable)."""
+        if not self._closed:
+            self._closed = True
+            self._native = None
+
+    def abort(self, reason: str) -> None:
+        """Make every rank's current and later calls fail with ``reason``."""
+        self._native.abort(reason)
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _mode(self, collective: str, s: ArrayRef, r: ArrayRef, count: int, root: int = 0,
+              declared: tuple[Mode, ...] = (Mode.OUTOFPLACE, Mode.INPLACE)) -> Mode:
+        return call_mode(collective, self.world_size, self.rank, root, s.address, r.address,
+                         count * DTYPES[s.dtype][1], declared)
+
+    def _same_size(self, a: ArrayRef, b: ArrayRef, count: int, what: str) -> None:
+        if b.count != count:
+            raise InputError(f"has {b.count} elements, expected {count}", source=what)
+        if a.dtype != b.dtype:
+            raise InputError(f"holds {b.dtype}, the send buffer {a.dtype}", source=what)
+
+    def _call(self, fn, *args):
+        if self._closed:
+            raise CommunicationError(f"rank {self.rank}: the communicator is closed")
+        try:
+            return fn(*args)
+        except native.NativeCommError as e:
+            raise CommunicationError(str(e)) from None
+
+    def _collective(self, collective: str, s: ArrayRef, r: ArrayRef, count: int, op: str, mode: Mode,
+                    root: int = 0) -> None:
+        if collective in ROOTED and not 0 <= root < self.world_size:
+            raise InputError(f"root {root} is not a rank (0-{self.world_size - 1})", source="root")
+        key = (collective, mode, count, s.dtype, root, len(self.plan.entries))
+        algo = self._selected.get(key)
+        if algo is None:
+            algo = self._selected[key] = self.plan.select(collective, self.world_size, mode, count,
+                                                          DTYPES[s.dtype][1], root)
+        self._execute(algo, mode, s, r, count, op, root)
+
+    def _program(self, algo: Algorithm, mode: Mode) -> tuple[int, LoweredRank]:
+        key = (id(algo), mode)
+        hit = self._programs.get(key)
+        if hit is None or hit[0] is not algo:
+            lowered = lower_rank(algo, self.rank, mode)
+            pid = self._call(self._native.register_program, lowered.threadblocks, lowered.steps)
+            hit = (algo, pid, lowered)
+            self._programs[key] = hit
+        return hit[1], hit[2]
+
+    def _scratch_address(self, nbytes: int) -> int:
+        if self._scratch.size < nbytes:
+            self._scratch = np.empty(nbytes, np.uint8)
+        return self._scratch.ctypes.data
+
+    def _execute(self, algo: Algorithm, mode: Mode, s: ArrayRef, r: ArrayRef, count: int, op: str,
+                 root: int) -> None:
+        if count == 0:
+            return
+        slice_bytes, tuner, t0 = self._slice_for(algo.collective, s.dtype, count)
+        key = (id(algo), mode, count, s.dtype, op, root, slice_bytes)
+        hit = self._prepared.get(key)
+        if hit is None or hit[0] is not algo:
+            hit = self._prepared[key] = (algo, self._prepare(algo, mode, count, s.dtype, op, root, slice_bytes))
+        run = self._native.run_prepared
+        try:
+            for handle, uses_in, uses_out, scratch_bytes, divide in hit[1]:
+                if divide is None:
+                    run(handle, s.address if uses_in else 0, r.address if uses_out else 0,
+                        self._scratch_address(scratch_bytes) if scratch_bytes else 0)
+                else:  # the last step of avg: divide the result by the rank count
+                    buf, offset, n = divide
+                    native.divide((s if buf == 0 else r).address + offset, n, s.dtype_code, float(self.world_size))
+        except native.NativeCommError as e:
+            raise CommunicationError(str(e)) from None
+        if tuner is not None:
+            self._tuned(tuner, s.nbytes, time.perf_counter() - t0)
+
+    def _prepare(self, algo: Algorithm, mode: Mode, count: int, dtype: str, op: str, root: int,
+                 slice_bytes: int) -> list[tuple]:
+        """The data-plane calls of a call shape: the algorithm on the chunks, the tail, avg."""
+        op_code = check_op(op, dtype)
+        esize = DTYPES[dtype][1]
+        pid, low = self._program(algo, mode)
+        chunk = count // low.chunks_per_block
+        tail = count - low.chunks_per_block * chunk
+        if tail and algo.collective == "custom":
+            raise InputError(f"{count} elements do not divide into the {low.chunks_per_block} chunks of a custom "
+                             f"collective", source=algo.name)
+        steps = []
+        parts = [(pid, low, chunk, 0)] if chunk else []
+        if tail:
+            fpid, flow = self._program(fallback_algorithm(algo.collective, self.world_size, mode, root), mode)
+            parts.append((fpid, flow, tail, low.chunks_per_block * chunk))
+        for p, lw, c, base in parts:
+            per = lw.chunks_per_block
+            handle = self._call(self._native.prepare, p, [per, per, 0], [base, base, 0], count, c, DTYPES[dtype][0],
+                                op_code, max(1, slice_bytes // esize), self.options.timeout,
+                                self.options.cma_threshold, self.options.workers)
+            steps.append((handle, bool(lw.input_chunks), bool(lw.output_chunks), lw.scratch_chunks * c * esize,
+                          None))
+        if op == "avg" and low.result_checked:  # divide the rank's result (where the layout puts it)
+            buffer, first = low.result
+            steps.append((0, 0, 0, 0, (buffer, chunk_start(first, low.chunks_per_block, count) * esize, count)))
+        return steps
+
+    # -- online slice tuning (Blink's MIAD) --------------------------------------------
+
+    def _slice_for(self, collective: str, dtype: str, count: int):
+        if not self.options.tune:
+            return self.options.slice_bytes, None, 0.0
+        key = (collective, dtype, count)
+        tuner = self._tuners.get(key)
+        if tuner is None:
+            tuner = self._tuners[key] = MIADTuner(initial=min(self.options.slice_bytes, 16 * 1024),
+                                                  maximum=self.options.slot_bytes)
+        self._tuned_calls += 1
+        if self.rank == 0:
+            self._call(self._native.publish, self._tuned_calls, tuner.value)
+            value = tuner.value
+        else:  # everyone must slice alike: rank 0 decides
+            value = self._call(self._native.wait_published, self._tuned_calls, self.options.timeout)
+        return value, tuner, time.perf_counter()
+
+    def _tuned(self, tuner: MIADTuner, nbytes: int, seconds: float) -> None:
+        if self.rank == 0 and not tuner.converged:
+            tuner.observe(nbytes / max(seconds, 1e-9))
+
+    def tuner(self, collective: str, dtype: str, count: int) -> MIADTuner | None:
+        """The slice tuner of a call shape (rank 0's decides), if tuning is on."""
+        return self._tuners.get((collective, dtype, count))

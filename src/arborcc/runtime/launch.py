@@ -1,0 +1,149 @@
+"""Launching local ranks: processes with the environment torchrun gives its workers.
+
+:func:`run_script` starts ``python script.py`` once per rank (``arborcc run``);
+:func:`run_ranks` runs a Python function on every rank (forked processes; for tests,
+benchmarks and the demo). Both have a hard timeout after which every rank is killed,
+and both end every rank they started, whatever happens.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+from arborcc.runtime.errors import CommunicationError
+
+
+def free_port_pair() -> int:
+    """A loopback port ``p`` with ``p + 1`` free as well (MASTER_PORT and arborcc's)."""
+    for _ in range(100):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port >= 65535:
+                continue
+            try:
+                with socket.socket() as b:
+                    b.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise CommunicationError("no free pair of loopback ports")
+
+
+def rank_env(rank: int, world_size: int, port: int, base: dict | None = None) -> dict:
+    """torchrun's variables for ``rank`` (on top of ``base``, default this environment)."""
+    env = dict(os.environ if base is None else base)
+    env.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
+               GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env.pop("ARBORCC_MASTER_PORT", None)
+    return env
+
+
+def _stop(procs: list, grace: float = 2.0) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def run_script(world_size: int, argv: list[str], timeout: float | None = None) -> int:
+    """Run ``python argv...`` on ``world_size`` local ranks; the first failing rank's exit
+    status (0 if all succeed). A failing rank stops the others after a short grace."""
+    port = free_port_pair()
+    procs = [subprocess.Popen([sys.executable, *argv], env=rank_env(r, world_size, port))
+             for r in range(world_size)]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    status = 0
+    try:
+        while any(p.poll() is None for p in procs):
+            failed = [p for p in procs if p.poll() not in (None, 0)]
+            if failed:
+                status = failed[0].returncode
+                time.sleep(0.5)  # let the others report their view of the failure
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                print(f"arborcc run: timed out after {timeout:g} s; stopping every rank", file=sys.stderr)
+                status = 124
+                break
+            time.sleep(0.02)
+    except KeyboardInterrupt:
+        status = 130
+    finally:
+        _stop(procs)
+    if status == 0:
+        status = next((p.returncode for p in procs if p.returncode), 0)
+    return status if status >= 0 else 128 - status
+
+
+def _child(fn, rank: int, world_size: int, port: int, args: tuple, queue) -> None:
+    os.environ.update(rank_env(rank, world_size, port, {}))
+    try:
+        result = fn(*args)
+        queue.put((rank, True, result))
+    except BaseException as e:  # report every failure to the parent, then exit non-zero
+        queue.put((rank, False, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-3)}"))
+        queue.close()
+        queue.join_thread()  # the message must leave before the process does
+        os._exit(1)
+
+
+def run_ranks(fn: Callable[..., Any], world_size: int, args: tuple = (), timeout: float = 60.0) -> list[Any]:
+    """``fn(*args)`` on every rank (forked, torchrun's environment set); the results in rank
+    order. CommunicationError if a rank fails or the hard timeout passes (ranks killed)."""
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    port = free_port_pair()
+    procs = [ctx.Process(target=_child, args=(fn, r, world_size, port, args, queue), daemon=True)
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    errors: dict[int, str] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(results) + len(errors) < world_size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                rank, ok, value = queue.get(timeout=min(left, 0.2))
+            except Exception:  # queue.Empty: check for ranks that died without a word
+                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in errors
+                        and r not in results]
+                if dead and queue.empty():
+                    time.sleep(0.2)
+                    if queue.empty():
+                        for r in dead:
+                            errors[r] = f"exited with status {procs[r].exitcode}"
+                continue
+            (results if ok else errors)[rank] = value
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        for p in procs:
+            p.join(5)
+        queue.close()
+    if errors:
+        first = min(errors)
+        raise CommunicationError(f"rank {first} failed: {errors[first]}")
+    if len(results) < world_size:
+        missing = sorted(set(range(world_size)) - set(results))
+        raise CommunicationError(f"ranks {missing} did not finish within {timeout:g} s (killed)")
+    return [results[r] for r in range(world_size)]
+
+
+

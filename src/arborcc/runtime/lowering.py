@@ -1,0 +1,114 @@
+"""From an IR algorithm to what the data plane interprets: one rank's thread blocks with
+every buffer access resolved to a call buffer, and the geometry of a call.
+
+Buffer placement comes from the one normalization of in-place and out-of-place calls,
+:func:`arborcc.ir.aliasing.rank_layout`, and so does the mode of a call, read from where
+the caller's two buffers are (:func:`call_mode`). Call buffers are numbered 0 (the send
+buffer), 1 (the receive buffer) and 2 (scratch).
+
+Chunks and the remainder. A call of ``count`` elements per rank block (NCCL's count: the
+per-rank count for all-gather, reduce-scatter, all-to-all, gather and scatter) splits
+each block into the algorithm's ``P`` chunks per block (``chunks_per_loop / n`` for the
+rank-multiplied collectives, else ``chunks_per_loop``) of ``C = count // P`` elements;
+chunk ``c`` of a call buffer starts at ``(c // P) * count + (c % P) * C``. The last
+``count - P * C`` elements of every block (fewer than ``P``) are the tail: they run
+through a direct algorithm with one chunk per block (:mod:`arborcc.runtime.direct`),
+so any count works, as NCCL handles counts that do not divide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from arborcc.errors import InputError
+from arborcc.ir.aliasing import Mode, rank_layout
+from arborcc.ir.collectives import RANK_MULTIPLIED, has_signature, signature
+from arborcc.ir.model import Algorithm, Buffer, Op
+
+CALL_BUFFER = {Buffer.INPUT: 0, Buffer.OUTPUT: 1, Buffer.SCRATCH: 2}
+STEP_CODE = {Op.SEND: 0, Op.RECV: 1, Op.REDUCE: 2, Op.COPY: 3, Op.RECV_REDUCE_COPY: 4, Op.RECV_REDUCE_SEND: 5,
+             Op.RECV_COPY_SEND: 6, Op.RECV_REDUCE_COPY_SEND: 7, Op.NOP: 8}
+
+
+@dataclass(frozen=True)
+class LoweredRank:
+    """One rank's program for the data plane (rows as the C++ ``register_program`` takes)."""
+
+    threadblocks: list[list[int]]  #: [send peer, recv peer, channel, first step, number of steps]
+    steps: list[list[int]]  #: [op, src buf, src chunk, dst buf, dst chunk, count, dep tb index, dep step]
+    input_chunks: int  #: chunks of the call's send buffer (0: it lives in the receive buffer)
+    output_chunks: int  #: chunks of the call's receive buffer (0: it lives in the send buffer)
+    scratch_chunks: int
+    chunks_per_block: int  #: P: chunks of one rank block of the call buffers
+    result: tuple[int, int]  #: (call buffer, first chunk) where the rank's result ends
+    result_checked: bool  #: False where the collective leaves the rank's result open (a non-root's reduce)
+
+
+def chunks_per_block(algo: Algorithm) -> int:
+    """The algorithm's chunks per rank block (see the module docstring)."""
+    k, n = algo.chunks_per_loop, algo.num_ranks
+    if algo.collective in RANK_MULTIPLIED:
+        if k % n:
+            raise InputError(f"{k} chunks per loop do not divide over {n} ranks", source=algo.name)
+        return k // n
+    return k
+
+
+def lower_rank(algo: Algorithm, rank: int, mode: Mode) -> LoweredRank:
+    """Rank ``rank``'s thread blocks of ``algo`` for a call in ``mode``."""
+    programs = {p.rank: p for p in algo.ranks}
+    if rank not in programs:
+        raise InputError(f"the algorithm has no program for rank {rank}", source=algo.name)
+    program = programs[rank]
+    layout = rank_layout(algo, program, mode)
+    index = {tb.id: i for i, tb in enumerate(program.threadblocks)}
+    tbs, steps = [], []
+    for tb in program.threadblocks:
+        tbs.append([tb.send, tb.recv, tb.channel, len(steps), len(tb.steps)])
+        for i, step in enumerate(tb.steps):
+            if step.op not in STEP_CODE:
+                raise InputError(f"rank {rank} tb {tb.id} step {i}: step type {step.op.value!r} is not supported "
+                                 f"by the shared-memory runtime", source=algo.name)
+            src = layout.locate(step.src_buf, step.src_off) if step.src_buf is not None else None
+            dst = layout.locate(step.dst_buf, step.dst_off) if step.dst_buf is not None else None
+            dep_tb, dep_step = -1, -1
+            if step.dep is not None:
+                if step.dep.tb not in index:
+                    raise InputError(f"rank {rank} tb {tb.id} step {i}: depends on unknown tb {step.dep.tb}",
+                                     source=algo.name)
+                dep_tb, dep_step = index[step.dep.tb], step.dep.step
+            steps.append([STEP_CODE[step.op],
+                          CALL_BUFFER[src[0]] if src else -1, src[1] if src else 0,
+                          CALL_BUFFER[dst[0]] if dst else -1, dst[1] if dst else 0,
+                          step.count, dep_tb, dep_step])
+    where, first, _ = layout.result
+    return LoweredRank(tbs, steps, layout.input_chunks, layout.output_chunks, layout.scratch_chunks,
+                       chunks_per_block(algo), (CALL_BUFFER[where], first), layout.result_checked)
+
+
+def chunk_start(chunk: int, per_block: int, count: int) -> int:
+    """The first element of chunk ``chunk`` of a call buffer (see the module docstring)."""
+    return (chunk // per_block) * count + (chunk % per_block) * (count // per_block)
+
+
+def call_mode(collective: str, num_ranks: int, rank: int, root: int, send_address: int, recv_address: int,
+              block_bytes: int, declared: tuple[Mode, ...] = (Mode.OUTOFPLACE, Mode.INPLACE)) -> Mode:
+    """The mode of a call whose send and receive buffers start at these addresses: in
+    place when they sit as :func:`arborcc.ir.aliasing.rank_layout` places a call's buffers
+    in place (one buffer; all-gather's and gather's send buffer at the rank's block of the
+    receive buffer; reduce-scatter's and scatter's receive buffer at the rank's block of
+    the send buffer), else out of place. ``block_bytes``: one rank block (NCCL's count
+    times the item size). A ``custom`` collective uses its buffers as declared in both
+    modes: it needs two buffers and runs in the first mode of ``declared``."""
+    per_loop = num_ranks if collective in RANK_MULTIPLIED else 1  # one chunk per rank block
+    if not has_signature(collective, num_ranks, per_loop):
+        if send_address == recv_address:
+            raise InputError(f"a {collective} collective uses separate send and receive buffers in every mode; "
+                             f"the call passes one", source="recv")
+        return declared[0] if declared else Mode.OUTOFPLACE
+    sig = signature(collective, num_ranks, per_loop, rank, root)
+    offset = sig.alias_offset * block_bytes
+    inplace = {"same": recv_address == send_address,
+               "input_in_output": send_address == recv_address + offset,
+               "output_in_input": recv_address == send_address + offset}[sig.alias]
+    return Mode.INPLACE if inplace else Mode.OUTOFPLACE

@@ -1,0 +1,134 @@
+"""Which algorithm a call runs: a communicator's plan.
+
+A plan holds algorithms loaded from MSCCL XML (or arborcc JSON) files and picks one for
+a call with MSCCL's selection rules (GC3 section 6; msccl-tools' runtimes): the
+collective and rank count match, the call's mode (in place or not) is one the algorithm
+declares, the root matches for rooted collectives, ``min_bytes <= size <= max_bytes``
+(``max_bytes`` 0: no limit), and the element count times the collective's size
+multiplier divides into the algorithm's chunks per loop. The first match in load order
+wins; when none matches, the built-in default plan of the machine decides:
+
+- all-reduce: the one-shot direct algorithm (every rank reduces everything in one step)
+  below ``small_bytes``, else reduce-scatter + all-gather with one owner rank per chunk;
+- every other collective: its direct algorithm (:mod:`arborcc.runtime.direct`).
+
+Every algorithm is verified (:func:`arborcc.verify.verify_algorithm`) before it can run;
+one that does not verify is refused with the verifier's first finding.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from arborcc.errors import InputError, VerificationError
+from arborcc.ir.aliasing import Mode, declared_modes
+from arborcc.ir.collectives import RANK_MULTIPLIED, ROOTED
+from arborcc.ir.load import load_algorithm
+from arborcc.ir.model import Algorithm
+from arborcc.runtime.direct import direct_algorithm
+
+#: all-reduce sizes (bytes) below which the default plan runs the one-shot algorithm
+DEFAULT_SMALL_BYTES = 256 * 1024
+
+_VERIFIED: dict[int, tuple[Algorithm, bool]] = {}
+
+
+def require_verified(algo: Algorithm, source: str | None = None) -> Algorithm:
+    """``algo`` if the verifier proves it correct, else VerificationError (cached per object)."""
+    from arborcc.verify import verify_algorithm
+
+    cached = _VERIFIED.get(id(algo))
+    if cached is not None and cached[0] is algo:
+        ok = cached[1]
+    else:
+        report = verify_algorithm(algo)
+        ok = report.ok
+        _VERIFIED[id(algo)] = (algo, ok)
+        if not ok:
+            first = report.violations[0] if report.violations else "not correct"
+            raise VerificationError(f"{source or algo.name}: refused to run an algorithm that does not verify: {first}")
+    if not ok:
+        raise VerificationError(f"{source or algo.name}: refused to run an algorithm that does not verify")
+    return algo
+
+
+def call_bytes(collective: str, num_ranks: int, count: int, itemsize: int) -> int:
+    """The size of a call as nccl-tests reports it (for gathers and scatters the total)."""
+    if collective in RANK_MULTIPLIED or collective in ("gather", "scatter"):
+        return num_ranks * count * itemsize
+    return count * itemsize
+
+
+@dataclass
+class PlanEntry:
+    algorithm: Algorithm
+    source: str
+
+
+@dataclass
+class Plan:
+    """Algorithms to try, in order, before the built-in default."""
+
+    entries: list[PlanEntry] = field(default_factory=list)
+    small_bytes: int = DEFAULT_SMALL_BYTES
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike) -> "Plan":
+        """Every ``.xml``/``.json`` algorithm of a file or a directory (sorted by name)."""
+        p = Path(path)
+        if p.is_dir():
+            files = sorted(f for f in p.iterdir() if f.suffix.lower() in (".xml", ".json"))
+            if not files:
+                raise InputError("the directory holds no .xml or .json algorithm files", source=str(p))
+        elif p.exists():
+            files = [p]
+        else:
+            raise InputError("no such file or directory", source=str(p))
+        plan = cls()
+        for f in files:
+            plan.add(load_algorithm(f), str(f))
+        return plan
+
+    def add(self, algo: Algorithm, source: str | None = None) -> None:
+        """Append ``algo`` (verified first)."""
+        require_verified(algo, source)
+        self.entries.append(PlanEntry(algo, source or algo.name))
+
+    def select(self, collective: str, num_ranks: int, mode: Mode, count: int, itemsize: int,
+               root: int = 0) -> Algorithm:
+        """The algorithm for a call (MSCCL's rules over the entries, then the default)."""
+        size = call_bytes(collective, num_ranks, count, itemsize)
+        for e in self.entries:
+            if matches(e.algorithm, collective, num_ranks, mode, count, size, root):
+                return e.algorithm
+        return default_algorithm(collective, num_ranks, mode, size, root, self.small_bytes)
+
+
+def matches(algo: Algorithm, collective: str, num_ranks: int, mode: Mode, count: int, size: int,
+            root: int = 0) -> bool:
+    """MSCCL's rule: may ``algo`` run this call?"""
+    if algo.collective != collective or algo.num_ranks != num_ranks or mode not in declared_modes(algo):
+        return False
+    if collective in ROOTED and (algo.root or 0) != root:
+        return False
+    if size < algo.min_bytes or (algo.max_bytes and size > algo.max_bytes):
+        return False
+    mult = num_ranks if collective in RANK_MULTIPLIED else 1
+    return (count * mult) % algo.chunks_per_loop == 0
+
+
+def default_algorithm(collective: str, num_ranks: int, mode: Mode, size: int, root: int = 0,
+                      small_bytes: int = DEFAULT_SMALL_BYTES) -> Algorithm:
+    """The built-in choice for a call (verified once per algorithm)."""
+    inplace = mode is Mode.INPLACE
+    owner = collective == "allreduce" and size >= small_bytes and num_ranks > 1
+    algo = direct_algorithm(collective, num_ranks, inplace, root if collective in ROOTED else 0, owner)
+    return require_verified(algo)
+
+
+def fallback_algorithm(collective: str, num_ranks: int, mode: Mode, root: int = 0) -> Algorithm:
+    """The algorithm that carries a call's tail (one chunk per rank block)."""
+    algo = direct_algorithm(collective, num_ranks, mode is Mode.INPLACE, root if collective in ROOTED else 0)
+    return require_verified(algo)

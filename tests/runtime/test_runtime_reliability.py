@@ -1,0 +1,174 @@
+"""Failures end in errors that name the rank, never in hangs; /dev/shm is left as found.
+
+Each case runs a small script on local ranks with ``arborcc run`` (a subprocess with a
+hard timeout) and reads what every rank printed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from arborcc.runtime.communicator import SEGMENT_PREFIX
+
+HARD_TIMEOUT = 60
+
+PRELUDE = """
+import os, signal, sys, time
+import numpy as np
+from arborcc.runtime import Communicator, CommunicationError
+rank = int(os.environ["RANK"])
+def report(what):  # one write per line: lines of different ranks never interleave
+    os.write(1, f"RANK{rank}: {what}".replace("\\n", " ")[:3000].encode() + b"\\n")
+"""
+
+
+def shm_segments() -> set[str]:
+    return {e for e in os.listdir("/dev/shm") if e.startswith(SEGMENT_PREFIX)}
+
+
+@pytest.fixture
+def shm_unchanged():
+    before = shm_segments()
+    yield
+    assert shm_segments() - before == set(), "an arborcc shared-memory segment was left in /dev/shm"
+
+
+def launch(tmp_path, nranks: int, body: str) -> tuple[int, dict[int, str]]:
+    script = tmp_path / "case.py"
+    script.write_text(PRELUDE + textwrap.dedent(body))
+    proc = subprocess.run([sys.executable, "-m", "arborcc.cli.main", "run", "-n", str(nranks), "--timeout",
+                           str(HARD_TIMEOUT - 10), str(script)], capture_output=True, text=True,
+                          timeout=HARD_TIMEOUT)
+    said: dict[int, str] = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RANK"):
+            rank, text = line[4:].split(": ", 1)
+            said[int(rank)] = said.get(int(rank), "") + text
+    return proc.returncode, said
+
+
+def test_normal_run_leaves_nothing(tmp_path, shm_unchanged):
+    code, said = launch(tmp_path, 3, """
+        comm = Communicator.from_env(timeout=10)
+        x = np.ones(1000, np.float32)
+        comm.allreduce(x)
+        report(f"ok {x[0]}")
+    """)
+    assert code == 0
+    assert said == {0: "ok 3.0", 1: "ok 3.0", 2: "ok 3.0"}
+
+
+def test_rank_killed_with_sigkill_is_named(tmp_path, shm_unchanged):
+    code, said = launch(tmp_path, 3, """
+        comm = Communicator.from_env(timeout=30)
+        x = np.ones(1 << 16, np.float32)
+        comm.allreduce(x)
+        if rank == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        t0 = time.monotonic()
+        try:
+            comm.allreduce(x)
+            report("no error")
+        except CommunicationError as e:
+            report(f"{time.monotonic() - t0:.1f}s {e}")
+    """)
+    assert code != 0
+    for r in (0, 1):  # found dead at once, well before the 30 s timeout
+        assert "rank 2 died" in said[r] or "rank 2 failed" in said[r], said
+        assert float(said[r].split("s ", 1)[0]) < 10
+
+
+def test_rank_that_never_calls_times_out_naming_it(tmp_path, shm_unchanged):
+    code, said = launch(tmp_path, 3, """
+        comm = Communicator.from_env(timeout=2)
+        x = np.ones(100, np.float32)
+        if rank == 1:
+            time.sleep(6)
+        try:
+            comm.allreduce(x)
+            report("no error")
+        except CommunicationError as e:
+            report(str(e))
+    """)
+    assert "timed out after 2 s waiting for rank 1" in said[0] or "rank 0 failed" in said[0] or \
+        "waiting for rank 1" in said[0], said
+    assert "rank 1" in said[2], said
+
+
+def test_rank_that_never_arrives_is_named(tmp_path, shm_unchanged):
+    code, said = launch(tmp_path, 3, """
+        if rank == 2:
+            time.sleep(8)
+        try:
+            Communicator.from_env(timeout=4)
+            report("no error")
+        except CommunicationError as e:
+            report(str(e))
+    """)
+    assert "never arrived" in said[0] and "2 never arrived" in said[0], said
+    assert "rank 0" in said[1], said  # rank 0 never answered it
+
+
+def test_sigterm_during_collectives(tmp_path, shm_unchanged):
+    code, said = launch(tmp_path, 2, """
+        comm = Communicator.from_env(timeout=20)
+        x = np.ones(1 << 20, np.float32)
+        if rank == 1:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            signal.signal(signal.SIGALRM, lambda *a: os.kill(os.getpid(), signal.SIGTERM))
+        try:
+            for _ in range(100000):
+                comm.allreduce(x)
+            report("finished")
+        except CommunicationError as e:
+            report(str(e))
+    """)
+    assert code != 0
+    assert "rank 1" in said.get(0, ""), said
+
+
+def test_exception_in_one_rank(tmp_path, shm_unchanged):
+    code, said = launch(tmp_path, 2, """
+        comm = Communicator.from_env(timeout=20)
+        x = np.ones(10, np.float32)
+        comm.allreduce(x)
+        if rank == 0:
+            raise SystemExit(3)
+        try:
+            comm.allreduce(x)
+        except CommunicationError as e:
+            report(str(e))
+    """)
+    assert code == 3
+    assert "rank 0" in said.get(1, ""), said
+
+
+def test_mismatched_calls_are_reported(tmp_path, shm_unchanged):
+    code, said = launch(tmp_path, 2, """
+        comm = Communicator.from_env(timeout=5)
+        x = np.ones(1000 if rank == 0 else 2000, np.float32)
+        try:
+            comm.allreduce(x)
+            report("no error")
+        except CommunicationError as e:
+            report(str(e))
+    """)
+    assert any("mismatch" in s or "timed out" in s for s in said.values()), said
+
+
+def test_stale_segment_of_a_dead_creator_is_removed(shm_unchanged):
+    from arborcc.runtime import native
+    from arborcc.runtime.communicator import remove_stale_segments
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    name = f"{SEGMENT_PREFIX}{dead}-deadbeef"
+    with open(f"/dev/shm/{name}", "wb") as f:
+        f.write(b"x")
+    assert name in remove_stale_segments()
+    assert not os.path.exists(f"/dev/shm/{name}")
+    assert not native.unlink("/" + name)
