@@ -125,6 +125,10 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
           "memory grows by about 1.6 kB per operation while compiling: a 354-rank ring all-reduce "
           "(249,924 operations) compiles in 7.4 s with 389 MB, a 500-rank one (499,000) in 13.7 s with "
           "778 MB - too close to 1 GB; a 128-rank ring all-reduce is 32,512 operations"),
+    Limit("local-ranks", 256, "processes",
+          "per run, bench or demo", "rank processes started on this machine (arborcc run -n, bench -n)",
+          "one process per rank, each mapping its connections' FIFOs; a machine's GPUs (8-16 per node) or "
+          "cores are far fewer, and a typo such as -n 40000 would otherwise start that many processes"),
     Limit("matrix-gpus", 128, "GPUs",
           "in the matrix of topo show and demo", "GPUs in the nvidia-smi-like matrix (a route per pair)",
           "a 128-GPU matrix (16,384 routes) prints in 0.7 s as 0.2 MiB of text, wider than any screen "
