@@ -373,6 +373,8 @@ def test_the_dialect_hint_is_only_given_when_that_dialect_accepts(tmp_path):
      r"^arborcc: error: arborcc compile ring-allreduce: AllReduce\(100000, 100000\): ranks: 100,000 GPUs"),
     (["compile", "ring-allreduce", "--ranks", "2000"], r"8,000,000 chunks is over the limit of 4,194,304 chunks"),
     (["run", "-n", "100000", "prog.py"], r"^arborcc: error: -n: local ranks: 100,000 processes is over the limit"),
+    (["bench", "-n", "100000"], r"^arborcc: error: -n: local ranks: 100,000 processes is over the limit"),
+    (["bench", "-n", "256", "-b", "1G", "-e", "512G"], r"^arborcc: error: -e: the largest size needs at least 262144.0 GiB"),
     (["topo", "classes", "--machine", "dgx-a100", "--nodes", "64", "--min-gpus", "2"],
      r"--min-gpus/--max-gpus: 2-512 of 512 GPUs: .* allocations is over the limit of 50,000"),
 ])
