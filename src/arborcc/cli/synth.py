@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from arborcc.cli.output import print_json, render_algorithm, write_atomic
+from arborcc.cli.output import ALGORITHM_SUFFIXES, check_outputs, print_json, render_algorithm, warn_suffix, write_output
 from arborcc.cli.topology_args import add_topology_arguments, topology_from_args
 from arborcc.synth.registry import strategy_names, synthesizable_collectives
 
@@ -65,8 +65,8 @@ def _size(text: str) -> int:
         value = float(num) * _UNITS[unit]
     except (ValueError, KeyError):
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 4096, 4KB, 1.5MB, 1GiB)") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"size must be at least 1 byte, got {text!r}")
+    if not 1 <= value < 2**63:  # the runtimes count bytes in 64-bit integers (also refuses inf, nan)
+        raise argparse.ArgumentTypeError(f"size must be from 1 byte to 2^63 bytes, got {text!r}")
     return int(value)
 
 
@@ -78,8 +78,11 @@ def _progress(message: str) -> None:
 def cmd_synth(args: argparse.Namespace) -> int:
     from arborcc.synth import synthesize
 
-    topology = topology_from_args(args)
+    check_outputs(output=args.output, trees_png=args.trees_png)
     fmt = args.format or ("json" if (args.output or "").lower().endswith(".json") else "xml")
+    warn_suffix(args.output, fmt, ALGORITHM_SUFFIXES)
+    warn_suffix(args.trees_png, "png", {**ALGORITHM_SUFFIXES, ".png": "png"})
+    topology = topology_from_args(args)
     # verified once, inside synthesize, with the dialect's runtime limits; they matter
     # only for XML (a JSON file is arborcc's own, run by no MSCCL runtime)
     result = synthesize(topology, args.collective, args.strategy, args.root, args.links, progress=_progress,
@@ -108,13 +111,14 @@ def cmd_synth(args: argparse.Namespace) -> int:
         if args.json:
             print_json({**summary, "violations": [str(v) for v in violations]})
         else:
-            hint = (" (the legacy dialect has no step limits: --dialect legacy)"
-                    if args.dialect == "executor" and violations[0].kind == "limit" else "")
+            from arborcc.cli.output import dialect_hint
+
+            hint = dialect_hint(algo, args.dialect) if all(v.kind == "limit" for v in violations) else ""
             print(f"arborcc: synthesized algorithm fails the {args.dialect} checks, nothing written: "
                   f"{violations[0]}{hint}", file=sys.stderr)
         return 1
     if args.output:
-        write_atomic(args.output, render_algorithm(algo, fmt, args.dialect))
+        write_output(args.output, render_algorithm(algo, fmt, args.dialect))
     if (args.trees_png or args.show_trees) and not result.trees:
         print(f"arborcc: {result.strategy} built no trees to draw for {result.collective}", file=sys.stderr)
     if args.trees_png and result.trees:

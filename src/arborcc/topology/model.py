@@ -24,10 +24,13 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from arborcc.errors import TopologyError
+from arborcc.limits import limit
 from arborcc.topology.routing import Route, can_route, route
 
 GB = 1e9  #: bytes per GB (decimal, as link bandwidths are quoted)
 US = 1e-6  #: seconds per microsecond
+#: what a link can be: from 1 kB/s to 1 PB/s per direction, at most a second of latency
+MIN_BANDWIDTH, MAX_BANDWIDTH, MAX_LATENCY = 1e3, 1e15, 1.0
 
 
 class DeviceKind(str, enum.Enum):
@@ -224,12 +227,20 @@ class TopologyBuilder:
                 raise self.error(f"{what}: {end} is not defined", place)
         if link.src == link.dst:
             raise self.error(f"{what}: a link cannot join a device to itself", place)
-        if not (isinstance(link.bandwidth, (int, float)) and math.isfinite(link.bandwidth) and link.bandwidth > 0):
-            raise self.error(f"{what}: bandwidth must be a positive number, got {link.bandwidth!r}", place)
-        if not (isinstance(link.latency, (int, float)) and math.isfinite(link.latency) and link.latency >= 0):
-            raise self.error(f"{what}: latency must be a number >= 0, got {link.latency!r}", place)
         if not (isinstance(link.count, int) and link.count >= 1):
             raise self.error(f"{what}: count must be an integer >= 1, got {link.count!r}", place)
+        if link.count > limit("lanes").value:
+            raise self.error(limit("lanes").message(link.count, what), place)
+        if not (isinstance(link.bandwidth, (int, float)) and math.isfinite(link.bandwidth) and link.bandwidth > 0):
+            raise self.error(f"{what}: bandwidth must be a positive number, got {link.bandwidth!r}", place)
+        if not MIN_BANDWIDTH <= link.bandwidth <= MAX_BANDWIDTH:
+            raise self.error(f"{what}: {link.bandwidth / GB:g} GB/s is outside what a link can have "
+                             f"({MIN_BANDWIDTH / GB:g} to {MAX_BANDWIDTH / GB:g} GB/s)", place)
+        if not (isinstance(link.latency, (int, float)) and math.isfinite(link.latency) and link.latency >= 0):
+            raise self.error(f"{what}: latency must be a number >= 0, got {link.latency!r}", place)
+        if link.latency > MAX_LATENCY:
+            raise self.error(f"{what}: a latency of {link.latency:g} s is more than a link can have "
+                             f"(at most {MAX_LATENCY:g} s)", place)
         key = (link.src, link.dst)
         if key in self._links:
             old = self._links[key]
@@ -237,8 +248,10 @@ class TopologyBuilder:
                 raise self.error(f"duplicate {what}", place)
             if old.kind is not link.kind:
                 raise self.error(f"{what}: declared both as {old.kind.value} and {link.kind.value}", place)
-            link = replace(old, bandwidth=old.bandwidth + link.bandwidth, count=old.count + link.count,
-                           latency=max(old.latency, link.latency))
+            link = replace(old, bandwidth=min(old.bandwidth + link.bandwidth, MAX_BANDWIDTH),
+                           count=old.count + link.count, latency=max(old.latency, link.latency))
+        if link.count > limit("lanes").value:
+            raise self.error(limit("lanes").message(link.count, what), place)
         self._links[key] = link
         return link
 
@@ -254,6 +267,7 @@ class TopologyBuilder:
             ranks = [d.id for d in sorted((d for d in self._devices.values() if d.kind is kind),
                                           key=lambda d: (d.host if d.host is not None else -1,
                                                          d.index if d.index is not None else 1 << 30, d.id))]
+        limit("ranks").check(len(ranks), self.source, place, error=TopologyError)
         seen: set[str] = set()
         for r in ranks:
             if r not in self._devices:

@@ -216,24 +216,22 @@ def comparison_png(cmp: Comparison, path: str) -> None:
     plt.close(fig)
 
 
-def demo_comparison(topology: Topology, sizes: Sequence[int] = tuple(1 << k for k in range(10, 31, 2))) -> None:
+def demo_comparison(topology: Topology, plot: str | None = None,
+                    sizes: Sequence[int] = tuple(1 << k for k in range(10, 31, 2))) -> None:
     """``arborcc demo``'s last section: the comparison table for ``topology`` and, when
-    matplotlib is installed, its plot written to a temporary PNG whose path is printed."""
-    import os
-    import tempfile
-
+    ``plot`` names a PNG file (and matplotlib is installed), its plot."""
     from arborcc.errors import MissingDependencyError
 
     cmp = compare(topology, "allreduce", sizes)
     print(comparison_table(cmp))
     for note in cmp.skipped:
         print(f"  not compared: {note}")
-    fd, path = tempfile.mkstemp(prefix="arborcc-demo-", suffix=".png")
-    os.close(fd)
+    if plot is None:
+        print("  plot: arborcc demo --plot FILE.png draws it (or arborcc compare --plot)")
+        return
     try:
-        comparison_png(cmp, path)
+        comparison_png(cmp, plot)
     except MissingDependencyError as e:
-        os.unlink(path)
         print(f"  plot skipped: {e}")
         return
-    print(f"  plot: {path}")
+    print(f"  plot: {plot}")

@@ -50,7 +50,7 @@ class PlanEntry:
 
 def write_plan(result: TuneResult, directory: str | os.PathLike) -> list[Path]:
     """Write one verified MSCCL XML per bucket and ``plan.json`` into ``directory``."""
-    from arborcc.cli.output import write_atomic
+    from arborcc.files import write_output
     from arborcc.ir.msccl_xml import write_msccl_xml
     from arborcc.verify import verify_algorithm
 
@@ -65,7 +65,7 @@ def write_plan(result: TuneResult, directory: str | os.PathLike) -> list[Path]:
                                     f"{report.violations[0]}")
         c = bucket.choice
         name = f"{result.collective}-{k}-{c.strategy}-x{c.instances}-{c.protocol}.xml"
-        write_atomic(out / name, write_msccl_xml(algo, result.dialect))
+        write_output(out / name, write_msccl_xml(algo, result.dialect))
         written.append(out / name)
         entries.append({"file": name, "min_bytes": bucket.min_bytes, "max_bytes": bucket.max_bytes,
                         "strategy": c.strategy, "instances": c.instances, "protocol": c.protocol,
@@ -73,7 +73,7 @@ def write_plan(result: TuneResult, directory: str | os.PathLike) -> list[Path]:
     index = {"format": FORMAT, "version": VERSION, "collective": result.collective, "ranks": result.ranks,
              "topology": result.topology, "dialect": result.dialect, "fidelity": result.fidelity,
              "algorithms": entries}
-    write_atomic(out / INDEX, json.dumps(index, indent=2) + "\n")
+    write_output(out / INDEX, json.dumps(index, indent=2) + "\n")
     written.append(out / INDEX)
     return written
 
