@@ -8,6 +8,11 @@ and exits with status 2 (the verifier's "algorithm is wrong" answer is exit 1).
 
 from __future__ import annotations
 
+import re
+
+#: a run of non-blank characters this long in a problem is an echoed value: its middle is cut
+_LONG_WORD = re.compile(r"\S{121,}")
+
 
 class ArborccError(Exception):
     """Base class of all errors arborcc reports to users."""
@@ -18,17 +23,20 @@ class InputError(ArborccError):
 
     ``source`` names the input (a path, ``<flag --gpus>``), ``place`` where in it
     (``12`` for a line, ``links[3]``, ``row GPU2 column GPU5``), ``problem`` what is wrong.
+    A value the problem quotes from the input is cut in the middle when it is long, so
+    the line stays readable whatever the input holds.
     """
 
     def __init__(self, problem: str, source: str | None = None, place: str | int | None = None):
-        self.problem = problem
+        self.problem = _LONG_WORD.sub(lambda m: f"{m.group()[:60]}...{m.group()[-40:]}", problem)
         self.source = source
         self.place = place
         super().__init__(self._render())
 
     def _render(self) -> str:
         where = ":".join(str(p) for p in (self.source, self.place) if p not in (None, ""))
-        return f"{where}: {self.problem}" if where else self.problem
+        line = f"{where}: {self.problem}" if where else self.problem
+        return line.replace("\r", "\\r").replace("\n", "\\n")  # one line, whatever the input holds
 
 
 class TopologyError(InputError):
@@ -40,7 +48,14 @@ class IRFormatError(InputError):
 
 
 class ProgramError(ArborccError):
-    """A DSL program misuses the language; the message points at the user's line."""
+    """A DSL program misuses the language; the message points at the user's line.
+
+    ``problem`` is the message without that place (for a library algorithm run by the
+    command line, where the place is arborcc's own)."""
+
+    def __init__(self, message: str, problem: str | None = None):
+        self.problem = message if problem is None else problem
+        super().__init__(message)
 
 
 class VerificationError(ArborccError):

@@ -69,8 +69,26 @@ def test_synth_size_selects_mxnets_single_tree(capsys):
     assert json.loads(capsys.readouterr().out)["trees"] == 8
 
 
-@pytest.mark.parametrize("size", ["12x", "MB", "0", "-4KB"])
+@pytest.mark.parametrize("size", ["12x", "MB", "0", "-4KB", "1e400", "nan"])
 def test_synth_rejects_bad_sizes(capsys, size):
-    with pytest.raises(SystemExit) as e:
-        main(["synth", "--machine", "dgx1v", "--size", size])
-    assert e.value.code == 2 and "size" in capsys.readouterr().err
+    assert main(["synth", "--machine", "dgx1v", f"--size={size}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("arborcc synth: --size: ") and len(err.splitlines()) == 1
+
+
+def test_synth_inplace_writes_a_file_verified_in_place(tmp_path, capsys):
+    out = tmp_path / "reduce.xml"
+    assert main(["synth", "--machine", "dgx1v", "--gpus", "1,4,5,6", "--collective", "reduce",
+                 "--strategy", "trees", "--inplace", "-o", str(out), "--json"]) == 0
+    assert "in-place" in json.loads(capsys.readouterr().out)["modes"]
+    algo = load_algorithm(out)
+    assert algo.inplace and verify_algorithm(algo, "executor").ok
+
+
+def test_synth_inplace_refused_when_the_verifier_cannot_prove_it(tmp_path, capsys):
+    out = tmp_path / "allgather.xml"
+    assert main(["synth", "--machine", "dgx1v", "--gpus", "1,4,5,6", "--collective", "allgather",
+                 "--strategy", "trees", "--inplace", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no in-place form" in err and "out-of-place only" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()

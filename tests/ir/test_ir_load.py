@@ -22,7 +22,7 @@ def test_loads_xml_and_json(tmp_path):
     ("noext", "", "unknown algorithm file type"),
     ("missing.xml", None, "no such file"),
     ("bad.xml", "<algo", "not well-formed XML"),
-    ("bad.json", "{", "not valid JSON"),
+    ("bad.json", "{", "JSON syntax error"),
     ("bin.json", b"\xff\xfe\x00", "bin.json"),
 ])
 def test_failures_are_ir_format_errors(tmp_path, name, content, needle):

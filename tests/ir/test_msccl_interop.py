@@ -6,11 +6,12 @@ conversion between the dialects keeps their meaning."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from support.execution import assert_executes
+from support.execution import alltonext_reference, assert_executes
 
 from arborcc.ir.aliasing import Mode, declared_modes, with_modes
 from arborcc.ir.convert import ConversionError, convert_for_dialect
@@ -18,7 +19,7 @@ from arborcc.ir.load import load_algorithm
 from arborcc.ir.model import Op
 from arborcc.ir.msccl_xml import read_msccl_xml, write_msccl_xml
 from arborcc.runtime.reference import make_inputs, run
-from arborcc.verify import verify_algorithm
+from arborcc.verify import claiming_supported_modes, verify_algorithm
 
 SAMPLES = Path(__file__).parent / "samples" / "msccl-tools"
 FILES = sorted(SAMPLES.glob("*.xml"))
@@ -34,6 +35,21 @@ REFERENCE = {
     "executor__allgather_recursive_doubling_4_1.xml": ["in-place"],
     "executor__reducescatter_allpairs_4.xml": ["in-place"],
 }
+
+
+def _alltonext_backward(inputs):
+    """What the tools' alltonext_backward leaves: rank r holds rank r+1's input."""
+    return [inputs[r + 1].copy() for r in range(len(inputs) - 1)] + [None]
+
+
+def _rank0_to_all(inputs):
+    """What the tools' simple/custom_collective leaves: every other rank holds rank 0's input."""
+    return [None] + [inputs[0].copy() for _ in inputs[1:]]
+
+
+#: the numpy results of the custom collectives of the tools' examples (by program)
+CUSTOM_RESULTS = {"alltonext_forward": alltonext_reference, "alltonext_backward": _alltonext_backward,
+                  "simple_custom_collective": _rank0_to_all}
 
 
 def _dialect(path: Path) -> str:
@@ -67,9 +83,10 @@ def test_every_public_tool_file_gets_the_right_verdict(path):
 @pytest.mark.parametrize("path", [p for p in FILES if p.name not in WRONG], ids=lambda p: p.stem)
 def test_correct_files_run_on_the_reference_executor_in_their_modes(path):
     algo = load_algorithm(path)
-    if algo.collective == "custom":
-        pytest.skip("a custom collective has no numpy reference")
-    assert_executes(algo)  # every claimed mode, in-place ones on aliased buffers
+    expected = CUSTOM_RESULTS.get(re.sub(r"(_\d+)+$", "", path.stem.split("__")[1]))
+    if algo.collective == "custom" and expected is None:
+        pytest.fail(f"no numpy result written for the custom collective of {path.name}")
+    assert_executes(algo, expected)  # every claimed mode, in-place ones on aliased buffers
 
 
 def test_in_place_runs_really_alias_the_buffers():
@@ -121,6 +138,14 @@ def test_an_in_place_file_claimed_out_of_place_is_refused_for_that_call():
     assert report.failed_modes == ["out-of-place"]
     assert str(report.violations[0]) == ("rank 0: out-of-place call: declares 0 input chunks but allgather on 4 "
                                          "ranks with 4 chunks per loop has 1")
+
+
+@pytest.mark.parametrize("name, modes", [("legacy__allreduce_a100_ring_4_1_1.xml", (Mode.INPLACE,)),
+                                         ("legacy__alltoall_allpairs_4_1.xml", (Mode.OUTOFPLACE,)),
+                                         ("legacy__simple_custom_collective_1.xml", (Mode.OUTOFPLACE, Mode.INPLACE))])
+def test_claims_are_rewritten_to_exactly_the_calls_the_verifier_proves(name, modes):
+    unclaimed = with_modes(_load(name), ())  # claims nothing: every mode must be proved
+    assert declared_modes(claiming_supported_modes(unclaimed)) == modes
 
 
 def test_a_missing_dependency_makes_a_race():

@@ -66,7 +66,8 @@ def test_rank_order_follows_the_allocation():
 
 
 @pytest.mark.parametrize("spec,msg", [("1,9", "GPU 9 does not exist"), ("1,1", "listed twice"),
-                                      ("gpuX", "neither a GPU number"), ("", "neither")])
+                                      ("gpuX", "neither a GPU number"), ("", "an empty GPU list"),
+                                      ("1,,2", "item 2 of .* is empty")])
 def test_bad_gpu_lists(spec, msg):
     with pytest.raises(TopologyError, match=msg):
         resolve_gpus(build_machine("dgx1v"), spec)

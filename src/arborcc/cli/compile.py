@@ -27,7 +27,7 @@ The algorithm is verified (:func:`arborcc.verify.verify_algorithm`, with the dia
 limits) before anything is written: a wrong algorithm is never written; exit status 1
 says it was wrong, 2 that the input was. The file claims exactly the kinds of call in
 which the algorithm is correct (``inplace``/``outofplace``): the program's own and the
-other one too when the verifier proves it (:func:`arborcc.verify.supported_modes`).
+other one too when the verifier proves it (:func:`arborcc.verify.claiming_supported_modes`).
 ``--inplace`` builds a library algorithm's in-place form and requires an in-place
 claim (``--outofplace`` likewise); a program that has no such form is refused (exit 2,
 naming what goes wrong in that mode).
@@ -46,7 +46,8 @@ import sys
 import time
 from pathlib import Path
 
-from arborcc.errors import InputError, ProgramError
+from arborcc.cli.parsing import ArgumentParser, UsageError
+from arborcc.errors import ArborccError, InputError, ProgramError
 from arborcc.ir.limits import DIALECTS
 from arborcc.library.catalog import LIBRARY
 
@@ -101,6 +102,12 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
+        if args.json:
+            from arborcc.cli.output import print_json
+
+            print_json({"algorithms": [{"name": spec.name, "collective": spec.collective, "summary": spec.summary,
+                                        "parameters": [p.flag for p in spec.params]} for spec in LIBRARY.values()]})
+            return 0
         for spec in LIBRARY.values():
             print(f"{spec.name:24s} {spec.collective:14s} {spec.summary}")
         return 0
@@ -128,7 +135,7 @@ def _merge(args: argparse.Namespace, extra: argparse.Namespace) -> argparse.Name
 
 
 def _compile_library(spec, argv: list[str], args):
-    p = argparse.ArgumentParser(prog=f"arborcc compile {spec.name}", description=spec.summary)
+    p = ArgumentParser(prog=f"arborcc compile {spec.name}", description=spec.summary)
     _common_options(p, suppress=True)
     for prm in spec.params:
         if prm.name == "inplace":
@@ -141,18 +148,19 @@ def _compile_library(spec, argv: list[str], args):
                            help=f"{prm.help} (default {prm.default})")
     try:
         ns = p.parse_args(argv)
-    except SystemExit as e:
-        if e.code == 0:
-            raise
-        raise InputError(f"bad parameters for {spec.name} (see arborcc compile {spec.name} --help)",
-                         source="arborcc compile") from None
+    except UsageError as e:
+        raise UsageError(e.prog, f"{e.message} (see arborcc compile {spec.name} --help)") from None
     opts = _merge(args, argparse.Namespace(**{k: v for k, v in vars(ns).items()
                                               if k in ("output", "dialect", "format", "json", "mode")}))
     params = {prm.name: getattr(ns, prm.name, prm.default) for prm in spec.params}
     if "inplace" in params and opts.mode is not None:
         params["inplace"] = opts.mode == "inplace"
+    _check_output_options(opts)
     start = time.perf_counter()
-    algo, _prog = spec.build(**params)
+    try:
+        algo, _prog = spec.build(**params)
+    except ProgramError as e:  # its place is arborcc's library code: name the command instead
+        raise InputError(e.problem, source=f"arborcc compile {spec.name}") from None
     opts.compile_seconds = time.perf_counter() - start
     return opts, algo, spec.name
 
@@ -163,11 +171,12 @@ def _compile_file(target: str, argv: list[str], verbatim: list[str], args):
         known = ", ".join(LIBRARY)
         raise InputError(f"no such program file, and not a library algorithm (known: {known})",
                          source=target)
-    p = argparse.ArgumentParser(prog="arborcc compile", add_help=False)
+    p = ArgumentParser(prog="arborcc compile", add_help=False)
     _common_options(p, suppress=True)
     ns, program_args = p.parse_known_args(argv)
     program_args += verbatim
     opts = _merge(args, ns)
+    _check_output_options(opts)
     start = time.perf_counter()
     algo, name = _run_program_file(path, program_args)
     opts.compile_seconds = time.perf_counter() - start
@@ -175,33 +184,63 @@ def _compile_file(target: str, argv: list[str], verbatim: list[str], args):
 
 
 def _run_program_file(path: Path, program_args: list[str]):
-    """Run a program file; returns (Algorithm, name)."""
+    """Run a program file; returns (Algorithm, name).
+
+    What the program prints is held and then written to stderr (so ``--json`` output
+    stays one object). As ``python prog.py`` would, the program's folder comes first on
+    ``sys.path`` while it runs (its own modules import). Whatever the program raises becomes one line at its own file and
+    line (:func:`arborcc.lang.where.program_failure`; ``ARBORCC_DEBUG=1`` shows the whole
+    traceback instead); a program that exits with a non-zero status (argparse does on
+    bad arguments) is reported with the last line it printed.
+    """
     import contextlib
+    import io
+    import os
     import runpy
 
     from arborcc.compat import install_msccl_alias, remove_msccl_alias
     from arborcc.ir.model import Algorithm
     from arborcc.lang.program import Program, recording_programs
+    from arborcc.lang.where import program_failure
 
     aliased = install_msccl_alias()
     old_argv = sys.argv
     sys.argv = [str(path), *program_args]
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)
     result = None
+    printed = io.StringIO()
+    failure: BaseException | None = None
     try:
-        with contextlib.redirect_stdout(sys.stderr), recording_programs() as created:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed), \
+                recording_programs() as created:
             try:
                 namespace = runpy.run_path(str(path), run_name="__main__")
+                entry = namespace.get("arborcc_program")
+                if callable(entry):
+                    result = entry(*program_args)
             except SystemExit as e:
                 if e.code not in (None, 0):
-                    raise InputError(f"the program exited with status {e.code}", source=str(path)) from None
-                namespace = {}
-            entry = namespace.get("arborcc_program")
-            if callable(entry):
-                result = entry(*program_args)
+                    said = [line for line in printed.getvalue().splitlines() if line.strip()]
+                    failure = InputError(f"the program exited with status {e.code}"
+                                         + (f": {said[-1].strip()}" if said else ""), source=str(path))
+                    if not os.environ.get("ARBORCC_DEBUG"):
+                        printed = io.StringIO()  # its last line is in the message (argparse: usage, error)
+            except (ArborccError, KeyboardInterrupt):
+                raise
+            except Exception as e:  # noqa: BLE001 - anything the user's code raises is reported, one line
+                if os.environ.get("ARBORCC_DEBUG"):
+                    raise
+                failure = program_failure(e, str(path), created)
     finally:
         sys.argv = old_argv
+        if folder in sys.path:
+            sys.path.remove(folder)
         if aliased:
             remove_msccl_alias()
+        sys.stderr.write(printed.getvalue())
+    if failure is not None:
+        raise failure from None
     if result is None:
         if not created:
             raise InputError("the program created no Program and defines no arborcc_program()",
@@ -220,17 +259,32 @@ def _run_program_file(path: Path, program_args: list[str]):
 
 
 # --- verification and output ------------------------------------------------------------
-def _verify_and_write(algo, name: str, opts) -> int:
-    from arborcc.cli.output import print_json, render_algorithm, write_atomic
-    from arborcc.ir.aliasing import Mode, declared_modes, with_modes
-    from arborcc.ir.limits import dialect_limits
-    from arborcc.verify import supported_modes, verify_algorithm
+def _output_format(opts) -> str:
+    return opts.format or ("json" if opts.output and str(opts.output).lower().endswith(".json") else "xml")
 
-    dialect = opts.dialect or "executor"
-    fmt = opts.format or ("json" if opts.output and str(opts.output).lower().endswith(".json") else "xml")
+
+def _check_output_options(opts) -> None:
+    """Refuse what cannot be written before the program runs; ``-o -`` is standard output."""
+    from arborcc.cli.output import ALGORITHM_SUFFIXES, check_outputs, warn_suffix
+
+    if opts.output == "-":
+        opts.output = None
     if opts.json and not opts.output:
         raise InputError("--json prints the summary on stdout: name the algorithm file with -o",
                          source="arborcc compile")
+    check_outputs(output=opts.output)
+    warn_suffix(opts.output, _output_format(opts), ALGORITHM_SUFFIXES)
+
+
+def _verify_and_write(algo, name: str, opts) -> int:
+    from arborcc.cli.output import dialect_hint, print_json, render_algorithm, write_output
+    from arborcc.files import is_stream
+    from arborcc.ir.aliasing import Mode, declared_modes
+    from arborcc.ir.limits import dialect_limits
+    from arborcc.verify import claiming_supported_modes, verify_algorithm
+
+    dialect = opts.dialect or "executor"
+    fmt = _output_format(opts)
     if fmt == "xml":
         if algo.collective not in dialect_limits(dialect).collective_names:
             raise InputError(f"the {dialect} dialect of MSCCL XML cannot name the collective "
@@ -254,15 +308,17 @@ def _verify_and_write(algo, name: str, opts) -> int:
             more = len(report.violations) - 1
             if all(v.kind == "limit" for v in report.violations):
                 what = f"exceeds the {dialect} runtime's limits"
-                hint = ("; spread it over more thread blocks (e.g. more channels) or write "
-                        "--dialect legacy" if dialect == "executor" else "")
+                hint = dialect_hint(algo, dialect)
+                if any("steps; at most" in str(v) for v in report.violations):
+                    hint += "; or spread the steps over more thread blocks (e.g. more channels)"
             else:
                 what, hint = "is wrong", ""
             print(f"arborcc: {name}: the compiled algorithm {what}, nothing written: {first}"
                   + (f" (and {more} more)" if more else "") + hint, file=sys.stderr)
         return 1
     start = time.perf_counter()
-    modes = supported_modes(algo, known=declared_modes(algo))
+    algo = claiming_supported_modes(algo)
+    modes = declared_modes(algo)
     verify_seconds += time.perf_counter() - start
     if opts.mode is not None and Mode(opts.mode) not in modes:
         wanted = Mode(opts.mode)
@@ -270,11 +326,10 @@ def _verify_and_write(algo, name: str, opts) -> int:
         raise InputError(f"the program has no {wanted.label} form: it is correct "
                          f"{' and '.join(m.label for m in modes)} only"
                          + (f" ({why[0]})" if why else ""), source=name)
-    algo = with_modes(algo, modes)
     summary.update(modes=[m.label for m in modes], verify_seconds=round(verify_seconds, 4))
     text = render_algorithm(algo, fmt, dialect)  # may refuse (e.g. a custom collective in the executor dialect)
     if opts.output:
-        write_atomic(opts.output, text)
+        write_output(opts.output, text)
     else:
         sys.stdout.write(text)
     line = (f"{name}: {algo.collective} on {algo.num_ranks} ranks, {thread_blocks} thread blocks, {steps} steps, "
@@ -284,5 +339,5 @@ def _verify_and_write(algo, name: str, opts) -> int:
     if opts.json:
         print_json(summary)
     else:
-        print(line, file=sys.stdout if opts.output else sys.stderr)
+        print(line, file=sys.stderr if is_stream(opts.output) else sys.stdout)
     return 0

@@ -40,13 +40,17 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from arborcc.cli.output import print_json, render_algorithm, write_atomic
+    from arborcc.cli.output import check_outputs, print_json, render_algorithm, write_output
+    from arborcc.files import is_stream
     from arborcc.ir.aliasing import Mode, declared_modes, with_modes
     from arborcc.ir.convert import ConversionError, convert_for_dialect
     from arborcc.ir.load import load_algorithm
     from arborcc.verify import verify_algorithm
 
     source = str(args.algorithm)
+    if args.output == "-":
+        args.output = None
+    check_outputs(output=args.output)
     algo = load_algorithm(args.algorithm)
     modes = (Mode(args.mode),) if args.mode else declared_modes(algo)
     if not modes:
@@ -64,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
                               f"{after.violations[0]}", source=source)
     text = render_algorithm(out, fmt, args.dialect)
     if args.output:
-        write_atomic(args.output, text)
+        write_output(args.output, text)
     else:
         sys.stdout.write(text)
     summary = {
@@ -80,5 +84,5 @@ def run(args: argparse.Namespace) -> int:
              if out.num_threadblocks != algo.num_threadblocks else "")
     print(f"{source} -> {args.output or 'stdout'}: {out.collective} on {out.num_ranks} ranks for the "
           f"{args.dialect} runtimes, {after.modes_text}{grown}; verified",
-          file=sys.stdout if args.output else sys.stderr)
+          file=sys.stderr if is_stream(args.output) else sys.stdout)
     return 0

@@ -4,7 +4,9 @@ fragmented allocation 1,4,5,6 that Blink uses as its motivating example).
 Stages: the topology and its link matrix, routes of the allocation, the unique
 allocations (Blink's 46 classes), synthesis of an all-reduce for the allocation by
 every strategy (bound vs achieved algbw), then the winner verified symbolically, run on
-the numpy reference executor, and written to MSCCL XML and read back.
+the numpy reference executor, and written to MSCCL XML and read back (in memory: the
+demo leaves no file behind), run on local processes; last, every strategy and the NCCL
+baseline simulated side by side per size (table; ``--plot FILE.png`` draws it).
 
 References:
 
@@ -24,54 +26,112 @@ DEFAULT_ALLOCATION = "1,4,5,6"
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run the pipeline on an embedded default (DGX-1V)")
     add_topology_arguments(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object with every stage's results")
+    p.add_argument("--plot", metavar="PNG", help="draw the simulated comparison (stage 7) to this file")
     p.set_defaults(func=cmd_demo)
 
 
-def _section(title: str) -> None:
-    print(f"\n== {title} " + "=" * max(0, 70 - len(title)))
+class _Report:
+    """The demo's output: sections of text lines, or (``--json``) one object at the end."""
+
+    def __init__(self, as_json: bool):
+        self.as_json = as_json
+        self.data: dict = {}
+
+    def section(self, title: str) -> None:
+        if not self.as_json:
+            print(f"\n== {title} " + "=" * max(0, 70 - len(title)))
+
+    def line(self, text: str) -> None:
+        if not self.as_json:
+            print(text)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from arborcc.limits import limit
     from arborcc.topology.allocation import induced, resolve_gpus, unique_allocations
     from arborcc.topology.model import GB
     from arborcc.topology.render import matrix_text
 
+    from arborcc.cli.output import check_outputs
+
+    check_outputs(plot=args.plot)  # a bad --plot path is refused before anything runs
+    out = _Report(args.json)
     gpus_flag, args.gpus = args.gpus, None
     machine = topology_from_args(args)
-    _section(f"1. topology: {machine.name}")
-    print(f"{machine.num_ranks} GPUs, {len(machine.devices)} devices, {len(machine.links)} directed links")
-    print(matrix_text(machine))
+    out.section(f"1. topology: {machine.name}")
+    out.line(f"{machine.num_ranks} GPUs, {len(machine.devices)} devices, {len(machine.links)} directed links")
+    matrix_gpus = limit("matrix-gpus")
+    out.line(matrix_text(machine) if machine.num_ranks <= matrix_gpus.value
+             else f"matrix left out: {matrix_gpus.message(machine.num_ranks)}")
+    out.data["topology"] = {"name": machine.name, "gpus": machine.num_ranks, "devices": len(machine.devices),
+                            "links": len(machine.links)}
 
-    alloc = induced(machine, resolve_gpus(machine, gpus_flag or (DEFAULT_ALLOCATION if machine.num_ranks >= 7 else
-                                                                  ",".join(map(str, range(machine.num_ranks))))))
-    _section(f"2. allocation {alloc.name}: routes between its GPUs")
+    default = DEFAULT_ALLOCATION if machine.num_ranks >= 7 else ",".join(map(str, range(machine.num_ranks)))
+    alloc = induced(machine, resolve_gpus(machine, default if gpus_flag is None else gpus_flag))
+    out.section(f"2. allocation {alloc.name}: routes between its GPUs")
+    routes = []
     for a in alloc.ranks:
         for b in alloc.ranks:
             if a < b:
                 r = alloc.route(a, b)
-                print(f"  {a:>6} -> {b:<6} {r.bandwidth / GB:7.1f} GB/s  {r.latency * 1e6:5.1f} us  "
-                      f"{' > '.join(r.path)}")
+                routes.append({"src": a, "dst": b, "gbps": r.bandwidth / GB, "latency_us": r.latency * 1e6,
+                               "path": list(r.path)})
+                out.line(f"  {a:>6} -> {b:<6} {r.bandwidth / GB:7.1f} GB/s  {r.latency * 1e6:5.1f} us  "
+                         f"{' > '.join(r.path)}")
+    out.data["allocation"] = {"name": alloc.name, "gpus": list(alloc.ranks), "routes": routes}
 
     if machine.num_ranks <= 16:
         lo = min(3, machine.num_ranks)
         classes = unique_allocations(machine, lo, machine.num_ranks)
-        _section(f"3. unique allocations of {lo}-{machine.num_ranks} GPUs (Blink section 5.2)")
+        out.section(f"3. unique allocations of {lo}-{machine.num_ranks} GPUs (Blink section 5.2)")
         sizes: dict[int, int] = {}
         for c in classes:
             sizes[len(c.gpus)] = sizes.get(len(c.gpus), 0) + 1
-        print(f"{len(classes)} classes over {sum(c.members for c in classes)} NVLink-connected allocations; "
-              f"by size: " + ", ".join(f"{k} GPUs: {v}" for k, v in sorted(sizes.items())))
+        members = sum(c.members for c in classes)
+        out.line(f"{len(classes)} classes over {members} NVLink-connected allocations; "
+                 f"by size: " + ", ".join(f"{k} GPUs: {v}" for k, v in sorted(sizes.items())))
+        out.data["classes"] = {"count": len(classes), "allocations": members,
+                               "by_size": {str(k): v for k, v in sorted(sizes.items())}}
 
-    best = _synthesize_and_check(alloc)
-    from arborcc.runtime.demo_step import run_demo_step
-    run_demo_step(best, _section)
+    best = _synthesize_and_check(alloc, out)
+    _run_for_real(best, out)
+    _simulate(alloc, out, args.plot)
+    if args.json:
+        from arborcc.cli.output import print_json
+
+        print_json(out.data)
     return 0
 
 
-def _synthesize_and_check(alloc) -> None:
-    import os
-    import tempfile
+def _run_for_real(algo, out: _Report) -> None:
+    """Stage 6 (:mod:`arborcc.runtime.demo_step`): with ``--json`` its lines go to stderr,
+    so standard output stays one JSON object."""
+    import contextlib
+    import sys
 
+    from arborcc.runtime.demo_step import run_demo_step
+
+    with contextlib.redirect_stdout(sys.stderr) if out.as_json else contextlib.nullcontext():
+        run_demo_step(algo, out.section)
+    out.data["run"] = {"ranks": algo.num_ranks, "report": "on stderr" if out.as_json else "above"}
+
+
+def _simulate(alloc, out: _Report, plot: str | None) -> None:
+    """Stage 7 (:func:`arborcc.tune.compare.demo_comparison`); with ``--json`` its table
+    goes to stderr, like stage 6's."""
+    import contextlib
+    import sys
+
+    from arborcc.tune.compare import demo_comparison
+
+    out.section(f"7. simulated on {alloc.name}: every strategy and NCCL, busbw per size")
+    with contextlib.redirect_stdout(sys.stderr) if out.as_json else contextlib.nullcontext():
+        demo_comparison(alloc, plot)
+    out.data["simulated"] = {"report": "on stderr" if out.as_json else "above", "plot": plot}
+
+
+def _synthesize_and_check(alloc, out: _Report):
     import numpy as np
 
     from arborcc.errors import SynthesisError
@@ -81,35 +141,43 @@ def _synthesize_and_check(alloc) -> None:
     from arborcc.synth.registry import strategy_names
     from arborcc.verify import verify_algorithm
 
-    _section(f"4. all-reduce on {alloc.name}: every strategy (steady-state bandwidth model)")
-    results = []
-    print(f"  {'strategy':<18} {'bound GB/s':>10} {'algbw GB/s':>10} {'of bound':>8} {'trees':>5} {'steps':>6}")
+    out.section(f"4. all-reduce on {alloc.name}: every strategy (steady-state bandwidth model)")
+    results, rows = [], []
+    out.line(f"  {'strategy':<18} {'bound GB/s':>10} {'algbw GB/s':>10} {'of bound':>8} {'trees':>5} {'steps':>6}")
     for name in strategy_names():
         try:
             r = synthesize(alloc, "allreduce", name)
         except SynthesisError as e:  # a strategy that does not apply here says why
-            print(f"  {name:<18} n/a: {str(e).split(': ', 1)[-1]}")
+            why = str(e).split(": ", 1)[-1]
+            rows.append({"strategy": name, "not_applicable": why})
+            out.line(f"  {name:<18} n/a: {why}")
             continue
         results.append(r)
-        print(f"  {r.strategy:<18} {r.bound / 1e9:10.2f} {r.algbw / 1e9:10.2f} {100 * r.ratio:7.1f}% "
-              f"{len(r.trees):5d} {r.algorithm.num_steps:6d}")
+        rows.append({"strategy": r.strategy, "bound_gbps": r.bound / 1e9, "algbw_gbps": r.algbw / 1e9,
+                     "ratio": r.ratio, "trees": len(r.trees), "steps": r.algorithm.num_steps})
+        out.line(f"  {r.strategy:<18} {r.bound / 1e9:10.2f} {r.algbw / 1e9:10.2f} {100 * r.ratio:7.1f}% "
+                 f"{len(r.trees):5d} {r.algorithm.num_steps:6d}")
     best = max(results, key=lambda r: r.algbw)
     ring = next(r for r in results if r.strategy == "nccl-ring")
-    print(f"  best: {best.strategy}, {best.algbw / ring.algbw:.2f}x the rings NCCL would build")
+    out.line(f"  best: {best.strategy}, {best.algbw / ring.algbw:.2f}x the rings NCCL would build")
+    out.data["strategies"] = rows
+    out.data["best"] = {"strategy": best.strategy, "speedup_over_nccl_rings": best.algbw / ring.algbw}
 
-    _section("5. the winner: verified, executed, exported")
+    out.section("5. the winner: verified, executed, exported")
     report = verify_algorithm(best.algorithm, "executor")
-    print(f"  verifier: {'OK' if report.ok else 'FAILED'} (postcondition, deadlock with 8 FIFO slots, races, "
-          f"executor-dialect limits)")
+    out.line(f"  verifier: {'OK' if report.ok else 'FAILED'} (postcondition, deadlock with 8 FIFO slots, races, "
+             f"executor-dialect limits)")
     inputs = make_inputs(best.algorithm, elems=1024, seed=0)
     outputs, want = run(best.algorithm, inputs), reference(best.algorithm, inputs)
     err = max(float(np.max(np.abs(o - w))) for o, w in zip(outputs, want))
-    print(f"  numpy reference run: max |error| = {err:.2e} over {len(inputs)} ranks x "
-          f"{inputs[0].size} elements")
-    fd, path = tempfile.mkstemp(prefix="arborcc-demo-", suffix=".xml")
-    with os.fdopen(fd, "w") as f:
-        f.write(write_msccl_xml(best.algorithm, "executor"))
-    again = read_msccl_xml(path)
-    print(f"  MSCCL XML: {path} ({os.path.getsize(path)} bytes), read back "
-          f"{'identical' if again == best.algorithm else 'DIFFERENT'}")
+    out.line(f"  numpy reference run: max |error| = {err:.2e} over {len(inputs)} ranks x "
+             f"{inputs[0].size} elements")
+    text = write_msccl_xml(best.algorithm, "executor")  # written and read back in memory: no file left behind
+    again = read_msccl_xml(text, source="the demo's XML")
+    out.line(f"  MSCCL XML (executor dialect): {len(text.encode())} bytes, read back "
+             f"{'identical' if again == best.algorithm else 'DIFFERENT'} "
+             "(arborcc synth ... -o algo.xml writes it to a file)")
+    out.data["winner"] = {"verified": report.ok, "max_error": err, "ranks": len(inputs),
+                          "elements": int(inputs[0].size), "xml_bytes": len(text.encode()),
+                          "xml_round_trip": again == best.algorithm}
     return best.algorithm

@@ -1,16 +1,23 @@
-"""Output helpers shared by the subcommands: one JSON object for ``--json``, files
-written atomically (nothing half-written on failure)."""
+"""Output helpers shared by the subcommands: one JSON object for ``--json``, output
+files by the rules of :mod:`arborcc.files` (``-`` and ``/dev/stdout`` print, symbolic
+links are written through, regular files replaced atomically with the umask's mode,
+missing folders created), checked before the work starts, and a warning when an
+output's suffix names another format than the one written."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
-from arborcc.errors import InputError
-from arborcc.files import write_text_atomically
+from arborcc.files import check_output_path, suffix_mismatch, write_output
+
+__all__ = ["ALGORITHM_SUFFIXES", "check_outputs", "print_json", "render_algorithm", "warn", "warn_suffix",
+           "write_output"]
+
+#: algorithm file suffixes -> the format they name
+ALGORITHM_SUFFIXES = {".xml": "xml", ".json": "json"}
 
 
 def print_json(obj: Any) -> None:
@@ -18,15 +25,25 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write an output file named on the command line, creating its folder if needed;
-    nothing is half-written, and a failure is an InputError naming the file."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"cannot create the folder: {e.strerror or e}", source=str(path)) from None
-    write_text_atomically(path, text)
+def warn(message: str) -> None:
+    """One warning line on stderr."""
+    print(f"arborcc: warning: {message}", file=sys.stderr)
+
+
+def check_outputs(**paths: str | os.PathLike | None) -> None:
+    """Refuse, before any work, output paths that cannot be written: ``flag=path`` pairs
+    (``output=args.output, trees_png=args.trees_png``); None means not asked for."""
+    for flag, path in paths.items():
+        if path is not None:
+            check_output_path(path, "--" + flag.replace("_", "-"))
+
+
+def warn_suffix(path: str | os.PathLike | None, fmt: str, suffixes: dict[str, str]) -> None:
+    """Warn when ``path``'s suffix names another format than ``fmt``."""
+    if path is not None:
+        message = suffix_mismatch(path, fmt, suffixes)
+        if message:
+            warn(message)
 
 
 def render_algorithm(algo, fmt: str, dialect: str = "executor") -> str:
@@ -38,3 +55,14 @@ def render_algorithm(algo, fmt: str, dialect: str = "executor") -> str:
     from arborcc.ir.msccl_xml import write_msccl_xml
 
     return write_msccl_xml(algo, dialect)
+
+
+def dialect_hint(algo, dialect: str) -> str:
+    """What to try when ``algo`` exceeds ``dialect``'s runtime limits: another dialect
+    only when that one accepts the algorithm (checked), else arborcc's JSON form."""
+    from arborcc.ir.limits import DIALECTS, check_dialect_limits
+
+    for other in DIALECTS:
+        if other != dialect and not check_dialect_limits(algo, other, max_per_rule=1):
+            return f"; the {other} dialect accepts it: --dialect {other}"
+    return "; no MSCCL dialect accepts it (--format json writes arborcc's own form)"

@@ -8,8 +8,10 @@
 Prints the bound the links allow, the algbw the emitted algorithm reaches in the
 steady-state bandwidth model, the number of trees and the strategy. The algorithm is
 verified (and, for XML, checked against the dialect's runtime limits) before anything
-is written: exit 1 when it fails that check, 2 for bad input. The strategies are those
-of the registry (``arborcc.synth.registry``).
+is written: exit 1 when it fails that check, 2 for bad input. The file claims exactly
+the calls (in-place, out-of-place) in which the verifier proves it correct;
+``--inplace``/``--outofplace`` require one (exit 2 when it is not proven). The strategies
+are those of the registry (``arborcc.synth.registry``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from arborcc.cli.output import print_json, render_algorithm, write_atomic
+from arborcc.cli.output import ALGORITHM_SUFFIXES, check_outputs, print_json, render_algorithm, warn_suffix, write_output
 from arborcc.cli.topology_args import add_topology_arguments, topology_from_args
 from arborcc.synth.registry import strategy_names, synthesizable_collectives
 
@@ -39,6 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("xml", "json"), help="default: from the suffix of -o, else xml")
     p.add_argument("--dialect", choices=("executor", "legacy"), default="executor",
                    help="MSCCL XML dialect whose runtime limits the algorithm must meet")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--inplace", dest="mode", action="store_const", const="in-place",
+                      help="require an algorithm correct when the output buffer is the input "
+                           "(refused, exit 2, when the verifier cannot prove it)")
+    mode.add_argument("--outofplace", dest="mode", action="store_const", const="out-of-place",
+                      help="require an algorithm correct with separate input and output buffers")
     p.add_argument("--show-trees", action="store_true", help="draw the trees as text")
     p.add_argument("--trees-png", metavar="PATH", help="draw the trees to a PNG file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -57,8 +65,8 @@ def _size(text: str) -> int:
         value = float(num) * _UNITS[unit]
     except (ValueError, KeyError):
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 4096, 4KB, 1.5MB, 1GiB)") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"size must be at least 1 byte, got {text!r}")
+    if not 1 <= value < 2**63:  # the runtimes count bytes in 64-bit integers (also refuses inf, nan)
+        raise argparse.ArgumentTypeError(f"size must be from 1 byte to 2^63 bytes, got {text!r}")
     return int(value)
 
 
@@ -70,17 +78,28 @@ def _progress(message: str) -> None:
 def cmd_synth(args: argparse.Namespace) -> int:
     from arborcc.synth import synthesize
 
-    topology = topology_from_args(args)
+    check_outputs(output=args.output, trees_png=args.trees_png)
     fmt = args.format or ("json" if (args.output or "").lower().endswith(".json") else "xml")
+    warn_suffix(args.output, fmt, ALGORITHM_SUFFIXES)
+    warn_suffix(args.trees_png, "png", {**ALGORITHM_SUFFIXES, ".png": "png"})
+    topology = topology_from_args(args)
     # verified once, inside synthesize, with the dialect's runtime limits; they matter
     # only for XML (a JSON file is arborcc's own, run by no MSCCL runtime)
     result = synthesize(topology, args.collective, args.strategy, args.root, args.links, progress=_progress,
                         size=args.size, dialect=args.dialect)
     algo = result.algorithm
+    if args.mode is not None and args.mode not in result.report.modes:
+        from arborcc.errors import InputError
+
+        raise InputError(f"{result.strategy} {result.collective} has no {args.mode} form here: it is verified "
+                         f"{result.report.modes_text} only (its steps race or read the wrong chunk once "
+                         f"input and output alias); nothing written")
     violations = result.report.violations if fmt == "xml" else []
     summary = {
         "topology": topology.name, "ranks": topology.num_ranks, "collective": result.collective,
         "strategy": result.strategy, "bound_gbps": round(result.bound / 1e9, 4),
+        "bound_exact": result.bound_exact, "bound_basis": result.bound_basis,
+        "modes": list(result.report.modes),
         "algbw_gbps": round(result.algbw / 1e9, 4), "ratio": round(result.ratio, 4),
         "trees": len(result.trees), "chunks": result.chunks, "synth_seconds": round(result.synth_time, 4),
         "thread_blocks": sum(len(r.threadblocks) for r in algo.ranks),
@@ -92,13 +111,14 @@ def cmd_synth(args: argparse.Namespace) -> int:
         if args.json:
             print_json({**summary, "violations": [str(v) for v in violations]})
         else:
-            hint = (" (the legacy dialect has no step limits: --dialect legacy)"
-                    if args.dialect == "executor" and violations[0].kind == "limit" else "")
+            from arborcc.cli.output import dialect_hint
+
+            hint = dialect_hint(algo, args.dialect) if all(v.kind == "limit" for v in violations) else ""
             print(f"arborcc: synthesized algorithm fails the {args.dialect} checks, nothing written: "
                   f"{violations[0]}{hint}", file=sys.stderr)
         return 1
     if args.output:
-        write_atomic(args.output, render_algorithm(algo, fmt, args.dialect))
+        write_output(args.output, render_algorithm(algo, fmt, args.dialect))
     if (args.trees_png or args.show_trees) and not result.trees:
         print(f"arborcc: {result.strategy} built no trees to draw for {result.collective}", file=sys.stderr)
     if args.trees_png and result.trees:
@@ -109,12 +129,13 @@ def cmd_synth(args: argparse.Namespace) -> int:
         print_json(summary)
         return 0
     print(f"{result.collective} on {topology.name} ({topology.num_ranks} GPUs), strategy {result.strategy}")
-    print(f"  bound      {result.bound / 1e9:10.2f} GB/s algbw (what the links allow)")
+    print(f"  bound      {result.bound / 1e9:10.2f} GB/s algbw ({'the optimum' if result.bound_exact else 'an upper bound'}:"
+          f" {result.bound_basis})")
     print(f"  achieved   {result.algbw / 1e9:10.2f} GB/s algbw ({100 * result.ratio:.1f}% of the bound, "
           f"steady-state bandwidth model)")
     print(f"  trees      {len(result.trees):10d}    chunks {result.chunks}, {summary['thread_blocks']} thread blocks, "
           f"{summary['steps']} steps")
-    print(f"  time       {result.synth_time:10.2f} s")
+    print(f"  time       {result.synth_time:10.2f} s; verified for {' and '.join(result.report.modes)} calls")
     for note in result.notes:
         print(f"  note: {note}")
     if args.output:

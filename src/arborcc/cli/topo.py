@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from arborcc.cli.topology_args import add_topology_arguments, topology_from_args
 from arborcc.errors import InputError
@@ -22,7 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     topo = sub.add_parser("topo", help="show, classify and export topologies")
     tsub = topo.add_subparsers(dest="topo_command", metavar="ACTION", required=True)
 
-    show = tsub.add_parser("show", help="link matrix (like nvidia-smi topo -m) and link table")
+    show = tsub.add_parser("show", help="link matrix (like nvidia-smi topo -m) and link table",
+                           description="The link matrix (like nvidia-smi topo -m; left out above the "
+                                       "matrix-gpus limit, see docs/limits.md) and the link table.")
     add_topology_arguments(show)
     show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(func=cmd_show)
@@ -42,21 +45,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     export.add_argument("-o", "--output", metavar="PATH", help="file to write (default: standard output)")
     export.add_argument("--format", choices=EXPORT_FORMATS,
                         help="default: from the output suffix (.yaml/.yml, .json, .xml), else yaml")
+    export.add_argument("--json", action="store_true",
+                        help="print one JSON object: the topology document on stdout, or with -o what was written")
     export.set_defaults(func=cmd_export)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     from arborcc.cli.output import print_json
+    from arborcc.limits import limit
     from arborcc.topology.render import link_table_text, matrix_text, topology_summary
 
     t = topology_from_args(args)
+    matrix_gpus = limit("matrix-gpus")
+    with_matrix = t.num_ranks <= matrix_gpus.value
     if args.json:
-        print_json(topology_summary(t))
+        summary = topology_summary(t, with_matrix)
+        if not with_matrix:
+            summary["matrix_left_out"] = matrix_gpus.message(t.num_ranks)
+        print_json(summary)
         return 0
     print(f"{t.name}: {t.num_ranks} GPUs, {len(t.devices)} devices, {len(t.links)} directed links, "
           f"{len(t.hosts)} host(s)")
     print()
-    print(matrix_text(t))
+    print(matrix_text(t) if with_matrix else f"matrix left out: {matrix_gpus.message(t.num_ranks)}")
     print()
     print(link_table_text(t))
     return 0
@@ -94,24 +105,40 @@ def cmd_classes(args: argparse.Namespace) -> int:
     return 0
 
 
+#: output suffixes -> the export format they name
+EXPORT_SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".xml": "nccl-xml"}
+
+
 def _export_format(args: argparse.Namespace) -> str:
+    from arborcc.files import is_stream
+
+    named = EXPORT_SUFFIXES.get(Path(args.output).suffix.lower()) if args.output else None
     if args.format:
         return args.format
-    out = (args.output or "").lower()
-    if out.endswith(".json"):
+    if named:
+        return named
+    if args.json and not args.output:
         return "json"
-    if out.endswith(".xml"):
-        return "nccl-xml"
-    if out and not out.endswith((".yaml", ".yml")):
+    if args.output and not is_stream(args.output):
         raise InputError("cannot tell the format from the suffix; use --format yaml|json|nccl-xml",
                          source=args.output)
     return "yaml"
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from arborcc.cli.output import write_atomic
+    from arborcc.cli.output import check_outputs, print_json, warn_suffix, write_output
+
+    from arborcc.files import is_stream
 
     fmt = _export_format(args)
+    if args.json and args.output and is_stream(args.output):
+        raise InputError("with -o, --json prints a summary on stdout: write the topology to a file",
+                         source="--json")
+    if args.json and not args.output and fmt != "json":
+        raise InputError(f"--json prints the topology as JSON, not {fmt}; write {fmt} with -o FILE",
+                         source="--json")
+    check_outputs(output=args.output)
+    warn_suffix(args.output, fmt, EXPORT_SUFFIXES)
     t = topology_from_args(args)
     if fmt == "nccl-xml":
         from arborcc.topology.nccl_xml import dump_nccl_xml
@@ -121,9 +148,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         from arborcc.topology.topofile import dump_topology
 
         text = dump_topology(t, fmt)
-    if args.output:
-        write_atomic(args.output, text)
-        print(f"wrote {args.output} ({fmt}, {t.num_ranks} GPUs, {len(t.devices)} devices)", file=sys.stderr)
-    else:
+    if not args.output:
         sys.stdout.write(text)
+        return 0
+    write_output(args.output, text)
+    if args.json:
+        print_json({"topology": t.name, "output": args.output, "format": fmt, "gpus": t.num_ranks,
+                    "devices": len(t.devices), "links": len(t.links), "bytes": len(text.encode())})
+    elif not is_stream(args.output):
+        print(f"wrote {args.output} ({fmt}, {t.num_ranks} GPUs, {len(t.devices)} devices)", file=sys.stderr)
     return 0

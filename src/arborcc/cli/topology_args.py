@@ -63,7 +63,7 @@ def topology_from_args(args: argparse.Namespace):
     else:
         machine = args.machine or os.environ.get("ARBORCC_MACHINE") or DEFAULT_MACHINE
         topology = build_named(machine, args.nodes, args.network, args.oversubscription, **overrides)
-    if args.gpus:
+    if args.gpus is not None:
         topology = induced(topology, resolve_gpus(topology, args.gpus))
     return topology
 

@@ -5,7 +5,12 @@ buffer layout, and the answer names them. Exit status: 0 correct (one summary li
 incorrect (the first violation, explained, with the mode it fails in), 2 unreadable
 input (an :class:`~arborcc.errors.IRFormatError`, reported by ``main``). ``--json``
 prints one object: ``ok``, ``modes``, ``failed_modes``, ``violations``,
-``postcondition_checked``, ``notes``.
+``postcondition_checked``, ``notes``, and the runtime limits checked: ``dialects`` (the
+dialects whose limits were checked) and ``accepted_by`` (those within whose limits the
+algorithm is).
+
+Runtime limits: with ``--dialect`` that MSCCL runtime's; without, both dialects' - the
+algorithm is correct when it is within at least one of them, and the line says which.
 """
 
 from __future__ import annotations
@@ -31,13 +36,14 @@ def register(subparsers) -> None:
         help="prove an algorithm correct: postcondition, no deadlock, no race, runtime limits",
         description="Check an algorithm (MSCCL XML of either dialect, or arborcc JSON): structure, "
                     "the collective's postcondition by symbolic execution, deadlock freedom with "
-                    "bounded connection FIFOs, absence of races between thread blocks, and with "
-                    "--dialect the limits of that MSCCL runtime. Exit 0 if correct, 1 if not, 2 if "
-                    "the file cannot be read.")
+                    "bounded connection FIFOs, absence of races between thread blocks, and the "
+                    "limits of the MSCCL runtimes (of --dialect, else of both dialects: it must be "
+                    "within one). Exit 0 if correct, 1 if not, 2 if the file cannot be read.")
     p.add_argument("algorithm", metavar="ALGO", help="algorithm file: .xml (MSCCL) or .json (arborcc)")
     p.add_argument("--dialect", choices=sorted(DIALECTS),
-                   help="also check this runtime's limits and required attributes "
-                        "(legacy: original MSCCL fork; executor: MSCCL executor / RCCL)")
+                   help="check this runtime's limits and required attributes (legacy: original MSCCL "
+                        "fork; executor: MSCCL executor / RCCL); default: both dialects' limits, "
+                        "correct when within one")
     p.add_argument("--slots", type=_slots, default=DEFAULT_SLOTS,
                    help=f"FIFO slots per connection (default {DEFAULT_SLOTS}, NCCL's Simple protocol)")
     p.add_argument("--json", action="store_true", help="print one JSON object with all violations and notes")
@@ -46,23 +52,41 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from arborcc.cli.output import print_json
+    from arborcc.ir.limits import check_dialect_limits
     from arborcc.ir.load import load_algorithm
     from arborcc.verify import verify_algorithm
 
     algo = load_algorithm(args.algorithm, dialect=args.dialect)
     report = verify_algorithm(algo, args.dialect, slots=args.slots)
+    dialects = [args.dialect] if args.dialect else sorted(DIALECTS)
+    if args.dialect:
+        accepted = [] if any(v.kind == "limit" for v in report.violations) else [args.dialect]
+        outside: dict = {}
+    else:  # both runtimes' limits: correct when within one of them
+        outside = {d: check_dialect_limits(algo, d) for d in dialects}
+        accepted = [d for d in dialects if not outside[d]]
+        if not accepted:
+            report.violations.extend(outside[dialects[0]])
+            report.ok = False
     if args.json:
-        print_json({"file": str(args.algorithm), **report.to_dict()})
+        print_json({"file": str(args.algorithm), **report.to_dict(), "dialects": dialects, "accepted_by": accepted})
         return 0 if report.ok else 1
     what = f"{algo.collective} on {algo.num_ranks} ranks, {algo.num_steps} steps, {report.modes_text}"
     if report.ok:
         proven = "postcondition holds" if report.postcondition_checked else "no postcondition known (custom)"
-        limits = f", within {args.dialect} limits" if args.dialect else ""
-        print(f"{args.algorithm}: OK ({what}): {proven}, no deadlock with {args.slots} slots, no race{limits}")
+        if args.dialect:
+            limits = f"within {args.dialect} limits"
+        elif len(accepted) == len(dialects):
+            limits = "within the limits of both MSCCL dialects"
+        else:
+            d = next(d for d in dialects if outside[d])
+            limits = f"within {accepted[0]} limits (not {d}'s: {outside[d][0]})"
+        print(f"{args.algorithm}: OK ({what}): {proven}, no deadlock with {args.slots} slots, no race, {limits}")
         return 0
     first = report.violations[0]
     more = len(report.violations) - 1
+    scope = " (within neither MSCCL dialect's limits)" if not args.dialect and not accepted else ""
     wrong = f"; wrong {' and '.join(report.failed_modes)}" if report.failed_modes else ""
-    print(f"{args.algorithm}: INCORRECT ({what}{wrong}): {first} [{first.kind}]"
+    print(f"{args.algorithm}: INCORRECT ({what}{wrong}): {first} [{first.kind}]{scope}"
           + (f" (and {more} more; --json lists all)" if more else ""))
     return 1

@@ -26,13 +26,6 @@ RANK_MULTIPLIED: frozenset[str] = frozenset({"allgather", "reducescatter", "allt
 REDUCING: frozenset[str] = frozenset({"allreduce", "reducescatter", "reduce"})
 
 
-def check_collective(name: str) -> str:
-    """``name`` if it is a canonical collective, else ValueError naming the known ones."""
-    if name not in COLLECTIVES:
-        raise ValueError(f"unknown collective {name!r} (known: {', '.join(COLLECTIVES)})")
-    return name
-
-
 def busbw_factor(collective: str, num_ranks: int) -> float:
     """nccl-tests' bus-bandwidth factor of ``collective`` on ``num_ranks`` ranks."""
     n = num_ranks

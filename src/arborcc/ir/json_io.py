@@ -14,8 +14,11 @@
 ``dep`` is ``null`` or ``[tb, step]``; buffers are ``"i"``, ``"o"``, ``"s"`` or ``null``;
 ``op`` is the MSCCL step type. Reading validates every field and names the path of
 the first bad one (``ranks[3].threadblocks[2].steps[5].count: ...``). Unknown keys
-are errors (they are usually misspellings). Values are not judged here (a negative
-count is faithfully kept): that is the verifier's job.
+are errors (they are usually misspellings), and so are keys given twice. Values are
+not judged here (a negative step count is faithfully kept): that is the verifier's job -
+except the counts that size buffers and ranks (``chunks_per_loop``, ``num_ranks``,
+``*_chunks``), which must be non-negative and within :mod:`arborcc.limits` before
+anything is allocated for them.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from arborcc.documents import load_json
 from arborcc.errors import IRFormatError
+from arborcc.files import read_input_bytes
 from arborcc.ir.collectives import COLLECTIVES
 from arborcc.ir.model import (
     Algorithm,
@@ -37,6 +42,7 @@ from arborcc.ir.model import (
     Step,
     ThreadBlock,
 )
+from arborcc.limits import limit
 
 FORMAT = "arborcc-algorithm"
 VERSION = 1
@@ -104,16 +110,8 @@ def algorithm_from_json(data: str | bytes | os.PathLike | dict, source: str | No
     else:
         path = Path(data)
         source = source or str(path)
-        try:
-            text = path.read_bytes()
-        except OSError as e:
-            raise IRFormatError(f"cannot read the file: {e.strerror or e}", source=source) from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise IRFormatError(f"not valid JSON: {e.msg} (column {e.colno})", source=source, place=e.lineno) from None
-    except UnicodeDecodeError as e:
-        raise IRFormatError(f"not UTF-8 text: {e.reason}", source=source) from None
+        text = read_input_bytes(path, IRFormatError, "algorithm-bytes")
+    obj, _ = load_json(text, source, IRFormatError, exact=False)  # within the nesting limit; no duplicate keys
     return algorithm_from_dict(obj, source)
 
 
@@ -137,11 +135,13 @@ def algorithm_from_dict(obj: Any, source: str = "<json>") -> Algorithm:
     root = top.get("root")
     ranks_raw = v.array(top["ranks"], "ranks")
     ranks = [v.rank(r, f"ranks[{i}]") for i, r in enumerate(ranks_raw)]
+    limit("buffer-chunks").check(sum(p.input_chunks + p.output_chunks + p.scratch_chunks for p in ranks), source,
+                                 "ranks", "input + output + scratch chunks", IRFormatError)
     return Algorithm(
         name=v.string(top["name"], "name"),
         collective=collective,
-        num_ranks=v.integer(top["num_ranks"], "num_ranks"),
-        chunks_per_loop=v.integer(top["chunks_per_loop"], "chunks_per_loop"),
+        num_ranks=v.count(top["num_ranks"], "num_ranks", "ranks"),
+        chunks_per_loop=v.count(top["chunks_per_loop"], "chunks_per_loop", "chunks"),
         ranks=ranks,
         protocol=_PROTOCOLS[protocol_raw],
         inplace=v.boolean(top.get("inplace", False), "inplace"),
@@ -180,6 +180,16 @@ class _Validator:
             self.fail(path, f"expected an integer, got {_kind(value)}")
         return value
 
+    def count(self, value: Any, path: str, limit_name: str) -> int:
+        """A count (chunks, ranks): not negative and within its limit (:mod:`arborcc.limits`),
+        checked before anything is sized by it."""
+        value = self.integer(value, path)
+        if value < 0:
+            self.fail(path, f"{value} is negative")
+        if value > limit(limit_name).value:
+            self.fail(path, limit(limit_name).message(value))
+        return value
+
     def boolean(self, value: Any, path: str) -> bool:
         if not isinstance(value, bool):
             self.fail(path, f"expected true or false, got {_kind(value)}")
@@ -196,9 +206,9 @@ class _Validator:
         tbs_raw = self.array(d.get("threadblocks", []), f"{path}.threadblocks")
         return RankProgram(
             rank=self.integer(d["rank"], f"{path}.rank"),
-            input_chunks=self.integer(d["input_chunks"], f"{path}.input_chunks"),
-            output_chunks=self.integer(d["output_chunks"], f"{path}.output_chunks"),
-            scratch_chunks=self.integer(d.get("scratch_chunks", 0), f"{path}.scratch_chunks"),
+            input_chunks=self.count(d["input_chunks"], f"{path}.input_chunks", "chunks"),
+            output_chunks=self.count(d["output_chunks"], f"{path}.output_chunks", "chunks"),
+            scratch_chunks=self.count(d.get("scratch_chunks", 0), f"{path}.scratch_chunks", "chunks"),
             threadblocks=[self.threadblock(t, f"{path}.threadblocks[{i}]") for i, t in enumerate(tbs_raw)],
         )
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from xml.parsers import expat
 
 from arborcc.errors import IRFormatError
+from arborcc.files import read_input_bytes
 from arborcc.ir.limits import (
     DIALECTS,
     REQUIRED_GPU_ATTRIBUTES,
@@ -59,6 +60,7 @@ from arborcc.ir.model import (
     Step,
     ThreadBlock,
 )
+from arborcc.limits import limit
 
 _OPS = {op.value: op for op in Op}
 _OPS["res"] = Op.RESIDUAL_ADD  # an older spelling of the legacy fork's residual add
@@ -170,11 +172,7 @@ def _read_source(text_or_path, source: str | None) -> tuple[str | bytes, str]:
     if isinstance(text_or_path, str) and (text_or_path.lstrip().startswith("<") or not text_or_path.strip()):
         return text_or_path, source or "<xml>"
     path = Path(text_or_path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise IRFormatError(f"cannot read the file: {e.strerror or e}", source=source or str(path)) from None
-    return data, source or str(path)
+    return read_input_bytes(path, IRFormatError, "algorithm-bytes"), source or str(path)
 
 
 class _Reader:
@@ -216,6 +214,16 @@ class _Reader:
             return int(raw)
         except ValueError:
             self._fail(f"{what}: attribute {key}", f"{raw!r} is not an integer")
+
+    def _count(self, attrs: dict, key: str, what: str, limit_name: str, default: int | None = None) -> int:
+        """A count (chunks, ranks): not negative and within its limit (:mod:`arborcc.limits`),
+        checked before anything is sized by it."""
+        value = self._int(attrs, key, what, default)
+        if value < 0:
+            self._fail(f"{what}: attribute {key}", f"{value} is negative")
+        if value > limit(limit_name).value:
+            self._fail(f"{what}: attribute {key}", limit(limit_name).message(value))
+        return value
 
     # -- parsing ------------------------------------------------------------------------
     def parse(self, text) -> Algorithm:
@@ -287,9 +295,9 @@ class _Reader:
             "name": attrs.get("name", ""),
             "collective": coll,
             "protocol": proto,
-            "chunks_per_loop": self._int(attrs, "nchunksperloop", what),
+            "chunks_per_loop": self._count(attrs, "nchunksperloop", what, "chunks"),
             "nchannels": self._int(attrs, "nchannels", what, -1),
-            "num_ranks": self._int(attrs, "ngpus", what, -1),
+            "num_ranks": self._count(attrs, "ngpus", what, "ranks") if "ngpus" in attrs else -1,
             "inplace": bool(inplace),
             "outofplace": bool(self._int(attrs, "outofplace", what, 0 if inplace else 1)),
             "min_bytes": self._int(attrs, "minBytes", what, 0),
@@ -307,10 +315,7 @@ class _Reader:
         rank = self._int(attrs, "id", what)
         what = f"<gpu> {rank}"
         self._need(attrs, REQUIRED_GPU_ATTRIBUTES, what)
-        sizes = [self._int(attrs, key, what, 0) for key in ("i_chunks", "o_chunks", "s_chunks")]
-        for key, size in zip(("i_chunks", "o_chunks", "s_chunks"), sizes):
-            if size < 0:
-                self._fail(f"{what}: attribute {key}", f"{size} is negative")
+        sizes = [self._count(attrs, key, what, "chunks", 0) for key in ("i_chunks", "o_chunks", "s_chunks")]
         self.gpu = RankProgram(rank, sizes[0], sizes[1], sizes[2])
         self.ranks.append(self.gpu)
 
@@ -398,6 +403,9 @@ class _Reader:
 
     def _finish(self) -> Algorithm:
         a = self.algo_attrs
+        total = sum(p.input_chunks + p.output_chunks + p.scratch_chunks for p in self.ranks)
+        limit("buffer-chunks").check(total, self.source, "<gpu> elements", "i_chunks + o_chunks + s_chunks",
+                                     IRFormatError)
         num_ranks = a["num_ranks"] if a["num_ranks"] >= 0 else len(self.ranks)
         if a["nchannels"] >= 0 and self.max_channel >= a["nchannels"]:
             raise IRFormatError(

@@ -46,6 +46,7 @@ from arborcc.lang.ref import Ref
 from arborcc.lang.routes import Connectivity
 from arborcc.lang.values import ReduceChunk
 from arborcc.lang.where import format_location, program_error, user_location
+from arborcc.limits import limit
 
 #: a buffer name no program uses (no aliasing rule)
 _NOTHING = object()
@@ -120,6 +121,7 @@ class Program:
             self.connectivity = Connectivity(topology, collective.num_ranks)
         except ValueError as e:
             raise program_error(str(e), loc) from None
+        check_program_size(collective, loc)
         self.name = str(name)
         self.collective = collective
         self.topology = topology
@@ -128,9 +130,13 @@ class Program:
         self.instr_fusion = bool(instr_fusion)
         self.replication = replication
         self.copy_index_by_source = bool(copy_index_by_source)
+        #: the slot of the last chunk() that found nothing (it returned None), named when the
+        #: program then calls a method on that None (:func:`arborcc.lang.where.program_failure`)
+        self.empty_chunk: str | None = None
         self.unnamed_tb_shared = bool(unnamed_tb_shared)
         self.where = loc
         self.ops: list[tuple] = []
+        self.max_ops = limit("operations").value  #: copies and reduces allowed (arborcc.limits)
         self.check_errors: list[str] = []
         self._lanes = 1
         self.compile_stats = None  #: what the last :meth:`compile` did (a CompileStats)
@@ -304,6 +310,7 @@ class Program:
             self.check_range(rank, code, index, size, user_location(1))
         if index >= n or seqs[index] < 0:  # the first slot is empty: are all of them?
             if size == 1 or max(seqs[index:index + size], default=-1) < 0:
+                self.empty_chunk = self.slot_name(rank, code, index)
                 return None
         return Ref(self, rank, code, index, size, len(self.ops))
 
@@ -369,6 +376,21 @@ class Program:
     def __repr__(self) -> str:
         return (f"Program({self.name!r}, {self.collective!r}, {len(self.ops)} operations, "
                 f"instances={self.instances})")
+
+
+#: collectives whose largest buffer holds a block per rank (the others: one block)
+_BLOCK_PER_RANK = frozenset({"allgather", "reducescatter", "alltoall", "gather", "scatter"})
+
+
+def check_program_size(collective: Collective, loc) -> None:
+    """Refuse a collective whose buffers would be over the limits (:mod:`arborcc.limits`)
+    before they are laid out: ranks, chunks per buffer, chunks of all ranks."""
+    n, cf = collective.num_ranks, collective.chunk_factor
+    per_buffer = cf * (n if collective.name in _BLOCK_PER_RANK else 1)
+    for name, value, what in (("ranks", n, "ranks"), ("chunks", per_buffer, "chunks per buffer"),
+                              ("buffer-chunks", 2 * n * per_buffer, "input and output chunks of all ranks")):
+        if value > limit(name).value:
+            raise program_error(f"{type(collective).__name__}({n}, {cf}): {limit(name).message(value, what)}", loc)
 
 
 def chunk(rank: int, buffer: object, index: int, size: int = 1):

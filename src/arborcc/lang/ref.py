@@ -23,6 +23,7 @@ from sys import _getframe
 from arborcc.lang.buffers import INPUT, OUTPUT, buffer_label, is_scratch, resolve_buffer
 from arborcc.lang.trace import COPY, REDUCE
 from arborcc.lang.where import PACKAGE_DIR, program_error, user_location
+from arborcc.limits import limit
 
 
 class Ref:
@@ -154,6 +155,8 @@ class Ref:
         ops.append((COPY, src_rank, self.code, s, dst, code, index, size, sendtb, recvtb, ch,
                     prog._lanes, prog.where if name.startswith(PACKAGE_DIR) else (name, f.f_lineno)))
         seq = len(ops)
+        if seq > prog.max_ops:
+            raise too_many_operations(prog)
         if size == 1:
             dst_seqs[index] = seq
         else:
@@ -198,6 +201,8 @@ class Ref:
         ops.append((REDUCE, other.rank, other.code, s, rank, code, d, size, sendtb, recvtb, ch,
                     prog._lanes, prog.where if name.startswith(PACKAGE_DIR) else (name, f.f_lineno)))
         seq = len(ops)
+        if seq > prog.max_ops:
+            raise too_many_operations(prog)
         if size == 1:
             dst_seqs[d] = seq
         else:
@@ -285,3 +290,8 @@ def _bad_reduce_operand(ref: Ref, other: object) -> None:
         raise program_error("reduce of a chunk of another program")
     what = "an empty slot (chunk() returned None)" if other is None else repr(other)
     raise program_error(f"reduce into chunk {ref._describe()} needs a chunk reference, got {what}")
+
+
+def too_many_operations(prog) -> Exception:
+    """The error when a program traces more copies and reduces than the operations limit."""
+    return program_error(f"program {prog.name!r}: {limit('operations').message(len(prog.ops), 'copies and reduces')}")

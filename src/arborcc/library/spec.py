@@ -32,12 +32,10 @@ def built(prog) -> Built:
     """Compile a traced library program; the algorithm claims exactly the calls in which it
     is correct: the program's own mode (in-place or out-of-place, which the test suite
     verifies for every library algorithm) and the other one if the verifier proves it
-    (:func:`arborcc.verify.supported_modes`)."""
-    from arborcc.ir.aliasing import declared_modes, with_modes
-    from arborcc.verify import supported_modes
+    (:func:`arborcc.verify.claiming_supported_modes`)."""
+    from arborcc.verify import claiming_supported_modes
 
-    algo = prog.compile()
-    return Built(with_modes(algo, supported_modes(algo, known=declared_modes(algo))), prog)
+    return Built(claiming_supported_modes(prog.compile()), prog)
 
 
 @dataclass(frozen=True)

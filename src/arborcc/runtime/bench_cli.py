@@ -6,6 +6,7 @@ import json
 import sys
 
 from arborcc.errors import InputError
+from arborcc.limits import limit
 from arborcc.runtime.bench_report import comparison, json_object, plot, table
 from arborcc.runtime.bench_protocol import Spec
 from arborcc.runtime.benchmark import run_backend
@@ -23,6 +24,21 @@ def sweep_sizes(minbytes: int, maxbytes: int, factor: int) -> list[int]:
     return sizes
 
 
+def _check_memory(ranks: int, maxbytes: int) -> None:
+    """Refuse a sweep whose largest call cannot fit in this machine's memory: every rank
+    holds at least a send and a receive buffer of the largest size (a lower bound)."""
+    import os
+
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return
+    need = 2 * ranks * maxbytes
+    if need > physical:
+        raise InputError(f"the largest size needs at least {need / 2**30:.1f} GiB (2 buffers x {ranks} ranks x "
+                         f"{maxbytes:,} bytes), more than this machine's {physical / 2**30:.1f} GiB", source="-e")
+
+
 def spec_from_args(args) -> Spec:
     ranks, collective = args.ranks, args.collective
     if args.xml:
@@ -38,6 +54,8 @@ def spec_from_args(args) -> Spec:
     ranks = 2 if ranks is None else ranks
     if ranks < 1:
         raise InputError(f"at least one rank, got {ranks}", source="-n")
+    limit("local-ranks").check(ranks, "-n", what="local ranks")
+    _check_memory(ranks, args.maxbytes)
     options = {k: v for k, v in (("slice_bytes", args.slice_bytes), ("workers", args.workers),
                                  ("tune", args.tune or None), ("timeout", min(args.timeout, 120.0)))
                if v is not None}

@@ -17,6 +17,7 @@ import time
 import traceback
 from typing import Any, Callable
 
+from arborcc.limits import limit
 from arborcc.runtime.errors import CommunicationError
 
 
@@ -62,6 +63,7 @@ def _stop(procs: list, grace: float = 2.0) -> None:
 def run_script(world_size: int, argv: list[str], timeout: float | None = None) -> int:
     """Run ``python argv...`` on ``world_size`` local ranks; the first failing rank's exit
     status (0 if all succeed). A failing rank stops the others after a short grace."""
+    limit("local-ranks").check(world_size, "-n", what="local ranks")
     port = free_port_pair()
     procs = [subprocess.Popen([sys.executable, *argv], env=rank_env(r, world_size, port))
              for r in range(world_size)]
@@ -103,6 +105,7 @@ def _child(fn, rank: int, world_size: int, port: int, args: tuple, queue) -> Non
 def run_ranks(fn: Callable[..., Any], world_size: int, args: tuple = (), timeout: float = 60.0) -> list[Any]:
     """``fn(*args)`` on every rank (forked, torchrun's environment set); the results in rank
     order. CommunicationError if a rank fails or the hard timeout passes (ranks killed)."""
+    limit("local-ranks").check(world_size, "-n", what="local ranks")
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     port = free_port_pair()

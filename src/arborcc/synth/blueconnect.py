@@ -289,31 +289,39 @@ def _transfers(groups: list[list[int]], algorithm: str) -> list[list[tuple[int, 
     return rounds
 
 
-def stage_cost(topology: Topology, groups: list[list[int]], algorithm: str) -> tuple[float, float]:
+def stage_cost(topology: Topology, groups: list[list[int]], algorithm: str, path=None) -> tuple[float, float]:
     """(alpha, beta) of a stage on ``topology``: the largest route latency among its
     transfers, and 1 / the smallest per-transfer bandwidth when every physical link is
-    shared equally by the transfers of a round that cross it (module doc)."""
+    shared equally by the transfers of a round that cross it (module doc). ``path(a, b)``
+    gives a transfer's device path (default: the topology's route)."""
     worst_bw, worst_lat = math.inf, 0.0
     for rnd in _transfers(groups, algorithm):
         load: dict[tuple[str, str], int] = {}
         routes = []
         for a, b in rnd:
-            r = topology.route(topology.ranks[a], topology.ranks[b])
-            routes.append(r)
-            worst_lat = max(worst_lat, r.latency)
-            for pr in r.pairs():
+            if path is None:
+                r = topology.route(topology.ranks[a], topology.ranks[b])
+                pairs, latency = list(r.pairs()), r.latency
+            else:
+                p = path(a, b)
+                pairs = list(zip(p, p[1:]))
+                latency = sum(topology.links[pr].latency for pr in pairs)
+            routes.append(pairs)
+            worst_lat = max(worst_lat, latency)
+            for pr in pairs:
                 load[pr] = load.get(pr, 0) + 1
-        for r in routes:
-            for pr in r.pairs():
+        for pairs in routes:
+            for pr in pairs:
                 worst_bw = min(worst_bw, topology.links[pr].bandwidth / load[pr])
     return worst_lat, (1.0 / worst_bw if math.isfinite(worst_bw) and worst_bw > 0 else 0.0)
 
 
 def build_plan(topology: Topology, dims: Sequence[GridAxis], algorithms: Sequence[str], alpha: float | None,
-               cache: dict, name: str = "blueconnect") -> BlueConnectPlan:
+               cache: dict, name: str = "blueconnect", path=None) -> BlueConnectPlan:
     """The plan whose reduce-scatter stage i runs along axis ``dims[i]`` with
     ``algorithms[i]``, then the mirrored all-gather stages; ``cache`` keeps stage costs
-    between plans of one topology; ``alpha`` overrides the route latency (s)."""
+    between plans of one topology; ``alpha`` overrides the route latency (s); ``path``
+    as in :func:`stage_cost`."""
     n = topology.num_ranks
     up = []
     fraction = 1.0
@@ -321,7 +329,7 @@ def build_plan(topology: Topology, dims: Sequence[GridAxis], algorithms: Sequenc
         groups = _groups_of(n, dims, i)
         key = (tuple(map(tuple, groups)), alg)
         if key not in cache:
-            cache[key] = stage_cost(topology, groups, alg)
+            cache[key] = stage_cost(topology, groups, alg, path)
         lat, beta = cache[key]
         up.append(Stage(RS, groups, alg, lat if alpha is None else alpha, beta, d.radix, fraction))
         fraction /= d.radix

@@ -59,7 +59,9 @@ The reported bound is recomputed in floating point from the tight cut.
 
 from __future__ import annotations
 
+import math
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -70,6 +72,7 @@ from arborcc.ir.collectives import busbw_factor
 from arborcc.synth.flowgraph import (FlowGraph, LinkSelector, MaxFlow, RatioCut, RealMaxFlow, capacity_unit,
                                      check_reachable, check_strongly_connected, flow_graph, integer_capacities,
                                      min_ratio_cut, root_index)
+from arborcc.synth.hosts import Cluster, cluster_of
 from arborcc.synth.lp import INF, GrowingLP
 from arborcc.topology.model import GB, Topology
 
@@ -85,7 +88,13 @@ class Bound:
     ``algbw = num_ranks * rate``. ``cut`` is the vertex set ``S`` whose boundary is
     tight: for broadcast the side holding the root, for reduce the side holding the
     root (links *into* it are tight), for all-gather a set whose out-links carry every
-    shard of ``cut_ranks`` ranks, for reduce-scatter a set whose in-links do.
+    shard of ``cut_ranks`` ranks, for reduce-scatter a set whose in-links do; for
+    all-to-all ``rate`` is the rate of each ordered pair's block (``algbw = num_ranks *
+    rate``).
+
+    ``exact``: the rate is the optimum over every algorithm (``basis`` says why); else an
+    upper bound. The cut bounds of broadcast, reduce, all-gather, reduce-scatter, gather
+    and scatter are exact (the theorems in the module doc reach them).
     """
 
     collective: str
@@ -99,6 +108,8 @@ class Bound:
     cut_ranks: int
     links: str
     solve_time: float = 0.0
+    exact: bool = True
+    basis: str = "the minimum cut (reached by a packing of trees or a flow)"
 
     @property
     def algbw_gbps(self) -> float:
@@ -139,10 +150,25 @@ class AllreduceBound:
     links: str
     solve_time: float = 0.0
     tree_split: tuple | None = None
+    #: when the time limit stopped the root search: the largest rate ceiling
+    #: (:func:`_tree_rate_ceiling`) among the roots left unsolved, else 0.0
+    unsolved_ceiling: float = 0.0
 
     @property
     def algbw(self) -> float:
-        return max(self.rs_ag_algbw, self.tree_algbw)
+        return max(self.rs_ag_algbw, self.tree_algbw, self.unsolved_ceiling)
+
+    #: all-reduce's optimum over every algorithm is open (Zhou & Sun, "On the Computation
+    #: Rate of All-Reduce", 2026, https://arxiv.org/abs/2602.22482): this is the best rate of
+    #: the two families, exact within them
+    exact = False
+
+    @property
+    def basis(self) -> str:
+        if self.unsolved_ceiling > max(self.rs_ag_algbw, self.tree_algbw):
+            return ("reduce-scatter + all-gather, or a ceiling of reduce + broadcast through the roots whose LP "
+                    "the time limit left unsolved (an upper bound)")
+        return "the best of reduce-scatter + all-gather and reduce + broadcast through one root (exact within them)"
 
     @property
     def best(self) -> str:
@@ -412,17 +438,192 @@ def allreduce_bound(topology: Topology, links: LinkSelector = "all", tree_roots:
         if max(ceiling.values()) > rs_ag * (1 + 1e-9):
             todo = g.orbits().representatives(g.ranks)
             todo.sort(key=lambda v: -ceiling[v])
-    for v in todo:
+    unsolved = 0.0
+    for i, v in enumerate(todo):
         if v in ceiling and ceiling[v] <= max([rs_ag, *rates.values()]) * (1 + 1e-9):
             break  # sorted: no later root can do better either
         left = time_limit - (time.perf_counter() - t0)
-        if left <= 0:
-            raise SolverLimitError(f"{topology.name}: all-reduce bound not found within {time_limit:g} s")
-        rate, cap_b, cap_r = tree_allreduce_split(g, v, left)
+        try:
+            if left <= 0:
+                raise SolverLimitError(f"{topology.name}: all-reduce bound not found within {time_limit:g} s")
+            rate, cap_b, cap_r = tree_allreduce_split(g, v, left)
+        except SolverLimitError:
+            if v not in ceiling:  # roots asked for by name: no ceiling to fall back on
+                raise
+            unsolved = max(ceiling[u] for u in todo[i:])  # an upper bound on every root left
+            break
         rates[g.nodes[v]], splits[g.nodes[v]] = rate, (cap_b, cap_r)
     best_root = max(rates, key=lambda k: rates[k]) if rates else None
     return AllreduceBound(rs, ag, rs_ag, rates[best_root] if rates else 0.0, best_root, rates, g.links,
-                          time.perf_counter() - t0, splits.get(best_root))
+                          time.perf_counter() - t0, splits.get(best_root), unsolved)
+
+
+# --- all-to-all -----------------------------------------------------------------------
+
+#: jobs up to this many ranks get the exact maximum-concurrent-flow LP for all-to-all
+EXACT_LP_RANKS = 32
+
+
+def two_step_rate(cluster: Cluster) -> float:
+    """The steady-state algbw (B/s) of the two-step routing, from its link loads alone
+    (no program): a flow that certifies a cut bound it reaches."""
+    t, H, G = cluster.topology, cluster.num_hosts, cluster.per_host
+    n = H * G
+    load: Counter = Counter()
+    for m in range(H):
+        for i in range(G):
+            src = cluster.rank(m, i)
+            for g in range(G):
+                if g != i:  # H - 1 blocks for rail g's remote hosts, and one for GPU g itself
+                    p = cluster.path(src, cluster.rank(m, g))
+                    for link in zip(p, p[1:]):
+                        load[link] += H
+        for g in range(G):
+            for k in range(H):
+                if k != m:
+                    p = cluster.path(cluster.rank(m, g), cluster.rank(k, g))
+                    for link in zip(p, p[1:]):
+                        load[link] += G
+    worst = max(v / t.links[l].bandwidth for l, v in load.items())
+    return n / worst  # loads are in blocks of S / n bytes
+
+
+def _rank_groups(topology: Topology, g: FlowGraph) -> list[list[int]]:
+    """Groups of ranks whose cuts bound an all-to-all: every rank, every host, and the
+    hosts behind each network switch - one of each kind per orbit of the automorphisms
+    (equivalent groups have equal cuts)."""
+    orbits = g.orbits()
+    host_ranks: dict[int, list[int]] = {}
+    for r in g.ranks:
+        h = topology.devices[g.nodes[r]].host
+        if h is not None:
+            host_ranks.setdefault(h, []).append(int(r))
+    groups, seen = [], set()
+
+    def add(label, ranks: list[int]) -> None:
+        if label not in seen and 0 < len(ranks) < len(g.ranks):
+            seen.add(label)
+            groups.append(ranks)
+
+    for r in g.ranks:
+        add(("rank", int(orbits.node[r])), [int(r)])
+    for ranks in host_ranks.values():
+        add(("host", int(orbits.node[ranks[0]])), ranks)
+    below: dict[int, set] = {}
+    for a, b in zip(g.src.tolist(), g.dst.tolist()):
+        if topology.devices[g.nodes[a]].host is None and topology.devices[g.nodes[b]].host is not None:
+            below.setdefault(a, set()).add(topology.devices[g.nodes[b]].host)
+    for switch, hosts in below.items():
+        add(("switch", int(orbits.node[switch])), sorted(r for h in hosts for r in host_ranks.get(h, [])))
+    return groups
+
+
+def _group_cut(g: FlowGraph, group: list[int], unit: float, icap: np.ndarray) -> tuple[float, np.ndarray]:
+    """The least capacity (B/s) leaving a vertex set that holds ``group`` and no other
+    rank, and that set: a max-flow from the group to the other ranks."""
+    s, t = g.n, g.n + 1
+    inside = set(group)
+    others = [int(r) for r in g.ranks if int(r) not in inside]
+    big = int(icap.sum()) + 1
+    src = np.concatenate([g.src, np.full(len(group), s), np.array(others)])
+    dst = np.concatenate([g.dst, np.array(group), np.full(len(others), t)])
+    mf = MaxFlow(g.n + 2, src, dst, np.concatenate([icap, np.full(len(group) + len(others), big)]))
+    value, res = mf.value(s, t)
+    return value * unit, mf.source_side(s, res)[:g.n]
+
+
+def alltoall_cut_bound(topology: Topology, links: LinkSelector = "all"):
+    """The tightest cut around the groups of :func:`_rank_groups`, both directions:
+    ``(graph, (x, members))`` with ``x`` the per-pair rate it allows."""
+    g = flow_graph(topology, links)
+    N = len(g.ranks)
+    unit = capacity_unit(g.cap, float(g.cap.sum()))
+    icap, rcap = integer_capacities(g.cap, unit), integer_capacities(g.reversed().cap, unit)
+    best = (math.inf, None)
+    for group in _rank_groups(topology, g):
+        k = len(group)
+        out_cap, members = _group_cut(g, group, unit, icap)
+        in_cap, _ = _group_cut(g.reversed(), group, unit, rcap)
+        x = min(out_cap, in_cap) / (k * (N - k))
+        if x < best[0]:
+            best = (x, members)
+    return g, best
+
+
+def max_concurrent_flow(g, time_limit: float = 30.0) -> float:
+    """The all-to-all rate ``x`` per ordered pair: the maximum concurrent flow, as an LP
+    with one flow per source rank (HiGHS); exact."""
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    N, E, V = len(g.ranks), len(g.src), g.n
+    ranks = [int(r) for r in g.ranks]
+    rows, cols, vals = [], [], []
+    b_eq = []
+    row = 0
+    # conservation: for source s at node v: out - in = (N-1) x if v == s, -x if v is another rank, 0 else
+    for s_i, s in enumerate(ranks):
+        base = s_i * E
+        for v in range(V):
+            out_arcs = np.nonzero(g.src == v)[0]
+            in_arcs = np.nonzero(g.dst == v)[0]
+            rows += [row] * (len(out_arcs) + len(in_arcs))
+            cols += (base + out_arcs).tolist() + (base + in_arcs).tolist()
+            vals += [1.0] * len(out_arcs) + [-1.0] * len(in_arcs)
+            demand = (N - 1) if v == s else (-1 if v in ranks else 0)
+            if demand:
+                rows.append(row)
+                cols.append(N * E)
+                vals.append(-float(demand))
+            b_eq.append(0.0)
+            row += 1
+    a_eq = coo_matrix((vals, (rows, cols)), shape=(row, N * E + 1)).tocsr()
+    scale = float(g.cap.max())
+    cap_rows = np.repeat(np.arange(E), N)
+    cap_cols = (np.arange(N)[None, :] * E + np.arange(E)[:, None]).ravel()
+    a_ub = coo_matrix((np.ones(E * N), (cap_rows, cap_cols)), shape=(E, N * E + 1)).tocsr()
+    c = np.zeros(N * E + 1)
+    c[-1] = -1.0
+    res = linprog(c, A_ub=a_ub, b_ub=g.cap / scale, A_eq=a_eq, b_eq=np.array(b_eq), bounds=(0, None),
+                  method="highs", options={"time_limit": time_limit})
+    if res.status == 1:
+        raise SolverLimitError(f"{g.name}: the all-to-all flow LP hit its {time_limit:g} s limit")
+    if res.status != 0:
+        raise SynthesisError(f"{g.name}: the all-to-all flow LP ended: {res.message}")
+    return float(res.x[-1]) * scale
+
+
+def alltoall_bound(topology: Topology, links: LinkSelector = "all", time_limit: float = 30.0) -> Bound:
+    """The all-to-all bound (:mod:`arborcc.synth.alltoall` explains it) as a :class:`Bound`:
+    ``rate`` is the per-pair rate, ``algbw = N rate``; ``exact`` says whether it is the
+    optimum (the LP, or a routing that reaches the cut) or only an upper bound (also when
+    the LP hits ``time_limit``: ``basis`` says so)."""
+    t0 = time.perf_counter()
+    g, (x, members) = alltoall_cut_bound(topology, links)
+    N = len(g.ranks)
+    exact, basis = False, "the least cut around a rank, a host or a switch's hosts (an upper bound)"
+    if N <= EXACT_LP_RANKS:
+        try:
+            x_lp = max_concurrent_flow(g, time_limit)
+        except SolverLimitError as e:
+            basis += f" - {e}"
+        else:
+            if x_lp < x:
+                x, members = x_lp, None
+            exact, basis = True, "the maximum concurrent flow (LP)"
+    if not exact:
+        try:
+            rate = two_step_rate(cluster_of(topology))
+        except SynthesisError:
+            rate = 0.0
+        if rate >= N * x * (1 - 1e-9):
+            exact, basis = True, "the tightest cut, reached by the two-step routing's flow"
+    cut = frozenset() if members is None else frozenset(g.nodes[i] for i in np.nonzero(members)[0])
+    arcs = [] if members is None else np.nonzero(members[g.src] & ~members[g.dst])[0]
+    k = 0 if members is None else int(sum(1 for r in g.ranks if members[r]))
+    return Bound("alltoall", x, N * x, N, None, cut, tuple(g.original_link(int(i)) for i in arcs),
+                 float(g.cap[arcs].sum()) if len(arcs) else 0.0, k, g.links, time.perf_counter() - t0,
+                 exact=exact, basis=basis)
 
 
 def collective_bound(topology: Topology, collective: str, root: int = 0,
@@ -445,4 +646,6 @@ def collective_bound(topology: Topology, collective: str, root: int = 0,
         return scatter_bound(topology, r, links)
     if collective == "allreduce":
         return allreduce_bound(topology, links)
+    if collective == "alltoall":
+        return alltoall_bound(topology, links)
     raise SynthesisError(f"no bound is known for collective {collective!r}")

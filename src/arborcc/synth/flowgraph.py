@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Sequence, Union
 import numpy as np
 
 from arborcc.errors import SolverLimitError, SynthesisError
-from arborcc.synth.symmetry import Orbits, graph_orbits
+from arborcc.synth.symmetry import Orbits, graph_orbits, load_igraph
 from arborcc.topology.model import Link, LinkKind, Topology
 
 LinkSelector = Union[str, LinkKind, Iterable[LinkKind], Callable[[Link], bool]]
@@ -89,6 +89,8 @@ class FlowGraph:
     index: dict = field(default_factory=dict)
     #: orbits by fixed vertex, shared with the reversed graph (same automorphisms)
     orbit_cache: dict = field(default_factory=dict, repr=False)
+    #: facts established about the graph and its reverse (``"strongly connected"``)
+    facts: set = field(default_factory=set, repr=False)
 
     @property
     def n(self) -> int:
@@ -100,7 +102,7 @@ class FlowGraph:
 
     def reversed(self) -> "FlowGraph":
         return FlowGraph(self.name, self.nodes, self.ranks, self.dst, self.src, self.cap, self.links,
-                         not self.reversed_of_original, self.index, self.orbit_cache)
+                         not self.reversed_of_original, self.index, self.orbit_cache, self.facts)
 
     def with_capacities(self, cap: np.ndarray, keep: np.ndarray | None = None) -> "FlowGraph":
         """The same graph with capacities ``cap`` (and only the arcs ``keep`` selects)."""
@@ -131,13 +133,32 @@ class FlowGraph:
         return members[self.src] & ~members[self.dst]
 
 
+#: the last few graphs built from a named link selection, most recent first: the
+#: bound, the connectivity check and the strategies of one synthesis share one graph
+#: (and so its orbits); topologies are immutable, so the same object has the same graph
+_RECENT_GRAPHS: list[tuple[Topology, str, "FlowGraph"]] = []
+
+
 def flow_graph(topology: Topology, links: LinkSelector = "all") -> FlowGraph:
     """The capacitated directed graph of ``topology`` restricted to ``links``.
 
     Devices no selected link touches are dropped (ranks are always kept), and so are
     GPUs that are not ranks. Raises :class:`SynthesisError` when there are fewer than
-    two ranks.
+    two ranks. The graph is shared by the callers that ask for the same topology object
+    and link selection (do not modify its arrays).
     """
+    if isinstance(links, str):
+        for t, selection, g in _RECENT_GRAPHS:
+            if t is topology and selection == links:
+                return g
+    g = _build_flow_graph(topology, links)
+    if isinstance(links, str):
+        _RECENT_GRAPHS.insert(0, (topology, links, g))
+        del _RECENT_GRAPHS[4:]
+    return g
+
+
+def _build_flow_graph(topology: Topology, links: LinkSelector) -> FlowGraph:
     if topology.num_ranks < 2:
         raise SynthesisError(f"{topology.name}: a collective needs at least 2 ranks, the topology has "
                              f"{topology.num_ranks}")
@@ -195,10 +216,14 @@ def check_reachable(g: FlowGraph, root: int, what: str, into: bool = False) -> N
 
 
 def check_strongly_connected(g: FlowGraph, what: str) -> None:
-    """Raise :class:`SynthesisError` unless every rank reaches every other over ``g``."""
+    """Raise :class:`SynthesisError` unless every rank reaches every other over ``g``
+    (checked once per graph)."""
+    if "strongly connected" in g.facts:
+        return
     r0 = int(g.ranks[0])
     check_reachable(g, r0, what)
     check_reachable(g, r0, what, into=True)
+    g.facts.add("strongly connected")
 
 
 def check_routable(topology: Topology, hub: int | None = None) -> None:
@@ -278,8 +303,7 @@ class RealMaxFlow:
     """Max-flows and minimum cuts on one graph whose capacities are real numbers (igraph)."""
 
     def __init__(self, n: int, src: np.ndarray, dst: np.ndarray):
-        import igraph
-
+        igraph = load_igraph()
         self.graph = igraph.Graph(n=n, edges=list(zip(src.tolist(), dst.tolist())), directed=True)
 
     def value(self, s: int, t: int, capacity: Sequence[float]) -> float:

@@ -96,6 +96,23 @@ class ChannelMap:
         return out
 
 
+class PlannedPairs:
+    """A program's connectivity (see :class:`~arborcc.lang.Program`) when the lowering has
+    already chosen every transfer's device path: exactly the planned ``(src, dst)`` rank
+    pairs. Checking each transfer against the topology's routes instead would route
+    every rank over the whole graph - seconds per hundred ranks on large clusters."""
+
+    def __init__(self, pairs, num_ranks: int):
+        self.pairs = set(pairs)
+        self.num_ranks = num_ranks
+
+    def link(self, src: int, dst: int) -> bool:
+        return (src, dst) in self.pairs
+
+    def num_nodes(self) -> int:
+        return self.num_ranks
+
+
 def tree_hops(topology: Topology, trees: Sequence[Tree], both_ways: bool = False):
     """(src index, dst index, path) of every hop of the trees (and reversed, if asked)."""
     index = {g: i for i, g in enumerate(topology.ranks)}
@@ -148,9 +165,11 @@ def transfer_blocks(counts: Sequence[int]) -> list[tuple[int, int, int]]:
     return out
 
 
-def lowering_program(name: str, collective, topology: Topology, channels: ChannelMap) -> Program:
-    """A DSL program for a lowering; instruction fusion only when the compiler picks channels."""
-    return Program(name, collective, topology, instr_fusion=not channels.pinned)
+def lowering_program(name: str, collective, topology: object, channels: ChannelMap, fuse: bool = True) -> Program:
+    """A DSL program for a lowering; instruction fusion (``fuse``) only when the compiler
+    picks channels. ``topology`` is what the program checks its transfers against (see
+    :class:`Program`)."""
+    return Program(name, collective, topology, instr_fusion=fuse and not channels.pinned)
 
 
 def finish(prog: Program, topology: Topology, channels: ChannelMap, chunks: int,

@@ -51,7 +51,7 @@ from arborcc.lang import AllReduce, chunk
 from arborcc.library.halving_doubling import recursive_doubling, recursive_halving
 from arborcc.synth.blueconnect import HD, RING, RS, BlueConnectPlan, GridAxis, Stage, build_plan, stage_algorithms
 from arborcc.synth.hosts import ranks_by_host
-from arborcc.synth.lower import MAX_CHANNELS, MAX_COUNT, ChannelMap, Lowered, finish, lowering_program
+from arborcc.synth.lower import MAX_CHANNELS, MAX_COUNT, ChannelMap, Lowered, PlannedPairs, finish, lowering_program
 from arborcc.topology.model import Topology
 
 #: ring sub-block pieces per channel in one stage (executor runtimes: 64 steps per thread block)
@@ -170,7 +170,7 @@ def _channel_splits(plan: BlueConnectPlan, layout) -> list[int]:
     return splits if sum(splits) <= MAX_CHANNELS else [1] * len(splits)
 
 
-def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | None = None):
+def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | None = None, path=None):
     """The traced DSL program of :func:`lower_blueconnect` and its channel map (not yet
     compiled): ``(program, channels)``. Same checks as :func:`lower_blueconnect`.
 
@@ -194,17 +194,18 @@ def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | N
     layout = _layout(plan, n)
     name = name or f"{plan.name}-allreduce-" + "x".join(map(str, plan.factors))
 
-    hops, path = [], {}
+    hops, paths = [], {}
     for st in plan.stages:
         for a, b in stage_pairs(st):
-            if (a, b) not in path:
-                path[(a, b)] = topology.route(topology.ranks[a], topology.ranks[b]).path
-                hops.append((a, b, path[(a, b)]))
+            if (a, b) not in paths:
+                paths[(a, b)] = path(a, b) if path else topology.route(topology.ranks[a], topology.ranks[b]).path
+                hops.append((a, b, paths[(a, b)]))
     channels = ChannelMap(hops)
 
     splits = _channel_splits(plan, layout)
     base = [sum(splits[:i]) for i in range(2 * k)]
-    with lowering_program(name, AllReduce(n, n, inplace=True), topology, channels) as prog:
+    connectivity = PlannedPairs(paths, n) if path else topology
+    with lowering_program(name, AllReduce(n, n, inplace=True), connectivity, channels) as prog:
         for i, (st, (blocks, m)) in enumerate(zip(plan.stages[:k], layout)):  # going up: lines 7-11
             if st.factor < 2:
                 continue
@@ -231,7 +232,7 @@ def describe(plan: BlueConnectPlan) -> str:
                      for s in plan.stages)
 
 
-def lower_blueconnect(topology: Topology, plan: BlueConnectPlan, name: str | None = None) -> Lowered:
+def lower_blueconnect(topology: Topology, plan: BlueConnectPlan, name: str | None = None, path=None) -> Lowered:
     """BlueConnect's decomposed all-reduce (Algorithm 1; Figure 4) as an in-place
     ``AllReduce(n, n)`` program: the plan's reduce-scatter stages in order, then its
     all-gather stages (which mirror them) - compiled and estimated; ``synthesize()``
@@ -240,9 +241,10 @@ def lower_blueconnect(topology: Topology, plan: BlueConnectPlan, name: str | Non
     Raises SynthesisError when the plan is not a decomposition over the topology's
     ranks (:meth:`BlueConnectPlan.validate`: groups partitioning the ranks, sizes equal
     to the factors, halving-doubling only on power-of-two groups) or when a stage's
-    groups do not share a block (module doc).
+    groups do not share a block (module doc). ``path(a, b)``: the device path of a
+    transfer (default: the topology's route), checked instead of the routes.
     """
-    prog, channels = blueconnect_program(topology, plan, name)
+    prog, channels = blueconnect_program(topology, plan, name, path)
     n = topology.num_ranks
     return finish(prog, topology, channels, n,
                    [f"{plan.name}: factors {'x'.join(map(str, plan.factors))}, {n} chunks; stages "
@@ -269,7 +271,7 @@ def host_dims(topology: Topology) -> list[GridAxis]:
 
 
 def hierarchical_plan(topology: Topology, algorithm: str | None = RING, alpha: float | None = None,
-                      name: str = "hierarchical") -> BlueConnectPlan:
+                      name: str = "hierarchical", path=None) -> BlueConnectPlan:
     """The hierarchical baseline as a BlueConnect plan with factors (GPUs per node,
     nodes): reduce-scatter inside every node, reduce-scatter across nodes among the
     GPUs of equal local index, then the all-gathers in reverse (GC3 section 2's
@@ -279,10 +281,11 @@ def hierarchical_plan(topology: Topology, algorithm: str | None = RING, alpha: f
     for power-of-two groups, eq. 3). Levels of a single group member are dropped.
     Unlike :func:`~arborcc.synth.blueconnect.blueconnect_plan` this routes only the
     stages' own transfers (no all-pairs reachability sweep), so it stays cheap on
-    1024 ranks.
+    1024 ranks; ``path(a, b)`` gives transfers' device paths (default: the topology's
+    routes).
     """
     dims = [d for d in host_dims(topology) if d.radix > 1] or [GridAxis(1, (0,) * topology.num_ranks, "one")]
-    return build_plan(topology, dims, stage_algorithms(dims, algorithm), alpha, {}, name=name)
+    return build_plan(topology, dims, stage_algorithms(dims, algorithm), alpha, {}, name=name, path=path)
 
 
 # ------------------------------------------------------------- model check ---

@@ -10,6 +10,9 @@ basis is almost optimal and the dual simplex needs a few pivots (Huangfu & Hall,
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +31,27 @@ class Solution:
     objective: float
 
 
+@contextlib.contextmanager
+def quiet_stdout():
+    """Silence the C library's stdout: highspy prints its banner when the first solver is
+    made (before any option can turn output off), and the HiGHS bundled with scipy a
+    debug line from its MIP heuristics ("transformNewIntegerFeasibleSolution") even with
+    disp off - either would corrupt ``arborcc synth --json``."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no real stdout (embedded interpreters)
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 class GrowingLP:
     """``minimize c x`` subject to ``row_lo <= A x <= row_hi`` and column bounds, with
     rows and columns added between solves. Each solve starts from the last basis."""
@@ -36,7 +60,8 @@ class GrowingLP:
         import highspy
 
         self.name = name
-        self._h = highspy.Highs()
+        with quiet_stdout():
+            self._h = highspy.Highs()
         self._h.setOptionValue("output_flag", False)
         self.num_cols = 0
         self.num_rows = 0

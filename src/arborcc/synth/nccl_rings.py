@@ -421,6 +421,10 @@ def _multi_node_rings(topology: Topology, hosts: list[list[int]], max_rings: int
                             nxt = (h + 1) % len(hosts)
                             a, b = topology.ranks[chain[-1]], topology.ranks[per_host[nxt][0]]
                             na, nb = nics[h][c % len(nics[h])], nics[nxt][c % len(nics[nxt])]
+                            for x, y in ((a, na), (na, nb), (nb, b)):
+                                if not topology.can_route(x, y):
+                                    raise SynthesisError(f"{topology.name}: ring channel {c} cannot route {x} -> {y} "
+                                                         "(the channel's NIC is out of reach)")
                             forced[(c, pos - 1)] = (topology.route(a, na).path + topology.route(na, nb).path[1:]
                                                     + topology.route(nb, b).path[1:])
                 return _make_schedule(topology, rings, LinkKind.NETWORK, kind, len(hosts), forced)

@@ -46,11 +46,8 @@ the packing itself is cut short, :class:`SolverLimitError` is raised, or with
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import os
-import sys
 import time
 from dataclasses import dataclass
 
@@ -61,7 +58,7 @@ from scipy.sparse.csgraph import dijkstra
 from arborcc.errors import SolverLimitError, SynthesisError
 from arborcc.synth.bounds import Bound, allgather_cut_bound, single_source_bound
 from arborcc.synth.flowgraph import FlowGraph, LinkSelector, flow_graph, root_index
-from arborcc.synth.lp import INF, GrowingLP
+from arborcc.synth.lp import INF, GrowingLP, quiet_stdout
 from arborcc.synth.trees import Hop, Tree, TreePacking
 
 log = logging.getLogger(__name__)
@@ -368,25 +365,6 @@ def _mwu_candidates(oracle: _RouteOracle, cap: np.ndarray, root: int, eps: float
     return cl, w, limit
 
 
-@contextlib.contextmanager
-def _quiet_stdout():
-    """Silence the C library's stdout: the HiGHS bundled with scipy prints a debug line
-    from its MIP heuristics ("transformNewIntegerFeasibleSolution") even with disp off."""
-    try:
-        sys.stdout.flush()
-        saved = os.dup(1)
-    except (OSError, ValueError):  # no real stdout (embedded interpreters)
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 1)
-            yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 # --- Blink: fewest trees --------------------------------------------------------------------
 
 def _fewest_trees(cols: list[_Column], cap: np.ndarray, roots: list[int], targets: dict[int, float],
@@ -427,7 +405,7 @@ def _fewest_trees(cols: list[_Column], cap: np.ndarray, roots: list[int], target
         cons = LinearConstraint(A, np.concatenate(lo), np.concatenate(hi))
         kub = kmax if grain is not None else upper
         integrality = np.concatenate([np.ones(J) if grain is not None else np.zeros(J), np.ones(J)])
-        with _quiet_stdout():
+        with quiet_stdout():
             res = milp(obj, constraints=cons, integrality=integrality,
                        bounds=Bounds(np.zeros(2 * J), np.concatenate([kub, np.ones(J)])),
                        options={"time_limit": left, "disp": False, "presolve": False})

@@ -16,7 +16,9 @@ from typing import Callable, Mapping
 from arborcc.ir.collectives import COLLECTIVES as ALL_COLLECTIVES
 
 ALLREDUCE = ("allreduce",)
+ALLTOALL = ("alltoall",)
 TREE_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "gather", "scatter")
+ROOTED_AND_GATHERS = ("allgather", "reducescatter", "broadcast", "reduce", "gather", "scatter")
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,8 @@ class Strategy:
     ``f(request: SynthesisRequest) -> SynthesisResult`` (:mod:`arborcc.synth.result`);
     ``auto_rank_limits[collective]``: ``auto`` leaves the strategy out above this many
     ranks for that collective, where its cost explodes while others reach the bound
-    (asking for it by name still runs it).
+    (asking for it by name still runs it); ``clusters_first``: on a job spanning several
+    hosts ``auto`` tries it before the others.
     """
 
     name: str
@@ -35,6 +38,7 @@ class Strategy:
     function: str
     description: str
     auto_rank_limits: Mapping[str, int] = field(default_factory=dict)
+    clusters_first: bool = False
 
     def load(self) -> Callable:
         """The strategy's function (imports its module)."""
@@ -57,7 +61,10 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("blueconnect", ALLREDUCE, "arborcc.synth.strategies:synth_blueconnect",
              "BlueConnect (SysML 2019) section 3, Algorithm 1: stages along the hierarchy"),
     Strategy("hierarchical", ALLREDUCE, "arborcc.synth.strategies:synth_hierarchical",
-             "two-level reduce-scatter / all-gather (in each node, then across nodes)"),
+             "two-level reduce-scatter / all-gather (in each node, then across nodes)", clusters_first=True),
+    Strategy("composed", ROOTED_AND_GATHERS, "arborcc.synth.strategies:synth_composed",
+             "clusters of equal hosts: per-host one-hop trees composed with balanced rail schedules across hosts",
+             clusters_first=True),
     Strategy("three-phase", ALLREDUCE, "arborcc.synth.strategies:synth_three_phase",
              "Blink section 3.5: per-server trees, cross-server one-hop trees", {"allreduce": 128}),
     Strategy("nccl-ring", ALLREDUCE, "arborcc.synth.strategies:synth_nccl_ring",
@@ -68,6 +75,12 @@ STRATEGIES: tuple[Strategy, ...] = (
              "recursive halving + doubling (Thakur, Rabenseifner & Gropp 2005; power-of-two ranks)"),
     Strategy("ring", ALLREDUCE, "arborcc.synth.strategies:synth_ring",
              "one ring in rank order (Patarasuk & Yuan 2009)", {"allreduce": 128}),
+    Strategy("two-step", ALLTOALL, "arborcc.synth.alltoall:synth_two_step",
+             "GC3 7.3: gather on the GPU of the destination's index, one aggregated transfer per rail peer"),
+    Strategy("three-step", ALLTOALL, "arborcc.synth.alltoall:synth_three_step",
+             "GC3's three-step: node pairs spread over the GPUs, gather, one transfer per node pair, scatter"),
+    Strategy("direct", ALLTOALL, "arborcc.synth.alltoall:synth_direct",
+             "all pairs: every block straight to its destination"),
 )
 
 BY_NAME: dict[str, Strategy] = {s.name: s for s in STRATEGIES}

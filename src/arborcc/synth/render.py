@@ -18,13 +18,14 @@ squares inside it, arrows colored by link kind. The file is written atomically.
 
 from __future__ import annotations
 
+import io
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 from arborcc.errors import InputError, MissingDependencyError
+from arborcc.files import write_output
 from arborcc.synth.trees import Hop, Tree
 from arborcc.topology.model import GB, DeviceKind, LinkKind, Topology
 
@@ -336,19 +337,8 @@ def trees_png(trees: Any, topology: Topology, path: str | os.PathLike, max_trees
 
 
 def _save_atomically(fig, path: Path, dpi: int) -> Path:
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=dpi)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes it 0600; give it a normal file's mode
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """The PNG through :func:`arborcc.files.write_output` (the rules of every output flag)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    write_output(path, buffer.getvalue())
     return path

@@ -29,6 +29,7 @@ class SynthesisRequest:
     root: int = 0
     links: str = "all"
     size: int | None = None
+    dialect: str | None = "executor"  #: the MSCCL runtime whose limits the algorithm should meet
 
 
 @dataclass
@@ -52,6 +53,8 @@ class SynthesisResult:
     synth_time: float = 0.0
     notes: list[str] = field(default_factory=list)
     report: object = None  #: the :class:`arborcc.verify.VerificationReport` of ``algorithm``
+    bound_exact: bool = False  #: ``bound`` is the optimum over every algorithm, not just an upper bound
+    bound_basis: str = ""  #: why (set by ``synthesize``)
 
     @property
     def ratio(self) -> float:

@@ -248,9 +248,16 @@ def synth_blueconnect(request: SynthesisRequest) -> SynthesisResult:
 def synth_hierarchical(request: SynthesisRequest) -> SynthesisResult:
     """The two-level baseline: reduce-scatter inside each node, reduce-scatter and
     all-gather across nodes between GPUs of equal local index, all-gather inside."""
+    from arborcc.errors import SynthesisError
+    from arborcc.synth.hosts import cluster_of
     from arborcc.synth.lower_stages import hierarchical_plan, lower_blueconnect
 
-    lowered = lower_blueconnect(request.topology, hierarchical_plan(request.topology), "hierarchical-allreduce")
+    try:  # on a cluster of equal hosts, its host-local routes and rails (fast at any size)
+        path = cluster_of(request.topology).path
+    except SynthesisError:
+        path = None
+    lowered = lower_blueconnect(request.topology, hierarchical_plan(request.topology, path=path),
+                                "hierarchical-allreduce", path=path)
     return SynthesisResult.from_lowered("hierarchical", request, lowered,
                                         ["reduce-scatter in each node, then across nodes, all-gather back"])
 
@@ -280,3 +287,19 @@ def synth_halving_doubling(request: SynthesisRequest) -> SynthesisResult:
     estimate = steady_state_bandwidth(algo, topology)
     return SynthesisResult("halving-doubling", request.collective, algo, request.bound.algbw, estimate.algbw,
                            chunks=algo.chunks_per_loop, notes=["recursive halving-doubling in rank order"])
+
+
+def synth_composed(request: SynthesisRequest) -> SynthesisResult:
+    """Clusters of equal hosts: per-host one-hop trees composed with balanced rail
+    schedules across the hosts (:mod:`.composed`); optimal when the inter-host cut is the
+    bottleneck, a few hundred steps per rank on 1024 GPUs."""
+    from arborcc.synth import composed as C
+    from arborcc.synth.hosts import cluster_of
+
+    cluster = cluster_of(request.topology)
+    collective, name = request.collective, f"composed-{request.collective}"
+    lower = getattr(C, f"lower_composed_{collective}")
+    args = (cluster, request.root, name) if collective in ("broadcast", "reduce", "gather", "scatter") \
+        else (cluster, name)
+    lowered = L.within_limits(lower, *args, dialect=request.dialect) if request.dialect else lower(*args)
+    return SynthesisResult.from_lowered("composed", request, lowered, [])

@@ -43,13 +43,31 @@ class Orbits:
         return out
 
 
+def load_igraph():
+    """The ``igraph`` module, imported without matplotlib when nothing has imported
+    matplotlib yet: igraph's drawing modules import ``matplotlib.pyplot`` at import time
+    (1.5-2 s on a 2-core machine) and arborcc uses none of igraph's plotting; matplotlib
+    stays importable afterwards (arborcc's own drawings import it directly)."""
+    import sys
+
+    if "igraph" in sys.modules or "matplotlib" in sys.modules:
+        import igraph
+
+        return igraph
+    sys.modules["matplotlib"] = None  # type: ignore[assignment]  # makes "import matplotlib" raise ImportError
+    try:
+        import igraph
+    finally:
+        del sys.modules["matplotlib"]
+    return igraph
+
+
 def graph_orbits(n: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray, ranks,
                  fixed: int | None = None) -> Orbits:
     """The orbits of the automorphisms of the ``n``-vertex digraph with arcs
     ``src[e] -> dst[e]`` of capacity ``cap[e]`` that map ranks to ranks (and fix vertex
     ``fixed``, when given)."""
-    import igraph
-
+    igraph = load_igraph()
     E = len(src)
     level = {c: i for i, c in enumerate(sorted(set(np.asarray(cap, dtype=float).tolist())))}
     color = np.ones(n, dtype=np.int64)  # relays 1, ranks 0, the fixed vertex 2
@@ -72,8 +90,10 @@ def _components(size: int, permutations) -> np.ndarray:
 
     if not permutations:
         return np.arange(size)
-    rows = np.tile(np.arange(size), len(permutations))
-    cols = np.concatenate([np.asarray(p, dtype=np.int64) for p in permutations])
+    perms = np.asarray(permutations, dtype=np.int64)
+    moved = perms != np.arange(size)[None, :]  # generators move few points: only those are edges
+    rows = np.broadcast_to(np.arange(size), perms.shape)[moved]
+    cols = perms[moved]
     graph = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(size, size))
     count, label = connected_components(graph, directed=True, connection="weak")
     smallest = np.full(count, size)

@@ -1,11 +1,21 @@
 """``synthesize``: the entry point of the synthesis stage.
 
-Checks the request once (collective, strategy, ranks, root, routes), computes the
-collective's bound once, runs the strategy asked for - or, with ``auto``, every
-strategy of the registry (:mod:`arborcc.synth.registry`) that builds the collective -
-keeps the fastest by the steady-state bandwidth model (preferring algorithms within the
-target dialect's runtime limits), and verifies the one it returns: every algorithm
-arborcc hands out is proved first, once.
+Checks the request once (collective, strategy, ranks, root, connectivity), computes the
+collective's bound once, runs the strategy asked for - or, with ``auto``, the
+strategies of the registry (:mod:`arborcc.synth.registry`) that build the collective -
+keeps the fastest - by the simulator's time for a call of the given ``size``, or without
+one by the steady-state bandwidth model - (preferring algorithms within the target
+dialect's runtime limits), and verifies the one it returns: every algorithm
+arborcc hands out is proved first, and claims exactly the kinds of call (in-place,
+out-of-place; :mod:`arborcc.ir.aliasing`) it was verified in.
+
+``auto`` is a cascade: on a job spanning several hosts the strategies marked
+``clusters_first`` go first, then the others in registry order; a strategy that cannot
+apply (or whose solver hits its time limit) is skipped with its reason, and the
+cascade stops at the first algorithm that reaches the bound within the dialect's
+limits - nothing can beat it in bandwidth (with a ``size`` every candidate runs: the
+simulated time ranks them). Its notes say which strategy it used and why, and what it
+skipped.
 """
 
 from __future__ import annotations
@@ -15,15 +25,21 @@ from typing import Callable
 
 from arborcc.errors import SynthesisError, VerificationError
 from arborcc.ir.limits import check_dialect_limits
+from arborcc.sim.simulate import predict_time
 from arborcc.synth.bounds import collective_bound
-from arborcc.synth.flowgraph import check_routable
+from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
 from arborcc.synth.registry import BY_NAME, STRATEGIES, strategy_names, synthesizable_collectives
 from arborcc.synth.result import SynthesisRequest, SynthesisResult
 from arborcc.topology.model import Topology
 
 
-def _candidates(strategy: str, collective: str, num_ranks: int) -> tuple[list[str], list[str]]:
-    """The strategies to run and, for ``auto``, those left out with the reason."""
+def _spans_hosts(topology: Topology) -> bool:
+    hosts = {topology.devices[g].host for g in topology.ranks}
+    return len(hosts) > 1
+
+
+def _candidates(strategy: str, collective: str, num_ranks: int, clusters: bool) -> tuple[list[str], list[str]]:
+    """The strategies to run, in order, and, for ``auto``, those left out with the reason."""
     if strategy != "auto":
         entry = BY_NAME[strategy]
         if collective not in entry.collectives:
@@ -39,21 +55,48 @@ def _candidates(strategy: str, collective: str, num_ranks: int) -> tuple[list[st
             skipped.append(f"{entry.name} (auto leaves it out above {limit} ranks; --strategy {entry.name} runs it)")
         else:
             names.append(entry.name)
+    if clusters:
+        names.sort(key=lambda name: not BY_NAME[name].clusters_first)
     return names, skipped
+
+
+#: algorithms of more steps claim only the mode their lowering declares: proving the other
+#: one is a second symbolic run (20-30 s for the 300 000-400 000 steps of a 1024-GPU
+#: all-gather or reduce-scatter, measured with benchmarks/cluster_scale.py)
+OTHER_MODE_STEP_LIMIT = 200_000
 
 
 def _verify(result: SynthesisResult, dialect: str | None) -> None:
     """Verify ``result.algorithm`` (with ``dialect``'s runtime limits) into
-    ``result.report``; raise :class:`VerificationError` if it is incorrect (a limit
+    ``result.report`` and make it claim exactly the calls it is verified in: the mode its
+    lowering declares and, up to :data:`OTHER_MODE_STEP_LIMIT` steps, every other mode the
+    verifier proves (modes :func:`arborcc.verify.checker.refuted_mode` rules out in one
+    pass are not run; above the limit a note says the other mode was not tried).
+    Raise :class:`VerificationError` if it is incorrect in its declared mode (a limit
     violation is the caller's to judge: the legacy dialect has no step limits)."""
+    from arborcc.ir.aliasing import Mode, declared_modes, with_modes
     from arborcc.verify import verify_algorithm
+    from arborcc.verify.checker import refuted_mode
 
-    report = verify_algorithm(result.algorithm, dialect)
-    result.report = report
+    algo = result.algorithm
+    report = verify_algorithm(algo, dialect)
     wrong = [v for v in report.violations if v.kind != "limit"]
     if wrong:
         more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
-        raise VerificationError(f"algorithm {result.algorithm.name!r} is incorrect: {wrong[0]}{more}")
+        raise VerificationError(f"algorithm {algo.name!r} is incorrect: {wrong[0]}{more}")
+    declared = declared_modes(algo)
+    others = [m for m in Mode if m not in declared and refuted_mode(algo, m) is None]
+    steps = sum(len(tb.steps) for rank in algo.ranks for tb in rank.threadblocks)
+    if others and steps > OTHER_MODE_STEP_LIMIT:
+        result.notes.append(f"claims {' and '.join(m.label for m in declared)} calls only: {steps} steps, "
+                            f"the {' and '.join(m.label for m in others)} call was not verified")
+        others = []
+    extra = [m for m in others if verify_algorithm(algo, None, modes=(m,)).ok]  # limits were checked above
+    if extra:
+        result.algorithm = with_modes(algo, declared + tuple(extra))
+        report.modes.extend(m.label for m in extra)
+        report.notes.extend(f"also correct in an {m.label} call (verified)" for m in extra)
+    result.report = report
 
 
 def synthesize(topology: Topology, collective: str, strategy: str = "auto", root: int = 0,
@@ -78,36 +121,56 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
         raise SynthesisError(f"{topology.name} has {topology.num_ranks} GPU; a collective needs at least 2")
     if not 0 <= root < topology.num_ranks:
         raise SynthesisError(f"root {root} is not a rank (0-{topology.num_ranks - 1})")
-    names, skipped = _candidates(strategy, collective, topology.num_ranks)
-    check_routable(topology, hub=0)
+    names, skipped = _candidates(strategy, collective, topology.num_ranks, _spans_hosts(topology))
     t0 = time.perf_counter()
+    check_strongly_connected(flow_graph(topology, links), collective)
     if progress:
         progress(f"bound: the best {collective} rate the links of {topology.name} allow")
     request = SynthesisRequest(topology, collective, collective_bound(topology, collective, root, links),
-                               root, links, size)
-    results = []
-    for name in names:
+                               root, links, size, dialect)
+    results, untried = [], []
+    for i, name in enumerate(names):
         if progress:
-            progress(f"{name}: synthesizing {collective} on {topology.name}")
+            progress(f"{name}: synthesizing {collective} on {topology.name} ({time.perf_counter() - t0:.1f} s)")
         try:
             results.append(BY_NAME[name].load()(request))
         except SynthesisError as e:
             if strategy != "auto":
                 raise
             skipped.append(f"{name} ({e})")
+            continue
+        last = results[-1]
+        if size is None and last.algbw >= request.bound.algbw * (1 - 1e-9) and \
+                (dialect is None or not check_dialect_limits(last.algorithm, dialect)):
+            untried = names[i + 1:]
+            break
     if not results:
         raise SynthesisError(f"no strategy can build {collective} on {topology.name}: " + "; ".join(skipped))
     fits = ({id(r): not check_dialect_limits(r.algorithm, dialect) for r in results}
             if len(results) > 1 and dialect is not None else {})
-    best = max(results, key=lambda r: (fits.get(id(r), True), r.algbw))
+    # with a size, auto ranks by the simulated time of a call of that size (latency,
+    # pipelining and contention included); without one, by steady-state bandwidth
+    predicted = ({id(r): predict_time(r.algorithm, topology, size, routes=r.routes) for r in results}
+                 if strategy == "auto" and size is not None and len(results) > 1 else {})
+    best = max(results, key=lambda r: (fits.get(id(r), True), -predicted.get(id(r), 0.0), r.algbw))
     if progress:
-        progress(f"verifying the {best.strategy} algorithm")
+        progress(f"verifying the {best.strategy} algorithm ({time.perf_counter() - t0:.1f} s)")
     _verify(best, dialect)
+    best.bound_exact, best.bound_basis = request.bound.exact, request.bound.basis
+    if not best.bound_exact and best.algbw >= request.bound.algbw * (1 - 1e-9) and \
+            getattr(request.bound, "cut_links", None) is not None:
+        best.bound_exact, best.bound_basis = True, request.bound.basis + ", reached by this algorithm"
     best.synth_time = time.perf_counter() - t0
     if strategy == "auto":
-        best.notes.append("auto chose " + best.strategy + " among " + ", ".join(
-            f"{r.strategy} {r.algbw / 1e9:.1f}" + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
-            for r in results) + " GB/s"
+        by_time = bool(predicted)
+        why = ("the fastest simulated" if by_time else
+               "it reaches the bound" + (f", so {', '.join(untried)} were not tried" if untried else "")
+               if best.algbw >= request.bound.algbw * (1 - 1e-9) else "the fastest")
+        why += "" if fits.get(id(best), True) else f" (none fits the {dialect} limits)"
+        best.notes.append(f"auto chose {best.strategy} ({why}) among " + ", ".join(
+            (f"{r.strategy} {predicted[id(r)] * 1e6:.1f}" if by_time else f"{r.strategy} {r.algbw / 1e9:.1f}")
+            + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
+            for r in results) + (f" us simulated for {size} bytes" if by_time else " GB/s")
             + ("; skipped " + "; ".join(skipped) if skipped else ""))
         best.strategy = f"auto:{best.strategy}"
     return best

@@ -66,12 +66,13 @@ import numpy as np
 from arborcc.errors import SynthesisError
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllReduce, chunk
+from arborcc.synth.hosts import server_topology
 from arborcc.synth.lower import (ChannelMap, Lowered, broadcast_block, finish, lowering_program, reduce_block,
                                  transfer_pieces, tree_children, tree_hops, within_limits)
 from arborcc.synth.packing import pack_allgather
 from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE
 from arborcc.synth.trees import Tree
-from arborcc.topology.model import LinkKind, Topology, TopologyBuilder
+from arborcc.topology.model import LinkKind, Topology
 
 INPUT = Buffer.INPUT
 Path = tuple[str, ...]
@@ -130,19 +131,6 @@ def _servers_of(topology: Topology) -> list[list[str]]:
         raise SynthesisError(f"{topology.name}: all GPUs are in one server; the three-phase all-reduce "
                              f"(Blink 3.5) needs several (use --strategy trees)")
     return list(by_host.values())
-
-
-def server_topology(topology: Topology, gpus: Sequence[str]) -> Topology:
-    """The devices of ``gpus``' host (other GPUs and the network left out), ranks ``gpus``."""
-    host = topology.devices[gpus[0]].host
-    keep = {d.id for d in topology.devices.values() if d.host == host and (not d.is_gpu or d.id in gpus)}
-    b = TopologyBuilder(f"{topology.name}/host{host}", source=topology.name, meta=topology.meta)
-    for d in keep:
-        b.add_device(topology.devices[d])
-    for l in topology.links.values():
-        if l.src in keep and l.dst in keep:
-            b.add_link(l)
-    return b.build(ranks=list(gpus))
 
 
 def _local_trees(local: Topology, links: str) -> list[Tree]:

@@ -25,6 +25,7 @@ from math import comb
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from arborcc.errors import TopologyError
+from arborcc.limits import limit
 from arborcc.topology.model import DeviceKind, LinkKind, Topology, TopologyBuilder
 
 if TYPE_CHECKING:
@@ -36,8 +37,12 @@ FABRICS = ("nvlink", "full")
 def resolve_gpus(topology: Topology, spec: str | Sequence[str | int], source: str = "--gpus") -> list[str]:
     """GPU ids from ``"1,4,5,6"`` / ``[1, 4]`` (rank positions) or device ids (``n1.gpu3``)."""
     items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
+    if isinstance(spec, str) and not spec.strip():
+        raise TopologyError("an empty GPU list (leave the flag out to use every GPU)", source=source)
     gpus: list[str] = []
-    for item in items:
+    for k, item in enumerate(items):
+        if item == "":
+            raise TopologyError(f"item {k + 1} of {spec!r} is empty", source=source)
         if isinstance(item, int) or (isinstance(item, str) and item.isdigit()):
             k = int(item)
             if not 0 <= k < topology.num_ranks:
@@ -135,10 +140,13 @@ def unique_allocations(topology: Topology, min_gpus: int = 2, max_gpus: int | No
     if not 1 <= min_gpus <= max_gpus <= n:
         raise TopologyError(f"need 1 <= min-gpus <= max-gpus <= {n}, got {min_gpus}..{max_gpus}",
                             source="--min-gpus/--max-gpus")
-    total = sum(comb(n, k) for k in range(min_gpus, max_gpus + 1))
-    if total > 200_000:
-        raise TopologyError(f"{total} allocations are too many to enumerate; narrow --min-gpus/--max-gpus",
-                            source=topology.name)
+    total = 0
+    for k in range(min_gpus, max_gpus + 1):  # stops once over the limit (the sum itself can be huge)
+        total += comb(n, k)
+        if total > limit("allocations").value:
+            break
+    limit("allocations").check(total, "--min-gpus/--max-gpus", what=f"{min_gpus}-{max_gpus} of {n} GPUs",
+                               error=TopologyError)
     match = dict(node_match=lambda a, b: a["label"] == b["label"], edge_match=lambda a, b: a["label"] == b["label"])
     classes: list[tuple[nx.Graph, list[tuple[str, ...]]]] = []
     buckets: dict[tuple[int, str], list[int]] = {}

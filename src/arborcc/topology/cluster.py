@@ -23,8 +23,9 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from arborcc.errors import TopologyError
+from arborcc.limits import limit
 from arborcc.topology.defaults import LATENCY
-from arborcc.topology.machines import add_machine, machine_params, machine_spec
+from arborcc.topology.machines import add_machine, gpus_per_machine, machine_params, machine_spec
 from arborcc.topology.model import GB, Device, DeviceKind, LinkKind, Topology, TopologyBuilder
 
 NETWORKS = ("fat-tree", "rail")
@@ -44,6 +45,8 @@ def build_cluster(machine: str, nodes: int, network: str = "fat-tree", oversubsc
         raise TopologyError(f"leaf ports must be >= 1, got {leaf_ports}", source="--leaf-ports")
     spec = machine_spec(machine)
     params = machine_params(machine, **overrides)
+    limit("ranks").check(nodes * gpus_per_machine(spec.name), "--nodes",
+                         what=f"{nodes:,} nodes of {gpus_per_machine(spec.name)} GPUs", error=TopologyError)
     lat = LATENCY[LinkKind.NETWORK] if network_latency_us is None else network_latency_us * 1e-6
     nic_bw = params.nic_gbps * GB
     name = f"{nodes}x{spec.name}" if nodes > 1 else spec.name
@@ -105,12 +108,14 @@ def build_hierarchy(levels: list[tuple[int, float]], latency_us: float | None = 
     ``levels[k] = (level-(k-1) switches per level-k switch, GB/s of each such uplink)``.
     Level-0 switches belong to a host (the node); higher ones to none.
     """
+    total = 1
+    for fanout, _ in levels:
+        total *= fanout
+        limit("ranks").check(total, "--machine hierarchy", what="the product of the fan-outs",
+                             error=TopologyError)
     lat = LATENCY[LinkKind.SWITCH_PORT] if latency_us is None else latency_us * 1e-6
     spec = ",".join(f"{f}@{g:g}" for f, g in levels)
     b = TopologyBuilder(f"hierarchy:{spec}", source=f"hierarchy {spec}", meta={"hierarchy": levels})
-    total = 1
-    for f, _ in levels:
-        total *= f
     gpn, w0 = levels[0]
     below: list[str] = []
     for node in range(total // gpn):

@@ -21,6 +21,7 @@ LATENCY: dict[LinkKind, float] = {
     LinkKind.NVLINK: 0.7 * US,
     LinkKind.PCIE: 1.0 * US,
     LinkKind.INTER_SOCKET: 1.0 * US,
+    LinkKind.MEMORY: 0.1 * US,
     LinkKind.NETWORK: 2.5 * US,
     LinkKind.SWITCH_PORT: 1.0 * US,
 }

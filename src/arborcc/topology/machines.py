@@ -61,6 +61,7 @@ class MachineSpec:
     description: str
     defaults: MachineParams
     build: object  # Callable[[TopologyBuilder, MachineParams], None]
+    gpus: int  #: GPUs per machine
 
 
 def _add_gpus(b: TopologyBuilder, n: int, host: int, prefix: str, numa_of=lambda i: 0) -> list[str]:
@@ -139,23 +140,23 @@ MACHINES: dict[str, MachineSpec] = {
     "dgx1p": MachineSpec(
         "dgx1p", "DGX-1 with 8 P100: hybrid cube-mesh, 1 NVLink1 per connected pair; PCIe gen3; 4 EDR NICs",
         MachineParams(nvlink_gbps=20, pcie_gbps=PCIE_X16[3] / GB, nic_gbps=12.5),
-        _dgx1(tuple(tuple(min(n, 1) for n in row) for row in DGX1V_NVLINKS))),
+        _dgx1(tuple(tuple(min(n, 1) for n in row) for row in DGX1V_NVLINKS)), gpus=8),
     "dgx1v": MachineSpec(
         "dgx1v", "DGX-1 with 8 V100 (= AWS p3.16xlarge): hybrid cube-mesh of 1- and 2-lane NVLink2; PCIe gen3; 4 EDR NICs",
         MachineParams(nvlink_gbps=25, pcie_gbps=PCIE_X16[3] / GB, nic_gbps=12.5),
-        _dgx1(DGX1V_NVLINKS)),
+        _dgx1(DGX1V_NVLINKS), gpus=8),
     "dgx2": MachineSpec(
         "dgx2", "DGX-2: 16 V100, 6 NVLink2 each into a non-blocking NVSwitch fabric; PCIe gen3; 8 EDR NICs",
         MachineParams(nvlink_gbps=25, pcie_gbps=PCIE_X16[3] / GB, nic_gbps=12.5),
-        _switch_box(16, 6, 2, 2, 1)),
+        _switch_box(16, 6, 2, 2, 1), gpus=16),
     "dgx-a100": MachineSpec(
         "dgx-a100", "DGX A100: 8 A100, 12 NVLink3 each into NVSwitches; PCIe gen4 switch per GPU pair with 2 HDR NICs",
         MachineParams(nvlink_gbps=25, pcie_gbps=PCIE_X16[4] / GB, nic_gbps=25),
-        _switch_box(8, 12, 2, 2, 2)),
+        _switch_box(8, 12, 2, 2, 2), gpus=8),
     "dgx-h100": MachineSpec(
         "dgx-h100", "DGX H100: 8 H100, 18 NVLink4 each into NVSwitches; PCIe gen5 switch per GPU with one 400 Gb/s NIC",
         MachineParams(nvlink_gbps=25, pcie_gbps=PCIE_X16[5] / GB, nic_gbps=50),
-        _switch_box(8, 18, 2, 1, 1)),
+        _switch_box(8, 18, 2, 1, 1), gpus=8),
 }
 ALIASES = {"p3.16xlarge": "dgx1v", "dgx1": "dgx1v", "dgxa100": "dgx-a100", "dgxh100": "dgx-h100",
            "p4d.24xlarge": "dgx-a100"}
@@ -183,6 +184,11 @@ def machine_params(name: str, **overrides: float | None) -> MachineParams:
             raise TopologyError(f"{k} must be positive, got {v}", source=f"--{k.replace('_', '-')}")
         changes[k] = float(v)
     return replace(spec.defaults, **changes)
+
+
+def gpus_per_machine(name: str) -> int:
+    """How many GPUs one ``name`` machine has (known without building it)."""
+    return machine_spec(name).gpus
 
 
 def add_machine(b: TopologyBuilder, name: str, params: MachineParams, host: int = 0, prefix: str = "") -> list[str]:

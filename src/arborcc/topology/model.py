@@ -24,15 +24,19 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from arborcc.errors import TopologyError
+from arborcc.limits import limit
 from arborcc.topology.routing import Route, can_route, route
 
 GB = 1e9  #: bytes per GB (decimal, as link bandwidths are quoted)
 US = 1e-6  #: seconds per microsecond
+#: what a link can be: from 1 kB/s to 1 PB/s per direction, at most a second of latency
+MIN_BANDWIDTH, MAX_BANDWIDTH, MAX_LATENCY = 1e3, 1e15, 1.0
 
 
 class DeviceKind(str, enum.Enum):
     GPU = "gpu"
-    CPU = "cpu"
+    CPU = "cpu"  #: a CPU socket / NUMA node (the hub of its memory and PCIe)
+    CORE = "core"  #: a CPU core that runs one rank of a CPU-only job
     PCIE_SWITCH = "pcie_switch"
     NVSWITCH = "nvswitch"
     NIC = "nic"
@@ -43,6 +47,7 @@ class LinkKind(str, enum.Enum):
     NVLINK = "nvlink"
     PCIE = "pcie"
     INTER_SOCKET = "inter_socket"
+    MEMORY = "memory"  #: a core's path to its NUMA node's memory (CPU-only jobs)
     NETWORK = "network"
     SWITCH_PORT = "switch_port"  #: a port of a generic hierarchy's switch (BlueConnect Fig. 1)
 
@@ -70,6 +75,11 @@ class Device:
     def is_nic(self) -> bool:
         return self.kind is DeviceKind.NIC
 
+    @property
+    def can_be_rank(self) -> bool:
+        """GPUs, and the cores of CPU-only jobs, run ranks."""
+        return self.kind is DeviceKind.GPU or self.kind is DeviceKind.CORE
+
 
 @dataclass(frozen=True)
 class Link:
@@ -87,8 +97,9 @@ class Link:
 class Topology:
     """An immutable machine (or cluster, or allocation) graph with ordered ranks.
 
-    ``ranks`` are the GPUs of the job in rank order; by default every GPU ordered by
-    (host, index). ``meta`` carries provenance (machine name and parameters).
+    ``ranks`` are the GPUs of the job in rank order (the cores, for a CPU-only job); by
+    default every GPU ordered by (host, index). ``meta`` carries provenance (machine name
+    and parameters).
     """
 
     def __init__(
@@ -216,12 +227,20 @@ class TopologyBuilder:
                 raise self.error(f"{what}: {end} is not defined", place)
         if link.src == link.dst:
             raise self.error(f"{what}: a link cannot join a device to itself", place)
-        if not (isinstance(link.bandwidth, (int, float)) and math.isfinite(link.bandwidth) and link.bandwidth > 0):
-            raise self.error(f"{what}: bandwidth must be a positive number, got {link.bandwidth!r}", place)
-        if not (isinstance(link.latency, (int, float)) and math.isfinite(link.latency) and link.latency >= 0):
-            raise self.error(f"{what}: latency must be a number >= 0, got {link.latency!r}", place)
         if not (isinstance(link.count, int) and link.count >= 1):
             raise self.error(f"{what}: count must be an integer >= 1, got {link.count!r}", place)
+        if link.count > limit("lanes").value:
+            raise self.error(limit("lanes").message(link.count, what), place)
+        if not (isinstance(link.bandwidth, (int, float)) and math.isfinite(link.bandwidth) and link.bandwidth > 0):
+            raise self.error(f"{what}: bandwidth must be a positive number, got {link.bandwidth!r}", place)
+        if not MIN_BANDWIDTH <= link.bandwidth <= MAX_BANDWIDTH:
+            raise self.error(f"{what}: {link.bandwidth / GB:g} GB/s is outside what a link can have "
+                             f"({MIN_BANDWIDTH / GB:g} to {MAX_BANDWIDTH / GB:g} GB/s)", place)
+        if not (isinstance(link.latency, (int, float)) and math.isfinite(link.latency) and link.latency >= 0):
+            raise self.error(f"{what}: latency must be a number >= 0, got {link.latency!r}", place)
+        if link.latency > MAX_LATENCY:
+            raise self.error(f"{what}: a latency of {link.latency:g} s is more than a link can have "
+                             f"(at most {MAX_LATENCY:g} s)", place)
         key = (link.src, link.dst)
         if key in self._links:
             old = self._links[key]
@@ -229,8 +248,10 @@ class TopologyBuilder:
                 raise self.error(f"duplicate {what}", place)
             if old.kind is not link.kind:
                 raise self.error(f"{what}: declared both as {old.kind.value} and {link.kind.value}", place)
-            link = replace(old, bandwidth=old.bandwidth + link.bandwidth, count=old.count + link.count,
-                           latency=max(old.latency, link.latency))
+            link = replace(old, bandwidth=min(old.bandwidth + link.bandwidth, MAX_BANDWIDTH),
+                           count=old.count + link.count, latency=max(old.latency, link.latency))
+        if link.count > limit("lanes").value:
+            raise self.error(limit("lanes").message(link.count, what), place)
         self._links[key] = link
         return link
 
@@ -241,20 +262,21 @@ class TopologyBuilder:
         self.add_link(Link(b, a, kind, bandwidth, latency, count), place, merge)
 
     def build(self, ranks: Sequence[str] | None = None, place: str | int | None = None) -> Topology:
-        gpus = sorted((d for d in self._devices.values() if d.is_gpu),
-                      key=lambda d: (d.host if d.host is not None else -1,
-                                     d.index if d.index is not None else 1 << 30, d.id))
-        if ranks is None:
-            ranks = [d.id for d in gpus]
+        if ranks is None:  # every GPU by (host, index); a CPU-only job: every core
+            kind = DeviceKind.GPU if any(d.is_gpu for d in self._devices.values()) else DeviceKind.CORE
+            ranks = [d.id for d in sorted((d for d in self._devices.values() if d.kind is kind),
+                                          key=lambda d: (d.host if d.host is not None else -1,
+                                                         d.index if d.index is not None else 1 << 30, d.id))]
+        limit("ranks").check(len(ranks), self.source, place, error=TopologyError)
         seen: set[str] = set()
         for r in ranks:
             if r not in self._devices:
                 raise self.error(f"rank {r} is not a defined device", place)
-            if not self._devices[r].is_gpu:
-                raise self.error(f"rank {r} is a {self._devices[r].kind.value}, not a gpu", place)
+            if not self._devices[r].can_be_rank:
+                raise self.error(f"rank {r} is a {self._devices[r].kind.value}, not a gpu or core", place)
             if r in seen:
                 raise self.error(f"rank {r} is listed twice", place)
             seen.add(r)
         if not ranks:
-            raise self.error("the topology has no GPU", place)
+            raise self.error("the topology has no GPU (and no core)", place)
         return Topology(self.name, list(self._devices.values()), list(self._links.values()), ranks, self.meta)

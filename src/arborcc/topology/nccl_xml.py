@@ -44,7 +44,8 @@ from typing import Mapping
 from xml.parsers import expat
 
 from arborcc.errors import TopologyError
-from arborcc.files import write_text_atomically
+from arborcc.files import read_input_text, write_output
+from arborcc.limits import limit
 from arborcc.topology import defaults
 from arborcc.topology.defaults import NIC_BANDWIDTH
 from arborcc.topology.model import GB, Device, DeviceKind, Link, LinkKind, Topology, TopologyBuilder
@@ -117,7 +118,12 @@ def _parse_elements(text: str, source: str | None) -> _Element:
     stack: list[_Element] = []
     root: list[_Element] = []
 
+    max_depth = limit("nesting").value
+
     def start(tag: str, attrs: dict[str, str]) -> None:
+        if len(stack) >= max_depth:
+            raise TopologyError(limit("nesting").message(len(stack) + 1, f"<{tag}>"), source=source,
+                                place=parser.CurrentLineNumber)
         el = _Element(tag, dict(attrs), parser.CurrentLineNumber)
         (stack[-1].children if stack else root).append(el)
         stack.append(el)
@@ -423,14 +429,8 @@ def parse_nccl_xml(
 
 def read_nccl_xml(path: str | os.PathLike, **options) -> Topology:
     """Read an NCCL topology XML file (options as :func:`parse_nccl_xml`)."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise TopologyError(f"not a UTF-8 text file ({e.reason} at byte {e.start})", source=source) from None
-    except OSError as e:
-        raise TopologyError(f"cannot read the file: {e.strerror or e}", source=source) from None
-    return parse_nccl_xml(text, source, **options)
+    text = read_input_text(path, TopologyError)
+    return parse_nccl_xml(text, str(path), **options)
 
 
 # --------------------------------------------------------------------------------------
@@ -759,5 +759,5 @@ def write_nccl_xml(topology: Topology, path: str | os.PathLike | None = None, **
         text = dump_nccl_xml(topology, **options)
     except TopologyError as e:
         raise TopologyError(e.problem, source=str(path), place=e.place) from None
-    write_text_atomically(path, text, TopologyError)
+    write_output(path, text, TopologyError)
     return text

@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from arborcc.errors import TopologyError
+from arborcc.files import read_input_text
+from arborcc.limits import limit
 from arborcc.topology import defaults
 from arborcc.topology.model import Device, DeviceKind, LinkKind, Topology, TopologyBuilder
 
@@ -287,6 +289,8 @@ def parse_cpu_list(text: str) -> frozenset[int]:
         lo_i, hi_i = int(lo), int(hi) if sep else int(lo)
         if hi_i < lo_i:
             raise ValueError(f"bad CPU range {part!r}")
+        if hi_i >= limit("cpus").value:
+            raise ValueError(limit("cpus").message(hi_i + 1, f"CPU list {part!r}"))
         cpus.update(range(lo_i, hi_i + 1))
     return frozenset(cpus)
 
@@ -505,15 +509,15 @@ def _affinity(row: _Row, names: Sequence[str], source: str | None) -> tuple[int 
     if text is not None and text.upper() != "N/A":
         try:
             cpus = parse_cpu_list(text) or None
-        except ValueError:
-            raise TopologyError(f"row {row.label}, column CPU Affinity: cannot read {text!r}",
+        except ValueError as e:
+            raise TopologyError(f"row {row.label}, column CPU Affinity: cannot read {text!r} ({e})",
                                 source=source, place=row.line) from None
     text = values.get("NUMA Affinity")
     if text is not None and text.upper() != "N/A":
         try:
             nodes = parse_cpu_list(text)
-        except ValueError:
-            raise TopologyError(f"row {row.label}, column NUMA Affinity: cannot read {text!r}",
+        except ValueError as e:
+            raise TopologyError(f"row {row.label}, column NUMA Affinity: cannot read {text!r} ({e})",
                                 source=source, place=row.line) from None
         if len(nodes) == 1:
             numa = next(iter(nodes))
@@ -522,11 +526,5 @@ def _affinity(row: _Row, names: Sequence[str], source: str | None) -> tuple[int 
 
 def read_nvidia_smi(path: str | Path, **options) -> Topology:
     """Read a file holding ``nvidia-smi topo -m`` output (options as :func:`parse_nvidia_smi`)."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise TopologyError(f"not a text file ({e.reason} at byte {e.start})", source=source) from None
-    except OSError as e:
-        raise TopologyError(f"cannot read the file: {e.strerror or e}", source=source) from None
-    return parse_nvidia_smi(text, source, **options)
+    text = read_input_text(path, TopologyError)
+    return parse_nvidia_smi(text, str(path), **options)

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from arborcc.errors import TopologyError
+from arborcc.files import read_input_bytes
 from arborcc.topology import nccl_xml, nvidia_smi, topofile
 from arborcc.topology.model import Topology
 
@@ -36,21 +37,18 @@ def read_topology(path: str | os.PathLike, **options) -> Topology:
     """
     p = Path(path)
     source = str(path)
-    if p.is_dir():
-        raise TopologyError("is a directory, not a topology file", source=source)
     suffix = p.suffix.lower()
     if suffix in topofile.SUFFIXES:
         if options:
             raise TopologyError(f"option {next(iter(options))!r} does not apply to an arborcc topology file",
                                 source=source)
         return topofile.read_topology_file(p)
+    data = read_input_bytes(p, TopologyError)
     try:
-        text = p.read_text(encoding="utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise TopologyError(f"not a text file ({e.reason} at byte {e.start}): format not recognised",
                             source=source) from None
-    except OSError as e:
-        raise TopologyError(f"cannot read the file: {e.strerror or e}", source=source) from None
     start = text.lstrip(" \t\r\n")
     if suffix == ".xml" or start.startswith("<"):
         _check_options(nccl_xml.parse_nccl_xml, options, "NCCL topology XML", source)

@@ -79,8 +79,8 @@ def link_table_text(topology: Topology) -> str:
     return "\n".join([fmt(head)] + [fmt(r) for r in rows])
 
 
-def topology_summary(topology: Topology) -> dict:
-    """The JSON object of ``arborcc topo show --json``."""
+def topology_summary(topology: Topology, with_matrix: bool = True) -> dict:
+    """The JSON object of ``arborcc topo show --json`` (``matrix`` None without the matrix)."""
     return {
         "name": topology.name,
         "gpus": list(topology.ranks),
@@ -88,6 +88,7 @@ def topology_summary(topology: Topology) -> dict:
         "devices": [{"id": d.id, "kind": d.kind.value, "host": d.host, "index": d.index}
                     for d in topology.devices.values()],
         "links": link_rows(topology),
-        "matrix": {a: {b: relation(topology, a, b) for b in topology.ranks} for a in topology.ranks},
+        "matrix": {a: {b: relation(topology, a, b) for b in topology.ranks} for a in topology.ranks}
+        if with_matrix else None,
         "meta": topology.meta,
     }

@@ -27,14 +27,16 @@ import json
 import math
 import os
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import yaml
 
+from arborcc.documents import DocPath, Locate, load_json, load_yaml, path_text
 from arborcc.errors import TopologyError
-from arborcc.files import write_text_atomically
+from arborcc.files import read_input_text, write_output
+from arborcc.limits import limit
 from arborcc.topology import defaults
 from arborcc.topology.model import Device, DeviceKind, Link, LinkKind, Topology, TopologyBuilder
 
@@ -46,16 +48,8 @@ DEVICE_KEYS = ("id", "kind", "host", "index", "numa", "pci")
 LINK_KEYS = ("src", "dst", "kind", "count", "bandwidth_gbps", "latency_us", "duplex")
 
 _GB_EXP, _US_EXP = 9, -6  # file unit = 10**exp internal units
-
-DocPath = tuple  # a path inside the document, e.g. ("links", 3, "src")
-
-
-def _path_text(path: DocPath) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out
-
+#: what a link can be, in file units: from 1 kB/s to 1 PB/s, at most a second of latency
+MIN_GBPS, MAX_GBPS, MAX_LATENCY_US = Decimal("1e-6"), Decimal("1e6"), Decimal("1e6")
 
 # --------------------------------------------------------------------------------------
 # exact decimal <-> float conversion
@@ -128,16 +122,16 @@ def _plain_meta(value: Any, path: DocPath) -> Any:
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
-                raise TopologyError(f"{_path_text(path)}: keys must be strings, got {k!r}")
+                raise TopologyError(f"{path_text(path)}: keys must be strings, got {k!r}")
             out[k] = _plain_meta(v, path + (k,))
         return out
     if isinstance(value, (list, tuple)):
         return [_plain_meta(v, path + (i,)) for i, v in enumerate(value)]
     if isinstance(value, float) and not math.isfinite(value):
-        raise TopologyError(f"{_path_text(path)}: cannot write the non-finite number {value!r}")
+        raise TopologyError(f"{path_text(path)}: cannot write the non-finite number {value!r}")
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
-    raise TopologyError(f"{_path_text(path)}: cannot write a value of type {type(value).__name__}")
+    raise TopologyError(f"{path_text(path)}: cannot write a value of type {type(value).__name__}")
 
 
 def topology_to_dict(topology: Topology) -> dict[str, Any]:
@@ -226,102 +220,7 @@ def write_topology_file(topology: Topology, path: str | os.PathLike) -> None:
         text = dump_topology(topology, fmt)
     except TopologyError as e:
         raise TopologyError(e.problem, source=str(path), place=e.place) from None
-    write_text_atomically(path, text, TopologyError)
-
-
-# --------------------------------------------------------------------------------------
-# text -> document (with the line of every path)
-# --------------------------------------------------------------------------------------
-Locate = Callable[[DocPath], "int | None"]
-
-
-def _yaml_lines(node: yaml.Node, path: DocPath, lines: dict[DocPath, int]) -> None:
-    lines[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            if isinstance(k, yaml.ScalarNode):
-                lines[path + (k.value,)] = k.start_mark.line + 1
-                _yaml_lines(v, path + (k.value,), lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, v in enumerate(node.value):
-            _yaml_lines(v, path + (i,), lines)
-
-
-def _yaml_value(node: yaml.Node, path: DocPath, source: str | None, ctor: yaml.constructor.SafeConstructor) -> Any:
-    line = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out: dict[str, Any] = {}
-        for k, v in node.value:
-            if not isinstance(k, yaml.ScalarNode) or k.tag != "tag:yaml.org,2002:str":
-                raise TopologyError(f"{_path_text(path) or 'document'}: keys must be strings",
-                                    source=source, place=k.start_mark.line + 1)
-            if k.value in out:
-                raise TopologyError(f"{_path_text(path + (k.value,))}: key given twice",
-                                    source=source, place=k.start_mark.line + 1)
-            out[k.value] = _yaml_value(v, path + (k.value,), source, ctor)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_yaml_value(v, path + (i,), source, ctor) for i, v in enumerate(node.value)]
-    if node.tag == "tag:yaml.org,2002:float":
-        try:
-            d = Decimal(node.value.replace("_", ""))
-        except InvalidOperation:
-            d = None
-        if d is None or not d.is_finite():
-            raise TopologyError(f"{_path_text(path)}: {node.value!r} is not a finite number", source=source, place=line)
-        return d
-    try:
-        return ctor.construct_object(node, deep=True)
-    except yaml.YAMLError as e:
-        raise TopologyError(f"{_path_text(path)}: {getattr(e, 'problem', None) or e}", source=source, place=line) from None
-
-
-def _parse_yaml(text: str, source: str | None) -> tuple[Any, dict[DocPath, int]]:
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise TopologyError(f"YAML syntax error: {problem}", source=source,
-                            place=mark.line + 1 if mark else None) from None
-    if node is None:
-        raise TopologyError("the file is empty", source=source)
-    lines: dict[DocPath, int] = {}
-    _yaml_lines(node, (), lines)
-    return _yaml_value(node, (), source, yaml.constructor.SafeConstructor()), lines
-
-
-class _DuplicateKey(Exception):
-    pass
-
-
-def _parse_json(text: str, source: str | None) -> tuple[Any, dict[DocPath, int]]:
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in items:
-            if k in out:
-                raise _DuplicateKey(k)
-            out[k] = v
-        return out
-
-    def constant(name: str) -> Any:
-        raise ValueError(f"{name} is not a finite number")
-
-    lines: dict[DocPath, int] = {}
-    try:  # JSON is (nearly) YAML: borrow YAML's node marks for line numbers (raw tabs,
-        # which YAML dislikes, can only be whitespace in valid JSON)
-        _yaml_lines(yaml.compose(text.replace("\t", " "), Loader=yaml.SafeLoader), (), lines)
-    except Exception:  # noqa: BLE001 - line numbers are a courtesy; JSON decides validity
-        lines = {}
-    try:
-        doc = json.loads(text, parse_float=Decimal, parse_constant=constant, object_pairs_hook=pairs)
-    except json.JSONDecodeError as e:
-        raise TopologyError(f"JSON syntax error: {e.msg} (column {e.colno})", source=source, place=e.lineno) from None
-    except _DuplicateKey as e:
-        raise TopologyError(f"key {e.args[0]!r} given twice in one object", source=source) from None
-    except ValueError as e:
-        raise TopologyError(f"JSON: {e}", source=source) from None
-    return doc, lines
+    write_output(path, text, TopologyError)
 
 
 # --------------------------------------------------------------------------------------
@@ -337,7 +236,7 @@ class _Reader:
     def fail(self, path: DocPath, problem: str, name_path: bool = True) -> TopologyError:
         """An error at ``path``: placed at its line when known (naming the path too, unless
         ``name_path`` is false because the problem names its subject), else at the path."""
-        line, where = self._line(path), _path_text(path)
+        line, where = self._line(path), path_text(path)
         if line is None:
             return TopologyError(problem, source=self.source, place=where or None)
         return TopologyError(f"{where}: {problem}" if where and name_path else problem, source=self.source, place=line)
@@ -378,13 +277,23 @@ class _Reader:
             raise self.fail(path, f"must be >= {minimum}, got {value}")
         return value
 
-    def number(self, value: Any, path: DocPath, positive: bool) -> Decimal:
+    def number(self, value: Any, path: DocPath, low: Decimal, high: Decimal, unit: str) -> Decimal:
+        """A number from ``low`` (0: at least 0; else above 0 and at least ``low``) to ``high``."""
         if isinstance(value, bool) or not isinstance(value, (int, Decimal, float)):
             raise self.fail(path, f"expected a number, got {_kind(value)}")
         d = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
-        if not d.is_finite() or (d <= 0 if positive else d < 0):
-            raise self.fail(path, f"must be {'a positive' if positive else 'a non-negative'} number, got {value}")
+        if not d.is_finite() or (d < 0 if low == 0 else d <= 0):
+            raise self.fail(path, f"must be {'a non-negative' if low == 0 else 'a positive'} number, got {value}")
+        if not low <= d <= high:
+            raise self.fail(path, f"{value} {unit} is outside what a link can have ({low:g} to {high:g} {unit})")
         return d
+
+    def builder_call(self, path: DocPath, call, *args, **kwargs):
+        """Call a :class:`TopologyBuilder` method; its error is placed at ``path``'s line."""
+        try:
+            return call(*args, **kwargs)
+        except TopologyError as e:
+            raise self.fail(path, e.problem, name_path=False) from None
 
     def enum(self, value: Any, path: DocPath, kind: type) -> Any:
         names = [k.value for k in kind]
@@ -419,7 +328,7 @@ class _Reader:
             )
             if b.has_device(device.id):
                 raise self.fail(p + ("id",), f"duplicate device id {device.id}")
-            b.add_device(device, place=self._line(p))
+            self.builder_call(p, b.add_device, device)
 
         links = doc.get("links", [])
         if not isinstance(links, list):
@@ -434,24 +343,26 @@ class _Reader:
                 if not b.has_device(end):
                     raise self.fail(p + (key,), f"link {src}->{dst}: {end} is not defined", name_path=False)
             count = self.integer(entry.get("count", 1), p + ("count",), 1)
-            bandwidth = _to_internal(self.number(entry["bandwidth_gbps"], p + ("bandwidth_gbps",), True), _GB_EXP)
+            if count > limit("lanes").value:
+                raise self.fail(p + ("count",), limit("lanes").message(count))
+            gbps = self.number(entry["bandwidth_gbps"], p + ("bandwidth_gbps",), MIN_GBPS, MAX_GBPS, "GB/s")
+            bandwidth = _to_internal(gbps, _GB_EXP)
             latency_us = entry.get("latency_us")
             latency = defaults.LATENCY[kind] if latency_us is None else \
-                _to_internal(self.number(latency_us, p + ("latency_us",), False), _US_EXP)
+                _to_internal(self.number(latency_us, p + ("latency_us",), Decimal(0), MAX_LATENCY_US, "us"), _US_EXP)
             duplex = entry.get("duplex", True)
             if not isinstance(duplex, bool):
                 raise self.fail(p + ("duplex",), f"expected true or false, got {_kind(duplex)}")
-            line = self._line(p)
-            b.add_link(Link(src, dst, kind, bandwidth, latency, count), place=line)
+            self.builder_call(p, b.add_link, Link(src, dst, kind, bandwidth, latency, count))
             if duplex:
-                b.add_link(Link(dst, src, kind, bandwidth, latency, count), place=line)
+                self.builder_call(p, b.add_link, Link(dst, src, kind, bandwidth, latency, count))
 
         ranks = doc.get("ranks")
         if ranks is not None:
             if not isinstance(ranks, list):
                 raise self.fail(("ranks",), f"expected a list of GPU ids, got {_kind(ranks)}")
             ranks = [self.string(r, ("ranks", i)) for i, r in enumerate(ranks)]
-        return b.build(ranks=ranks, place=self._line(("ranks",)))
+        return self.builder_call(("ranks",), b.build, ranks=ranks)
 
 
 def _kind(value: Any) -> str:
@@ -480,37 +391,30 @@ def _meta_floats(value: Any) -> Any:
     return value
 
 
-def topology_from_dict(data: Mapping[str, Any], source: str | None = None,
-                       lines: Mapping[DocPath, int] | None = None) -> Topology:
+def topology_from_dict(data: Mapping[str, Any], source: str | None = None, locate: Locate | None = None) -> Topology:
     """Build a topology from the file schema as Python data (numbers may be int, float or Decimal).
 
-    ``lines`` optionally maps document paths (``("links", 3, "dst")``) to line numbers
-    for error messages; without one an error names the path (``box:links[3].dst: ...``).
+    ``locate`` optionally gives the line of a document path (``("links", 3, "dst")``)
+    for error messages; without it an error names the path (``box:links[3].dst: ...``).
     """
-    lines = dict(lines or {})
     default_name = Path(source).stem if source else "topology"
-    return _Reader(source, lines.get).build(dict(data) if isinstance(data, Mapping) else data, default_name)
+    return _Reader(source, locate or (lambda path: None)).build(
+        dict(data) if isinstance(data, Mapping) else data, default_name)
 
 
 def parse_topology(text: str, fmt: str = "yaml", source: str | None = None) -> Topology:
     """Parse the text of a topology file (``fmt`` ``"yaml"`` or ``"json"``)."""
     if fmt == "yaml":
-        doc, lines = _parse_yaml(text, source)
+        doc, locate = load_yaml(text, source, TopologyError)
     elif fmt == "json":
-        doc, lines = _parse_json(text, source)
+        doc, locate = load_json(text, source, TopologyError)
     else:
         raise TopologyError(f"unknown topology file format {fmt!r}: use 'yaml' or 'json'", source=source)
-    return topology_from_dict(doc, source, lines)
+    return topology_from_dict(doc, source, locate)
 
 
 def read_topology_file(path: str | os.PathLike) -> Topology:
     """Read an arborcc topology file (``.yaml``, ``.yml`` or ``.json``)."""
     path = Path(path)
     fmt = _format_of(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise TopologyError(f"not a UTF-8 text file ({e.reason} at byte {e.start})", source=str(path)) from None
-    except OSError as e:
-        raise TopologyError(f"cannot read the file: {e.strerror or e}", source=str(path)) from None
-    return parse_topology(text, fmt, str(path))
+    return parse_topology(read_input_text(path, TopologyError), fmt, str(path))

@@ -27,7 +27,7 @@ import time
 from bisect import bisect_right
 
 from arborcc.errors import VerificationError
-from arborcc.ir.aliasing import Mode, declared_modes, rank_layout
+from arborcc.ir.aliasing import Mode, declared_modes, rank_layout, with_modes
 from arborcc.ir.collectives import has_signature
 from arborcc.ir.limits import DEFAULT_SLOTS, check_dialect_limits
 from arborcc.ir.model import Algorithm, Buffer
@@ -143,6 +143,15 @@ def supported_modes(algo: Algorithm, dialect: str | None = None, *, known=(),
                              and verify_algorithm(algo, dialect, slots=slots, modes=(mode,)).ok):
             ok.append(mode)
     return tuple(ok)
+
+
+def claiming_supported_modes(algo: Algorithm, dialect: str | None = None, *,
+                             slots: int = DEFAULT_SLOTS) -> Algorithm:
+    """``algo`` claiming exactly the kinds of call in which it is correct: the ones it
+    claims (which the caller has verified) and every other one the verifier proves
+    (:func:`supported_modes`). What arborcc writes claims this, so that a runtime that
+    selects algorithms by in-place-ness never picks one that would be wrong for the call."""
+    return with_modes(algo, supported_modes(algo, dialect, known=declared_modes(algo), slots=slots))
 
 
 def _writer_namer(algo: Algorithm):

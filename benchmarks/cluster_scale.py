@@ -1,0 +1,283 @@
+"""Synthesis at cluster scale: every collective on DGX A100 / H100 clusters, and all-gather
+against ForestColl on the same topologies.
+
+Table 1 - ``arborcc synth --machine M --nodes N --collective C`` with strategy ``auto``:
+for every machine, node count and collective, the median wall time of ``synthesize``
+(bound, strategies, lowering, compiling and verifying the returned algorithm), the
+strategy ``auto`` used, the algbw the emitted algorithm reaches in the steady-state
+bandwidth model against the bound (and whether the bound is the exact optimum), whether
+the verifier proves it correct, whether it fits the dialect's runtime limits, its IR
+steps and the peak memory of the process. Every cell runs in its own process.
+
+Targets (issue 15): under 60 s at 128 nodes and under 10 s at 16 nodes, verified, algbw at
+least 95% of the exact bound (99% where the topology is symmetric, as these clusters
+are), memory under 4 GB at 1024 GPUs.
+
+Table 2 - all-gather on DGX-1V, one DGX A100, 2 x 8 and 4 x 8 A100: arborcc's
+``synthesize`` (median of ``--repeat-small`` runs) against ForestColl's
+``optimal_pipeline_spanning_trees`` (Zhao et al., "ForestColl: Efficient Collective
+Communications on Heterogeneous Network Fabrics", 2024, https://arxiv.org/abs/2402.06787;
+its public Python implementation, https://github.com/liangyuRain/ForestColl) on the same
+graph - arborcc's flow graph of the topology, capacities in GB/s - with both optima.
+ForestColl is not part of arborcc: clone it (``git clone
+https://github.com/liangyuRain/ForestColl /tmp/ForestColl``) and pass its folder with
+``--forestcoll`` (it needs only networkx). Target: at least 10x faster with the same
+optimum.
+
+    python benchmarks/cluster_scale.py                       # both tables (about an hour)
+    python benchmarks/cluster_scale.py --nodes 8,16 --skip-forestcoll
+    python benchmarks/cluster_scale.py --skip-scale --forestcoll /tmp/ForestColl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "gather", "scatter", "alltoall")
+FORESTCOLL_CASES = (("DGX-1V", "dgx1v", 1), ("1x8 A100", "dgx-a100", 1), ("2x8 A100", "dgx-a100", 2),
+                    ("4x8 A100", "dgx-a100", 4))
+
+
+def _topology(machine: str, nodes: int):
+    from arborcc.topology.cluster import build_cluster
+    from arborcc.topology.machines import build_machine
+
+    return build_machine(machine) if nodes == 1 else build_cluster(machine, nodes)
+
+
+def run_cell(machine: str, nodes: int, collective: str, dialect: str) -> dict:
+    """One synthesis in this process: its time, result and peak memory."""
+    import resource
+
+    from arborcc.errors import ArborccError
+    from arborcc.synth import synthesize
+
+    topology = _topology(machine, nodes)
+    t0 = time.perf_counter()
+    try:
+        r = synthesize(topology, collective, "auto", dialect=dialect)
+    except ArborccError as e:
+        return {"error": str(e), "seconds": time.perf_counter() - t0}
+    seconds = time.perf_counter() - t0
+    wrong = [v for v in r.report.violations if v.kind != "limit"]
+    limits = [v for v in r.report.violations if v.kind == "limit"]
+    return {
+        "seconds": seconds, "strategy": r.strategy, "algbw": r.algbw, "bound": r.bound, "ratio": r.ratio,
+        "exact": r.bound_exact, "correct": not wrong, "fits": not limits,
+        "steps": sum(len(tb.steps) for p in r.algorithm.ranks for tb in p.threadblocks),
+        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "notes": r.notes,
+        "limit": str(limits[0]) if limits else "",
+    }
+
+
+def run_warm(machine: str, nodes: int, collective: str, repeat: int) -> dict:
+    """``repeat`` timed syntheses in this process after one untimed run (imports and
+    caches warm, as ForestColl's function call is timed): the median and where the time
+    went (bound, strategies, verification), from the progress messages' timestamps."""
+    from arborcc.synth import synthesize
+
+    topology = _topology(machine, nodes)
+    synthesize(topology, collective, "auto", dialect="executor")
+    runs = []
+    for _ in range(repeat):
+        marks = []
+        t0 = time.perf_counter()
+        r = synthesize(topology, collective, "auto", dialect="executor",
+                       progress=lambda m: marks.append((m.split(":")[0].split(" ")[0], time.perf_counter())))
+        end = time.perf_counter()
+        stamps = [t for _, t in marks] + [end]
+        first_strategy = next(t for name, t in marks if name not in ("bound", "verifying"))
+        verifying = next(t for name, t in marks if name == "verifying")
+        runs.append({"seconds": end - t0, "bound_s": first_strategy - stamps[0], "strategy_s": verifying - first_strategy,
+                     "verify_s": end - verifying})
+    med = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
+    return {**med, "strategy": r.strategy, "algbw": r.algbw, "bound": r.bound, "ratio": r.ratio, "exact": r.bound_exact}
+
+
+def _subprocess(args: list[str], timeout: float) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    line = next((l for l in reversed(out.stdout.splitlines()) if l.startswith("{")), None)
+    if line is None:
+        return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(line)
+
+
+def scale_table(machines, node_counts, collectives, repeat: int, dialect: str, timeout: float) -> list[dict]:
+    rows = []
+    for machine in machines:
+        for nodes in node_counts:
+            for coll in collectives:
+                runs = [_subprocess(["--cell", machine, str(nodes), coll, dialect], timeout) for _ in range(repeat)]
+                ok = [r for r in runs if "error" not in r]
+                row = {"machine": machine, "nodes": nodes, "collective": coll, "runs": len(runs)}
+                if ok:
+                    row.update(ok[0])
+                    row["seconds"] = statistics.median(r["seconds"] for r in ok)
+                    row["peak_mb"] = max(r["peak_mb"] for r in ok)
+                else:
+                    row["error"] = runs[0]["error"]
+                rows.append(row)
+                print(_scale_line(row), flush=True)
+    return rows
+
+
+def _scale_line(row: dict) -> str:
+    head = f"{row['machine']:<9} {row['nodes']:>4} x8 {row['collective']:<14}"
+    if "error" in row:
+        return f"{head} ERROR {row['error'][:150]}"
+    limit = "0.95/0.99" if row["nodes"] else ""
+    return (f"{head} {row['seconds']:8.2f} {row['strategy']:<22} {row['algbw'] / 1e9:9.2f} {row['bound'] / 1e9:9.2f} "
+            f"{row['ratio']:7.4f} {'exact' if row['exact'] else 'upper':>5} {'yes' if row['correct'] else 'NO':>7} "
+            f"{'yes' if row['fits'] else 'no':>4} {row['steps']:>9} {row['peak_mb']:8.0f}{limit and ''}")
+
+
+def print_targets(rows: list[dict]) -> None:
+    print("\ntargets (issue 15): < 60 s at 128 nodes, < 10 s at 16 nodes, verified, algbw >= 99% of the bound "
+          "(symmetric clusters), memory < 4 GB")
+    for nodes, limit in ((16, 10.0), (128, 60.0)):
+        cells = [r for r in rows if r["nodes"] == nodes]
+        if not cells:
+            continue
+        bad_time = [r for r in cells if "error" in r or r["seconds"] >= limit]
+        bad_ratio = [r for r in cells if "error" in r or r["ratio"] < 0.99]
+        bad_ok = [r for r in cells if "error" in r or not r["correct"]]
+        slowest = max((r for r in cells if "error" not in r), key=lambda r: r["seconds"], default=None)
+        print(f"  {nodes:>3} nodes: time < {limit:.0f} s: {len(cells) - len(bad_time)}/{len(cells)} "
+              f"(slowest {slowest['machine']} {slowest['collective']} {slowest['seconds']:.1f} s)"
+              if slowest else f"  {nodes} nodes: no result")
+        print(f"             algbw >= 99% of the bound: {len(cells) - len(bad_ratio)}/{len(cells)}"
+              + "".join(f"; {r['machine']} {r['collective']} {r.get('ratio', 0):.4f}" for r in bad_ratio))
+        print(f"             verified correct: {len(cells) - len(bad_ok)}/{len(cells)}")
+    big = [r for r in rows if r["nodes"] == 128 and "error" not in r]
+    if big:
+        worst = max(big, key=lambda r: r["peak_mb"])
+        print(f"  memory at 1024 GPUs: peak {worst['peak_mb']:.0f} MB ({worst['machine']} {worst['collective']}); "
+              f"target < 4096 MB")
+    over = [r for r in rows if "error" not in r and not r["fits"]]
+    for r in over:
+        print(f"  note: {r['machine']} {r['nodes']}x8 {r['collective']} exceeds the dialect's limits: {r['limit']}")
+
+
+# --- ForestColl ---------------------------------------------------------------------------
+
+#: runs in a separate process with ForestColl's folder on the path; reads the graph as JSON
+FORESTCOLL_DRIVER = """
+import json, sys, time
+import networkx as nx
+from pipeline_allgather import optimal_pipeline_spanning_trees
+spec = json.load(sys.stdin)
+G = nx.DiGraph()
+for a, b, c in spec["arcs"]:
+    G.add_edge(a, b, capacity=c)
+t0 = time.perf_counter()
+(U, k), _ = optimal_pipeline_spanning_trees(G, compute_nodes=spec["ranks"])
+print(json.dumps({"seconds": time.perf_counter() - t0, "algbw": len(spec["ranks"]) * k / U}))
+"""
+
+
+def forestcoll_graph(topology) -> dict:
+    """arborcc's flow graph of ``topology`` (what both programs solve on), GB/s."""
+    from arborcc.synth.flowgraph import flow_graph
+
+    g = flow_graph(topology)
+    arcs = [[g.nodes[a], g.nodes[b], float(c) / 1e9] for a, b, c in zip(g.src.tolist(), g.dst.tolist(), g.cap)]
+    return {"arcs": arcs, "ranks": list(g.rank_ids)}
+
+
+def run_forestcoll(folder: Path, topology, timeout: float) -> dict:
+    out = subprocess.run([sys.executable, "-c", FORESTCOLL_DRIVER], input=json.dumps(forestcoll_graph(topology)),
+                         capture_output=True, text=True, timeout=timeout, cwd=folder,
+                         env=dict(os.environ, PYTHONPATH=str(folder)))
+    if out.returncode:
+        return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def arborcc_allgather(machine: str, nodes: int, repeat: int) -> dict:
+    return _subprocess(["--warm", machine, str(nodes), "allgather", str(repeat)], 600)
+
+
+def forestcoll_table(folder: Path | None, repeat_small: int, repeat_forestcoll: int, timeout: float) -> list[dict]:
+    rows = []
+    print(f"\n{'topology':<10} {'ForestColl s':>12} {'arborcc s':>10} {'speedup':>8} {'ForestColl GB/s':>15} "
+          f"{'arborcc bound':>13} {'arborcc algbw':>13}  same optimum  arborcc: bound / strategy / verify s")
+    for label, machine, nodes in FORESTCOLL_CASES:
+        a = arborcc_allgather(machine, nodes, repeat_small)
+        if folder is None:
+            fc = {"error": "ForestColl not given (--forestcoll DIR)"}
+        else:
+            fcs = [run_forestcoll(folder, _topology(machine, nodes), timeout) for _ in range(repeat_forestcoll)]
+            ok = [r for r in fcs if "error" not in r]
+            fc = dict(ok[0], seconds=statistics.median(r["seconds"] for r in ok)) if ok else fcs[0]
+        row = {"topology": label, "arborcc": a, "forestcoll": fc}
+        rows.append(row)
+        if "error" in a:
+            print(f"{label:<10} arborcc error: {a['error'][:120]}")
+            continue
+        if "error" in fc:
+            print(f"{label:<10} {'-':>12} {a['seconds']:10.3f} {'-':>8} {'-':>15} {a['bound'] / 1e9:13.2f} "
+                  f"{a['algbw'] / 1e9:13.2f}  ({fc['error'][:60]})")
+            continue
+        same = abs(fc["algbw"] - a["bound"] / 1e9) <= 1e-6 * fc["algbw"]
+        print(f"{label:<10} {fc['seconds']:12.3f} {a['seconds']:10.3f} {fc['seconds'] / a['seconds']:7.1f}x "
+              f"{fc['algbw']:15.2f} {a['bound'] / 1e9:13.2f} {a['algbw'] / 1e9:13.2f}  {'yes' if same else 'NO':>12}"
+              f"  {a['bound_s']:.3f} / {a['strategy_s']:.3f} / {a['verify_s']:.3f} ({a['strategy']}, "
+              f"{100 * a['ratio']:.1f}% of the optimum)")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--machines", default="dgx-a100,dgx-h100")
+    ap.add_argument("--nodes", default="8,16,128")
+    ap.add_argument("--collectives", default=",".join(COLLECTIVES))
+    ap.add_argument("--repeat", type=int, default=3, help="runs per cell (the median is printed)")
+    ap.add_argument("--repeat-small", type=int, default=5, help="arborcc runs per ForestColl topology")
+    ap.add_argument("--repeat-forestcoll", type=int, default=1, help="ForestColl runs per topology")
+    ap.add_argument("--dialect", default="executor", choices=("executor", "legacy"))
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per run before it is given up")
+    ap.add_argument("--forestcoll", type=Path, help="a checkout of liangyuRain/ForestColl")
+    ap.add_argument("--skip-scale", action="store_true")
+    ap.add_argument("--skip-forestcoll", action="store_true")
+    ap.add_argument("--json", type=Path, help="write every row here")
+    ap.add_argument("--cell", nargs=4, metavar=("MACHINE", "NODES", "COLLECTIVE", "DIALECT"), help=argparse.SUPPRESS)
+    ap.add_argument("--warm", nargs=4, metavar=("MACHINE", "NODES", "COLLECTIVE", "REPEAT"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.warm:
+        machine, nodes, coll, repeat = args.warm
+        print(json.dumps(run_warm(machine, int(nodes), coll, int(repeat))))
+        return 0
+    if args.cell:
+        machine, nodes, coll, dialect = args.cell
+        print(json.dumps(run_cell(machine, int(nodes), coll, dialect)))
+        return 0
+    out = {}
+    if not args.skip_scale:
+        print(f"{'machine':<9} {'nodes':>7} {'collective':<14} {'median s':>8} {'strategy':<22} {'algbw':>9} "
+              f"{'bound':>9} {'ratio':>7} {'bound':>5} {'correct':>7} {'fits':>4} {'steps':>9} {'peak MB':>8}")
+        rows = scale_table(args.machines.split(","), [int(n) for n in args.nodes.split(",")],
+                           args.collectives.split(","), args.repeat, args.dialect, args.timeout)
+        print_targets(rows)
+        out["scale"] = rows
+    if not args.skip_forestcoll:
+        rows = forestcoll_table(args.forestcoll, args.repeat_small, args.repeat_forestcoll, max(args.timeout, 1800))
+        met = [r for r in rows if "error" not in r["arborcc"] and "error" not in r["forestcoll"]
+               and r["forestcoll"]["seconds"] >= 10 * r["arborcc"]["seconds"]]
+        print(f"target >= 10x faster than ForestColl with the same optimum: {len(met)}/{len(rows)} topologies")
+        out["forestcoll"] = rows
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""Blink's results, reproduced on arborcc's machine models (Blink: Fast and Generic
+Collectives for Distributed ML, G. Wang et al., MLSys 2020,
+https://proceedings.mlsys.org/paper/2020/hash/43ec517d68b6edd3015b3edc9a11367b-Abstract.html).
+
+    .venv/bin/python benchmarks/repro_blink.py [--figures 14,15,17,19] [--plots DIR] [--size 500M]
+
+* Fig. 14 - theoretical speedup of packed spanning trees over NCCL's rings, broadcast,
+  for every allocation class of 3-8 GPUs (46 on DGX-1V, 14 on DGX-1P): the tree
+  packing's rate over NVLink (``synth.packing.pack_broadcast``, every root) against the
+  rings NCCL's search builds on the allocation (``synth.nccl_rings``; PCIe when no
+  NVLink ring exists), both steady-state rates.
+* Fig. 15 / 17 - simulated broadcast (from the first GPU) and all-reduce throughput
+  (algbw, ``--size``, Blink used 500 MB) per DGX-1V allocation class: the ``trees``
+  strategy's algorithm against what NCCL runs (``tune.nccl.NcclBaseline``), both through
+  the event-driven simulator with the V100 fidelity profile.
+* Fig. 19 / 20 - DGX-2, 16 GPUs: all-reduce throughput and latency per size, Blink's
+  one-hop trees (``trees``) against NCCL (its rings and protocol choice; the double
+  binary tree also shown).
+
+Prints tables (the numbers in docs/reproductions.md) and, with ``--plots DIR``, writes
+``blink_fig14.png``, ``blink_fig15_17.png``, ``blink_fig19_20.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+
+from arborcc.errors import SynthesisError, VerificationError
+from arborcc.sim.sizes import parse_sizes
+from arborcc.topology.allocation import induced, unique_allocations
+from arborcc.topology.machines import build_machine
+from arborcc.topology.model import GB
+
+MB = 10**6
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def percentile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    k = (len(s) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def fig14() -> dict:
+    """Theoretical broadcast speedup of trees over rings per machine and GPU count."""
+    from arborcc.synth.nccl_rings import nccl_rings
+    from arborcc.synth.packing import pack_broadcast
+
+    out = {}
+    for name in ("dgx1p", "dgx1v"):
+        machine = build_machine(name)
+        classes = unique_allocations(machine, 3, 8, fabric="nvlink")
+        by_k: dict[int, list[float]] = {}
+        for c in classes:
+            sub = induced(machine, list(c.gpus))
+            ring = nccl_rings(sub).bus_bandwidth
+            for r in range(sub.num_ranks):
+                tree = pack_broadcast(sub, r, "nvlink").rate
+                by_k.setdefault(len(c.gpus), []).append(tree / ring)
+        out[name] = {"classes": len(classes), "by_gpus": by_k}
+    print("Fig. 14: theoretical broadcast speedup, packed trees (NVLink) / NCCL rings, every class and root")
+    print(f"{'machine':<7} {'classes':>7} {'GPUs':>4} {'cases':>5} {'min':>6} {'p5':>6} {'median':>6} "
+          f"{'p95':>6} {'max':>6}")
+    for name, r in out.items():
+        for k, xs in sorted(r["by_gpus"].items()):
+            print(f"{name:<7} {r['classes']:>7} {k:>4} {len(xs):>5} {min(xs):6.2f} {percentile(xs, .05):6.2f} "
+                  f"{statistics.median(xs):6.2f} {percentile(xs, .95):6.2f} {max(xs):6.2f}")
+        allx = [x for xs in r["by_gpus"].values() for x in xs]
+        print(f"{name:<7} {'all':>7} {'':>4} {len(allx):>5} {min(allx):6.2f} {percentile(allx, .05):6.2f} "
+              f"{statistics.median(allx):6.2f} {percentile(allx, .95):6.2f} {max(allx):6.2f}   "
+              f"geomean {geomean(allx):.2f}")
+    return out
+
+
+def fig15_17(size: int) -> list[dict]:
+    """Simulated broadcast and all-reduce algbw per DGX-1V allocation class."""
+    from arborcc.sim.simulate import simulate
+    from arborcc.synth.synthesis import synthesize
+    from arborcc.tune.nccl import NcclBaseline
+
+    machine = build_machine("dgx1v")
+    rows = []
+    for c in unique_allocations(machine, 3, 8, fabric="nvlink"):
+        sub = induced(machine, list(c.gpus))
+        base = NcclBaseline(sub)
+        row = {"gpus": ",".join(g.removeprefix("gpu") for g in c.gpus), "n": len(c.gpus)}
+        for coll in ("broadcast", "allreduce"):
+            try:
+                r = synthesize(sub, coll, "trees", 0)
+                best = min((simulate(r.algorithm, sub, size, p, routes=r.routes) for p in ("LL128", "Simple")),
+                           key=lambda s: s.time)
+                row[f"{coll}_trees"] = best.algbw / GB
+            except (SynthesisError, VerificationError) as e:
+                # a deadlock here: a step of more pieces than FIFO slots, see docs/reproductions.md
+                row[f"{coll}_trees"] = float("nan")
+                row[f"{coll}_why"] = "deadlock" if isinstance(e, VerificationError) else "n/a"
+            row[f"{coll}_nccl"] = base.call(size, coll, 0).result.algbw / GB
+        rows.append(row)
+    print(f"\nFig. 15 / 17: DGX-1V, {len(rows)} allocation classes, {size / MB:g} MB, simulated algbw GB/s")
+    print(f"{'GPUs':<18} {'bcast trees':>11} {'bcast NCCL':>10} {'x':>5}   {'AR trees':>8} {'AR NCCL':>8} {'x':>5}")
+    for r in rows:
+        cells = []
+        for coll, w in (("broadcast", 11), ("allreduce", 8)):
+            t, n = r[f"{coll}_trees"], r[f"{coll}_nccl"]
+            cells.append((f"{t:{w}.2f}" if t == t else f"{r[coll + '_why']:>{w}}") + f" {n:{10 if w == 11 else 8}.2f} "
+                         + (f"{t / n:5.2f}" if t == t else f"{'-':>5}"))
+        print(f"{r['gpus']:<18} {cells[0]}   {cells[1]}")
+    for coll in ("broadcast", "allreduce"):
+        xs = [r[f"{coll}_trees"] / r[f"{coll}_nccl"] for r in rows if r[f"{coll}_trees"] == r[f"{coll}_trees"]]
+        wins = sum(x > 1 for x in xs)
+        stuck = sum(1 for r in rows if r.get(f"{coll}_why") == "deadlock")
+        print(f"{coll:<10} trees / NCCL: geomean {geomean(xs):.2f}x, max {max(xs):.2f}x, min {min(xs):.2f}x, "
+              f"trees faster in {wins} of {len(xs)}; the trees' algorithm deadlocks in {stuck} of {len(rows)}")
+    return rows
+
+
+def fig19_20(sizes: list[int]) -> dict:
+    """DGX-2 all-reduce: one-hop trees against NCCL, per size."""
+    from arborcc.tune.compare import compare
+
+    machine = build_machine("dgx2")
+    cmp = compare(machine, "allreduce", sizes, strategies=["trees", "double-binary-tree", "nccl-ring"])
+    names = [n for n in cmp.names() if n != "nccl-model"]
+    cells = {(r["strategy"], r["size"]): r for r in cmp.rows}
+    print(f"\nFig. 19 / 20: DGX-2, 16 GPUs, all-reduce, simulated (latency us | algbw GB/s)")
+    print(f"{'size':>8} " + "".join(f"{n + ' us':>22}" for n in names) + "".join(f"{n + ' GB/s':>24}" for n in names)
+          + f"{'NCCL/trees time':>16}  NCCL ran")
+    ratios = []
+    for s in cmp.sizes:
+        t = {n: cells[(n, s)]["time_us"] for n in names}
+        ratio = t["nccl"] / t["trees"]
+        ratios.append(ratio)
+        print(f"{s:>8} " + "".join(f"{t[n]:22.1f}" for n in names)
+              + "".join(f"{cells[(n, s)]['algbw_gbps']:24.2f}" for n in names) + f"{ratio:16.2f}  "
+              + "/".join(str(cells[("nccl", s)][k]) for k in ("nccl_algorithm", "protocol", "channels")))
+    print(f"trees vs NCCL on DGX-2: NCCL's time / trees' time from {min(ratios):.2f} to {max(ratios):.2f} "
+          f"(Blink reports up to 3.32x lower latency, 3.5x throughput)")
+    return {"sizes": cmp.sizes, "names": names, "cells": cells}
+
+
+def why_trees_lose() -> None:
+    """What the simulated trees wait for (docs/reproductions.md, "Why the simulated trees
+    lose"): the critical path of the 8-GPU DGX-1V all-reduce at 64 MiB, and the sizes at
+    which the trees' all-reduce on GPUs 0,1,2,6 deadlocks."""
+    from arborcc.sim.simulate import simulate
+    from arborcc.synth.synthesis import synthesize
+
+    machine = build_machine("dgx1v")
+    r = synthesize(machine, "allreduce", "trees")
+    s = simulate(r.algorithm, machine, 64 << 20, "Simple", routes=r.routes, record=True)
+    by_kind: dict[str, float] = {}
+    for seg in s.critical_path.segments:
+        by_kind[seg.kind] = by_kind.get(seg.kind, 0.0) + seg.end - seg.start
+    counts = [st.count for p in r.algorithm.ranks for tb in p.threadblocks for st in tb.steps]
+    print(f"\nwhy the trees lose: 8-GPU DGX-1V all-reduce, 64 MiB, Simple: {s.time * 1e3:.2f} ms; critical path "
+          + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]))
+          + f"; largest step {max(counts)} of {r.algorithm.chunks_per_loop} chunks; busiest link "
+          f"{100 * max(s.link_utilization.values()):.0f}% utilized")
+    sub = induced(machine, ["gpu0", "gpu1", "gpu2", "gpu6"])
+    r = synthesize(sub, "allreduce", "trees", 0)
+    verdicts = []
+    for k in range(20, 30):
+        try:
+            simulate(r.algorithm, sub, 1 << k, "Simple", routes=r.routes)
+            verdicts.append(f"{1 << (k - 20)}M ok")
+        except VerificationError:
+            verdicts.append(f"{1 << (k - 20)}M deadlock")
+    print("trees all-reduce on GPUs 0,1,2,6 (Simple), by size: " + ", ".join(verdicts))
+
+
+def plot(path_dir: str, f14: dict | None, f15: list | None, f19: dict | None) -> None:
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(path_dir, exist_ok=True)
+    if f14:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+        for ax, (name, r) in zip(axes, f14.items()):
+            ks = sorted(r["by_gpus"])
+            ax.boxplot([r["by_gpus"][k] for k in ks], whis=(5, 95))
+            ax.set_xticks(range(1, len(ks) + 1), [str(k) for k in ks])
+            ax.set_title(f"{name}: trees / rings (broadcast, theory)")
+            ax.set_xlabel("GPUs")
+        axes[0].set_ylabel("speedup")
+        fig.tight_layout()
+        fig.savefig(os.path.join(path_dir, "blink_fig14.png"), dpi=110)
+        plt.close(fig)
+    if f15:
+        fig, axes = plt.subplots(2, 1, figsize=(14, 7), sharex=True)
+        xs = range(len(f15))
+        for ax, coll in zip(axes, ("broadcast", "allreduce")):
+            ax.bar([x - 0.2 for x in xs], [r[f"{coll}_nccl"] for r in f15], 0.4, label="NCCL (simulated)")
+            ax.bar([x + 0.2 for x in xs], [r[f"{coll}_trees"] for r in f15], 0.4, label="trees (simulated)")
+            ax.set_ylabel(f"{coll} algbw GB/s")
+            ax.legend(fontsize=8)
+        axes[1].set_xticks(list(xs), [r["gpus"] for r in f15], rotation=90, fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(path_dir, "blink_fig15_17.png"), dpi=110)
+        plt.close(fig)
+    if f19:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for n in f19["names"]:
+            axes[0].plot(f19["sizes"], [f19["cells"][(n, s)]["algbw_gbps"] for s in f19["sizes"]], marker=".", label=n)
+            axes[1].plot(f19["sizes"], [f19["cells"][(n, s)]["time_us"] for s in f19["sizes"]], marker=".", label=n)
+        for ax, lab in zip(axes, ("algbw GB/s", "latency us")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("size (bytes)")
+            ax.set_ylabel(lab)
+            ax.legend(fontsize=8)
+        axes[1].set_yscale("log")
+        fig.suptitle("DGX-2 all-reduce, simulated")
+        fig.tight_layout()
+        fig.savefig(os.path.join(path_dir, "blink_fig19_20.png"), dpi=110)
+        plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--figures", default="14,15,17,19", help="comma list of 14, 15 (or 17), 19 (or 20)")
+    ap.add_argument("--size", default="500M", help="message size of Fig. 15/17 (default 500M = 500 MiB)")
+    ap.add_argument("--dgx2-sizes", default="1K:256M", help="sizes of Fig. 19/20 (factor 4)")
+    ap.add_argument("--plots", metavar="DIR", help="write the PNG plots here")
+    args = ap.parse_args(argv)
+    figs = {f.strip() for f in args.figures.split(",")}
+    t0 = time.perf_counter()
+    f14 = fig14() if "14" in figs else None
+    f15 = fig15_17(parse_sizes(args.size)[0]) if figs & {"15", "17"} else None
+    f19 = None
+    if figs & {"19", "20"}:
+        f19 = fig19_20(parse_sizes(args.dgx2_sizes)[::2])
+    if figs & {"15", "17"}:
+        why_trees_lose()
+    if args.plots:
+        plot(args.plots, f14, f15, f19)
+    print(f"\n({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

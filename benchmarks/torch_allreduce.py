@@ -1,0 +1,197 @@
+"""``dist.all_reduce`` through the ``arborcc`` backend against gloo and the raw runtime,
+side by side in one run; the two-"host" job at 64 MB; DDP's time per iteration.
+
+    .venv/bin/python benchmarks/torch_allreduce.py [--quick] [--json OUT.json]
+
+Per rank count (2 and 4), one job of local ranks holds three ways to all-reduce the same
+float32 tensor (sum): ``dist.all_reduce`` on the default group (backend ``arborcc``),
+``dist.all_reduce`` on a gloo group of the same ranks, and the raw shared-memory runtime
+(the backend's own :class:`arborcc.runtime.Communicator`, called directly). For each
+size the three alternate in rounds; a sample is a barrier, then calls timed together
+(16 below 64 KB, down to 1 from 1 MB: nccl-tests averages its iterations), the slowest
+rank's sample counts, the table shows medians of samples. busbw = size / time *
+2(n-1)/n, as nccl-tests.
+
+Two hosts: 4 ranks, two "hosts" of 2 (``ARBORCC_HOST``), at 16 and 64 MB: the backend
+(shared memory inside a host, the torch.distributed executor over gloo between hosts),
+the executor alone over gloo for all 4 ranks (arborcc's built-in all-reduce as
+point-to-point messages), and gloo's own all-reduce.
+
+Targets (issue 13): arborcc >= 10x gloo's busbw from 64 KB to 1 MB and >= 1.2x from
+16 MB up; arborcc's time <= 1.3x the raw runtime's at every size; two hosts: the
+backend (and the executor) no slower than gloo at 64 MB. The machine is shared:
+compare within one run and rerun when other work was running (load shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from arborcc.ir.collectives import busbw_factor
+from arborcc.runtime.launch import run_ranks
+
+KB, MB = 1 << 10, 1 << 20
+SIZES = [4 * KB, 64 * KB, 256 * KB, 1 * MB, 4 * MB, 16 * MB, 64 * MB]
+QUICK_SIZES = [64 * KB, 1 * MB, 16 * MB]
+ROUNDS = 3
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def iterations(size: int, quick: bool) -> tuple[int, int]:
+    """(warm-up calls, timed calls per round) for a size."""
+    if size >= 16 * MB:
+        return 1, 2 if quick else 3
+    return 3, 8 if quick else 20
+
+
+def batch_of(size: int) -> int:
+    """Calls timed together per sample: small calls in batches (as nccl-tests averages its
+    iterations), so one late wake-up after the barrier does not dominate a sample."""
+    return max(1, min(16, MB // size))
+
+
+def time_batches(call, barrier, warmup: int, samples: int, batch: int) -> list[float]:
+    """``warmup`` untimed calls, then ``samples`` times: a barrier, ``batch`` calls timed
+    together; seconds per call of each sample."""
+    for _ in range(warmup):
+        call()
+    out = []
+    for _ in range(samples):
+        barrier()
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            call()
+        out.append((time.perf_counter() - t0) / batch)
+    return out
+
+
+def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
+    """On one rank: {way: {size: [seconds per timed call]}}."""
+    import torch
+    import torch.distributed as dist
+
+    import arborcc.torch
+    from arborcc.torch.executor import GroupExecutor
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if hosts > 1:
+        os.environ["ARBORCC_HOST"] = f"host{rank * hosts // world}"
+    torch.set_num_threads(1)
+    arborcc.torch.init(timeout=300)
+    gloo = dist.new_group(backend="gloo")
+    barrier = gloo.barrier
+    if hosts > 1:
+        executor = GroupExecutor(gloo, timeout=300)
+        ways = {"arborcc": lambda t: dist.all_reduce(t), "executor": lambda t: executor.allreduce(t, "sum"),
+                "gloo": lambda t: dist.all_reduce(t, group=gloo)}
+    else:
+        raw = dist.group.WORLD.transport.local
+        ways = {"arborcc": lambda t: dist.all_reduce(t), "gloo": lambda t: dist.all_reduce(t, group=gloo),
+                "raw": lambda t: raw.allreduce(t)}
+    out: dict = {way: {} for way in ways}
+    for size in sizes:
+        warmup, iters = iterations(size, quick)
+        t = torch.ones(size // 4)
+        for rnd in range(ROUNDS):
+            for way, call in ways.items():
+                times = time_batches(lambda: call(t), lambda: barrier().wait(), warmup if rnd == 0 else 0, iters,
+                                     batch_of(size))
+                out[way].setdefault(size, []).extend(times)
+        t.fill_(1.0)
+        for call in ways.values():
+            t.fill_(1.0)
+            call(t)
+            if float(t[0]) != world or float(t[-1]) != world:
+                raise RuntimeError(f"wrong all-reduce result at {size} bytes: {float(t[0])}")
+    dist.destroy_process_group()
+    return out
+
+
+def medians(per_rank: list[dict]) -> dict:
+    """{way: {size: median over calls of the slowest rank's time}}."""
+    result: dict = {}
+    for way in per_rank[0]:
+        for size in per_rank[0][way]:
+            calls = zip(*(r[way][size] for r in per_rank))
+            result.setdefault(way, {})[size] = statistics.median(max(c) for c in calls)
+    return result
+
+
+def fmt_size(size: int) -> str:
+    return f"{size // MB} MB" if size >= MB else f"{size // KB} KB"
+
+
+def single_host_table(ranks: int, sizes: list[int], quick: bool) -> list[dict]:
+    med = medians(run_ranks(rank_timings, ranks, (sizes, quick, 1), timeout=1800))
+    factor = busbw_factor("allreduce", ranks)
+    rows = []
+    print(f"\n## dist.all_reduce, float32 sum, {ranks} ranks (median us per call; busbw GB/s)")
+    print(f"{'size':>7} {'arborcc us':>11} {'gloo us':>10} {'raw us':>10} {'arborcc bw':>10} {'gloo bw':>8} "
+          f"{'raw bw':>8} {'x gloo bw':>9} {'/ raw t':>8} {'target':>14}")
+    for size in sizes:
+        a, g, r = (med[w][size] for w in ("arborcc", "gloo", "raw"))
+        bw = {w: size / med[w][size] * factor / 1e9 for w in med}
+        vs_gloo, vs_raw = g / a, a / r
+        need = 10.0 if 64 * KB <= size <= 1 * MB else (1.2 if size >= 16 * MB else None)
+        ok = (need is None or vs_gloo >= need) and vs_raw <= 1.3
+        target = (f">={need:g}x,<=1.3 " if need else "<=1.3 ") + ("met" if ok else "MISSED")
+        print(f"{fmt_size(size):>7} {a * 1e6:>11.1f} {g * 1e6:>10.1f} {r * 1e6:>10.1f} {bw['arborcc']:>10.3f} "
+              f"{bw['gloo']:>8.3f} {bw['raw']:>8.3f} {vs_gloo:>8.1f}x {vs_raw:>8.2f} {target:>14}")
+        rows.append({"ranks": ranks, "size": size, "arborcc_us": a * 1e6, "gloo_us": g * 1e6, "raw_us": r * 1e6,
+                     "busbw_gbps": bw, "x_gloo_busbw": vs_gloo, "over_raw": vs_raw, "met": ok})
+    return rows
+
+
+def two_host_table(sizes: list[int], quick: bool) -> list[dict]:
+    med = medians(run_ranks(rank_timings, 4, (sizes, quick, 2), timeout=1800))
+    print("\n## two hosts of 2 ranks on loopback, dist.all_reduce float32 sum (median ms per call)")
+    print(f"{'size':>7} {'arborcc ms':>11} {'executor ms':>12} {'gloo ms':>9} {'gloo / arborcc':>15} "
+          f"{'gloo / executor':>16}")
+    rows = []
+    for size in sizes:
+        a, e, g = (med[w][size] for w in ("arborcc", "executor", "gloo"))
+        print(f"{fmt_size(size):>7} {a * 1e3:>11.1f} {e * 1e3:>12.1f} {g * 1e3:>9.1f} {g / a:>14.2f}x "
+              f"{g / e:>15.2f}x")
+        rows.append({"size": size, "arborcc_ms": a * 1e3, "executor_ms": e * 1e3, "gloo_ms": g * 1e3})
+    return rows
+
+
+def ddp_times(steps: int) -> dict:
+    """examples/ddp_train.py on 4 ranks: ms per iteration of each run."""
+    proc = subprocess.run([sys.executable, "-m", "arborcc.cli.main", "run", "-n", "4", "--timeout", "600",
+                           "examples/ddp_train.py", "--steps", str(steps), "--hook"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=700)
+    print("\n## DDP (examples/ddp_train.py --hook, 4 ranks)")
+    print(proc.stdout.strip() or proc.stderr[-2000:])
+    return {m.group(1).strip(): float(m.group(2))
+            for m in re.finditer(r"^(arborcc|gloo \+ arborcc hook|gloo)\s+([\d.]+)", proc.stdout, re.M)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="fewer sizes and calls")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args()
+    sizes = QUICK_SIZES if args.quick else SIZES
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    result = {"single_host": [], "two_hosts": None, "ddp_ms": None}
+    for ranks in (2, 4):
+        result["single_host"] += single_host_table(ranks, sizes, args.quick)
+    result["two_hosts"] = two_host_table([16 * MB, 64 * MB], args.quick)
+    result["ddp_ms"] = ddp_times(10 if args.quick else 30)
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

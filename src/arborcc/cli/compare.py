@@ -1,0 +1,87 @@
+"""``arborcc compare``: every strategy that applies and the NCCL baselines, simulated
+side by side over a range of sizes.
+
+::
+
+    arborcc compare --machine dgx1v --gpus 1,4,5,6 --collective allreduce --sizes 1K:1G --plot cmp.png
+    arborcc compare --machine dgx-a100 --sizes 8:1G --strategies trees,nccl-ring --json
+
+Prints busbw (GB/s) per size and algorithm, the fastest marked; ``nccl`` is what NCCL
+runs (its rings and protocol choice, NVLS where the switch reduces), ``nccl-model``
+NCCL's own closed-form prediction. ``--json`` prints one object whose ``results`` are
+rows with ``strategy``, ``size``, ``protocol``, ``time_us``, ``algbw_gbps``, ``busbw_gbps``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+
+COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter", "gather", "scatter")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from arborcc.cli.simulate import add_simulation_arguments
+    from arborcc.cli.topology_args import add_topology_arguments
+
+    p = sub.add_parser("compare", help="simulate every strategy and the NCCL baselines side by side",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_topology_arguments(p)
+    p.add_argument("--collective", choices=COLLECTIVES, default="allreduce")
+    p.add_argument("--root", type=int, default=0, help="root rank of rooted collectives (default 0)")
+    p.add_argument("--strategies", metavar="LIST", help="comma list of strategies (default: all that apply)")
+    add_simulation_arguments(p, protocol_default="auto")
+    p.add_argument("--plot", metavar="PNG", help="draw busbw against size")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_compare)
+
+
+def progress(message: str) -> None:
+    if sys.stderr.isatty():
+        print(f"arborcc: {message}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def chatter_to_stderr():
+    """Send whatever native libraries print on stdout (the LP solver's banner) to stderr
+    while the block runs, so that stdout holds only the command's own output (--json)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from arborcc.cli.output import print_json
+    from arborcc.cli.simulate import fidelity_from_args
+    from arborcc.cli.topology_args import topology_from_args
+    from arborcc.sim.sizes import parse_sizes
+    from arborcc.tune.compare import compare, comparison_png, comparison_table
+
+    sizes = parse_sizes(args.sizes)
+    topology = topology_from_args(args)
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
+    with chatter_to_stderr():
+        result = compare(topology, args.collective, sizes, args.protocol, args.root, strategies,
+                         fidelity_from_args(args, topology), progress=progress)
+    if args.plot:
+        comparison_png(result, args.plot)
+    if args.json:
+        print_json({"topology": result.topology, "ranks": result.ranks, "collective": result.collective,
+                    "results": result.rows, "skipped": result.skipped,
+                    "synth_seconds": round(result.synth_seconds, 3), "sim_seconds": round(result.sim_seconds, 3)})
+        return 0
+    print(comparison_table(result))
+    for s in result.skipped:
+        print(f"  not compared: {s}")
+    print(f"  synthesis {result.synth_seconds:.2f} s, simulation {result.sim_seconds:.2f} s")
+    if args.plot:
+        print(f"  wrote {args.plot}")
+    return 0

@@ -1,0 +1,92 @@
+"""``arborcc tune``: the fastest algorithm for every size bucket, by simulation, written
+as MSCCL XML files with ``minBytes``/``maxBytes`` plus a ``plan.json`` index.
+
+::
+
+    arborcc tune --machine dgx1v --gpus 1,4,5,6 --collective allreduce --sizes 1K:1G -o plan/
+    arborcc tune --machine dgx-a100 --sizes 8:1G --instances 1,2,4,8 --dialect legacy -o plan/ --json
+
+Every strategy that builds the collective is tried with each instance count and each
+protocol (``--protocol`` fixes one); the winners of consecutive sizes form buckets. Point
+a runtime at the directory (``MSCCL_ALGO_DIR=plan/``) and it picks by size.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from arborcc.cli.compare import COLLECTIVES
+    from arborcc.cli.simulate import add_simulation_arguments
+    from arborcc.cli.topology_args import add_topology_arguments
+
+    p = sub.add_parser("tune", help="pick the fastest algorithm per size bucket and write an MSCCL plan",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_topology_arguments(p)
+    p.add_argument("--collective", choices=COLLECTIVES, default="allreduce")
+    p.add_argument("--root", type=int, default=0, help="root rank of rooted collectives (default 0)")
+    p.add_argument("--strategies", metavar="LIST", help="comma list of strategies (default: all that apply)")
+    p.add_argument("--instances", default="1,2,4", metavar="LIST", help="instance counts to try (default 1,2,4)")
+    add_simulation_arguments(p, protocol_default="auto")
+    p.add_argument("--dialect", choices=("executor", "legacy"), default="executor",
+                   help="MSCCL XML dialect whose runtime limits every file must meet")
+    p.add_argument("-o", "--output", metavar="DIR", help="write the plan (XML files and plan.json) here")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_tune)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from arborcc.cli.compare import chatter_to_stderr, progress
+    from arborcc.cli.output import print_json
+    from arborcc.cli.simulate import fidelity_from_args
+    from arborcc.cli.topology_args import topology_from_args
+    from arborcc.errors import InputError
+    from arborcc.sim.sizes import parse_sizes
+    from arborcc.tune.compare import format_size
+    from arborcc.tune.search import tune
+
+    sizes = parse_sizes(args.sizes)
+    try:
+        counts = sorted({int(x) for x in args.instances.split(",") if x.strip()})
+    except ValueError:
+        raise InputError(f"expected a comma list of integers, got {args.instances!r}", source="--instances") from None
+    if not counts or counts[0] < 1:
+        raise InputError(f"instance counts must be integers >= 1, got {args.instances!r}", source="--instances")
+    topology = topology_from_args(args)
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
+    with chatter_to_stderr():
+        result = tune(topology, args.collective, sizes, strategies, counts, args.protocol, args.root, args.dialect,
+                      fidelity_from_args(args, topology), progress)
+    written = []
+    if args.output:
+        from arborcc.tune.plan import write_plan
+
+        written = [str(p) for p in write_plan(result, args.output)]
+    if args.json:
+        print_json({"topology": result.topology, "ranks": result.ranks, "collective": result.collective,
+                    "dialect": result.dialect, "fidelity": result.fidelity,
+                    "buckets": [{"min_bytes": b.min_bytes, "max_bytes": b.max_bytes, "strategy": b.choice.strategy,
+                                 "instances": b.choice.instances, "protocol": b.choice.protocol,
+                                 "results": [{"size": s, "time_us": round(t * 1e6, 3),
+                                              "algbw_gbps": round(s / t / 1e9, 4)} for s, t in sorted(b.times.items())]}
+                                for b in result.buckets],
+                    "skipped": result.skipped, "written": written, "seconds": round(result.seconds, 3)})
+        return 0
+    print(f"{result.collective} on {result.topology} ({result.ranks} GPUs), {result.dialect} dialect, "
+          f"{result.fidelity} profile: {len(result.buckets)} buckets")
+    print(f"  {'min bytes':>12} {'max bytes':>12}  {'strategy':<20} {'inst':>4} {'proto':>6}  busbw GB/s at the tuned sizes")
+    from arborcc.sim.simulate import bus_factor
+
+    factor = bus_factor(result.collective, result.ranks)
+    for b in result.buckets:
+        bws = ", ".join(f"{format_size(s)} {s / t * factor / 1e9:.2f}" for s, t in sorted(b.times.items()))
+        top = "no limit" if b.max_bytes == 0 else str(b.max_bytes)
+        print(f"  {b.min_bytes:>12} {top:>12}  {b.choice.strategy:<20} {b.choice.instances:>4} "
+              f"{b.choice.protocol:>6}  {bws}")
+    if result.skipped:
+        print(f"  left out: {'; '.join(result.skipped[:6])}" + (" ..." if len(result.skipped) > 6 else ""))
+    print(f"  {result.seconds:.1f} s")
+    for w in written:
+        print(f"  wrote {w}")
+    return 0

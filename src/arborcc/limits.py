@@ -1,0 +1,170 @@
+"""Every limit arborcc puts on what it is given, in one place.
+
+arborcc reads files other people and tools write and runs inside training jobs, so a
+careless or hostile input must cost one line and nothing else: each boundary checks
+the numbers it receives against what a real machine or runtime can have *before*
+anything is allocated, and estimates work before starting it. A refusal is one
+:class:`~arborcc.errors.InputError` line naming the input, the place, the value and
+the limit, e.g. ``topo.yaml:14: links[3].count: 10000000 lanes is over the limit of 64
+lanes per link (ARBORCC_MAX_LANES raises it)``.
+
+Every limit can be raised (or lowered) for one run: by the environment variable
+``ARBORCC_MAX_<NAME>`` (``ARBORCC_MAX_RANKS=65536``) or by the command line's
+``arborcc --limit ranks=65536 ...``. ``docs/limits.md`` is generated from
+:data:`LIMITS` (a test keeps them equal), with the reason for every number.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from arborcc.errors import InputError
+
+#: limits set for this process by ``--limit NAME=VALUE`` (they win over the environment)
+_OVERRIDES: dict[str, int] = {}
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One boundary limit: ``name`` (``lanes``), ``default``, the ``unit`` its values are
+    counted in, its ``scope`` (``per link``), what it bounds and why the default is what it is."""
+
+    name: str
+    default: int
+    unit: str
+    scope: str
+    bounds: str
+    reason: str
+
+    @property
+    def variable(self) -> str:
+        """The environment variable that overrides it: ``ARBORCC_MAX_RANKS``."""
+        return "ARBORCC_MAX_" + self.name.upper().replace("-", "_")
+
+    @property
+    def value(self) -> int:
+        """The limit in force: ``--limit``, else the environment variable, else the default."""
+        if self.name in _OVERRIDES:
+            return _OVERRIDES[self.name]
+        raw = os.environ.get(self.variable)
+        if raw is None or not raw.strip():
+            return self.default
+        return parse_limit_value(raw, self.variable)
+
+    def check(self, value: int | float, source: str | None = None, place: str | int | None = None,
+              what: str | None = None, error: type[InputError] = InputError) -> None:
+        """Raise ``error`` (one line) when ``value`` is over the limit in force."""
+        limit = self.value
+        if value > limit:
+            raise error(self.message(value, what), source=source, place=place)
+
+    def message(self, value: int | float, what: str | None = None) -> str:
+        """``links[3].count: 10,000,000 lanes is over the limit of 64 lanes per link (...)``."""
+        head = f"{what}: " if what else ""
+        shown = f"{value:,}" if isinstance(value, int) else f"{value:g}"
+        return (f"{head}{shown} {self.unit} is over the limit of {self.value:,} {self.unit} "
+                f"{self.scope} ({self.variable} or --limit {self.name}=N raises it)")
+
+
+def parse_limit_value(text: str, source: str) -> int:
+    """A limit's value from text (``65536``, ``64Mi``, ``1_000_000``); at least 1."""
+    t = text.strip().replace("_", "")
+    scale = 1
+    for suffix, factor in (("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30)):
+        if t.endswith(suffix):
+            t, scale = t[: -len(suffix)], factor
+            break
+    if not t.isdigit() or int(t) * scale < 1:
+        raise InputError(f"a limit is a positive integer (optionally with Ki, Mi or Gi), got {text!r}",
+                         source=source)
+    return int(t) * scale
+
+
+#: the limits, in the order data flows through arborcc
+LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
+    Limit("input-bytes", 8 * 2**20, "bytes",
+          "per topology file", "topology files (YAML, JSON, NCCL XML, nvidia-smi text)",
+          "the largest real topologies are far smaller: a 4,096-GPU DGX A100 cluster is a 2.8 MiB YAML file, "
+          "shown (read, built, printed) in 6.1 s with 85 MB; 8 MiB stay within 30 s and 1 GB"),
+    Limit("algorithm-bytes", 32 * 2**20, "bytes",
+          "per algorithm file", "algorithm files (MSCCL XML, arborcc JSON)",
+          "what arborcc writes within the operations limit: a 354-rank ring all-reduce (249,924 operations) "
+          "is a 30.9 MiB JSON file, verified in 5.2 s with 220 MB; a 128-rank ring all-reduce with 4 "
+          "channels is a 3.7 MiB MSCCL XML file"),
+    Limit("nesting", 64, "levels",
+          "per document", "nesting of lists and mappings (YAML, JSON) or elements (XML)",
+          "arborcc's documents nest at most 8 levels (an algorithm step's dependency list), NCCL XML "
+          "about 8; deeper input is a mistake or an attack on the parsers' recursion"),
+    Limit("yaml-alias-nodes", 10_000, "nodes",
+          "per YAML document", "values added by expanding aliases (*name)",
+          "aliases share a few link defaults; ten levels of nine aliases expand under 1 KB of text "
+          "into 3.5 billion values (a 'billion laughs' bomb)"),
+    Limit("ranks", 32_768, "GPUs",
+          "per topology or algorithm", "GPUs (ranks), also the product of --nodes and the GPUs per node, "
+          "a hierarchy's fan-outs and a DSL collective's ranks",
+          "the largest single training jobs run on 16,384 to 24,576 GPUs (Llama 3 405B: 16,384 H100; "
+          "'The Llama 3 Herd of Models', arXiv 2407.21783, 2024); showing a 32,768-GPU cluster takes "
+          "8.2 s and 220 MB"),
+    Limit("lanes", 64, "lanes",
+          "per link", "bonded lanes (count:, NVLink count=)",
+          "a GPU has at most 18 NVLink lanes (H100, B200), an NVSwitch chip 64 ports"),
+    Limit("cpus", 8_192, "CPUs",
+          "per CPU list", "CPU numbers in a CPU affinity list (nvidia-smi topo -m, sysfs cpulist)",
+          "Linux's largest configurable CPU count on x86-64 (NR_CPUS) is 8,192"),
+    Limit("chunks", 32_768, "chunks",
+          "per buffer", "chunks per loop (nchunksperloop) and input, output and scratch chunks of a rank",
+          "the MSCCL runtime holds chunk offsets in 16-bit signed integers (int16_t srcoffset and dstoffset "
+          "of its mscclTransfer struct), so it cannot address chunk 32,768"),
+    Limit("buffer-chunks", 4 * 2**20, "chunks",
+          "per algorithm", "input, output and scratch chunks of all ranks together (files and DSL collectives)",
+          "what the verifier's symbolic run and postcondition walk: a 1,024-rank all-to-all with "
+          "1,024 chunks per buffer is 2 Mi; 4 Mi chunks are checked in 15.9 s with 31 MB"),
+    Limit("operations", 250_000, "operations",
+          "per DSL program", "copies and reduces traced (a library algorithm or your program)",
+          "memory grows by about 1.6 kB per operation while compiling: a 354-rank ring all-reduce "
+          "(249,924 operations) compiles in 7.4 s with 389 MB, a 500-rank one (499,000) in 13.7 s with "
+          "778 MB - too close to 1 GB; a 128-rank ring all-reduce is 32,512 operations"),
+    Limit("local-ranks", 256, "processes",
+          "per run, bench or demo", "rank processes started on this machine (arborcc run -n, bench -n)",
+          "one process per rank, each mapping its connections' FIFOs; a machine's GPUs (8-16 per node) or "
+          "cores are far fewer, and a typo such as -n 40000 would otherwise start that many processes"),
+    Limit("matrix-gpus", 128, "GPUs",
+          "in the matrix of topo show and demo", "GPUs in the nvidia-smi-like matrix (a route per pair)",
+          "a 128-GPU matrix (16,384 routes) prints in 0.7 s as 0.2 MiB of text, wider than any screen "
+          "already; beyond it the matrix is left out and the link table alone is printed"),
+    Limit("allocations", 50_000, "allocations",
+          "per topo classes run", "allocations to classify (every GPU subset in the size range)",
+          "each costs about 0.5 ms (a graph hash, an isomorphism test): all 65,399 allocations of 3-16 GPUs "
+          "of a DGX-2 take 31 s, so 50,000 stay within 30 s"),
+)}
+
+
+def limit(name: str) -> Limit:
+    """The limit called ``name`` (``KeyError`` for an unknown name is a programming error)."""
+    return LIMITS[name]
+
+
+def set_limit(assignment: str) -> None:
+    """Apply ``--limit NAME=VALUE`` for the rest of this process."""
+    name, sep, raw = assignment.partition("=")
+    name = name.strip()
+    if not sep or name not in LIMITS:
+        raise InputError(f"expected NAME=VALUE with NAME one of {', '.join(LIMITS)}, got {assignment!r}",
+                         source="--limit")
+    _OVERRIDES[name] = parse_limit_value(raw, f"--limit {name}")
+
+
+def reset_limits() -> None:
+    """Forget the ``--limit`` settings of this process (tests)."""
+    _OVERRIDES.clear()
+
+
+def limits_markdown() -> str:
+    """The table of ``docs/limits.md``: name, default, variable, what it bounds, why."""
+    rows = ["| limit | default | environment | what it bounds | why this number |", "|---|---|---|---|---|"]
+    for lim in LIMITS.values():
+        shown = f"{lim.default // 2**20} MiB" if lim.unit == "bytes" and lim.default % 2**20 == 0 else \
+            f"{lim.default:,} {lim.unit}"
+        rows.append(f"| `{lim.name}` | {shown} {lim.scope} | `{lim.variable}` | {lim.bounds} | {lim.reason} |")
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,437 @@
+"""The event-driven core: thread blocks execute their steps in order, transfers share
+links max-min fairly, and the clock jumps from event to event.
+
+Model (``docs/simulator.md`` has the full description):
+
+* The algorithm runs once per *iteration*: every chunk is cut into slices of at most
+  the protocol's slice size and the whole program runs once per slice, each thread
+  block starting its next iteration as soon as it finished the previous one (MSCCL's
+  ``gridOffset`` loop) - that is what pipelines large buffers. When chunks are smaller
+  than a slice, a step moving ``count`` chunks is split into transfers of at most one
+  slice (MSCCL's ``maxAllowedCount``).
+* A step waits for its dependency (that step of the same iteration), then for the
+  data it receives (the matching transfer's arrival), then reduces or copies for
+  ``bytes / bandwidth`` seconds, then sends: its transfer needs a free FIFO slot on the
+  connection (the receiver frees one by receiving) and is a *flow* over the route's
+  links. The step ends when the flow has drained; the data arrives at the receiver
+  after the route's latency plus the protocol's per-hop latency.
+* A flow's rate: connections whose links can never be oversubscribed (the
+  uncontended rates of all connections crossing each link fit its capacity) run at
+  that fixed rate without any bookkeeping; the others share their links max-min
+  fairly (:mod:`arborcc.sim.fairshare`), recomputed whenever one of them starts or ends.
+
+For many iterations the run can stop early: short runs measure the steady period and
+the remaining iterations add one period each (:func:`run` with ``window``);
+``docs/simulator.md`` shows how close this comes to simulating every iteration.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from arborcc.errors import VerificationError
+from arborcc.sim.fairshare import FairShare
+from arborcc.sim.program import COPY, RECV, REDUCE, SEND, CompiledAlgorithm
+
+
+
+#: the largest share of the total time by which two successive period estimates may
+#: disagree over the iterations left to extrapolate
+EXTRAPOLATION_TOLERANCE = 1e-3
+#: the last two of three or more period estimates further apart than this (relative)
+#: give up on extrapolating
+UNSTEADY = 0.05
+#: two period estimates this close (relative) show an exactly periodic run
+EXACTLY = 1e-9
+#: runs simulated so far, by everything a run depends on but its iteration count
+_RUNS: dict[tuple, tuple] = {}
+
+
+@dataclass
+class RunSetup:
+    """What one engine run needs besides the compiled algorithm.
+
+    ``chunk_bytes``: payload bytes of one chunk (one instance); ``link_rate[l]``:
+    payload bytes/s link ``l`` carries at full use (nominal x efficiency x protocol
+    wire efficiency / instances); ``tb_cap``: the most one thread block sends per
+    second; ``extra_latency``: seconds every transfer pays on top of its route's
+    latency, which is scaled by ``latency_scale``.
+    """
+
+    chunk_bytes: float
+    slice_bytes: float
+    fifo_slices: int
+    link_rate: list[float]
+    tb_cap: float
+    extra_latency: float
+    latency_scale: float
+    reduce_bandwidth: float
+    copy_bandwidth: float
+
+
+class Piece:
+    """What one transfer-sized piece of one step did, kept when recording (critical
+    path). ``cause`` says what it last waited for before it could work: ``"prev"``
+    (its thread block's previous piece, ``ref``), ``"dep"`` (the piece ``ref`` of the
+    step it depends on), ``"data"`` (the sending piece ``ref``), ``"fifo"`` (the
+    receiving piece ``ref`` that freed a slot) or ``"start"``."""
+
+    __slots__ = ("tb", "step", "iteration", "cause", "ref", "ready", "compute", "send", "end")
+
+    def __init__(self, tb: int, step: int, iteration: int, cause: str, ref: int, ready: float):
+        self.tb, self.step, self.iteration = tb, step, iteration
+        self.cause, self.ref, self.ready = cause, ref, ready
+        self.compute: tuple[float, float] | None = None
+        self.send: tuple[float, float] | None = None
+        self.end = ready
+
+
+@dataclass
+class EngineResult:
+    """``makespan`` in seconds from the first step to the last; ``iterations`` the
+    iterations the algorithm runs, ``simulated`` how many were simulated (the rest
+    extrapolated at ``period`` seconds each); ``link_bytes`` payload bytes per link."""
+
+    makespan: float
+    iterations: int
+    simulated: int
+    period: float
+    max_allowed_count: int
+    slice_bytes: float
+    link_bytes: list[float]
+    flow_segments: list[tuple[int, float, float, float]] = field(default_factory=list)  #: (link, t0, t1, B/s)
+    pieces: list[Piece] = field(default_factory=list)
+    tb_finish: list[float] = field(default_factory=list)
+
+
+def pipelining(chunk_bytes: float, slice_bytes: float) -> tuple[int, float, int]:
+    """(iterations, bytes per chunk per iteration, chunks one transfer may carry)."""
+    if chunk_bytes <= 0:
+        return 1, 0.0, 71
+    if chunk_bytes >= slice_bytes:
+        iters = math.ceil(chunk_bytes / slice_bytes - 1e-9)
+        return iters, chunk_bytes / iters, 1
+    return 1, chunk_bytes, max(1, min(71, int(slice_bytes // chunk_bytes)))
+
+
+def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
+        record: bool = False) -> EngineResult:
+    """Simulate ``prog`` (module doc).
+
+    With ``window`` = K, runs of K, 2K, 4K, ... iterations are simulated instead of all
+    N (and kept: the next size with the same slices asks for the same ones): two runs of
+    ``a`` and ``b`` iterations differ by ``b - a`` steady periods (the first iterations'
+    ramp-up and the last ones' drain are the same in both), so each new run gives a
+    period estimate, and once three consecutive estimates (or two equal ones,
+    :data:`EXACTLY`) agree closely enough that the remaining iterations cannot move the
+    total by more than :data:`EXTRAPOLATION_TOLERANCE`, the makespan is
+    ``T(b) + (N - b) x period``. When the next run would cost more than simulating
+    everything, or the last two estimates are far apart (:data:`UNSTEADY`),
+    everything is simulated.
+    ``None`` (or ``record``, which keeps every flow's rate periods and every piece of
+    work for the timeline and the critical path) simulates every iteration.
+    """
+    iters, tile, m = pipelining(setup.chunk_bytes, setup.slice_bytes)
+    if record:
+        return _run(prog, setup, iters, tile, m, True)
+    done = _runs_of(prog, setup, tile, m)
+
+    def simulated(k: int) -> EngineResult:
+        if k not in done:
+            done[k] = _run(prog, setup, k, tile, m, False)
+        return copy.copy(done[k])
+
+    if window is None or iters <= 4 * window or iters in done:
+        return simulated(iters)
+    probes = [simulated(window)]
+    spent, estimates = window, []
+    while True:
+        length = 2 * probes[-1].simulated
+        if spent + length >= iters and length not in done:  # probing would cost more than doing it all
+            return simulated(iters)
+        probes.append(simulated(length))
+        spent += length
+        a, b = probes[-2], probes[-1]
+        estimates.append(max(0.0, (b.makespan - a.makespan) / (b.simulated - a.simulated)))
+        if len(estimates) >= 2:
+            q = estimates[-1]
+            recent = estimates[-3:]
+            spread = max(recent) - min(recent)
+            # three estimates, or two that are equal (an exactly periodic run)
+            if len(estimates) >= 3 or spread <= EXACTLY * q:
+                total = b.makespan + (iters - b.simulated) * q
+                if spread * (iters - b.simulated) <= EXTRAPOLATION_TOLERANCE * total:
+                    return _extrapolate(b, q, iters)
+            if len(estimates) >= 3 and abs(q - estimates[-2]) > UNSTEADY * q:  # far from periodic
+                return simulated(iters)
+        if length >= iters:
+            return simulated(iters)
+
+
+def _runs_of(prog: CompiledAlgorithm, setup: RunSetup, tile: float, m: int) -> dict[int, EngineResult]:
+    """The runs already simulated with everything but the iteration count equal (a sweep
+    over sizes with the same slices asks for the same probes again)."""
+    key = (id(prog), tile, m, setup.fifo_slices, tuple(setup.link_rate), setup.tb_cap, setup.extra_latency,
+           setup.latency_scale, setup.reduce_bandwidth, setup.copy_bandwidth)
+    entry = _RUNS.get(key)
+    if entry is None or entry[0] is not prog:
+        entry = _RUNS[key] = (prog, {})
+        if len(_RUNS) > 64:
+            _RUNS.pop(next(iter(_RUNS)))
+    return entry[1]
+
+
+def forget_runs() -> None:
+    """Drop the runs kept for reuse (:func:`run`): the next simulation starts cold, as a
+    benchmark timing the simulator needs."""
+    _RUNS.clear()
+
+
+def _extrapolate(run: EngineResult, period: float, iters: int) -> EngineResult:
+    """``run`` (of fewer iterations) stretched to ``iters`` at ``period`` per iteration."""
+    run.link_bytes = [x * iters / run.simulated for x in run.link_bytes]
+    run.makespan += (iters - run.simulated) * period
+    run.period = period
+    run.iterations = iters
+    return run
+
+
+def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: int,
+         record: bool) -> EngineResult:
+    n = prog.num_tbs
+    flags, counts, deps = prog.tb_flags, prog.tb_counts, prog.tb_deps
+    send_conn, recv_conn = prog.tb_send, prog.tb_recv
+    tb_len = [len(f) for f in flags]
+    nconn = len(prog.conn_keys)
+    link_rate = setup.link_rate
+
+    # fixed rates where no link can be oversubscribed; the rest share through FairShare
+    cap = setup.tb_cap
+    free_rate = [min([cap] + [link_rate[l] for l in links]) for links in prog.conn_links]
+    demand = [0.0] * len(link_rate)
+    for c, links in enumerate(prog.conn_links):
+        for l in links:
+            demand[l] += free_rate[c]
+    shared_links: list[tuple[int, ...] | None] = []
+    for links in prog.conn_links:
+        tight = tuple(l for l in links if demand[l] > link_rate[l] * (1 + 1e-9))
+        shared_links.append(tight or None)
+    rate_log: list | None = [] if record else None
+    fair = FairShare(link_rate, rate_log)
+    latency = [lat * setup.latency_scale + setup.extra_latency for lat in prog.conn_latency]
+    depth = max(1, setup.fifo_slices)
+    inv_red = 1.0 / setup.reduce_bandwidth if setup.reduce_bandwidth < math.inf else 0.0
+    inv_cpy = 1.0 / setup.copy_bandwidth if setup.copy_bandwidth < math.inf else 0.0
+
+    pos = [0] * n
+    it = [0] * n
+    piece = [0] * n
+    phase = [0] * n
+    pieces_of = [[(k + m - 1) // m for k in cs] for cs in counts]
+    dep_waiters: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    recv_wait = [-1] * nconn
+    fifo_wait = [-1] * nconn
+    arrivals: list[deque] = [deque() for _ in range(nconn)]
+    posted = [0] * nconn
+    consumed = [0] * nconn
+    tb_finish = [0.0] * n
+    # the event queue: a heap of distinct times, the events of each time in order
+    times: list[float] = []
+    bucket: dict[float, list] = {}
+
+    def schedule(at: float, item) -> None:
+        b = bucket.get(at)
+        if b is None:
+            bucket[at] = [item]
+            heapq.heappush(times, at)
+        else:
+            b.append(item)
+
+    now = 0.0
+    ready: deque = deque()
+    for t in range(n):
+        if tb_len[t]:
+            ready.append(t)
+        else:
+            it[t] = iters
+    # recording (critical path): the piece each thread block is on, what woke it
+    pieces: list[Piece] = []
+    current = [-1] * n
+    last_done = [-1] * n
+    woke: list[tuple[str, int] | None] = [None] * n
+    sent_by: list[deque] = [deque() for _ in range(nconn)] if record else []
+
+    while True:
+        while ready:
+            t = ready.popleft()
+            L = tb_len[t]
+            tflags, tdeps = flags[t], deps[t]
+            while True:
+                p = pos[t]
+                if p == L:
+                    it[t] += 1
+                    pos[t] = p = 0
+                    if it[t] == iters:
+                        tb_finish[t] = now
+                        break
+                f = tflags[p]
+                ph = phase[t]
+                if record and current[t] < 0:
+                    current[t] = len(pieces)
+                    ref = last_done[t]
+                    pieces.append(Piece(t, p, it[t], "prev" if ref >= 0 else "start", ref, now))
+                if ph == 0:
+                    if tdeps is not None and piece[t] == 0:
+                        d = tdeps[p]
+                        if d is not None:
+                            dt, ds = d
+                            need = it[t] * tb_len[dt] + ds + 1
+                            if it[dt] * tb_len[dt] + pos[dt] < need:
+                                dep_waiters[dt].append((need, t))
+                                break
+                    if f & RECV:
+                        c = recv_conn[t]
+                        q = arrivals[c]
+                        if not q:
+                            recv_wait[c] = t
+                            break
+                        if q[0] > now:
+                            schedule(q[0], t << 1)
+                            if record:
+                                woke[t] = ("data", sent_by[c][0])
+                            break
+                        q.popleft()
+                        consumed[c] += 1
+                        if record:
+                            sent_by[c].popleft()
+                        w = fifo_wait[c]
+                        if w >= 0:
+                            fifo_wait[c] = -1
+                            ready.append(w)
+                            if record:
+                                woke[w] = ("fifo", current[t])
+                    if record and woke[t] is not None:
+                        rec = pieces[current[t]]
+                        rec.cause, rec.ref = woke[t]  # type: ignore[misc]
+                        rec.ready = now
+                        woke[t] = None
+                    if f & (REDUCE | COPY):
+                        nbytes = min(m, counts[t][p] - piece[t] * m) * tile
+                        dur = nbytes * (inv_red if f & REDUCE else inv_cpy)
+                        if dur > 0:
+                            c = send_conn[t] if f & SEND else -1
+                            if c >= 0 and not record and shared_links[c] is None and posted[c] - consumed[c] < depth:
+                                # compute, then a transfer at a fixed rate: nothing can change in between
+                                posted[c] += 1
+                                phase[t] = 2
+                                schedule(now + dur + nbytes / free_rate[c], (t << 1) | 1)
+                                break
+                            phase[t] = 1
+                            schedule(now + dur, t << 1)
+                            if record:
+                                pieces[current[t]].compute = (now, now + dur)
+                            break
+                    ph = 1
+                if ph == 1 and f & SEND:
+                    c = send_conn[t]
+                    if posted[c] - consumed[c] >= depth:
+                        phase[t] = 1
+                        fifo_wait[c] = t
+                        break
+                    posted[c] += 1
+                    nbytes = min(m, counts[t][p] - piece[t] * m) * tile
+                    phase[t] = 2
+                    if record:
+                        rec = pieces[current[t]]
+                        if woke[t] is not None:  # a FIFO slot was what it waited for last
+                            rec.cause, rec.ref = woke[t]  # type: ignore[misc]
+                            woke[t] = None
+                        rec.send = (now, now)
+                    links = shared_links[c]
+                    if links is None:
+                        end = now + nbytes / free_rate[c]
+                        schedule(end, (t << 1) | 1)
+                        if record:
+                            rate_log.append((t, now, end, free_rate[c]))  # type: ignore[union-attr]
+                    else:
+                        fair.start(now, t, nbytes, links, cap)
+                    break
+                # the piece is done
+                if record:
+                    pieces[current[t]].end = now
+                    last_done[t] = current[t]
+                    current[t] = -1
+                phase[t] = 0
+                k = piece[t] + 1
+                if k < pieces_of[t][p]:
+                    piece[t] = k
+                    continue
+                piece[t] = 0
+                pos[t] = p + 1
+                waiters = dep_waiters[t]
+                if waiters:
+                    done = it[t] * L + p + 1
+                    keep = []
+                    for need, w in waiters:
+                        if need <= done:
+                            ready.append(w)
+                            if record:
+                                woke[w] = ("dep", last_done[t])
+                        else:
+                            keep.append((need, w))
+                    dep_waiters[t] = keep
+        if fair.dirty:
+            for fl in fair.settle(now):
+                schedule(fl.finish_time(), (fl.key, fl.version))
+        if not times:
+            break
+        now = heapq.heappop(times)
+        for item in bucket.pop(now):
+            if type(item) is int:
+                t = item >> 1
+                if not item & 1:
+                    ready.append(t)
+                    continue
+            else:  # a shared flow's expected end: current unless its rate changed since
+                t, version = item
+                fl = fair.current(t)
+                if fl is None or fl.version != version:
+                    continue
+                fair.end(now, t)
+            # the transfer of thread block t has drained: its data arrives after the latency
+            c = send_conn[t]
+            arrive = now + latency[c]
+            arrivals[c].append(arrive)
+            if record:
+                rec = pieces[current[t]]
+                rec.send = (rec.send[0], now)  # type: ignore[index]
+                sent_by[c].append(current[t])
+            w = recv_wait[c]
+            if w >= 0:
+                recv_wait[c] = -1
+                schedule(arrive, w << 1)
+                if record:
+                    woke[w] = ("data", current[t])
+            ready.append(t)
+
+    stuck = [t for t in range(n) if it[t] < iters]
+    if stuck:
+        t = stuck[0]
+        raise VerificationError(
+            f"{prog.algorithm.name}: the simulation cannot finish - rank {prog.tb_rank[t]} thread block "
+            f"{prog.tb_id[t]} waits forever at step {pos[t]} of iteration {it[t]} (deadlock)")
+    link_bytes = [0.0] * len(link_rate)
+    for c, links in enumerate(prog.conn_links):
+        for l in links:
+            link_bytes[l] += prog.conn_chunks[c] * tile * iters
+    segments = []
+    if rate_log:
+        for key, a, b, rate in rate_log:
+            for l in prog.conn_links[send_conn[key]]:
+                segments.append((l, a, b, rate))
+    return EngineResult(max(tb_finish, default=0.0), iters, iters, 0.0, m, tile, link_bytes, segments,
+                        pieces, tb_finish)

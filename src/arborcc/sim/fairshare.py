@@ -1,0 +1,212 @@
+"""Max-min fair sharing of directed links among concurrent flows, kept up to date as
+flows start and end.
+
+Every flow crosses a set of links and may have its own rate cap (the thread block's
+bandwidth); max-min fairness gives each flow the largest rate such that no flow can
+go faster without slowing one that is no faster (progressive filling, Bertsekas &
+Gallager, *Data Networks*, 2nd ed., 1992, section 6.5.2).
+
+Only a start or an end changes rates, and only for the flows that share a link with
+the changed one, directly or through other flows: :class:`FairShare` recomputes those
+components alone, once per instant however many flows started and ended in it, so a change costs time in the size of its component, not in the
+number of flows in the system. Remaining bytes are advanced lazily (each flow keeps
+the time its rate was last set).
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class Flow:
+    """One active transfer: bytes left at ``since``, the rate since then, its links."""
+
+    __slots__ = ("key", "remaining", "rate", "since", "links", "cap", "version")
+
+    def __init__(self, key: int, nbytes: float, links: tuple[int, ...], cap: float, now: float):
+        self.key = key
+        self.remaining = nbytes
+        self.rate = 0.0
+        self.since = now
+        self.links = links
+        self.cap = cap
+        self.version = 0
+
+    def finish_time(self) -> float:
+        return self.since + self.remaining / self.rate if self.rate > 0 else math.inf
+
+
+def max_min_rates(flows: list[Flow], capacity: list[float]) -> dict[int, float]:
+    """Progressive filling over ``flows`` (keyed by ``Flow.key``) on links of the given
+    capacities: repeatedly find the tightest constraint - a link's capacity left split
+    evenly among its unfrozen flows, or a flow's own cap - and freeze the flows it binds."""
+    left: dict[int, float] = {}
+    users: dict[int, list[Flow]] = {}
+    for f in flows:
+        for l in f.links:
+            if l not in users:
+                users[l] = []
+                left[l] = capacity[l]
+            users[l].append(f)
+    count = {l: len(u) for l, u in users.items()}
+    rates: dict[int, float] = {}
+    open_flows = sorted(flows, key=lambda f: f.cap)
+    while open_flows:
+        share, tight = math.inf, None
+        for l, k in count.items():
+            if k:
+                s = left[l] / k
+                if s < share:
+                    share, tight = s, l
+        capped = open_flows[0].cap
+        if capped <= share:
+            frozen = [f for f in open_flows if f.cap <= capped]
+            level = capped
+        else:
+            frozen = [f for f in users[tight] if f.key not in rates]  # type: ignore[index]
+            level = share
+        for f in frozen:
+            rates[f.key] = level
+            for l in f.links:
+                left[l] = max(0.0, left[l] - level)
+                count[l] -= 1
+        done = {f.key for f in frozen}
+        open_flows = [f for f in open_flows if f.key not in done]
+    return rates
+
+
+def _one_link_rates(flows: list[Flow], capacity: float) -> dict[int, float]:
+    """:func:`max_min_rates` when every flow crosses the same single link."""
+    if all(f.cap == math.inf for f in flows):
+        share = capacity / len(flows)
+        return {f.key: share for f in flows}
+    rates = {}
+    left, todo = capacity, sorted(flows, key=lambda f: f.cap)
+    for i, f in enumerate(todo):
+        share = left / (len(todo) - i)
+        rate = min(f.cap, share)
+        rates[f.key] = rate
+        left -= rate
+    return rates
+
+
+class FairShare:
+    """The active flows on the links whose sharing can bind (see module doc).
+
+    :meth:`start` and :meth:`end` record changes; :meth:`settle` recomputes the rates
+    they affect and returns the flows whose rate changed, their ``version`` bumped so
+    stale finish events can be recognised and dropped.
+    """
+
+    def __init__(self, capacity: list[float], log: list | None = None):
+        self.capacity = capacity
+        self.flows: dict[int, Flow] = {}
+        self.on_link: dict[int, set[int]] = {}
+        self.log = log  #: if a list: (key, start, end, rate) of every finished rate period
+        self.dirty: set[int] = set()  #: links whose flows changed since the last settle
+        self.wide: dict[int, int] = {}  #: per link, its flows that cross other links too
+
+    def _close(self, f: Flow, now: float) -> None:
+        if self.log is not None and f.rate > 0 and now > f.since:
+            self.log.append((f.key, f.since, now, f.rate))
+
+    def _component(self, links: tuple[int, ...]) -> list[Flow]:
+        if len(links) == 1:  # the common case: one shared link whose flows use no other
+            on = self.on_link.get(links[0])
+            if not on:
+                return []
+            flows = [self.flows[k] for k in on]
+            if all(len(f.links) == 1 for f in flows):
+                return flows
+        seen_links, seen_flows = set(links), set()
+        todo = list(links)
+        out = []
+        while todo:
+            l = todo.pop()
+            for k in self.on_link.get(l, ()):
+                if k in seen_flows:
+                    continue
+                seen_flows.add(k)
+                f = self.flows[k]
+                out.append(f)
+                for m in f.links:
+                    if m not in seen_links:
+                        seen_links.add(m)
+                        todo.append(m)
+        return out
+
+    def settle(self, now: float) -> list[Flow]:
+        """Recompute the rates of every component touched since the last call; the
+        flows whose rate changed (new flows included) get a new ``version`` and are
+        returned, so their expected finish can be rescheduled. Starts and ends at one
+        instant are settled together, which saves the churn of a flow ending and its
+        successor on the same connection starting at once."""
+        if not self.dirty:
+            return []
+        changed, seen = [], set()
+        for l in sorted(self.dirty):
+            if l in seen:
+                continue
+            on = self.on_link.get(l)
+            if not on:
+                continue
+            if not self.wide.get(l):  # every flow here crosses this link only: an even split
+                share = self.capacity[l] / len(on)
+                flows = [self.flows[k] for k in on]
+                if all(f.cap >= share for f in flows):
+                    for f in flows:
+                        if f.rate != share:
+                            self._set(f, share, now)
+                            changed.append(f)
+                    continue
+            component = self._component((l,))
+            for f in component:
+                seen.update(f.links)
+            if component:
+                changed += self._rebalance(now, component)
+        self.dirty.clear()
+        return changed
+
+    def _rebalance(self, now: float, component: list[Flow]) -> list[Flow]:
+        first = component[0].links
+        if len(first) == 1 and all(f.links == first for f in component):
+            rates = _one_link_rates(component, self.capacity[first[0]])
+        else:
+            rates = max_min_rates(component, self.capacity)
+        changed = []
+        for f in component:
+            new = rates[f.key]
+            if new != f.rate:
+                self._set(f, new, now)
+                changed.append(f)
+        return changed
+
+    def _set(self, f: Flow, rate: float, now: float) -> None:
+        self._close(f, now)
+        f.remaining = max(0.0, f.remaining - f.rate * (now - f.since))
+        f.since = now
+        f.rate = rate
+        f.version += 1
+
+    def start(self, now: float, key: int, nbytes: float, links: tuple[int, ...], cap: float) -> None:
+        """A flow of ``nbytes`` over ``links`` starts (its rate is set by :meth:`settle`)."""
+        f = Flow(key, nbytes, links, cap, now)
+        self.flows[key] = f
+        for l in links:
+            self.on_link.setdefault(l, set()).add(key)
+            if len(links) > 1:
+                self.wide[l] = self.wide.get(l, 0) + 1
+        self.dirty.update(links)
+
+    def end(self, now: float, key: int) -> None:
+        """Flow ``key`` has delivered its last byte."""
+        f = self.flows.pop(key)
+        self._close(f, now)
+        for l in f.links:
+            self.on_link[l].discard(key)
+            if len(f.links) > 1:
+                self.wide[l] -= 1
+        self.dirty.update(f.links)
+
+    def current(self, key: int) -> Flow | None:
+        return self.flows.get(key)

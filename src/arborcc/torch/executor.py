@@ -1,0 +1,572 @@
+"""The torch.distributed executor: any IR algorithm run over a process group's
+point-to-point operations (gloo on CPU, NCCL on GPU), reductions with torch operations
+on the tensors' device.
+
+It interprets an algorithm exactly as arborcc's shared-memory runtime does, so the same
+algorithm gives the same results, bit for bit: buffers placed by the one normalization
+of in-place and out-of-place calls (:func:`arborcc.runtime.lowering.lower_rank`), the
+same chunk geometry (chunk ``c`` of a call buffer starts at ``(c // P) * count + (c % P)
+* C``), the same tail (the elements of each block that do not divide into ``P`` chunks
+run through the collective's direct algorithm), the same reduction of every step
+(``rrc``: destination = source (op) received), avg as a sum divided by the rank count.
+
+Transport. A thread block's connection is (peer, channel): a message is an ``isend`` /
+``irecv`` with the channel as its tag, and messages of one connection are matched in
+order, as MSCCL's FIFOs are. On a back-end without tags (NCCL) the operations that
+become ready together are issued as one batch (``batch_isend_irecv``, an NCCL group), and
+an algorithm may use at most one thread block per peer and direction there.
+
+Progress. One thread walks the thread blocks in program order and issues operations as
+soon as their step may run (a receive into a temporary buffer is posted as soon as its
+thread block reaches it; one into the destination waits for the step's dependency).
+Completion of an operation is awaited by a helper thread (gloo's Work objects cannot be
+polled), which wakes the issuing thread, so a rank always reacts to whichever message
+arrives first - waiting on one fixed receive could deadlock an algorithm whose peers
+wait on this rank's later sends. Sends read the caller's memory where it is, without a
+copy; a step that would write memory a send in flight still reads waits for that send
+to complete (a receive that would land there goes to a temporary buffer instead, so a
+pair of ranks exchanging the same chunks cannot block each other) - the IR's semantics,
+a send captures its data when it is posted, without copying.
+
+References:
+
+* GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler
+  for GPU Collective Communication", arXiv 2022 (published as MSCCLang, ASPLOS 2023),
+  https://arxiv.org/abs/2201.11840
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from arborcc.errors import InputError
+from arborcc.ir.aliasing import Mode, declared_modes
+from arborcc.ir.collectives import ROOTED
+from arborcc.ir.model import Algorithm, Op
+from arborcc.runtime.errors import CommunicationError
+from arborcc.runtime.lowering import STEP_CODE, LoweredRank, call_mode, chunk_start, lower_rank
+from arborcc.runtime.plan import Plan, fallback_algorithm, require_verified
+
+OP_OF_CODE = {code: op for op, code in STEP_CODE.items()}
+#: IR buffer numbers of a call (as :mod:`arborcc.runtime.lowering` numbers them)
+SEND_BUFFER, RECV_BUFFER, SCRATCH_BUFFER = 0, 1, 2
+#: the reductions the executor computes (avg is a sum, then a division)
+REDUCTIONS = ("sum", "prod", "min", "max", "avg")
+#: seconds between checks for a failure elsewhere in the job while a call waits
+ABORT_POLL = 0.2
+#: tags per tile: a connection's tag is its channel + CHANNEL_TAGS * tile (MSCCL has at most 32 channels)
+CHANNEL_TAGS = 64
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Where the chunks of a call's buffers are: ``per_block`` chunks of ``chunk`` elements
+    in each rank block of ``count`` elements, ``stride`` elements apart (0: ``chunk``),
+    starting ``base`` elements into the block (scratch chunks are contiguous). A tile of
+    a call is its chunks' elements ``base .. base + chunk`` within chunks of ``stride``."""
+
+    count: int
+    chunk: int
+    per_block: int
+    base: int
+    stride: int = 0
+
+    def ranges(self, buf: int, first: int, n: int) -> list[tuple[int, int]]:
+        """Element ranges ``[start, stop)`` of chunks ``first .. first + n - 1``, adjacent ones merged."""
+        c = self.chunk
+        if buf == SCRATCH_BUFFER:
+            return [(first * c, (first + n) * c)]
+        stride = self.stride or c
+        out: list[tuple[int, int]] = []
+        for k in range(first, first + n):
+            start = (k // self.per_block) * self.count + (k % self.per_block) * stride + self.base
+            if out and out[-1][1] == start:
+                out[-1] = (out[-1][0], start + c)
+            else:
+                out.append((start, start + c))
+        return out
+
+
+@dataclass(frozen=True)
+class LoweredStep:
+    op: Op
+    src: tuple[int, int] | None  #: (call buffer, chunk)
+    dst: tuple[int, int] | None
+    count: int
+    dep: tuple[int, int] | None  #: (thread block index, step)
+    private_src: bool  #: no step of the program writes the source chunks
+    private_dst: bool  #: no other step of the program writes the destination chunks
+
+
+@dataclass(frozen=True)
+class LoweredThreadBlock:
+    send: int
+    recv: int
+    channel: int
+    steps: tuple[LoweredStep, ...]
+
+
+def lowered_program(low: LoweredRank) -> list[LoweredThreadBlock]:
+    """``low``'s rows as thread blocks of steps, with which memory each step may share."""
+    writers: dict[tuple[int, int], set[int]] = {}
+    for i, row in enumerate(low.steps):
+        op, dbuf, doff, cnt = OP_OF_CODE[row[0]], row[3], row[4], row[5]
+        if op in (Op.RECV, Op.RECV_REDUCE_COPY, Op.RECV_COPY_SEND, Op.RECV_REDUCE_COPY_SEND, Op.COPY, Op.REDUCE):
+            for c in range(doff, doff + cnt):
+                writers.setdefault((dbuf, c), set()).add(i)
+    tbs = []
+    for send, recv, channel, first, n in low.threadblocks:
+        steps = []
+        for i in range(first, first + n):
+            code, sbuf, soff, dbuf, doff, cnt, dep_tb, dep_step = low.steps[i]
+            op = OP_OF_CODE[code]
+            private_src = sbuf < 0 or all(not writers.get((sbuf, c)) for c in range(soff, soff + cnt))
+            private_dst = dbuf < 0 or all(writers.get((dbuf, c), set()) <= {i} for c in range(doff, doff + cnt))
+            steps.append(LoweredStep(op, (sbuf, soff) if sbuf >= 0 else None, (dbuf, doff) if dbuf >= 0 else None,
+                                     cnt, (dep_tb, dep_step) if dep_tb >= 0 else None, private_src, private_dst))
+        tbs.append(LoweredThreadBlock(send, recv, channel, tuple(steps)))
+    return tbs
+
+
+class Waiters:
+    """Daemon threads that wait for torch Work objects and report completions in a queue
+    (one thread per operation in flight; threads are reused)."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.idle = 0
+        self.lock = threading.Lock()
+
+    def submit(self, work, token, done: queue.SimpleQueue) -> None:
+        with self.lock:
+            if self.idle == 0:
+                threading.Thread(target=self._serve, name="arborcc-wait", daemon=True).start()
+            else:
+                self.idle -= 1
+        self.jobs.put((work, token, done))
+
+    def _serve(self) -> None:
+        while True:
+            work, token, done = self.jobs.get()
+            try:
+                work.wait()
+                done.put((token, None))
+            except BaseException as e:  # reported to the issuing thread, which raises
+                done.put((token, e))
+            with self.lock:
+                self.idle += 1
+
+
+def _reducer(op: str):
+    import torch
+
+    return {"sum": torch.add, "avg": torch.add, "prod": torch.mul, "min": torch.minimum, "max": torch.maximum}[op]
+
+
+class GroupExecutor:
+    """Runs IR algorithms over ``group`` (a torch ProcessGroup, or a c10d Backend such as
+    ``ProcessGroupGloo``), whose point-to-point operations take group ranks.
+
+    ``rank_names`` gives the rank each group rank is called in errors (default: itself);
+    ``failure``, if given, is asked while a call waits (every ``ABORT_POLL`` s) whether
+    the job has failed elsewhere: a message stops the call with an error that repeats it;
+    ``tagged`` False for back-ends that ignore tags (batched issue; NCCL); ``timeout`` is
+    the seconds a call may wait without any operation completing; chunks larger than
+    ``tile_bytes`` run as tiles of at most that size, all in flight at once (a pipeline,
+    as GC3's runtime tiles large buffers; tiles need tags, so untagged back-ends run one).
+    """
+
+    def __init__(self, group, timeout: float = 1800.0, plan: Plan | None = None, rank_names: list[int] | None = None,
+                 failure=None,
+                 tagged: bool = True, tag_base: int = 0, tile_bytes: int = 8 << 20):
+        self.group = group
+        self.rank, self.size = group.rank(), group.size()
+        self.timeout = timeout
+        self.plan = plan or Plan()
+        self.rank_names = rank_names or list(range(self.size))
+        self.failure = failure
+        self.tagged = tagged
+        self.tag_base = tag_base
+        self.tile_bytes = tile_bytes
+        self._programs: dict[tuple[int, Mode], tuple[Algorithm, LoweredRank, list[LoweredThreadBlock]]] = {}
+        self.waiters = Waiters()
+
+    # -- collectives (the algorithm from the plan) -------------------------------------
+
+    def allreduce(self, tensor, op: str = "sum"):
+        return self._collective("allreduce", tensor, tensor, tensor.numel(), op)
+
+    def broadcast(self, tensor, root: int = 0):
+        return self._collective("broadcast", tensor, tensor, tensor.numel(), "sum", root)
+
+    def reduce(self, tensor, root: int = 0, op: str = "sum"):
+        return self._collective("reduce", tensor, tensor, tensor.numel(), op, root)
+
+    def allgather(self, send, recv):
+        """``recv`` (``size`` blocks of ``send``'s size) = every rank's ``send``, in rank order."""
+        return self._collective("allgather", send, recv, send.numel(), "sum")
+
+    def reduce_scatter(self, send, recv, op: str = "sum"):
+        """``recv`` = block ``rank`` of the reduction of every rank's ``send``."""
+        return self._collective("reducescatter", send, recv, recv.numel(), op)
+
+    def alltoall(self, send, recv):
+        return self._collective("alltoall", send, recv, send.numel() // self.size, "sum")
+
+    def _collective(self, collective: str, send, recv, count: int, op: str, root: int = 0):
+        if count == 0:
+            return recv
+        mode = self._mode(collective, send, recv, count, root if collective in ROOTED else 0)
+        algo = self.plan.select(collective, self.size, mode, count, send.element_size(),
+                                root if collective in ROOTED else 0)
+        self._execute(algo, mode, send, recv, count, op, root)
+        return recv
+
+    # -- any algorithm -------------------------------------------------------------------
+
+    def run_algorithm(self, algo: Algorithm, send, recv=None, op: str = "sum", count: int | None = None):
+        """Run ``algo`` (verified first) on this call; ``count`` is the elements per rank
+        block (by default from ``send``, as :meth:`arborcc.runtime.Communicator.run_algorithm`)."""
+        if algo.num_ranks != self.size:
+            raise InputError(f"the algorithm is for {algo.num_ranks} ranks, the group has {self.size}",
+                             source=algo.name)
+        require_verified(algo)
+        recv = send if recv is None else recv
+        if count is None:
+            blocks = self.size if algo.collective in ("reducescatter", "alltoall", "scatter") else 1
+            count = send.numel() // blocks
+        declared = declared_modes(algo)
+        mode = self._mode(algo.collective, send, recv, count, algo.effective_root, declared)
+        if mode not in declared:
+            raise InputError(f"the algorithm does not run {mode.label} "
+                             f"(its file declares {', '.join(m.label for m in declared) or 'no mode'})",
+                             source=algo.name)
+        self._execute(algo, mode, send, recv, count, op, algo.effective_root)
+        return recv
+
+    def _mode(self, collective: str, send, recv, count: int, root: int,
+              declared: tuple[Mode, ...] = (Mode.OUTOFPLACE, Mode.INPLACE)) -> Mode:
+        """The call's mode, by the one normalization of buffers (as the runtime decides it)."""
+        return call_mode(collective, self.size, self.rank, root, send.data_ptr(), recv.data_ptr(),
+                         count * send.element_size(), declared)
+
+    # -- execution -------------------------------------------------------------------
+
+    def _program(self, algo: Algorithm, mode: Mode) -> tuple[LoweredRank, list[LoweredThreadBlock]]:
+        key = (id(algo), mode)
+        hit = self._programs.get(key)
+        if hit is None or hit[0] is not algo:
+            low = lower_rank(algo, self.rank, mode)
+            tbs = lowered_program(low)
+            if not self.tagged:
+                self._check_untagged(algo, tbs)
+            hit = self._programs[key] = (algo, low, tbs)
+        return hit[1], hit[2]
+
+    @staticmethod
+    def _check_untagged(algo: Algorithm, tbs: list[LoweredThreadBlock]) -> None:
+        for end in ("send", "recv"):
+            peers = [getattr(tb, end) for tb in tbs if getattr(tb, end) >= 0]
+            if len(peers) != len(set(peers)):
+                raise InputError("uses several connections to one peer, which a back-end without tags (NCCL) "
+                                 "cannot tell apart", source=algo.name)
+
+    def _execute(self, algo: Algorithm, mode: Mode, send, recv, count: int, op: str, root: int) -> None:
+        if op not in REDUCTIONS:
+            raise InputError(f"unknown reduction {op!r} (known: {', '.join(REDUCTIONS)})", source="op")
+        if count == 0:
+            return
+        flat = {SEND_BUFFER: send.view(-1), RECV_BUFFER: recv.view(-1)}
+        low, tbs = self._program(algo, mode)
+        chunk = count // low.chunks_per_block
+        tail = count - low.chunks_per_block * chunk
+        if tail and algo.collective == "custom":
+            raise InputError(f"{count} elements do not divide into the {low.chunks_per_block} chunks of a custom "
+                             f"collective", source=algo.name)
+        if chunk:
+            tiles = max(1, -(-chunk * send.element_size() // self.tile_bytes)) if self.tagged else 1
+            size = -(-chunk // tiles)
+            geos = [Geometry(count, min(size, chunk - t), low.chunks_per_block, t, chunk)
+                    for t in range(0, chunk, size)]
+            self._run(tbs, low, geos, flat, op, send)
+        if tail:
+            f_low, f_tbs = self._program(fallback_algorithm(algo.collective, self.size, mode, root), mode)
+            self._run(f_tbs, f_low, [Geometry(count, tail, 1, low.chunks_per_block * chunk)], flat, op, send)
+        if op == "avg" and low.result_checked:  # divide the rank's result (where the layout puts it)
+            buffer, first = low.result
+            start = chunk_start(first, low.chunks_per_block, count)
+            flat[buffer][start:start + count].div_(self.size)
+
+    def _run(self, tbs: list[LoweredThreadBlock], low: LoweredRank, geos: list[Geometry], flat: dict, op: str,
+             like) -> None:
+        import torch
+
+        tiles = []
+        for geo in geos:
+            bufs = dict(flat)
+            if low.scratch_chunks:
+                bufs[SCRATCH_BUFFER] = torch.empty(low.scratch_chunks * geo.chunk, dtype=like.dtype,
+                                                   device=like.device)
+            tiles.append((geo, bufs))
+        Run(self, tbs, tiles, _reducer(op), like).execute()
+
+    # -- transport -------------------------------------------------------------------
+
+    def post(self, sends: list[tuple[int, int, object]], recvs: list[tuple[int, int, object]]) -> list:
+        """Issue ``(peer, channel, tensor)`` sends and receives; their Work objects, sends first."""
+        if self.tagged:
+            works = [self.group.send([t], peer, self.tag_base + ch) for peer, ch, t in sends]
+            works += [self.group.recv([t], peer, self.tag_base + ch) for peer, ch, t in recvs]
+            return works
+        import torch.distributed as dist
+
+        ops = [dist.P2POp(dist.isend, t, group_peer=peer, group=self.group) for peer, _, t in sends]
+        ops += [dist.P2POp(dist.irecv, t, group_peer=peer, group=self.group) for peer, _, t in recvs]
+        return dist.batch_isend_irecv(ops) if ops else []
+
+
+class Run:
+    """One execution of one rank's thread blocks on one call's buffers (see the module
+    docstring for the progress rule), once per tile: ``tiles`` holds each tile's geometry
+    and buffers; thread block ``i`` of the run is thread block ``i % T`` of the program
+    (``T`` of them) on tile ``i // T``, its messages tagged apart from other tiles'."""
+
+    def __init__(self, ex: GroupExecutor, tbs: list[LoweredThreadBlock], tiles: list[tuple[Geometry, dict]],
+                 reduce_fn, like):
+        self.ex, self.reduce_fn, self.like = ex, reduce_fn, like
+        self.per_tile = len(tbs)
+        self.tbs = [tb for _ in tiles for tb in tbs]
+        self.geos = [geo for geo, _ in tiles]
+        self.bufs = [bufs for _, bufs in tiles]
+        self.pos = [0] * len(self.tbs)
+        self.pending: list[tuple | None] = [None] * len(self.tbs)  # (token, buffer, into destination)
+        self.finished: set[int] = set()  # tokens of completed operations
+        self.failed: dict[int, BaseException] = {}
+        self.inflight: dict[int, tuple[str, int]] = {}  # token -> ("send"/"recv", peer)
+        self.sends: list = []  # payloads kept alive until their sends complete
+        self.busy: dict[int, list[tuple[int, int, int]]] = {}  # send token -> (buffer, start, stop) it reads
+        self.done = queue.SimpleQueue()
+        self.next_token = 0
+        self.new_sends: list[tuple[int, int, object, list | None]] = []
+        self.new_recvs: list[tuple[int, int, object, int]] = []
+
+    # -- memory ------------------------------------------------------------------------
+
+    def ranges(self, i: int, where: tuple[int, int], n: int) -> list[tuple[int, int]]:
+        return self.geos[i // self.per_tile].ranges(where[0], where[1], n)
+
+    def view(self, i: int, where: tuple[int, int], n: int):
+        """Thread block ``i``'s chunks as one tensor view, or None when they are not contiguous."""
+        ranges = self.ranges(i, where, n)
+        if len(ranges) != 1:
+            return None
+        start, stop = ranges[0]
+        return self.bufs[i // self.per_tile][where[0]][start:stop]
+
+    def read(self, i: int, where: tuple[int, int], n: int):
+        import torch
+
+        v = self.view(i, where, n)
+        if v is not None:
+            return v
+        buf = self.bufs[i // self.per_tile][where[0]]
+        return torch.cat([buf[a:b] for a, b in self.ranges(i, where, n)])
+
+    def write(self, i: int, where: tuple[int, int], n: int, value) -> None:
+        buf = self.bufs[i // self.per_tile][where[0]]
+        at = 0
+        for a, b in self.ranges(i, where, n):
+            buf[a:b].copy_(value[at:at + b - a])
+            at += b - a
+
+    def temp(self, i: int, n: int):
+        import torch
+
+        return torch.empty(n * self.geos[i // self.per_tile].chunk, dtype=self.like.dtype, device=self.like.device)
+
+    def channel(self, i: int, tb: LoweredThreadBlock) -> int:
+        """The tag of ``tb``'s connection on thread block ``i``'s tile."""
+        return tb.channel + CHANNEL_TAGS * (i // self.per_tile)
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def execute(self) -> None:
+        deadline = time.monotonic() + self.ex.timeout
+        while True:
+            moved = True
+            while moved:
+                moved = any([self.advance(i) for i in range(len(self.tbs))])
+                self.flush()
+            if all(self.pos[i] == len(tb.steps) for i, tb in enumerate(self.tbs)):
+                break
+            deadline = self.wait_any(deadline)
+        while any(kind == "send" for kind, _ in self.inflight.values()):
+            deadline = self.wait_any(deadline)
+        self.sends.clear()
+
+    def wait_any(self, deadline: float) -> float:
+        """Block until an operation completes; the new deadline (time without progress)."""
+        while True:
+            try:
+                token, error = self.done.get(timeout=max(0.0, min(ABORT_POLL, deadline - time.monotonic())))
+                break
+            except queue.Empty:
+                failure = self.ex.failure() if self.ex.failure else None
+                if failure:
+                    raise CommunicationError(f"rank {self.ex.rank_names[self.ex.rank]}: the job was stopped: "
+                                             f"{failure}") from None
+                if time.monotonic() < deadline:
+                    continue
+            waiting = sorted({self.ex.rank_names[p] for _, p in self.inflight.values()})
+            raise CommunicationError(f"rank {self.ex.rank_names[self.ex.rank]}: timed out after "
+                                     f"{self.ex.timeout:g} s waiting for rank{'s' if len(waiting) > 1 else ''} "
+                                     f"{', '.join(map(str, waiting))}")
+        self.complete(token, error)
+        while True:  # take every other completion that is already there
+            try:
+                token, error = self.done.get_nowait()
+            except queue.Empty:
+                break
+            self.complete(token, error)
+        return time.monotonic() + self.ex.timeout
+
+    def complete(self, token: int, error: BaseException | None) -> None:
+        kind, peer = self.inflight.pop(token)
+        self.busy.pop(token, None)
+        if error is not None:
+            me, them = self.ex.rank_names[self.ex.rank], self.ex.rank_names[peer]
+            detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise CommunicationError(f"rank {me}: rank {them} failed or left while this rank waited for its "
+                                     f"{'message' if kind == 'recv' else 'receipt'} ({detail[:200]})")
+        self.finished.add(token)
+
+    def flush(self) -> None:
+        """Issue the operations collected by the last sweep (one batch)."""
+        if not self.new_sends and not self.new_recvs:
+            return
+        sends, recvs = self.new_sends, self.new_recvs
+        self.new_sends, self.new_recvs = [], []
+        works = self.ex.post([(p, ch, t) for p, ch, t, _ in sends], [(p, ch, t) for p, ch, t, _ in recvs])
+        tokens = [None] * len(sends) + [tok for *_, tok in recvs]
+        for i, work in enumerate(works):
+            if i < len(sends):
+                token = self.next_token
+                self.next_token += 1
+                self.inflight[token] = ("send", sends[i][0])
+                self.sends.append(sends[i][2])
+                if sends[i][3]:
+                    self.busy[token] = sends[i][3]
+            else:
+                token = tokens[i]
+            self.ex.waiters.submit(work, token, self.done)
+
+    def send(self, i: int, tb: LoweredThreadBlock, payload, shared: tuple[int, int] | None = None,
+             n: int = 0) -> None:
+        """Send ``payload``; ``shared``: it is the ``n`` chunks at ``shared`` of a buffer
+        that later steps may write, which they then do only once the send has completed."""
+        ranges = None
+        if shared:
+            key = (i // self.per_tile, shared[0])
+            ranges = [(key, a, b) for a, b in self.ranges(i, shared, n)]
+        self.new_sends.append((tb.send, self.channel(i, tb), payload, ranges))
+
+    def in_use(self, i: int, where: tuple[int, int], n: int) -> bool:
+        """Whether a send in flight (or about to be issued) reads any of these chunks."""
+        key = (i // self.per_tile, where[0])
+        mine = self.ranges(i, where, n)
+        held = [r for rs in self.busy.values() for r in rs] + [r for *_, rs in self.new_sends if rs for r in rs]
+        return any(b == key and a < hi and lo < e for b, lo, e in held for a, hi in mine)
+
+    def post_recv(self, i: int, tb: LoweredThreadBlock, target, into_dst: bool) -> None:
+        token = self.next_token
+        self.next_token += 1
+        self.inflight[token] = ("recv", tb.recv)
+        self.pending[i] = (token, target, into_dst)
+        self.new_recvs.append((tb.recv, self.channel(i, tb), target, token))
+
+    def dep_met(self, i: int, step: LoweredStep) -> bool:
+        if step.dep is None:
+            return True
+        return self.pos[(i // self.per_tile) * self.per_tile + step.dep[0]] > step.dep[1]
+
+    def advance(self, i: int) -> bool:
+        """Run thread block ``i`` as far as it can; True if it finished a step."""
+        tb = self.tbs[i]
+        moved = False
+        while self.pos[i] < len(tb.steps):
+            step = tb.steps[self.pos[i]]
+            if step.op.receives:
+                pend = self.pending[i]
+                if pend is None:
+                    direct = step.op in (Op.RECV, Op.RECV_COPY_SEND) and self.view(i, step.dst, step.count) is not None \
+                        and not self.in_use(i, step.dst, step.count)
+                    if direct and not self.dep_met(i, step):
+                        return moved
+                    target = self.view(i, step.dst, step.count) if direct else self.temp(i, step.count)
+                    self.post_recv(i, tb, target, direct)
+                    return moved
+                token, data, into_dst = pend
+                if token not in self.finished or not self.dep_met(i, step) or (
+                        not into_dst and step.dst is not None and self.in_use(i, step.dst, step.count)):
+                    return moved
+                self.finished.discard(token)
+                self.pending[i] = None
+                self.receive_step(i, tb, step, data, into_dst)
+            else:
+                if not self.dep_met(i, step) or (step.op in (Op.COPY, Op.REDUCE) and self.in_use(i, step.dst, step.count)):
+                    return moved
+                self.local_step(i, tb, step)
+            self.pos[i] += 1
+            moved = True
+        return moved
+
+    def receive_step(self, i: int, tb: LoweredThreadBlock, step: LoweredStep, data, into_dst: bool) -> None:
+        op, n = step.op, step.count
+        if op is Op.RECV:
+            if not into_dst:
+                self.write(i, step.dst, n, data)
+        elif op is Op.RECV_COPY_SEND:
+            if not into_dst:
+                self.write(i, step.dst, n, data)
+                self.send(i, tb, data)
+            else:
+                self.send(i, tb, data, None if step.private_dst else step.dst, step.count)
+        elif op is Op.RECV_REDUCE_SEND:
+            self.reduce_fn(self.read(i, step.src, n), data, out=data)
+            self.send(i, tb, data)
+        elif op is Op.RECV_REDUCE_COPY:
+            dst = self.view(i, step.dst, n)
+            if dst is not None:
+                self.reduce_fn(self.read(i, step.src, n), data, out=dst)
+            else:
+                self.reduce_fn(self.read(i, step.src, n), data, out=data)
+                self.write(i, step.dst, n, data)
+        elif op is Op.RECV_REDUCE_COPY_SEND:
+            self.reduce_fn(self.read(i, step.src, n), data, out=data)
+            self.write(i, step.dst, n, data)
+            self.send(i, tb, data)
+        else:
+            raise InputError(f"step type {op.value!r} is not supported by the torch.distributed executor")
+
+    def local_step(self, i: int, tb: LoweredThreadBlock, step: LoweredStep) -> None:
+        op, n = step.op, step.count
+        if op is Op.SEND:
+            v = self.view(i, step.src, n)
+            if v is None:
+                self.send(i, tb, self.read(i, step.src, n))  # gathered into a new tensor
+            else:
+                self.send(i, tb, v, None if step.private_src else step.src, step.count)
+        elif op is Op.COPY:
+            self.write(i, step.dst, n, self.read(i, step.src, n))
+        elif op is Op.REDUCE:
+            dst = self.view(i, step.dst, n)
+            if dst is not None:
+                self.reduce_fn(dst, self.read(i, step.src, n), out=dst)
+            else:
+                self.write(i, step.dst, n, self.reduce_fn(self.read(i, step.dst, n), self.read(i, step.src, n)))
+        elif op is not Op.NOP:
+            raise InputError(f"step type {op.value!r} is not supported by the torch.distributed executor")
+

@@ -1,0 +1,237 @@
+"""Side by side: every strategy that applies and the NCCL baselines, simulated over a
+range of sizes (``arborcc compare``, the demo's table and plot).
+
+Rows, per size:
+
+* each synthesis strategy that can build the collective (``synth.strategies``), its
+  algorithm simulated on its own routes;
+* ``nccl``: what NCCL runs (:mod:`arborcc.tune.nccl`: its rings and protocol choice,
+  NVLS where the switch reduces), simulated;
+* ``nccl-model``: NCCL's closed-form alpha-beta prediction for its rings (the second,
+  independent predictor).
+
+With ``protocol="auto"`` every strategy runs with the fastest protocol for each size.
+Sizes are taken in increasing order, and a protocol that is more than :data:`PRUNE`
+times slower at some size than a protocol with more bandwidth (LL < LL128 < Simple) is
+not tried at larger sizes: with time = latency + size / bandwidth the faster one's lead
+only grows with size.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from arborcc.errors import SynthesisError
+from arborcc.ir.model import Algorithm
+from arborcc.sim.fidelity import Fidelity, fidelity_for
+from arborcc.sim.protocols import protocol_name
+from arborcc.sim.simulate import SimResult, simulate
+from arborcc.topology.model import GB, Topology
+
+PRUNE = 1.05
+MODEL = "nccl-model"
+#: protocols from the least bandwidth to the most
+BY_BANDWIDTH = ("LL", "LL128", "Simple")
+
+
+@dataclass
+class Candidate:
+    """An algorithm to compare and how it was made."""
+
+    name: str
+    algorithm: Algorithm
+    routes: dict = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass
+class Comparison:
+    """Rows (see :meth:`SimResult.row`, plus ``strategy``) and what could not run."""
+
+    topology: str
+    ranks: int
+    collective: str
+    sizes: list[int]
+    rows: list[dict]
+    skipped: list[str]
+    synth_seconds: float = 0.0
+    sim_seconds: float = 0.0
+
+    def names(self) -> list[str]:
+        out: list[str] = []
+        for r in self.rows:
+            if r["strategy"] not in out:
+                out.append(r["strategy"])
+        return out
+
+    def busbw(self, name: str) -> list[float]:
+        """busbw (GB/s) of ``name`` at every size, in size order."""
+        by_size = {r["size"]: r["busbw_gbps"] for r in self.rows if r["strategy"] == name}
+        return [by_size.get(s, float("nan")) for s in self.sizes]
+
+    def best(self, size: int) -> dict:
+        """The fastest algorithm at ``size`` (not the closed-form ``nccl-model``)."""
+        return min((r for r in self.rows if r["size"] == size and r["strategy"] != MODEL),
+                   key=lambda r: r["time_us"])
+
+
+def strategy_candidates(topology: Topology, collective: str, root: int = 0, strategies: Sequence[str] | None = None,
+                        progress: Callable[[str], None] | None = None) -> tuple[list[Candidate], list[str]]:
+    """The algorithms of every strategy that builds ``collective`` on ``topology``
+    (``strategies`` picks some); the rest with the reason they were left out. Without an
+    explicit list, strategies whose synthesis explodes on many ranks are left out as
+    ``auto`` leaves them out."""
+    from arborcc.synth.registry import BY_NAME, STRATEGIES
+    from arborcc.synth.synthesis import synthesize
+
+    names = list(strategies) if strategies else [s.name for s in STRATEGIES if collective in s.collectives]
+    out, skipped = [], []
+    for name in names:
+        if name not in BY_NAME:
+            raise SynthesisError(f"unknown strategy {name!r} (known: {', '.join(BY_NAME)})")
+        limit = BY_NAME[name].auto_rank_limits.get(collective)
+        if not strategies and limit is not None and topology.num_ranks > limit:
+            skipped.append(f"{name}: left out above {limit} ranks (name it with --strategies to run it)")
+            continue
+        if progress:
+            progress(f"synthesizing {collective} with {name}")
+        try:
+            r = synthesize(topology, collective, name, root)
+        except SynthesisError as e:
+            skipped.append(f"{name}: {str(e).split(': ', 1)[-1] if name in str(e) else e}")
+            continue
+        out.append(Candidate(name, r.algorithm, r.routes, "; ".join(r.notes[:1])))
+    return out, skipped
+
+
+def protocol_sweep(algo: Algorithm, topology: Topology, sizes: Sequence[int], protocol: str = "auto",
+                   fidelity: Fidelity | None = None, routes: dict | None = None, instances: int = 1) -> list[SimResult]:
+    """The simulated call at every size with ``protocol``, or with ``auto`` the fastest
+    protocol per size (pruned as the module doc says)."""
+    if protocol != "auto":
+        proto = protocol_name(protocol)
+        return [simulate(algo, topology, s, proto, fidelity, instances, routes) for s in sizes]
+    alive = list(BY_BANDWIDTH)
+    best_at: dict[int, SimResult] = {}
+    for s in sorted(sizes):
+        results = [simulate(algo, topology, s, p, fidelity, instances, routes) for p in alive]
+        best_at[s] = min(results, key=lambda r: r.time)
+        alive = [r.protocol for i, r in enumerate(results)
+                 if all(r.time <= PRUNE * q.time for q in results[i + 1:])]
+    return [best_at[s] for s in sizes]
+
+
+def compare(topology: Topology, collective: str = "allreduce", sizes: Sequence[int] = (1 << 20,),
+            protocol: str = "auto", root: int = 0, strategies: Sequence[str] | None = None,
+            fidelity: Fidelity | None = None, baselines: bool = True,
+            progress: Callable[[str], None] | None = None) -> Comparison:
+    """Every candidate and the NCCL baselines at every size (module doc)."""
+    from arborcc.tune.nccl import COLLECTIVES as NCCL_COLLECTIVES, NcclBaseline
+
+    fidelity = fidelity or fidelity_for(topology)
+    sizes = sorted(set(int(s) for s in sizes))
+    t0 = time.perf_counter()
+    cands, skipped = strategy_candidates(topology, collective, root, strategies, progress)
+    t1 = time.perf_counter()
+    rows: list[dict] = []
+    for c in cands:
+        if progress:
+            progress(f"simulating {c.name} at {len(sizes)} sizes")
+        for r in protocol_sweep(c.algorithm, topology, sizes, protocol, fidelity, c.routes):
+            rows.append({"strategy": c.name, **r.row()})
+    if baselines and collective in NCCL_COLLECTIVES:
+        if progress:
+            progress("simulating the NCCL baseline")
+        base = NcclBaseline(topology, fidelity)
+        forced = None if protocol == "auto" else protocol_name(protocol)
+        for s in sizes:
+            rows.append({"strategy": "nccl", **base.call(s, collective, root, forced).row()})
+        for s in sizes:
+            protos = [forced] if forced else list(base.protocols)
+            p = min(protos, key=lambda q: base.schedule.nccl_estimate(collective, q, s).time)
+            t = base.schedule.nccl_estimate(collective, p, s).time
+            algbw = s / t
+            bus = algbw * (2 * (topology.num_ranks - 1) / topology.num_ranks if collective == "allreduce" else 1.0)
+            rows.append({"strategy": MODEL, "size": s, "protocol": p, "instances": 1,
+                         "time_us": round(t * 1e6, 3), "algbw_gbps": round(algbw / GB, 4),
+                         "busbw_gbps": round(bus / GB, 4)})
+    elif baselines:
+        skipped.append(f"nccl: the NCCL baseline covers {', '.join(NCCL_COLLECTIVES)}, not {collective}")
+    t2 = time.perf_counter()
+    return Comparison(topology.name, topology.num_ranks, collective, sizes, rows, skipped, t1 - t0, t2 - t1)
+
+
+def format_size(size: int) -> str:
+    """``1K``, ``64M``, ``1G``: nccl-tests' binary units."""
+    for shift, unit in ((30, "G"), (20, "M"), (10, "K")):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift}{unit}"
+    return str(size)
+
+
+def comparison_table(cmp: Comparison) -> str:
+    """busbw (GB/s) per size (rows) and strategy (columns); ``*`` marks the fastest."""
+    names = cmp.names()
+    width = max(9, *(len(n) + 1 for n in names))
+    lines = [f"{cmp.collective} on {cmp.topology} ({cmp.ranks} GPUs): busbw GB/s, simulated; * = fastest "
+             f"({MODEL}: NCCL's own alpha-beta prediction)",
+             f"{'size':>8} " + "".join(f"{n:>{width}}" for n in names)]
+    cells = {(r["strategy"], r["size"]): r for r in cmp.rows}
+    for s in cmp.sizes:
+        best = cmp.best(s)["strategy"]
+        parts = []
+        for n in names:
+            r = cells.get((n, s))
+            text = "-" if r is None else f"{r['busbw_gbps']:.2f}" + ("*" if n == best else " ")
+            parts.append(f"{text:>{width}}")
+        lines.append(f"{format_size(s):>8} " + "".join(parts))
+    return "\n".join(lines)
+
+
+def comparison_png(cmp: Comparison, path: str) -> None:
+    """busbw against log2 size, one line per strategy (nccl-tests' plot)."""
+    from arborcc.errors import MissingDependencyError
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MissingDependencyError("plotting", "matplotlib", "plot") from None
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for name in cmp.names():
+        style = "--" if name.startswith("nccl") else "-"
+        ax.plot(cmp.sizes, cmp.busbw(name), style, marker=".", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(f"{cmp.collective} on {cmp.topology} ({cmp.ranks} GPUs), simulated")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def demo_comparison(topology: Topology, plot: str | None = None,
+                    sizes: Sequence[int] = tuple(1 << k for k in range(10, 31, 2))) -> None:
+    """``arborcc demo``'s last section: the comparison table for ``topology`` and, when
+    ``plot`` names a PNG file (and matplotlib is installed), its plot."""
+    from arborcc.errors import MissingDependencyError
+
+    cmp = compare(topology, "allreduce", sizes)
+    print(comparison_table(cmp))
+    for note in cmp.skipped:
+        print(f"  not compared: {note}")
+    if plot is None:
+        print("  plot: arborcc demo --plot FILE.png draws it (or arborcc compare --plot)")
+        return
+    try:
+        comparison_png(cmp, plot)
+    except MissingDependencyError as e:
+        print(f"  plot skipped: {e}")
+        return
+    print(f"  plot: {plot}")

@@ -1,0 +1,52 @@
+"""A rank killed in the middle of collectives makes the others raise within the process
+group's timeout, naming it - on one host (shared memory) and across two hosts (the
+executor over gloo between them); nothing is left in /dev/shm (the autouse fixture)."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchjobs import launch
+
+TIMEOUT = 10
+
+KILLED = r"""
+HOSTS = int(os.environ.get("TEST_HOSTS", "1"))
+w = int(os.environ["WORLD_SIZE"])
+if HOSTS > 1:  # ranks 0..w/2-1 on one "host", the others on another
+    os.environ["ARBORCC_HOST"] = f"host{rank * HOSTS // w}"
+arborcc.torch.init(timeout=TIMEOUT)
+victim = w - 1
+x = torch.ones(1 << 18)
+dist.barrier()
+start = time.monotonic()
+if rank == victim:
+    threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+calls = 0
+try:
+    while time.monotonic() - start < 60:
+        dist.all_reduce(x)
+        x.fill_(1.0)
+        calls += 1
+    report({"error": None})
+except Exception as e:
+    report({"error": f"{type(e).__name__}: {e}", "after_kill": time.monotonic() - start - 1.0, "calls": calls})
+    time.sleep(2)  # stay up while the other ranks report (a rank that left is another failure)
+os._exit(0)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_killed_rank_is_named_within_the_timeout(tmp_path, hosts):
+    world = 3 if hosts == 1 else 4
+    code, said, err = launch(tmp_path, world, KILLED.replace("TIMEOUT", str(TIMEOUT)), hard_timeout=100,
+                             env={"TEST_HOSTS": str(hosts)})
+    victim = world - 1
+    assert victim not in said  # killed before it could report
+    for rank in range(victim):
+        (r,) = said[rank]
+        assert r["error"] is not None, f"rank {rank} did not notice"
+        assert r["calls"] > 0
+        assert r["after_kill"] < TIMEOUT, r
+        assert "CommunicationError" in r["error"] and f"rank {victim}" in r["error"], (rank, r["error"])

@@ -1,0 +1,70 @@
+"""In-process parts of arborcc.torch: the package loads without torch, host layouts,
+torch's operators and element types."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from arborcc.torch.hosts import HostLayout, layout_of_topology, machine_name
+
+
+def test_package_imports_without_loading_torch():
+    code = "import sys, arborcc.torch; arborcc.torch.__dir__(); sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_host_layout_groups_and_peers():
+    layout = HostLayout(((0, 1, 2), (3, 4, 5)))
+    assert layout.host_of(4) == 1 and layout.uniform
+    assert layout.peers(1) == (1, 4) and layout.peers(5) == (2, 5)
+    uneven = HostLayout(((0, 1, 2), (3,)))
+    assert not uneven.uniform and uneven.peers(2) == (2,) and uneven.peers(0) == (0, 3)
+
+
+def test_machine_name_separates_torchrun_nodes_and_obeys_arborcc_host():
+    assert machine_name({"ARBORCC_HOST": "h7", "GROUP_RANK": "1"}) == "h7"
+    assert machine_name({"GROUP_RANK": "0"}) != machine_name({"GROUP_RANK": "1"})
+
+
+def test_layout_of_a_two_host_cpu_topology():
+    from arborcc.topology.sysfs import CpuHost, cpu_topology
+
+    hosts = [CpuHost("a", ((0, (0, 1)),), (0, 1), (0, 1)), CpuHost("b", ((0, (0, 1)),), (2, 3), (0, 1))]
+    assert layout_of_topology(cpu_topology(hosts)).hosts == ((0, 1), (2, 3))
+
+
+def test_operators_and_dtypes_arborcc_runs():
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from arborcc.torch.ops import reduction_name, unsupported
+
+    assert reduction_name(dist.ReduceOp.AVG) == "avg" and reduction_name(dist.ReduceOp.PRODUCT) == "prod"
+    assert reduction_name(dist.ReduceOp.BXOR) is None
+    assert unsupported([torch.ones(3, dtype=torch.bfloat16)], "avg") is None
+    assert unsupported([torch.ones(3, dtype=torch.int32)], "avg") == "avg of int32"
+    assert unsupported([torch.ones(3, dtype=torch.int8)]) == "dtype int8"
+    assert unsupported([torch.ones(4, 4).t()]) == "non-contiguous tensor"
+    assert unsupported([torch.ones(3)], None) == "reduction operator"
+
+
+def test_plan_from_a_tuned_directory(tmp_path):
+    """ARBORCC_PLAN may name the directory `arborcc tune` writes (XML files and plan.json)."""
+    import json
+
+    from arborcc.ir.aliasing import Mode
+    from arborcc.ir.msccl_xml import write_msccl_xml
+    from arborcc.library.ring import ring_allreduce
+    from arborcc.torch.backend import plan_from_env
+
+    algo = ring_allreduce(4, inplace=True).algorithm
+    (tmp_path / "ring.xml").write_text(write_msccl_xml(algo))
+    (tmp_path / "plan.json").write_text(json.dumps({
+        "format": "arborcc-plan", "version": 1, "collective": "allreduce", "ranks": 4,
+        "algorithms": [{"file": "ring.xml", "min_bytes": 0, "max_bytes": 0}]}))
+    plan = plan_from_env({"ARBORCC_PLAN": str(tmp_path)})
+    assert plan.select("allreduce", 4, Mode.INPLACE, 4096, 4).name == algo.name
+    assert plan_from_env({}) is None
