@@ -2,7 +2,8 @@
 
 The steps are read from the Markdown when the tests are collected
 (:mod:`docblocks`), so a doc added or changed later is covered without touching this
-file. Each doc runs in its own empty folder, its steps in the order written (a
+file. Each doc runs in its own folder (empty but for links to the checkout's
+examples/ and benchmarks/, which docs name from the checkout's root), its steps in the order written (a
 command may use a file an earlier one wrote); running one step runs the doc's steps
 before it first. A command must exit 0 and print every output line the doc shows
 after it (``...`` in a shown line matches anything, a number any number). A doc marks what cannot run here
@@ -57,7 +58,10 @@ def doc_runs(tmp_path_factory):
 
     def get(doc: str) -> DocRun:
         if doc not in runs:
-            runs[doc] = DocRun(tmp_path_factory.mktemp(doc.replace("/", "_").replace(".", "_")))
+            folder = tmp_path_factory.mktemp(doc.replace("/", "_").replace(".", "_"))
+            for shipped in ("examples", "benchmarks"):  # docs name them as seen from a checkout's root
+                (folder / shipped).symlink_to(ROOT / shipped, target_is_directory=True)
+            runs[doc] = DocRun(folder)
         return runs[doc]
 
     return get
