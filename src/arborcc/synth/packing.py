@@ -640,7 +640,11 @@ def _pack(topology, g: FlowGraph, roots: list[int], bound: Bound, collective: st
         few, how = _fewest_trees(pool, cap, roots, targets, (q,), ilp_deadline, scale)
         k = int(math.floor(min(target, x) / q + 1e-9))
         if few is None and len(roots) == 1 and k >= 1 and k * q >= goal:
-            dived = _dive(oracle, cap, roots[0], k, q, pool, ilp_deadline, tol, scale)
+            try:
+                dived = _dive(oracle, cap, roots[0], k, q, pool, ilp_deadline, tol, scale)
+            except SolverLimitError:  # the dive is optional polish: past its time, keep the LP's trees
+                dived = None
+                notes.append("integral dive stopped at the tree-count time limit")
             if dived is not None:
                 keys = {c.key for c in pool}
                 pool = pool + [c for c in dived if c.key not in keys]
