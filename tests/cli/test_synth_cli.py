@@ -92,3 +92,11 @@ def test_synth_inplace_refused_when_the_verifier_cannot_prove_it(tmp_path, capsy
     err = capsys.readouterr().err
     assert "no in-place form" in err and "out-of-place only" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_synth_beyond_the_measured_scale_warns_with_the_estimate(capsys):
+    # 2048 ranks: the warning comes first; the ring's buffer then exceeds the chunk limit (exit 2)
+    assert main(["synth", "--machine", "dgx-a100", "--nodes", "256", "--strategy", "ring"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("arborcc: warning: 2048 ranks is beyond the 1024") and "expect minutes" in err[0]
+    assert "over the limit" in err[1]

@@ -70,6 +70,11 @@ def _size(text: str) -> int:
     return int(value)
 
 
+#: the largest synthesis docs/synthesis.md measures (128 nodes x 8 GPUs, its slowest
+#: collective and its peak memory): what a larger request is estimated against
+MEASURED_RANKS, MEASURED_SECONDS, MEASURED_GB = 1024, 46, 1.7
+
+
 def _progress(message: str) -> None:
     if sys.stderr.isatty():
         print(f"arborcc: {message}", file=sys.stderr)
@@ -83,6 +88,12 @@ def cmd_synth(args: argparse.Namespace) -> int:
     warn_suffix(args.output, fmt, ALGORITHM_SUFFIXES)
     warn_suffix(args.trees_png, "png", {**ALGORITHM_SUFFIXES, ".png": "png"})
     topology = topology_from_args(args)
+    if topology.num_ranks > MEASURED_RANKS:
+        from arborcc.cli.output import warn
+
+        warn(f"{topology.num_ranks} ranks is beyond the {MEASURED_RANKS} that benchmarks/cluster_scale.py "
+             f"measures (up to {MEASURED_SECONDS:g} s and {MEASURED_GB:g} GB per collective there on 2 cores); "
+             f"bounds and verification grow faster than the rank count: expect minutes")
     # verified once, inside synthesize, with the dialect's runtime limits; they matter
     # only for XML (a JSON file is arborcc's own, run by no MSCCL runtime)
     result = synthesize(topology, args.collective, args.strategy, args.root, args.links, progress=_progress,
