@@ -63,6 +63,12 @@ def block_count(spec: Spec, size: int) -> int:
     return max(1, size // (item_size(spec.dtype) * blocks))
 
 
+def buffer_blocks(collective: str, ranks: int) -> tuple[int, int]:
+    """(send, receive) buffer lengths of a call in rank blocks of ``block_count`` elements."""
+    return (ranks if collective in ("reducescatter", "alltoall") else 1,
+            ranks if collective in ("allgather", "alltoall") else 1)
+
+
 #: elements per window when filling and checking buffers (bounds the memory of a check)
 WINDOW = 1 << 20
 

@@ -17,7 +17,7 @@ from dataclasses import asdict
 import numpy as np
 
 from arborcc.errors import InputError, MissingDependencyError
-from arborcc.runtime.bench_protocol import Row, Spec, block_count, count_wrong, pattern, rows_from_timings, time_calls
+from arborcc.runtime.bench_protocol import Row, Spec, block_count, buffer_blocks, count_wrong, pattern, rows_from_timings, time_calls
 
 BACKENDS = ("arborcc", "gloo", "mpi")
 
@@ -38,8 +38,7 @@ def _arborcc_rank(spec: Spec) -> dict:
     bf16 = spec.dtype == "bfloat16"
     np_dtype = np.uint16 if bf16 else np.dtype(spec.dtype)
     results = {}
-    blocks_in = n if spec.collective in ("reducescatter", "alltoall") else 1
-    blocks_out = n if spec.collective in ("allgather", "alltoall") else 1
+    blocks_in, blocks_out = buffer_blocks(spec.collective, n)
 
     def call(send, recv, inplace):
         wrap = BFloat16 if bf16 else (lambda a: a)
@@ -143,8 +142,7 @@ def _gloo_rank(spec: Spec) -> dict:
     try:
         for size in spec.sizes:
             count = block_count(spec, size)
-            blocks_in = n if spec.collective in ("reducescatter", "alltoall") else 1
-            blocks_out = n if spec.collective in ("allgather", "alltoall") else 1
+            blocks_in, blocks_out = buffer_blocks(spec.collective, n)
             for inplace in (False, True):
                 key = f"{size}:{int(inplace)}"
                 send = torch.ones(count * blocks_in, dtype=tdtype)

@@ -36,13 +36,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from arborcc.errors import InputError
-from arborcc.ir.aliasing import Mode, declared_modes
+from arborcc.ir.aliasing import Mode
 from arborcc.ir.collectives import ROOTED
 from arborcc.ir.model import Algorithm
 import arborcc.runtime.native as native
 from arborcc.runtime.arrays import DTYPES, ArrayRef, array_ref, check_op
 from arborcc.runtime.errors import CommunicationError
-from arborcc.runtime.lowering import LoweredRank, call_mode, chunk_start, lower_rank
+from arborcc.runtime.lowering import LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
 from arborcc.runtime.miad import MIADTuner
 from arborcc.runtime.plan import Plan, fallback_algorithm, require_verified
 from arborcc.runtime.rendezvous import LaunchEnv, NameServer, fetch_name, launch_env
@@ -297,15 +297,7 @@ class Communicator:
         require_verified(algo)
         s = array_ref(send, "send")
         r = s if recv is None else array_ref(recv, "recv")
-        if count is None:
-            blocks = self.world_size if algo.collective in ("reducescatter", "alltoall", "scatter") else 1
-            count = s.count // blocks
-        declared = declared_modes(algo)
-        mode = self._mode(algo.collective, s, r, count, algo.effective_root, declared)
-        if mode not in declared:
-            raise InputError(f"the algorithm does not run {mode.label} "
-                             f"(its file declares {', '.join(m.label for m in declared) or 'no mode'})",
-                             source=algo.name)
+        count, mode = algorithm_call(algo, self.rank, s.count, DTYPES[s.dtype][1], s.address, r.address, count)
         self._execute(algo, mode, s, r, count, op, algo.effective_root)
         return recv if recv is not None else send
 
@@ -331,10 +323,9 @@ class Communicator:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _mode(self, collective: str, s: ArrayRef, r: ArrayRef, count: int, root: int = 0,
-              declared: tuple[Mode, ...] = (Mode.OUTOFPLACE, Mode.INPLACE)) -> Mode:
+    def _mode(self, collective: str, s: ArrayRef, r: ArrayRef, count: int, root: int = 0) -> Mode:
         return call_mode(collective, self.world_size, self.rank, root, s.address, r.address,
-                         count * DTYPES[s.dtype][1], declared)
+                         count * DTYPES[s.dtype][1])
 
     def _same_size(self, a: ArrayRef, b: ArrayRef, count: int, what: str) -> None:
         if b.count != count:

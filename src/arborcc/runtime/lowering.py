@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from arborcc.errors import InputError
-from arborcc.ir.aliasing import Mode, rank_layout
+from arborcc.ir.aliasing import Mode, declared_modes, rank_layout
 from arborcc.ir.collectives import RANK_MULTIPLIED, has_signature, signature
 from arborcc.ir.model import Algorithm, Buffer, Op
 
@@ -115,6 +115,25 @@ def call_mode(collective: str, num_ranks: int, rank: int, root: int, send_addres
     else:
         inplace = recv_address == send_address + blocks * block_bytes
     return Mode.INPLACE if inplace else Mode.OUTOFPLACE
+
+
+def algorithm_call(algo: Algorithm, rank: int, send_elements: int, item_bytes: int, send_address: int,
+                   recv_address: int, count: int | None = None) -> tuple[int, Mode]:
+    """(count, mode) of running ``algo`` on this rank's buffers: ``count`` (NCCL's elements
+    per rank block) by default from the send buffer (its size over the rank blocks it
+    holds), the mode by :func:`call_mode`; a mode the algorithm does not declare is
+    refused (:class:`InputError`), so no runtime runs an algorithm where it may be wrong."""
+    if count is None:
+        blocks = algo.num_ranks if algo.collective in ("reducescatter", "alltoall", "scatter") else 1
+        count = send_elements // blocks
+    declared = declared_modes(algo)
+    mode = call_mode(algo.collective, algo.num_ranks, rank, algo.effective_root, send_address, recv_address,
+                     count * item_bytes, declared)
+    if mode not in declared:
+        raise InputError(f"the algorithm does not run {mode.label} "
+                         f"(its file declares {', '.join(m.label for m in declared) or 'no mode'})",
+                         source=algo.name)
+    return count, mode
 
 
 @lru_cache(maxsize=1024)

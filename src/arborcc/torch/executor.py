@@ -43,11 +43,11 @@ import time
 from dataclasses import dataclass
 
 from arborcc.errors import InputError
-from arborcc.ir.aliasing import Mode, declared_modes
+from arborcc.ir.aliasing import Mode
 from arborcc.ir.collectives import ROOTED
 from arborcc.ir.model import Algorithm, Op
 from arborcc.runtime.errors import CommunicationError
-from arborcc.runtime.lowering import STEP_CODE, LoweredRank, call_mode, chunk_start, lower_rank
+from arborcc.runtime.lowering import STEP_CODE, LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
 from arborcc.runtime.plan import Plan, fallback_algorithm, require_verified
 
 OP_OF_CODE = {code: op for op, code in STEP_CODE.items()}
@@ -235,23 +235,15 @@ class GroupExecutor:
                              source=algo.name)
         require_verified(algo)
         recv = send if recv is None else recv
-        if count is None:
-            blocks = self.size if algo.collective in ("reducescatter", "alltoall", "scatter") else 1
-            count = send.numel() // blocks
-        declared = declared_modes(algo)
-        mode = self._mode(algo.collective, send, recv, count, algo.effective_root, declared)
-        if mode not in declared:
-            raise InputError(f"the algorithm does not run {mode.label} "
-                             f"(its file declares {', '.join(m.label for m in declared) or 'no mode'})",
-                             source=algo.name)
+        count, mode = algorithm_call(algo, self.rank, send.numel(), send.element_size(), send.data_ptr(),
+                                     recv.data_ptr(), count)
         self._execute(algo, mode, send, recv, count, op, algo.effective_root)
         return recv
 
-    def _mode(self, collective: str, send, recv, count: int, root: int,
-              declared: tuple[Mode, ...] = (Mode.OUTOFPLACE, Mode.INPLACE)) -> Mode:
+    def _mode(self, collective: str, send, recv, count: int, root: int) -> Mode:
         """The call's mode, by the one normalization of buffers (as the runtime decides it)."""
         return call_mode(collective, self.size, self.rank, root, send.data_ptr(), recv.data_ptr(),
-                         count * send.element_size(), declared)
+                         count * send.element_size())
 
     # -- execution -------------------------------------------------------------------
 
