@@ -3,7 +3,7 @@ and exit status 2 (or gives the right result), within 30 s and 1 GB.
 
 Every case runs ``arborcc`` as a subprocess: the 30 s are a hard timeout (a hang guard,
 not a performance check) and the memory is the child's peak resident set
-(``wait4``), under an address-space limit that stops a regression before it can take
+(``wait4`` in a small parent process), under an address-space limit that stops a regression before it can take
 the machine. The "before" of each case is in the issue.
 """
 
@@ -44,11 +44,26 @@ class Run:
         return [line for line in self.err.splitlines() if line.strip()]
 
 
+#: runs the command as its own child and writes "PEAK_KB EXIT" to argv[1]: a child forked
+#: straight from pytest would report pytest's resident set as its peak (Linux keeps the
+#: high-water mark across fork and exec), so the measured process is forked from this
+#: small one instead
+REAPER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}")
+"""
+
+
 def arborcc(*args: str, cwd: Path, env: dict | None = None, umask: int | None = None,
             seconds: float = TIME_BUDGET, address_space: int | None = ADDRESS_SPACE) -> Run:
     """Run ``arborcc ARGS`` within the budgets (killed at ``seconds``, 30 s unless the command
-    is the whole demo); outputs go through files so the child can be reaped with ``wait4``,
-    which reports its peak memory. ``address_space=None``: no address-space cap (the
+    is the whole demo); outputs go through files, and the peak memory is the command's
+    own (``wait4`` in :data:`REAPER`). ``address_space=None``: no address-space cap (the
     runtime maps its shared-memory segment beyond it)."""
     def setup() -> None:
         if address_space is not None:
@@ -59,27 +74,25 @@ def arborcc(*args: str, cwd: Path, env: dict | None = None, umask: int | None = 
     environment = dict(os.environ, MPLBACKEND="Agg", **(env or {}))
     if "ARBORCC_DEBUG" not in (env or {}):
         environment.pop("ARBORCC_DEBUG", None)
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "peak"
         start = time.perf_counter()
-        proc = subprocess.Popen([*ARBORCC, *args], cwd=cwd, env=environment, stdout=out, stderr=err,
-                                stdin=subprocess.DEVNULL, preexec_fn=setup)
-        deadline = start + seconds
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                proc.kill()
-                os.wait4(proc.pid, 0)
-                proc.returncode = -9
-                pytest.fail(f"arborcc {' '.join(args)} ran past {seconds} s")
-            time.sleep(0.02)
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        proc = subprocess.Popen([sys.executable, "-c", REAPER, str(report), *ARBORCC, *args], cwd=cwd,
+                                env=environment, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                preexec_fn=setup, start_new_session=True)
+        try:
+            proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            pytest.fail(f"arborcc {' '.join(args)} ran past {seconds} s")
         seconds = time.perf_counter() - start
+        peak_kb, code = (int(x) for x in report.read_text().split())
         out.seek(0)
         err.seek(0)
-        return Run(proc.returncode, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"),
-                   usage.ru_maxrss * 1024, seconds)
+        return Run(code, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"),
+                   peak_kb * 1024, seconds)
 
 
 def refused(run: Run, *needles: str) -> None:
