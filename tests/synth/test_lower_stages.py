@@ -258,6 +258,8 @@ def test_long_rings_spread_over_channels_to_meet_the_executor_limits():
     algo = lowered.algorithm
     assert not check_dialect_limits(algo, "executor")
     assert max(len(tb.steps) for r in algo.ranks for tb in r.threadblocks) <= 64
-    assert len({tb.channel for r in algo.ranks for tb in r.threadblocks}) == 6  # 1 + 2 + 2 + 1
+    # stage 0's 2-member rings move 2 x 64 one-chunk pieces (3 channels reserved, its 2
+    # sub-blocks use 2), stage 1's 64-member rings 64 pieces (2 channels); then the mirror
+    assert len({tb.channel for r in algo.ranks for tb in r.threadblocks}) == 8  # 2 + 2 + 2 + 2
     assert verify_algorithm(algo, "executor").ok
     assert_executes(algo, elems=algo.chunks_per_loop)

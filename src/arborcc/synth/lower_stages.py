@@ -56,6 +56,11 @@ from arborcc.topology.model import Topology
 
 #: ring sub-block pieces per channel in one stage (executor runtimes: 64 steps per thread block)
 _RING_STEPS_PER_CHANNEL = 60
+#: chunks per ring transfer: a ring member sends its first piece and then forwards;
+#: the MSCCL runtimes cut a step into one piece per chunk on large buffers and a Simple
+#: FIFO holds two pieces, so a first send of more than one chunk fills the FIFO and
+#: the ring deadlocks (:mod:`arborcc.verify.pieces`)
+RING_PIECE = 1
 
 IN = Buffer.INPUT
 
@@ -132,13 +137,21 @@ def stage_pairs(stage: Stage) -> list[tuple[int, int]]:
 
 
 # ---------------------------------------------------------------- emission ---
+def _ring_pieces(m: int) -> list[tuple[int, int]]:
+    """A ring sub-block of ``m`` chunks as ``(offset in the sub-block, size)`` pieces of
+    at most :data:`RING_PIECE` chunks."""
+    return [(a, min(RING_PIECE, m - a)) for a in range(0, m, RING_PIECE)]
+
+
 def _ring_reduce_scatter(g: list[int], off: int, m: int, ch: int, split: int = 1) -> None:
     """GC3 Fig. 3b ring reduce-scatter: sub-block k starts at ``g[k+1]``, is reduced
     by every member in ring order and ends, fully reduced, on ``g[k]``. Sub-block k
-    runs on channel ``ch + k % split``."""
+    runs on channel ``ch + k % split``. The sub-blocks go round piece by piece
+    (:func:`_ring_pieces`), every sub-block's first piece first."""
     p = len(g)
-    for k in range(p):
-        for a, c in _pieces(off + k * m, m):
+    for a0, c in _ring_pieces(m):
+        for k in range(p):
+            a = off + k * m + a0
             ref = chunk(g[(k + 1) % p], IN, a, c)
             for s in range(2, p + 1):
                 ref = chunk(g[(k + s) % p], IN, a, c).reduce(ref, ch=ch + k % split)
@@ -146,10 +159,11 @@ def _ring_reduce_scatter(g: list[int], off: int, m: int, ch: int, split: int = 1
 
 def _ring_all_gather(g: list[int], off: int, m: int, ch: int, split: int = 1) -> None:
     """GC3 Fig. 3b ring all-gather: sub-block k leaves ``g[k]`` and goes once round,
-    on channel ``ch + k % split``."""
+    on channel ``ch + k % split``, piece by piece as in :func:`_ring_reduce_scatter`."""
     p = len(g)
-    for k in range(p):
-        for a, c in _pieces(off + k * m, m):
+    for a0, c in _ring_pieces(m):
+        for k in range(p):
+            a = off + k * m + a0
             ref = chunk(g[k], IN, a, c)
             for s in range(1, p):
                 ref = ref.copy(g[(k + s) % p], IN, a, ch=ch + k % split)
@@ -165,7 +179,7 @@ def _channel_splits(plan: BlueConnectPlan, layout) -> list[int]:
     k = len(plan.factors)
     blocks = [layout[i][1] for i in range(k)] + [layout[k - 1 - i][1] for i in range(k)]
     splits = [1 if st.algorithm == HD or st.factor < 2 else
-              math.ceil(st.factor * len(_pieces(0, m)) / _RING_STEPS_PER_CHANNEL)
+              math.ceil(st.factor * len(_ring_pieces(m)) / _RING_STEPS_PER_CHANNEL)
               for st, m in zip(plan.stages, blocks)]
     return splits if sum(splits) <= MAX_CHANNELS else [1] * len(splits)
 

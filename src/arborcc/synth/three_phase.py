@@ -335,8 +335,9 @@ def _choose_layout(topology: Topology, servers: list[_Server], network: _Network
 
 # ----------------------------------------------------------------- lowering ---
 def lower_three_phase(topology: Topology, servers: list[_Server], layout: _Layout, network: _Network,
-                      name: str, spread: int = 0) -> Lowered:
-    """The in-place AllReduce program of the three phases (Figure 10), compiled."""
+                      name: str, spread: int = 0, fuse: bool = True) -> Lowered:
+    """The in-place AllReduce program of the three phases (Figure 10), compiled
+    (``fuse``: instruction fusion, see :func:`~arborcc.synth.lower.lowering_program`)."""
     index = {g: i for i, g in enumerate(topology.ranks)}
     cross = list(_cross_hops(layout, network))
     hops = list(tree_hops(topology, [t for srv in servers for t in srv.trees], both_ways=True))
@@ -344,7 +345,8 @@ def lower_three_phase(topology: Topology, servers: list[_Server], layout: _Layou
     keys = [(s, t) for s, srv in enumerate(servers) for t in range(len(srv.trees))]
     tree_ids = {key: i for i, key in enumerate(keys)}
     shapes = {key: tree_children(servers[key[0]].trees[key[1]], index) for key in tree_ids}
-    with lowering_program(name, AllReduce(topology.num_ranks, layout.chunks, inplace=True), topology, channels) as prog:
+    with lowering_program(name, AllReduce(topology.num_ranks, layout.chunks, inplace=True), topology, channels,
+                          fuse) as prog:
         for s, t, a, size in layout.local:  # phase 1: reduce into the local roots
             root, kids = shapes[(s, t)]
             reduce_block(root, kids, a, size, channels, INPUT, tree=tree_ids[(s, t)])

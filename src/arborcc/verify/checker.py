@@ -9,9 +9,12 @@ Order of the checks (GC3 section 4-6 model; docs/ir.md):
    (:mod:`.symbolic`) that finds deadlocks, races, uninitialized reads, count
    mismatches and unreceived data, then the postcondition (:mod:`.postconditions`).
    A file that claims both modes must be correct in both; every violation names the
-   mode it was found in.
+   mode it was found in;
+4. when those runs finish without a violation, the deadlock check with steps cut into
+   the runtimes' pieces (:mod:`.pieces`), which the one-message-per-step FIFOs of step
+   3 do not see (``pieces=False`` skips it).
 
-Step 3 is skipped when step 1 found the program too malformed to run.
+Steps 3 and 4 are skipped when step 1 found the program too malformed to run.
 
 References:
 
@@ -33,6 +36,7 @@ from arborcc.ir.limits import DEFAULT_SLOTS, check_dialect_limits
 from arborcc.ir.model import Algorithm, Buffer
 from arborcc.ir.report import VerificationReport, Violation, ViolationLog
 from arborcc.verify.layout import check_layout, memory_map
+from arborcc.verify.pieces import check_pieces
 from arborcc.verify.postconditions import check_postcondition
 from arborcc.verify.semantics import OPS
 from arborcc.verify.structure import check_structure
@@ -42,14 +46,15 @@ log_ = logging.getLogger(__name__)
 
 
 def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int = DEFAULT_SLOTS,
-                     check_races: bool = True, modes=None) -> VerificationReport:
+                     check_races: bool = True, modes=None, pieces: bool = True) -> VerificationReport:
     """Prove ``algo`` correct or list what is wrong with it.
 
     ``dialect`` ("legacy" or "executor") adds that runtime's limits; ``slots`` is the
     FIFO depth of every connection (8 = NCCL_STEPS for Simple). ``modes`` (default: the
     modes the algorithm claims, :func:`arborcc.ir.aliasing.declared_modes`) are the
     kinds of call checked; each gets its own buffer layout, run and postcondition, and
-    every violation they find names its mode.
+    every violation they find names its mode. ``pieces``: also check for deadlock with
+    steps cut into the MSCCL runtimes' pieces (:mod:`.pieces`; independent of ``slots``).
     """
     notes: list[str] = []
     structure = check_structure(algo)
@@ -97,6 +102,10 @@ def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int 
             notes.append(f"{mode.label} call: ran {sim.steps_run} steps with {slots} slots per connection"
                          + ("" if sim.finished else " before deadlocking"))
         postcondition_checked = bool(results) and all(results)
+        if pieces and results and not violations:
+            found, note = check_pieces(algo)
+            violations.extend(found)
+            notes.append(note)
     return VerificationReport(ok=not violations, violations=violations,
                               postcondition_checked=postcondition_checked, notes=notes,
                               modes=[m.label for m in checked], failed_modes=failed)

@@ -1,0 +1,90 @@
+"""The deadlock check with steps cut into the MSCCL runtimes' pieces (verify/pieces.py):
+cases whose answer follows from the FIFO arithmetic (Simple: 4 slices per connection,
+2 per piece; LL/LL128: 8 slices, 1 per piece; maxAllowedCount 1 = a piece per chunk)."""
+
+import pytest
+from support.msccl_samples import MSCCL_SAMPLES
+
+from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, Protocol, RankProgram, Step, ThreadBlock
+from arborcc.verify import verify_algorithm
+from arborcc.verify.pieces import LL_PIECES, SIMPLE_PIECES, check_pieces, deadlock_free, piece_deadlocks
+
+I, O = Buffer.INPUT, Buffer.OUTPUT
+
+
+def step(op, cnt, src=I, dst=O):
+    return Step(op, src, 0, dst, 0, cnt, None, False)
+
+
+def exchange(cnt: int, protocol=Protocol.SIMPLE) -> Algorithm:
+    """Two ranks that each send ``cnt`` chunks to the other, then receive them."""
+    tb = lambda peer: ThreadBlock(0, send=peer, recv=peer, steps=[step(Op.SEND, cnt), step(Op.RECV, cnt)])
+    return Algorithm("x", "custom", 2, cnt, [RankProgram(r, cnt, cnt, 0, [tb(1 - r)]) for r in range(2)],
+                     protocol=protocol)
+
+
+@pytest.mark.parametrize("cnt,allowed,deadlocks", [
+    (2, 1, False),   # 2 pieces x 2 slices = the 4 slices of the FIFO
+    (3, 1, True),    # 6 slices: neither side gets to its receive
+    (3, 2, False),   # 2 pieces of at most 2 chunks
+    (64, 32, False),
+    (64, 16, True),
+])
+def test_simple_exchange_fits_two_pieces(cnt, allowed, deadlocks):
+    found = piece_deadlocks(exchange(cnt), SIMPLE_PIECES, allowed)
+    assert bool(found) == deadlocks
+    if deadlocks:
+        assert "maxAllowedCount" in found[-1].message and "Simple" in found[-1].message
+
+
+@pytest.mark.parametrize("cnt,deadlocks", [(8, False), (9, True)])
+def test_ll_exchange_fits_eight_pieces(cnt, deadlocks):
+    assert bool(piece_deadlocks(exchange(cnt, Protocol.LL), LL_PIECES, 1)) == deadlocks
+
+
+def test_verifier_reports_the_piece_deadlock_the_message_run_misses():
+    algo = exchange(3)
+    assert verify_algorithm(algo, pieces=False).ok  # one message per step: 1 of 8 slots
+    report = verify_algorithm(algo)
+    assert not report.ok and report.violations[0].kind == "deadlock"
+    assert "pieces" in report.violations[0].message
+    # the protocol the algorithm declares decides the model: LL holds 8 pieces
+    assert verify_algorithm(exchange(3, Protocol.LL)).ok
+
+
+def test_fused_relay_forwards_as_it_receives():
+    """0 -> 1 -> 2 with a 64-chunk step (128 Simple slices through FIFOs of 4): the fused
+    relay forwards slice by slice; unfused, the relay's receive drains its FIFO and the
+    send that depends on it follows."""
+    fused = [ThreadBlock(0, send=2, recv=0, steps=[step(Op.RECV_COPY_SEND, 64)])]
+    unfused = [ThreadBlock(0, send=-1, recv=0, steps=[Step(Op.RECV, None, -1, O, 0, 64, None, True)]),
+               ThreadBlock(1, send=2, recv=-1, steps=[Step(Op.SEND, O, 0, None, -1, 64, Dependency(0, 0), False)])]
+    for relay in (fused, unfused):
+        algo = Algorithm("c", "custom", 3, 64, [
+            RankProgram(0, 64, 64, 0, [ThreadBlock(0, send=1, recv=-1, steps=[step(Op.SEND, 64)])]),
+            RankProgram(1, 64, 64, 0, relay),
+            RankProgram(2, 64, 64, 0, [ThreadBlock(0, send=-1, recv=1, steps=[step(Op.RECV, 64)])])])
+        assert deadlock_free(algo)
+
+
+def test_cycle_of_long_steps_is_found_in_three_ranks():
+    """A ring where every rank sends 3 chunks to the next before receiving from the previous."""
+    tbs = {r: ThreadBlock(0, send=(r + 1) % 3, recv=(r - 1) % 3, steps=[step(Op.SEND, 3), step(Op.RECV, 3)])
+           for r in range(3)}
+    algo = Algorithm("ring", "custom", 3, 3, [RankProgram(r, 3, 3, 0, [tbs[r]]) for r in range(3)])
+    found, note = check_pieces(algo)
+    assert found and "maxAllowedCount 1" in note
+    assert "cycle" in found[0].message
+
+
+@pytest.mark.parametrize("path", MSCCL_SAMPLES, ids=lambda p: p.name)
+def test_public_samples_are_deadlock_free_in_their_protocol(path):
+    from arborcc.ir.load import load_algorithm
+
+    algo = load_algorithm(path)
+    assert not check_pieces(algo)[0]
+    if path.name == "executor__reducescatter_allpairs_4.xml":
+        # LL: each side's 4-chunk send fits the 8 one-step pieces; the same file in Simple
+        # (2 pieces per FIFO) would deadlock on large buffers
+        assert algo.protocol is Protocol.LL
+        assert piece_deadlocks(algo, SIMPLE_PIECES, 1)
