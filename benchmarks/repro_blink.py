@@ -99,7 +99,7 @@ def fig15_17(size: int) -> list[dict]:
                            key=lambda s: s.time)
                 row[f"{coll}_trees"] = best.algbw / GB
             except (SynthesisError, VerificationError) as e:
-                # a deadlock here: a step of more pieces than FIFO slots, see docs/reproductions.md
+                # a deadlock here: a step of more pieces than FIFO slots (none since the pieces check)
                 row[f"{coll}_trees"] = float("nan")
                 row[f"{coll}_why"] = "deadlock" if isinstance(e, VerificationError) else "n/a"
             row[f"{coll}_nccl"] = base.call(size, coll, 0).result.algbw / GB
@@ -146,10 +146,11 @@ def fig19_20(sizes: list[int]) -> dict:
     return {"sizes": cmp.sizes, "names": names, "cells": cells}
 
 
-def why_trees_lose() -> None:
-    """What the simulated trees wait for (docs/reproductions.md, "Why the simulated trees
-    lose"): the critical path of the 8-GPU DGX-1V all-reduce at 64 MiB, and the sizes at
-    which the trees' all-reduce on GPUs 0,1,2,6 deadlocks."""
+def what_trees_wait_for() -> None:
+    """What the simulated trees wait for (docs/reproductions.md, "What the simulated
+    trees wait for"): the critical path of the 8-GPU DGX-1V all-reduce at 64 MiB, and
+    whether the trees' all-reduce on GPUs 0,1,2,6 (which deadlocked at 64 MiB and more
+    before the lowering pipelined tree blocks) finishes at every size."""
     from arborcc.sim.simulate import simulate
     from arborcc.synth.synthesis import synthesize
 
@@ -160,7 +161,7 @@ def why_trees_lose() -> None:
     for seg in s.critical_path.segments:
         by_kind[seg.kind] = by_kind.get(seg.kind, 0.0) + seg.end - seg.start
     counts = [st.count for p in r.algorithm.ranks for tb in p.threadblocks for st in tb.steps]
-    print(f"\nwhy the trees lose: 8-GPU DGX-1V all-reduce, 64 MiB, Simple: {s.time * 1e3:.2f} ms; critical path "
+    print(f"\nwhat the trees wait for: 8-GPU DGX-1V all-reduce, 64 MiB, Simple: {s.time * 1e3:.2f} ms; critical path "
           + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1]))
           + f"; largest step {max(counts)} of {r.algorithm.chunks_per_loop} chunks; busiest link "
           f"{100 * max(s.link_utilization.values()):.0f}% utilized")
@@ -241,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     if figs & {"19", "20"}:
         f19 = fig19_20(parse_sizes(args.dgx2_sizes)[::2])
     if figs & {"15", "17"}:
-        why_trees_lose()
+        what_trees_wait_for()
     if args.plots:
         plot(args.plots, f14, f15, f19)
     print(f"\n({time.perf_counter() - t0:.0f} s)")

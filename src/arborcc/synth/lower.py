@@ -400,7 +400,8 @@ def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
             lowered = lower(*args, spread=spread, **extra)
             if not check_dialect_limits(lowered.algorithm, dialect) and deadlock_free(lowered.algorithm):
                 if spread:
-                    lowered.notes.append(f"trees spread over {spread} channels to meet the {dialect} runtime's limits")
+                    lowered.notes.append(f"trees spread over {spread} channels to meet the {dialect} runtime's "
+                                         "limits without deadlock")
                 if rounds and rounds > 1:
                     lowered.notes.append(f"every tree's block in {rounds} pipelined transfers per hop")
                 if fuse is False:
