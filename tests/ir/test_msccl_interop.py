@@ -65,10 +65,20 @@ def test_the_reference_samples_are_all_here():
     assert set(REFERENCE) <= {p.name for p in FILES}
 
 
+#: correct as messages, but partners send each other 4 chunks before receiving on one
+#: thread block: in Simple on large buffers the runtimes cut that into 4 pieces of 2
+#: FIFO slices each, for a FIFO of 4 - a deadlock (verify/pieces.py)
+PIECES_DEADLOCK = {"legacy__allgather_recursive_doubling_8_1.xml"}
+
+
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
 def test_every_public_tool_file_gets_the_right_verdict(path):
     algo = load_algorithm(path, dialect=_dialect(path))  # with the dialect's required attributes
     report = verify_algorithm(algo, _dialect(path))
+    if path.name in PIECES_DEADLOCK:
+        assert not report.ok and report.violations[0].kind == "deadlock"
+        assert "steps cut into pieces" in report.violations[0].message
+        report = verify_algorithm(algo, _dialect(path), pieces=False)
     if path.name in WRONG:
         assert not report.ok and report.failed_modes == ["in-place"]
         assert report.violations[0].kind == "postcondition"
@@ -171,7 +181,7 @@ def test_round_trips_between_the_dialects_keep_the_meaning(path):
     back = read_msccl_xml(write_msccl_xml(convert_for_dialect(there, _dialect(path)), _dialect(path)),
                           dialect=_dialect(path))
     for version, dialect in ((there, other), (back, _dialect(path))):
-        report = verify_algorithm(version, dialect)
+        report = verify_algorithm(version, dialect, pieces=path.name not in PIECES_DEADLOCK)
         assert report.ok, report.summary()
         assert declared_modes(version) == declared_modes(algo)
     if algo.collective == "custom":

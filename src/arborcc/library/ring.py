@@ -25,23 +25,31 @@ IN, OUT = Buffer.INPUT, Buffer.OUTPUT
 
 def ring_reduce_scatter(ranks: list[int], offset: int, count: int, ch: int | None = None) -> None:
     """DSL helper (GC3 Figure 3b): ring reduce-scatter of ``len(ranks)`` blocks of ``count``
-    chunks at ``offset`` of the input; block i ends reduced on ``ranks[i]``."""
+    chunks at ``offset`` of the input; block i ends reduced on ``ranks[i]``.
+
+    The blocks go round one chunk at a time, every block's first chunk first: the MSCCL
+    runtimes cut a step into one piece per chunk on large buffers and a Simple FIFO holds
+    two pieces, so a ring whose members first send more than one chunk each fills every
+    FIFO and deadlocks (``arborcc.verify.pieces``)."""
     n = len(ranks)
-    for i in range(n):
-        index = offset + i * count
-        c = chunk(ranks[(i + 1) % n], IN, index, count)
-        for step in range(1, n):
-            c = chunk(ranks[(step + i + 1) % n], IN, index, count).reduce(c, ch=-1 if ch is None else ch)
+    for j in range(count):
+        for i in range(n):
+            index = offset + i * count + j
+            c = chunk(ranks[(i + 1) % n], IN, index)
+            for step in range(1, n):
+                c = chunk(ranks[(step + i + 1) % n], IN, index).reduce(c, ch=-1 if ch is None else ch)
 
 
 def ring_all_gather(ranks: list[int], offset: int, count: int, ch: int | None = None) -> None:
-    """DSL helper (GC3 Figure 3b): ring all-gather of the blocks ``ring_reduce_scatter`` left."""
+    """DSL helper (GC3 Figure 3b): ring all-gather of the blocks ``ring_reduce_scatter`` left,
+    one chunk at a time as there."""
     n = len(ranks)
-    for i in range(n):
-        index = offset + i * count
-        c = chunk(ranks[i], IN, index, count)
-        for step in range(1, n):
-            c = c.copy(ranks[(step + i) % n], IN, index, ch=-1 if ch is None else ch)
+    for j in range(count):
+        for i in range(n):
+            index = offset + i * count + j
+            c = chunk(ranks[i], IN, index)
+            for step in range(1, n):
+                c = c.copy(ranks[(step + i) % n], IN, index, ch=-1 if ch is None else ch)
 
 
 def ring_allreduce(ranks: int, channels: int = 1, instances: int = 1, protocol: str = "Simple",

@@ -181,9 +181,11 @@ def _writer_namer(algo: Algorithm):
     return name
 
 
-def check_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int = DEFAULT_SLOTS) -> None:
-    """Raise :class:`VerificationError` naming the first violation, if there is one."""
-    report = verify_algorithm(algo, dialect, slots=slots)
+def check_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int = DEFAULT_SLOTS,
+                    pieces: bool = True) -> None:
+    """Raise :class:`VerificationError` naming the first violation, if there is one
+    (``pieces``: as :func:`verify_algorithm`)."""
+    report = verify_algorithm(algo, dialect, slots=slots, pieces=pieces)
     if not report.ok:
         first = report.violations[0]
         more = len(report.violations) - 1
