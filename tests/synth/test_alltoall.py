@@ -4,14 +4,18 @@ is proved by the verifier and runs right on the numpy reference executor."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arborcc.errors import SynthesisError
 from arborcc.ir.limits import DEFAULT_SLOTS, check_dialect_limits, dialect_limits
+from arborcc.limits import limit
 from arborcc.synth import synthesize
 from arborcc.synth.alltoall import HostPairing
+from arborcc.synth.synthesis import OPERATIONS_PER_RANK_SQUARED, operations_budget
 from arborcc.topology.cluster import build_cluster
 from arborcc.topology.model import GB, Device, DeviceKind, LinkKind, TopologyBuilder
 from arborcc.verify import verify_algorithm
@@ -92,7 +96,8 @@ def test_1024_gpus_fit_the_executor_at_the_bound():
     assert plan.nic_share() == pytest.approx(1.0)
     assert plan.thread_blocks(C) <= lim.max_threadblocks_per_rank
     assert plan.steps_per_thread_block(C) <= lim.max_steps_per_threadblock
-    assert plan.operations() > 250_000  # over a DSL program's default budget: the lowering raises it
+    # over a DSL program's default budget, within synthesize's
+    assert limit("operations").default < plan.operations() <= OPERATIONS_PER_RANK_SQUARED * 1024 ** 2
 
 
 @pytest.mark.parametrize("hosts,per_host", [(9, 2), (12, 2), (7, 3), (20, 2)])
@@ -113,3 +118,16 @@ def test_three_step_on_dgx_a100_hosts_reaches_the_bound():
     r = synthesize(build_cluster("dgx-a100", 12), "alltoall", "three-step")
     assert r.report.ok and r.ratio == pytest.approx(1.0)
     assert any("over all 8 rails" in n for n in r.notes)
+
+
+def test_synthesis_budget_raises_the_operations_limit_only_when_the_user_set_none(monkeypatch):
+    lim = limit("operations")
+    monkeypatch.delenv(lim.variable, raising=False)
+    with operations_budget(1024):
+        assert lim.value == OPERATIONS_PER_RANK_SQUARED * 1024 ** 2
+    assert lim.value == lim.default and lim.variable not in os.environ
+    with operations_budget(64):  # small jobs keep the default
+        assert lim.value == lim.default
+    monkeypatch.setenv(lim.variable, "1000")
+    with operations_budget(1024):
+        assert lim.value == 1000

@@ -213,7 +213,7 @@ class HostPairing:
         return busiest * G / ((H - 1) * G * G)
 
     def operations(self) -> int:
-        """The copies :func:`lower_three_step` traces."""
+        """The copies :func:`lower_three_step` traces (within synthesize's operations budget)."""
         H, G = self.hosts, self.per_host
         row, block = -(-G // MAX_COUNT), -(-G * G // MAX_COUNT)
         relayed = sum(len(ks) for ks in self.relayed)
@@ -338,12 +338,10 @@ def lower_three_step(cluster: Cluster, name: str, dialect: str | None = "executo
         for first, cnt in transfer_pieces(0, size):
             chunk(r, sbuf, sidx + first, cnt).copy(r, dbuf, didx + first, sendtb=tb)
 
-    prog = Program(name, AllToAll(n, 1), pairs, threadblock_policy=ThreadblockPolicy.manual, instr_fusion=False)
-    # an all-to-all moves n^2 blocks one by one (module doc): the program is allowed the
-    # operations it traces, which grow with the cluster (bounded by the ranks limit) -
-    # 1.2 million at 1024 ranks - rather than a DSL program's default budget
-    prog.max_ops = max(prog.max_ops, plan.operations())
-    with prog:
+    # an all-to-all moves n^2 blocks one by one (module doc): 1.3 million operations at
+    # 1024 ranks, within synthesize's operations budget (synthesis.operations_budget)
+    with Program(name, AllToAll(n, 1), pairs, threadblock_policy=ThreadblockPolicy.manual,
+                 instr_fusion=False) as prog:
         for m in range(H):
             for i in range(G):
                 src = rank(m, i)
