@@ -44,7 +44,7 @@ from __future__ import annotations
 from arborcc.errors import SynthesisError
 from arborcc.ir.limits import DEFAULT_SLOTS, MAX_CHANNELS, dialect_limits
 from arborcc.ir.model import Buffer
-from arborcc.lang import AllToAll, chunk
+from arborcc.lang import AllToAll, Program, ThreadblockPolicy, chunk
 from arborcc.synth.hosts import Cluster, cluster_of
 from arborcc.synth.lower import MAX_COUNT, ChannelMap, finish, local_copy, lowering_program, transfer_pieces
 from arborcc.synth.result import SynthesisRequest, SynthesisResult
@@ -288,8 +288,6 @@ def lower_three_step(cluster: Cluster, name: str, dialect: str | None = "executo
     ``C`` thread blocks per peer; ``C`` is the fewest that keeps every connection within
     the runtime's message slots and the dialect's limits (:meth:`HostPairing.channels`).
     """
-    from arborcc.lang import Program, ThreadblockPolicy
-
     H, G = cluster.num_hosts, cluster.per_host
     if G > MAX_COUNT:
         raise SynthesisError(f"three-step: hosts of {G} GPUs; a row of a host's blocks must fit one transfer "

@@ -27,6 +27,7 @@ from typing import Callable
 
 from arborcc.errors import SynthesisError, VerificationError
 from arborcc.ir.limits import check_dialect_limits
+from arborcc.limits import limit
 from arborcc.sim.simulate import predict_time
 from arborcc.synth.bounds import collective_bound
 from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
@@ -74,8 +75,6 @@ OPERATIONS_PER_RANK_SQUARED = 2
 def operations_budget(num_ranks: int):
     """Within the block, DSL programs may trace ``OPERATIONS_PER_RANK_SQUARED * n^2``
     operations when that is above the default operations limit and the user set none."""
-    from arborcc.limits import limit
-
     lim = limit("operations")
     budget = OPERATIONS_PER_RANK_SQUARED * num_ranks ** 2
     if lim.variable in os.environ or lim.value != lim.default or budget <= lim.default:
