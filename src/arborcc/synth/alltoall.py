@@ -264,6 +264,9 @@ class HostPairing:
         connection no send waits for a slot, so none can deadlock) and ``dialect``'s limits;
         raises :class:`SynthesisError` when none does."""
         lim = dialect_limits(dialect) if dialect else None
+        if -(-self.per_host ** 2 // MAX_COUNT) > DEFAULT_SLOTS:  # a relayed block's transfers on one connection
+            raise SynthesisError(f"three-step: hosts of {self.per_host} GPUs; a host pair's block needs more than "
+                                 f"{DEFAULT_SLOTS} transfers")
         for c in range(-(-self.in_host_messages() // DEFAULT_SLOTS), MAX_CHANNELS + 1):
             if lim is None:
                 return c
