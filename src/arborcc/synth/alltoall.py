@@ -185,6 +185,9 @@ class HostPairing:
         #: per host and GPU, how many host pairs it relays
         self._relays = [[len(range(g, len(ks), G)) for g in range(G)] for ks in self.relayed]
         self._rail_position = [{k: j for j, k in enumerate(ks)} for ks in self.rails]
+        #: host pairs the busiest GPU relays, and host pairs each host sends over every rail
+        self.pairs_per_gpu = max(-(-len(ks) // G) for ks in self.relayed)
+        self.rail_pairs = max(len(ks) for ks in self.rails)
 
     def handler(self, host: int, other: int) -> int:
         """The local index of the GPU of ``host`` that carries its traffic with ``other``."""
@@ -196,15 +199,6 @@ class HostPairing:
 
     def rail_slot(self, host: int, other: int) -> int:
         return self._rail_position[host][other]
-
-    @property
-    def pairs_per_gpu(self) -> int:
-        """Host pairs the busiest GPU relays."""
-        return max(-(-len(ks) // self.per_host) for ks in self.relayed)
-
-    @property
-    def rail_pairs(self) -> int:
-        return max(len(ks) for ks in self.rails)
 
     def nic_share(self) -> float:
         """The busiest GPU's part of its host's outgoing traffic, times ``G`` (1 is balanced)."""
