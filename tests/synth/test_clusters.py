@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from arborcc.ir.limits import DEFAULT_SLOTS
 from arborcc.synth import synthesize
 from arborcc.synth.bounds import (allgather_bound, alltoall_bound, broadcast_bound, gather_bound, max_concurrent_flow,
                                   reduce_bound, reducescatter_bound, scatter_bound)
@@ -131,10 +132,11 @@ def test_cluster_strategies_reach_the_bound_and_execute(collective, strategy):
     # trees win by under 1%)
     r = synthesize(build_cluster("dgx-a100", 4), collective, strategy, root=3)
     assert verify_algorithm(r.algorithm).ok
-    if strategy != "three-step":  # pairs of hosts over 3 of 8 GPUs at 4 hosts: built for hundreds of hosts
-        assert r.ratio >= 1 - 1e-9, r.notes
+    assert r.ratio >= 1 - 1e-9, r.notes
     assert r.bound_exact == (collective != "allreduce"), r.bound_basis  # all-reduce's optimum is open
-    assert_executes(r.algorithm, seed=5)
+    # the three-step sends up to DEFAULT_SLOTS messages ahead on a connection (the runtime's
+    # NCCL_STEPS); the others run within 2
+    assert_executes(r.algorithm, seed=5, slots=DEFAULT_SLOTS if strategy == "three-step" else 2)
 
 
 def test_algorithms_claim_exactly_the_calls_they_verify_in():

@@ -27,8 +27,11 @@ three-step example):
   host: the traffic of each pair of hosts goes through one GPU on each side (the pairs
   spread round-robin over the GPUs, GC3's rule), which gathers the host's G x G blocks,
   transposes them with local copies, sends them in one transfer, and the receiving GPU
-  hands each destination its G blocks. Hosts then pair with ``ceil((H-1)/G)`` others per
-  GPU instead of ``(H-1)/G``: within 1% of the bound at 128 hosts of 8 GPUs.
+  hands each destination its G blocks. Round-robin alone leaves some GPUs
+  ``ceil((H-1)/G)`` host pairs and others one fewer (99.2% of the bound at 128 hosts of
+  8 GPUs); the remainder of each host's pairs goes over every rail as in two-step
+  (:class:`HostPairing`), which balances the NICs exactly. Its thread blocks are placed
+  by hand so that 1024 GPUs keep the executors' 64 thread blocks of 64 steps.
 
 A block moves as one chunk; an all-to-all has N x N of them, and the transposition from
 "one source, consecutive destinations" (an input) to "one destination, consecutive
@@ -38,14 +41,12 @@ steps, whatever the algorithm.
 
 from __future__ import annotations
 
-import math
-
 from arborcc.errors import SynthesisError
-from arborcc.ir.limits import dialect_limits
+from arborcc.ir.limits import DEFAULT_SLOTS, MAX_CHANNELS, dialect_limits
 from arborcc.ir.model import Buffer
-from arborcc.lang import AllToAll, chunk
+from arborcc.lang import AllToAll, Program, ThreadblockPolicy, chunk
 from arborcc.synth.hosts import Cluster, cluster_of
-from arborcc.synth.lower import ChannelMap, finish, local_copy, lowering_program
+from arborcc.synth.lower import MAX_COUNT, ChannelMap, finish, local_copy, lowering_program, transfer_pieces
 from arborcc.synth.result import SynthesisRequest, SynthesisResult
 
 INPUT, OUTPUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
@@ -153,73 +154,249 @@ def lower_two_step(cluster: Cluster, name: str):
                    f"to each of {H - 1} hosts"])
 
 
-def _handler(G: int, host: int, other: int) -> int:
-    """The local index of the GPU of ``host`` that carries its traffic with ``other`` (GC3's
-    three-step rule: the other hosts in order, round-robin over the GPUs)."""
-    return (other if host > other else other - 1) % G
+class HostPairing:
+    """Which GPUs carry the traffic of each pair of hosts in the three-step all-to-all.
+
+    GC3's three-step example spreads the other hosts round-robin over a host's GPUs; with
+    ``H - 1`` not a multiple of ``G`` some GPUs then carry ``ceil((H - 1) / G)`` host pairs
+    and others one fewer, and the busiest NIC sets the time (15.875 / 16 = 99.2% of the
+    bound at 128 hosts of 8 GPUs). Here the remainder ``q = (H - 1) mod G`` of the pairs
+    of every host - the edges of a ``q``-regular circulant graph on the hosts - goes over
+    all the rails instead (two-step: GPU g relays its host's blocks for GPU g of the
+    other host), which gives every GPU ``1 / G`` of each such pair; the other pairs are
+    dealt round-robin, ``(H - 1 - q) / G`` to each GPU. Every NIC then carries exactly
+    ``1 / G`` of its host's traffic. When ``H q`` is odd no ``q``-regular graph exists and
+    the pairs are all dealt round-robin, as GC3 does.
+    """
+
+    def __init__(self, hosts: int, per_host: int):
+        H, G = hosts, per_host
+        q = (H - 1) % G
+        offsets: set[int] = set()
+        if q and H * q % 2 == 0:
+            offsets = {d % H for k in range(1, q // 2 + 1) for d in (k, -k)} | ({H // 2} if q % 2 else set())
+        self.hosts, self.per_host = H, G
+        #: per host, the hosts it exchanges with over every rail (two-step), in order
+        self.rails: list[list[int]] = [sorted((m + d) % H for d in offsets) for m in range(H)]
+        #: per host, the hosts it exchanges with through one GPU per side, in order
+        self.relayed: list[list[int]] = [[k for k in range(H) if k != m and (k - m) % H not in offsets]
+                                         for m in range(H)]
+        self._position = [{k: j for j, k in enumerate(ks)} for ks in self.relayed]
+        #: per host and GPU, how many host pairs it relays
+        self._relays = [[len(range(g, len(ks), G)) for g in range(G)] for ks in self.relayed]
+        self._rail_position = [{k: j for j, k in enumerate(ks)} for ks in self.rails]
+        #: host pairs the busiest GPU relays, and host pairs each host sends over every rail
+        self.pairs_per_gpu = max(-(-len(ks) // G) for ks in self.relayed)
+        self.rail_pairs = max(len(ks) for ks in self.rails)
+
+    def handler(self, host: int, other: int) -> int:
+        """The local index of the GPU of ``host`` that carries its traffic with ``other``."""
+        return self._position[host][other] % self.per_host
+
+    def slot(self, host: int, other: int) -> int:
+        """Which of its handler's host pairs ``(host, other)`` is (0, 1, ...)."""
+        return self._position[host][other] // self.per_host
+
+    def rail_slot(self, host: int, other: int) -> int:
+        return self._rail_position[host][other]
+
+    def nic_share(self) -> float:
+        """The busiest GPU's part of its host's outgoing traffic, times ``G`` (1 is balanced)."""
+        G, H = self.per_host, self.hosts
+        busiest = self.pairs_per_gpu * G * G + self.rail_pairs * G
+        return busiest * G / ((H - 1) * G * G)
+
+    def operations(self) -> int:
+        """The copies :func:`lower_three_step` traces (within synthesize's operations budget)."""
+        H, G = self.hosts, self.per_host
+        row, block = -(-G // MAX_COUNT), -(-G * G // MAX_COUNT)
+        relayed = sum(len(ks) for ks in self.relayed)
+        rails = sum(len(ks) for ks in self.rails)
+        per_relayed = (G - 1) * row + G + (G - 1) * G + block + G * row  # gather, transpose, send, scatter
+        per_rail = G * G + G * row  # gather, send
+        return H * G * G + relayed * per_relayed + rails * per_rail
+
+    def message(self, host: int, kind: str, other: int, sender: int, receiver: int) -> int:
+        """The position of a message among those GPU ``sender`` of ``host`` sends to GPU
+        ``receiver`` of the same host: the direct block, then the rows for the host pairs
+        ``receiver`` relays, the relayed blocks of the pairs ``sender`` relays, the blocks
+        for the rails' peers (``kind``: direct, row, scatter, rail)."""
+        if kind == "direct":
+            return 0
+        if kind == "row":
+            return 1 + self.slot(host, other)
+        if kind == "scatter":
+            return 1 + self._relays[host][receiver] + self.slot(host, other)
+        return 1 + self._relays[host][receiver] + self._relays[host][sender] + self.rail_slot(host, other)
+
+    def in_host_messages(self) -> int:
+        """The most messages one GPU sends another of its host (rows of G chunks taken whole)."""
+        return 1 + 2 * self.pairs_per_gpu + self.rail_pairs
+
+    def thread_blocks(self, channels: int) -> int:
+        """Thread blocks per rank with the in-host connections spread over ``channels``."""
+        return 1 + (self.per_host - 1) * channels + self.pairs_per_gpu + self.rail_pairs
+
+    def steps_per_thread_block(self, channels: int) -> int:
+        """An upper bound on the steps of the busiest thread block (see :func:`lower_three_step`):
+        an in-host connection's thread block sends and receives its channel's messages and
+        transposes the rows it receives; a host pair's own thread block transposes its
+        GPU's own row, waits for the other rows (a nop per in-host peer), sends and
+        receives the relayed block and hands on its own share; a rail pair's gathers its
+        own block, waits for the others, sends and receives."""
+        G = self.per_host
+        block = -(-G * G // MAX_COUNT)  # transfers per host pair's block
+        in_host = 2 * -(-self.in_host_messages() // channels) + G * -(-self.pairs_per_gpu // channels)
+        pair = G + (G - 1) + 2 * block + 1
+        rail = 1 + (G - 1) + 2
+        return max(in_host, pair, rail)
+
+    def channels(self, dialect: str | None) -> int:
+        """The fewest channels for the in-host connections that keep every connection within
+        the runtime's message slots (a rank sends and receives its in-host messages in one
+        thread block per peer and channel: with at most :data:`DEFAULT_SLOTS` messages per
+        connection no send waits for a slot, so none can deadlock) and ``dialect``'s limits;
+        raises :class:`SynthesisError` when none does."""
+        lim = dialect_limits(dialect) if dialect else None
+        if -(-self.per_host ** 2 // MAX_COUNT) > DEFAULT_SLOTS:  # a relayed block's transfers on one connection
+            raise SynthesisError(f"three-step: hosts of {self.per_host} GPUs; a host pair's block needs more than "
+                                 f"{DEFAULT_SLOTS} transfers")
+        for c in range(-(-self.in_host_messages() // DEFAULT_SLOTS), MAX_CHANNELS + 1):
+            if lim is None:
+                return c
+            if self.thread_blocks(c) > lim.max_threadblocks_per_rank:
+                break
+            if self.steps_per_thread_block(c) <= lim.max_steps_per_threadblock:
+                return c
+        raise SynthesisError(f"three-step: {self.hosts} hosts of {self.per_host} GPUs need more than the "
+                             f"{dialect or 'MSCCL'} runtime's channels, or its thread blocks or steps per "
+                             f"thread block (about {self.in_host_messages()} messages between two GPUs of a host)")
 
 
-def lower_three_step(cluster: Cluster, name: str):
+def lower_three_step(cluster: Cluster, name: str, dialect: str | None = "executor"):
+    """The three-step all-to-all (module doc) with thread blocks placed by hand.
+
+    Each rank has one thread block per in-host peer and channel (sending to and
+    receiving from that peer), one per host pair it relays (sending to and receiving
+    from the other side's relay), one per rail peer of the pairs that go over every
+    rail, and a local one. The messages between two GPUs of a host are dealt
+    round-robin over ``C`` channels (:meth:`HostPairing.message`), so a row's
+    transposition - local copies in the thread block that received it - spreads over
+    ``C`` thread blocks per peer; ``C`` is the fewest that keeps every connection within
+    the runtime's message slots and the dialect's limits (:meth:`HostPairing.channels`).
+    """
     H, G = cluster.num_hosts, cluster.per_host
+    if G > MAX_COUNT:
+        raise SynthesisError(f"three-step: hosts of {G} GPUs; a row of a host's blocks must fit one transfer "
+                             f"(at most {MAX_COUNT} GPUs per host)")
     n = H * G
+    plan = HostPairing(H, G)
+    C = plan.channels(dialect)
+    rank = cluster.rank
     pairs = _Pairs(cluster.path)
     pairs.n = n
     for m in range(H):
-        for k in range(H):
-            if k == m:
-                continue
-            x, y = cluster.rank(m, _handler(G, m, k)), cluster.rank(k, _handler(G, k, m))
-            pairs.add(x, y)
-            for i in range(G):
-                pairs.add(cluster.rank(m, i), x)
-                pairs.add(y, cluster.rank(k, i))
+        for k in plan.relayed[m]:
+            pairs.add(rank(m, plan.handler(m, k)), rank(k, plan.handler(k, m)))
         for i in range(G):
             for g in range(G):
-                pairs.add(cluster.rank(m, i), cluster.rank(m, g))
+                pairs.add(rank(m, i), rank(m, g))
+            for k in plan.rails[m]:
+                pairs.add(rank(m, i), rank(k, i))
     channels = pairs.channels()
     block = G * G
-    # a handler's scratch: per host it handles (in order), the gathered [source][destination]
-    # blocks and their transpose; then, per host it receives from, the received blocks
-    handled: dict[int, list[int]] = {}
-    for m in range(H):
-        for k in range(H):
-            if k != m:
-                handled.setdefault(cluster.rank(m, _handler(G, m, k)), []).append(k)
-    slot = {(x, k): j for x, ks in handled.items() for j, k in enumerate(ks)}
-    gathered = lambda x, k: 2 * slot[(x, k)] * block  # noqa: E731
-    transposed = lambda x, k: (2 * slot[(x, k)] + 1) * block  # noqa: E731
-    received = lambda y, m: (2 * len(handled[y]) + slot[(y, m)]) * block  # noqa: E731
-    with lowering_program(name, AllToAll(n, 1), pairs, channels, fuse=False) as prog:
+    # thread blocks of a rank: 0 local, then per in-host peer and channel, per relayed
+    # host pair (its slot), per rail pair
+    def peer_tb(peer_local: int, ch: int) -> int:
+        return 1 + ch * G + peer_local
+
+    def pair_tb(slot: int) -> int:
+        return 1 + C * G + slot
+
+    def rail_tb(j: int) -> int:
+        return 1 + C * G + plan.pairs_per_gpu + j
+
+    # scratch of a relay: per host pair (its slot), the gathered rows [source][destination],
+    # their transpose [destination][source] and the block received from the other side;
+    # then per rail pair the G blocks gathered for the rail peer
+    gathered = lambda s: 3 * s * block  # noqa: E731
+    transposed = lambda s: (3 * s + 1) * block  # noqa: E731
+    received = lambda s: (3 * s + 2) * block  # noqa: E731
+    rail_gathered = lambda j: 3 * plan.pairs_per_gpu * block + j * G  # noqa: E731
+
+    def send(src: int, sbuf: Buffer, sidx: int, size: int, dst: int, dbuf: Buffer, didx: int,
+             stb: int, rtb: int, ch: int) -> None:
+        for first, cnt in transfer_pieces(0, size):
+            chunk(src, sbuf, sidx + first, cnt).copy(dst, dbuf, didx + first, sendtb=stb, recvtb=rtb, ch=ch)
+
+    def copy_local(r: int, sbuf: Buffer, sidx: int, dbuf: Buffer, didx: int, size: int, tb: int) -> None:
+        for first, cnt in transfer_pieces(0, size):
+            chunk(r, sbuf, sidx + first, cnt).copy(r, dbuf, didx + first, sendtb=tb)
+
+    # an all-to-all moves n^2 blocks one by one (module doc): 1.3 million operations at
+    # 1024 ranks, within synthesize's operations budget (synthesis.operations_budget)
+    with Program(name, AllToAll(n, 1), pairs, threadblock_policy=ThreadblockPolicy.manual,
+                 instr_fusion=False) as prog:
         for m in range(H):
             for i in range(G):
-                src = cluster.rank(m, i)
-                for g in range(G):
-                    _copy(pairs, src, INPUT, cluster.rank(m, g), cluster.rank(m, g), OUTPUT, src)
-                for k in range(H):  # (1) the G blocks for host k to its handler, as one run
-                    if k != m:
-                        x = cluster.rank(m, _handler(G, m, k))
-                        _copy(pairs, src, INPUT, cluster.rank(k, 0), x, SCRATCH, gathered(x, k) + i * G, G)
-        for m in range(H):
-            for k in range(H):
-                if k == m:
-                    continue
-                x, y = cluster.rank(m, _handler(G, m, k)), cluster.rank(k, _handler(G, k, m))
-                for i in range(G):  # (2) transpose [source][destination] into [destination][source]
+                src = rank(m, i)
+                for g in range(G):  # inside the host: straight to the destination
+                    if g == i:
+                        copy_local(src, INPUT, src, OUTPUT, src, 1, 0)
+                    else:
+                        send(src, INPUT, rank(m, g), 1, rank(m, g), OUTPUT, src, peer_tb(g, 0), peer_tb(i, 0), 0)
+                for k in plan.relayed[m]:  # (1) the G blocks for host k to its relay, as one run
+                    h, s = plan.handler(m, k), plan.slot(m, k)
+                    x = rank(m, h)
+                    if h == i:  # the relay's own row: straight into the transpose
+                        for g in range(G):
+                            copy_local(x, INPUT, rank(k, g), SCRATCH, transposed(s) + g * G + i, 1, pair_tb(s))
+                    else:
+                        c = plan.message(m, "row", k, i, h) % C
+                        send(src, INPUT, rank(k, 0), G, x, SCRATCH, gathered(s) + i * G, peer_tb(h, c), peer_tb(i, c), c)
+                for k in plan.rails[m]:  # (1') the block for GPU g of host k to rail g
+                    j = plan.rail_slot(m, k)
                     for g in range(G):
-                        local_copy(x, (SCRATCH, gathered(x, k) + i * G + g), (SCRATCH, transposed(x, k) + g * G + i), 1)
-                for start in range(0, block, 64):  # (3) one transfer (in pieces of at most 64 chunks)
-                    size = min(64, block - start)
-                    chunk(x, SCRATCH, transposed(x, k) + start, size).copy(y, SCRATCH, received(y, m) + start)
+                        if g == i:
+                            copy_local(src, INPUT, rank(k, g), SCRATCH, rail_gathered(j) + i, 1, rail_tb(j))
+                        else:
+                            c = plan.message(m, "rail", k, i, g) % C
+                            send(src, INPUT, rank(k, g), 1, rank(m, g), SCRATCH, rail_gathered(j) + i,
+                                 peer_tb(g, c), peer_tb(i, c), c)
+        for m in range(H):
+            for k in plan.relayed[m]:
+                h, s = plan.handler(m, k), plan.slot(m, k)
+                x, y = rank(m, h), rank(k, plan.handler(k, m))
+                for i in range(G):  # (2) transpose the received rows, in the thread block that received them
+                    if i != h:
+                        for g in range(G):
+                            copy_local(x, SCRATCH, gathered(s) + i * G + g, SCRATCH, transposed(s) + g * G + i, 1,
+                                       peer_tb(i, plan.message(m, "row", k, i, h) % C))
+                # (3) one transfer per host pair (in pieces of at most MAX_COUNT chunks)
+                send(x, SCRATCH, transposed(s), block, y, SCRATCH, received(plan.slot(k, m)),
+                     pair_tb(s), pair_tb(plan.slot(k, m)), 0)
+            for k in plan.rails[m]:
+                j = plan.rail_slot(m, k)
+                for g in range(G):  # (3') G blocks per rail peer, straight into its output
+                    send(rank(m, g), SCRATCH, rail_gathered(j), G, rank(k, g), OUTPUT, rank(m, 0),
+                         rail_tb(j), rail_tb(plan.rail_slot(k, m)), 0)
         for k in range(H):
-            for m in range(H):
-                if m == k:
-                    continue
-                y = cluster.rank(k, _handler(G, k, m))
+            for m in plan.relayed[k]:
+                h, s = plan.handler(k, m), plan.slot(k, m)
+                y = rank(k, h)
                 for g in range(G):  # (4) each destination its G blocks, one run
-                    _copy(pairs, y, SCRATCH, received(y, m) + g * G, cluster.rank(k, g), OUTPUT, cluster.rank(m, 0), G)
+                    if g == h:
+                        copy_local(y, SCRATCH, received(s) + g * G, OUTPUT, rank(m, 0), G, pair_tb(s))
+                    else:
+                        c = plan.message(k, "scatter", m, h, g) % C
+                        send(y, SCRATCH, received(s) + g * G, G, rank(k, g), OUTPUT, rank(m, 0),
+                             peer_tb(g, c), peer_tb(h, c), c)
+    rails = (f"; {plan.rail_pairs} host pairs per host over all {G} rails (two-step), which balances the NICs"
+             if plan.rail_pairs else "")
     return finish(prog, cluster.topology, channels, n,
-                  [f"three-step: each host pair through one GPU per side ({math.ceil((H - 1) / G)} hosts per GPU "
-                   f"at most), {G}x{G} blocks transposed by local copies, one transfer per host pair"])
+                  [f"three-step: each host pair through one GPU per side ({plan.pairs_per_gpu} host pairs per GPU "
+                   f"at most), {G}x{G} blocks transposed by local copies, one transfer per host pair{rails}; "
+                   f"in-host connections over {C} channel(s)"])
 
 
 # --- strategies -----------------------------------------------------------------------------
@@ -244,10 +421,7 @@ def synth_three_step(request: SynthesisRequest) -> SynthesisResult:
     """GC3's three-step all-to-all on a cluster of equal hosts (module doc)."""
     cluster = cluster_of(request.topology)
     _consecutive_hosts(cluster, "three-step")
-    H, G = cluster.num_hosts, cluster.per_host
-    peers = math.ceil((H - 1) / G)
-    _check_thread_blocks("three-step", 4 * (G - 1) + 2 * peers + 1, request.dialect)
-    return _result("three-step", request, lower_three_step(cluster, "three-step-alltoall"))
+    return _result("three-step", request, lower_three_step(cluster, "three-step-alltoall", request.dialect))
 
 
 def _result(strategy: str, request: SynthesisRequest, lowered) -> SynthesisResult:

@@ -188,18 +188,21 @@ class _RouteOracle:
         D = dist[:, self.g.n:]
         return D, pred
 
-    def path(self, pred: np.ndarray | None, k: int, j: int) -> list[int]:
-        """Arc ids of the route from rank k to rank j."""
+    def path(self, pred, k: int, j: int) -> list[int]:
+        """Arc ids of the route from rank k to rank j (``pred``: the predecessors of
+        :meth:`routes`, as an array or nested lists)."""
         g = self.g
+        n = g.n
         if pred is None:
-            return [self.arc_of[(int(g.ranks[k]), self.g.n + j)]]
-        node, arcs = self.g.n + j, []
+            return [self.arc_of[(int(g.ranks[k]), n + j)]]
+        node, arcs = n + j, []
         src = int(g.ranks[k])
+        row, arc_of = pred[k], self.arc_of
         while node != src:
-            p = int(pred[k, node])
+            p = int(row[node])
             if p < 0:
                 raise SynthesisError(f"{g.name}: no route from {g.nodes[src]} to {g.nodes[g.ranks[j]]}")
-            arcs.append(self.arc_of[(p, node)])
+            arcs.append(arc_of[(p, node)])
             node = p
         return arcs[::-1]
 
@@ -220,13 +223,14 @@ class _RouteOracle:
         except SynthesisError:
             raise SynthesisError(f"{self.g.name}: some rank cannot be reached from "
                                  f"{self.g.nodes[self.g.ranks[root_pos]]} over {self.g.links} links") from None
-        hops = []
-        load = np.zeros(len(self.g.src))
-        for v in range(len(par)):
-            if par[v] >= 0:
-                arcs = self.path(pred, int(par[v]), v)
-                hops.append((int(par[v]), v, tuple(arcs)))
-                np.add.at(load, arcs, 1.0)
+        hops, used = [], []
+        rows = None if pred is None else pred.tolist()
+        for v, u in enumerate(par):
+            if u >= 0:
+                arcs = self.path(rows, u, v)
+                hops.append((u, v, tuple(arcs)))
+                used += arcs
+        load = np.bincount(np.asarray(used, dtype=np.intp), minlength=len(self.g.src)).astype(float)
         col = _Column(root_pos, tuple(hops), load)
         return float(load @ length), col
 
@@ -715,27 +719,29 @@ def pack_reduce(topology, root: str | int, links: LinkSelector = "all", method: 
 
 def pack_allgather(topology, links: LinkSelector = "all", *, threshold: float = 0.01,
                    minimize_trees: bool = False, time_limit: float = 30.0, allow_partial: bool = False,
-                   tol: float = 1e-6, ilp_time_limit: float = 10.0) -> TreePacking:
+                   tol: float = 1e-6, ilp_time_limit: float = 10.0, bound: Bound | None = None) -> TreePacking:
     """Out-trees rooted at every rank sharing the links, each root at the same rate,
     reaching the all-gather bound (ForestColl; exact column generation).
 
     The LP's basic optimum already uses at most ``links + ranks`` trees, so tree-count
     minimisation is off by default; ``minimize_trees=True`` trades up to ``threshold``
     of the rate for fewer trees (Blink 3.2.1), within ``ilp_time_limit`` seconds.
+    ``bound``: the all-gather bound of ``topology`` over ``links`` when already computed.
     """
     t0 = time.perf_counter()
     g = flow_graph(topology, links)
-    bound = allgather_cut_bound(g, "allgather", time_limit)
+    bound = bound or allgather_cut_bound(g, "allgather", time_limit)
     return _pack(topology, g, list(range(len(g.ranks))), bound, "allgather", "exact", threshold,
                  minimize_trees, time_limit, 0.1, allow_partial, t0, tol, ilp_time_limit)
 
 
 def pack_reducescatter(topology, links: LinkSelector = "all", *, threshold: float = 0.01,
                        minimize_trees: bool = False, time_limit: float = 30.0, allow_partial: bool = False,
-                       tol: float = 1e-6, ilp_time_limit: float = 10.0) -> TreePacking:
-    """In-trees into every rank: the all-gather packing of the reversed graph, reversed."""
+                       tol: float = 1e-6, ilp_time_limit: float = 10.0, bound: Bound | None = None) -> TreePacking:
+    """In-trees into every rank: the all-gather packing of the reversed graph, reversed
+    (``bound``: the reduce-scatter bound when already computed)."""
     t0 = time.perf_counter()
     g = flow_graph(topology, links).reversed()
-    bound = allgather_cut_bound(g, "reducescatter", time_limit)
+    bound = bound or allgather_cut_bound(g, "reducescatter", time_limit)
     return _pack(topology, g, list(range(len(g.ranks))), bound, "reducescatter", "exact", threshold,
                  minimize_trees, time_limit, 0.1, allow_partial, t0, tol, ilp_time_limit)

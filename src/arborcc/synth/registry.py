@@ -78,7 +78,8 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("two-step", ALLTOALL, "arborcc.synth.alltoall:synth_two_step",
              "GC3 7.3: gather on the GPU of the destination's index, one aggregated transfer per rail peer"),
     Strategy("three-step", ALLTOALL, "arborcc.synth.alltoall:synth_three_step",
-             "GC3's three-step: node pairs spread over the GPUs, gather, one transfer per node pair, scatter"),
+             "GC3's three-step: host pairs spread over the GPUs (the remainder over every rail), gather, one "
+             "transfer per host pair, scatter"),
     Strategy("direct", ALLTOALL, "arborcc.synth.alltoall:synth_direct",
              "all pairs: every block straight to its destination"),
 )

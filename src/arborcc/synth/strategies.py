@@ -144,7 +144,7 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
              f"{a.chunks} chunks"], used, [c for c in a.counts if c])
     if collective in ("allgather", "reducescatter"):
         pack = pack_allgather if collective == "allgather" else pack_reducescatter
-        packing = pack(topology, links, threshold=TOLERANCE)
+        packing = pack(topology, links, threshold=TOLERANCE, bound=request.bound)
         a = _apportion(topology, list(packing.trees), packing.algbw)
         lower = L.lower_allgather if collective == "allgather" else L.lower_reducescatter
         used = [t for t, c in zip(packing.trees, a.counts) if c]

@@ -20,11 +20,14 @@ skipped.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from typing import Callable
 
 from arborcc.errors import SynthesisError, VerificationError
 from arborcc.ir.limits import check_dialect_limits
+from arborcc.limits import limit
 from arborcc.sim.simulate import predict_time
 from arborcc.synth.bounds import collective_bound
 from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
@@ -58,6 +61,30 @@ def _candidates(strategy: str, collective: str, num_ranks: int, clusters: bool) 
     if clusters:
         names.sort(key=lambda name: not BY_NAME[name].clusters_first)
     return names, skipped
+
+
+#: operations a synthesized program may trace per rank squared when no operations limit
+#: was set (``--limit operations=N`` or ``ARBORCC_MAX_OPERATIONS`` wins): an all-to-all
+#: moves its n^2 blocks one by one (the three-step traces about 1.24 n^2 operations, 1.3
+#: million at 1024 ranks, in 1.7 GB), and a DSL program's default budget of 250,000
+#: would stop synthesis at about 350 ranks, below the 1024 the ranks limit allows
+OPERATIONS_PER_RANK_SQUARED = 2
+
+
+@contextlib.contextmanager
+def operations_budget(num_ranks: int):
+    """Within the block, DSL programs may trace ``OPERATIONS_PER_RANK_SQUARED * n^2``
+    operations when that is above the default operations limit and the user set none."""
+    lim = limit("operations")
+    budget = OPERATIONS_PER_RANK_SQUARED * num_ranks ** 2
+    if lim.variable in os.environ or lim.value != lim.default or budget <= lim.default:
+        yield
+        return
+    os.environ[lim.variable] = str(budget)
+    try:
+        yield
+    finally:
+        os.environ.pop(lim.variable, None)
 
 
 #: algorithms of more steps claim only the mode their lowering declares: proving the other
@@ -133,7 +160,8 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
         if progress:
             progress(f"{name}: synthesizing {collective} on {topology.name} ({time.perf_counter() - t0:.1f} s)")
         try:
-            results.append(BY_NAME[name].load()(request))
+            with operations_budget(topology.num_ranks):
+                results.append(BY_NAME[name].load()(request))
         except SynthesisError as e:
             if strategy != "auto":
                 raise
