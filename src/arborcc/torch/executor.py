@@ -19,14 +19,18 @@ an algorithm may use at most one thread block per peer and direction there.
 Progress. One thread walks the thread blocks in program order and issues operations as
 soon as their step may run (a receive into a temporary buffer is posted as soon as its
 thread block reaches it; one into the destination waits for the step's dependency).
-Completion of an operation is awaited by a helper thread (gloo's Work objects cannot be
-polled), which wakes the issuing thread, so a rank always reacts to whichever message
-arrives first - waiting on one fixed receive could deadlock an algorithm whose peers
-wait on this rank's later sends. Sends read the caller's memory where it is, without a
-copy; a step that would write memory a send in flight still reads waits for that send
-to complete (a receive that would land there goes to a temporary buffer instead, so a
-pair of ranks exchanging the same chunks cannot block each other) - the IR's semantics,
-a send captures its data when it is posted, without copying.
+Operations are posted by a thread per peer and direction, in issue order (a gloo post
+waits while the connection moves a message), and their completion is awaited by a
+helper thread (gloo's Work objects cannot be polled), which wakes the issuing thread,
+so a rank always reacts to whichever message arrives first - waiting on one fixed
+receive could deadlock an algorithm whose peers wait on this rank's later sends. Sends
+read the caller's memory where it is, without a copy; a step that would write memory a
+send in flight still reads waits for that send to complete - the IR's semantics, a send
+captures its data when it is posted, without copying. A receive that would land there
+goes there anyway when the peer sends that message only after it has received the send
+(:func:`received_before_reply`); otherwise it waits briefly for the send and then goes
+to a temporary buffer, so a pair of ranks exchanging the same chunks cannot block each
+other. Temporaries are reused from call to call.
 
 References:
 
