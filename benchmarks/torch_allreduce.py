@@ -15,7 +15,9 @@ rank's sample counts, the table shows medians of samples. busbw = size / time *
 Two hosts: 4 ranks, two "hosts" of 2 (``ARBORCC_HOST``), at 16 and 64 MB: the backend
 (shared memory inside a host, the torch.distributed executor over gloo between hosts),
 the executor alone over gloo for all 4 ranks (arborcc's built-in all-reduce as
-point-to-point messages), and gloo's own all-reduce.
+point-to-point messages), and gloo's own all-reduce; with the CPU time per call of the
+executor's and gloo's processes (all threads), which decides on an idle machine where
+4 ranks share 2 cores.
 
 Targets (issue 13): arborcc >= 10x gloo's busbw from 64 KB to 1 MB and >= 1.2x from
 16 MB up; arborcc's time <= 1.3x the raw runtime's at every size; two hosts: the
@@ -58,19 +60,21 @@ def batch_of(size: int) -> int:
     return max(1, min(16, MB // size))
 
 
-def time_batches(call, barrier, warmup: int, samples: int, batch: int) -> list[float]:
+def time_batches(call, barrier, warmup: int, samples: int, batch: int) -> tuple[list[float], list[float]]:
     """``warmup`` untimed calls, then ``samples`` times: a barrier, ``batch`` calls timed
-    together; seconds per call of each sample."""
+    together; seconds per call of each sample, and CPU seconds per call of this process
+    (all its threads)."""
     for _ in range(warmup):
         call()
-    out = []
+    out, cpu = [], []
     for _ in range(samples):
         barrier()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         for _ in range(batch):
             call()
         out.append((time.perf_counter() - t0) / batch)
-    return out
+        cpu.append((time.process_time() - c0) / batch)
+    return out, cpu
 
 
 def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
@@ -97,14 +101,16 @@ def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
         ways = {"arborcc": lambda t: dist.all_reduce(t), "gloo": lambda t: dist.all_reduce(t, group=gloo),
                 "raw": lambda t: raw.allreduce(t)}
     out: dict = {way: {} for way in ways}
+    out.update({f"{way} cpu": {} for way in ways})
     for size in sizes:
         warmup, iters = iterations(size, quick)
         t = torch.ones(size // 4)
         for rnd in range(ROUNDS):
             for way, call in ways.items():
-                times = time_batches(lambda: call(t), lambda: barrier().wait(), warmup if rnd == 0 else 0, iters,
-                                     batch_of(size))
+                times, cpu = time_batches(lambda: call(t), lambda: barrier().wait(), warmup if rnd == 0 else 0,
+                                          iters, batch_of(size))
                 out[way].setdefault(size, []).extend(times)
+                out[f"{way} cpu"].setdefault(size, []).extend(cpu)
         t.fill_(1.0)
         for call in ways.values():
             t.fill_(1.0)
@@ -138,7 +144,7 @@ def single_host_table(ranks: int, sizes: list[int], quick: bool) -> list[dict]:
           f"{'raw bw':>8} {'x gloo bw':>9} {'/ raw t':>8} {'target':>14}")
     for size in sizes:
         a, g, r = (med[w][size] for w in ("arborcc", "gloo", "raw"))
-        bw = {w: size / med[w][size] * factor / 1e9 for w in med}
+        bw = {w: size / med[w][size] * factor / 1e9 for w in ("arborcc", "gloo", "raw")}
         vs_gloo, vs_raw = g / a, a / r
         need = 10.0 if 64 * KB <= size <= 1 * MB else (1.2 if size >= 16 * MB else None)
         ok = (need is None or vs_gloo >= need) and vs_raw <= 1.3
@@ -152,15 +158,17 @@ def single_host_table(ranks: int, sizes: list[int], quick: bool) -> list[dict]:
 
 def two_host_table(sizes: list[int], quick: bool) -> list[dict]:
     med = medians(run_ranks(rank_timings, 4, (sizes, quick, 2), timeout=1800))
-    print("\n## two hosts of 2 ranks on loopback, dist.all_reduce float32 sum (median ms per call)")
+    print("\n## two hosts of 2 ranks on loopback, dist.all_reduce float32 sum (median ms per call; cpu: CPU ms "
+          "per call of the busiest rank's process)")
     print(f"{'size':>7} {'arborcc ms':>11} {'executor ms':>12} {'gloo ms':>9} {'gloo / arborcc':>15} "
-          f"{'gloo / executor':>16}")
+          f"{'gloo / executor':>16} {'executor cpu':>13} {'gloo cpu':>9}")
     rows = []
     for size in sizes:
-        a, e, g = (med[w][size] for w in ("arborcc", "executor", "gloo"))
+        a, e, g, ec, gc = (med[w][size] for w in ("arborcc", "executor", "gloo", "executor cpu", "gloo cpu"))
         print(f"{fmt_size(size):>7} {a * 1e3:>11.1f} {e * 1e3:>12.1f} {g * 1e3:>9.1f} {g / a:>14.2f}x "
-              f"{g / e:>15.2f}x")
-        rows.append({"size": size, "arborcc_ms": a * 1e3, "executor_ms": e * 1e3, "gloo_ms": g * 1e3})
+              f"{g / e:>15.2f}x {ec * 1e3:>13.1f} {gc * 1e3:>9.1f}")
+        rows.append({"size": size, "arborcc_ms": a * 1e3, "executor_ms": e * 1e3, "gloo_ms": g * 1e3,
+                     "executor_cpu_ms": ec * 1e3, "gloo_cpu_ms": gc * 1e3})
     return rows
 
 

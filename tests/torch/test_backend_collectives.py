@@ -118,7 +118,17 @@ y = torch.ones(10); dist.all_reduce(y)  # synchronous, after the queued ones
 for wk in works:
     wk.wait()
 fut_value = works[-1].get_future().wait()[0]
-report({"compared": compared, "wrong": wrong[:5], "nwrong": len(wrong), "skipped": sorted(skipped)[:3],
+# the prepared synchronous all-reduce: one shape again and again, operators interleaved,
+# then a non-contiguous tensor of that shape and type (not the prepared call: gloo's)
+prepared = []
+for k in range(3):
+    for o in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.AVG):
+        t = torch.full((64,), float(rank + k)); dist.all_reduce(t, op=o); prepared.append(float(t[-1]))
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", arborcc.torch.FallbackWarning)
+    nc = torch.full((8, 8), float(rank)).t(); nc[0, 1] = 10.0 * rank; dist.all_reduce(nc)
+prepared += [float(nc[0, 0]), float(nc[0, 1])]
+report({"prepared": prepared, "compared": compared, "wrong": wrong[:5], "nwrong": len(wrong), "skipped": sorted(skipped)[:3],
         "fallback": fallback, "repeated": max(counts.values(), default=0),
         "async": [float(x[0]), float(y[0]), float(fut_value[0]), all(wk.is_completed() for wk in works)],
         "backend": dist.get_backend()})
@@ -136,6 +146,8 @@ def test_every_collective_dtype_and_op_equals_gloo(tmp_path):
         assert r["nwrong"] == 0, r["wrong"]
         assert r["compared"] > 700
         assert r["async"] == [64.0, 4.0, 64.0, True]
+        w = 4
+        assert r["prepared"] == [v for k in range(3) for v in (w * k + 6.0, k + 3.0, (w * k + 6.0) / w)] + [6.0, 60.0]
         # what arborcc lacks went to gloo, each kind warned about once
         assert r["repeated"] == 1
         joined = " ".join(r["fallback"])

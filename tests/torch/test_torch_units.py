@@ -68,3 +68,37 @@ def test_plan_from_a_tuned_directory(tmp_path):
     plan = plan_from_env({"ARBORCC_PLAN": str(tmp_path)})
     assert plan.select("allreduce", 4, Mode.INPLACE, 4096, 4).name == algo.name
     assert plan_from_env({}) is None
+
+
+def _exchange(reply_first: bool):
+    """Rank 0 sends chunk 0 to rank 1 and receives rank 1's message into chunk 0; rank 1
+    receives rank 0's message, then replies (``reply_first``: replies before receiving)."""
+    from arborcc.ir.model import Op
+    from arborcc.torch.executor import LoweredStep, LoweredThreadBlock
+
+    def step(op):
+        return LoweredStep(op, (0, 0), (0, 0), 1, None, False, False)
+
+    rank0 = [LoweredThreadBlock(1, 1, 0, (step(Op.SEND), step(Op.RECV)))]
+    ops1 = (Op.SEND, Op.RECV) if reply_first else (Op.RECV, Op.SEND)
+    rank1 = [LoweredThreadBlock(0, 0, 0, tuple(step(op) for op in ops1))]
+    return rank0, rank1
+
+
+def test_a_reply_may_land_where_the_message_it_answers_was_sent_from():
+    """The executor receives into memory a send in flight still reads only when the peer
+    sends that message after it has received the send (no temporary, no copy)."""
+    from arborcc.ir.aliasing import Mode
+    from arborcc.runtime.direct import owner_allreduce
+    from arborcc.runtime.lowering import lower_rank
+    from arborcc.torch.executor import lowered_program, received_before_reply
+
+    rank0, rank1 = _exchange(reply_first=False)
+    assert received_before_reply(0, rank0, {1: rank1}.get) == {(0, 1): frozenset({(0, 0)})}
+    rank0, rank1 = _exchange(reply_first=True)  # the messages cross: rank 1's may arrive while rank 0's is read
+    assert received_before_reply(0, rank0, {1: rank1}.get) == {}
+
+    algo = owner_allreduce(4, True)  # each rank gets chunk p back from its owner p after sending it there
+    programs = {p: lowered_program(lower_rank(algo, p, Mode.INPLACE)) for p in range(4)}
+    safe = received_before_reply(0, programs[0], programs.get)
+    assert safe == {(t, 3): frozenset({(t, 0)}) for t in range(3)}

@@ -233,6 +233,42 @@ class Communicator:
             self._last_allreduce = (send, recv, op, len(self.plan.entries), prepared, s, r)
         return recv if recv is not None else send
 
+    def inplace_allreduce(self, count: int, dtype: str, op: str = "sum"):
+        """A function ``run(address)``: the in-place all-reduce of the ``count`` elements of
+        ``dtype`` at ``address``, as :meth:`allreduce` runs it (the plan's algorithm as
+        selected now, the tail, avg), prepared once. It skips :meth:`allreduce`'s per-call
+        checks: the caller guarantees a contiguous, writable buffer of that size and type
+        (a torch.distributed backend checks the tensor itself). None while slice tuning is
+        on (each call then decides its slice) or when ``count`` is 0."""
+        check_op(op, dtype)
+        if self.options.tune or count <= 0:
+            return None
+        algo = self.plan.select("allreduce", self.world_size, Mode.INPLACE, count, DTYPES[dtype][1], 0)
+        scratch = []  # the call's own scratch memory, so that its address is fixed
+        calls = []
+        for handle, uses_in, uses_out, scratch_bytes, divide in self._prepare(algo, Mode.INPLACE, count, dtype,
+                                                                              op, 0, self.options.slice_bytes):
+            if scratch_bytes:
+                scratch.append(np.empty(scratch_bytes, np.uint8))
+            calls.append((handle, uses_in, uses_out, scratch[-1].ctypes.data if scratch_bytes else 0,
+                          None if divide is None else divide[1:]))
+        code, ranks = DTYPES[dtype][0], float(self.world_size)
+
+        def run(address: int) -> None:
+            if self._closed:
+                raise CommunicationError(f"rank {self.rank}: the communicator is closed")
+            try:
+                for handle, uses_in, uses_out, scratch_address, divide in calls:
+                    if divide is None:
+                        self._native.run_prepared(handle, address if uses_in else 0, address if uses_out else 0,
+                                                  scratch_address)
+                    else:  # avg: divide the result (in place: the one buffer) by the rank count
+                        native.divide(address + divide[0], divide[1], code, ranks)
+            except native.NativeCommError as e:
+                raise CommunicationError(str(e)) from None
+        run.scratch = scratch  # kept alive with the function
+        return run
+
     def allgather(self, send, recv):
         """Block ``i`` of ``recv`` (``world_size`` blocks of ``send``'s size) = rank i's ``send``."""
         r = array_ref(recv, "recv")

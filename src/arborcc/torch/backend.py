@@ -29,6 +29,9 @@ from arborcc.torch.ops import reduction_name, unsupported
 from arborcc.torch.work import CallQueue
 
 NAME = "arborcc"
+#: all-reduce shapes (type, size, reduction) whose prepared calls a group keeps (a training
+#: loop's gradient buckets are a few)
+PREPARED_SHAPES = 64
 
 
 def plan_from_env(env: dict | None = None):
@@ -79,6 +82,7 @@ def define_process_group():
             self.transport = Transport(store, rank, size, timeout, self.layout, self.fallback.group,
                                        plan_from_env())
             self.calls = CallQueue()
+            self.prepared: dict = {}  #: (dtype, numel, RedOpType) -> prepared all-reduce or None
 
         # -- identity ----------------------------------------------------------------
 
@@ -104,6 +108,12 @@ def define_process_group():
             return self.calls.submit(fn, result, getattr(opts, "asyncOp", False))
 
         def allreduce(self, tensors, opts=None):
+            if opts is not None and len(tensors) == 1 and not opts.asyncOp and not self.calls.queued:
+                t = tensors[0]  # the common call (dist.all_reduce): prepared once per shape, no per-call work
+                run = self.prepared.get((t.dtype, t.numel(), opts.reduceOp))
+                if run is not None and t.is_cpu and t.is_contiguous():
+                    run(t.data_ptr())
+                    return self.calls.done
             opts = opts or dist.AllreduceOptions()
             op = reduction_name(opts.reduceOp)
             why = unsupported(tensors, op)
@@ -111,12 +121,27 @@ def define_process_group():
                 return self.fallback.call("all_reduce", why, tensors, opts, method="allreduce")
 
             if len(tensors) == 1:  # the common call, without a closure
+                if not opts.asyncOp and not self.calls.queued:
+                    run = self.prepare_allreduce(tensors[0], opts.reduceOp, op)
+                    if run is not None:
+                        run(tensors[0].data_ptr())
+                        return self.calls.done
                 return self.calls.submit(self.transport.allreduce, tensors, opts.asyncOp, tensors[0], op)
 
             def run():
                 for t in tensors:
                     self.transport.allreduce(t, op)
             return self._run(run, tensors, opts)
+
+        def prepare_allreduce(self, t, kind, op: str):
+            """The prepared in-place all-reduce of tensors like ``t`` (checked: CPU,
+            contiguous, a type and reduction arborcc runs) with reduction ``kind``
+            (torch's ``RedOpType``), remembered for later calls; None where there is none
+            (several hosts, slice tuning, an empty tensor)."""
+            key = (t.dtype, t.numel(), kind)
+            if key not in self.prepared and len(self.prepared) < PREPARED_SHAPES:
+                self.prepared[key] = self.transport.inplace_allreduce(t, op)
+            return self.prepared.get(key)
 
         def allreduce_coalesced(self, tensors, opts=None):
             opts = opts or dist.AllreduceCoalescedOptions()

@@ -19,14 +19,18 @@ an algorithm may use at most one thread block per peer and direction there.
 Progress. One thread walks the thread blocks in program order and issues operations as
 soon as their step may run (a receive into a temporary buffer is posted as soon as its
 thread block reaches it; one into the destination waits for the step's dependency).
-Completion of an operation is awaited by a helper thread (gloo's Work objects cannot be
-polled), which wakes the issuing thread, so a rank always reacts to whichever message
-arrives first - waiting on one fixed receive could deadlock an algorithm whose peers
-wait on this rank's later sends. Sends read the caller's memory where it is, without a
-copy; a step that would write memory a send in flight still reads waits for that send
-to complete (a receive that would land there goes to a temporary buffer instead, so a
-pair of ranks exchanging the same chunks cannot block each other) - the IR's semantics,
-a send captures its data when it is posted, without copying.
+Operations are posted by a thread per peer and direction, in issue order (a gloo post
+waits while the connection moves a message), and their completion is awaited by a
+helper thread (gloo's Work objects cannot be polled), which wakes the issuing thread,
+so a rank always reacts to whichever message arrives first - waiting on one fixed
+receive could deadlock an algorithm whose peers wait on this rank's later sends. Sends
+read the caller's memory where it is, without a copy; a step that would write memory a
+send in flight still reads waits for that send to complete - the IR's semantics, a send
+captures its data when it is posted, without copying. A receive that would land there
+goes there anyway when the peer sends that message only after it has received the send
+(:func:`received_before_reply`); otherwise it waits briefly for the send and then goes
+to a temporary buffer, so a pair of ranks exchanging the same chunks cannot block each
+other. Temporaries are reused from call to call.
 
 References:
 
@@ -41,6 +45,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 
 from arborcc.errors import InputError
 from arborcc.ir.aliasing import Mode
@@ -59,6 +64,12 @@ REDUCTIONS = ("sum", "prod", "min", "max", "avg")
 ABORT_POLL = 0.2
 #: tags per tile: a connection's tag is its channel + CHANNEL_TAGS * tile (MSCCL has at most 32 channels)
 CHANNEL_TAGS = 64
+#: bytes of temporary buffers an executor keeps for later calls (fresh memory costs a page
+#: fault per 4 KB on first touch, as much as the copy that fills it)
+SPARE_BYTES = 256 << 20
+#: seconds a receive waits for the send that still reads its destination before it goes to a
+#: temporary buffer instead (when nothing else completes meanwhile: two ranks may be waiting for each other)
+RECEIVE_PATIENCE = 0.002
 
 
 @dataclass(frozen=True)
@@ -131,6 +142,71 @@ def lowered_program(low: LoweredRank) -> list[LoweredThreadBlock]:
     return tbs
 
 
+def sending_steps(tbs: list[LoweredThreadBlock], receiving: bool) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """(peer, channel) -> the steps ``(thread block, step)`` that send to (``receiving``:
+    receive from) that peer on that channel, in the order their messages match; None when
+    two thread blocks share a connection (their messages' order is then not the program's)."""
+    out: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    owner: dict[tuple[int, int], int] = {}
+    for t, tb in enumerate(tbs):
+        peer = tb.recv if receiving else tb.send
+        if peer < 0:
+            continue
+        if owner.setdefault((peer, tb.channel), t) != t:
+            return None
+        out.setdefault((peer, tb.channel), []).extend(
+            (t, k) for k, step in enumerate(tb.steps) if (step.op.receives if receiving else step.op.sends))
+    return out
+
+
+def steps_after(tbs: list[LoweredThreadBlock], first: tuple[int, int]) -> dict[int, int]:
+    """The steps that run only once step ``first`` has finished, and that step itself:
+    thread block -> its first such step (the rest of the thread block follows it), by
+    program order and chains of dependencies."""
+    reached = {first[0]: first[1]}
+    todo = [first[0]]
+    while todo:
+        t = todo.pop()
+        for t2, tb in enumerate(tbs):
+            for k2, step in enumerate(tb.steps):
+                if step.dep is not None and step.dep[0] == t and step.dep[1] >= reached[t] \
+                        and k2 < reached.get(t2, len(tb.steps)):
+                    reached[t2] = k2
+                    todo.append(t2)
+                    break
+    return reached
+
+
+def received_before_reply(rank: int, tbs: list[LoweredThreadBlock], program_of) -> dict[tuple[int, int], frozenset]:
+    """For each receiving step ``(thread block, step)`` of ``rank``: the sending steps of
+    ``rank`` to the same peer whose messages that peer has received in full before it sends
+    this step's message (``program_of(peer)`` is the peer's program). The memory such a
+    send reads is free once this step's message can arrive, so the message may land there."""
+    mine_out, mine_in = sending_steps(tbs, False), sending_steps(tbs, True)
+    if mine_out is None or mine_in is None:
+        return {}
+    peers: dict[int, tuple] = {}
+    safe: dict[tuple[int, int], frozenset] = {}
+    for (peer, channel), receives in mine_in.items():
+        if peer not in peers:
+            theirs = program_of(peer)
+            peers[peer] = (theirs, sending_steps(theirs, False), sending_steps(theirs, True))
+        theirs, their_out, their_in = peers[peer]
+        if their_out is None or their_in is None or len(their_out.get((rank, channel), ())) != len(receives):
+            continue
+        for n, step in enumerate(receives):
+            t, k = their_out[(rank, channel)][n]  # the peer's step that sends this message
+            ok = []
+            for (to, ch), sends in mine_out.items():
+                matched = their_in.get((rank, ch), ())
+                if to != peer or len(matched) != len(sends):
+                    continue
+                ok += [mine for mine, got in zip(sends, matched) if k >= steps_after(theirs, got).get(t, k + 1)]
+            if ok:
+                safe[step] = frozenset(ok)
+    return safe
+
+
 class Waiters:
     """Daemon threads that wait for torch Work objects and report completions in a queue
     (one thread per operation in flight; threads are reused)."""
@@ -160,6 +236,37 @@ class Waiters:
                 self.idle += 1
 
 
+class Posters:
+    """Daemon threads that post operations, one per peer and direction, in order, and hand
+    their Work objects to the waiters: gloo posts an operation on a connection only while
+    its I/O thread is not moving a message on it (a send to a peer that is already
+    receiving writes the message before it returns), which would otherwise hold up the
+    issuing thread, and with it the operations of every other peer."""
+
+    def __init__(self, waiters: Waiters) -> None:
+        self.waiters = waiters
+        self.queues: dict[tuple[int, str], queue.SimpleQueue] = {}
+
+    def submit(self, peer: int, kind: str, post, token, done: queue.SimpleQueue) -> None:
+        """Run ``post()`` (returns a Work) on the thread of ``(peer, kind)`` after the
+        operations posted there before it."""
+        jobs = self.queues.get((peer, kind))
+        if jobs is None:
+            jobs = self.queues[(peer, kind)] = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(jobs,), name=f"arborcc-{kind}{peer}", daemon=True).start()
+        jobs.put((post, token, done))
+
+    def _serve(self, jobs: queue.SimpleQueue) -> None:
+        while True:
+            post, token, done = jobs.get()
+            try:
+                work = post()
+            except BaseException as e:  # reported to the issuing thread, which raises
+                done.put((token, e))
+            else:
+                self.waiters.submit(work, token, done)
+
+
 def _reducer(op: str):
     import torch
 
@@ -175,13 +282,14 @@ class GroupExecutor:
     the job has failed elsewhere: a message stops the call with an error that repeats it;
     ``tagged`` False for back-ends that ignore tags (batched issue; NCCL); ``timeout`` is
     the seconds a call may wait without any operation completing; chunks larger than
-    ``tile_bytes`` run as tiles of at most that size, all in flight at once (a pipeline,
-    as GC3's runtime tiles large buffers; tiles need tags, so untagged back-ends run one).
+    ``tile_bytes`` run as tiles of at most that size, ``window`` tiles in flight at a time
+    (a pipeline, as GC3's runtime tiles large buffers: the wire carries one tile while
+    another is reduced; tiles need tags, so untagged back-ends run one).
     """
 
     def __init__(self, group, timeout: float = 1800.0, plan: Plan | None = None, rank_names: list[int] | None = None,
                  failure=None,
-                 tagged: bool = True, tag_base: int = 0, tile_bytes: int = 8 << 20):
+                 tagged: bool = True, tag_base: int = 0, tile_bytes: int = 2 << 20, window: int = 4):
         self.group = group
         self.rank, self.size = group.rank(), group.size()
         self.timeout = timeout
@@ -191,8 +299,12 @@ class GroupExecutor:
         self.tagged = tagged
         self.tag_base = tag_base
         self.tile_bytes = tile_bytes
+        self.window = max(1, window)
         self._programs: dict[tuple[int, Mode], tuple[Algorithm, LoweredRank, list[LoweredThreadBlock]]] = {}
         self.waiters = Waiters()
+        self.posters = Posters(self.waiters)
+        self.spare: dict[tuple, list] = {}  #: temporaries to reuse, by (elements, dtype, device)
+        self.spare_bytes = 0
 
     # -- collectives (the algorithm from the plan) -------------------------------------
 
@@ -247,7 +359,9 @@ class GroupExecutor:
 
     # -- execution -------------------------------------------------------------------
 
-    def _program(self, algo: Algorithm, mode: Mode) -> tuple[LoweredRank, list[LoweredThreadBlock]]:
+    def _program(self, algo: Algorithm, mode: Mode) -> tuple[LoweredRank, list[LoweredThreadBlock], dict]:
+        """This rank's program of ``algo`` in ``mode``, and which of its receives may land
+        where its earlier sends read (:func:`received_before_reply`)."""
         key = (id(algo), mode)
         hit = self._programs.get(key)
         if hit is None or hit[0] is not algo:
@@ -255,8 +369,9 @@ class GroupExecutor:
             tbs = lowered_program(low)
             if not self.tagged:
                 self._check_untagged(algo, tbs)
-            hit = self._programs[key] = (algo, low, tbs)
-        return hit[1], hit[2]
+            safe = received_before_reply(self.rank, tbs, lambda peer: lowered_program(lower_rank(algo, peer, mode)))
+            hit = self._programs[key] = (algo, low, tbs, safe)
+        return hit[1:]
 
     @staticmethod
     def _check_untagged(algo: Algorithm, tbs: list[LoweredThreadBlock]) -> None:
@@ -272,7 +387,7 @@ class GroupExecutor:
         if count == 0:
             return
         flat = {SEND_BUFFER: send.view(-1), RECV_BUFFER: recv.view(-1)}
-        low, tbs = self._program(algo, mode)
+        low, tbs, safe = self._program(algo, mode)
         chunk = count // low.chunks_per_block
         tail = count - low.chunks_per_block * chunk
         if tail and algo.collective == "custom":
@@ -283,41 +398,67 @@ class GroupExecutor:
             size = -(-chunk // tiles)
             geos = [Geometry(count, min(size, chunk - t), low.chunks_per_block, t, chunk)
                     for t in range(0, chunk, size)]
-            self._run(tbs, low, geos, flat, op, send)
+            self._run(tbs, safe, low, geos, flat, op, send)
         if tail:
-            f_low, f_tbs = self._program(fallback_algorithm(algo.collective, self.size, mode, root), mode)
-            self._run(f_tbs, f_low, [Geometry(count, tail, 1, low.chunks_per_block * chunk)], flat, op, send)
+            f_low, f_tbs, f_safe = self._program(fallback_algorithm(algo.collective, self.size, mode, root), mode)
+            self._run(f_tbs, f_safe, f_low, [Geometry(count, tail, 1, low.chunks_per_block * chunk)], flat, op, send)
         if op == "avg" and low.result_checked:  # divide the rank's result (where the layout puts it)
             buffer, first = low.result
             start = chunk_start(first, low.chunks_per_block, count)
             flat[buffer][start:start + count].div_(self.size)
 
-    def _run(self, tbs: list[LoweredThreadBlock], low: LoweredRank, geos: list[Geometry], flat: dict, op: str,
-             like) -> None:
-        import torch
-
+    def _run(self, tbs: list[LoweredThreadBlock], safe: dict, low: LoweredRank, geos: list[Geometry], flat: dict,
+             op: str, like) -> None:
         tiles = []
         for geo in geos:
             bufs = dict(flat)
             if low.scratch_chunks:
-                bufs[SCRATCH_BUFFER] = torch.empty(low.scratch_chunks * geo.chunk, dtype=like.dtype,
-                                                   device=like.device)
+                bufs[SCRATCH_BUFFER] = self.take_buffer(low.scratch_chunks * geo.chunk, like)
             tiles.append((geo, bufs))
-        Run(self, tbs, tiles, _reducer(op), like).execute()
+        Run(self, tbs, safe, tiles, _reducer(op), like).execute()
+        for _, bufs in tiles:  # (not after a failure: transfers may still be writing them)
+            if SCRATCH_BUFFER in bufs:
+                self.give_buffer(bufs[SCRATCH_BUFFER])
+
+    def take_buffer(self, n: int, like):
+        """A temporary of ``n`` elements like ``like`` (a spare one when there is)."""
+        import torch
+
+        spare = self.spare.get((n, like.dtype, like.device))
+        if spare:
+            buf = spare.pop()
+            self.spare_bytes -= buf.numel() * buf.element_size()
+            return buf
+        return torch.empty(n, dtype=like.dtype, device=like.device)
+
+    def give_buffer(self, buf) -> None:
+        """Keep a temporary nothing uses any more for a later :meth:`take_buffer`."""
+        size = buf.numel() * buf.element_size()
+        if self.spare_bytes + size <= SPARE_BYTES:
+            self.spare.setdefault((buf.numel(), buf.dtype, buf.device), []).append(buf)
+            self.spare_bytes += size
 
     # -- transport -------------------------------------------------------------------
 
-    def post(self, sends: list[tuple[int, int, object]], recvs: list[tuple[int, int, object]]) -> list:
-        """Issue ``(peer, channel, tensor)`` sends and receives; their Work objects, sends first."""
+    def post(self, sends: list[tuple[int, int, object, int]], recvs: list[tuple[int, int, object, int]],
+             done: queue.SimpleQueue) -> None:
+        """Issue ``(peer, channel, tensor, token)`` sends and receives; each reports
+        ``(token, error or None)`` in ``done`` when it completes. Tagged: through the
+        posting threads of each peer (:class:`Posters`); untagged: one batch, posted here."""
         if self.tagged:
-            works = [self.group.send([t], peer, self.tag_base + ch) for peer, ch, t in sends]
-            works += [self.group.recv([t], peer, self.tag_base + ch) for peer, ch, t in recvs]
-            return works
+            for peer, ch, t, token in sends:
+                self.posters.submit(peer, "send", partial(self.group.send, [t], peer, self.tag_base + ch), token,
+                                    done)
+            for peer, ch, t, token in recvs:
+                self.posters.submit(peer, "recv", partial(self.group.recv, [t], peer, self.tag_base + ch), token,
+                                    done)
+            return
         import torch.distributed as dist
 
-        ops = [dist.P2POp(dist.isend, t, group_peer=peer, group=self.group) for peer, _, t in sends]
-        ops += [dist.P2POp(dist.irecv, t, group_peer=peer, group=self.group) for peer, _, t in recvs]
-        return dist.batch_isend_irecv(ops) if ops else []
+        ops = [dist.P2POp(dist.isend, t, group_peer=peer, group=self.group) for peer, _, t, _ in sends]
+        ops += [dist.P2POp(dist.irecv, t, group_peer=peer, group=self.group) for peer, _, t, _ in recvs]
+        for work, (*_, token) in zip(dist.batch_isend_irecv(ops) if ops else [], sends + recvs):
+            self.waiters.submit(work, token, done)
 
 
 class Run:
@@ -326,9 +467,9 @@ class Run:
     and buffers; thread block ``i`` of the run is thread block ``i % T`` of the program
     (``T`` of them) on tile ``i // T``, its messages tagged apart from other tiles'."""
 
-    def __init__(self, ex: GroupExecutor, tbs: list[LoweredThreadBlock], tiles: list[tuple[Geometry, dict]],
-                 reduce_fn, like):
-        self.ex, self.reduce_fn, self.like = ex, reduce_fn, like
+    def __init__(self, ex: GroupExecutor, tbs: list[LoweredThreadBlock], safe: dict,
+                 tiles: list[tuple[Geometry, dict]], reduce_fn, like):
+        self.ex, self.safe, self.reduce_fn, self.like = ex, safe, reduce_fn, like
         self.per_tile = len(tbs)
         self.tbs = [tb for _ in tiles for tb in tbs]
         self.geos = [geo for geo, _ in tiles]
@@ -339,10 +480,15 @@ class Run:
         self.failed: dict[int, BaseException] = {}
         self.inflight: dict[int, tuple[str, int]] = {}  # token -> ("send"/"recv", peer)
         self.sends: list = []  # payloads kept alive until their sends complete
-        self.busy: dict[int, list[tuple[int, int, int]]] = {}  # send token -> (buffer, start, stop) it reads
+        #: send token -> (its step: (thread block, step), the (tile and buffer, start, stop) it reads)
+        self.busy: dict[int, tuple[tuple[int, int], list[tuple[tuple[int, int], int, int]]]] = {}
         self.done = queue.SimpleQueue()
         self.next_token = 0
-        self.new_sends: list[tuple[int, int, object, list | None]] = []
+        self.started = min(len(tiles), ex.window)  # tiles begun (the others wait for a place in the window)
+        self.temps: list = []  # temporaries taken for this run and not given back yet
+        self.deferred = False  # a receive waits for a send that reads its destination
+        self.stalled = False  # ... and nothing completed meanwhile: such receives go to temporaries
+        self.new_sends: list[tuple[int, int, object, list | None, tuple[int, int]]] = []
         self.new_recvs: list[tuple[int, int, object, int]] = []
 
     # -- memory ------------------------------------------------------------------------
@@ -375,9 +521,18 @@ class Run:
             at += b - a
 
     def temp(self, i: int, n: int):
-        import torch
+        """A temporary for ``n`` chunks of thread block ``i``'s tile (returned at the end of
+        the run, or by the step that consumes it)."""
+        buf = self.ex.take_buffer(n * self.geos[i // self.per_tile].chunk, self.like)
+        self.temps.append(buf)
+        return buf
 
-        return torch.empty(n * self.geos[i // self.per_tile].chunk, dtype=self.like.dtype, device=self.like.device)
+    def consumed(self, data) -> None:
+        """``data``, a temporary, is used up: later receives may take it."""
+        for k, buf in enumerate(self.temps):
+            if buf is data:
+                self.ex.give_buffer(self.temps.pop(k))
+                return
 
     def channel(self, i: int, tb: LoweredThreadBlock) -> int:
         """The tag of ``tb``'s connection on thread block ``i``'s tile."""
@@ -387,20 +542,52 @@ class Run:
 
     def execute(self) -> None:
         deadline = time.monotonic() + self.ex.timeout
+        tiles = len(self.geos)
         while True:
             moved = True
             while moved:
-                moved = any([self.advance(i) for i in range(len(self.tbs))])
+                self.deferred = False
+                moved = any([self.advance(i) for i in range(self.started * self.per_tile)])
                 self.flush()
-            if all(self.pos[i] == len(tb.steps) for i, tb in enumerate(self.tbs)):
+                if self.started < tiles and self.tiles_done() > self.started - self.ex.window:
+                    self.started += 1
+                    moved = True
+            if self.tiles_done() == tiles:
                 break
+            if self.deferred and not self.stalled:
+                waited = self.wait_any(deadline, RECEIVE_PATIENCE)
+                if waited is None:
+                    self.stalled = True
+                else:
+                    deadline = waited
+                continue
+            self.stalled = False
             deadline = self.wait_any(deadline)
         while any(kind == "send" for kind, _ in self.inflight.values()):
             deadline = self.wait_any(deadline)
         self.sends.clear()
+        for buf in self.temps:  # every operation has completed: no transfer touches them any more
+            self.ex.give_buffer(buf)
+        self.temps.clear()
 
-    def wait_any(self, deadline: float) -> float:
-        """Block until an operation completes; the new deadline (time without progress)."""
+    def tiles_done(self) -> int:
+        """How many tiles, from the first, have run every step."""
+        done = 0
+        while done < self.started and all(self.pos[i] == len(self.tbs[i].steps)
+                                          for i in range(done * self.per_tile, (done + 1) * self.per_tile)):
+            done += 1
+        return done
+
+    def wait_any(self, deadline: float, patience: float | None = None) -> float | None:
+        """Block until an operation completes; the new deadline (time without progress).
+        With ``patience``: None if nothing completes within that many seconds."""
+        if patience is not None:
+            try:
+                token, error = self.done.get(timeout=patience)
+            except queue.Empty:
+                return None
+            self.complete(token, error)
+            return time.monotonic() + self.ex.timeout
         while True:
             try:
                 token, error = self.done.get(timeout=max(0.0, min(ABORT_POLL, deadline - time.monotonic())))
@@ -441,19 +628,16 @@ class Run:
             return
         sends, recvs = self.new_sends, self.new_recvs
         self.new_sends, self.new_recvs = [], []
-        works = self.ex.post([(p, ch, t) for p, ch, t, _ in sends], [(p, ch, t) for p, ch, t, _ in recvs])
-        tokens = [None] * len(sends) + [tok for *_, tok in recvs]
-        for i, work in enumerate(works):
-            if i < len(sends):
-                token = self.next_token
-                self.next_token += 1
-                self.inflight[token] = ("send", sends[i][0])
-                self.sends.append(sends[i][2])
-                if sends[i][3]:
-                    self.busy[token] = sends[i][3]
-            else:
-                token = tokens[i]
-            self.ex.waiters.submit(work, token, self.done)
+        posted = []
+        for peer, ch, payload, ranges, origin in sends:
+            token = self.next_token
+            self.next_token += 1
+            self.inflight[token] = ("send", peer)
+            self.sends.append(payload)
+            if ranges:
+                self.busy[token] = (origin, ranges)
+            posted.append((peer, ch, payload, token))
+        self.ex.post(posted, recvs, self.done)
 
     def send(self, i: int, tb: LoweredThreadBlock, payload, shared: tuple[int, int] | None = None,
              n: int = 0) -> None:
@@ -463,14 +647,19 @@ class Run:
         if shared:
             key = (i // self.per_tile, shared[0])
             ranges = [(key, a, b) for a, b in self.ranges(i, shared, n)]
-        self.new_sends.append((tb.send, self.channel(i, tb), payload, ranges))
+        self.new_sends.append((tb.send, self.channel(i, tb), payload, ranges, (i, self.pos[i])))
 
-    def in_use(self, i: int, where: tuple[int, int], n: int) -> bool:
-        """Whether a send in flight (or about to be issued) reads any of these chunks."""
+    def in_use(self, i: int, where: tuple[int, int], n: int, receiving: bool = False) -> bool:
+        """Whether a send in flight (or about to be issued) reads any of these chunks;
+        ``receiving``: for the message of thread block ``i``'s current step, which the
+        sends that its sender received first cannot be reading any more."""
         key = (i // self.per_tile, where[0])
         mine = self.ranges(i, where, n)
-        held = [r for rs in self.busy.values() for r in rs] + [r for *_, rs in self.new_sends if rs for r in rs]
-        return any(b == key and a < hi and lo < e for b, lo, e in held for a, hi in mine)
+        tile = i - i % self.per_tile
+        exempt = {(tile + t, k) for t, k in self.safe.get((i % self.per_tile, self.pos[i]), ())} if receiving else ()
+        held = [r for origin, rs in self.busy.values() if origin not in exempt for r in rs]
+        held += [r for *_, rs, origin in self.new_sends if rs and origin not in exempt for r in rs]
+        return any(b == key and start < hi and lo < stop for b, start, stop in held for lo, hi in mine)
 
     def post_recv(self, i: int, tb: LoweredThreadBlock, target, into_dst: bool) -> None:
         token = self.next_token
@@ -493,8 +682,12 @@ class Run:
             if step.op.receives:
                 pend = self.pending[i]
                 if pend is None:
-                    direct = step.op in (Op.RECV, Op.RECV_COPY_SEND) and self.view(i, step.dst, step.count) is not None \
-                        and not self.in_use(i, step.dst, step.count)
+                    direct = step.op in (Op.RECV, Op.RECV_COPY_SEND) and self.view(i, step.dst, step.count) is not None
+                    if direct and self.in_use(i, step.dst, step.count, receiving=True):
+                        if not self.stalled:  # wait for that send, then receive in place (no copy)
+                            self.deferred = True
+                            return moved
+                        direct = False
                     if direct and not self.dep_met(i, step):
                         return moved
                     target = self.view(i, step.dst, step.count) if direct else self.temp(i, step.count)
@@ -502,7 +695,7 @@ class Run:
                     return moved
                 token, data, into_dst = pend
                 if token not in self.finished or not self.dep_met(i, step) or (
-                        not into_dst and step.dst is not None and self.in_use(i, step.dst, step.count)):
+                        not into_dst and step.dst is not None and self.in_use(i, step.dst, step.count, receiving=True)):
                     return moved
                 self.finished.discard(token)
                 self.pending[i] = None
@@ -520,6 +713,7 @@ class Run:
         if op is Op.RECV:
             if not into_dst:
                 self.write(i, step.dst, n, data)
+                self.consumed(data)
         elif op is Op.RECV_COPY_SEND:
             if not into_dst:
                 self.write(i, step.dst, n, data)
@@ -536,6 +730,7 @@ class Run:
             else:
                 self.reduce_fn(self.read(i, step.src, n), data, out=data)
                 self.write(i, step.dst, n, data)
+            self.consumed(data)
         elif op is Op.RECV_REDUCE_COPY_SEND:
             self.reduce_fn(self.read(i, step.src, n), data, out=data)
             self.write(i, step.dst, n, data)

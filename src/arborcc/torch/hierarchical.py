@@ -30,6 +30,7 @@ from datetime import timedelta
 from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.plan import Plan
 from arborcc.torch.hosts import HostLayout
+from arborcc.torch.ops import DTYPE_NAMES
 
 
 #: starts the part of an abort message whose ranks are already the job's
@@ -132,6 +133,14 @@ class Transport:
             self.local.barrier()
             if self.multi_host:
                 self.between_hosts(lambda: self.world.group.barrier().wait())
+
+    def inplace_allreduce(self, t, op: str):
+        """``run(address)``: the in-place all-reduce of tensors of ``t``'s size and type,
+        prepared on this host's communicator, without per-call checks
+        (:meth:`arborcc.runtime.Communicator.inplace_allreduce`); None across hosts."""
+        if self.multi_host:
+            return None
+        return self.local.inplace_allreduce(t.numel(), DTYPE_NAMES[str(t.dtype)], op)
 
     def allreduce(self, t, op: str) -> None:
         if not self.multi_host:

@@ -41,15 +41,13 @@ class CallQueue:
         self.queued = 0
         self.lock = threading.Lock()
         self.worker: threading.Thread | None = None
-        self.done = None  #: the completed Work every synchronous inline call returns
+        self.done = completed_work([])  #: the completed Work every synchronous inline call returns
 
     def submit(self, fn, result, async_op: bool, *args):
         """Run ``fn(*args)``; a Work whose future completes with ``result`` once it has run."""
         if not async_op and self.queued == 0:  # only this thread queues calls: no race with a new one
             fn(*args)
-            if self.done is None:  # torch's synchronous wrappers only wait on it
-                self.done = completed_work([])
-            return self.done
+            return self.done  # torch's synchronous wrappers only wait on it
         from torch._C._distributed_c10d import _create_work_from_future
 
         with self.lock:
