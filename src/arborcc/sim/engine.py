@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from arborcc.errors import VerificationError
 from arborcc.sim.fairshare import FairShare
 from arborcc.sim.program import COPY, RECV, REDUCE, SEND, CompiledAlgorithm
+from arborcc.sim.uncontended import MIN_STEPS, run_uncontended
 
 
 
@@ -227,11 +228,17 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
     inv_red = 1.0 / setup.reduce_bandwidth if setup.reduce_bandwidth < math.inf else 0.0
     inv_cpy = 1.0 / setup.copy_bandwidth if setup.copy_bandwidth < math.inf else 0.0
 
+    if (not record and prog.num_steps * iters >= MIN_STEPS and all(s is None for s in shared_links)
+            and not any(0 <= s == r for s, r in zip(send_conn, recv_conn))):
+        finish = run_uncontended(prog, iters, tile, m, depth, free_rate, latency, inv_red, inv_cpy)
+        if finish is not None:
+            return EngineResult(max(finish, default=0.0), iters, iters, 0.0, m, tile,
+                                _link_bytes(prog, len(link_rate), tile, iters), tb_finish=finish)
+    pieces_of = [[(k + m - 1) // m for k in cs] for cs in counts]
     pos = [0] * n
     it = [0] * n
     piece = [0] * n
     phase = [0] * n
-    pieces_of = [[(k + m - 1) // m for k in cs] for cs in counts]
     dep_waiters: list[list[tuple[int, int]]] = [[] for _ in range(n)]
     recv_wait = [-1] * nconn
     fifo_wait = [-1] * nconn
@@ -424,10 +431,7 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
         raise VerificationError(
             f"{prog.algorithm.name}: the simulation cannot finish - rank {prog.tb_rank[t]} thread block "
             f"{prog.tb_id[t]} waits forever at step {pos[t]} of iteration {it[t]} (deadlock)")
-    link_bytes = [0.0] * len(link_rate)
-    for c, links in enumerate(prog.conn_links):
-        for l in links:
-            link_bytes[l] += prog.conn_chunks[c] * tile * iters
+    link_bytes = _link_bytes(prog, len(link_rate), tile, iters)
     segments = []
     if rate_log:
         for key, a, b, rate in rate_log:
@@ -435,3 +439,12 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                 segments.append((l, a, b, rate))
     return EngineResult(max(tb_finish, default=0.0), iters, iters, 0.0, m, tile, link_bytes, segments,
                         pieces, tb_finish)
+
+
+def _link_bytes(prog: CompiledAlgorithm, num_links: int, tile: float, iters: int) -> list[float]:
+    """Payload bytes every link carries over ``iters`` iterations of ``tile`` bytes per chunk."""
+    out = [0.0] * num_links
+    for c, links in enumerate(prog.conn_links):
+        for l in links:
+            out[l] += prog.conn_chunks[c] * tile * iters
+    return out

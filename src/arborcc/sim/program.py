@@ -13,7 +13,7 @@ route is the one the strategy chose (``routes``) or :meth:`Topology.route`.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from arborcc.errors import VerificationError
@@ -60,6 +60,8 @@ class CompiledAlgorithm:
     link_keys: list[tuple[str, str]]
     link_bandwidth: list[float]
     link_kind: list[LinkKind]
+    #: what engines derive from this form and reuse across runs (e.g. its pieces per slice geometry)
+    kept: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_tbs(self) -> int:
