@@ -20,6 +20,10 @@ Model (``docs/simulator.md`` has the full description):
   that fixed rate without any bookkeeping; the others share their links max-min
   fairly (:mod:`arborcc.sim.fairshare`), recomputed whenever one of them starts or ends.
 
+A program in which no connection ever contends (every rate fixed) and that is large
+enough is computed in rounds over arrays instead (:mod:`arborcc.sim.uncontended`), with
+the same rules and identical results.
+
 For many iterations the run can stop early: short runs measure the steady period and
 the remaining iterations add one period each (:func:`run` with ``window``);
 ``docs/simulator.md`` shows how close this comes to simulating every iteration.

@@ -12,6 +12,7 @@ route is the one the strategy chose (``routes``) or :meth:`Topology.route`.
 
 from __future__ import annotations
 
+import gc
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -80,7 +81,13 @@ def compile_algorithm(algo: Algorithm, topology: Topology,
     if hit is not None and hit.algorithm is algo and hit.topology is topology:
         _CACHE.move_to_end(key)
         return hit
-    compiled = _compile(algo, topology, routes or {})
+    enabled = gc.isenabled()
+    gc.disable()  # a list entry per step, millions on large rings: see nccl_ring
+    try:
+        compiled = _compile(algo, topology, routes or {})
+    finally:
+        if enabled:
+            gc.enable()
     _CACHE[key] = compiled
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
