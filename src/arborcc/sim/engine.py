@@ -227,6 +227,7 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
         shared_links.append(tight or None)
     rate_log: list | None = [] if record else None
     fair = FairShare(link_rate, rate_log)
+    active = fair.flows  #: the shared flows under way, by key (FairShare.current)
     latency = [lat * setup.latency_scale + setup.extra_latency for lat in prog.conn_latency]
     depth = max(1, setup.fifo_slices)
     inv_red = 1.0 / setup.reduce_bandwidth if setup.reduce_bandwidth < math.inf else 0.0
@@ -254,11 +255,13 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
     times: list[float] = []
     bucket: dict[float, list] = {}
 
+    pending, push = bucket.get, heapq.heappush
+
     def schedule(at: float, item) -> None:
-        b = bucket.get(at)
+        b = pending(at)
         if b is None:
             bucket[at] = [item]
-            heapq.heappush(times, at)
+            push(times, at)
         else:
             b.append(item)
 
@@ -365,7 +368,12 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                     links = shared_links[c]
                     if links is None:
                         end = now + nbytes / free_rate[c]
-                        schedule(end, (t << 1) | 1)
+                        b = pending(end)  # schedule(end, (t << 1) | 1), inline on the busiest path
+                        if b is None:
+                            bucket[end] = [(t << 1) | 1]
+                            push(times, end)
+                        else:
+                            b.append((t << 1) | 1)
                         if record:
                             rate_log.append((t, now, end, free_rate[c]))  # type: ignore[union-attr]
                     else:
@@ -409,7 +417,7 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                     continue
             else:  # a shared flow's expected end: current unless its rate changed since
                 t, version = item
-                fl = fair.current(t)
+                fl = active.get(t)
                 if fl is None or fl.version != version:
                     continue
                 fair.end(now, t)

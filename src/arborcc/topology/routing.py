@@ -17,8 +17,9 @@ destination's host. Without that rule a cross-socket transfer inside one node co
 through another node's PCIe switch - neither of which a runtime does.
 
 This module owns the routes it computes: :func:`route` and :func:`can_route` keep, per
-topology (which is immutable) and source device, the table of one search, and drop it
-when the topology is garbage-collected. It reads a topology only through its
+topology (which is immutable) and source device, a table of the searches made so far -
+one per destination host, as a route never crosses a third host (:class:`RouteTable`) -
+and drop it when the topology is garbage-collected. It reads a topology only through its
 ``devices`` (``host``, ``index``, ``is_gpu``, ``is_nic``) and ``links`` (``bandwidth``,
 ``latency``), so it needs nothing else of :mod:`arborcc.topology.model`, which calls it.
 """
