@@ -1,7 +1,7 @@
 """Simulator performance: a 1024-rank ring all-reduce at one size, a full 8-GPU sweep of
 every strategy ``compare`` runs, and memory against the number of steps.
 
-    .venv/bin/python benchmarks/sim_performance.py [--repeat 3] [--skip-1024]
+    .venv/bin/python benchmarks/sim_performance.py [--repeat 3] [--skip-1024 | --only-1024]
 
 Targets (issue 14): the 1024-rank ring in under 5 s, the 8-GPU sweep (8 B to 1 GB,
 factor 2) in under 2 s, memory linear in steps. The machine is shared and noisy, so
@@ -164,6 +164,31 @@ def memory(ranks_list: list[int]) -> list[dict]:
     return out
 
 
+def sweep_report(repeat: int) -> None:
+    s = sweep_8gpu(repeat)
+    print(f"8-GPU sweep on dgx1v: {s['sizes']} sizes (8 B - 1 GiB, factor 2) x {len(s['algorithms'])} "
+          f"algorithms ({', '.join(s['algorithms'])}), {s['rows']} rows, median of {repeat}")
+    print(f"  simulation  {s['sim']:.3f} s wall, {s['sim_cpu']:.3f} s processor   target < 2 s   "
+          f"wall {verdict(s['sim'])}, processor {verdict(s['sim_cpu'])}   ({s['ratio']:.2f} x the reference "
+          f"workload, {s['ref']:.3f} s wall, {s['ref_cpu']:.3f} s processor, run alongside)")
+    print(f"  synthesis   {s['synth']:.3f} s wall   (not part of the target)")
+
+
+def ring_report(repeat: int) -> None:
+    r = ring_1024(repeat)
+    (cw, cc), (ww, wc), ref = r["cold"], r["warm"], r["ref"]
+    print(f"\n1024-rank ring all-reduce ({r['steps']:,} steps) on 128 x DGX A100, 1 GiB: "
+          f"{r['time_ms']:.2f} ms simulated, busbw {r['busbw']:.2f} GB/s")
+    print(f"  simulate, cold  {cw:.3f} s wall, {cc:.3f} s processor   target < 5 s   wall {verdict(cw, 5)}, "
+          f"processor {verdict(cc, 5)}   ({cw / ref[0]:.2f} x the reference workload, {ref[0]:.3f} s wall, "
+          f"{ref[1]:.3f} s processor, run after)")
+    print(f"  simulate, warm  {ww:.3f} s wall, {wc:.3f} s processor   (median of {repeat}; flat form reused)")
+    (bw, bc), (rw, rc) = r["build"], r["routing"]
+    print(f"  building the algorithm {bw:.2f} s wall ({bc:.2f} s processor), routing the topology "
+          f"{rw:.2f} s wall ({rc:.2f} s processor); all three together {bw + rw + cw:.2f} s wall "
+          f"({bc + rc + cc:.2f} s processor)")
+
+
 def verdict(seconds: float, target: float = 2.0) -> str:
     return "met" if seconds < target else "NOT met"
 
@@ -172,28 +197,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-1024", action="store_true", help="leave out the 1024-rank ring (and its memory point)")
+    ap.add_argument("--only-1024", action="store_true",
+                    help="only the 1024-rank ring (it runs against older versions of arborcc too, for a before/after)")
     args = ap.parse_args(argv)
-    s = sweep_8gpu(args.repeat)
-    print(f"8-GPU sweep on dgx1v: {s['sizes']} sizes (8 B - 1 GiB, factor 2) x {len(s['algorithms'])} "
-          f"algorithms ({', '.join(s['algorithms'])}), {s['rows']} rows, median of {args.repeat}")
-    print(f"  simulation  {s['sim']:.3f} s wall, {s['sim_cpu']:.3f} s processor   target < 2 s   "
-          f"wall {verdict(s['sim'])}, processor {verdict(s['sim_cpu'])}   ({s['ratio']:.2f} x the reference "
-          f"workload, {s['ref']:.3f} s wall, {s['ref_cpu']:.3f} s processor, run alongside)")
-    print(f"  synthesis   {s['synth']:.3f} s wall   (not part of the target)")
-
+    if not args.only_1024:
+        sweep_report(args.repeat)
     if not args.skip_1024:
-        r = ring_1024(args.repeat)
-        (cw, cc), (ww, wc), ref = r["cold"], r["warm"], r["ref"]
-        print(f"\n1024-rank ring all-reduce ({r['steps']:,} steps) on 128 x DGX A100, 1 GiB: "
-              f"{r['time_ms']:.2f} ms simulated, busbw {r['busbw']:.2f} GB/s")
-        print(f"  simulate, cold  {cw:.3f} s wall, {cc:.3f} s processor   target < 5 s   wall {verdict(cw, 5)}, "
-              f"processor {verdict(cc, 5)}   ({cw / ref[0]:.2f} x the reference workload, {ref[0]:.3f} s wall, "
-              f"{ref[1]:.3f} s processor, run after)")
-        print(f"  simulate, warm  {ww:.3f} s wall, {wc:.3f} s processor   (median of {args.repeat}; flat form reused)")
-        (bw, bc), (rw, rc) = r["build"], r["routing"]
-        print(f"  building the algorithm {bw:.2f} s wall ({bc:.2f} s processor), routing the topology "
-              f"{rw:.2f} s wall ({rc:.2f} s processor); all three together {bw + rw + cw:.2f} s wall "
-              f"({bc + rc + cc:.2f} s processor)")
+        ring_report(args.repeat)
+    if args.only_1024:
+        return 0
 
     e = extrapolation_error()
     print(f"\nsteady-period extrapolation vs every iteration simulated ({e['cases']} cases: every compare "
