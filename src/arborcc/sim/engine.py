@@ -20,6 +20,10 @@ Model (``docs/simulator.md`` has the full description):
   that fixed rate without any bookkeeping; the others share their links max-min
   fairly (:mod:`arborcc.sim.fairshare`), recomputed whenever one of them starts or ends.
 
+A program in which no connection ever contends (every rate fixed) and that is large
+enough is computed in rounds over arrays instead (:mod:`arborcc.sim.uncontended`), with
+the same rules and identical results.
+
 For many iterations the run can stop early: short runs measure the steady period and
 the remaining iterations add one period each (:func:`run` with ``window``);
 ``docs/simulator.md`` shows how close this comes to simulating every iteration.
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 from arborcc.errors import VerificationError
 from arborcc.sim.fairshare import FairShare
 from arborcc.sim.program import COPY, RECV, REDUCE, SEND, CompiledAlgorithm
+from arborcc.sim.uncontended import MIN_STEPS, run_uncontended
 
 
 
@@ -222,16 +227,23 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
         shared_links.append(tight or None)
     rate_log: list | None = [] if record else None
     fair = FairShare(link_rate, rate_log)
+    active = fair.flows  #: the shared flows under way, by key (FairShare.current)
     latency = [lat * setup.latency_scale + setup.extra_latency for lat in prog.conn_latency]
     depth = max(1, setup.fifo_slices)
     inv_red = 1.0 / setup.reduce_bandwidth if setup.reduce_bandwidth < math.inf else 0.0
     inv_cpy = 1.0 / setup.copy_bandwidth if setup.copy_bandwidth < math.inf else 0.0
 
+    if (not record and prog.num_steps * iters >= MIN_STEPS and all(s is None for s in shared_links)
+            and not any(0 <= s == r for s, r in zip(send_conn, recv_conn))):
+        finish = run_uncontended(prog, iters, tile, m, depth, free_rate, latency, inv_red, inv_cpy)
+        if finish is not None:
+            return EngineResult(max(finish, default=0.0), iters, iters, 0.0, m, tile,
+                                _link_bytes(prog, len(link_rate), tile, iters), tb_finish=finish)
+    pieces_of = [[(k + m - 1) // m for k in cs] for cs in counts]
     pos = [0] * n
     it = [0] * n
     piece = [0] * n
     phase = [0] * n
-    pieces_of = [[(k + m - 1) // m for k in cs] for cs in counts]
     dep_waiters: list[list[tuple[int, int]]] = [[] for _ in range(n)]
     recv_wait = [-1] * nconn
     fifo_wait = [-1] * nconn
@@ -243,11 +255,13 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
     times: list[float] = []
     bucket: dict[float, list] = {}
 
+    pending, push = bucket.get, heapq.heappush
+
     def schedule(at: float, item) -> None:
-        b = bucket.get(at)
+        b = pending(at)
         if b is None:
             bucket[at] = [item]
-            heapq.heappush(times, at)
+            push(times, at)
         else:
             b.append(item)
 
@@ -354,7 +368,12 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                     links = shared_links[c]
                     if links is None:
                         end = now + nbytes / free_rate[c]
-                        schedule(end, (t << 1) | 1)
+                        b = pending(end)  # schedule(end, (t << 1) | 1), inline on the busiest path
+                        if b is None:
+                            bucket[end] = [(t << 1) | 1]
+                            push(times, end)
+                        else:
+                            b.append((t << 1) | 1)
                         if record:
                             rate_log.append((t, now, end, free_rate[c]))  # type: ignore[union-attr]
                     else:
@@ -398,7 +417,7 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                     continue
             else:  # a shared flow's expected end: current unless its rate changed since
                 t, version = item
-                fl = fair.current(t)
+                fl = active.get(t)
                 if fl is None or fl.version != version:
                     continue
                 fair.end(now, t)
@@ -424,10 +443,7 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
         raise VerificationError(
             f"{prog.algorithm.name}: the simulation cannot finish - rank {prog.tb_rank[t]} thread block "
             f"{prog.tb_id[t]} waits forever at step {pos[t]} of iteration {it[t]} (deadlock)")
-    link_bytes = [0.0] * len(link_rate)
-    for c, links in enumerate(prog.conn_links):
-        for l in links:
-            link_bytes[l] += prog.conn_chunks[c] * tile * iters
+    link_bytes = _link_bytes(prog, len(link_rate), tile, iters)
     segments = []
     if rate_log:
         for key, a, b, rate in rate_log:
@@ -435,3 +451,12 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                 segments.append((l, a, b, rate))
     return EngineResult(max(tb_finish, default=0.0), iters, iters, 0.0, m, tile, link_bytes, segments,
                         pieces, tb_finish)
+
+
+def _link_bytes(prog: CompiledAlgorithm, num_links: int, tile: float, iters: int) -> list[float]:
+    """Payload bytes every link carries over ``iters`` iterations of ``tile`` bytes per chunk."""
+    out = [0.0] * num_links
+    for c, links in enumerate(prog.conn_links):
+        for l in links:
+            out[l] += prog.conn_chunks[c] * tile * iters
+    return out

@@ -182,7 +182,8 @@ class FairShare:
         return changed
 
     def _set(self, f: Flow, rate: float, now: float) -> None:
-        self._close(f, now)
+        if self.log is not None:
+            self._close(f, now)
         f.remaining = max(0.0, f.remaining - f.rate * (now - f.since))
         f.since = now
         f.rate = rate
@@ -201,7 +202,8 @@ class FairShare:
     def end(self, now: float, key: int) -> None:
         """Flow ``key`` has delivered its last byte."""
         f = self.flows.pop(key)
-        self._close(f, now)
+        if self.log is not None:
+            self._close(f, now)
         for l in f.links:
             self.on_link[l].discard(key)
             if len(f.links) > 1:

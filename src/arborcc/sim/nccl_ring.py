@@ -18,6 +18,7 @@ the numpy reference.
 
 from __future__ import annotations
 
+import gc
 from typing import Sequence
 
 from arborcc.errors import SynthesisError
@@ -30,6 +31,16 @@ def ring_allreduce_algorithm(rings: Sequence[Sequence[int]], name: str = "nccl-r
                              protocol: Protocol = Protocol.SIMPLE) -> Algorithm:
     """NCCL's ring all-reduce over ``rings`` (one per channel, each visiting every rank
     once; rank indices 0..n-1), in place, ``len(rings) x n`` chunks."""
+    enabled = gc.isenabled()
+    gc.disable()  # millions of acyclic steps: the cyclic collector would rescan them over and over
+    try:
+        return _ring_allreduce(rings, name, protocol)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _ring_allreduce(rings: Sequence[Sequence[int]], name: str, protocol: Protocol) -> Algorithm:
     if not rings:
         raise SynthesisError("a ring all-reduce needs at least one ring")
     n = len(rings[0])
@@ -39,21 +50,19 @@ def ring_allreduce_algorithm(rings: Sequence[Sequence[int]], name: str = "nccl-r
     if n < 2:
         raise SynthesisError("a ring all-reduce needs at least two ranks")
     programs = [RankProgram(r, n * len(rings), n * len(rings)) for r in range(n)]
+    send, reduce_send, reduce_copy_send, copy_send, recv = (
+        Op.SEND, Op.RECV_REDUCE_SEND, Op.RECV_REDUCE_COPY_SEND, Op.RECV_COPY_SEND, Op.RECV)
     for c, ring in enumerate(rings):
         base = c * n
         for p, rank in enumerate(ring):
-            def chunk(offset: int) -> int:
-                return base + (p + offset) % n
-
-            def st(op: Op, offset: int) -> Step:
-                k = chunk(offset)
-                return Step(op, _I, k, _I, k)
-
-            steps = [st(Op.SEND, -1)]
-            steps += [st(Op.RECV_REDUCE_SEND, -s - 1) for s in range(1, n - 1)]
-            steps.append(st(Op.RECV_REDUCE_COPY_SEND, 0))
-            steps += [st(Op.RECV_COPY_SEND, -a - 1) for a in range(n - 2)]
-            steps.append(st(Op.RECV, 1))
+            # behind[s]: the chunk s + 1 places behind position p's own, sent at step s
+            behind = [base + (p - s - 1) % n for s in range(n - 1)]
+            own, ahead = base + p, base + (p + 1) % n
+            steps = [Step(send, _I, behind[0], _I, behind[0])]
+            steps += [Step(reduce_send, _I, k, _I, k) for k in behind[1:]]
+            steps.append(Step(reduce_copy_send, _I, own, _I, own))
+            steps += [Step(copy_send, _I, k, _I, k) for k in behind[:-1]]
+            steps.append(Step(recv, _I, ahead, _I, ahead))
             programs[rank].threadblocks.append(
                 ThreadBlock(c, send=ring[(p + 1) % n], recv=ring[(p - 1) % n], channel=c, steps=steps))
     return Algorithm(name, "allreduce", n, n * len(rings), programs, protocol=protocol, inplace=True,

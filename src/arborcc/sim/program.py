@@ -12,8 +12,9 @@ route is the one the strategy chose (``routes``) or :meth:`Topology.route`.
 
 from __future__ import annotations
 
+import gc
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from arborcc.errors import VerificationError
@@ -60,6 +61,8 @@ class CompiledAlgorithm:
     link_keys: list[tuple[str, str]]
     link_bandwidth: list[float]
     link_kind: list[LinkKind]
+    #: what engines derive from this form and reuse across runs (e.g. its pieces per slice geometry)
+    kept: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_tbs(self) -> int:
@@ -78,7 +81,13 @@ def compile_algorithm(algo: Algorithm, topology: Topology,
     if hit is not None and hit.algorithm is algo and hit.topology is topology:
         _CACHE.move_to_end(key)
         return hit
-    compiled = _compile(algo, topology, routes or {})
+    enabled = gc.isenabled()
+    gc.disable()  # a list entry per step, millions on large rings: see nccl_ring
+    try:
+        compiled = _compile(algo, topology, routes or {})
+    finally:
+        if enabled:
+            gc.enable()
     _CACHE[key] = compiled
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)

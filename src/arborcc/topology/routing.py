@@ -17,8 +17,9 @@ destination's host. Without that rule a cross-socket transfer inside one node co
 through another node's PCIe switch - neither of which a runtime does.
 
 This module owns the routes it computes: :func:`route` and :func:`can_route` keep, per
-topology (which is immutable) and source device, the table of one search, and drop it
-when the topology is garbage-collected. It reads a topology only through its
+topology (which is immutable) and source device, a table of the searches made so far -
+one per destination host, as a route never crosses a third host (:class:`RouteTable`) -
+and drop it when the topology is garbage-collected. It reads a topology only through its
 ``devices`` (``host``, ``index``, ``is_gpu``, ``is_nic``) and ``links`` (``bandwidth``,
 ``latency``), so it needs nothing else of :mod:`arborcc.topology.model`, which calls it.
 """
@@ -111,23 +112,45 @@ class _Graph:
             adj.sort()
         self.index = index
         self.widths = sorted({l.bandwidth for l in topology.links.values()}, reverse=True)
+        self.members: dict[object, list[int]] = {}  #: host (None: the network) -> its devices
+        for i, h in enumerate(self.host):
+            self.members.setdefault(h, []).append(i)
 
 
 class RouteTable:
-    """Routes from one source, computed by :func:`routes_from` and read back on demand.
+    """Routes from one source, searched by :func:`routes_from` and read back on demand.
 
-    For every device the search keeps the widest bandwidth class that reaches it and,
-    within it, all parents on shortest paths; ``table[dst]`` builds the Route once.
+    A route leaves its host at most once and never crosses a third host (module doc),
+    so the routes to the devices of one other host use only the source's host, the
+    network and that host: the table searches that part of the topology alone, the
+    first time a device of the host is asked for (``scope``), instead of the whole
+    cluster at once. For every device of a scope the search keeps the widest bandwidth
+    class that reaches it and, within it, all parents on shortest paths;
+    ``table[dst]`` builds the Route once.
     """
 
     def __init__(self, topology, g: _Graph, src: int):
         self.topology, self.g, self.src = topology, g, src
-        self.reached: dict[int, dict[int, list[int]]] = {}  #: device -> its parents (one BFS)
+        self.scopes: dict[object, dict[int, dict[int, list[int]]]] = {}  #: scope -> device -> its parents
         self._built: dict[str, Route] = {}
+
+    def scope(self, v: int) -> object:
+        """Which search reaches device ``v``: its host when that is another host than
+        the source's, else the source's own search (its host and the network)."""
+        h = self.g.host[v]
+        return None if h is None or h == self.g.host[self.src] else h
+
+    def reached(self, v: int) -> dict[int, dict[int, list[int]]]:
+        """Device -> its parents, for every device the search of ``v``'s scope reaches."""
+        key = self.scope(v)
+        found = self.scopes.get(key)
+        if found is None:
+            found = self.scopes[key] = _search(self.g, self.src, key)
+        return found
 
     def __contains__(self, dst: str) -> bool:
         v = self.g.index.get(dst)
-        return v is not None and v != self.src and v in self.reached
+        return v is not None and v != self.src and v in self.reached(v)
 
     def __getitem__(self, dst: str) -> Route:
         route = self._built.get(dst)
@@ -138,7 +161,7 @@ class RouteTable:
         return route
 
     def _build(self, v: int) -> Route:
-        g, parents = self.g, self.reached[v]
+        g, parents = self.g, self.reached(v)[v]
         home = g.host[self.src]
 
         def preference(p: int) -> tuple[int, int]:
@@ -158,25 +181,31 @@ class RouteTable:
 
 
 def routes_from(topology, src: str) -> RouteTable:
-    """Widest-then-shortest routes from ``src`` to every device it can reach.
+    """Widest-then-shortest routes from ``src`` to every device it can reach, searched
+    per destination host as they are asked for (:class:`RouteTable`).
 
-    Runs one breadth-first search per distinct link bandwidth (descending), each on
-    the links at least that wide, and keeps for each target the first (widest)
-    threshold that reaches it - O(#bandwidth classes x links), tiny for real machines.
-    Among equally short paths the search keeps every parent, and a path is read back
-    preferring, on each host, the NIC whose number is that host's endpoint GPU's (GPU i
-    uses NIC i when several are equally close, as rail-aligned NCCL does), then device
-    order.
+    Each search runs one breadth-first search per distinct link bandwidth
+    (descending), each on the links at least that wide, and keeps for each target the
+    first (widest) threshold that reaches it - O(#bandwidth classes x links of the
+    hosts involved), tiny for real machines. Among equally short paths the search keeps
+    every parent, and a path is read back preferring, on each host, the NIC whose number
+    is that host's endpoint GPU's (GPU i uses NIC i when several are equally close, as
+    rail-aligned NCCL does), then device order.
     """
     g = _routes_of(topology).graph
-    s = g.index[src]
+    return RouteTable(topology, g, g.index[src])
+
+
+def _search(g: _Graph, s: int, target) -> dict[int, dict[int, list[int]]]:
+    """The widest-then-shortest search from device ``s`` over its own host, the network
+    and host ``target`` (None: its own host and the network alone); device -> parents.
+
+    Every path it would take into a host other than ``target`` is one no route to a
+    device of ``target``, the source's host or the network can use (a route never
+    leaves a host it entered), so leaving those hosts out changes none of the results."""
     home = g.host[s]
-    table = RouteTable(topology, g, s)
-
-    def phase(v: int) -> int:  # 0: source host, 1: network, 2: another host
-        h = g.host[v]
-        return 1 if h is None else (0 if h == home else 2)
-
+    size = sum(len(g.members.get(h, ())) for h in {home, None, target})
+    reached: dict[int, dict[int, list[int]]] = {}
     for width in g.widths:
         depth = {s: 0}
         parents: dict[int, list[int]] = {s: []}
@@ -185,12 +214,14 @@ def routes_from(topology, src: str) -> RouteTable:
             u = queue.popleft()
             if u != s and not g.relay[u]:
                 continue  # a GPU ends a path, it does not forward
-            pu, du = phase(u), depth[u]
+            hu = g.host[u]
+            pu, du = (1 if hu is None else (0 if hu == home else 2)), depth[u]
             for v, bw in g.out[u]:
                 if bw < width:
                     continue
-                pv = phase(v)
-                if pv < pu or (pu == 2 and g.host[u] != g.host[v]):
+                hv = g.host[v]
+                pv = 1 if hv is None else (0 if hv == home else 2)
+                if pv < pu or (pu == 2 and hu != hv) or (pv == 2 and hv != target):
                     continue
                 dv = depth.get(v)
                 if dv is None:
@@ -200,9 +231,9 @@ def routes_from(topology, src: str) -> RouteTable:
                 elif dv == du + 1:
                     parents[v].append(u)
         for v in depth:
-            if v not in table.reached:
-                table.reached[v] = parents
-        if len(table.reached) == len(g.ids):
+            if v not in reached:
+                reached[v] = parents
+        if len(reached) == size:
             break
-    table.reached.pop(s, None)
-    return table
+    reached.pop(s, None)
+    return reached

@@ -58,6 +58,7 @@ class Comparison:
     skipped: list[str]
     synth_seconds: float = 0.0
     sim_seconds: float = 0.0
+    sim_cpu_seconds: float = 0.0  #: the simulations' processor time (the wall time on an idle machine)
 
     def names(self) -> list[str]:
         out: list[str] = []
@@ -134,7 +135,7 @@ def compare(topology: Topology, collective: str = "allreduce", sizes: Sequence[i
     sizes = sorted(set(int(s) for s in sizes))
     t0 = time.perf_counter()
     cands, skipped = strategy_candidates(topology, collective, root, strategies, progress)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     rows: list[dict] = []
     for c in cands:
         if progress:
@@ -159,8 +160,9 @@ def compare(topology: Topology, collective: str = "allreduce", sizes: Sequence[i
                          "busbw_gbps": round(bus / GB, 4)})
     elif baselines:
         skipped.append(f"nccl: the NCCL baseline covers {', '.join(NCCL_COLLECTIVES)}, not {collective}")
-    t2 = time.perf_counter()
-    return Comparison(topology.name, topology.num_ranks, collective, sizes, rows, skipped, t1 - t0, t2 - t1)
+    t2, c2 = time.perf_counter(), time.process_time()
+    return Comparison(topology.name, topology.num_ranks, collective, sizes, rows, skipped, t1 - t0, t2 - t1,
+                      c2 - c1)
 
 
 def format_size(size: int) -> str:
