@@ -142,6 +142,20 @@ def test_any_topology_round_trips_exactly(t, fmt):
     assert dump_topology(back, fmt) == text
 
 
+@pytest.mark.parametrize("name", ["\x00num:", "\x00num0:1.5", "a\x00num0:"])
+def test_a_name_that_looks_like_the_number_mark_stays_a_name(name):
+    # found by hypothesis: the JSON writer marks exact numbers with a string prefix, and
+    # a topology named with that prefix came back with its name cut off
+    b = TopologyBuilder(name)
+    b.add_device(Device("gpu0", DeviceKind.GPU))
+    b.add_device(Device("cpu0", DeviceKind.CPU))
+    b.connect("gpu0", "cpu0", LinkKind.PCIE, 20e9, 1e-6)
+    t = b.build()
+    for fmt in ("yaml", "json"):
+        back = parse_topology(dump_topology(t, fmt), fmt)
+        assert back.name == name and back == t
+
+
 def test_floats_come_back_bit_for_bit():
     for value in (20.6 * GB, 1e9 + 1, 25e9 / 3, MIN_BANDWIDTH, 1000.0000000000001, MAX_BANDWIDTH,
                   999999999999999.9, (0.1 + 0.2) * 1e4):

@@ -160,22 +160,41 @@ def _represent_decimal(dumper: yaml.SafeDumper, value: Decimal) -> yaml.Node:
 
 _Dumper.add_representer(Decimal, _represent_decimal)
 
-_RAW = "\x00num:"
-_RAW_JSON = re.compile(r'"\\u0000num:([^"]*)"')
+def _strings(value: Any):
+    """Every string of a JSON-like value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, x in value.items():
+            yield from _strings(k)
+            yield from _strings(x)
+    elif isinstance(value, list):
+        for x in value:
+            yield from _strings(x)
 
 
 def _json_value(value: Any, indent: int | None = None) -> str:
+    """JSON text of ``value`` with its Decimals written as exact numbers: each goes out as
+    a marked string and the marks are then removed from the text. The mark is one that no
+    string of ``value`` contains (a name may hold any character), so no user string is
+    ever taken for a number."""
+    texts = list(_strings(value))
+    k = 0
+    while any(f"\x00num{k}:" in t for t in texts):
+        k += 1
+    mark = f"\x00num{k}:"
+
     def raw(v: Any) -> Any:
         if isinstance(v, Decimal):
-            return _RAW + _decimal_text(v)
+            return mark + _decimal_text(v)
         if isinstance(v, dict):
-            return {k: raw(x) for k, x in v.items()}
+            return {key: raw(x) for key, x in v.items()}
         if isinstance(v, list):
             return [raw(x) for x in v]
         return v
     text = json.dumps(raw(value), ensure_ascii=False, indent=indent,
                       separators=(",", ": ") if indent else (", ", ": "))
-    return _RAW_JSON.sub(r"\1", text)
+    return re.sub(r'"\\u0000num%d:([^"]*)"' % k, r"\1", text)
 
 
 def dump_topology(topology: Topology, fmt: str = "yaml") -> str:
