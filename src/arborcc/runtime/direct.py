@@ -1,4 +1,5 @@
-"""Direct algorithms: every rank talks to every other rank in one step, written in the DSL.
+"""Direct algorithms: every rank talks to every other rank in one step, written in the DSL
+(the owner all-reduce and the reduce-scatter as IR directly).
 
 They are the runtime's built-in algorithms: the latency-bound choice for small buffers
 (one step, as the one-shot all-reduce of the fastest CPU shared-memory all-reduces) and,
