@@ -1,4 +1,5 @@
-"""Direct algorithms: every rank talks to every other rank in one step, written in the DSL.
+"""Direct algorithms: every rank talks to every other rank in one step, written in the DSL
+(the owner all-reduce and the reduce-scatter as IR directly).
 
 They are the runtime's built-in algorithms: the latency-bound choice for small buffers
 (one step, as the one-shot all-reduce of the fastest CPU shared-memory all-reduces) and,
@@ -15,8 +16,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, RankProgram, Step, ThreadBlock
-from arborcc.lang import (AllGather, AllReduce, AllToAll, Broadcast, Gather, Program, Reduce, ReduceScatter, Scatter,
-                          chunk)
+from arborcc.lang import AllGather, AllReduce, AllToAll, Broadcast, Gather, Program, Reduce, Scatter, chunk
 
 IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 
@@ -47,16 +47,6 @@ def _allgather(n: int, inplace: bool) -> None:
         for p in range(n):
             if p != r:
                 c.copy(p, OUT, r)
-
-
-def _reducescatter(n: int, inplace: bool) -> None:
-    for r in range(n):
-        acc = chunk(r, IN, r)
-        if not inplace:
-            acc = acc.copy(r, OUT, 0)
-        for p in range(n):
-            if p != r:
-                acc = acc.reduce(chunk(p, IN, r))
 
 
 def _alltoall(n: int, inplace: bool) -> None:
@@ -117,13 +107,15 @@ def direct_algorithm(collective: str, num_ranks: int, inplace: bool, root: int =
     tag = "inplace" if ip else "outofplace"
     if collective == "allreduce" and owner:
         return owner_allreduce(n, ip)
+    if collective == "reducescatter":
+        return direct_reducescatter(n, ip)
     if collective == "allreduce":
         coll = AllReduce(n, 1, ip)
         body = (lambda: _one_shot_allreduce(n, ip))
         name = f"direct-oneshot-allreduce-{n}r-{tag}"
-    elif collective in ("allgather", "reducescatter", "alltoall"):
-        coll = {"allgather": AllGather, "reducescatter": ReduceScatter, "alltoall": AllToAll}[collective](n, 1, ip)
-        body = {"allgather": _allgather, "reducescatter": _reducescatter, "alltoall": _alltoall}[collective]
+    elif collective in ("allgather", "alltoall"):
+        coll = {"allgather": AllGather, "alltoall": AllToAll}[collective](n, 1, ip)
+        body = {"allgather": _allgather, "alltoall": _alltoall}[collective]
         body = (lambda f=body: f(n, ip))
         name = f"direct-{collective}-{n}r-{tag}"
     elif collective in ("broadcast", "reduce", "gather", "scatter"):
@@ -170,3 +162,30 @@ def owner_allreduce(num_ranks: int, inplace: bool) -> Algorithm:
         ranks.append(RankProgram(r, n, n, 0, tbs))
     return Algorithm(f"direct-owner-allreduce-{n}r-{'inplace' if inplace else 'outofplace'}", "allreduce", n, n,
                      ranks, inplace=inplace, outofplace=not inplace)
+
+
+def direct_reducescatter(num_ranks: int, inplace: bool) -> Algorithm:
+    """Reduce-scatter in one step, written as IR directly: rank r sends its block p to
+    every peer p and reduces the peers' blocks r into its result in rank order. The first
+    reduction reads the rank's own block straight from the input (``rrc`` from the input
+    to the output), so no separate copy pass over the result; in place the result is
+    the rank's own block of the input."""
+    n = num_ranks
+    ranks = []
+    for r in range(n):
+        peers = [p for p in range(n) if p != r]
+        result = (IN, r) if inplace else (OUT, 0)
+        tbs = [ThreadBlock(i, send=p, recv=-1, channel=0, steps=[
+            Step(Op.SEND, IN, p, *((IN, p) if inplace else (OUT, 0)))]) for i, p in enumerate(peers)]
+        for i, p in enumerate(peers):
+            first = i == 0
+            src = (IN, r) if first else result
+            tbs.append(ThreadBlock(len(tbs), send=-1, recv=p, channel=0, steps=[
+                Step(Op.RECV_REDUCE_COPY, src[0], src[1], result[0], result[1],
+                     dep=None if first else Dependency(len(tbs) - 1, 0), has_dep=i < len(peers) - 1)]))
+        if not peers and not inplace:
+            tbs.append(ThreadBlock(0, steps=[Step(Op.COPY, IN, 0, OUT, 0)]))
+        ranks.append(RankProgram(r, n, 1, 0, tbs))
+    tag = "inplace" if inplace else "outofplace"
+    return Algorithm(f"direct-reducescatter-{n}r-{tag}", "reducescatter", n, n, ranks, inplace=inplace,
+                     outofplace=not inplace)

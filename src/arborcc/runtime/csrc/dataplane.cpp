@@ -289,6 +289,14 @@ struct Program {
   std::vector<TB> tbs;
   std::vector<Step> steps;
   int max_cnt = 1;
+  // Sends read only chunks that no step writes (and no step sends from a slot or from
+  // what it just wrote): a REMOTE message of it never needs demoting, so its messages
+  // need not fit a slot when cross-memory attach carries them.
+  bool sends_unwritten = false;
+  // No step reduces: nothing gains from cache-sized slices.
+  bool copy_only = true;
+  // Lowest and highest chunk index each call buffer's steps touch (-1: none).
+  int lo_chunk[3] = {-1, -1, -1}, hi_chunk[3] = {-1, -1, -1};
 };
 
 // Where a call's buffers are and how chunk indices map to elements.
@@ -389,8 +397,61 @@ class Communicator {
       if (s[5] > MAX_PIECES) throw CommError("a step moves more than 80 chunks");
       p.max_cnt = std::max(p.max_cnt, s[5]);
     }
+    classify(p);
     programs_.push_back(std::move(p));
     return (int)programs_.size() - 1;
+  }
+
+  static void classify(Program& p) {
+    // per call buffer, the chunks some send reads and the chunks some step writes
+    std::vector<char> sent[3], written[3];
+    auto mark = [](std::vector<char>& v, int first, int cnt) {
+      if (first < 0 || cnt <= 0) return;
+      if ((int)v.size() < first + cnt) v.resize(first + cnt, 0);
+      for (int c = first; c < first + cnt; ++c) v[c] = 1;
+    };
+    bool slot_sends = false;
+    for (const Step& st : p.steps) {
+      for (int side = 0; side < 2; ++side) {
+        int b = side ? st.dbuf : st.sbuf, c = side ? st.doff : st.soff;
+        if (b < 0 || b > 2) continue;
+        if (p.lo_chunk[b] < 0 || c < p.lo_chunk[b]) p.lo_chunk[b] = c;
+        p.hi_chunk[b] = std::max(p.hi_chunk[b], c + st.cnt - 1);
+      }
+      switch (st.op) {
+        case S_SEND:
+          if (st.sbuf >= 0 && st.sbuf <= 2) mark(sent[st.sbuf], st.soff, st.cnt);
+          break;
+        case S_RECV:
+        case S_COPY:
+          if (st.dbuf >= 0 && st.dbuf <= 2) mark(written[st.dbuf], st.doff, st.cnt);
+          break;
+        case S_REDUCE:
+        case S_RRC:
+          if (st.dbuf >= 0 && st.dbuf <= 2) mark(written[st.dbuf], st.doff, st.cnt);
+          p.copy_only = false;
+          break;
+        case S_NOP:
+          break;
+        default:  // receive-and-send steps send from a slot or from what they just wrote
+          slot_sends = true;
+          p.copy_only = false;
+      }
+    }
+    // chunks of one call buffer never overlap; the caller's send and receive buffers
+    // are checked apart at each call (run())
+    p.sends_unwritten = !slot_sends;
+    for (int b = 0; b < 3; ++b)
+      for (size_t c = 0; c < std::min(sent[b].size(), written[b].size()); ++c)
+        if (sent[b][c] && written[b][c]) p.sends_unwritten = false;
+  }
+
+  // The bytes [lo, hi) of call buffer b that a program's steps touch (lo == hi: none).
+  static void extent(const Program& p, const Geometry& g, int b, uint64_t& lo, uint64_t& hi) {
+    lo = hi = 0;
+    if (p.lo_chunk[b] < 0 || !g.addr[b]) return;
+    lo = chunk_addr(g, b, p.lo_chunk[b], 0);
+    hi = chunk_addr(g, b, p.hi_chunk[b], g.chunk_elems);
   }
 
   // Everything about a call except its buffers, stored once per call shape.
@@ -437,13 +498,28 @@ class Communicator {
     g.chunk_elems = chunk_elems;
     g.esize = DTYPE_SIZE[dtype];
     if (chunk_elems <= 0) return;
-    // every message must fit one slot (so a pinned REMOTE message can always be demoted)
+    // Every message must fit one slot, so a pinned REMOTE message can always be demoted;
+    // unless no message ever needs demoting: cross-memory attach carries every message of
+    // at least cma_threshold bytes, the program sends only from buffers it never writes,
+    // and the caller's send and receive buffers do not overlap.
+    const bool use_cma = cma_ && cma_threshold > 0;
     int64_t max_tile = (int64_t)(seg_.slot_bytes() / (g.esize * prog.max_cnt));
     if (max_tile < 1) throw CommError("slot too small for one element of every chunk of a step");
-    int64_t tile = std::min<int64_t>(tile_elems > 0 ? tile_elems : chunk_elems, max_tile);
-    tile = std::min(tile, chunk_elems);
-    Call call{prog, g, dtype, op, tile, (chunk_elems + tile - 1) / tile, timeout, cma_ && cma_threshold > 0,
-              cma_threshold, ++call_id_};
+    int64_t tile = std::min<int64_t>(tile_elems > 0 ? tile_elems : chunk_elems, chunk_elems);
+    if (use_cma && prog.sends_unwritten && cma_threshold <= seg_.slot_bytes()) {
+      uint64_t in_lo, in_hi, out_lo, out_hi;
+      extent(prog, g, 0, in_lo, in_hi);
+      extent(prog, g, 1, out_lo, out_hi);
+      bool apart = in_lo == in_hi || out_lo == out_hi || in_hi <= out_lo || out_hi <= in_lo;
+      // a program that only copies original data gains nothing from slices (no step
+      // feeds another rank's next one, nothing to keep in cache): one message per chunk
+      if (apart && prog.copy_only) tile = chunk_elems;
+      if (!apart) tile = std::min(tile, max_tile);
+    } else {
+      tile = std::min(tile, max_tile);
+    }
+    Call call{prog, g, dtype, op, tile, (chunk_elems + tile - 1) / tile, timeout, use_cma, cma_threshold,
+              ++call_id_};
     execute(call, workers);
   }
 
@@ -627,6 +703,8 @@ class Communicator {
         if (s != REMOTE && s != CLAIMED) continue;
         if (!overlaps(dst, d)) continue;
         if (s == CLAIMED) return false;
+        if ((uint64_t)d.npieces * d.piece_bytes > seg_.slot_bytes())  // excluded by run()'s choice of tile
+          fail("internal error: a message larger than a slot would need demoting");
         uint32_t expect = REMOTE;
         if (!d.state.compare_exchange_strong(expect, DEMOTING)) return false;
         char* out = seg_.slot_data(rank_, tb.send, tb.channel, m % slots);
@@ -641,7 +719,8 @@ class Communicator {
 
   void copy_pieces(const Pieces& dst, const Pieces& src) {
     for (int i = 0; i < dst.n; ++i)
-      std::memmove((void*)(uintptr_t)dst.addr[i], (const void*)(uintptr_t)src.addr[i], dst.len);
+      if (dst.addr[i] != src.addr[i])  // in place the copy of a rank's own block is a no-op
+        std::memmove((void*)(uintptr_t)dst.addr[i], (const void*)(uintptr_t)src.addr[i], dst.len);
   }
 
   void reduce_pieces(const Call& call, const Pieces& dst, const Pieces& a, const Pieces& b) {
