@@ -126,6 +126,31 @@ def test_bad_calls_are_refused_before_any_communication():
         assert x == [2.0] * 4
 
 
+def _short_gather_buffer():
+    from arborcc.runtime import Communicator
+    from arborcc.synth import synthesize
+    from arborcc.topology.allocation import induced
+    from arborcc.topology.machines import build_machine
+
+    algo = synthesize(induced(build_machine("dgx1v"), ["gpu0", "gpu1"]), collective="gather",
+                      strategy="trees").algorithm
+    comm = Communicator.from_env(timeout=10)
+    try:
+        comm.run_algorithm(algo, np.ones(8, np.float32), np.zeros(8, np.float32))  # needs 2 x 8
+    except InputError as e:
+        error = str(e)
+    recv = np.zeros(16, np.float32)
+    comm.run_algorithm(algo, np.full(8, comm.rank + 1.0, np.float32), recv)
+    return error, recv.tolist()
+
+
+def test_a_buffer_shorter_than_the_algorithm_needs_is_refused():
+    for rank, (error, recv) in enumerate(run_ranks(_short_gather_buffer, 2, timeout=120)):
+        assert error == "recv: has 8 elements; this gather of 8 elements per rank block needs 16 (2 blocks)"
+        if rank == 0:
+            assert recv == [1.0] * 8 + [2.0] * 8
+
+
 def _store_rank():
     import os
     from datetime import timedelta

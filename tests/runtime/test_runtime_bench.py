@@ -142,3 +142,21 @@ def test_run_reports_the_failing_rank_status(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "arborcc.cli.main", "run", "-n", "2", str(script)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 7
+
+
+@pytest.mark.parametrize("collective", ["gather", "scatter"])
+def test_bench_runs_synthesized_gather_and_scatter(capsys, tmp_path, collective):
+    """A gather's receive buffer and a scatter's send buffer hold every rank's block (the
+    bench once gave them one block, and the data plane wrote past the buffer)."""
+    from arborcc.synth import synthesize
+    from arborcc.topology.allocation import induced
+    from arborcc.topology.machines import build_machine
+
+    topo = induced(build_machine("dgx1v"), ["gpu0", "gpu1", "gpu2"])
+    algo = synthesize(topo, collective=collective, strategy="trees", root=1).algorithm
+    path = tmp_path / f"{collective}.xml"
+    path.write_text(write_msccl_xml(algo))
+    out = bench_json(capsys, "--xml", str(path), "-b", "3K", "-e", "768K", "-f", "16", "-c", "1")
+    ran = [r for r in out["results"] if r["time_us"] is not None]
+    assert {r["inplace"] for r in ran} == {m is Mode.INPLACE for m in declared_modes(algo)}
+    assert ran and all(r["wrong"] == 0 for r in ran), ran

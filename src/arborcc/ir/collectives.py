@@ -26,6 +26,20 @@ RANK_MULTIPLIED: frozenset[str] = frozenset({"allgather", "reducescatter", "allt
 REDUCING: frozenset[str] = frozenset({"allreduce", "reducescatter", "reduce"})
 
 
+#: collectives whose call size counts every rank's block (nccl-tests' ``S`` for all-gather
+#: and reduce-scatter: the per-rank count times ``n``)
+RANK_BLOCKED: frozenset[str] = frozenset({"allgather", "reducescatter", "alltoall", "gather", "scatter"})
+
+
+def call_blocks(collective: str, num_ranks: int) -> tuple[int, int]:
+    """(send, receive) buffer lengths of one rank's call, in rank blocks of NCCL's count:
+    ``n`` blocks for what holds every rank's block (all-gather's and gather's receive
+    buffer, reduce-scatter's and scatter's send buffer, both of all-to-all's), else one."""
+    n = num_ranks
+    return (n if collective in ("reducescatter", "alltoall", "scatter") else 1,
+            n if collective in ("allgather", "alltoall", "gather") else 1)
+
+
 def busbw_factor(collective: str, num_ranks: int) -> float:
     """nccl-tests' bus-bandwidth factor of ``collective`` on ``num_ranks`` ranks."""
     n = num_ranks
@@ -33,7 +47,7 @@ def busbw_factor(collective: str, num_ranks: int) -> float:
         raise ValueError(f"a collective needs at least one rank, got {n}")
     if collective == "allreduce":
         return 2 * (n - 1) / n
-    if collective in ("allgather", "reducescatter", "alltoall", "gather", "scatter"):
+    if collective in RANK_BLOCKED:
         return (n - 1) / n
     if collective in ("broadcast", "reduce"):
         return 1.0

@@ -49,8 +49,11 @@ def spec_from_args(args) -> Spec:
         if ranks is not None and ranks != algo.num_ranks:
             raise InputError(f"the algorithm has {algo.num_ranks} ranks, -n asks for {ranks}", source="-n")
         ranks, collective = algo.num_ranks, algo.collective
+        root = algo.effective_root  # the file's root, whatever --root says
         if collective == "custom":
             raise InputError("custom collectives have no benchmark (no reference result)", source=args.xml)
+    else:
+        root = args.root
     ranks = 2 if ranks is None else ranks
     if ranks < 1:
         raise InputError(f"at least one rank, got {ranks}", source="-n")
@@ -60,7 +63,7 @@ def spec_from_args(args) -> Spec:
                                  ("tune", args.tune or None), ("timeout", min(args.timeout, 120.0)))
                if v is not None}
     return Spec(collective=collective, ranks=ranks, sizes=sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor),
-                dtype=args.datatype, op=args.op, root=args.root, warmup=args.warmup_iters, iters=args.iters,
+                dtype=args.datatype, op=args.op, root=root, warmup=args.warmup_iters, iters=args.iters,
                 check=bool(args.check), xml=args.xml, options=options, timeout=args.timeout)
 
 

@@ -16,7 +16,8 @@ import numpy as np
 def main(spec_path: str, out_path: str) -> None:
     from mpi4py import MPI
 
-    from arborcc.runtime.bench_protocol import Spec, block_count, buffer_blocks, count_wrong, pattern, time_calls
+    from arborcc.ir.collectives import call_blocks
+    from arborcc.runtime.bench_protocol import Spec, block_count, count_wrong, pattern, time_calls
 
     with open(spec_path) as f:
         spec = Spec(**json.load(f))
@@ -26,7 +27,7 @@ def main(spec_path: str, out_path: str) -> None:
     results = {}
     for size in spec.sizes:
         count = block_count(spec, size)
-        blocks_in, blocks_out = buffer_blocks(spec.collective, n)
+        blocks_in, blocks_out = call_blocks(spec.collective, n)
         for inplace in (False, True):
             key = f"{size}:{int(inplace)}"
             if spec.dtype == "bfloat16" or spec.op not in ops:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from arborcc.errors import InputError
-from arborcc.ir.collectives import busbw_factor
+from arborcc.ir.collectives import RANK_BLOCKED, busbw_factor
 
 @dataclass
 class Spec:
@@ -59,15 +59,12 @@ def item_size(dtype: str) -> int:
 
 def block_count(spec: Spec, size: int) -> int:
     """Elements per rank block (NCCL's count) for a call of ``size`` bytes."""
-    blocks = spec.ranks if spec.collective in ("allgather", "reducescatter", "alltoall") else 1
+    blocks = spec.ranks if spec.collective in RANK_BLOCKED else 1
     return max(1, size // (item_size(spec.dtype) * blocks))
 
 
-def buffer_blocks(collective: str, ranks: int) -> tuple[int, int]:
-    """(send, receive) buffer lengths of a call in rank blocks of ``block_count`` elements."""
-    return (ranks if collective in ("reducescatter", "alltoall") else 1,
-            ranks if collective in ("allgather", "alltoall") else 1)
-
+#: collectives whose bench rows name a root
+ROOTED_BENCH = ("broadcast", "reduce", "gather", "scatter")
 
 #: elements per window when filling and checking buffers (bounds the memory of a check)
 WINDOW = 1 << 20
@@ -117,6 +114,10 @@ def expected(spec: Spec, count: int, rank: int, lo: int, hi: int) -> np.ndarray 
         return _inputs(spec.dtype, op, i, spec.root)
     if coll == "alltoall":  # block m of the output is block `rank` of rank m's input
         return _inputs(spec.dtype, op, rank * count + i % count, i // count)
+    if coll == "gather":  # the root's block m is rank m's input
+        return _inputs(spec.dtype, op, i % count, i // count) if rank == spec.root else None
+    if coll == "scatter":  # rank r receives block r of the root's input
+        return _inputs(spec.dtype, op, rank * count + i, spec.root)
     raise InputError(f"no benchmark for collective {coll!r}", source="--collective")
 
 
@@ -153,12 +154,11 @@ def rows_from_timings(backend: str, spec: Spec, per_rank: list[dict]) -> list[Ro
     rows = []
     for size in spec.sizes:
         count = block_count(spec, size)
-        nbytes = count * item_size(spec.dtype) * (spec.ranks if spec.collective in (
-            "allgather", "reducescatter", "alltoall") else 1)
+        nbytes = count * item_size(spec.dtype) * (spec.ranks if spec.collective in RANK_BLOCKED else 1)
         for inplace in (False, True):
             key = f"{size}:{int(inplace)}"
             entries = [r.get(key) for r in per_rank]
-            root = spec.root if spec.collective in ("broadcast", "reduce") else -1
+            root = spec.root if spec.collective in ROOTED_BENCH else -1
             if any(e is None or "error" in e for e in entries):
                 note = next((e["error"] for e in entries if e and "error" in e), "not run")
                 rows.append(Row(backend, nbytes, count, spec.dtype, spec.op, root, inplace, None, None, None, None,

@@ -17,7 +17,8 @@ from dataclasses import asdict
 import numpy as np
 
 from arborcc.errors import InputError, MissingDependencyError
-from arborcc.runtime.bench_protocol import Row, Spec, block_count, buffer_blocks, count_wrong, pattern, rows_from_timings, time_calls
+from arborcc.ir.collectives import call_blocks
+from arborcc.runtime.bench_protocol import Row, Spec, block_count, count_wrong, pattern, rows_from_timings, time_calls
 
 BACKENDS = ("arborcc", "gloo", "mpi")
 
@@ -38,7 +39,7 @@ def _arborcc_rank(spec: Spec) -> dict:
     bf16 = spec.dtype == "bfloat16"
     np_dtype = np.uint16 if bf16 else np.dtype(spec.dtype)
     results = {}
-    blocks_in, blocks_out = buffer_blocks(spec.collective, n)
+    blocks_in, blocks_out = call_blocks(spec.collective, n)
 
     def call(send, recv, inplace):
         wrap = BFloat16 if bf16 else (lambda a: a)
@@ -97,13 +98,13 @@ def _buffers(base, count, rank, blocks_in, blocks_out, inplace, collective, valu
     if inplace:
         buf = base[:max(n_in, n_out)]
         if values is not None:
-            if collective == "allgather":
+            if collective in ("allgather", "gather"):
                 buf[rank * count:(rank + 1) * count] = values
             else:
                 buf[:n_in] = values
-        if collective == "allgather":
+        if collective in ("allgather", "gather"):
             return buf[rank * count:(rank + 1) * count], buf
-        if collective == "reducescatter":
+        if collective in ("reducescatter", "scatter"):
             return buf, buf[rank * count:(rank + 1) * count]
         return buf, buf
     send = base[:n_in].copy() if values is None else values.copy()
@@ -142,7 +143,7 @@ def _gloo_rank(spec: Spec) -> dict:
     try:
         for size in spec.sizes:
             count = block_count(spec, size)
-            blocks_in, blocks_out = buffer_blocks(spec.collective, n)
+            blocks_in, blocks_out = call_blocks(spec.collective, n)
             for inplace in (False, True):
                 key = f"{size}:{int(inplace)}"
                 send = torch.ones(count * blocks_in, dtype=tdtype)

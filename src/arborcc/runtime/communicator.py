@@ -333,7 +333,10 @@ class Communicator:
         require_verified(algo)
         s = array_ref(send, "send")
         r = s if recv is None else array_ref(recv, "recv")
-        count, mode = algorithm_call(algo, self.rank, s.count, DTYPES[s.dtype][1], s.address, r.address, count)
+        if s.dtype != r.dtype:
+            raise InputError(f"holds {r.dtype}, the send buffer {s.dtype}", source="recv")
+        count, mode = algorithm_call(algo, self.rank, s.count, DTYPES[s.dtype][1], s.address, r.address, count,
+                                     recv_elements=r.count)
         self._execute(algo, mode, s, r, count, op, algo.effective_root)
         return recv if recv is not None else send
 

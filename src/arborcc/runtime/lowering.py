@@ -23,7 +23,7 @@ from functools import lru_cache
 
 from arborcc.errors import InputError
 from arborcc.ir.aliasing import Mode, declared_modes, rank_layout
-from arborcc.ir.collectives import RANK_MULTIPLIED, has_signature, signature
+from arborcc.ir.collectives import RANK_MULTIPLIED, call_blocks, has_signature, signature
 from arborcc.ir.model import Algorithm, Buffer, Op
 
 CALL_BUFFER = {Buffer.INPUT: 0, Buffer.OUTPUT: 1, Buffer.SCRATCH: 2}
@@ -118,14 +118,22 @@ def call_mode(collective: str, num_ranks: int, rank: int, root: int, send_addres
 
 
 def algorithm_call(algo: Algorithm, rank: int, send_elements: int, item_bytes: int, send_address: int,
-                   recv_address: int, count: int | None = None) -> tuple[int, Mode]:
+                   recv_address: int, count: int | None = None, recv_elements: int | None = None) -> tuple[int, Mode]:
     """(count, mode) of running ``algo`` on this rank's buffers: ``count`` (NCCL's elements
     per rank block) by default from the send buffer (its size over the rank blocks it
-    holds), the mode by :func:`call_mode`; a mode the algorithm does not declare is
-    refused (:class:`InputError`), so no runtime runs an algorithm where it may be wrong."""
+    holds), the mode by :func:`call_mode`. Refused (:class:`InputError`, before anything
+    runs): a buffer shorter than the call needs (:func:`arborcc.ir.collectives.call_blocks`
+    blocks of ``count``; ``recv_elements`` None: the receive buffer is the send buffer), and
+    a mode the algorithm does not declare, so no runtime runs an algorithm where it may
+    be wrong or writes past a buffer."""
+    send_blocks, recv_blocks = call_blocks(algo.collective, algo.num_ranks) if algo.collective != "custom" else (1, 1)
     if count is None:
-        blocks = algo.num_ranks if algo.collective in ("reducescatter", "alltoall", "scatter") else 1
-        count = send_elements // blocks
+        count = send_elements // send_blocks
+    for what, have, blocks in (("send", send_elements, send_blocks),
+                               ("recv", send_elements if recv_elements is None else recv_elements, recv_blocks)):
+        if have < blocks * count:
+            raise InputError(f"has {have} elements; this {algo.collective} of {count} elements per rank block "
+                             f"needs {blocks * count} ({blocks} block{'s' if blocks > 1 else ''})", source=what)
     declared = declared_modes(algo)
     mode = call_mode(algo.collective, algo.num_ranks, rank, algo.effective_root, send_address, recv_address,
                      count * item_bytes, declared)

@@ -347,8 +347,10 @@ class GroupExecutor:
                              source=algo.name)
         require_verified(algo)
         recv = send if recv is None else recv
+        if send.dtype != recv.dtype:
+            raise InputError(f"holds {recv.dtype}, the send tensor {send.dtype}", source="recv")
         count, mode = algorithm_call(algo, self.rank, send.numel(), send.element_size(), send.data_ptr(),
-                                     recv.data_ptr(), count)
+                                     recv.data_ptr(), count, recv_elements=recv.numel())
         self._execute(algo, mode, send, recv, count, op, algo.effective_root)
         return recv
 
