@@ -42,7 +42,7 @@ steps, whatever the algorithm.
 from __future__ import annotations
 
 from arborcc.errors import SynthesisError
-from arborcc.ir.limits import DEFAULT_SLOTS, MAX_CHANNELS, dialect_limits
+from arborcc.ir.limits import MAX_CHANNELS, dialect_limits
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllToAll, Program, ThreadblockPolicy, chunk
 from arborcc.synth.hosts import Cluster, cluster_of
@@ -234,56 +234,57 @@ class HostPairing:
         return 1 + 2 * self.pairs_per_gpu + self.rail_pairs
 
     def thread_blocks(self, channels: int) -> int:
-        """Thread blocks per rank with the in-host connections spread over ``channels``."""
-        return 1 + (self.per_host - 1) * channels + self.pairs_per_gpu + self.rail_pairs
+        """Thread blocks per rank with the in-host connections spread over ``channels``: a
+        local one, a sending and a receiving one per in-host peer and channel, per relayed
+        host pair and per rail pair (see :func:`lower_three_step`)."""
+        return 1 + 2 * (self.per_host - 1) * channels + 2 * self.pairs_per_gpu + 2 * self.rail_pairs
 
     def steps_per_thread_block(self, channels: int) -> int:
         """An upper bound on the steps of the busiest thread block (see :func:`lower_three_step`):
-        an in-host connection's thread block sends and receives its channel's messages and
-        transposes the rows it receives; a host pair's own thread block transposes its
-        GPU's own row, waits for the other rows (a nop per in-host peer), sends and
-        receives the relayed block and hands on its own share; a rail pair's gathers its
-        own block, waits for the others, sends and receives."""
+        an in-host connection's sending (or receiving) thread block carries its channel's
+        messages; a host pair's sending one transposes the rows of the other GPUs and sends
+        the block, its receiving one transposes its GPU's own row, receives the other
+        side's block and hands on its own share; a rail pair's sending one gathers its own
+        block and sends, its receiving one receives."""
         G = self.per_host
         block = -(-G * G // MAX_COUNT)  # transfers per host pair's block
-        in_host = 2 * -(-self.in_host_messages() // channels) + G * -(-self.pairs_per_gpu // channels)
-        pair = G + (G - 1) + 2 * block + 1
-        rail = 1 + (G - 1) + 2
-        return max(in_host, pair, rail)
+        in_host = -(-self.in_host_messages() // channels)
+        pair_send = (G - 1) * G + block
+        pair_recv = G + block + 1
+        return max(in_host, pair_send, pair_recv, 2)
 
     def channels(self, dialect: str | None) -> int:
-        """The fewest channels for the in-host connections that keep every connection within
-        the runtime's message slots (a rank sends and receives its in-host messages in one
-        thread block per peer and channel: with at most :data:`DEFAULT_SLOTS` messages per
-        connection no send waits for a slot, so none can deadlock) and ``dialect``'s limits;
-        raises :class:`SynthesisError` when none does."""
-        lim = dialect_limits(dialect) if dialect else None
-        if -(-self.per_host ** 2 // MAX_COUNT) > DEFAULT_SLOTS:  # a relayed block's transfers on one connection
-            raise SynthesisError(f"three-step: hosts of {self.per_host} GPUs; a host pair's block needs more than "
-                                 f"{DEFAULT_SLOTS} transfers")
-        for c in range(-(-self.in_host_messages() // DEFAULT_SLOTS), MAX_CHANNELS + 1):
-            if lim is None:
-                return c
+        """The fewest channels for the in-host connections that keep ``dialect``'s limits of
+        thread blocks per rank and steps per thread block (1 without a dialect); raises
+        :class:`SynthesisError` when none does."""
+        if dialect is None:
+            return 1
+        lim = dialect_limits(dialect)
+        for c in range(1, MAX_CHANNELS + 1):
             if self.thread_blocks(c) > lim.max_threadblocks_per_rank:
                 break
             if self.steps_per_thread_block(c) <= lim.max_steps_per_threadblock:
                 return c
         raise SynthesisError(f"three-step: {self.hosts} hosts of {self.per_host} GPUs need more than the "
-                             f"{dialect or 'MSCCL'} runtime's channels, or its thread blocks or steps per "
-                             f"thread block (about {self.in_host_messages()} messages between two GPUs of a host)")
+                             f"{dialect} runtime's channels, or its thread blocks or steps per thread block "
+                             f"(about {self.in_host_messages()} messages between two GPUs of a host)")
 
 
 def lower_three_step(cluster: Cluster, name: str, dialect: str | None = "executor"):
     """The three-step all-to-all (module doc) with thread blocks placed by hand.
 
-    Each rank has one thread block per in-host peer and channel (sending to and
-    receiving from that peer), one per host pair it relays (sending to and receiving
-    from the other side's relay), one per rail peer of the pairs that go over every
-    rail, and a local one. The messages between two GPUs of a host are dealt
-    round-robin over ``C`` channels (:meth:`HostPairing.message`), so a row's
-    transposition - local copies in the thread block that received it - spreads over
-    ``C`` thread blocks per peer; ``C`` is the fewest that keeps every connection within
-    the runtime's message slots and the dialect's limits (:meth:`HostPairing.channels`).
+    No thread block both sends and receives: each rank has a sending and a receiving
+    thread block per in-host peer and channel, per host pair it relays (with the other
+    side's relay) and per rail peer of the pairs that go over every rail, and a local
+    one. The MSCCL runtimes cut a step into pieces that fill a connection's FIFO (two
+    Simple pieces, :mod:`arborcc.verify.pieces`); a thread block that sent to a peer
+    before receiving from it would wait, with the peer doing the same, on a full FIFO
+    in both directions. With every connection read by a thread block that only
+    receives, every send completes once its data is there, at every piece size. The
+    messages between two GPUs of a host are dealt round-robin over ``C`` channels
+    (:meth:`HostPairing.message`); ``C`` is the fewest that keeps the dialect's limits
+    (:meth:`HostPairing.channels`). A relay transposes the rows it gathered in the
+    thread block that sends the host pair's block.
     """
     H, G = cluster.num_hosts, cluster.per_host
     if G > MAX_COUNT:
@@ -292,6 +293,7 @@ def lower_three_step(cluster: Cluster, name: str, dialect: str | None = "executo
     n = H * G
     plan = HostPairing(H, G)
     C = plan.channels(dialect)
+    P, R = plan.pairs_per_gpu, plan.rail_pairs
     rank = cluster.rank
     pairs = _Pairs(cluster.path)
     pairs.n = n
@@ -305,16 +307,25 @@ def lower_three_step(cluster: Cluster, name: str, dialect: str | None = "executo
                 pairs.add(rank(m, i), rank(k, i))
     channels = pairs.channels()
     block = G * G
-    # thread blocks of a rank: 0 local, then per in-host peer and channel, per relayed
-    # host pair (its slot), per rail pair
-    def peer_tb(peer_local: int, ch: int) -> int:
+    # thread blocks of a rank: 0 local, then sending and receiving ones per in-host peer
+    # and channel, per relayed host pair (its slot), per rail pair
+    def send_tb(peer_local: int, ch: int) -> int:
         return 1 + ch * G + peer_local
 
-    def pair_tb(slot: int) -> int:
-        return 1 + C * G + slot
+    def recv_tb(peer_local: int, ch: int) -> int:
+        return 1 + (C + ch) * G + peer_local
 
-    def rail_tb(j: int) -> int:
-        return 1 + C * G + plan.pairs_per_gpu + j
+    def pair_send_tb(slot: int) -> int:
+        return 1 + 2 * C * G + slot
+
+    def pair_recv_tb(slot: int) -> int:
+        return 1 + 2 * C * G + P + slot
+
+    def rail_send_tb(j: int) -> int:
+        return 1 + 2 * C * G + 2 * P + j
+
+    def rail_recv_tb(j: int) -> int:
+        return 1 + 2 * C * G + 2 * P + R + j
 
     # scratch of a relay: per host pair (its slot), the gathered rows [source][destination],
     # their transpose [destination][source] and the block received from the other side;
@@ -322,12 +333,17 @@ def lower_three_step(cluster: Cluster, name: str, dialect: str | None = "executo
     gathered = lambda s: 3 * s * block  # noqa: E731
     transposed = lambda s: (3 * s + 1) * block  # noqa: E731
     received = lambda s: (3 * s + 2) * block  # noqa: E731
-    rail_gathered = lambda j: 3 * plan.pairs_per_gpu * block + j * G  # noqa: E731
+    rail_gathered = lambda j: 3 * P * block + j * G  # noqa: E731
 
     def send(src: int, sbuf: Buffer, sidx: int, size: int, dst: int, dbuf: Buffer, didx: int,
              stb: int, rtb: int, ch: int) -> None:
         for first, cnt in transfer_pieces(0, size):
             chunk(src, sbuf, sidx + first, cnt).copy(dst, dbuf, didx + first, sendtb=stb, recvtb=rtb, ch=ch)
+
+    def send_in_host(m: int, i: int, sbuf: Buffer, sidx: int, size: int, g: int, dbuf: Buffer, didx: int,
+                     position: int) -> None:
+        c = position % C
+        send(rank(m, i), sbuf, sidx, size, rank(m, g), dbuf, didx, send_tb(g, c), recv_tb(i, c), c)
 
     def copy_local(r: int, sbuf: Buffer, sidx: int, dbuf: Buffer, didx: int, size: int, tb: int) -> None:
         for first, cnt in transfer_pieces(0, size):
@@ -344,59 +360,56 @@ def lower_three_step(cluster: Cluster, name: str, dialect: str | None = "executo
                     if g == i:
                         copy_local(src, INPUT, src, OUTPUT, src, 1, 0)
                     else:
-                        send(src, INPUT, rank(m, g), 1, rank(m, g), OUTPUT, src, peer_tb(g, 0), peer_tb(i, 0), 0)
+                        send_in_host(m, i, INPUT, rank(m, g), 1, g, OUTPUT, src, 0)
                 for k in plan.relayed[m]:  # (1) the G blocks for host k to its relay, as one run
                     h, s = plan.handler(m, k), plan.slot(m, k)
-                    x = rank(m, h)
                     if h == i:  # the relay's own row: straight into the transpose
                         for g in range(G):
-                            copy_local(x, INPUT, rank(k, g), SCRATCH, transposed(s) + g * G + i, 1, pair_tb(s))
+                            copy_local(src, INPUT, rank(k, g), SCRATCH, transposed(s) + g * G + i, 1,
+                                       pair_recv_tb(s))
                     else:
-                        c = plan.message(m, "row", k, i, h) % C
-                        send(src, INPUT, rank(k, 0), G, x, SCRATCH, gathered(s) + i * G, peer_tb(h, c), peer_tb(i, c), c)
+                        send_in_host(m, i, INPUT, rank(k, 0), G, h, SCRATCH, gathered(s) + i * G,
+                                     plan.message(m, "row", k, i, h))
                 for k in plan.rails[m]:  # (1') the block for GPU g of host k to rail g
                     j = plan.rail_slot(m, k)
                     for g in range(G):
                         if g == i:
-                            copy_local(src, INPUT, rank(k, g), SCRATCH, rail_gathered(j) + i, 1, rail_tb(j))
+                            copy_local(src, INPUT, rank(k, g), SCRATCH, rail_gathered(j) + i, 1, rail_send_tb(j))
                         else:
-                            c = plan.message(m, "rail", k, i, g) % C
-                            send(src, INPUT, rank(k, g), 1, rank(m, g), SCRATCH, rail_gathered(j) + i,
-                                 peer_tb(g, c), peer_tb(i, c), c)
+                            send_in_host(m, i, INPUT, rank(k, g), 1, g, SCRATCH, rail_gathered(j) + i,
+                                         plan.message(m, "rail", k, i, g))
         for m in range(H):
             for k in plan.relayed[m]:
                 h, s = plan.handler(m, k), plan.slot(m, k)
                 x, y = rank(m, h), rank(k, plan.handler(k, m))
-                for i in range(G):  # (2) transpose the received rows, in the thread block that received them
+                for i in range(G):  # (2) transpose the received rows, in the thread block that sends the block
                     if i != h:
                         for g in range(G):
                             copy_local(x, SCRATCH, gathered(s) + i * G + g, SCRATCH, transposed(s) + g * G + i, 1,
-                                       peer_tb(i, plan.message(m, "row", k, i, h) % C))
+                                       pair_send_tb(s))
                 # (3) one transfer per host pair (in pieces of at most MAX_COUNT chunks)
                 send(x, SCRATCH, transposed(s), block, y, SCRATCH, received(plan.slot(k, m)),
-                     pair_tb(s), pair_tb(plan.slot(k, m)), 0)
+                     pair_send_tb(s), pair_recv_tb(plan.slot(k, m)), 0)
             for k in plan.rails[m]:
                 j = plan.rail_slot(m, k)
                 for g in range(G):  # (3') G blocks per rail peer, straight into its output
                     send(rank(m, g), SCRATCH, rail_gathered(j), G, rank(k, g), OUTPUT, rank(m, 0),
-                         rail_tb(j), rail_tb(plan.rail_slot(k, m)), 0)
+                         rail_send_tb(j), rail_recv_tb(plan.rail_slot(k, m)), 0)
         for k in range(H):
             for m in plan.relayed[k]:
                 h, s = plan.handler(k, m), plan.slot(k, m)
-                y = rank(k, h)
                 for g in range(G):  # (4) each destination its G blocks, one run
                     if g == h:
-                        copy_local(y, SCRATCH, received(s) + g * G, OUTPUT, rank(m, 0), G, pair_tb(s))
+                        copy_local(rank(k, h), SCRATCH, received(s) + g * G, OUTPUT, rank(m, 0), G, pair_recv_tb(s))
                     else:
-                        c = plan.message(k, "scatter", m, h, g) % C
-                        send(y, SCRATCH, received(s) + g * G, G, rank(k, g), OUTPUT, rank(m, 0),
-                             peer_tb(g, c), peer_tb(h, c), c)
-    rails = (f"; {plan.rail_pairs} host pairs per host over all {G} rails (two-step), which balances the NICs"
-             if plan.rail_pairs else "")
+                        send_in_host(k, h, SCRATCH, received(s) + g * G, G, g, OUTPUT, rank(m, 0),
+                                     plan.message(k, "scatter", m, h, g))
+    rails = (f"; {R} host pairs per host over all {G} rails (two-step), which balances the NICs"
+             if R else "")
     return finish(prog, cluster.topology, channels, n,
-                  [f"three-step: each host pair through one GPU per side ({plan.pairs_per_gpu} host pairs per GPU "
+                  [f"three-step: each host pair through one GPU per side ({P} host pairs per GPU "
                    f"at most), {G}x{G} blocks transposed by local copies, one transfer per host pair{rails}; "
-                   f"in-host connections over {C} channel(s)"])
+                   f"in-host connections over {C} channel(s), no thread block both sends and receives"])
 
 
 # --- strategies -----------------------------------------------------------------------------
