@@ -48,11 +48,25 @@ _DECIMAL = re.compile(r"[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE
 _OPEN = object()  # an anchor whose value is still being read
 
 
+#: the longest key or value an error message quotes whole
+QUOTE_LIMIT = 60
+
+
+def clipped(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text``, or its two ends around "..." when it is longer than ``limit``: a key or
+    value quoted in an error message (a malformed file can hold a key of any length)."""
+    if len(text) <= limit:
+        return text
+    keep = (limit - 3) // 2
+    return text[:keep] + "..." + text[-keep:]
+
+
 def path_text(path: DocPath) -> str:
     """``("links", 3, "src")`` -> ``links[3].src``; a very deep path keeps its ends
-    (``meta.a.a...a.a``)."""
+    (``meta.a.a...a.a``), a very long key its ends (:func:`clipped`)."""
     out = ""
     for i, p in enumerate(path):
+        p = clipped(p) if isinstance(p, str) else p
         if len(path) > 8 and 4 <= i < len(path) - 3:
             if i == 4:
                 out += "..."

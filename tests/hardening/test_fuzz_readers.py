@@ -157,3 +157,16 @@ def test_the_budget_stops_a_reader_that_allocates_too_much():
         with budget():
             bytearray(2 * MEMORY_BUDGET)
     json.dumps(list(range(10)))  # and the process is usable afterwards
+
+
+def test_a_very_long_unknown_key_is_quoted_by_its_ends():
+    # found by the fuzz test above (random run): a mutation turned a device's text into one
+    # 600-character key, and the message quoted it twice, whole
+    from arborcc.topology.machines import build_machine
+    from arborcc.topology.topofile import dump_topology, parse_topology
+
+    text = dump_topology(build_machine("dgx1v"), "yaml").replace("kind: cpu", "kind" + "x" * 700 + ": cpu", 1)
+    with pytest.raises(ArborccError) as info:
+        parse_topology(text, "yaml", "f.yaml")
+    message = str(info.value)
+    assert "unknown key 'kindxxx" in message and "..." in message and len(message) < 300, message

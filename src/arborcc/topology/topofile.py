@@ -33,7 +33,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from arborcc.documents import DocPath, Locate, load_json, load_yaml, path_text
+from arborcc.documents import DocPath, Locate, clipped, load_json, load_yaml, path_text
 from arborcc.errors import TopologyError
 from arborcc.files import read_input_text, write_output
 from arborcc.limits import limit
@@ -274,7 +274,7 @@ class _Reader:
             if k not in allowed:
                 close = difflib.get_close_matches(k, allowed, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise self.fail(path + (k,), f"unknown key {k!r}{hint}")
+                raise self.fail(path + (k,), f"unknown key {clipped(k)!r}{hint}")
         for k in required:
             if k not in value:
                 raise self.fail(path, f"missing key {k!r}")
