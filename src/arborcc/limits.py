@@ -17,12 +17,16 @@ Every limit can be raised (or lowered) for one run: by the environment variable
 from __future__ import annotations
 
 import os
+import contextlib
 from dataclasses import dataclass
 
 from arborcc.errors import InputError
 
 #: limits set for this process by ``--limit NAME=VALUE`` (they win over the environment)
 _OVERRIDES: dict[str, int] = {}
+#: defaults raised for a block of code by :func:`raised_default` (the environment and
+#: ``--limit`` still win)
+_RAISED: dict[str, int] = {}
 
 
 @dataclass(frozen=True)
@@ -44,12 +48,13 @@ class Limit:
 
     @property
     def value(self) -> int:
-        """The limit in force: ``--limit``, else the environment variable, else the default."""
+        """The limit in force: ``--limit``, else the environment variable, else the default
+        (as :func:`raised_default` may have raised it for the code running now)."""
         if self.name in _OVERRIDES:
             return _OVERRIDES[self.name]
         raw = os.environ.get(self.variable)
         if raw is None or not raw.strip():
-            return self.default
+            return _RAISED.get(self.name, self.default)
         return parse_limit_value(raw, self.variable)
 
     def check(self, value: int | float, source: str | None = None, place: str | int | None = None,
@@ -153,6 +158,22 @@ def set_limit(assignment: str) -> None:
         raise InputError(f"expected NAME=VALUE with NAME one of {', '.join(LIMITS)}, got {assignment!r}",
                          source="--limit")
     _OVERRIDES[name] = parse_limit_value(raw, f"--limit {name}")
+
+
+@contextlib.contextmanager
+def raised_default(name: str, value: int):
+    """Within the block, limit ``name`` defaults to ``value`` when that is above its
+    default; a ``--limit`` or environment setting still wins."""
+    previous = _RAISED.get(name)
+    if value > max(LIMITS[name].default, previous or 0):
+        _RAISED[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            _RAISED.pop(name, None)
+        else:
+            _RAISED[name] = previous
 
 
 def reset_limits() -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from arborcc.errors import InputError
-from arborcc.ir.collectives import RANK_BLOCKED, busbw_factor
+from arborcc.ir.collectives import RANK_BLOCKED, ROOTED, busbw_factor
 
 @dataclass
 class Spec:
@@ -62,9 +62,6 @@ def block_count(spec: Spec, size: int) -> int:
     blocks = spec.ranks if spec.collective in RANK_BLOCKED else 1
     return max(1, size // (item_size(spec.dtype) * blocks))
 
-
-#: collectives whose bench rows name a root
-ROOTED_BENCH = ("broadcast", "reduce", "gather", "scatter")
 
 #: elements per window when filling and checking buffers (bounds the memory of a check)
 WINDOW = 1 << 20
@@ -158,7 +155,7 @@ def rows_from_timings(backend: str, spec: Spec, per_rank: list[dict]) -> list[Ro
         for inplace in (False, True):
             key = f"{size}:{int(inplace)}"
             entries = [r.get(key) for r in per_rank]
-            root = spec.root if spec.collective in ROOTED_BENCH else -1
+            root = spec.root if spec.collective in ROOTED else -1
             if any(e is None or "error" in e for e in entries):
                 note = next((e["error"] for e in entries if e and "error" in e), "not run")
                 rows.append(Row(backend, nbytes, count, spec.dtype, spec.op, root, inplace, None, None, None, None,

@@ -126,7 +126,7 @@ def algorithm_call(algo: Algorithm, rank: int, send_elements: int, item_bytes: i
     blocks of ``count``; ``recv_elements`` None: the receive buffer is the send buffer), and
     a mode the algorithm does not declare, so no runtime runs an algorithm where it may
     be wrong or writes past a buffer."""
-    send_blocks, recv_blocks = call_blocks(algo.collective, algo.num_ranks) if algo.collective != "custom" else (1, 1)
+    send_blocks, recv_blocks = call_blocks(algo.collective, algo.num_ranks)
     if count is None:
         count = send_elements // send_blocks
     for what, have, blocks in (("send", send_elements, send_blocks),

@@ -20,14 +20,12 @@ skipped.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from typing import Callable
 
 from arborcc.errors import SynthesisError, VerificationError
 from arborcc.ir.limits import check_dialect_limits
-from arborcc.limits import limit
+from arborcc.limits import raised_default
 from arborcc.sim.simulate import predict_time
 from arborcc.synth.bounds import collective_bound
 from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
@@ -71,20 +69,10 @@ def _candidates(strategy: str, collective: str, num_ranks: int, clusters: bool) 
 OPERATIONS_PER_RANK_SQUARED = 2
 
 
-@contextlib.contextmanager
 def operations_budget(num_ranks: int):
-    """Within the block, DSL programs may trace ``OPERATIONS_PER_RANK_SQUARED * n^2``
+    """A block within which DSL programs may trace ``OPERATIONS_PER_RANK_SQUARED * n^2``
     operations when that is above the default operations limit and the user set none."""
-    lim = limit("operations")
-    budget = OPERATIONS_PER_RANK_SQUARED * num_ranks ** 2
-    if lim.variable in os.environ or lim.value != lim.default or budget <= lim.default:
-        yield
-        return
-    os.environ[lim.variable] = str(budget)
-    try:
-        yield
-    finally:
-        os.environ.pop(lim.variable, None)
+    return raised_default("operations", OPERATIONS_PER_RANK_SQUARED * num_ranks ** 2)
 
 
 #: algorithms of more steps claim only the mode their lowering declares: proving the other
