@@ -369,35 +369,51 @@ PIPELINE_ROUNDS = (8, 4, 2, 1)
 def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
     """Lower with the compiler's channel choice; if that breaks ``dialect``'s runtime
     limits (steps per thread block, thread blocks per rank), spread the trees over 2, 4,
-    ... 32 channels and keep the first version within the limits. Spreading stops
-    early once two more spreads in a row bring the largest thread block (or rank) no
-    closer to the limits. Lowerings that take ``rounds`` (the tree lowerings) are tried
-    with :data:`PIPELINE_ROUNDS` rounds per tree block, most first, and those that take
-    ``fuse`` fused and then unfused: the first with a version within the limits wins. A version that would deadlock
+    ... 32 channels and keep the first version within the limits. Lowerings that take
+    ``rounds`` (the tree lowerings) are tried with :data:`PIPELINE_ROUNDS` rounds per
+    tree block, most first, and those that take ``fuse`` fused and then unfused: the
+    first with a version within the limits wins. A version that would deadlock
     (:func:`arborcc.verify.pieces.deadlock_free`: instruction fusion can chain trees
     into a cycle of full FIFOs, and long steps deadlock once the runtime cuts them
     into pieces) counts as not fitting. When none fits, the version closest to the
     limits is returned with a note saying so (the verifier reports the violations,
-    and ``--dialect legacy`` has no such limits)."""
+    and ``--dialect legacy`` has no such limits).
+
+    Each version is a lowering and a compile, so versions that cannot fit are not
+    built: spreading stops once a rank has more thread blocks than allowed (spreading
+    only adds thread blocks) or two more spreads in a row brought it no closer; a
+    spread that would have to cut the largest thread block by more than half per
+    doubling of channels is skipped (on every DGX-1, DGX A100 and H100 topology and
+    DGX-1V allocation tried, no doubling cut it by more while over the limit); and
+    the unfused version is not built when the fused one fused nothing (they are the
+    same program)."""
     from arborcc.ir.limits import check_dialect_limits, dialect_limits
     from arborcc.verify.pieces import deadlock_free
 
     lim = dialect_limits(dialect)
 
-    def overflow(algo) -> float:
+    def overflow(algo) -> tuple[float, float]:
         steps = max((len(tb.steps) for r in algo.ranks for tb in r.threadblocks), default=0)
         tbs = max((len(r.threadblocks) for r in algo.ranks), default=0)
-        return max(steps / lim.max_steps_per_threadblock, tbs / lim.max_threadblocks_per_rank)
+        return steps / lim.max_steps_per_threadblock, tbs / lim.max_threadblocks_per_rank
 
     best, best_over = None, None
     takes = inspect.signature(lower).parameters
     variants = [(rounds, fuse) for rounds in (PIPELINE_ROUNDS if "rounds" in takes else (None,))
                 for fuse in ((True, False) if "fuse" in takes else (None,))]
+    fused_nothing: set[int | None] = set()  # rounds whose fused versions fused no step
     for rounds, fuse in variants:
+        if fuse is False and rounds in fused_nothing:
+            continue
         extra = {k: v for k, v in (("rounds", rounds), ("fuse", fuse)) if v is not None}
-        stale, variant_best = 0, None
+        stale, variant_best, skip, fused = 0, None, 0, False
         for spread in (0, 2, 4, 8, 16, 32):
+            if skip:
+                skip -= 1
+                continue
             lowered = lower(*args, spread=spread, **extra)
+            fused = fused or any(st.op.sends and st.op.receives for r in lowered.algorithm.ranks
+                                 for tb in r.threadblocks for st in tb.steps)  # rcs, rrs, rrcs
             if not check_dialect_limits(lowered.algorithm, dialect) and deadlock_free(lowered.algorithm):
                 if spread:
                     lowered.notes.append(f"trees spread over {spread} channels to meet the {dialect} runtime's "
@@ -407,13 +423,18 @@ def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
                 if fuse is False:
                     lowered.notes.append("relays not fused: the fused chains would deadlock")
                 return lowered
-            over = overflow(lowered.algorithm)
+            steps_over, tbs_over = overflow(lowered.algorithm)
+            over = max(steps_over, tbs_over)
             stale = stale + 1 if variant_best is not None and over > 0.9 * variant_best else 0
             variant_best = over if variant_best is None else min(variant_best, over)
             if best is None or over < best_over:
                 best, best_over = lowered, over
-            if stale == 2:
-                break  # two more spreads did not help
+            if stale == 2 or tbs_over > 1:
+                break  # two more spreads did not help, or more spread only adds thread blocks
+            while steps_over / 2 ** (skip + 1) > 1:
+                skip += 1
+        if fuse is True and not fused:
+            fused_nothing.add(rounds)
     best.notes.append(f"exceeds the {dialect} runtime's limits even spread over channels "
                       f"({best_over:.2f}x the largest allowed thread block or rank)")
     return best
