@@ -150,13 +150,17 @@ class FairShare:
             on = self.on_link.get(l)
             if not on:
                 continue
-            if not self.wide.get(l):  # every flow here crosses this link only: an even split
-                share = self.capacity[l] / len(on)
+            if not self.wide.get(l):  # every flow here crosses this link only
                 flows = [self.flows[k] for k in on]
-                if all(f.cap >= share for f in flows):
+                share = self.capacity[l] / len(flows)
+                low = min([f.cap for f in flows])
+                # an even split, or every flow at its cap when all caps are equal and below
+                # the split (the engine gives every flow the thread block's cap)
+                if low >= share or all(f.cap == low for f in flows):
+                    rate = share if low >= share else low
                     for f in flows:
-                        if f.rate != share:
-                            self._set(f, share, now)
+                        if f.rate != rate:
+                            self._set(f, rate, now)
                             changed.append(f)
                     continue
             component = self._component((l,))
