@@ -488,6 +488,7 @@ class Run:
         self.failed: dict[int, BaseException] = {}
         self.inflight: dict[int, tuple[str, int]] = {}  # token -> ("send"/"recv", peer)
         self.sends: list = []  # payloads kept alive until their sends complete
+        self.sent_temps: dict[int, object] = {}  # send token -> the temporary it sends (free once it completes)
         #: send token -> (its step: (thread block, step), the (tile and buffer, start, stop) it reads)
         self.busy: dict[int, tuple[tuple[int, int], list[tuple[tuple[int, int], int, int]]]] = {}
         self.done = queue.SimpleQueue()
@@ -629,6 +630,8 @@ class Run:
             raise CommunicationError(f"rank {me}: rank {them} failed or left while this rank waited for its "
                                      f"{'message' if kind == 'recv' else 'receipt'} ({detail[:200]})")
         self.finished.add(token)
+        if token in self.sent_temps:  # nothing reads it any more: the next receive may take it (still in cache)
+            self.consumed(self.sent_temps.pop(token))
 
     def flush(self) -> None:
         """Issue the operations collected by the last sweep (one batch)."""
@@ -642,6 +645,8 @@ class Run:
             self.next_token += 1
             self.inflight[token] = ("send", peer)
             self.sends.append(payload)
+            if any(buf is payload for buf in self.temps):
+                self.sent_temps[token] = payload
             if ranges:
                 self.busy[token] = (origin, ranges)
             posted.append((peer, ch, payload, token))
