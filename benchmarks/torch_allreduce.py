@@ -16,9 +16,9 @@ rank's sample counts, the table shows medians of samples. busbw = size / time *
 Two hosts: 4 ranks, two "hosts" of 2 (``ARBORCC_HOST``), at 16 and 64 MB: the backend
 (shared memory inside a host, the torch.distributed executor over gloo between hosts),
 the executor alone over gloo for all 4 ranks (arborcc's built-in all-reduce as
-point-to-point messages), gloo's own all-reduce, and the transport's floor
-(:class:`TransportFloor`: the bytes of a bandwidth-optimal all-reduce as a plain ring of
-gloo sends and receives, plus the reductions, no algorithm); with the CPU time per call
+point-to-point messages), gloo's own all-reduce, and a plain ring (:class:`PlainRing`:
+the bytes of a bandwidth-optimal all-reduce as a ring of gloo sends and receives, plus
+the reductions, no algorithm, no result); with the CPU time per call
 of each process (all threads), which decides on an idle machine where 4 ranks share 2
 cores.
 
@@ -83,13 +83,13 @@ def time_batches(call, barrier, warmup: int, samples: int, batch: int) -> tuple[
     return out, cpu
 
 
-class TransportFloor:
-    """What gloo's point-to-point operations allow an all-reduce of a tensor, without any
+class PlainRing:
+    """What gloo's point-to-point operations cost an all-reduce of a tensor without any
     algorithm: the bytes a bandwidth-optimal all-reduce sends and receives per rank
     (2(n-1)/n of the tensor) as one ring of ``send``/``recv`` on ``group`` (8 MB messages,
     two in flight, the shape of gloo's own ring), then the n-1 reductions of a block it
-    makes. It computes no result; it bounds from below what the executor (and gloo) can
-    reach over this transport."""
+    makes. It computes no result. A reference for the executor, not a strict bound: gloo's
+    own ring, in C++ and sending from the buffer it reduces into, can be cheaper."""
 
     MESSAGE = 8 * MB
 
@@ -140,7 +140,7 @@ def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
     if hosts > 1:
         executor = GroupExecutor(gloo, timeout=300)
         ways = {"arborcc": lambda t: dist.all_reduce(t), "executor": lambda t: executor.allreduce(t, "sum"),
-                "gloo": lambda t: dist.all_reduce(t, group=gloo), "floor": TransportFloor(gloo)}
+                "gloo": lambda t: dist.all_reduce(t, group=gloo), "plain ring": PlainRing(gloo)}
     else:
         raw = dist.group.WORLD.transport.local
         ways = {"arborcc": lambda t: dist.all_reduce(t), "gloo": lambda t: dist.all_reduce(t, group=gloo),
@@ -158,7 +158,7 @@ def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
                 out[f"{way} cpu"].setdefault(size, []).extend(cpu)
         t.fill_(1.0)
         for way, call in ways.items():
-            if way == "floor":  # computes no result
+            if way == "plain ring":  # computes no result
                 continue
             t.fill_(1.0)
             call(t)
@@ -231,16 +231,16 @@ def single_host_table(ranks: int, sizes: list[int], quick: bool, runs: int = 1) 
 def two_host_table(sizes: list[int], quick: bool, runs: int = 1) -> list[dict]:
     med, each = pooled_runs(4, sizes, quick, 2, runs)
     print("\n## two hosts of 2 ranks on loopback, dist.all_reduce float32 sum (median ms per call; cpu: CPU ms "
-          "per call of the busiest rank's process; floor: the same bytes as a ring of gloo sends and receives, "
+          "per call of the busiest rank's process; plain ring: the same bytes as a ring of gloo sends and receives, "
           "plus the reductions" + (f"; {runs} runs: times pooled, ratios the median of the runs' ratios, last "
                                    f"column each run's gloo / executor"
                                    if runs > 1 else "") + ")")
-    print(f"{'size':>7} {'arborcc ms':>11} {'executor ms':>12} {'gloo ms':>9} {'floor ms':>9} {'gloo / arborcc':>15} "
-          f"{'gloo / executor':>16} {'executor cpu':>13} {'gloo cpu':>9} {'floor cpu':>10}")
+    print(f"{'size':>7} {'arborcc ms':>11} {'executor ms':>12} {'gloo ms':>9} {'ring ms':>9} {'gloo / arborcc':>15} "
+          f"{'gloo / executor':>16} {'executor cpu':>13} {'gloo cpu':>9} {'ring cpu':>10}")
     rows = []
     for size in sizes:
-        a, e, g, f = (med[w][size] for w in ("arborcc", "executor", "gloo", "floor"))
-        ec, gc, fc = (med[f"{w} cpu"][size] for w in ("executor", "gloo", "floor"))
+        a, e, g, f = (med[w][size] for w in ("arborcc", "executor", "gloo", "plain ring"))
+        ec, gc, fc = (med[f"{w} cpu"][size] for w in ("executor", "gloo", "plain ring"))
         runs_col = per_run(lambda m: m["gloo"][size] / m["executor"][size], each)
         vs_arborcc = run_ratio(lambda m: m["gloo"][size] / m["arborcc"][size], each)
         vs_executor = run_ratio(lambda m: m["gloo"][size] / m["executor"][size], each)
@@ -248,8 +248,8 @@ def two_host_table(sizes: list[int], quick: bool, runs: int = 1) -> list[dict]:
               f"{vs_arborcc:>14.2f}x {vs_executor:>15.2f}x {ec * 1e3:>13.1f} {gc * 1e3:>9.1f} {fc * 1e3:>10.1f}"
               f"  {runs_col}".rstrip())
         rows.append({"size": size, "arborcc_ms": a * 1e3, "executor_ms": e * 1e3, "gloo_ms": g * 1e3,
-                     "floor_ms": f * 1e3, "executor_cpu_ms": ec * 1e3, "gloo_cpu_ms": gc * 1e3,
-                     "floor_cpu_ms": fc * 1e3,
+                     "plain_ring_ms": f * 1e3, "executor_cpu_ms": ec * 1e3, "gloo_cpu_ms": gc * 1e3,
+                     "plain_ring_cpu_ms": fc * 1e3,
                      "gloo_over_executor_per_run": [m["gloo"][size] / m["executor"][size] for m in each]})
     return rows
 
