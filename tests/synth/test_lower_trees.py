@@ -5,8 +5,9 @@ import pytest
 from support.execution import assert_executes
 
 from arborcc.ir.model import Op
-from arborcc.synth.lower import (MAX_THREADBLOCKS, PIPELINE_ROUNDS, aligned_blocks, transfer_blocks, tree_channel_map,
-                                 tree_pairs, tree_threadblocks)
+from arborcc.synth.lower import (MAX_THREADBLOCKS, PIPELINE_ROUNDS, aligned_blocks, balanced_copies, expand_copies,
+                                 own_connections_fit, transfer_blocks, tree_channel_map, tree_colours, tree_pairs,
+                                 tree_threadblocks)
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.allocation import induced
 from arborcc.topology.machines import build_machine
@@ -118,3 +119,23 @@ def test_simulated_broadcast_reaches_its_packing_rate():
     rate = attainable_algbw(steady_state_bandwidth(r.algorithm, topo, r.routes), topo, fidelity_for(topo).efficiency)
     sim = simulate(r.algorithm, topo, 500 << 20, "Simple", routes=r.routes)
     assert sim.algbw >= 0.9 * rate
+
+
+def test_heavy_trees_are_cut_into_copies_in_proportion_to_their_counts():
+    topo = induced(build_machine("dgx1v"), ["gpu0", "gpu3", "gpu4", "gpu7"])
+    r = synthesize(topo, "broadcast", "trees", 0)
+    counts = r.counts
+    copies = balanced_copies(topo, r.trees, counts, copies=4)
+    heaviest = counts.index(max(counts))
+    assert copies[heaviest] == 4 and all(1 <= n <= 4 for n in copies)
+    trees, split = expand_copies(r.trees, counts, copies)
+    assert len(trees) == sum(copies) and sum(split) == sum(counts)
+    at = 0
+    for c, n in zip(counts, copies):  # every tree's count split near-evenly over its copies
+        parts = split[at:at + n]
+        assert sum(parts) == c and max(parts) - min(parts) <= 1
+        at += n
+    # the default takes the most copies that still fit the runtimes
+    fitted = balanced_copies(topo, r.trees, counts)
+    expanded = [t for t, n in zip(r.trees, fitted) for _ in range(n)]
+    assert own_connections_fit(topo, expanded, tree_colours(topo, expanded), False)

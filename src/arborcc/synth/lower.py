@@ -165,18 +165,67 @@ def tree_channel_map(topology: Topology, trees: Sequence[Tree], spread: int = 0,
     hops = tree_hops(topology, trees, both_ways)
     if spread:
         return ChannelMap(hops, spread)
+    colour = tree_colours(topology, trees)
+    if not own_connections_fit(topology, trees, colour, both_ways):
+        return ChannelMap(hops)  # the compiler's choice; the spreads are the next variants
+    return ChannelMap(hops, tree_channels=colour)
+
+
+def tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
+    """Per tree, the lowest channel no earlier tree sharing a rank pair with it (either
+    way) has (:func:`tree_channel_map`)."""
     colour: list[int] = []
     users: dict[tuple[int, int], set[int]] = {}
     for t in trees:
         pairs = tree_pairs(topology, t, both_ways=True)
         taken = {colour[u] for p in pairs for u in users.get(p, ())}
-        c = next(k for k in range(len(trees) + 1) if k not in taken)
-        colour.append(c)
+        colour.append(next(k for k in range(len(trees) + 1) if k not in taken))
         for p in pairs:
             users.setdefault(p, set()).add(len(colour) - 1)
-    if (colour and max(colour) >= MAX_CHANNELS) or tree_threadblocks(topology, trees, both_ways) > MAX_THREADBLOCKS:
-        return ChannelMap(hops)  # the compiler's choice; the spreads are the next variants
-    return ChannelMap(hops, tree_channels=colour)
+    return colour
+
+
+def own_connections_fit(topology: Topology, trees: Sequence[Tree], colour: Sequence[int], both_ways: bool) -> bool:
+    """Whether trees on their own connections (``colour``) stay within every runtime's
+    channels and thread blocks per rank."""
+    return ((not colour or max(colour) < MAX_CHANNELS)
+            and tree_threadblocks(topology, trees, both_ways) <= MAX_THREADBLOCKS)
+
+
+#: copies the heaviest tree is cut into, most first (:func:`balanced_copies`)
+COPIES = (4, 2)
+
+
+def balanced_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], both_ways: bool = False,
+                    copies: int | None = None) -> list[int]:
+    """How many copies each tree is cut into, with near-equal chunk counts
+    (:func:`expand_copies`), each on its own connections (:func:`tree_channel_map`): the
+    heaviest into ``copies`` (default: the most of :data:`COPIES` that still fit the
+    runtimes' channels and thread blocks; one each if none fits), every other tree
+    into as many as its count holds of the heaviest copy's (at least one).
+
+    Concurrent thread blocks share a link evenly (max-min), whatever their chunk
+    counts, so trees sharing a link move at the same rate and a tree carrying three
+    times the chunks of another takes three times as long - its later rounds hold up
+    what waits for them (a broadcast after a reduce, a relay's other children) while
+    the light trees' links fall idle. With copies in proportion to the counts, each
+    link's flows carry near-equal counts and the even split is close to the packing's."""
+    for k in ((copies,) if copies else COPIES):
+        unit = max(counts, default=0) / k
+        n = [max(1, min(c, round(c / unit))) if unit else 1 for c in counts]
+        expanded = [t for t, m in zip(trees, n) for _ in range(m)]
+        if copies or own_connections_fit(topology, expanded, tree_colours(topology, expanded), both_ways):
+            return n
+    return [1] * len(trees)
+
+
+def expand_copies(trees: Sequence, counts: Sequence[int], copies: Sequence[int]) -> tuple[list, list[int]]:
+    """Every tree repeated ``copies`` times, its count split near-evenly over them."""
+    out_trees, out_counts = [], []
+    for t, c, n in zip(trees, counts, copies):
+        out_trees += [t] * n
+        out_counts += [c // n + (1 if j < c % n else 0) for j in range(n)]
+    return out_trees, out_counts
 
 
 def tree_threadblocks(topology: Topology, trees: Sequence[Tree], both_ways: bool = False) -> int:
@@ -354,6 +403,8 @@ def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[
                     spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
     """Out-trees from one root; ``counts[t]`` chunks on tree t."""
     index = {g: i for i, g in enumerate(topology.ranks)}
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
     chunks, channels = sum(counts), tree_channel_map(topology, trees, spread)
     root = index[trees[0].root]
     shapes = [tree_children(t, index)[1] for t in trees]
@@ -368,6 +419,8 @@ def lower_reduce(topology: Topology, trees: Sequence[Tree], counts: Sequence[int
                  spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
     """In-trees into one root; inner ranks accumulate in their (unconstrained) output."""
     index = {g: i for i, g in enumerate(topology.ranks)}
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
     chunks, channels = sum(counts), tree_channel_map(topology, trees, spread)
     root = index[trees[0].root]
     shapes = [tree_children(t, index)[1] for t in trees]
@@ -399,6 +452,8 @@ def _per_root_blocks(topology: Topology, trees: Sequence[Tree], counts: Sequence
 def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
                     spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
     """One set of out-trees per root (ForestColl); each root's shard split over its trees."""
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
     blocks, chunks = _per_root_blocks(topology, trees, counts, rounds)
     channels = tree_channel_map(topology, trees, spread)
     with lowering_program(name, AllGather(topology.num_ranks, chunks), topology, channels, fuse) as prog:
@@ -413,6 +468,8 @@ def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Seque
                         spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
     """One set of in-trees per root; partial sums accumulate in the input, as GC3's own
     reduce-scatter programs do; the root reduces into its output."""
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
     blocks, chunks = _per_root_blocks(topology, trees, counts, rounds)
     channels = tree_channel_map(topology, trees, spread)
     with lowering_program(name, ReduceScatter(topology.num_ranks, chunks), topology, channels, fuse) as prog:
@@ -425,6 +482,8 @@ def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Seq
                           spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
     """All-reduce = reduce-scatter on the reversed per-root trees + all-gather on the
     per-root out-trees (``trees`` are the out-trees), in place."""
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts, both_ways=True))
     blocks, chunks = _per_root_blocks(topology, trees, counts, rounds)
     n, channels = topology.num_ranks, tree_channel_map(topology, trees, spread, both_ways=True)
     with lowering_program(name, AllReduce(n, n * chunks, inplace=True), topology, channels, fuse) as prog:
@@ -465,6 +524,12 @@ def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[
     chunks = sum(c for _, c in reduce_trees)
     if chunks != sum(c for _, c in broadcast_trees):
         raise SynthesisError("reduce and broadcast trees must carry the same number of chunks")
+    if not spread:
+        both = list(reduce_trees) + list(broadcast_trees)
+        copies = balanced_copies(topology, [t for t, _ in both], [c for _, c in both])
+        cut = len(reduce_trees)
+        reduce_trees = list(zip(*expand_copies(*zip(*reduce_trees), copies[:cut])))
+        broadcast_trees = list(zip(*expand_copies(*zip(*broadcast_trees), copies[cut:])))
     trees = [t for t, _ in reduce_trees] + [t for t, _ in broadcast_trees]
     channels = tree_channel_map(topology, trees, spread)
     with lowering_program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels, fuse) as prog:
