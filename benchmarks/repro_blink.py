@@ -142,7 +142,8 @@ def fig15_17(size: int) -> list[dict]:
         print(f"{r['gpus']:<18} {cells[0]}   {cells[1]}")
     for coll in ("broadcast", "allreduce"):
         for who in ("trees", "nccl"):
-            xs = [r[f"{coll}_{who}"] / r[f"{coll}_{who}_rate"] for r in rows if r[f"{coll}_{who}"] == r[f"{coll}_{who}"]]
+            xs = [r[f"{coll}_{who}"] / r[f"{coll}_{who}_rate"] for r in rows
+                  if r[f"{coll}_{who}"] == r[f"{coll}_{who}"]]
             print(f"{coll:<10} {who:<5} simulated / attainable: median {statistics.median(xs):.2f}, "
                   f"min {min(xs):.2f}, at least 0.85 in {sum(x >= 0.85 for x in xs)} of {len(xs)}")
     return rows

@@ -6,8 +6,8 @@ from support.execution import assert_executes
 
 from arborcc.ir.model import Op
 from arborcc.synth.lower import (MAX_THREADBLOCKS, PIPELINE_ROUNDS, aligned_blocks, balanced_copies, expand_copies,
-                                 heavy_trees_apart, own_connections_fit, transfer_blocks, tree_channel_map, tree_colours, tree_pairs,
-                                 tree_threadblocks)
+                                 heavy_trees_apart, own_connections_fit, transfer_blocks, tree_channel_map,
+                                 tree_colours, tree_pairs, tree_threadblocks)
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.allocation import induced
 from arborcc.topology.machines import build_machine

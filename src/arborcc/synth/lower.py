@@ -59,9 +59,12 @@ class ChannelMap:
     several paths (hybrid NVLink + PCIe), each path of a pair gets its own channel.
     ``spread=k``: tree t uses channel ``t mod k``, which spreads the steps over more
     thread blocks - the MSCCL executors allow only 64 steps per thread block (and 64
-    thread blocks per rank on RCCL, so k stays as small as will do). With pinned
-    channels a fused chain stays on its hop's channel; chains of different trees that
-    would need one connection's thread block for two peers are cut by the compiler.
+    thread blocks per rank on RCCL, so k stays as small as will do).
+    ``tree_channels``: tree t uses channel ``tree_channels[t]`` (:func:`tree_channel_map`).
+    With pinned channels a fused chain stays on its hop's channel; chains of different
+    trees that would need one connection's thread block for two peers are cut by the
+    compiler. A pinned channel whose connection already has another path moves to the
+    next free one.
     """
 
     def __init__(self, hops: Iterable[tuple[int, int, tuple[str, ...]]], spread: int = 0,
@@ -148,21 +151,25 @@ def tree_channel_map(topology: Topology, trees: Sequence[Tree], spread: int = 0,
                      both_ways: bool = False, counts: Sequence[int] | None = None, rounds: int = 1) -> ChannelMap:
     """The channels of a tree lowering. ``spread=0``: every tree on its own connections -
     a tree's hops all use one channel (so relays can fuse), and two trees that share a
-    rank pair get different channels (greedy colouring in tree order; trees with no
-    pair in common may share one). A connection's steps run on one thread block in
-    the compiler's global order, which sorts by dependency depth before program order
-    (GC3 section 5.2), so trees sharing a connection do not alternate round by round:
-    the thread block moves every round of one tree before the next tree's, a relay of
-    the second tree stalls its whole chain behind the first, and the trees run one
-    after another (simulated: 0.38 of the packing's rate for a broadcast on DGX-1V
-    GPUs 0-3, 0.80 with a connection per tree). When the colouring needs more than
-    MSCCL's channels, or the connections more thread blocks than the runtimes allow
-    (:func:`tree_threadblocks`), the compiler chooses them (:class:`ChannelMap`'s default); with
-    ``spread=k > 0`` tree t uses channel ``t mod k``. Pairs count in both directions: a rank's thread block has a
-    send and a receive peer, and the compiler gives one thread block a send to a peer
-    and a receive from it on the same channel - for two trees, the same serialization
-    (a reduce tree's sends and a broadcast tree's receives through one root: the whole
-    reduce before the broadcast)."""
+    rank pair get different channels (greedy colouring in tree order, :func:`tree_colours`;
+    trees with no pair in common may share one). A connection's steps run on one thread
+    block in the compiler's global order, which sorts by dependency depth before program
+    order (GC3 section 5.2), so trees sharing a connection do not alternate round by
+    round: the thread block moves every round of one tree before the next tree's, a
+    relay of the second tree stalls its whole chain behind the first, and the trees run
+    one after another (simulated: 0.45 of the attainable rate for a broadcast on DGX-1V
+    GPUs 0-3, 0.95 with a connection per tree). Pairs count in both directions: a
+    thread block has a send and a receive peer, and the compiler gives one thread block
+    a send to a peer and a receive from it on the same channel - for two trees, the
+    same serialization (a reduce tree's sends and a broadcast tree's receives through
+    one root: the whole reduce before the broadcast).
+
+    When that needs more than MSCCL's channels or more thread blocks than the runtimes
+    allow (:func:`own_connections_fit`), and ``counts`` are given, the heaviest trees
+    that fit keep their own connections and the light ones share a few channels
+    (:func:`heavy_trees_apart`, ``rounds`` for its steps estimate); failing that the
+    compiler chooses the channels (:class:`ChannelMap`'s default). ``spread=k > 0``: tree
+    t on channel ``t mod k``."""
     hops = tree_hops(topology, trees, both_ways)
     if spread:
         return ChannelMap(hops, spread)
@@ -618,8 +625,8 @@ def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[
         reduce_trees = list(zip(*expand_copies(*zip(*reduce_trees), copies[:cut])))
         broadcast_trees = list(zip(*expand_copies(*zip(*broadcast_trees), copies[cut:])))
     trees = [t for t, _ in reduce_trees] + [t for t, _ in broadcast_trees]
-    channels = tree_channel_map(topology, trees, spread, counts=[c for _, c in list(reduce_trees) + list(broadcast_trees)],
-                                rounds=rounds)
+    counts = [c for _, c in list(reduce_trees) + list(broadcast_trees)]
+    channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     with lowering_program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels, fuse) as prog:
         reduces, broadcasts = aligned_blocks([c for _, c in reduce_trees], [c for _, c in broadcast_trees], rounds)
         for t, start, size in reduces:
