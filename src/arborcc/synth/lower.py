@@ -29,7 +29,7 @@ from arborcc.ir.model import Algorithm, Buffer
 from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, chunk
 from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
 from arborcc.synth.trees import Tree
-from arborcc.topology.model import Topology
+from arborcc.topology.model import DeviceKind, Topology
 
 INPUT, OUTPUT = Buffer.INPUT, Buffer.OUTPUT
 #: thread blocks per rank and steps per thread block every dialect allows
@@ -209,6 +209,8 @@ _APART: dict[tuple, list[int] | None] = {}
 #: the share of the runtimes' thread blocks and steps per thread block the estimates of
 #: :func:`heavy_trees_apart` may fill (they count a little short of what compiles)
 ESTIMATE_HEADROOM = 0.9, 0.75
+#: the most of the chunks :func:`heavy_trees_apart` leaves to trees on shared channels
+LIGHT_SHARE = 0.25
 
 
 def heavy_trees_apart(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], both_ways: bool,
@@ -219,9 +221,15 @@ def heavy_trees_apart(topology: Topology, trees: Sequence[Tree], counts: Sequenc
     tree's rounds after another's - the light trees carry little, so that costs little.
     The first split whose estimated thread blocks per rank and steps per thread block
     stay within the runtimes' (with :data:`ESTIMATE_HEADROOM`), most heavy trees first;
-    None if there is none. (DGX-1V, 8 GPUs, all-reduce, 37 trees: the 20 heaviest
+    None if there is none with the light trees carrying at most :data:`LIGHT_SHARE` of
+    the chunks (DGX H100 all-reduce, where they would carry 60%, simulated 15% slower
+    than with the compiler's channels), and none on NVSwitch machines (on DGX-2 the
+    light trees' fused chains deadlocked and the spread that fitted instead simulated
+    all-gather 22-52% slower; the split was measured to help only on DGX-1V). (DGX-1V, 8 GPUs, all-reduce, 37 trees: the 20 heaviest
     apart and the 17 others on 2 channels simulate at 0.77 of the attainable rate,
     against 0.61 for the spread over 8 channels that fits otherwise.)"""
+    if any(d.kind is DeviceKind.NVSWITCH for d in topology.devices.values()):
+        return None
     n = topology.num_ranks
     most_tbs = MAX_THREADBLOCKS * ESTIMATE_HEADROOM[0]
     most_steps = MAX_STEPS * ESTIMATE_HEADROOM[1]
@@ -231,7 +239,10 @@ def heavy_trees_apart(topology: Topology, trees: Sequence[Tree], counts: Sequenc
         for r, k in enumerate(tree_rank_threadblocks(topology, trees[i], both_ways)):
             prefix[r] += k
         needs.append(max(prefix) + 1)
+    total = sum(counts)
     for h in range(len(trees) - 1, 0, -1):
+        if sum(counts[i] for i in order[h:]) > LIGHT_SHARE * total:
+            return None  # the shared channels would serialize too much
         need = needs[h]
         if need > most_tbs:
             continue
