@@ -12,7 +12,9 @@ https://proceedings.mlsys.org/paper/2020/hash/43ec517d68b6edd3015b3edc9a11367b-A
 * Fig. 15 / 17 - simulated broadcast (from the first GPU) and all-reduce throughput
   (algbw, ``--size``, Blink used 500 MB) per DGX-1V allocation class: the ``trees``
   strategy's algorithm against what NCCL runs (``tune.nccl.NcclBaseline``), both through
-  the event-driven simulator with the V100 fidelity profile.
+  the event-driven simulator with the V100 fidelity profile; then each one's simulated
+  algbw over its attainable rate (``sim.bandwidth.attainable_algbw``: the emitted
+  schedule's steady-state rate at the profile's link efficiencies).
 * Fig. 19 / 20 - DGX-2, 16 GPUs: all-reduce throughput and latency per size, Blink's
   one-hop trees (``trees``) against NCCL (its rings and protocol choice; the double
   binary tree also shown).
