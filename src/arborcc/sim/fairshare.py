@@ -105,6 +105,10 @@ class FairShare:
         self.log = log  #: if a list: (key, start, end, rate) of every finished rate period
         self.dirty: set[int] = set()  #: links whose flows changed since the last settle
         self.wide: dict[int, int] = {}  #: per link, its flows that cross other links too
+        #: the last ``Flow.version`` handed out: unique across flows, because a thread
+        #: block's next flow reuses its key while the finish events of its previous
+        #: flow (superseded by rate changes) may still be queued
+        self.versions = 0
 
     def _close(self, f: Flow, now: float) -> None:
         if self.log is not None and f.rate > 0 and now > f.since:
@@ -191,7 +195,8 @@ class FairShare:
         f.remaining = max(0.0, f.remaining - f.rate * (now - f.since))
         f.since = now
         f.rate = rate
-        f.version += 1
+        self.versions += 1
+        f.version = self.versions
 
     def start(self, now: float, key: int, nbytes: float, links: tuple[int, ...], cap: float) -> None:
         """A flow of ``nbytes`` over ``links`` starts (its rate is set by :meth:`settle`)."""
