@@ -669,8 +669,10 @@ def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
     and ``--dialect legacy`` has no such limits).
 
     Each version is a lowering and a compile, so versions that cannot fit are not
-    built: spreading stops once a rank has more thread blocks than allowed (spreading
-    only adds thread blocks) or two more spreads in a row brought it no closer; a
+    built: spreading stops once a rank has more thread blocks than allowed at a spread
+    of 2 or more (spreading further only adds thread blocks; the per-tree channels of
+    spread 0 may use more than spread 2) or two more spreads in a row brought it no
+    closer; a
     spread that would have to cut the largest thread block by more than half per
     doubling of channels is skipped (on every DGX-1, DGX A100 and H100 topology and
     DGX-1V allocation tried, no doubling cut it by more while over the limit); and
@@ -718,7 +720,7 @@ def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
             variant_best = over if variant_best is None else min(variant_best, over)
             if best is None or over < best_over:
                 best, best_over = lowered, over
-            if stale == 2 or tbs_over > 1:
+            if stale == 2 or (spread and tbs_over > 1):
                 break  # two more spreads did not help, or more spread only adds thread blocks
             while steps_over / 2 ** (skip + 1) > 1:
                 skip += 1
