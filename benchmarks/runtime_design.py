@@ -22,7 +22,7 @@ SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
 CONFIGS = [
     ("default: scheduler, CMA, 1 MB slices", {}),
     ("a thread per thread block", {"workers": 0}),
-    ("no cross-memory attach (two copies)", {"cma_threshold": 1 << 62}),
+    ("no cross-memory attach (two copies)", {"cma_threshold": 1 << 62, "reduce_cma_threshold": 1 << 62}),
     ("256 KB slices", {"slice_bytes": 256 << 10}),
     ("4 MB slices", {"slice_bytes": 4 << 20}),
 ]

@@ -57,7 +57,8 @@ class Options:
 
     timeout: float = 120.0  #: seconds a rank waits without progress before failing (names the rank waited for)
     slice_bytes: int = 1 << 20  #: pipeline slice per chunk and step (GC3's tile)
-    cma_threshold: int = 16 * 1024  #: messages this large are read from the sender's memory (one copy)
+    cma_threshold: int = 16 * 1024  #: messages this large are read from the sender's memory (one copy) ...
+    reduce_cma_threshold: int = 512 * 1024  #: ... or this large in programs that reduce (smaller ones: slots)
     workers: int = 1  #: threads per rank: 1 = a scheduler on the calling thread, 0 = one per thread block
     spin_us: float = -1  #: a waiting rank spins this long (-1: 500, or 2 with more ranks than CPUs) ...
     yield_us: float = -1  #: ... then yields the CPU this long (-1: 5000, or 1000 with more ranks than CPUs), then sleeps
@@ -65,7 +66,7 @@ class Options:
     slot_bytes: int = 4 << 20  #: bytes per FIFO slot (an upper bound on one message; pages are touched only when used)
     channels: int = 32  #: channels per pair of ranks (MSCCL's maximum)
     tune: bool = False  #: adjust slice_bytes per call shape online (Blink's MIAD)
-    pin: bool = True  #: with no more ranks than CPUs, run rank r on CPU r (when its affinity is not already set)
+    pin: bool = True  #: run rank r on CPU r modulo the CPU count (when its affinity is not already set)
 
     @classmethod
     def from_env(cls, env: dict | None = None, **overrides) -> "Options":
@@ -91,15 +92,17 @@ class Options:
 
 
 def pin_to_cpu(rank: int, world_size: int) -> bool:
-    """Run this process on CPU ``rank`` if there are enough CPUs and nobody restricted it.
+    """Run this process on one CPU if nobody restricted it: rank ``r`` on CPU ``r`` modulo
+    the CPU count (with more ranks than CPUs, ranks ``r`` and ``r + cpus`` share one).
 
     Waiting ranks spin, then yield, then sleep; Linux's load balancer then tends to pack
-    them onto one CPU, where every wait costs a context switch. One CPU per rank (as MPI
-    launchers bind) keeps them apart."""
+    them onto one CPU, where every wait costs a context switch and the other CPUs idle
+    (4 ranks on 2 CPUs: all four on one CPU in about half the runs, at twice the time
+    per call). A fixed CPU per rank (as MPI launchers bind) keeps them spread."""
     cpus = sorted(os.sched_getaffinity(0))
-    if world_size > len(cpus) or len(cpus) < (os.cpu_count() or 1):
+    if len(cpus) < (os.cpu_count() or 1):
         return False
-    os.sched_setaffinity(0, {cpus[rank]})
+    os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     return True
 
 
@@ -456,7 +459,7 @@ class Communicator:
             per = lw.chunks_per_block
             handle = self._call(self._native.prepare, p, [per, per, 0], [base, base, 0], count, c, DTYPES[dtype][0],
                                 op_code, max(1, slice_bytes // esize), self.options.timeout,
-                                self.options.cma_threshold, self.options.workers)
+                                self.options.cma_threshold, self.options.reduce_cma_threshold, self.options.workers)
             steps.append((handle, bool(lw.input_chunks), bool(lw.output_chunks), lw.scratch_chunks * c * esize,
                           None))
         if op == "avg" and low.result_checked:  # divide the rank's result (where the layout puts it)
