@@ -16,10 +16,11 @@ memory (NCCL's rule: for all-gather the input is the rank's block of the output,
 reduce-scatter the output is the rank's block of the input). Every rank must make the
 same calls in the same order with the same sizes.
 
-Repeated all-reduces on the same numpy arrays (a training loop's buckets) skip the
-Python-side work after the first: the communicator remembers the last all-reduce's
-arrays, operator and prepared data-plane calls (and so keeps those arrays alive until
-the next all-reduce on others, or :meth:`Communicator.close`).
+Repeated calls on the same numpy arrays (a training loop's buckets) skip the Python-side
+work after the first: the communicator remembers the last all-reduce's, all-gather's,
+reduce-scatter's and broadcast's arrays, operator or root and prepared data-plane calls
+(and so keeps those arrays alive until the next call of that collective on others, or
+:meth:`Communicator.close`).
 
 The shared-memory segment ``/dev/shm/arborcc-<pid>-<random>`` exists only during
 start-up: once every rank has mapped it, it is unlinked, so nothing is left behind
@@ -139,7 +140,8 @@ class Communicator:
         self._scratch = np.empty(0, np.uint8)
         self._tuners: dict[tuple, MIADTuner] = {}
         self._tuned_calls = 0
-        self._last_allreduce: tuple | None = None  #: (send, recv, op, plan size, prepared calls, send ref, recv ref)
+        #: per collective, its last call: (send, recv, op or root, plan size, prepared calls, send ref, recv ref)
+        self._last_calls: dict[str, tuple] = {}
         self._closed = False
         try:
             self._native = native.Communicator(segment, rank, create, world_size, options.channels, options.slots,
@@ -222,18 +224,12 @@ class Communicator:
 
     def allreduce(self, send, recv=None, op: str = "sum"):
         """``recv`` (or ``send`` in place) = the reduction of every rank's ``send``."""
-        last = self._last_allreduce
-        if last is not None and last[0] is send and last[1] is recv and last[2] == op \
-                and last[3] == len(self.plan.entries) and not self._closed:
-            self._run_prepared(last[4], last[5], last[6])  # the same call as the last one
-            return recv if recv is not None else send
-        s = array_ref(send, "send")
-        r = s if recv is None else array_ref(recv, "recv")
-        self._same_size(s, r, s.count, "recv")
-        prepared = self._collective("allreduce", s, r, s.count, op, self._mode("allreduce", s, r, s.count))
-        if prepared is not None and type(send) is np.ndarray and (recv is None or type(recv) is np.ndarray):
-            # a numpy array keeps its memory while referenced (resizing it needs no other reference)
-            self._last_allreduce = (send, recv, op, len(self.plan.entries), prepared, s, r)
+        if not self._repeated("allreduce", send, recv, op):
+            s = array_ref(send, "send")
+            r = s if recv is None else array_ref(recv, "recv")
+            self._same_size(s, r, s.count, "recv")
+            prepared = self._collective("allreduce", s, r, s.count, op, self._mode("allreduce", s, r, s.count))
+            self._remember("allreduce", send, recv, op, prepared, s, r)
         return recv if recv is not None else send
 
     def inplace_allreduce(self, count: int, dtype: str, op: str = "sum"):
@@ -274,16 +270,22 @@ class Communicator:
 
     def allgather(self, send, recv):
         """Block ``i`` of ``recv`` (``world_size`` blocks of ``send``'s size) = rank i's ``send``."""
+        if send is not None and self._repeated("allgather", send, recv, None):
+            return recv
         r = array_ref(recv, "recv")
         s = array_ref(send, "send") if send is not None else None
         count = r.count // self.world_size if s is None else s.count
         self._same_size(s or r, r, count * self.world_size, "recv")
         mode = Mode.INPLACE if s is None else self._mode("allgather", s, r, count)
-        self._collective("allgather", s if s is not None else r, r, count, "sum", mode)
+        prepared = self._collective("allgather", s if s is not None else r, r, count, "sum", mode)
+        if s is not None:
+            self._remember("allgather", send, recv, None, prepared, s, r)
         return recv
 
     def reduce_scatter(self, send, recv=None, op: str = "sum"):
         """``recv`` = block ``rank`` of the reduction of every rank's ``send``."""
+        if recv is not None and self._repeated("reducescatter", send, recv, op):
+            return recv
         s = array_ref(send, "send")
         count = s.count // self.world_size
         if count * self.world_size != s.count:
@@ -292,7 +294,9 @@ class Communicator:
         if r is not None:
             self._same_size(s, r, count, "recv")
         mode = Mode.INPLACE if r is None else self._mode("reducescatter", s, r, count)
-        self._collective("reducescatter", s, r if r is not None else s, count, op, mode)
+        prepared = self._collective("reducescatter", s, r if r is not None else s, count, op, mode)
+        if r is not None:
+            self._remember("reducescatter", send, recv, op, prepared, s, r)
         if recv is None:
             return send[self.rank * count:(self.rank + 1) * count]
         return recv
@@ -310,10 +314,13 @@ class Communicator:
 
     def broadcast(self, send, recv=None, root: int = 0):
         """``recv`` (or ``send`` in place) on every rank = ``send`` of ``root``."""
-        s = array_ref(send, "send")
-        r = s if recv is None else array_ref(recv, "recv")
-        self._same_size(s, r, s.count, "recv")
-        self._collective("broadcast", s, r, s.count, "sum", self._mode("broadcast", s, r, s.count, root), root)
+        if not self._repeated("broadcast", send, recv, root):
+            s = array_ref(send, "send")
+            r = s if recv is None else array_ref(recv, "recv")
+            self._same_size(s, r, s.count, "recv")
+            prepared = self._collective("broadcast", s, r, s.count, "sum", self._mode("broadcast", s, r, s.count, root),
+                                        root)
+            self._remember("broadcast", send, recv, root, prepared, s, r)
         return recv if recv is not None else send
 
     def reduce(self, send, recv=None, root: int = 0, op: str = "sum"):
@@ -351,7 +358,7 @@ class Communicator:
         if not self._closed:
             self._closed = True
             self._native = None
-            self._last_allreduce = None
+            self._last_calls = {}
 
     def abort(self, reason: str) -> None:
         """Make every rank's current and later calls fail with ``reason``."""
@@ -368,6 +375,21 @@ class Communicator:
     def _mode(self, collective: str, s: ArrayRef, r: ArrayRef, count: int, root: int = 0) -> Mode:
         return call_mode(collective, self.world_size, self.rank, root, s.address, r.address,
                          count * DTYPES[s.dtype][1])
+
+    def _repeated(self, collective: str, send, recv, extra) -> bool:
+        """Run the call at once if it repeats the collective's last call on the same numpy
+        arrays (a training loop's buckets): no argument checks, no plan look-up."""
+        last = self._last_calls.get(collective)
+        if last is None or last[0] is not send or last[1] is not recv or last[2] != extra \
+                or last[3] != len(self.plan.entries) or self._closed:
+            return False
+        self._run_prepared(last[4], last[5], last[6])
+        return True
+
+    def _remember(self, collective: str, send, recv, extra, prepared, s: ArrayRef, r: ArrayRef) -> None:
+        if prepared is not None and type(send) is np.ndarray and (recv is None or type(recv) is np.ndarray):
+            # a numpy array keeps its memory while referenced (resizing it needs no other reference)
+            self._last_calls[collective] = (send, recv, extra, len(self.plan.entries), prepared, s, r)
 
     def _same_size(self, a: ArrayRef, b: ArrayRef, count: int, what: str) -> None:
         if b.count != count:
