@@ -62,7 +62,7 @@ class Options:
     reduce_cma_threshold: int = 512 * 1024  #: ... or this large in programs that reduce (smaller ones: slots)
     workers: int = 1  #: threads per rank: 1 = a scheduler on the calling thread, 0 = one per thread block
     spin_us: float = -1  #: a waiting rank spins this long (-1: 500, or 2 with more ranks than CPUs) ...
-    yield_us: float = -1  #: ... then yields the CPU this long (-1: 5000, or 1000 with more ranks than CPUs), then sleeps
+    yield_us: float = -1  #: ... then yields the CPU this long (-1: 5000, or 100 with more ranks than CPUs), then sleeps
     slots: int = 8  #: FIFO slots per connection
     slot_bytes: int = 4 << 20  #: bytes per FIFO slot (an upper bound on one message; pages are touched only when used)
     channels: int = 32  #: channels per pair of ranks (MSCCL's maximum)
@@ -152,7 +152,7 @@ class Communicator:
         if options.spin_us < 0:
             options.spin_us = 500.0 if spare_cpus else 2.0
         if options.yield_us < 0:
-            options.yield_us = 5000.0 if spare_cpus else 1000.0
+            options.yield_us = 5000.0 if spare_cpus else 100.0
         self._native.set_waiting(options.spin_us * 1e-6, options.yield_us * 1e-6)
         if options.pin:
             pin_to_cpu(rank, world_size)
