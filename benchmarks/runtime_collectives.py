@@ -48,7 +48,7 @@ def sweep(collective: str, ranks: int, backends: list[str], sizes: list[int], ro
     runs: dict[tuple, list] = {}
     for rnd in range(rounds):
         order = backends[rnd % len(backends):] + backends[:rnd % len(backends)]
-        for group, iters, warmup in ((small, 50, 10), (large, 7, 2)):
+        for group, iters, warmup in ((small, 50, 10), (large, 7, 5)):
             if not group:
                 continue
             for backend in order:
