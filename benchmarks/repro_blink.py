@@ -12,7 +12,9 @@ https://proceedings.mlsys.org/paper/2020/hash/43ec517d68b6edd3015b3edc9a11367b-A
 * Fig. 15 / 17 - simulated broadcast (from the first GPU) and all-reduce throughput
   (algbw, ``--size``, Blink used 500 MB) per DGX-1V allocation class: the ``trees``
   strategy's algorithm against what NCCL runs (``tune.nccl.NcclBaseline``), both through
-  the event-driven simulator with the V100 fidelity profile.
+  the event-driven simulator with the V100 fidelity profile; then each one's simulated
+  algbw over its attainable rate (``sim.bandwidth.attainable_algbw``: the emitted
+  schedule's steady-state rate at the profile's link efficiencies).
 * Fig. 19 / 20 - DGX-2, 16 GPUs: all-reduce throughput and latency per size, Blink's
   one-hop trees (``trees``) against NCCL (its rings and protocol choice; the double
   binary tree also shown).
@@ -82,6 +84,7 @@ def fig14() -> dict:
 
 def fig15_17(size: int) -> list[dict]:
     """Simulated broadcast and all-reduce algbw per DGX-1V allocation class."""
+    from arborcc.sim.bandwidth import attainable_algbw, steady_state_bandwidth
     from arborcc.sim.simulate import simulate
     from arborcc.synth.synthesis import synthesize
     from arborcc.tune.nccl import NcclBaseline
@@ -91,6 +94,11 @@ def fig15_17(size: int) -> list[dict]:
     for c in unique_allocations(machine, 3, 8, fabric="nvlink"):
         sub = induced(machine, list(c.gpus))
         base = NcclBaseline(sub)
+
+        def attainable(algo, routes) -> float:
+            # the emitted schedule's steady-state rate with the profile's link efficiencies
+            return attainable_algbw(steady_state_bandwidth(algo, sub, routes), sub, base.fidelity.efficiency) / GB
+
         row = {"gpus": ",".join(g.removeprefix("gpu") for g in c.gpus), "n": len(c.gpus)}
         for coll in ("broadcast", "allreduce"):
             try:
@@ -98,11 +106,15 @@ def fig15_17(size: int) -> list[dict]:
                 best = min((simulate(r.algorithm, sub, size, p, routes=r.routes) for p in ("LL128", "Simple")),
                            key=lambda s: s.time)
                 row[f"{coll}_trees"] = best.algbw / GB
+                row[f"{coll}_trees_rate"] = attainable(r.algorithm, r.routes)
             except (SynthesisError, VerificationError) as e:
                 # a deadlock here: a step of more pieces than FIFO slots (none since the pieces check)
-                row[f"{coll}_trees"] = float("nan")
+                row[f"{coll}_trees"] = row[f"{coll}_trees_rate"] = float("nan")
                 row[f"{coll}_why"] = "deadlock" if isinstance(e, VerificationError) else "n/a"
-            row[f"{coll}_nccl"] = base.call(size, coll, 0).result.algbw / GB
+            call = base.call(size, coll, 0)
+            row[f"{coll}_nccl"] = call.result.algbw / GB
+            row[f"{coll}_nccl_rate"] = attainable(*base.ring_algorithm(min(call.channels, len(base.schedule.rings)),
+                                                                       coll, 0))
         rows.append(row)
     print(f"\nFig. 15 / 17: DGX-1V, {len(rows)} allocation classes, {size / MB:g} MB, simulated algbw GB/s")
     print(f"{'GPUs':<18} {'bcast trees':>11} {'bcast NCCL':>10} {'x':>5}   {'AR trees':>8} {'AR NCCL':>8} {'x':>5}")
@@ -119,6 +131,23 @@ def fig15_17(size: int) -> list[dict]:
         stuck = sum(1 for r in rows if r.get(f"{coll}_why") == "deadlock")
         print(f"{coll:<10} trees / NCCL: geomean {geomean(xs):.2f}x, max {max(xs):.2f}x, min {min(xs):.2f}x, "
               f"trees faster in {wins} of {len(xs)}; the trees' algorithm deadlocks in {stuck} of {len(rows)}")
+    print(f"\nsimulated algbw / attainable rate (the emitted schedule's steady-state rate with the V100 profile's "
+          f"link efficiencies, sim.bandwidth.attainable_algbw), {size / MB:g} MB")
+    print(f"{'GPUs':<18} {'bcast trees':>11} {'rate':>6} {'/':>5} {'NCCL':>6} {'rate':>6} {'/':>5}   "
+          f"{'AR trees':>8} {'rate':>6} {'/':>5} {'NCCL':>6} {'rate':>6} {'/':>5}")
+    for r in rows:
+        cells = []
+        for coll in ("broadcast", "allreduce"):
+            t, tr, n, nr = (r[f"{coll}_{k}"] for k in ("trees", "trees_rate", "nccl", "nccl_rate"))
+            cells.append(f"{t:{11 if coll == 'broadcast' else 8}.2f} {tr:6.2f} {t / tr:5.2f} {n:6.2f} {nr:6.2f} "
+                         f"{n / nr:5.2f}")
+        print(f"{r['gpus']:<18} {cells[0]}   {cells[1]}")
+    for coll in ("broadcast", "allreduce"):
+        for who in ("trees", "nccl"):
+            xs = [r[f"{coll}_{who}"] / r[f"{coll}_{who}_rate"] for r in rows
+                  if r[f"{coll}_{who}"] == r[f"{coll}_{who}"]]
+            print(f"{coll:<10} {who:<5} simulated / attainable: median {statistics.median(xs):.2f}, "
+                  f"min {min(xs):.2f}, at least 0.85 in {sum(x >= 0.85 for x in xs)} of {len(xs)}")
     return rows
 
 

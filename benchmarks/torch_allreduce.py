@@ -1,7 +1,8 @@
 """``dist.all_reduce`` through the ``arborcc`` backend against gloo and the raw runtime,
 side by side in one run; the two-"host" job at 64 MB; DDP's time per iteration.
 
-    .venv/bin/python benchmarks/torch_allreduce.py [--quick] [--json OUT.json]
+    .venv/bin/python benchmarks/torch_allreduce.py [--quick] [--runs K] [--ranks 4] [--sizes 1M,4M]
+                                                   [--parts single,two-hosts,ddp] [--json OUT.json]
 
 Per rank count (2 and 4), one job of local ranks holds three ways to all-reduce the same
 float32 tensor (sum): ``dist.all_reduce`` on the default group (backend ``arborcc``),
@@ -15,14 +16,19 @@ rank's sample counts, the table shows medians of samples. busbw = size / time *
 Two hosts: 4 ranks, two "hosts" of 2 (``ARBORCC_HOST``), at 16 and 64 MB: the backend
 (shared memory inside a host, the torch.distributed executor over gloo between hosts),
 the executor alone over gloo for all 4 ranks (arborcc's built-in all-reduce as
-point-to-point messages), and gloo's own all-reduce; with the CPU time per call of the
-executor's and gloo's processes (all threads), which decides on an idle machine where
-4 ranks share 2 cores.
+point-to-point messages), gloo's own all-reduce, and a plain ring (:class:`PlainRing`:
+the bytes of a bandwidth-optimal all-reduce as a ring of gloo sends and receives, plus
+the reductions, no algorithm, no result); with the CPU time per call
+of each process (all threads), which decides on an idle machine where 4 ranks share 2
+cores.
 
 Targets (issue 13): arborcc >= 10x gloo's busbw from 64 KB to 1 MB and >= 1.2x from
 16 MB up; arborcc's time <= 1.3x the raw runtime's at every size; two hosts: the
 backend (and the executor) no slower than gloo at 64 MB. The machine is shared:
-compare within one run and rerun when other work was running (load shown).
+compare within one run and rerun when other work was running (load shown). ``--runs K``
+runs every job K times: the times are medians over the samples of all runs, a ratio is
+the median of the K runs' ratios (each measured side by side in one job), and the last
+column shows each run's ratio, so a row that moves from run to run shows it.
 """
 
 from __future__ import annotations
@@ -77,6 +83,45 @@ def time_batches(call, barrier, warmup: int, samples: int, batch: int) -> tuple[
     return out, cpu
 
 
+class PlainRing:
+    """What gloo's point-to-point operations cost an all-reduce of a tensor without any
+    algorithm: the bytes a bandwidth-optimal all-reduce sends and receives per rank
+    (2(n-1)/n of the tensor) as one ring of ``send``/``recv`` on ``group`` (8 MB messages,
+    two in flight, the shape of gloo's own ring), then the n-1 reductions of a block it
+    makes. It computes no result. A reference for the executor, not a strict bound: gloo's
+    own ring, in C++ and sending from the buffer it reduces into, can be cheaper."""
+
+    MESSAGE = 8 * MB
+
+    def __init__(self, group):
+        self.group, self.rank, self.size = group, group.rank(), group.size()
+        self.buffers: dict = {}
+
+    def __call__(self, t) -> None:
+        import torch
+
+        n, rank = self.size, self.rank
+        elements = t.numel() // n * n
+        moved = 2 * (n - 1) * elements // n
+        if moved not in self.buffers:
+            self.buffers[moved] = (torch.ones(moved), torch.empty(moved))
+        src, dst = self.buffers[moved]
+        step = max(1, self.MESSAGE // 4)
+        right, left = (rank + 1) % n, (rank - 1) % n
+        recvs, sends = [], []
+        for k, start in enumerate(range(0, moved, step)):
+            recvs.append(self.group.recv([dst[start:start + step]], left, k % 64))
+            sends.append(self.group.send([src[start:start + step]], right, k % 64))
+            if len(recvs) >= 2:
+                recvs.pop(0).wait()
+                sends.pop(0).wait()
+        for work in recvs + sends:
+            work.wait()
+        block = elements // n
+        for k in range(n - 1):
+            torch.add(t[k * block:(k + 1) * block], dst[k * block:(k + 1) * block], out=dst[k * block:(k + 1) * block])
+
+
 def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
     """On one rank: {way: {size: [seconds per timed call]}}."""
     import torch
@@ -95,7 +140,7 @@ def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
     if hosts > 1:
         executor = GroupExecutor(gloo, timeout=300)
         ways = {"arborcc": lambda t: dist.all_reduce(t), "executor": lambda t: executor.allreduce(t, "sum"),
-                "gloo": lambda t: dist.all_reduce(t, group=gloo)}
+                "gloo": lambda t: dist.all_reduce(t, group=gloo), "plain ring": PlainRing(gloo)}
     else:
         raw = dist.group.WORLD.transport.local
         ways = {"arborcc": lambda t: dist.all_reduce(t), "gloo": lambda t: dist.all_reduce(t, group=gloo),
@@ -112,7 +157,9 @@ def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
                 out[way].setdefault(size, []).extend(times)
                 out[f"{way} cpu"].setdefault(size, []).extend(cpu)
         t.fill_(1.0)
-        for call in ways.values():
+        for way, call in ways.items():
+            if way == "plain ring":  # computes no result
+                continue
             t.fill_(1.0)
             call(t)
             if float(t[0]) != world or float(t[-1]) != world:
@@ -135,40 +182,75 @@ def fmt_size(size: int) -> str:
     return f"{size // MB} MB" if size >= MB else f"{size // KB} KB"
 
 
-def single_host_table(ranks: int, sizes: list[int], quick: bool) -> list[dict]:
-    med = medians(run_ranks(rank_timings, ranks, (sizes, quick, 1), timeout=1800))
+def pooled_runs(ranks: int, sizes: list[int], quick: bool, hosts: int, runs: int) -> tuple[dict, list[dict]]:
+    """``runs`` jobs of :func:`rank_timings`: medians over the samples of all of them, and
+    each run's medians."""
+    jobs = [run_ranks(rank_timings, ranks, (sizes, quick, hosts), timeout=1800) for _ in range(runs)]
+    pooled = [{way: {size: [x for job in jobs for x in job[rank][way][size]] for size in samples}
+               for way, samples in jobs[0][rank].items()} for rank in range(ranks)]
+    return medians(pooled), [medians(job) for job in jobs]
+
+
+def per_run(ratio, each: list[dict]) -> str:
+    """Each run's value of ``ratio(medians)``, for the tables' last column."""
+    return " ".join(f"{ratio(m):.2f}" for m in each) if len(each) > 1 else ""
+
+
+def run_ratio(ratio, each: list[dict]) -> float:
+    """The median over runs of ``ratio(a run's medians)``: each ratio compares ways
+    measured side by side in one job (pooling the samples first would compare one way's
+    fast runs with another's slow ones when the machine's load changes between jobs)."""
+    return statistics.median(ratio(m) for m in each)
+
+
+def single_host_table(ranks: int, sizes: list[int], quick: bool, runs: int = 1) -> list[dict]:
+    med, each = pooled_runs(ranks, sizes, quick, 1, runs)
     factor = busbw_factor("allreduce", ranks)
     rows = []
-    print(f"\n## dist.all_reduce, float32 sum, {ranks} ranks (median us per call; busbw GB/s)")
+    print(f"\n## dist.all_reduce, float32 sum, {ranks} ranks (median us per call; busbw GB/s"
+          f"{f'; {runs} runs: times pooled, ratios the median of the runs' + chr(39) + ' ratios, last column each run' + chr(39) + 's / raw t' if runs > 1 else ''})")
     print(f"{'size':>7} {'arborcc us':>11} {'gloo us':>10} {'raw us':>10} {'arborcc bw':>10} {'gloo bw':>8} "
           f"{'raw bw':>8} {'x gloo bw':>9} {'/ raw t':>8} {'target':>14}")
     for size in sizes:
         a, g, r = (med[w][size] for w in ("arborcc", "gloo", "raw"))
         bw = {w: size / med[w][size] * factor / 1e9 for w in ("arborcc", "gloo", "raw")}
-        vs_gloo, vs_raw = g / a, a / r
+        vs_gloo = run_ratio(lambda m: m["gloo"][size] / m["arborcc"][size], each)
+        vs_raw = run_ratio(lambda m: m["arborcc"][size] / m["raw"][size], each)
         need = 10.0 if 64 * KB <= size <= 1 * MB else (1.2 if size >= 16 * MB else None)
         ok = (need is None or vs_gloo >= need) and vs_raw <= 1.3
         target = (f">={need:g}x,<=1.3 " if need else "<=1.3 ") + ("met" if ok else "MISSED")
+        runs_col = per_run(lambda m: m["arborcc"][size] / m["raw"][size], each)
         print(f"{fmt_size(size):>7} {a * 1e6:>11.1f} {g * 1e6:>10.1f} {r * 1e6:>10.1f} {bw['arborcc']:>10.3f} "
-              f"{bw['gloo']:>8.3f} {bw['raw']:>8.3f} {vs_gloo:>8.1f}x {vs_raw:>8.2f} {target:>14}")
+              f"{bw['gloo']:>8.3f} {bw['raw']:>8.3f} {vs_gloo:>8.1f}x {vs_raw:>8.2f} {target:>14}  {runs_col}".rstrip())
         rows.append({"ranks": ranks, "size": size, "arborcc_us": a * 1e6, "gloo_us": g * 1e6, "raw_us": r * 1e6,
-                     "busbw_gbps": bw, "x_gloo_busbw": vs_gloo, "over_raw": vs_raw, "met": ok})
+                     "busbw_gbps": bw, "x_gloo_busbw": vs_gloo, "over_raw": vs_raw, "met": ok,
+                     "over_raw_per_run": [m["arborcc"][size] / m["raw"][size] for m in each]})
     return rows
 
 
-def two_host_table(sizes: list[int], quick: bool) -> list[dict]:
-    med = medians(run_ranks(rank_timings, 4, (sizes, quick, 2), timeout=1800))
+def two_host_table(sizes: list[int], quick: bool, runs: int = 1) -> list[dict]:
+    med, each = pooled_runs(4, sizes, quick, 2, runs)
     print("\n## two hosts of 2 ranks on loopback, dist.all_reduce float32 sum (median ms per call; cpu: CPU ms "
-          "per call of the busiest rank's process)")
-    print(f"{'size':>7} {'arborcc ms':>11} {'executor ms':>12} {'gloo ms':>9} {'gloo / arborcc':>15} "
-          f"{'gloo / executor':>16} {'executor cpu':>13} {'gloo cpu':>9}")
+          "per call of the busiest rank's process; plain ring: the same bytes as a ring of gloo sends and receives, "
+          "plus the reductions" + (f"; {runs} runs: times pooled, ratios the median of the runs' ratios, last "
+                                   f"column each run's gloo / executor"
+                                   if runs > 1 else "") + ")")
+    print(f"{'size':>7} {'arborcc ms':>11} {'executor ms':>12} {'gloo ms':>9} {'ring ms':>9} {'gloo / arborcc':>15} "
+          f"{'gloo / executor':>16} {'executor cpu':>13} {'gloo cpu':>9} {'ring cpu':>10}")
     rows = []
     for size in sizes:
-        a, e, g, ec, gc = (med[w][size] for w in ("arborcc", "executor", "gloo", "executor cpu", "gloo cpu"))
-        print(f"{fmt_size(size):>7} {a * 1e3:>11.1f} {e * 1e3:>12.1f} {g * 1e3:>9.1f} {g / a:>14.2f}x "
-              f"{g / e:>15.2f}x {ec * 1e3:>13.1f} {gc * 1e3:>9.1f}")
+        a, e, g, f = (med[w][size] for w in ("arborcc", "executor", "gloo", "plain ring"))
+        ec, gc, fc = (med[f"{w} cpu"][size] for w in ("executor", "gloo", "plain ring"))
+        runs_col = per_run(lambda m: m["gloo"][size] / m["executor"][size], each)
+        vs_arborcc = run_ratio(lambda m: m["gloo"][size] / m["arborcc"][size], each)
+        vs_executor = run_ratio(lambda m: m["gloo"][size] / m["executor"][size], each)
+        print(f"{fmt_size(size):>7} {a * 1e3:>11.1f} {e * 1e3:>12.1f} {g * 1e3:>9.1f} {f * 1e3:>9.1f} "
+              f"{vs_arborcc:>14.2f}x {vs_executor:>15.2f}x {ec * 1e3:>13.1f} {gc * 1e3:>9.1f} {fc * 1e3:>10.1f}"
+              f"  {runs_col}".rstrip())
         rows.append({"size": size, "arborcc_ms": a * 1e3, "executor_ms": e * 1e3, "gloo_ms": g * 1e3,
-                     "executor_cpu_ms": ec * 1e3, "gloo_cpu_ms": gc * 1e3})
+                     "plain_ring_ms": f * 1e3, "executor_cpu_ms": ec * 1e3, "gloo_cpu_ms": gc * 1e3,
+                     "plain_ring_cpu_ms": fc * 1e3,
+                     "gloo_over_executor_per_run": [m["gloo"][size] / m["executor"][size] for m in each]})
     return rows
 
 
@@ -183,18 +265,32 @@ def ddp_times(steps: int) -> dict:
             for m in re.finditer(r"^(arborcc|gloo \+ arborcc hook|gloo)\s+([\d.]+)", proc.stdout, re.M)}
 
 
+def size_list(text: str) -> list[int]:
+    """``"64K,4M"`` -> bytes."""
+    units = {"K": KB, "M": MB}
+    return [int(v[:-1]) * units[v[-1].upper()] if v[-1].upper() in units else int(v) for v in text.split(",")]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer sizes and calls")
+    p.add_argument("--runs", type=int, default=1, help="jobs per table, samples pooled (default 1)")
+    p.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="rank counts of the one-host tables")
+    p.add_argument("--sizes", type=size_list, help="sizes of the one-host tables, e.g. 1M,4M (default: all)")
+    p.add_argument("--parts", default="single,two-hosts,ddp", help="which tables (default: single,two-hosts,ddp)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
-    sizes = QUICK_SIZES if args.quick else SIZES
+    sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
+    parts = set(args.parts.split(","))
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     result = {"single_host": [], "two_hosts": None, "ddp_ms": None}
-    for ranks in (2, 4):
-        result["single_host"] += single_host_table(ranks, sizes, args.quick)
-    result["two_hosts"] = two_host_table([16 * MB, 64 * MB], args.quick)
-    result["ddp_ms"] = ddp_times(10 if args.quick else 30)
+    if "single" in parts:
+        for ranks in args.ranks:
+            result["single_host"] += single_host_table(ranks, sizes, args.quick, args.runs)
+    if "two-hosts" in parts:
+        result["two_hosts"] = two_host_table([16 * MB, 64 * MB], args.quick, args.runs)
+    if "ddp" in parts:
+        result["ddp_ms"] = ddp_times(10 if args.quick else 30)
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

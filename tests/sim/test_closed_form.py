@@ -103,6 +103,23 @@ def test_unequal_flows_get_the_link_back_when_one_ends():
     assert rates == [5.0, 10.0]
 
 
+def test_a_thread_blocks_next_transfer_is_not_ended_by_its_previous_ones_stale_finish():
+    """Transfers of 1 chunk (channel 0) and 2 + 2 chunks (channel 1, two steps) on one
+    link: both at B/2 until 2c/B, then the first 2-chunk step alone at B, done at 3c/B
+    (its finish expected at 4c/B while it ran at B/2 is stale), then the second alone
+    at B until 5c/B. The second step must not end at the first step's stale 4c/B."""
+    tbs = {0: [ThreadBlock(0, send=1, channel=0, steps=[step(Op.SEND, 0, 1)]),
+               ThreadBlock(1, send=1, channel=1, steps=[step(Op.SEND, 1, 2), step(Op.SEND, 3, 2)])],
+           1: [ThreadBlock(0, recv=0, channel=0, steps=[step(Op.RECV, 0, 1)]),
+               ThreadBlock(1, recv=0, channel=1, steps=[step(Op.RECV, 1, 2), step(Op.RECV, 3, 2)])]}
+    algo = algorithm("stale-finish", 2, 5, tbs)
+    c = 100_000
+    r = simulate(algo, chain_topology(2, 10, 1.0), 5 * c, "Simple", IDEAL, record=True)
+    assert r.time == pytest.approx(SIMPLE.base_latency + 5 * c / B + LAT + SIMPLE.hop_latency, rel=1e-9)
+    moved = sum((end - start) * rate for _, start, end, rate in r.flow_segments)
+    assert moved == pytest.approx(5 * c, rel=1e-9)
+
+
 def test_switch_shares_only_the_common_port():
     """Through a switch, ranks 0 and 1 both sending to rank 2 share the switch's port to
     rank 2 (each B/2); a ring of sends 0->1->2->0 shares nothing (each B)."""

@@ -161,3 +161,35 @@ def test_auto_leaves_out_strategies_that_explode_on_many_ranks(monkeypatch):
     assert "auto leaves it out above 3 ranks" in r.notes[-1]
     assert synthesize(dgx1v("1,4,5,6"), "allreduce", "trees").strategy == "trees"  # by name it runs
     assert synthesize(dgx1v("1,4,5,6"), "broadcast").strategy == "auto:trees"  # the only one for broadcast
+
+
+def test_auto_skips_a_strategy_whose_algorithm_fails_verification(monkeypatch):
+    """auto moves on to the next strategy (and says why) when the one it would return
+    does not verify; named explicitly, the same strategy's failure is the error."""
+    from arborcc.errors import VerificationError
+    import arborcc.synth.synthesis as S
+
+    t = dgx1v("1,4,5,6")
+    first = synthesize(t, "allreduce").strategy.split(":", 1)[1]
+    spec = S.BY_NAME[first]
+    real = spec.load()
+
+    def broken(request):
+        r = real(request)
+        tb = next(tb for p in r.algorithm.ranks for tb in p.threadblocks if tb.steps)
+        tb.steps.pop()  # one rank stops a step short: the program no longer all-reduces
+        return r
+
+    class Broken:
+        def __getattr__(self, name):
+            return getattr(spec, name)
+
+        def load(self):
+            return broken
+
+    monkeypatch.setitem(S.BY_NAME, first, Broken())
+    r = synthesize(t, "allreduce")
+    assert r.strategy != f"auto:{first}" and r.report.ok
+    assert f"{first} (its algorithm fails verification" in r.notes[-1]
+    with pytest.raises(VerificationError):
+        synthesize(t, "allreduce", first)

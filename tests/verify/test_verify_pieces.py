@@ -7,7 +7,8 @@ from support.msccl_samples import MSCCL_SAMPLES
 
 from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, Protocol, RankProgram, Step, ThreadBlock
 from arborcc.verify import verify_algorithm
-from arborcc.verify.pieces import LL_PIECES, SIMPLE_PIECES, check_pieces, deadlock_free, piece_deadlocks
+from arborcc.verify.pieces import (LL_PIECES, MAX_ALLOWED_COUNT, SIMPLE_PIECES, PieceModel, check_pieces,
+                                   deadlock_free, piece_deadlocks)
 
 I, O = Buffer.INPUT, Buffer.OUTPUT
 
@@ -88,3 +89,41 @@ def test_public_samples_are_deadlock_free_in_their_protocol(path):
         # (2 pieces per FIFO) would deadlock on large buffers
         assert algo.protocol is Protocol.LL
         assert piece_deadlocks(algo, SIMPLE_PIECES, 1)
+
+
+def _corpus():
+    """Algorithms with and without piece deadlocks: the public samples, library
+    algorithms (rings with multi-chunk first sends, the parallel hierarchical all-reduce
+    that deadlocks), the hand-made cases above at several counts."""
+    from arborcc.ir.load import load_algorithm
+    from arborcc.library import LIBRARY
+
+    for path in MSCCL_SAMPLES:
+        yield path.name, load_algorithm(path)
+    for name, params in (("ring-allreduce", dict(ranks=4, channels=2, instances=2)),
+                         ("ring-allgather", dict(ranks=3, instances=2)),
+                         ("hd-allreduce", dict(ranks=8, instances=2)),
+                         ("allpairs-allreduce", dict(ranks=4, instances=2)),
+                         ("hierarchical-allreduce", dict(nodes=2, gpus_per_node=2, parallel=2)),
+                         ("hierarchical-allreduce", dict(nodes=3, gpus_per_node=2, instances=2)),
+                         ("twostep-alltoall", dict(nodes=2, gpus_per_node=3, instances=2))):
+        yield name, LIBRARY[name](**params)[0]
+    for cnt in (2, 3, 9, 64):
+        yield f"exchange {cnt}", exchange(cnt)
+        yield f"exchange {cnt} LL", exchange(cnt, Protocol.LL)
+
+
+def test_count_one_decides_every_larger_count_and_the_message_run():
+    """The module doc's argument, checked: a run at a larger maxAllowedCount (fewer
+    pieces per step) or with one-message steps in 8 slots deadlocks only if the run at
+    maxAllowedCount 1 does - so check_pieces runs that one alone."""
+    message = PieceModel("message", 8, 1)
+    deadlocked = 0
+    for name, algo in _corpus():
+        for model in (SIMPLE_PIECES, LL_PIECES):
+            at_one = bool(piece_deadlocks(algo, model, 1))
+            deadlocked += at_one
+            for count in (2, 3, 4, 8, 16, 32, 64, MAX_ALLOWED_COUNT, 1 << 20):
+                assert not piece_deadlocks(algo, model, count) or at_one, (name, model.protocol, count)
+            assert not piece_deadlocks(algo, message, 1 << 20) or at_one, (name, model.protocol)
+    assert deadlocked >= 5  # the corpus has deadlocks for the implication to be tested on

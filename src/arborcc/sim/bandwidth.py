@@ -65,3 +65,15 @@ def steady_state_bandwidth(algo: Algorithm, topology: Topology,
     bottleneck = max(loads, key=lambda l: loads[l] / topology.links[l].bandwidth)
     time_per_byte = loads[bottleneck] / topology.links[bottleneck].bandwidth
     return BandwidthEstimate(loads, bottleneck, 1.0 / time_per_byte)
+
+
+def attainable_algbw(estimate: BandwidthEstimate, topology: Topology, efficiency) -> float:
+    """The large-message algbw of the same link loads when every link carries only
+    ``efficiency(kind)`` of its nominal bandwidth (a fidelity profile's
+    :meth:`~arborcc.sim.fidelity.Fidelity.efficiency`): what a simulation of the
+    algorithm can reach at best, the yardstick of how much a schedule loses to
+    pipelining, contention and ordering."""
+    if not estimate.loads:
+        return float("inf")
+    return min(topology.links[l].bandwidth * efficiency(topology.links[l].kind) / load
+               for l, load in estimate.loads.items() if load > 0)

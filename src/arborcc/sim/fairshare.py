@@ -105,6 +105,10 @@ class FairShare:
         self.log = log  #: if a list: (key, start, end, rate) of every finished rate period
         self.dirty: set[int] = set()  #: links whose flows changed since the last settle
         self.wide: dict[int, int] = {}  #: per link, its flows that cross other links too
+        #: the last ``Flow.version`` handed out: unique across flows, because a thread
+        #: block's next flow reuses its key while the finish events of its previous
+        #: flow (superseded by rate changes) may still be queued
+        self.versions = 0
 
     def _close(self, f: Flow, now: float) -> None:
         if self.log is not None and f.rate > 0 and now > f.since:
@@ -150,13 +154,17 @@ class FairShare:
             on = self.on_link.get(l)
             if not on:
                 continue
-            if not self.wide.get(l):  # every flow here crosses this link only: an even split
-                share = self.capacity[l] / len(on)
+            if not self.wide.get(l):  # every flow here crosses this link only
                 flows = [self.flows[k] for k in on]
-                if all(f.cap >= share for f in flows):
+                share = self.capacity[l] / len(flows)
+                low = min([f.cap for f in flows])
+                # an even split, or every flow at its cap when all caps are equal and below
+                # the split (the engine gives every flow the thread block's cap)
+                if low >= share or all(f.cap == low for f in flows):
+                    rate = share if low >= share else low
                     for f in flows:
-                        if f.rate != share:
-                            self._set(f, share, now)
+                        if f.rate != rate:
+                            self._set(f, rate, now)
                             changed.append(f)
                     continue
             component = self._component((l,))
@@ -187,7 +195,8 @@ class FairShare:
         f.remaining = max(0.0, f.remaining - f.rate * (now - f.since))
         f.since = now
         f.rate = rate
-        f.version += 1
+        self.versions += 1
+        f.version = self.versions
 
     def start(self, now: float, key: int, nbytes: float, links: tuple[int, ...], cap: float) -> None:
         """A flow of ``nbytes`` over ``links`` starts (its rate is set by :meth:`settle`)."""

@@ -29,9 +29,12 @@ from arborcc.ir.model import Algorithm, Buffer
 from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, chunk
 from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
 from arborcc.synth.trees import Tree
-from arborcc.topology.model import Topology
+from arborcc.topology.model import DeviceKind, Topology
 
 INPUT, OUTPUT = Buffer.INPUT, Buffer.OUTPUT
+#: thread blocks per rank and steps per thread block every dialect allows
+MAX_THREADBLOCKS = min(d.max_threadblocks_per_rank for d in DIALECTS.values())
+MAX_STEPS = min(d.max_steps_per_threadblock for d in DIALECTS.values())
 #: chunks per transfer: the largest power of two every dialect's ``cnt`` limit allows
 MAX_COUNT = 1 << (min(d.max_count_exclusive for d in DIALECTS.values()) - 1).bit_length() - 1
 
@@ -56,19 +59,26 @@ class ChannelMap:
     several paths (hybrid NVLink + PCIe), each path of a pair gets its own channel.
     ``spread=k``: tree t uses channel ``t mod k``, which spreads the steps over more
     thread blocks - the MSCCL executors allow only 64 steps per thread block (and 64
-    thread blocks per rank on RCCL, so k stays as small as will do). With pinned
-    channels a fused chain stays on its hop's channel; chains of different trees that
-    would need one connection's thread block for two peers are cut by the compiler.
+    thread blocks per rank on RCCL, so k stays as small as will do).
+    ``tree_channels``: tree t uses channel ``tree_channels[t]`` (:func:`tree_channel_map`).
+    With pinned channels a fused chain stays on its hop's channel; chains of different
+    trees that would need one connection's thread block for two peers are cut by the
+    compiler. A pinned channel whose connection already has another path moves to the
+    next free one.
     """
 
-    def __init__(self, hops: Iterable[tuple[int, int, tuple[str, ...]]], spread: int = 0) -> None:
+    def __init__(self, hops: Iterable[tuple[int, int, tuple[str, ...]]], spread: int = 0,
+                 tree_channels: Sequence[int] | None = None) -> None:
         self._paths: dict[tuple[int, int], list[tuple[str, ...]]] = {}
         for src, dst, path in hops:
             paths = self._paths.setdefault((src, dst), [])
             if path not in paths:
                 paths.append(path)
         self.spread = min(spread, MAX_CHANNELS)
-        self.pinned = bool(spread) or any(len(p) > 1 for p in self._paths.values())
+        #: per tree, the channel all its hops use (:func:`tree_channel_map`)
+        self.tree_channels = list(tree_channels) if tree_channels is not None else None
+        self.pinned = (bool(spread) or self.tree_channels is not None
+                       or any(len(p) > 1 for p in self._paths.values()))
         self._routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
         worst = max((len(p) for p in self._paths.values()), default=0)
         if worst > MAX_CHANNELS:
@@ -77,7 +87,10 @@ class ChannelMap:
     def channel(self, src: int, dst: int, path: tuple[str, ...], tree: int = 0) -> int:
         if not self.pinned:
             return -1
-        first = tree % self.spread if self.spread else self._paths[(src, dst)].index(path)
+        if self.tree_channels is not None:
+            first = self.tree_channels[tree]
+        else:
+            first = tree % self.spread if self.spread else self._paths[(src, dst)].index(path)
         for k in range(MAX_CHANNELS):
             ch = (first + k) % MAX_CHANNELS
             if self._routes.setdefault((src, dst, ch), path) == path:
@@ -125,6 +138,217 @@ def tree_hops(topology: Topology, trees: Sequence[Tree], both_ways: bool = False
                     if topology.link(b, a) is None:
                         raise SynthesisError(f"hop {h.dst}->{h.src} needs link {b}->{a}, which does not exist")
                 yield index[h.dst], index[h.src], tuple(reversed(h.path))
+
+
+def tree_pairs(topology: Topology, tree: Tree, both_ways: bool = False) -> set[tuple[int, int]]:
+    """The (src index, dst index) rank pairs the hops of ``tree`` use (and reversed)."""
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    pairs = {(index[h.src], index[h.dst]) for h in tree.hops}
+    return pairs | {(b, a) for a, b in pairs} if both_ways else pairs
+
+
+def tree_channel_map(topology: Topology, trees: Sequence[Tree], spread: int = 0,
+                     both_ways: bool = False, counts: Sequence[int] | None = None, rounds: int = 1) -> ChannelMap:
+    """The channels of a tree lowering. ``spread=0``: every tree on its own connections -
+    a tree's hops all use one channel (so relays can fuse), and two trees that share a
+    rank pair get different channels (greedy colouring in tree order, :func:`tree_colours`;
+    trees with no pair in common may share one). A connection's steps run on one thread
+    block in the compiler's global order, which sorts by dependency depth before program
+    order (GC3 section 5.2), so trees sharing a connection do not alternate round by
+    round: the thread block moves every round of one tree before the next tree's, a
+    relay of the second tree stalls its whole chain behind the first, and the trees run
+    one after another (simulated: 0.45 of the attainable rate for a broadcast on DGX-1V
+    GPUs 0-3, 0.95 with a connection per tree). Pairs count in both directions: a
+    thread block has a send and a receive peer, and the compiler gives one thread block
+    a send to a peer and a receive from it on the same channel - for two trees, the
+    same serialization (a reduce tree's sends and a broadcast tree's receives through
+    one root: the whole reduce before the broadcast).
+
+    When that needs more than MSCCL's channels or more thread blocks than the runtimes
+    allow (:func:`own_connections_fit`), and ``counts`` are given, the heaviest trees
+    that fit keep their own connections and the light ones share a few channels
+    (:func:`heavy_trees_apart`, ``rounds`` for its steps estimate); failing that the
+    compiler chooses the channels (:class:`ChannelMap`'s default). ``spread=k > 0``: tree
+    t on channel ``t mod k``."""
+    hops = tree_hops(topology, trees, both_ways)
+    if spread:
+        return ChannelMap(hops, spread)
+    colour = tree_colours(topology, trees)
+    if not own_connections_fit(topology, trees, colour, both_ways):
+        colour = None
+        if counts:
+            key = (tuple(topology.ranks), tuple(trees), tuple(counts), both_ways, rounds)
+            if key not in _APART:  # the variants of within_limits ask again with other fusion
+                if len(_APART) > 16:
+                    _APART.clear()
+                _APART[key] = heavy_trees_apart(topology, trees, counts, both_ways, rounds)
+            colour = _APART[key]
+        if colour is None:
+            return ChannelMap(hops)  # the compiler's choice; the spreads are the next variants
+    return ChannelMap(hops, tree_channels=colour)
+
+
+def shared_channel_load(topology: Topology, trees: Sequence[Tree], both_ways: bool) -> tuple[list[int], int]:
+    """Trees sharing one channel: per rank about how many thread blocks they need (the
+    larger of its distinct send and receive connections - a rank pair joined by two
+    paths needs two, :class:`ChannelMap` moves the second to another channel), and the
+    most trees one connection carries."""
+    n = topology.num_ranks
+    sends: list[set] = [set() for _ in range(n)]
+    recvs: list[set] = [set() for _ in range(n)]
+    use: dict[tuple, int] = {}
+    for a, b, path in tree_hops(topology, trees, both_ways):
+        sends[a].add((b, path))
+        recvs[b].add((a, path))
+        use[(a, b, path)] = use.get((a, b, path), 0) + 1
+    return [max(len(sends[r]), len(recvs[r])) for r in range(n)], max(use.values(), default=0)
+
+
+#: heavy_trees_apart's answers by (ranks, trees, counts, both ways, rounds)
+_APART: dict[tuple, list[int] | None] = {}
+#: the share of the runtimes' thread blocks and steps per thread block the estimates of
+#: :func:`heavy_trees_apart` may fill (they count a little short of what compiles)
+ESTIMATE_HEADROOM = 0.9, 0.75
+#: the most of the chunks :func:`heavy_trees_apart` leaves to trees on shared channels
+LIGHT_SHARE = 0.25
+
+
+def heavy_trees_apart(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], both_ways: bool,
+                      rounds: int) -> list[int] | None:
+    """Channels when not every tree fits on its own connections: as many of the heaviest
+    trees as fit get their own (:func:`tree_colours`), the others share 1, 2 or 4 more
+    channels (tree j of them on the j-th mod k), where their thread blocks move one
+    tree's rounds after another's - the light trees carry little, so that costs little.
+    The first split whose estimated thread blocks per rank and steps per thread block
+    stay within the runtimes' (with :data:`ESTIMATE_HEADROOM`), most heavy trees first;
+    None if there is none with the light trees carrying at most :data:`LIGHT_SHARE` of
+    the chunks (DGX H100 all-reduce, where they would carry 60%, simulated 15% slower
+    than with the compiler's channels), and none on NVSwitch machines (on DGX-2 the
+    light trees' fused chains deadlocked and the spread that fitted instead simulated
+    all-gather 22-52% slower; the split was measured to help only on DGX-1V). (DGX-1V, 8 GPUs, all-reduce, 37 trees: the 20 heaviest
+    apart and the 17 others on 2 channels simulate at 0.77 of the attainable rate,
+    against 0.61 for the spread over 8 channels that fits otherwise.)"""
+    if any(d.kind is DeviceKind.NVSWITCH for d in topology.devices.values()):
+        return None
+    n = topology.num_ranks
+    most_tbs = MAX_THREADBLOCKS * ESTIMATE_HEADROOM[0]
+    most_steps = MAX_STEPS * ESTIMATE_HEADROOM[1]
+    order = sorted(range(len(trees)), key=lambda i: -counts[i])
+    prefix, needs = [0] * n, [1]  # thread blocks of the h heaviest on their own connections
+    for i in order:
+        for r, k in enumerate(tree_rank_threadblocks(topology, trees[i], both_ways)):
+            prefix[r] += k
+        needs.append(max(prefix) + 1)
+    total = sum(counts)
+    for h in range(len(trees) - 1, 0, -1):
+        if sum(counts[i] for i in order[h:]) > LIGHT_SHARE * total:
+            return None  # the shared channels would serialize too much
+        need = needs[h]
+        if need > most_tbs:
+            continue
+        heavy = sorted(order[:h])
+        apart = tree_colours(topology, [trees[i] for i in heavy])
+        base = max(apart, default=-1) + 1
+        for k in (1, 2, 4):
+            if base + k > MAX_CHANNELS:
+                break
+            light = order[h:]
+            loads = [shared_channel_load(topology, [trees[i] for i in light[ch::k]], both_ways)
+                     for ch in range(k)]
+            per_rank = [sum(x[0][r] for x in loads) for r in range(n)]
+            steps = max((x[1] for x in loads), default=0) * rounds
+            if need + max(per_rank, default=0) <= most_tbs and steps <= most_steps:
+                colour = [0] * len(trees)
+                for i, c in zip(heavy, apart):
+                    colour[i] = c
+                for j, i in enumerate(light):
+                    colour[i] = base + j % k
+                return colour
+    return None
+
+
+def tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
+    """Per tree, the lowest channel no earlier tree sharing a rank pair with it (either
+    way) has (:func:`tree_channel_map`)."""
+    colour: list[int] = []
+    users: dict[tuple[int, int], set[int]] = {}
+    for t in trees:
+        pairs = tree_pairs(topology, t, both_ways=True)
+        taken = {colour[u] for p in pairs for u in users.get(p, ())}
+        colour.append(next(k for k in range(len(trees) + 1) if k not in taken))
+        for p in pairs:
+            users.setdefault(p, set()).add(len(colour) - 1)
+    return colour
+
+
+def own_connections_fit(topology: Topology, trees: Sequence[Tree], colour: Sequence[int], both_ways: bool) -> bool:
+    """Whether trees on their own connections (``colour``) stay within every runtime's
+    channels and thread blocks per rank."""
+    return ((not colour or max(colour) < MAX_CHANNELS)
+            and tree_threadblocks(topology, trees, both_ways) <= MAX_THREADBLOCKS)
+
+
+#: copies the heaviest tree is cut into, most first (:func:`balanced_copies`)
+COPIES = (4, 2)
+
+
+def balanced_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], both_ways: bool = False,
+                    copies: int | None = None) -> list[int]:
+    """How many copies each tree is cut into, with near-equal chunk counts
+    (:func:`expand_copies`), each on its own connections (:func:`tree_channel_map`): the
+    heaviest into ``copies`` (default: the most of :data:`COPIES` that still fit the
+    runtimes' channels and thread blocks; one each if none fits), every other tree
+    into as many as its count holds of the heaviest copy's (at least one).
+
+    Concurrent thread blocks share a link evenly (max-min), whatever their chunk
+    counts, so trees sharing a link move at the same rate and a tree carrying three
+    times the chunks of another takes three times as long - its later rounds hold up
+    what waits for them (a broadcast after a reduce, a relay's other children) while
+    the light trees' links fall idle. With copies in proportion to the counts, each
+    link's flows carry near-equal counts and the even split is close to the packing's."""
+    for k in ((copies,) if copies else COPIES):
+        unit = max(counts, default=0) / k
+        n = [max(1, min(c, round(c / unit))) if unit else 1 for c in counts]
+        expanded = [t for t, m in zip(trees, n) for _ in range(m)]
+        if copies or own_connections_fit(topology, expanded, tree_colours(topology, expanded), both_ways):
+            return n
+    return [1] * len(trees)
+
+
+def expand_copies(trees: Sequence, counts: Sequence[int], copies: Sequence[int]) -> tuple[list, list[int]]:
+    """Every tree repeated ``copies`` times, its count split near-evenly over them."""
+    out_trees, out_counts = [], []
+    for t, c, n in zip(trees, counts, copies):
+        out_trees += [t] * n
+        out_counts += [c // n + (1 if j < c % n else 0) for j in range(n)]
+    return out_trees, out_counts
+
+
+def tree_threadblocks(topology: Topology, trees: Sequence[Tree], both_ways: bool = False) -> int:
+    """About how many thread blocks the busiest rank needs when every tree has its own
+    connections and relays are fused: per tree and rank, the larger of its hops in and
+    out (a fused relay forwards to one child on its receiving thread block, its other
+    children need a sending one each), per direction, and one for local copies."""
+    need = [0] * topology.num_ranks
+    for t in trees:
+        for r, k in enumerate(tree_rank_threadblocks(topology, t, both_ways)):
+            need[r] += k
+    return max(need, default=0) + 1  # and a local thread block (copies)
+
+
+def tree_rank_threadblocks(topology: Topology, tree: Tree, both_ways: bool = False) -> list[int]:
+    """Per rank, the thread blocks ``tree`` needs on its own connections (:func:`tree_threadblocks`)."""
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    need = [0] * topology.num_ranks
+    hops = [(h.src, h.dst) for h in tree.hops]
+    for pairs in (hops, [(b, a) for a, b in hops]) if both_ways else (hops,):
+        ins, outs = [0] * topology.num_ranks, [0] * topology.num_ranks
+        for a, b in pairs:
+            outs[index[a]] += 1
+            ins[index[b]] += 1
+        for r in range(topology.num_ranks):
+            need[r] += max(ins[r], outs[r])
+    return need
 
 
 def tree_children(tree: Tree, index: dict[str, int]) -> tuple[int, dict[int, list[tuple[int, tuple[str, ...]]]]]:
@@ -177,6 +401,53 @@ def transfer_blocks(counts: Sequence[int], rounds: int = 1) -> list[tuple[int, i
     for k in range(max((len(p) for p in per_tree), default=0)):
         out += [p[k] for p in per_tree if k < len(p)]
     return out
+
+
+def aligned_blocks(first: Sequence[int], second: Sequence[int], rounds: int = 1
+                   ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]]]:
+    """Transfers of two tree families over the same chunks - (tree, first chunk, chunks)
+    each, in emission order - such that round k of the second family covers exactly the
+    chunks of round k of the first: the chunks are laid out round by round, the first
+    family's round k cut as :func:`transfer_blocks` cuts it, and the second family's
+    trees share the same range in proportion to their counts (chunks handed out one at
+    a time to the tree furthest behind its share, so every tree ends with its count).
+
+    A reduce-then-broadcast all-reduce needs this: with each family's trees laid out
+    tree after tree, the broadcast trees' first rounds carry chunks the reduce trees
+    reach only in their last rounds, and the broadcast waits for most of the reduce
+    (simulated: 0.61 of the packing's rate on DGX-1V GPUs 0-3, all-reduce)."""
+    total = sum(first)
+    if total != sum(second):
+        raise SynthesisError("the two tree families must carry the same number of chunks")
+    ranges = transfer_blocks(first, rounds)
+    per_tree = [0] * len(first)
+    by_round: list[list[tuple[int, int]]] = []  # per round: (tree, size) of the first family
+    for t, _, n in ranges:
+        k = per_tree[t]
+        per_tree[t] += 1
+        while len(by_round) <= k:
+            by_round.append([])
+        by_round[k].append((t, n))
+    given, handed = [0] * len(second), 0
+    out_first, out_second, at = [], [], 0
+    for parts in by_round:
+        size = sum(n for _, n in parts)
+        for t, n in parts:
+            out_first.append((t, at, n))
+            at += n
+        share = [0] * len(second)
+        for _ in range(size):
+            handed += 1
+            u = max((u for u in range(len(second)) if given[u] < second[u]),
+                    key=lambda u: second[u] * handed / total - given[u])
+            given[u] += 1
+            share[u] += 1
+        start = at - size
+        for u, n in enumerate(share):
+            for a, m in transfer_pieces(start, start + n):
+                out_second.append((u, a, m))
+            start += n
+    return out_first, out_second
 
 
 def lowering_program(name: str, collective, topology: object, channels: ChannelMap, fuse: bool = True) -> Program:
@@ -237,7 +508,9 @@ def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[
                     spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
     """Out-trees from one root; ``counts[t]`` chunks on tree t."""
     index = {g: i for i, g in enumerate(topology.ranks)}
-    chunks, channels = sum(counts), ChannelMap(tree_hops(topology, trees), spread)
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
+    chunks, channels = sum(counts), tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     root = index[trees[0].root]
     shapes = [tree_children(t, index)[1] for t in trees]
     with lowering_program(name, Broadcast(topology.num_ranks, chunks, root=root), topology, channels, fuse) as prog:
@@ -251,7 +524,9 @@ def lower_reduce(topology: Topology, trees: Sequence[Tree], counts: Sequence[int
                  spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
     """In-trees into one root; inner ranks accumulate in their (unconstrained) output."""
     index = {g: i for i, g in enumerate(topology.ranks)}
-    chunks, channels = sum(counts), ChannelMap(tree_hops(topology, trees), spread)
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
+    chunks, channels = sum(counts), tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     root = index[trees[0].root]
     shapes = [tree_children(t, index)[1] for t in trees]
     with lowering_program(name, Reduce(topology.num_ranks, chunks, root=root), topology, channels, fuse) as prog:
@@ -282,8 +557,10 @@ def _per_root_blocks(topology: Topology, trees: Sequence[Tree], counts: Sequence
 def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
                     spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
     """One set of out-trees per root (ForestColl); each root's shard split over its trees."""
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
     blocks, chunks = _per_root_blocks(topology, trees, counts, rounds)
-    channels = ChannelMap(tree_hops(topology, trees), spread)
+    channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     with lowering_program(name, AllGather(topology.num_ranks, chunks), topology, channels, fuse) as prog:
         for r in range(topology.num_ranks):
             local_copy(r, (INPUT, 0), (OUTPUT, r * chunks), chunks)
@@ -296,8 +573,10 @@ def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Seque
                         spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
     """One set of in-trees per root; partial sums accumulate in the input, as GC3's own
     reduce-scatter programs do; the root reduces into its output."""
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
     blocks, chunks = _per_root_blocks(topology, trees, counts, rounds)
-    channels = ChannelMap(tree_hops(topology, trees), spread)
+    channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     with lowering_program(name, ReduceScatter(topology.num_ranks, chunks), topology, channels, fuse) as prog:
         for r, kids, start, size, t in blocks:
             reduce_block(r, kids, r * chunks + start, size, channels, INPUT, (OUTPUT, start), t)
@@ -308,8 +587,10 @@ def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Seq
                           spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
     """All-reduce = reduce-scatter on the reversed per-root trees + all-gather on the
     per-root out-trees (``trees`` are the out-trees), in place."""
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts, both_ways=True))
     blocks, chunks = _per_root_blocks(topology, trees, counts, rounds)
-    n, channels = topology.num_ranks, ChannelMap(tree_hops(topology, trees, both_ways=True), spread)
+    n, channels = topology.num_ranks, tree_channel_map(topology, trees, spread, True, counts, rounds)
     with lowering_program(name, AllReduce(n, n * chunks, inplace=True), topology, channels, fuse) as prog:
         for r, kids, start, size, t in blocks:
             reduce_block(r, kids, r * chunks + start, size, channels, INPUT, tree=t)
@@ -324,7 +605,7 @@ def lower_allreduce_trees(topology: Topology, trees: Sequence[Tree], counts: Seq
     """All-reduce as reduce + broadcast over each tree (Blink section 3.3; MXNet's trees):
     a block is reduced up its tree into the root and broadcast back down, in place."""
     index = {g: i for i, g in enumerate(topology.ranks)}
-    chunks, channels = sum(counts), ChannelMap(tree_hops(topology, trees, both_ways=True), spread)
+    chunks, channels = sum(counts), tree_channel_map(topology, trees, spread, True, counts, rounds)
     shapes = [tree_children(t, index) for t in trees]
     with lowering_program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels, fuse) as prog:
         blocks = transfer_blocks(counts, rounds)
@@ -348,14 +629,22 @@ def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[
     chunks = sum(c for _, c in reduce_trees)
     if chunks != sum(c for _, c in broadcast_trees):
         raise SynthesisError("reduce and broadcast trees must carry the same number of chunks")
+    if not spread:
+        both = list(reduce_trees) + list(broadcast_trees)
+        copies = balanced_copies(topology, [t for t, _ in both], [c for _, c in both])
+        cut = len(reduce_trees)
+        reduce_trees = list(zip(*expand_copies(*zip(*reduce_trees), copies[:cut])))
+        broadcast_trees = list(zip(*expand_copies(*zip(*broadcast_trees), copies[cut:])))
     trees = [t for t, _ in reduce_trees] + [t for t, _ in broadcast_trees]
-    channels = ChannelMap(tree_hops(topology, trees), spread)
+    counts = [c for _, c in list(reduce_trees) + list(broadcast_trees)]
+    channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     with lowering_program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels, fuse) as prog:
-        for t, start, size in transfer_blocks([c for _, c in reduce_trees], rounds):
+        reduces, broadcasts = aligned_blocks([c for _, c in reduce_trees], [c for _, c in broadcast_trees], rounds)
+        for t, start, size in reduces:
             root, kids = tree_children(reduce_trees[t][0], index)
             reduce_block(root, kids, start, size, channels, INPUT, tree=t)
         offset = len(reduce_trees)
-        for t, start, size in transfer_blocks([c for _, c in broadcast_trees], rounds):
+        for t, start, size in broadcasts:
             root, kids = tree_children(broadcast_trees[t][0], index)
             broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels, offset + t)
     return finish(prog, topology, channels, chunks)
@@ -369,35 +658,53 @@ PIPELINE_ROUNDS = (8, 4, 2, 1)
 def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
     """Lower with the compiler's channel choice; if that breaks ``dialect``'s runtime
     limits (steps per thread block, thread blocks per rank), spread the trees over 2, 4,
-    ... 32 channels and keep the first version within the limits. Spreading stops
-    early once two more spreads in a row bring the largest thread block (or rank) no
-    closer to the limits. Lowerings that take ``rounds`` (the tree lowerings) are tried
-    with :data:`PIPELINE_ROUNDS` rounds per tree block, most first, and those that take
-    ``fuse`` fused and then unfused: the first with a version within the limits wins. A version that would deadlock
+    ... 32 channels and keep the first version within the limits. Lowerings that take
+    ``rounds`` (the tree lowerings) are tried with :data:`PIPELINE_ROUNDS` rounds per
+    tree block, most first, and those that take ``fuse`` fused and then unfused: the
+    first with a version within the limits wins. A version that would deadlock
     (:func:`arborcc.verify.pieces.deadlock_free`: instruction fusion can chain trees
     into a cycle of full FIFOs, and long steps deadlock once the runtime cuts them
     into pieces) counts as not fitting. When none fits, the version closest to the
     limits is returned with a note saying so (the verifier reports the violations,
-    and ``--dialect legacy`` has no such limits)."""
+    and ``--dialect legacy`` has no such limits).
+
+    Each version is a lowering and a compile, so versions that cannot fit are not
+    built: spreading stops once a rank has more thread blocks than allowed at a spread
+    of 2 or more (spreading further only adds thread blocks; the per-tree channels of
+    spread 0 may use more than spread 2) or two more spreads in a row brought it no
+    closer; a
+    spread that would have to cut the largest thread block by more than half per
+    doubling of channels is skipped (on every DGX-1, DGX A100 and H100 topology and
+    DGX-1V allocation tried, no doubling cut it by more while over the limit); and
+    the unfused version is not built when the fused one fused nothing (they are the
+    same program)."""
     from arborcc.ir.limits import check_dialect_limits, dialect_limits
     from arborcc.verify.pieces import deadlock_free
 
     lim = dialect_limits(dialect)
 
-    def overflow(algo) -> float:
+    def overflow(algo) -> tuple[float, float]:
         steps = max((len(tb.steps) for r in algo.ranks for tb in r.threadblocks), default=0)
         tbs = max((len(r.threadblocks) for r in algo.ranks), default=0)
-        return max(steps / lim.max_steps_per_threadblock, tbs / lim.max_threadblocks_per_rank)
+        return steps / lim.max_steps_per_threadblock, tbs / lim.max_threadblocks_per_rank
 
     best, best_over = None, None
     takes = inspect.signature(lower).parameters
     variants = [(rounds, fuse) for rounds in (PIPELINE_ROUNDS if "rounds" in takes else (None,))
                 for fuse in ((True, False) if "fuse" in takes else (None,))]
+    fused_nothing: set[int | None] = set()  # rounds whose fused versions fused no step
     for rounds, fuse in variants:
+        if fuse is False and rounds in fused_nothing:
+            continue
         extra = {k: v for k, v in (("rounds", rounds), ("fuse", fuse)) if v is not None}
-        stale, variant_best = 0, None
+        stale, variant_best, skip, fused = 0, None, 0, False
         for spread in (0, 2, 4, 8, 16, 32):
+            if skip:
+                skip -= 1
+                continue
             lowered = lower(*args, spread=spread, **extra)
+            fused = fused or any(st.op.sends and st.op.receives for r in lowered.algorithm.ranks
+                                 for tb in r.threadblocks for st in tb.steps)  # rcs, rrs, rrcs
             if not check_dialect_limits(lowered.algorithm, dialect) and deadlock_free(lowered.algorithm):
                 if spread:
                     lowered.notes.append(f"trees spread over {spread} channels to meet the {dialect} runtime's "
@@ -407,13 +714,18 @@ def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
                 if fuse is False:
                     lowered.notes.append("relays not fused: the fused chains would deadlock")
                 return lowered
-            over = overflow(lowered.algorithm)
+            steps_over, tbs_over = overflow(lowered.algorithm)
+            over = max(steps_over, tbs_over)
             stale = stale + 1 if variant_best is not None and over > 0.9 * variant_best else 0
             variant_best = over if variant_best is None else min(variant_best, over)
             if best is None or over < best_over:
                 best, best_over = lowered, over
-            if stale == 2:
-                break  # two more spreads did not help
+            if stale == 2 or (spread and tbs_over > 1):
+                break  # two more spreads did not help, or more spread only adds thread blocks
+            while steps_over / 2 ** (skip + 1) > 1:
+                skip += 1
+        if fuse is True and not fused:
+            fused_nothing.add(rounds)
     best.notes.append(f"exceeds the {dialect} runtime's limits even spread over channels "
                       f"({best_over:.2f}x the largest allowed thread block or rank)")
     return best

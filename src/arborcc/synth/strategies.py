@@ -237,12 +237,23 @@ def synth_blueconnect(request: SynthesisRequest) -> SynthesisResult:
     from arborcc.synth.blueconnect import choose_blueconnect
     from arborcc.synth.lower_stages import describe, hierarchical_plan, lower_blueconnect
 
+    from arborcc.synth.blueconnect import RING
+    from arborcc.verify.pieces import deadlock_free
+
     topology = request.topology
     # the full factor search costs seconds per hundred ranks; beyond that follow the hosts
     plan = (choose_blueconnect(topology, 1 << 30) if topology.num_ranks <= 128
             else hierarchical_plan(topology, algorithm=None, name="blueconnect"))
     lowered = lower_blueconnect(topology, plan, "blueconnect-allreduce")
-    return SynthesisResult.from_lowered("blueconnect", request, lowered, [describe(plan)])
+    notes = [describe(plan)]
+    if not deadlock_free(lowered.algorithm):
+        # partners of halving-doubling exchanging long steps can fill each other's FIFOs
+        # once the runtimes cut steps into pieces (on 128 x 8 A100); rings move one chunk at a time
+        rings = hierarchical_plan(topology, algorithm=RING, name="blueconnect")
+        notes = [describe(rings), f"{describe(plan)} would deadlock with steps cut into the runtimes' pieces: "
+                                  "ring stages instead"]
+        lowered = lower_blueconnect(topology, rings, "blueconnect-allreduce")
+    return SynthesisResult.from_lowered("blueconnect", request, lowered, notes)
 
 
 def synth_hierarchical(request: SynthesisRequest) -> SynthesisResult:

@@ -31,6 +31,7 @@ from arborcc.synth.bounds import collective_bound
 from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
 from arborcc.synth.registry import BY_NAME, STRATEGIES, strategy_names, synthesizable_collectives
 from arborcc.synth.result import SynthesisRequest, SynthesisResult
+from arborcc.verify.pieces import remembering_passes
 from arborcc.topology.model import Topology
 
 
@@ -136,42 +137,63 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
         raise SynthesisError(f"{topology.name} has {topology.num_ranks} GPU; a collective needs at least 2")
     if not 0 <= root < topology.num_ranks:
         raise SynthesisError(f"root {root} is not a rank (0-{topology.num_ranks - 1})")
-    names, skipped = _candidates(strategy, collective, topology.num_ranks, _spans_hosts(topology))
-    t0 = time.perf_counter()
-    check_strongly_connected(flow_graph(topology, links), collective)
-    if progress:
-        progress(f"bound: the best {collective} rate the links of {topology.name} allow")
-    request = SynthesisRequest(topology, collective, collective_bound(topology, collective, root, links),
-                               root, links, size, dialect)
-    results, untried = [], []
-    for i, name in enumerate(names):
+    with remembering_passes():  # the lowering's deadlock check and the verifier's run once
+        names, skipped = _candidates(strategy, collective, topology.num_ranks, _spans_hosts(topology))
+        t0 = time.perf_counter()
+        check_strongly_connected(flow_graph(topology, links), collective)
         if progress:
-            progress(f"{name}: synthesizing {collective} on {topology.name} ({time.perf_counter() - t0:.1f} s)")
-        try:
-            with operations_budget(topology.num_ranks):
-                results.append(BY_NAME[name].load()(request))
-        except SynthesisError as e:
-            if strategy != "auto":
-                raise
-            skipped.append(f"{name} ({e})")
-            continue
-        last = results[-1]
-        if size is None and last.algbw >= request.bound.algbw * (1 - 1e-9) and \
-                (dialect is None or not check_dialect_limits(last.algorithm, dialect)):
-            untried = names[i + 1:]
-            break
-    if not results:
-        raise SynthesisError(f"no strategy can build {collective} on {topology.name}: " + "; ".join(skipped))
-    fits = ({id(r): not check_dialect_limits(r.algorithm, dialect) for r in results}
-            if len(results) > 1 and dialect is not None else {})
-    # with a size, auto ranks by the simulated time of a call of that size (latency,
-    # pipelining and contention included); without one, by steady-state bandwidth
-    predicted = ({id(r): predict_time(r.algorithm, topology, size, routes=r.routes) for r in results}
-                 if strategy == "auto" and size is not None and len(results) > 1 else {})
-    best = max(results, key=lambda r: (fits.get(id(r), True), -predicted.get(id(r), 0.0), r.algbw))
-    if progress:
-        progress(f"verifying the {best.strategy} algorithm ({time.perf_counter() - t0:.1f} s)")
-    _verify(best, dialect)
+            progress(f"bound: the best {collective} rate the links of {topology.name} allow")
+        request = SynthesisRequest(topology, collective, collective_bound(topology, collective, root, links),
+                                   root, links, size, dialect)
+        results, untried, verified, rejected = [], [], set(), set()
+
+        def proven(r: SynthesisResult) -> bool:
+            """Verify ``r``; with ``auto``, a strategy whose algorithm fails is skipped
+            (with the verifier's reason) rather than failing the synthesis."""
+            if progress:
+                progress(f"verifying the {r.strategy} algorithm ({time.perf_counter() - t0:.1f} s)")
+            try:
+                _verify(r, dialect)
+            except VerificationError as e:
+                if strategy != "auto":
+                    raise
+                skipped.append(f"{r.strategy} (its algorithm fails verification: {e})")
+                rejected.add(id(r))
+                return False
+            verified.add(id(r))
+            return True
+
+        for i, name in enumerate(names):
+            if progress:
+                progress(f"{name}: synthesizing {collective} on {topology.name} ({time.perf_counter() - t0:.1f} s)")
+            try:
+                with operations_budget(topology.num_ranks):
+                    results.append(BY_NAME[name].load()(request))
+            except SynthesisError as e:
+                if strategy != "auto":
+                    raise
+                skipped.append(f"{name} ({e})")
+                continue
+            last = results[-1]
+            if size is None and last.algbw >= request.bound.algbw * (1 - 1e-9) and \
+                    (dialect is None or not check_dialect_limits(last.algorithm, dialect)):
+                if not proven(last):
+                    results.pop()
+                    continue
+                untried = names[i + 1:]
+                break
+        fits = ({id(r): not check_dialect_limits(r.algorithm, dialect) for r in results}
+                if len(results) > 1 and dialect is not None else {})
+        # with a size, auto ranks by the simulated time of a call of that size (latency,
+        # pipelining and contention included); without one, by steady-state bandwidth
+        predicted = ({id(r): predict_time(r.algorithm, topology, size, routes=r.routes) for r in results}
+                     if strategy == "auto" and size is not None and len(results) > 1 else {})
+        ranked = sorted(results, key=lambda r: (fits.get(id(r), True), -predicted.get(id(r), 0.0), r.algbw),
+                        reverse=True)
+        best = next((r for r in ranked if id(r) in verified or proven(r)), None)
+        if best is None:
+            raise SynthesisError(f"no strategy can build {collective} on {topology.name}: " + "; ".join(skipped))
+        results = [r for r in results if id(r) not in rejected]
     best.bound_exact, best.bound_basis = request.bound.exact, request.bound.basis
     if not best.bound_exact and best.algbw >= request.bound.algbw * (1 - 1e-9) and \
             getattr(request.bound, "cut_links", None) is not None:

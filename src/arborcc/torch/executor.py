@@ -284,12 +284,15 @@ class GroupExecutor:
     the seconds a call may wait without any operation completing; chunks larger than
     ``tile_bytes`` run as tiles of at most that size, ``window`` tiles in flight at a time
     (a pipeline, as GC3's runtime tiles large buffers: the wire carries one tile while
-    another is reduced; tiles need tags, so untagged back-ends run one).
+    another is reduced; tiles need tags, so untagged back-ends run one). Tiles are large
+    (16 MB, two in flight, by default): every message costs gloo's TCP transport a
+    rendezvous and CPU time of its own, and where ranks share CPUs (several per machine)
+    CPU time decides the speed.
     """
 
     def __init__(self, group, timeout: float = 1800.0, plan: Plan | None = None, rank_names: list[int] | None = None,
                  failure=None,
-                 tagged: bool = True, tag_base: int = 0, tile_bytes: int = 2 << 20, window: int = 4):
+                 tagged: bool = True, tag_base: int = 0, tile_bytes: int = 16 << 20, window: int = 2):
         self.group = group
         self.rank, self.size = group.rank(), group.size()
         self.timeout = timeout
@@ -446,13 +449,16 @@ class GroupExecutor:
              done: queue.SimpleQueue) -> None:
         """Issue ``(peer, channel, tensor, token)`` sends and receives; each reports
         ``(token, error or None)`` in ``done`` when it completes. Tagged: through the
-        posting threads of each peer (:class:`Posters`); untagged: one batch, posted here."""
+        posting threads of each peer (:class:`Posters`), receives first (gloo's sender
+        writes a message once the receiver has posted its receive: posted early, the peer's
+        send writes at once from its own thread instead of waiting for gloo's I/O thread);
+        untagged: one batch, posted here."""
         if self.tagged:
-            for peer, ch, t, token in sends:
-                self.posters.submit(peer, "send", partial(self.group.send, [t], peer, self.tag_base + ch), token,
-                                    done)
             for peer, ch, t, token in recvs:
                 self.posters.submit(peer, "recv", partial(self.group.recv, [t], peer, self.tag_base + ch), token,
+                                    done)
+            for peer, ch, t, token in sends:
+                self.posters.submit(peer, "send", partial(self.group.send, [t], peer, self.tag_base + ch), token,
                                     done)
             return
         import torch.distributed as dist
@@ -482,6 +488,7 @@ class Run:
         self.failed: dict[int, BaseException] = {}
         self.inflight: dict[int, tuple[str, int]] = {}  # token -> ("send"/"recv", peer)
         self.sends: list = []  # payloads kept alive until their sends complete
+        self.sent_temps: dict[int, object] = {}  # send token -> the temporary it sends (free once it completes)
         #: send token -> (its step: (thread block, step), the (tile and buffer, start, stop) it reads)
         self.busy: dict[int, tuple[tuple[int, int], list[tuple[tuple[int, int], int, int]]]] = {}
         self.done = queue.SimpleQueue()
@@ -623,6 +630,8 @@ class Run:
             raise CommunicationError(f"rank {me}: rank {them} failed or left while this rank waited for its "
                                      f"{'message' if kind == 'recv' else 'receipt'} ({detail[:200]})")
         self.finished.add(token)
+        if token in self.sent_temps:  # nothing reads it any more: the next receive may take it (still in cache)
+            self.consumed(self.sent_temps.pop(token))
 
     def flush(self) -> None:
         """Issue the operations collected by the last sweep (one batch)."""
@@ -636,6 +645,8 @@ class Run:
             self.next_token += 1
             self.inflight[token] = ("send", peer)
             self.sends.append(payload)
+            if any(buf is payload for buf in self.temps):
+                self.sent_temps[token] = payload
             if ranges:
                 self.busy[token] = (origin, ranges)
             posted.append((peer, ch, payload, token))
@@ -734,9 +745,15 @@ class Run:
                 self.write(i, step.dst, n, data)
             self.consumed(data)
         elif op is Op.RECV_REDUCE_COPY_SEND:
-            self.reduce_fn(self.read(i, step.src, n), data, out=data)
-            self.write(i, step.dst, n, data)
-            self.send(i, tb, data)
+            dst = self.view(i, step.dst, n)
+            if dst is not None:  # reduce into the destination and send it from there (no copy)
+                self.reduce_fn(self.read(i, step.src, n), data, out=dst)
+                self.consumed(data)
+                self.send(i, tb, dst, None if step.private_dst else step.dst, n)
+            else:
+                self.reduce_fn(self.read(i, step.src, n), data, out=data)
+                self.write(i, step.dst, n, data)
+                self.send(i, tb, data)
         else:
             raise InputError(f"step type {op.value!r} is not supported by the torch.distributed executor")
 

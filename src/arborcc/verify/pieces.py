@@ -26,20 +26,32 @@ cycle of such steps deadlocks where one-message steps would not.
 
 The check runs every thread block in this model, counters only (the values were
 proved by the symbolic run), for the protocol the algorithm declares (the runtimes run
-it with that one) and ``maxAllowedCount`` = 1, 2, 4, ..., 64 and 71 (each distinct set
-of piece counts once). ``maxAllowedCount`` = 1 is
-every size at which a chunk holds at least half of ``chunkEffectiveSize`` (Simple with
-NCCL's default 4 MiB buffer: 1 MiB per chunk), i.e. all large buffers, and gives
-every step its most pieces; 71 is the smallest buffers. Within one iteration of the
-runtime's loop over the buffer (``gridOffset``) nothing waits on a later iteration,
-so one iteration free of deadlock is what every iteration needs. Thread blocks block
-only on their own connections and on semaphores that only grow, so one greedy run
-decides every schedule (as in :mod:`.symbolic`).
+it with that one) at ``maxAllowedCount`` = 1: every size at which a chunk holds at
+least half of ``chunkEffectiveSize`` (Simple with NCCL's default 4 MiB buffer: 1 MiB
+per chunk), i.e. all large buffers, where every step has its most pieces. Within one
+iteration of the runtime's loop over the buffer (``gridOffset``) nothing waits on a
+later iteration, so one iteration free of deadlock is what every iteration needs.
+Thread blocks block only on their own connections and on semaphores that only grow,
+so one greedy run decides every schedule (as in :mod:`.symbolic`).
+
+One run suffices for every larger ``maxAllowedCount`` (smaller buffers, 2 ... 71) and
+for the one-message-per-step FIFOs of the symbolic run. Those cut every step into
+no more FIFO slices (a matched send and receive have the same count, so the same
+pieces), and a run that moves fewer slices per step is the finished run with the
+extra slices of each step deleted at both ends of its connection: a connection then
+never holds more than it held (every deleted slice was written before it was read),
+each remaining slice is read after it was written, and every step ends no later, so
+no wait lasts longer and that run finishes too. Simple's one-message FIFO (a step in
+1 of 8 slots) is the same run at a finer grain than a piece in 2 of 4 slices.
+(``tests/verify/test_verify_pieces.py`` checks this on every public sample and
+library algorithm at counts 1-71.)
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from arborcc.ir.model import Algorithm, Protocol
@@ -51,10 +63,8 @@ from arborcc.verify.semantics import OPS
 NCCL_STEPS = 8
 #: the largest maxAllowedCount a runtime uses (``MSCCL_MAX_COUNT - 1``)
 MAX_ALLOWED_COUNT = 71
-#: an allowed count no step reaches: every step is one piece (one message)
-MESSAGE = 1 << 30
-#: the maxAllowedCount values checked (module doc)
-ALLOWED_COUNTS = (1, 2, 4, 8, 16, 32, 64, MAX_ALLOWED_COUNT)
+#: the maxAllowedCount the check runs at: it decides every larger one (module doc)
+CHECKED_COUNT = 1
 
 
 @dataclass(frozen=True)
@@ -77,148 +87,197 @@ def piece_model(algo: Algorithm) -> PieceModel:
     return SIMPLE_PIECES if algo.protocol is Protocol.SIMPLE else LL_PIECES
 
 
-class _Fifo:
-    __slots__ = ("filled", "sender", "receiver", "src", "dst", "ch", "reader_waiting", "writer_waiting")
+class _Schedule:
+    """``algo``'s thread blocks as flat lists, built once and run at every allowed count.
 
-    def __init__(self, src: int, dst: int, ch: int):
-        self.filled = 0
-        self.sender: int | None = None
-        self.receiver: int | None = None
-        self.src, self.dst, self.ch = src, dst, ch
-        self.reader_waiting = False
-        self.writer_waiting = False
+    ``steps[g]``: thread block ``g``'s steps as ``(moves, count, dep_tb, dep_step,
+    has_dep)`` with ``moves`` bit 1 = receives, bit 2 = sends, ``dep_tb`` the global
+    index of the thread block waited on (-1: none); ``recv_fifo[g]`` / ``send_fifo[g]``
+    index the connections (-1: none); ``key`` is everything the run depends on, so
+    equal keys give equal answers."""
+
+    __slots__ = ("tbs", "tb_rank", "ids_by_rank", "steps", "recv_fifo", "send_fifo", "fifo_ends", "key")
+
+    def __init__(self, algo: Algorithm):
+        tbs, tb_rank, ids_by_rank = [], [], {}
+        for prog in sorted(algo.ranks, key=lambda p: p.rank):
+            ids = ids_by_rank.setdefault(prog.rank, {})
+            for tb in prog.threadblocks:
+                ids[tb.id] = len(tbs)
+                tbs.append(tb)
+                tb_rank.append(prog.rank)
+        fifo_index: dict[tuple[int, int, int], int] = {}
+        ends: list[list[int]] = []  # per connection: [src, dst, ch, sender, receiver]
+        send_fifo, recv_fifo = [-1] * len(tbs), [-1] * len(tbs)
+        for g, tb in enumerate(tbs):
+            r = tb_rank[g]
+            for key, side, own in (((r, tb.send, tb.channel), 3, send_fifo) if tb.send >= 0 else (None, 0, None),
+                                   ((tb.recv, r, tb.channel), 4, recv_fifo) if tb.recv >= 0 else (None, 0, None)):
+                if key is None:
+                    continue
+                f = fifo_index.get(key)
+                if f is None:
+                    f = fifo_index[key] = len(ends)
+                    ends.append([*key, -1, -1])
+                ends[f][side] = g
+                own[g] = f
+        moves = {op: (2 if info.sends else 0) | (1 if info.receives else 0) for op, info in OPS.items()}
+        steps = []
+        for g, tb in enumerate(tbs):
+            ids = ids_by_rank[tb_rank[g]]
+            row = []
+            for st in tb.steps:
+                dep = st.dep
+                row.append((moves[st.op], st.count, ids[dep.tb] if dep is not None else -1,
+                            dep.step if dep is not None else -1, st.has_dep))
+            steps.append(tuple(row))
+        self.tbs, self.tb_rank, self.ids_by_rank = tbs, tb_rank, ids_by_rank
+        self.steps, self.recv_fifo, self.send_fifo = tuple(steps), tuple(recv_fifo), tuple(send_fifo)
+        self.fifo_ends = tuple(tuple(e) for e in ends)
+        self.key = (algo.protocol, self.steps, self.recv_fifo, self.send_fifo, self.fifo_ends)
+
+    def run(self, model: PieceModel, allowed_count: int) -> tuple[list[int], list[int], list[int]]:
+        """The greedy run (module doc): every thread block's program counter and last
+        signalled step, and every connection's filled slices, when nothing can move."""
+        steps, recv_fifo, send_fifo, ends = self.steps, self.recv_fifo, self.send_fifo, self.fifo_ends
+        n = len(steps)
+        cap, per_piece = model.capacity, model.per_piece
+        filled = [0] * len(ends)
+        reader_waiting = [False] * len(ends)
+        writer_waiting = [False] * len(ends)
+        pc = [0] * n
+        moved = [0] * n  # slices of the current step already moved
+        signal = [-1] * n
+        dep_waiters: dict[int, list[tuple[int, int]]] = {}
+        ready = deque(range(n))
+        pop, push = ready.popleft, ready.append
+        while ready:
+            g = pop()
+            row, rc, sc = steps[g], recv_fifo[g], send_fifo[g]
+            i, last = pc[g], len(row)
+            while i < last:
+                moves, count, dep_tb, dep_step, has_dep = row[i]
+                if dep_tb >= 0 and signal[dep_tb] < dep_step:
+                    dep_waiters.setdefault(dep_tb, []).append((dep_step, g))
+                    break
+                if moves:
+                    need = -(-count // allowed_count) * per_piece - moved[g]
+                    k = need
+                    if moves & 1 and filled[rc] < k:
+                        k = filled[rc]
+                    if moves & 2 and cap - filled[sc] < k:
+                        k = cap - filled[sc]
+                    if k > 0:
+                        moved[g] += k
+                        if moves & 1:
+                            filled[rc] -= k
+                            if writer_waiting[rc]:
+                                writer_waiting[rc] = False
+                                push(ends[rc][3])
+                        if moves & 2:
+                            filled[sc] += k
+                            if reader_waiting[sc]:
+                                reader_waiting[sc] = False
+                                push(ends[sc][4])
+                    if k < need:
+                        if moves & 1 and filled[rc] == 0:
+                            reader_waiting[rc] = True
+                        if moves & 2 and filled[sc] == cap:
+                            writer_waiting[sc] = True
+                        break
+                    moved[g] = 0
+                if has_dep:
+                    signal[g] = i
+                    waiters = dep_waiters.get(g)
+                    if waiters:
+                        dep_waiters[g] = [(s, w) for s, w in waiters if s > i]
+                        ready.extend(w for s, w in waiters if s <= i)
+                i += 1
+            pc[g] = i
+        return pc, signal, filled
+
+    def violations(self, model: PieceModel, allowed_count: int, limit: int = 5) -> list[Violation]:
+        """The deadlock violations of :meth:`run` (empty when every thread block finishes)."""
+        pc, signal, filled = self.run(model, allowed_count)
+        tbs, tb_rank = self.tbs, self.tb_rank
+        unfinished = [g for g in range(len(tbs)) if pc[g] < len(tbs[g].steps)]
+        if not unfinished:
+            return []
+        names = {g: TbName(tb_rank[g], tbs[g].id, pc[g], tbs[g].steps[pc[g]].op.value
+                           if pc[g] < len(tbs[g].steps) else "-") for g in range(len(tbs))}
+        finished = {g for g in range(len(tbs)) if pc[g] >= len(tbs[g].steps)}
+        blocked = {g: self._why_blocked(g, pc[g], signal, filled, model.capacity) for g in unfinished}
+        where = (f"with steps cut into pieces as the MSCCL runtimes do ({model.protocol}, maxAllowedCount "
+                 f"{allowed_count}: {model.per_piece} of {model.capacity} FIFO slices per piece)")
+        out = [Violation(v.rank, v.tb, v.step, v.kind, f"{v.message} {where}")
+               for v in explain_deadlock(blocked, names, finished, limit)]
+        out.append(Violation(None, None, None, "deadlock",
+                             f"deadlock {where}: {len(unfinished)} of {len(tbs)} thread blocks cannot finish"))
+        return out
+
+    def _why_blocked(self, g: int, i: int, signal: list[int], filled: list[int], cap: int) -> Wait:
+        """The condition step ``i`` of thread block ``g`` stopped on (see :mod:`.symbolic`)."""
+        moves, _, dep_tb, dep_step, _ = self.steps[g][i]
+        if dep_tb >= 0 and signal[dep_tb] < dep_step:
+            return Wait("dep", on=dep_tb, dep_tb=self.tbs[g].steps[i].dep.tb, dep_step=dep_step)
+        rc, sc = self.recv_fifo[g], self.send_fifo[g]
+        if moves & 1 and filled[rc] == 0:
+            src, _, ch, sender, _ = self.fifo_ends[rc]
+            return Wait("recv", src, ch, sender)
+        _, dst, ch, _, receiver = self.fifo_ends[sc]
+        return Wait("send", dst, ch, receiver, slots=cap)
 
 
 def piece_deadlocks(algo: Algorithm, model: PieceModel, allowed_count: int, limit: int = 5) -> list[Violation]:
     """Run ``algo`` with every step cut into ``ceil(count / allowed_count)`` pieces of
     ``model``; the deadlock violations (empty when every thread block finishes)."""
-    tbs, tb_rank, ids_by_rank = [], [], {}
-    for prog in sorted(algo.ranks, key=lambda p: p.rank):
-        ids = ids_by_rank.setdefault(prog.rank, {})
-        for tb in prog.threadblocks:
-            ids[tb.id] = len(tbs)
-            tbs.append(tb)
-            tb_rank.append(prog.rank)
-    fifos: dict[tuple[int, int, int], _Fifo] = {}
-    send_fifo: list[_Fifo | None] = [None] * len(tbs)
-    recv_fifo: list[_Fifo | None] = [None] * len(tbs)
-    for g, tb in enumerate(tbs):
-        r = tb_rank[g]
-        if tb.send >= 0:
-            key = (r, tb.send, tb.channel)
-            f = fifos.setdefault(key, _Fifo(*key))
-            f.sender, send_fifo[g] = g, f
-        if tb.recv >= 0:
-            key = (tb.recv, r, tb.channel)
-            f = fifos.setdefault(key, _Fifo(*key))
-            f.receiver, recv_fifo[g] = g, f
-
-    cap, per_piece = model.capacity, model.per_piece
-    pc = [0] * len(tbs)
-    moved = [0] * len(tbs)  # slices of the current step already moved
-    signal = [-1] * len(tbs)
-    dep_waiters: dict[int, list[tuple[int, int]]] = {}
-    ready = deque(range(len(tbs)))
-    while ready:
-        g = ready.popleft()
-        steps, rc, sc, ids = tbs[g].steps, recv_fifo[g], send_fifo[g], ids_by_rank[tb_rank[g]]
-        i = pc[g]
-        while i < len(steps):
-            st = steps[i]
-            dep = st.dep
-            if dep is not None:
-                tg = ids[dep.tb]
-                if signal[tg] < dep.step:
-                    dep_waiters.setdefault(tg, []).append((dep.step, g))
-                    break
-            info = OPS[st.op]
-            if info.sends or info.receives:
-                need = -(-st.count // allowed_count) * per_piece - moved[g]
-                n = need
-                if info.receives:
-                    n = min(n, rc.filled)
-                if info.sends:
-                    n = min(n, cap - sc.filled)
-                if n > 0:
-                    moved[g] += n
-                    if info.receives:
-                        rc.filled -= n
-                        if rc.writer_waiting:
-                            rc.writer_waiting = False
-                            ready.append(rc.sender)
-                    if info.sends:
-                        sc.filled += n
-                        if sc.reader_waiting:
-                            sc.reader_waiting = False
-                            ready.append(sc.receiver)
-                if n < need:
-                    if info.receives and rc.filled == 0:
-                        rc.reader_waiting = True
-                    if info.sends and sc.filled == cap:
-                        sc.writer_waiting = True
-                    break
-                moved[g] = 0
-            if st.has_dep:
-                signal[g] = i
-                waiters = dep_waiters.get(g)
-                if waiters:
-                    dep_waiters[g] = [(k, w) for k, w in waiters if k > i]
-                    ready.extend(w for k, w in waiters if k <= i)
-            i += 1
-        pc[g] = i
-
-    unfinished = [g for g in range(len(tbs)) if pc[g] < len(tbs[g].steps)]
-    if not unfinished:
-        return []
-    names = {g: TbName(tb_rank[g], tbs[g].id, pc[g], tbs[g].steps[pc[g]].op.value if pc[g] < len(tbs[g].steps)
-                       else "-") for g in range(len(tbs))}
-    finished = {g for g in range(len(tbs)) if pc[g] >= len(tbs[g].steps)}
-    blocked = {g: _why_blocked(tbs[g].steps[pc[g]], signal, ids_by_rank[tb_rank[g]], recv_fifo[g], send_fifo[g],
-                               cap) for g in unfinished}
-    where = (f"with steps cut into pieces as the MSCCL runtimes do ({model.protocol}, maxAllowedCount "
-             f"{allowed_count}: {model.per_piece} of {model.capacity} FIFO slices per piece)")
-    out = [Violation(v.rank, v.tb, v.step, v.kind, f"{v.message} {where}")
-           for v in explain_deadlock(blocked, names, finished, limit)]
-    out.append(Violation(None, None, None, "deadlock",
-                         f"deadlock {where}: {len(unfinished)} of {len(tbs)} thread blocks cannot finish"))
-    return out
+    return _Schedule(algo).violations(model, allowed_count, limit)
 
 
-def _why_blocked(st, signal: list[int], ids: dict[int, int], rc: _Fifo | None, sc: _Fifo | None, cap: int) -> Wait:
-    """The condition the step ``st`` stopped on (see :func:`arborcc.verify.symbolic`)."""
-    dep = st.dep
-    if dep is not None and signal[ids[dep.tb]] < dep.step:
-        return Wait("dep", on=ids[dep.tb], dep_tb=dep.tb, dep_step=dep.step)
-    info = OPS[st.op]
-    if info.receives and rc.filled == 0:
-        return Wait("recv", rc.src, rc.ch, rc.sender)
-    return Wait("send", sc.dst, sc.ch, sc.receiver, slots=cap)
+#: inside :func:`remembering_passes`: the schedules :func:`check_pieces` found free of
+#: deadlock, with the note (the key holds everything a run reads); None outside
+_passed: dict[tuple, str] | None = None
+
+
+@contextmanager
+def remembering_passes() -> Iterator[None]:
+    """Within the block, an algorithm found free of deadlock is not checked again: a
+    generator's candidate check (:func:`deadlock_free`) and the verifier's final check
+    of the same algorithm then cost one run (``synthesize`` wraps its work in this)."""
+    global _passed
+    outer = _passed
+    _passed = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _passed = outer
 
 
 def check_pieces(algo: Algorithm) -> tuple[list[Violation], str]:
-    """The protocol's piece model at every maxAllowedCount of the module doc: the
-    violations of the first that deadlocks (empty if none does), and a note saying
-    what was checked."""
-    model = piece_model(algo)
-    counts = sorted({st.count for p in algo.ranks for tb in p.threadblocks for st in tb.steps
-                     if OPS[st.op].sends or OPS[st.op].receives})
-    seen = set()
-    for m in ALLOWED_COUNTS:
-        pieces = tuple(-(-c // m) for c in counts)
-        if pieces in seen:
-            continue
-        seen.add(pieces)
-        found = piece_deadlocks(algo, model, m)
-        if found:
-            return found, f"deadlock found with steps cut into pieces ({model.protocol}, maxAllowedCount {m})"
-    return [], (f"steps cut into the runtimes' pieces ({model.protocol}: {model.per_piece} of {model.capacity} "
-                f"FIFO slices per piece): no deadlock at maxAllowedCount {', '.join(map(str, ALLOWED_COUNTS))} "
-                f"(1: every large buffer; {len(seen)} distinct runs)")
+    """The protocol's piece model at ``maxAllowedCount`` 1, which decides every other
+    (module doc): its deadlock violations (empty if none) and a note saying what was
+    checked."""
+    return _check_schedule(_Schedule(algo), piece_model(algo))
 
 
-def deadlock_free(algo: Algorithm, slots: int = NCCL_STEPS) -> bool:
-    """Whether ``algo`` finishes both as the symbolic run sees it (one message per step,
-    ``slots`` per connection) and with steps cut into pieces (:func:`check_pieces`):
-    the verifier's two deadlock checks, counters only - cheap enough for a generator
-    to try candidates with."""
-    return not piece_deadlocks(algo, PieceModel("message", slots, 1), MESSAGE) and not check_pieces(algo)[0]
+def _check_schedule(schedule: _Schedule, model: PieceModel) -> tuple[list[Violation], str]:
+    """:func:`check_pieces` of a prepared schedule, answered once per distinct schedule."""
+    if _passed is not None and schedule.key in _passed:
+        return [], _passed[schedule.key]
+    found = schedule.violations(model, CHECKED_COUNT)
+    if found:
+        return found, f"deadlock found with steps cut into pieces ({model.protocol}, maxAllowedCount {CHECKED_COUNT})"
+    note = (f"steps cut into the runtimes' pieces ({model.protocol}: {model.per_piece} of {model.capacity} "
+            f"FIFO slices per piece): no deadlock at maxAllowedCount {CHECKED_COUNT} (every large buffer), "
+            f"hence none at {CHECKED_COUNT + 1}-{MAX_ALLOWED_COUNT} (fewer pieces per step)")
+    if _passed is not None:
+        _passed[schedule.key] = note
+    return [], note
+
+
+def deadlock_free(algo: Algorithm) -> bool:
+    """Whether ``algo`` finishes with steps cut into pieces (:func:`check_pieces`), and
+    so also as the symbolic run sees it (one message per step in 8 slots per
+    connection; module doc): the verifier's deadlock checks, counters only - cheap
+    enough for a generator to try candidates with."""
+    return not check_pieces(algo)[0]
