@@ -1,7 +1,7 @@
 """The shared-memory runtime against MPICH (mpi4py) and gloo (torch), side by side in one run.
 
     .venv/bin/python benchmarks/runtime_collectives.py [--quick] [--rounds N] [--collectives C ...]
-        [--ranks N ...] [--json OUT.json] [--plot-dir DIR]
+        [--ranks N ...] [--sizes BYTES ...] [--json OUT.json] [--plot-dir DIR]
 
 All-reduce (float32 sum) on 2 and 4 ranks from 4 KB to 256 MB against MPICH and gloo;
 all-gather, reduce-scatter and broadcast against MPICH. Every back-end runs the same
@@ -31,6 +31,7 @@ from arborcc.runtime.bench_protocol import Spec
 from arborcc.runtime.bench_report import plot
 from arborcc.runtime.benchmark import run_backend
 from arborcc.runtime.membw import busbw_bound, copy_bandwidth
+from arborcc.sim.sizes import parse_size
 
 KB, MB = 1 << 10, 1 << 20
 SIZES = [4 * KB, 16 * KB, 64 * KB, 256 * KB, 1 * MB, 4 * MB, 16 * MB, 64 * MB, 256 * MB]
@@ -47,7 +48,7 @@ def sweep(collective: str, ranks: int, backends: list[str], sizes: list[int], ro
     runs: dict[tuple, list] = {}
     for rnd in range(rounds):
         order = backends[rnd % len(backends):] + backends[:rnd % len(backends)]
-        for group, iters, warmup in ((small, 50, 10), (large, 7, 2)):
+        for group, iters, warmup in ((small, 50, 10), (large, 7, 5)):
             if not group:
                 continue
             for backend in order:
@@ -132,8 +133,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every sweep (default 3)")
     ap.add_argument("--collectives", nargs="+", default=list(COLLECTIVES), choices=COLLECTIVES)
     ap.add_argument("--ranks", type=int, nargs="+", help="rank counts (default 2 and 4; --quick: 2)")
+    ap.add_argument("--sizes", nargs="+", help="sizes to sweep, e.g. 64K 1M (default 4 KB-256 MB, x4)")
     args = ap.parse_args()
-    sizes = QUICK_SIZES if args.quick else SIZES
+    sizes = [parse_size(s) for s in args.sizes] if args.sizes else QUICK_SIZES if args.quick else SIZES
     print(f"# {' '.join(['benchmarks/runtime_collectives.py'] + sys.argv[1:])}")
     print(f"# {os.cpu_count()} CPUs; load average before: {os.getloadavg()} (other work shares the machine)")
     membw = copy_bandwidth(2)

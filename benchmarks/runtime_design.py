@@ -4,9 +4,12 @@
 
 Rows: the scheduler on the calling thread vs a worker thread per thread block; large
 messages read from the sender's memory (cross-memory attach) vs copied through the
-shared FIFO slots twice; pipeline slices of 256 KB, 1 MB (the default) and 4 MB. Median
-us per call (slowest rank), 2 and 4 ranks. Each configuration runs twice, interleaved,
-to show the noise.
+shared FIFO slots twice; pipeline slices of 256 KB, 1 MB (the default) and 4 MB;
+reductions that read their peers' memory from 16 KB on instead of 512 KB (below, the
+messages go through the slots, copied once per sender); ranks left unpinned; waiting
+ranks that yield for 1 ms before they sleep (the default with more ranks than CPUs:
+100 us). Median us per call (slowest rank), 2 and 4 ranks. Each configuration runs
+twice, interleaved, to show the noise.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ from arborcc.runtime.benchmark import run_backend
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
 CONFIGS = [
-    ("default: scheduler, CMA, 1 MB slices", {}),
+    ("default: scheduler, slots/CMA, 1 MB slices", {}),
     ("a thread per thread block", {"workers": 0}),
-    ("no cross-memory attach (two copies)", {"cma_threshold": 1 << 62}),
+    ("no cross-memory attach (two copies)", {"cma_threshold": 1 << 62, "reduce_cma_threshold": 1 << 62}),
     ("256 KB slices", {"slice_bytes": 256 << 10}),
     ("4 MB slices", {"slice_bytes": 4 << 20}),
+    ("reductions read peers' memory from 16 KB", {"reduce_cma_threshold": 16 << 10}),
+    ("ranks not pinned to CPUs", {"pin": False}),
+    ("waiting ranks yield 1 ms before sleeping", {"yield_us": 1000}),
 ]
 
 

@@ -7,13 +7,15 @@ from support.rankpool import RankPool
 
 @pytest.fixture(scope="session")
 def pools():
-    """``pools(n)``: a pool of n rank processes, created on first use."""
-    made: dict[int, RankPool] = {}
+    """``pools(n, **options)``: a pool of n rank processes whose communicators have these
+    runtime options, created on first use."""
+    made: dict[tuple, RankPool] = {}
 
-    def get(n: int) -> RankPool:
-        if n not in made:
-            made[n] = RankPool(n)
-        return made[n]
+    def get(n: int, **options) -> RankPool:
+        key = (n, tuple(sorted(options.items())))
+        if key not in made:
+            made[key] = RankPool(n, **options)
+        return made[key]
 
     yield get
     for pool in made.values():

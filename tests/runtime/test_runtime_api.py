@@ -71,6 +71,38 @@ def test_repeated_allreduce_on_the_same_arrays():
         assert all(seen), seen
 
 
+def _repeated_collectives_rank():
+    from arborcc.runtime import Communicator
+
+    comm = Communicator.from_env(timeout=30)
+    r, n = comm.rank, comm.world_size
+    k = 5000
+    x, gathered, part, y = np.zeros(k, np.float32), np.zeros(n * k, np.float32), np.zeros(k, np.float32), \
+        np.zeros(k, np.float32)
+    big = np.zeros(n * k, np.float32)
+    seen = []
+    for i in range(3):  # the same arrays again and again, new contents each time
+        x[:] = np.arange(k) % 5 + 10 * r + i
+        comm.allgather(x, gathered)
+        seen.append(("allgather", i, bool(np.array_equal(
+            gathered, np.concatenate([np.arange(k) % 5 + 10 * p + i for p in range(n)])))))
+        big[:] = np.arange(n * k) % 3 + r + i
+        comm.reduce_scatter(big, part)
+        seen.append(("reduce_scatter", i, bool(np.array_equal(
+            part, (np.arange(r * k, (r + 1) * k) % 3 + i) * n + sum(range(n))))))
+        for root in (0, n - 1, 0):  # another root on the same arrays, then back
+            comm.broadcast(x, y, root=root)
+            seen.append(("broadcast", i, bool(np.array_equal(y, np.arange(k) % 5 + 10 * root + i))))
+    return seen
+
+
+def test_repeated_collectives_on_the_same_arrays():
+    """The repeat path of all-gather, reduce-scatter and broadcast reads each call's contents
+    and follows a change of root."""
+    for seen in run_ranks(_repeated_collectives_rank, 3, timeout=120):
+        assert all(ok for *_, ok in seen), seen
+
+
 def test_array_checks():
     a = np.zeros((4, 4), np.float32)
     assert array_ref(a, "x").count == 16

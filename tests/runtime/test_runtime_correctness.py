@@ -207,3 +207,47 @@ def test_default_plan_matches_numpy(pools, n, collective, dtype, op, mode, count
             return pools(k)
 
     run_and_check(World(), None, None, mode, dtype, op, count, seed, collective=collective, root=root)
+
+
+#: the data plane's ways of moving a message, each forced on a pool of its own
+TRANSPORTS = {
+    # reductions read their peers' memory (remote messages, pinned sources, demotion)
+    "cross-memory-attach": dict(reduce_cma_threshold=1024, cma_threshold=1024),
+    # every message through the slots (a sender copies once, the receivers of the same
+    # bytes share that slot)
+    "slots": dict(cma_threshold=1 << 62, reduce_cma_threshold=1 << 62),
+    # a worker thread per thread block
+    "workers": dict(workers=0),
+}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(transport=st.sampled_from(sorted(TRANSPORTS)), n=st.sampled_from([2, 3, 4]),
+       collective=st.sampled_from(PLAN_COLLECTIVES), dtype=st.sampled_from(("float32", "float16", "int64")),
+       op=st.sampled_from(OPS), mode=st.sampled_from(["inplace", "outofplace"]),
+       count=st.one_of(st.integers(1, 40), st.integers(60_000, 70_000)), seed=st.integers(0, 99), data=st.data())
+def test_transports_match_numpy(pools, transport, n, collective, dtype, op, mode, count, seed, data):
+    """The built-in plan with every way of moving messages (whatever the sizes pick by default)."""
+    root = data.draw(st.integers(0, n - 1), label="root")
+
+    class World:
+        world = n
+
+        def __call__(self, k):
+            return pools(k, **TRANSPORTS[transport])
+
+    run_and_check(World(), None, None, mode, "float32" if op == "avg" and dtype == "int64" else dtype, op, count,
+                  seed, collective=collective, root=root)
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+@pytest.mark.parametrize("name", ["allpairs-allreduce", "ring-allreduce", "hd-allreduce", "ring-allgather"])
+def test_library_transports_match_numpy(pools, transport, name):
+    """Library algorithms on 4 ranks (sends of the same chunk to several peers, receive-and-send
+    steps, in place) with every way of moving messages."""
+    algo = LIBRARY[name](ranks=4).algorithm
+    per_block = chunks_per_block(algo)
+    for mode in declared_modes(algo):
+        for count in (per_block * 1031 + 3, per_block * 9000):
+            run_and_check(lambda k: pools(k, **TRANSPORTS[transport]), algo, f"{name}-{transport}", mode.value,
+                          "float32", "sum", count, seed=count)

@@ -83,20 +83,30 @@ def test_rank_killed_with_sigkill_is_named(tmp_path, shm_unchanged):
 
 
 def test_rank_that_never_calls_times_out_naming_it(tmp_path, shm_unchanged):
-    code, said = launch(tmp_path, 3, """
+    # every rank makes a first call (its preparation, slow on a busy machine, is then
+    # behind it); rank 1 makes no second call until the others have timed out and said so
+    # (they leave a file each), so the 2 s timeout cannot race with its arrival
+    code, said = launch(tmp_path, 3, f"""
         comm = Communicator.from_env(timeout=2)
         x = np.ones(100, np.float32)
+        comm.allreduce(x)
+        done = [os.path.join({str(tmp_path)!r}, f"done{{r}}") for r in (0, 2)]
         if rank == 1:
-            time.sleep(6)
+            t0 = time.monotonic()
+            while not all(map(os.path.exists, done)) and time.monotonic() - t0 < 40:
+                time.sleep(0.05)
         try:
             comm.allreduce(x)
             report("no error")
         except CommunicationError as e:
             report(str(e))
+        if rank != 1:
+            open(done[rank // 2], "w").close()
     """)
     assert "timed out after 2 s waiting for rank 1" in said[0] or "rank 0 failed" in said[0] or \
         "waiting for rank 1" in said[0], said
     assert "rank 1" in said[2], said
+    assert "rank" in said[1] and "no error" not in said[1], said
 
 
 def test_rank_that_never_arrives_is_named(tmp_path, shm_unchanged):

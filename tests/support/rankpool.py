@@ -39,13 +39,13 @@ def as_float(a: np.ndarray, dtype: str) -> np.ndarray:
     return a
 
 
-def _serve(rank: int, world: int, port: int, conn) -> None:
+def _serve(rank: int, world: int, port: int, conn, options: dict) -> None:
     os.environ.update(rank_env(rank, world, port, {}))
     from arborcc.runtime.communicator import Communicator
 
     algos = {}
     try:
-        comm = Communicator.from_env(timeout=20)
+        comm = Communicator.from_env(**{"timeout": 20, **options})
         conn.send(("ready", comm.cross_memory_attach))
         while True:
             job = conn.recv()
@@ -106,14 +106,15 @@ def _run_job(comm, algos, rank, world, job):
 
 
 class RankPool:
-    def __init__(self, world: int):
+    def __init__(self, world: int, **options):
+        """``world`` rank processes, each with a communicator made with ``options``."""
         self.world = world
         ctx = multiprocessing.get_context("fork")
         port = free_port_pair()
         self.conns, self.procs = [], []
         for r in range(world):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_serve, args=(r, world, port, child), daemon=True)
+            p = ctx.Process(target=_serve, args=(r, world, port, child, options), daemon=True)
             p.start()
             self.conns.append(parent)
             self.procs.append(p)

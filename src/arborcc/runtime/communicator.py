@@ -16,10 +16,11 @@ memory (NCCL's rule: for all-gather the input is the rank's block of the output,
 reduce-scatter the output is the rank's block of the input). Every rank must make the
 same calls in the same order with the same sizes.
 
-Repeated all-reduces on the same numpy arrays (a training loop's buckets) skip the
-Python-side work after the first: the communicator remembers the last all-reduce's
-arrays, operator and prepared data-plane calls (and so keeps those arrays alive until
-the next all-reduce on others, or :meth:`Communicator.close`).
+Repeated calls on the same numpy arrays (a training loop's buckets) skip the Python-side
+work after the first: the communicator remembers the last all-reduce's, all-gather's,
+reduce-scatter's and broadcast's arrays, operator or root and prepared data-plane calls
+(and so keeps those arrays alive until the next call of that collective on others, or
+:meth:`Communicator.close`).
 
 The shared-memory segment ``/dev/shm/arborcc-<pid>-<random>`` exists only during
 start-up: once every rank has mapped it, it is unlinked, so nothing is left behind
@@ -44,8 +45,14 @@ from arborcc.runtime.arrays import DTYPES, ArrayRef, array_ref, check_op
 from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.lowering import LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
 from arborcc.runtime.miad import MIADTuner
-from arborcc.runtime.plan import Plan, fallback_algorithm, require_verified
+from arborcc.runtime.plan import Plan, call_bytes, fallback_algorithm, require_verified
 from arborcc.runtime.rendezvous import LaunchEnv, NameServer, fetch_name, launch_env
+
+#: with more ranks than CPUs, calls of at least this many bytes run a thread per thread
+#: block (by default): while one waits for a peer, another copies, where the one
+#: scheduler thread gave its CPU away (4 ranks on 2 CPUs: 4 MB all-reduce 1.5 ms instead
+#: of 4-6 ms with other programs on the CPUs; 1 MB 490 us instead of 380-440 us)
+THREADS_BYTES = 2 << 20
 
 #: prefix of every arborcc shared-memory segment (under /dev/shm)
 SEGMENT_PREFIX = "arborcc-"
@@ -57,15 +64,18 @@ class Options:
 
     timeout: float = 120.0  #: seconds a rank waits without progress before failing (names the rank waited for)
     slice_bytes: int = 1 << 20  #: pipeline slice per chunk and step (GC3's tile)
-    cma_threshold: int = 16 * 1024  #: messages this large are read from the sender's memory (one copy)
-    workers: int = 1  #: threads per rank: 1 = a scheduler on the calling thread, 0 = one per thread block
+    cma_threshold: int = 16 * 1024  #: messages this large are read from the sender's memory (one copy) ...
+    reduce_cma_threshold: int = 512 * 1024  #: ... or this large in programs that reduce (smaller ones: slots)
+    workers: int = -1  #: threads per rank: 1 = a scheduler on the calling thread, 0 = one per thread block,
+    #: -1 = the scheduler, but one thread per thread block for calls of at least ``THREADS_BYTES`` on more ranks
+    #: than CPUs
     spin_us: float = -1  #: a waiting rank spins this long (-1: 500, or 2 with more ranks than CPUs) ...
-    yield_us: float = -1  #: ... then yields the CPU this long (-1: 5000, or 1000 with more ranks than CPUs), then sleeps
+    yield_us: float = -1  #: ... then yields the CPU this long (-1: 5000, or 100 with more ranks than CPUs), then sleeps
     slots: int = 8  #: FIFO slots per connection
     slot_bytes: int = 4 << 20  #: bytes per FIFO slot (an upper bound on one message; pages are touched only when used)
     channels: int = 32  #: channels per pair of ranks (MSCCL's maximum)
     tune: bool = False  #: adjust slice_bytes per call shape online (Blink's MIAD)
-    pin: bool = True  #: with no more ranks than CPUs, run rank r on CPU r (when its affinity is not already set)
+    pin: bool = True  #: run rank r on CPU r modulo the CPU count (when its affinity is not already set)
 
     @classmethod
     def from_env(cls, env: dict | None = None, **overrides) -> "Options":
@@ -91,15 +101,17 @@ class Options:
 
 
 def pin_to_cpu(rank: int, world_size: int) -> bool:
-    """Run this process on CPU ``rank`` if there are enough CPUs and nobody restricted it.
+    """Run this process on one CPU if nobody restricted it: rank ``r`` on CPU ``r`` modulo
+    the CPU count (with more ranks than CPUs, ranks ``r`` and ``r + cpus`` share one).
 
     Waiting ranks spin, then yield, then sleep; Linux's load balancer then tends to pack
-    them onto one CPU, where every wait costs a context switch. One CPU per rank (as MPI
-    launchers bind) keeps them apart."""
+    them onto one CPU, where every wait costs a context switch and the other CPUs idle
+    (4 ranks on 2 CPUs: all four on one CPU in about half the runs, at twice the time
+    per call). A fixed CPU per rank (as MPI launchers bind) keeps them spread."""
     cpus = sorted(os.sched_getaffinity(0))
-    if world_size > len(cpus) or len(cpus) < (os.cpu_count() or 1):
+    if len(cpus) < (os.cpu_count() or 1):
         return False
-    os.sched_setaffinity(0, {cpus[rank]})
+    os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     return True
 
 
@@ -136,7 +148,8 @@ class Communicator:
         self._scratch = np.empty(0, np.uint8)
         self._tuners: dict[tuple, MIADTuner] = {}
         self._tuned_calls = 0
-        self._last_allreduce: tuple | None = None  #: (send, recv, op, plan size, prepared calls, send ref, recv ref)
+        #: per collective, its last call: (send, recv, op or root, plan size, prepared calls, send ref, recv ref)
+        self._last_calls: dict[str, tuple] = {}
         self._closed = False
         try:
             self._native = native.Communicator(segment, rank, create, world_size, options.channels, options.slots,
@@ -147,7 +160,7 @@ class Communicator:
         if options.spin_us < 0:
             options.spin_us = 500.0 if spare_cpus else 2.0
         if options.yield_us < 0:
-            options.yield_us = 5000.0 if spare_cpus else 1000.0
+            options.yield_us = 5000.0 if spare_cpus else 100.0
         self._native.set_waiting(options.spin_us * 1e-6, options.yield_us * 1e-6)
         if options.pin:
             pin_to_cpu(rank, world_size)
@@ -219,18 +232,12 @@ class Communicator:
 
     def allreduce(self, send, recv=None, op: str = "sum"):
         """``recv`` (or ``send`` in place) = the reduction of every rank's ``send``."""
-        last = self._last_allreduce
-        if last is not None and last[0] is send and last[1] is recv and last[2] == op \
-                and last[3] == len(self.plan.entries) and not self._closed:
-            self._run_prepared(last[4], last[5], last[6])  # the same call as the last one
-            return recv if recv is not None else send
-        s = array_ref(send, "send")
-        r = s if recv is None else array_ref(recv, "recv")
-        self._same_size(s, r, s.count, "recv")
-        prepared = self._collective("allreduce", s, r, s.count, op, self._mode("allreduce", s, r, s.count))
-        if prepared is not None and type(send) is np.ndarray and (recv is None or type(recv) is np.ndarray):
-            # a numpy array keeps its memory while referenced (resizing it needs no other reference)
-            self._last_allreduce = (send, recv, op, len(self.plan.entries), prepared, s, r)
+        if not self._repeated("allreduce", send, recv, op):
+            s = array_ref(send, "send")
+            r = s if recv is None else array_ref(recv, "recv")
+            self._same_size(s, r, s.count, "recv")
+            prepared = self._collective("allreduce", s, r, s.count, op, self._mode("allreduce", s, r, s.count))
+            self._remember("allreduce", send, recv, op, prepared, s, r)
         return recv if recv is not None else send
 
     def inplace_allreduce(self, count: int, dtype: str, op: str = "sum"):
@@ -271,16 +278,22 @@ class Communicator:
 
     def allgather(self, send, recv):
         """Block ``i`` of ``recv`` (``world_size`` blocks of ``send``'s size) = rank i's ``send``."""
+        if send is not None and self._repeated("allgather", send, recv, None):
+            return recv
         r = array_ref(recv, "recv")
         s = array_ref(send, "send") if send is not None else None
         count = r.count // self.world_size if s is None else s.count
         self._same_size(s or r, r, count * self.world_size, "recv")
         mode = Mode.INPLACE if s is None else self._mode("allgather", s, r, count)
-        self._collective("allgather", s if s is not None else r, r, count, "sum", mode)
+        prepared = self._collective("allgather", s if s is not None else r, r, count, "sum", mode)
+        if s is not None:
+            self._remember("allgather", send, recv, None, prepared, s, r)
         return recv
 
     def reduce_scatter(self, send, recv=None, op: str = "sum"):
         """``recv`` = block ``rank`` of the reduction of every rank's ``send``."""
+        if recv is not None and self._repeated("reducescatter", send, recv, op):
+            return recv
         s = array_ref(send, "send")
         count = s.count // self.world_size
         if count * self.world_size != s.count:
@@ -289,7 +302,9 @@ class Communicator:
         if r is not None:
             self._same_size(s, r, count, "recv")
         mode = Mode.INPLACE if r is None else self._mode("reducescatter", s, r, count)
-        self._collective("reducescatter", s, r if r is not None else s, count, op, mode)
+        prepared = self._collective("reducescatter", s, r if r is not None else s, count, op, mode)
+        if r is not None:
+            self._remember("reducescatter", send, recv, op, prepared, s, r)
         if recv is None:
             return send[self.rank * count:(self.rank + 1) * count]
         return recv
@@ -307,10 +322,13 @@ class Communicator:
 
     def broadcast(self, send, recv=None, root: int = 0):
         """``recv`` (or ``send`` in place) on every rank = ``send`` of ``root``."""
-        s = array_ref(send, "send")
-        r = s if recv is None else array_ref(recv, "recv")
-        self._same_size(s, r, s.count, "recv")
-        self._collective("broadcast", s, r, s.count, "sum", self._mode("broadcast", s, r, s.count, root), root)
+        if not self._repeated("broadcast", send, recv, root):
+            s = array_ref(send, "send")
+            r = s if recv is None else array_ref(recv, "recv")
+            self._same_size(s, r, s.count, "recv")
+            prepared = self._collective("broadcast", s, r, s.count, "sum", self._mode("broadcast", s, r, s.count, root),
+                                        root)
+            self._remember("broadcast", send, recv, root, prepared, s, r)
         return recv if recv is not None else send
 
     def reduce(self, send, recv=None, root: int = 0, op: str = "sum"):
@@ -348,7 +366,7 @@ class Communicator:
         if not self._closed:
             self._closed = True
             self._native = None
-            self._last_allreduce = None
+            self._last_calls = {}
 
     def abort(self, reason: str) -> None:
         """Make every rank's current and later calls fail with ``reason``."""
@@ -365,6 +383,21 @@ class Communicator:
     def _mode(self, collective: str, s: ArrayRef, r: ArrayRef, count: int, root: int = 0) -> Mode:
         return call_mode(collective, self.world_size, self.rank, root, s.address, r.address,
                          count * DTYPES[s.dtype][1])
+
+    def _repeated(self, collective: str, send, recv, extra) -> bool:
+        """Run the call at once if it repeats the collective's last call on the same numpy
+        arrays (a training loop's buckets): no argument checks, no plan look-up."""
+        last = self._last_calls.get(collective)
+        if last is None or last[0] is not send or last[1] is not recv or last[2] != extra \
+                or last[3] != len(self.plan.entries) or self._closed:
+            return False
+        self._run_prepared(last[4], last[5], last[6])
+        return True
+
+    def _remember(self, collective: str, send, recv, extra, prepared, s: ArrayRef, r: ArrayRef) -> None:
+        if prepared is not None and type(send) is np.ndarray and (recv is None or type(recv) is np.ndarray):
+            # a numpy array keeps its memory while referenced (resizing it needs no other reference)
+            self._last_calls[collective] = (send, recv, extra, len(self.plan.entries), prepared, s, r)
 
     def _same_size(self, a: ArrayRef, b: ArrayRef, count: int, what: str) -> None:
         if b.count != count:
@@ -456,13 +489,21 @@ class Communicator:
             per = lw.chunks_per_block
             handle = self._call(self._native.prepare, p, [per, per, 0], [base, base, 0], count, c, DTYPES[dtype][0],
                                 op_code, max(1, slice_bytes // esize), self.options.timeout,
-                                self.options.cma_threshold, self.options.workers)
+                                self.options.cma_threshold, self.options.reduce_cma_threshold,
+                                self._workers(algo.collective, count, esize))
             steps.append((handle, bool(lw.input_chunks), bool(lw.output_chunks), lw.scratch_chunks * c * esize,
                           None))
         if op == "avg" and low.result_checked:  # divide the rank's result (where the layout puts it)
             buffer, first = low.result
             steps.append((0, 0, 0, 0, (buffer, chunk_start(first, low.chunks_per_block, count) * esize, count)))
         return steps
+
+    def _workers(self, collective: str, count: int, itemsize: int) -> int:
+        """Threads per rank for a call (``Options.workers``, -1 resolved by the call's size)."""
+        if self.options.workers >= 0:
+            return self.options.workers
+        oversubscribed = self.world_size > (os.cpu_count() or 1)
+        return 0 if oversubscribed and call_bytes(collective, self.world_size, count, itemsize) >= THREADS_BYTES else 1
 
     # -- online slice tuning (Blink's MIAD) --------------------------------------------
 

@@ -60,9 +60,15 @@ def _stop(procs: list, grace: float = 2.0) -> None:
             p.wait()
 
 
+#: seconds the other ranks get to end by themselves after one failed (a rank waiting on
+#: the failed one finds it gone within 0.1 s, then reports; a busy machine slows that)
+FAILURE_GRACE = 10.0
+
+
 def run_script(world_size: int, argv: list[str], timeout: float | None = None) -> int:
     """Run ``python argv...`` on ``world_size`` local ranks; the first failing rank's exit
-    status (0 if all succeed). A failing rank stops the others after a short grace."""
+    status (0 if all succeed). When a rank fails, the others are stopped as soon as they
+    have all ended, or after :data:`FAILURE_GRACE` seconds (or the timeout) at most."""
     limit("local-ranks").check(world_size, "-n", what="local ranks")
     port = free_port_pair()
     procs = [subprocess.Popen([sys.executable, *argv], env=rank_env(r, world_size, port))
@@ -74,7 +80,12 @@ def run_script(world_size: int, argv: list[str], timeout: float | None = None) -
             failed = [p for p in procs if p.poll() not in (None, 0)]
             if failed:
                 status = failed[0].returncode
-                time.sleep(0.5)  # let the others report their view of the failure
+                # let the others find the failure and report their view of it
+                grace_end = time.monotonic() + FAILURE_GRACE
+                if deadline is not None:
+                    grace_end = min(grace_end, deadline)
+                while any(p.poll() is None for p in procs) and time.monotonic() < grace_end:
+                    time.sleep(0.02)
                 break
             if deadline is not None and time.monotonic() > deadline:
                 print(f"arborcc run: timed out after {timeout:g} s; stopping every rank", file=sys.stderr)

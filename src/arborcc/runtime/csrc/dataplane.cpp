@@ -20,6 +20,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -125,7 +126,7 @@ static const ReduceFn reduce_fn = HAVE_AVX2 ? kernels_avx2::reduce : kernels_gen
 // ---------------------------------------------------------------------------------------
 // The shared segment
 
-constexpr uint64_t MAGIC = 0x61726230726363ULL + 2;  // bump when the layout changes
+constexpr uint64_t MAGIC = 0x61726230726363ULL + 3;  // bump when the layout changes
 constexpr int MAX_RANKS = 64;
 constexpr int MAX_SLOTS = 16;
 constexpr int MAX_PIECES = 80;  // a step moves at most 72 chunks (MSCCL's cnt limit)
@@ -137,6 +138,14 @@ struct SlotDesc {
   uint32_t npieces;
   uint64_t call_id;
   uint64_t piece_bytes;
+  // An inline message's bytes start at data_off (from the segment's start): its own
+  // slot's data, or, for a message that shares another's bytes (the same data sent to
+  // several peers is copied once), that message's slot; owner_off then locates that
+  // message's descriptor, whose `sharers` counts the unread messages that share it (its
+  // slot is not reused before they are read).
+  uint64_t data_off;
+  uint64_t owner_off;
+  std::atomic<uint32_t> sharers;
   uint64_t addrs[MAX_PIECES];
 };
 
@@ -263,6 +272,8 @@ class Segment {
   ConnCtl* conn(int src, int dst, int ch) const {
     return (ConnCtl*)(base_ + hdr_->conn_off) + ((size_t)src * hdr_->nranks + dst) * hdr_->channels + ch;
   }
+  char* base() const { return base_; }
+  uint64_t offset(const void* p) const { return (uint64_t)((const char*)p - base_); }
   char* slot_data(int src, int dst, int ch, uint64_t slot) const {
     size_t idx = ((size_t)src * hdr_->nranks + dst) * hdr_->channels + ch;
     return base_ + hdr_->data_off + (idx * hdr_->slots + slot) * hdr_->slot_bytes;
@@ -297,6 +308,10 @@ struct Program {
   bool copy_only = true;
   // Lowest and highest chunk index each call buffer's steps touch (-1: none).
   int lo_chunk[3] = {-1, -1, -1}, hi_chunk[3] = {-1, -1, -1};
+  // The order in which the scheduler visits thread blocks: those that send first (a
+  // peer can start on a message while this rank copies), then those that receive,
+  // then local ones.
+  std::vector<int> order;
 };
 
 // Where a call's buffers are and how chunk indices map to elements.
@@ -438,6 +453,11 @@ class Communicator {
           p.copy_only = false;
       }
     }
+    for (int t = 0; t < (int)p.tbs.size(); ++t) p.order.push_back(t);
+    std::stable_sort(p.order.begin(), p.order.end(), [&](int a, int b) {
+      auto rank = [&](int t) { return p.tbs[t].send >= 0 ? 0 : p.tbs[t].recv >= 0 ? 1 : 2; };
+      return rank(a) < rank(b);
+    });
     // chunks of one call buffer never overlap; the caller's send and receive buffers
     // are checked apart at each call (run())
     p.sends_unwritten = !slot_sends;
@@ -457,12 +477,18 @@ class Communicator {
   // Everything about a call except its buffers, stored once per call shape.
   int prepare(int program, std::vector<int64_t> cpb, std::vector<int64_t> base, int64_t block_stride,
               int64_t chunk_elems, int dtype, int op, int64_t tile_elems, double timeout, uint64_t cma_threshold,
-              int workers) {
-    programs_.at(program);
+              uint64_t reduce_cma_threshold, int workers) {
     if (dtype < 0 || dtype > DT_U8) throw CommError("unknown dtype code");
     if (op < 0 || op > OP_MAX) throw CommError("unknown op code");
+    // Programs that reduce read messages below reduce_cma_threshold from the slots: the
+    // sender copies once whatever the number of receivers (they share the slot), the
+    // receivers reduce straight from it, no system call, and the sender need not wait
+    // for its readers at the end of the call. Programs that only copy gain from the
+    // single copy of cross-memory attach from a smaller size on.
+    const Program& prog = programs_.at(program);
     Prepared p{program, {cpb.at(0), cpb.at(1), cpb.at(2)}, {base.at(0), base.at(1), base.at(2)}, block_stride,
-               chunk_elems, dtype, op, tile_elems, timeout, cma_threshold, workers};
+               chunk_elems, dtype, op, tile_elems, timeout,
+               prog.copy_only ? cma_threshold : reduce_cma_threshold, workers};
     prepared_.push_back(p);
     return (int)prepared_.size() - 1;
   }
@@ -519,7 +545,7 @@ class Communicator {
       tile = std::min(tile, max_tile);
     }
     Call call{prog, g, dtype, op, tile, (chunk_elems + tile - 1) / tile, timeout, use_cma, cma_threshold,
-              ++call_id_};
+              ++call_id_, workers == 1};
     execute(call, workers);
   }
 
@@ -555,16 +581,20 @@ class Communicator {
     me.barrier_gen.store((uint32_t)gen);
     for (int r = 0; r < n_; ++r) wake(r);
     auto t0 = std::chrono::steady_clock::now();
+    auto last_check = t0;
     for (int r = 0; r < n_; ++r) {
       while ((uint32_t)seg_.hdr()->ranks[r].barrier_gen.load() < (uint32_t)gen) {
         check_abort();
         uint32_t s = me.seq.load();
         if ((uint32_t)seg_.hdr()->ranks[r].barrier_gen.load() >= (uint32_t)gen) break;
-        if (!process_alive(seg_.hdr()->ranks[r].pid.load()))
-          fail("rank " + std::to_string(r) + " died (process " + std::to_string(seg_.hdr()->ranks[r].pid.load()) +
-               " is gone) before the barrier");
-        if (elapsed(t0) > timeout)
-          fail("barrier timed out after " + fmt(timeout) + " s waiting for rank " + std::to_string(r));
+        if (elapsed(last_check) > 0.1) {  // reading /proc costs tens of microseconds: not at every wake-up
+          last_check = std::chrono::steady_clock::now();
+          if (!process_alive(seg_.hdr()->ranks[r].pid.load()))
+            fail("rank " + std::to_string(r) + " died (process " + std::to_string(seg_.hdr()->ranks[r].pid.load()) +
+                 " is gone) before the barrier");
+          if (elapsed(t0) > timeout)
+            fail("barrier timed out after " + fmt(timeout) + " s waiting for rank " + std::to_string(r));
+        }
         wait_change(s, 2000000);
       }
     }
@@ -593,6 +623,16 @@ class Communicator {
     bool cma;
     uint64_t cma_threshold;
     uint64_t id;
+    // inline messages of this call whose bytes others may share: what they hold (the
+    // sender's pieces) and where (scheduler mode only: one thread per rank)
+    bool share;
+    int nshared = 0;
+    struct Shared {
+      Pieces src;
+      int tb;
+      uint64_t msg;
+      SlotDesc* desc;
+    } shared[8];
   };
 
   // Per thread block state during a call.
@@ -761,6 +801,39 @@ class Communicator {
     }
   }
 
+  // The inline message of this call that holds the bytes `src` now, if its slot still
+  // holds them (not reused by a later message of its connection).
+  const Call::Shared* find_shared(const Call& call, const std::vector<TBState>& st, const Pieces& src) const {
+    for (int k = 0; k < call.nshared; ++k) {
+      const Call::Shared& e = call.shared[k];
+      if (e.src.n != src.n || e.src.len != src.len || st[e.tb].posted >= e.msg + (uint64_t)seg_.slots()) continue;
+      if (std::equal(src.addr, src.addr + src.n, e.src.addr)) return &e;
+    }
+    return nullptr;
+  }
+
+  void remember_shared(Call& call, const Pieces& src, int tb, uint64_t msg, SlotDesc* desc) {
+    if (!call.share) return;
+    int k = call.nshared < 8 ? call.nshared++ : (int)(msg % 8);
+    call.shared[k] = {src, tb, msg, desc};
+  }
+
+  // A step is about to write `dst`: inline copies of what was there are stale.
+  void forget_shared(Call& call, const Pieces& dst) {
+    for (int k = 0; k < call.nshared;) {
+      const Pieces& e = call.shared[k].src;
+      bool hit = false;
+      for (int i = 0; i < e.n && !hit; ++i)
+        for (int j = 0; j < dst.n && !hit; ++j)
+          hit = e.addr[i] < dst.addr[j] + dst.len && dst.addr[j] < e.addr[i] + e.len;
+      if (hit) {
+        call.shared[k] = call.shared[--call.nshared];
+      } else {
+        ++k;
+      }
+    }
+  }
+
   // Try to execute the next step of thread block t. Returns true if it did.
   bool try_step(Call& call, std::vector<TBState>& st, int t, std::vector<char>& bounce) {
     TBState& s = st[t];
@@ -788,11 +861,14 @@ class Communicator {
     if (sends) {
       out = seg_.conn(rank_, tb.send, tb.channel);
       if (s.posted - out->tail.load(std::memory_order_acquire) >= (uint64_t)slots) return false;
+      // a free slot whose bytes other messages still share is not free yet
+      if (out->slots[s.posted % slots].sharers.load(std::memory_order_acquire) != 0) return false;
     }
     Pieces src, dst, recvd;
     if (step.sbuf >= 0) pieces(call, step.sbuf, step.soff, step.cnt, tile, src);
     if (step.dbuf >= 0) pieces(call, step.dbuf, step.doff, step.cnt, tile, dst);
     if (writes && !unpin(call, dst)) return false;
+    if (writes) forget_shared(call, dst);
 
     // the incoming message
     SlotDesc* md = nullptr;
@@ -814,7 +890,7 @@ class Communicator {
              std::to_string(step.cnt) + " chunks of call " + std::to_string(call.id) +
              " (do all ranks make the same calls with the same sizes?)");
       }
-      if (!remote_in) inline_pieces(seg_.slot_data(tb.recv, rank_, tb.channel, s.consumed % slots), dst.n ? dst : src, recvd);
+      if (!remote_in) inline_pieces(seg_.base() + md->data_off, dst.n ? dst : src, recvd);
     }
     int peer_pid = receives ? seg_.hdr()->ranks[tb.recv].pid.load(std::memory_order_relaxed) : 0;
     char* out_data = sends ? seg_.slot_data(rank_, tb.send, tb.channel, s.posted % slots) : nullptr;
@@ -889,6 +965,7 @@ class Communicator {
     }
 
     if (receives) {
+      if (md->owner_off) ((SlotDesc*)(seg_.base() + md->owner_off))->sharers.fetch_sub(1, std::memory_order_acq_rel);
       md->state.store(EMPTY, std::memory_order_relaxed);
       ++s.consumed;
       in->tail.store(s.consumed, std::memory_order_release);
@@ -899,6 +976,8 @@ class Communicator {
       od->call_id = call.id;
       od->npieces = (uint32_t)step.cnt;
       od->piece_bytes = step.op == S_RRS ? src.len : payload.len;
+      od->data_off = seg_.offset(out_data);
+      od->owner_off = 0;
       if (step.op == S_RRS) {
         od->state.store(INLINE_DATA, std::memory_order_release);
       } else if (remote_out) {
@@ -907,8 +986,16 @@ class Communicator {
         s.last_remote = s.posted + 1;
         od->state.store(REMOTE, std::memory_order_release);
       } else {
-        for (int i = 0; i < payload.n; ++i)
-          std::memcpy(out_data + i * payload.len, (const void*)(uintptr_t)payload.addr[i], payload.len);
+        const Call::Shared* same = step.op == S_SEND ? find_shared(call, st, payload) : nullptr;
+        if (same) {  // these bytes already sit in a slot of this call: share them
+          od->data_off = same->desc->data_off;
+          od->owner_off = seg_.offset(same->desc);
+          same->desc->sharers.fetch_add(1, std::memory_order_acq_rel);
+        } else {
+          for (int i = 0; i < payload.n; ++i)
+            std::memcpy(out_data + i * payload.len, (const void*)(uintptr_t)payload.addr[i], payload.len);
+          if (step.op == S_SEND) remember_shared(call, payload, t, s.posted, od);
+        }
         od->state.store(INLINE_DATA, std::memory_order_release);
       }
       ++s.posted;
@@ -984,8 +1071,7 @@ class Communicator {
         int t = active[i];
         while (try_step(call, st, t, bounce)) progress = true;
         if (st[t].pc >= (int64_t)call.prog.tbs[t].nsteps * call.ntiles) {
-          active[i] = active.back();
-          active.pop_back();
+          active.erase(active.begin() + (long)i);  // keeps the visiting order
         } else {
           ++i;
         }
@@ -1053,9 +1139,7 @@ class Communicator {
         std::lock_guard<std::mutex> lk(pool_mu_);
         pool_size_ = 1;
       }
-      std::vector<int> all(ntb);
-      for (int t = 0; t < ntb; ++t) all[t] = t;
-      schedule(call, st, all, bounce_for(0));
+      schedule(call, st, call.prog.order, bounce_for(0));
       drain(call, st);
       return;
     }
