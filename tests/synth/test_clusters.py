@@ -124,7 +124,7 @@ def test_auto_on_random_clusters_verifies_and_executes(t, collective, root):
 
 
 @pytest.mark.parametrize("collective,strategy", [
-    ("allreduce", "hierarchical"), ("allgather", "composed"), ("reducescatter", "composed"),
+    ("allreduce", "hierarchical"), ("allreduce", "composed"), ("allgather", "composed"), ("reducescatter", "composed"),
     ("broadcast", "composed"), ("reduce", "composed"), ("gather", "composed"), ("scatter", "composed"),
     ("alltoall", "direct"), ("alltoall", "two-step"), ("alltoall", "three-step")])
 def test_cluster_strategies_reach_the_bound_and_execute(collective, strategy):

@@ -52,7 +52,7 @@ def test_dgx1v_allreduce_trees_beat_nccl_rings():
 
 
 ALLREDUCE_STRATEGIES = [s.name for s in STRATEGIES if "allreduce" in s.collectives]
-MULTI_HOST = ("three-phase",)
+MULTI_HOST = ("three-phase", "composed")
 
 
 @pytest.mark.parametrize("strategy", ALLREDUCE_STRATEGIES)

@@ -26,6 +26,9 @@ two directions share their connections (thread blocks).
 * reduce-scatter: the reverse, accumulating in the input (as GC3's reduce-scatters do):
   (3') GPU k of host m sums ``R_k(m)`` over its host; (2') sends each part to GPU k of
   the owner host, which adds it in; (1') each GPU sums its own block over its host.
+* all-reduce: the reduce-scatter's phases, then the all-gather's, in place on the input
+  (one chunk per rank): at the reduce-scatter's and the all-gather's bounds, each phase
+  moves what the all-reduce bound's reduce-scatter + all-gather decomposition needs.
 * broadcast from GPU k0 of host h0: the buffer is cut into G pieces; the root sends piece
   k to GPU k of its host; piece k then travels the chain of GPUs k of hosts h0, h0+1, ...,
   h0-1 (each NIC sends and receives one piece: the whole host egress), and every GPU k
@@ -44,7 +47,7 @@ the balanced ranges are this module's.
 from __future__ import annotations
 
 from arborcc.ir.model import Buffer
-from arborcc.lang import AllGather, Broadcast, Gather, Reduce, ReduceScatter, Scatter, chunk
+from arborcc.lang import AllGather, AllReduce, Broadcast, Gather, Reduce, ReduceScatter, Scatter, chunk
 from arborcc.synth.hosts import Cluster
 from arborcc.synth.lower import ChannelMap, Lowered, finish, local_copy, lowering_program, transfer_pieces
 
@@ -198,6 +201,27 @@ def lower_composed_reducescatter(cluster: Cluster, name: str, spread: int = 0) -
         for r in range(n):
             local_copy(r, (INPUT, r), (OUTPUT, 0), 1)
     return finish(prog, cluster.topology, channels, 1, [_summary("reduce-scatter", cluster, network)])
+
+
+def lower_composed_allreduce(cluster: Cluster, name: str, spread: int = 0) -> Lowered:
+    """All-reduce: the reduce-scatter's phases, then the all-gather's, in place on the
+    input (module doc); both directions of every connection, as the reduce-scatter."""
+    _check_single_chunk_ranks(cluster)
+    tr = _Transfers(cluster)
+    local, network, spread_ = _allgather_pairs(cluster, tr)
+    for src, dst, _ in local + network + spread_:
+        tr.add(dst, src)
+    channels = tr.channels(spread)
+    n = cluster.topology.num_ranks
+    with lowering_program(name, AllReduce(n, n, inplace=True), tr, channels, fuse=False) as prog:
+        _reduce_scatter_phases(cluster, local, network, spread_, channels, tr)
+        for src, dst, interval in local:
+            _copy(src, dst, interval, INPUT, channels, tr, cluster.local[src])
+        for src, dst, interval in network:
+            _copy(src, dst, interval, INPUT, channels, tr, cluster.local[src])
+        for src, dst, interval in spread_:
+            _copy(src, dst, interval, INPUT, channels, tr, cluster.local[dst])
+    return finish(prog, cluster.topology, channels, n, [_summary("all-reduce", cluster, network)])
 
 
 def _reduce_scatter_phases(cluster, local, network, spread_, channels, tr) -> None:

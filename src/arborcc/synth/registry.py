@@ -18,7 +18,6 @@ from arborcc.ir.collectives import COLLECTIVES as ALL_COLLECTIVES
 ALLREDUCE = ("allreduce",)
 ALLTOALL = ("alltoall",)
 TREE_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "gather", "scatter")
-ROOTED_AND_GATHERS = ("allgather", "reducescatter", "broadcast", "reduce", "gather", "scatter")
 
 
 @dataclass(frozen=True)
@@ -60,11 +59,11 @@ STRATEGIES: tuple[Strategy, ...] = (
              "MXNet tree all-reduce proposal: balanced max-weight binary trees, one per root", {"allreduce": 32}),
     Strategy("blueconnect", ALLREDUCE, "arborcc.synth.strategies:synth_blueconnect",
              "BlueConnect (SysML 2019) section 3, Algorithm 1: stages along the hierarchy"),
-    Strategy("hierarchical", ALLREDUCE, "arborcc.synth.strategies:synth_hierarchical",
-             "two-level reduce-scatter / all-gather (in each node, then across nodes)", clusters_first=True),
-    Strategy("composed", ROOTED_AND_GATHERS, "arborcc.synth.strategies:synth_composed",
+    Strategy("composed", TREE_COLLECTIVES, "arborcc.synth.strategies:synth_composed",
              "clusters of equal hosts: per-host one-hop trees composed with balanced rail schedules across hosts",
              clusters_first=True),
+    Strategy("hierarchical", ALLREDUCE, "arborcc.synth.strategies:synth_hierarchical",
+             "two-level reduce-scatter / all-gather (in each node, then across nodes)", clusters_first=True),
     Strategy("three-phase", ALLREDUCE, "arborcc.synth.strategies:synth_three_phase",
              "Blink section 3.5: per-server trees, cross-server one-hop trees", {"allreduce": 128}),
     Strategy("nccl-ring", ALLREDUCE, "arborcc.synth.strategies:synth_nccl_ring",
