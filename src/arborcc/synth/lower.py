@@ -204,7 +204,8 @@ def shared_channel_load(topology: Topology, trees: Sequence[Tree], both_ways: bo
     return [max(len(sends[r]), len(recvs[r])) for r in range(n)], max(use.values(), default=0)
 
 
-#: heavy_trees_apart's answers by (ranks, trees, counts, both ways, rounds)
+#: heavy_trees_apart's answers by (ranks, trees, counts, both ways, rounds), within one
+#: :func:`within_limits` call (its versions ask again with other fusion and spreads)
 _APART: dict[tuple, list[int] | None] = {}
 #: the share of the runtimes' thread blocks and steps per thread block the estimates of
 #: :func:`heavy_trees_apart` may fill (they count a little short of what compiles)
@@ -688,6 +689,7 @@ def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
         tbs = max((len(r.threadblocks) for r in algo.ranks), default=0)
         return steps / lim.max_steps_per_threadblock, tbs / lim.max_threadblocks_per_rank
 
+    _APART.clear()  # kept across this call's versions only, not from one synthesis to the next
     best, best_over = None, None
     takes = inspect.signature(lower).parameters
     variants = [(rounds, fuse) for rounds in (PIPELINE_ROUNDS if "rounds" in takes else (None,))
