@@ -178,23 +178,24 @@ def lower_composed_allgather(cluster: Cluster, name: str, spread: int = 0) -> Lo
     with lowering_program(name, AllGather(n, 1), tr, channels, fuse=False) as prog:
         for r in range(n):
             local_copy(r, (INPUT, 0), (OUTPUT, r), 1)
-        for src, dst, interval in local:
-            _copy(src, dst, interval, OUTPUT, channels, tr, cluster.local[src])
-        for src, dst, interval in network:
-            _copy(src, dst, interval, OUTPUT, channels, tr, cluster.local[src])
-        for src, dst, interval in spread_:
-            _copy(src, dst, interval, OUTPUT, channels, tr, cluster.local[dst])
+        _allgather_phases(cluster, local, network, spread_, OUTPUT, channels, tr)
     return finish(prog, cluster.topology, channels, 1, [_summary("all-gather", cluster, network)])
 
 
-def lower_composed_reducescatter(cluster: Cluster, name: str, spread: int = 0) -> Lowered:
-    """Reduce-scatter: the all-gather's transfers reversed, accumulating in the input."""
+def _both_ways(cluster: Cluster, spread: int) -> tuple[_Transfers, list, list, list, ChannelMap]:
+    """The all-gather's transfers with every connection also the other way round (what a
+    reduce-scatter uses), and their channels."""
     _check_single_chunk_ranks(cluster)
     tr = _Transfers(cluster)
     local, network, spread_ = _allgather_pairs(cluster, tr)
     for src, dst, _ in local + network + spread_:
         tr.add(dst, src)
-    channels = tr.channels(spread)
+    return tr, local, network, spread_, tr.channels(spread)
+
+
+def lower_composed_reducescatter(cluster: Cluster, name: str, spread: int = 0) -> Lowered:
+    """Reduce-scatter: the all-gather's transfers reversed, accumulating in the input."""
+    tr, local, network, spread_, channels = _both_ways(cluster, spread)
     n = cluster.topology.num_ranks
     with lowering_program(name, ReduceScatter(n, 1), tr, channels, fuse=False) as prog:
         _reduce_scatter_phases(cluster, local, network, spread_, channels, tr)
@@ -206,22 +207,21 @@ def lower_composed_reducescatter(cluster: Cluster, name: str, spread: int = 0) -
 def lower_composed_allreduce(cluster: Cluster, name: str, spread: int = 0) -> Lowered:
     """All-reduce: the reduce-scatter's phases, then the all-gather's, in place on the
     input (module doc); both directions of every connection, as the reduce-scatter."""
-    _check_single_chunk_ranks(cluster)
-    tr = _Transfers(cluster)
-    local, network, spread_ = _allgather_pairs(cluster, tr)
-    for src, dst, _ in local + network + spread_:
-        tr.add(dst, src)
-    channels = tr.channels(spread)
+    tr, local, network, spread_, channels = _both_ways(cluster, spread)
     n = cluster.topology.num_ranks
     with lowering_program(name, AllReduce(n, n, inplace=True), tr, channels, fuse=False) as prog:
         _reduce_scatter_phases(cluster, local, network, spread_, channels, tr)
-        for src, dst, interval in local:
-            _copy(src, dst, interval, INPUT, channels, tr, cluster.local[src])
-        for src, dst, interval in network:
-            _copy(src, dst, interval, INPUT, channels, tr, cluster.local[src])
-        for src, dst, interval in spread_:
-            _copy(src, dst, interval, INPUT, channels, tr, cluster.local[dst])
+        _allgather_phases(cluster, local, network, spread_, INPUT, channels, tr)
     return finish(prog, cluster.topology, channels, n, [_summary("all-reduce", cluster, network)])
+
+
+def _allgather_phases(cluster, local, network, spread_, buffer: Buffer, channels, tr) -> None:
+    for src, dst, interval in local:  # (1) each GPU's block to its host
+        _copy(src, dst, interval, buffer, channels, tr, cluster.local[src])
+    for src, dst, interval in network:  # (2) across the rails
+        _copy(src, dst, interval, buffer, channels, tr, cluster.local[src])
+    for src, dst, interval in spread_:  # (3) each range to the host's other GPUs
+        _copy(src, dst, interval, buffer, channels, tr, cluster.local[dst])
 
 
 def _reduce_scatter_phases(cluster, local, network, spread_, channels, tr) -> None:

@@ -88,7 +88,7 @@ def piece_model(algo: Algorithm) -> PieceModel:
 
 
 class _Schedule:
-    """``algo``'s thread blocks as flat lists, built once and run at every allowed count.
+    """``algo``'s thread blocks as flat lists for the greedy run.
 
     ``steps[g]``: thread block ``g``'s steps as ``(moves, count, dep_tb, dep_step,
     has_dep)`` with ``moves`` bit 1 = receives, bit 2 = sends, ``dep_tb`` the global
@@ -96,7 +96,7 @@ class _Schedule:
     index the connections (-1: none); ``key`` is everything the run depends on, so
     equal keys give equal answers."""
 
-    __slots__ = ("tbs", "tb_rank", "ids_by_rank", "steps", "recv_fifo", "send_fifo", "fifo_ends", "key")
+    __slots__ = ("tbs", "tb_rank", "steps", "recv_fifo", "send_fifo", "fifo_ends", "key")
 
     def __init__(self, algo: Algorithm):
         tbs, tb_rank, ids_by_rank = [], [], {}
@@ -108,19 +108,22 @@ class _Schedule:
                 tb_rank.append(prog.rank)
         fifo_index: dict[tuple[int, int, int], int] = {}
         ends: list[list[int]] = []  # per connection: [src, dst, ch, sender, receiver]
+
+        def connection(key: tuple[int, int, int], side: int, g: int) -> int:
+            f = fifo_index.get(key)
+            if f is None:
+                f = fifo_index[key] = len(ends)
+                ends.append([*key, -1, -1])
+            ends[f][side] = g
+            return f
+
         send_fifo, recv_fifo = [-1] * len(tbs), [-1] * len(tbs)
         for g, tb in enumerate(tbs):
             r = tb_rank[g]
-            for key, side, own in (((r, tb.send, tb.channel), 3, send_fifo) if tb.send >= 0 else (None, 0, None),
-                                   ((tb.recv, r, tb.channel), 4, recv_fifo) if tb.recv >= 0 else (None, 0, None)):
-                if key is None:
-                    continue
-                f = fifo_index.get(key)
-                if f is None:
-                    f = fifo_index[key] = len(ends)
-                    ends.append([*key, -1, -1])
-                ends[f][side] = g
-                own[g] = f
+            if tb.send >= 0:
+                send_fifo[g] = connection((r, tb.send, tb.channel), 3, g)
+            if tb.recv >= 0:
+                recv_fifo[g] = connection((tb.recv, r, tb.channel), 4, g)
         moves = {op: (2 if info.sends else 0) | (1 if info.receives else 0) for op, info in OPS.items()}
         steps = []
         for g, tb in enumerate(tbs):
@@ -131,7 +134,7 @@ class _Schedule:
                 row.append((moves[st.op], st.count, ids[dep.tb] if dep is not None else -1,
                             dep.step if dep is not None else -1, st.has_dep))
             steps.append(tuple(row))
-        self.tbs, self.tb_rank, self.ids_by_rank = tbs, tb_rank, ids_by_rank
+        self.tbs, self.tb_rank = tbs, tb_rank
         self.steps, self.recv_fifo, self.send_fifo = tuple(steps), tuple(recv_fifo), tuple(send_fifo)
         self.fifo_ends = tuple(tuple(e) for e in ends)
         self.key = (algo.protocol, self.steps, self.recv_fifo, self.send_fifo, self.fifo_ends)
