@@ -50,3 +50,29 @@ def test_killed_rank_is_named_within_the_timeout(tmp_path, hosts):
         assert r["calls"] > 0
         assert r["after_kill"] < TIMEOUT, r
         assert "CommunicationError" in r["error"] and f"rank {victim}" in r["error"], (rank, r["error"])
+
+
+NEVER_DESTROYED = r"""
+import atexit
+checked = []
+def check():  # registered before the group, so it runs after the group's own exit handler
+    group = checked[0]
+    report({"closed": getattr(group, "closed", False)})
+atexit.register(check)
+arborcc.torch.init(timeout=30)
+checked.append(dist.group.WORLD)
+t = torch.ones(1024)
+dist.all_reduce(t)
+# no destroy_process_group(): the script just ends
+"""
+
+
+@pytest.mark.timeout(120)
+def test_group_never_destroyed_is_shut_down_at_exit(tmp_path):
+    """A script that never calls ``destroy_process_group`` has its group (and the gloo
+    group inside it) shut down by an exit handler while the interpreter is whole; left to
+    finalization, gloo's threads can abort the process."""
+    code, said, err = launch(tmp_path, 2, NEVER_DESTROYED, hard_timeout=100)
+    assert code == 0, err[-3000:]
+    for rank in range(2):
+        assert said[rank] == [{"closed": True}]

@@ -19,7 +19,9 @@ writes) when set, else the runtime's built-in default; runtime options from ``AR
 
 from __future__ import annotations
 
+import atexit
 import os
+import weakref
 from datetime import timedelta
 
 from arborcc.torch.fallback import GlooFallback
@@ -56,6 +58,15 @@ def plan_from_env(env: dict | None = None):
     return plan
 
 
+def shutdown_at_exit(group_ref) -> None:
+    """Shut a group down while the interpreter is still whole: a gloo group left for
+    finalization can abort the process ("terminate called without an active exception",
+    pytorch/pytorch#190489 - scripts that never call ``destroy_process_group``)."""
+    group = group_ref()
+    if group is not None:
+        group.shutdown()
+
+
 def process_group_class():
     """:class:`ArborccProcessGroup`, defined on first use (it subclasses torch's class)."""
     global ArborccProcessGroup
@@ -83,6 +94,8 @@ def define_process_group():
                                        plan_from_env())
             self.calls = CallQueue()
             self.prepared: dict = {}  #: (dtype, numel, RedOpType) -> prepared all-reduce or None
+            self.closed = False
+            atexit.register(shutdown_at_exit, weakref.ref(self))
 
         # -- identity ----------------------------------------------------------------
 
@@ -99,8 +112,15 @@ def define_process_group():
             return f"ArborccProcessGroup(rank={self._rank}, size={self._size}, hosts={len(self.layout.hosts)})"
 
         def shutdown(self) -> None:
+            """Finish queued calls, close the shared-memory communicator and shut the gloo
+            groups down (their worker threads joined); once, from ``destroy_process_group``
+            or at interpreter exit."""
+            if self.closed:
+                return
+            self.closed = True
             self.calls.drain()
             self.transport.close()
+            self.fallback.group.shutdown()
 
         # -- arborcc's collectives -----------------------------------------------------
 

@@ -82,7 +82,11 @@ class Transport:
             self.world = GroupExecutor(world_gloo, timeout=seconds, plan=plan, failure=self.failure)
 
     def close(self) -> None:
+        """Close the host's communicator and shut down the gloo group between hosts (the
+        job-wide gloo group belongs to the caller)."""
         self.local.close()
+        if self.inter is not None:
+            self.inter.group.shutdown()
 
     @contextmanager
     def job_ranks(self):
