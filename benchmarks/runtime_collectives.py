@@ -4,7 +4,10 @@
         [--ranks N ...] [--sizes BYTES ...] [--json OUT.json] [--plot-dir DIR]
 
 All-reduce (float32 sum) on 2 and 4 ranks from 4 KB to 256 MB against MPICH and gloo;
-all-gather, reduce-scatter and broadcast against MPICH. Every back-end runs the same
+all-gather, reduce-scatter and broadcast against MPICH. All-gather and broadcast run
+twice for arborcc: on the caller's numpy arrays (``arborcc``, read with cross-memory
+attach) and on buffers from ``Communicator.shared_array`` (``arborcc-shared``: memory the
+communicator owns and every rank maps, read with plain loads; ``--no-shared`` skips it). Every back-end runs the same
 protocol (``arborcc.runtime.bench_protocol``: barrier, one timed call, slowest rank, median).
 Prints one table per collective and rank count with busbw, arborcc's ratios, the
 memory-bandwidth bound (``arborcc.runtime.membw``) and the issue's targets:
@@ -37,6 +40,9 @@ KB, MB = 1 << 10, 1 << 20
 SIZES = [4 * KB, 16 * KB, 64 * KB, 256 * KB, 1 * MB, 4 * MB, 16 * MB, 64 * MB, 256 * MB]
 QUICK_SIZES = [4 * KB, 64 * KB, 1 * MB, 16 * MB]
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast")
+#: arborcc with send and receive buffers from Communicator.shared_array (all-gather, broadcast)
+SHARED = "arborcc-shared"
+SHARED_COLLECTIVES = ("allgather", "broadcast")
 
 
 def sweep(collective: str, ranks: int, backends: list[str], sizes: list[int], rounds: int) -> list:
@@ -56,9 +62,16 @@ def sweep(collective: str, ranks: int, backends: list[str], sizes: list[int], ro
                             timeout=1800)
                 print(f"# round {rnd + 1}/{rounds}: {collective} {ranks} ranks {backend} {group[0]}-{group[-1]} B",
                       file=sys.stderr, flush=True)
-                for row in run_backend(backend, spec):
+                for row in run_variant(backend, spec):
                     runs.setdefault((backend, row.requested, row.inplace), []).append(row)
     return [combine(group) for group in runs.values()]
+
+
+def run_variant(backend: str, spec: Spec) -> list:
+    """``backend``'s rows; ``arborcc-shared`` is arborcc on communicator-owned shared arrays."""
+    if backend == SHARED:
+        return [replace(r, backend=SHARED) for r in run_backend("arborcc", replace(spec, shared_buffers=True))]
+    return run_backend(backend, spec)
 
 
 def combine(rows: list) -> object:
@@ -83,12 +96,13 @@ def verdicts(collective: str, ranks: int, rows: list, sizes: list[int]) -> list[
 
     out = []
     mpi_sizes = [s for s in sizes if 64 * KB <= s <= 256 * MB]
-    ratios = [(s, busbw("arborcc", s) / busbw("mpi", s)) for s in mpi_sizes if busbw("mpi", s)]
-    if ratios:
-        worst = min(ratios, key=lambda x: x[1])
-        out.append(f">= 1.3x MPICH busbw 64 KB-256 MB: {'MET' if worst[1] >= 1.3 else 'NOT MET'} "
-                   f"(worst {worst[1]:.2f}x at {worst[0]} B; " + ", ".join(f"{s // KB}K {r:.2f}x" for s, r in ratios)
-                   + ")")
+    for variant, what in (("arborcc", "caller-owned buffers"), (SHARED, "shared arrays")):
+        ratios = [(s, busbw(variant, s) / busbw("mpi", s)) for s in mpi_sizes if busbw("mpi", s) and busbw(variant, s)]
+        if ratios:
+            worst = min(ratios, key=lambda x: x[1])
+            out.append(f">= 1.3x MPICH busbw 64 KB-256 MB, {what}: {'MET' if worst[1] >= 1.3 else 'NOT MET'} "
+                       f"(worst {worst[1]:.2f}x at {worst[0]} B; "
+                       + ", ".join(f"{s // KB}K {r:.2f}x" for s, r in ratios) + ")")
     if collective == "allreduce" and 4 * KB in sizes and time_us("mpi", 4 * KB):
         a, m = time_us("arborcc", 4 * KB), time_us("mpi", 4 * KB)
         out.append(f"4 KB latency within 2x of MPICH: {'MET' if a <= 2 * m else 'NOT MET'} "
@@ -103,9 +117,12 @@ def verdicts(collective: str, ranks: int, rows: list, sizes: list[int]) -> list[
 
 
 def table(collective: str, ranks: int, rows: list, backends: list[str], sizes: list[int], membw: float) -> str:
+    ours = [b for b in backends if b.startswith("arborcc")]
+    others = [b for b in backends if b not in ours]
+    ratio_heads = [(f"x {o}" if v == "arborcc" else f"shared x {o}") for v in ours for o in others]
     head = ("| size | " + " | ".join(f"{b} us" for b in backends) + " | "
             + " | ".join(f"{b} busbw" for b in backends) + " | bound busbw | arborcc % of bound | "
-            + " | ".join(f"x {b}" for b in backends if b != "arborcc") + " |")
+            + " | ".join(ratio_heads) + " |")
     lines = [f"### {collective}, {ranks} ranks, float32 sum, out of place (busbw GB/s)", "", head,
              "|" + "---|" * (head.count("|") - 1)]
     for s in sizes:
@@ -120,8 +137,9 @@ def table(collective: str, ranks: int, rows: list, backends: list[str], sizes: l
             f"| {label} | " + " | ".join(f"{c.time_us:,.1f}" if c and c.time_us else "n/a" for c in cells.values())
             + " | " + " | ".join(f"{c.busbw_gbps:.2f}" if c and c.busbw_gbps else "n/a" for c in cells.values())
             + f" | {bound:.2f} | {100 * a / bound:.0f}% | "
-            + " | ".join(f"{a / c.busbw_gbps:.2f}" if c and c.busbw_gbps else "n/a"
-                         for b, c in cells.items() if b != "arborcc") + " |")
+            + " | ".join(f"{cells[v].busbw_gbps / cells[o].busbw_gbps:.2f}"
+                         if cells[v] and cells[v].busbw_gbps and cells[o] and cells[o].busbw_gbps else "n/a"
+                         for v in ours for o in others) + " |")
     return "\n".join(lines)
 
 
@@ -134,6 +152,8 @@ def main() -> int:
     ap.add_argument("--collectives", nargs="+", default=list(COLLECTIVES), choices=COLLECTIVES)
     ap.add_argument("--ranks", type=int, nargs="+", help="rank counts (default 2 and 4; --quick: 2)")
     ap.add_argument("--sizes", nargs="+", help="sizes to sweep, e.g. 64K 1M (default 4 KB-256 MB, x4)")
+    ap.add_argument("--no-shared", action="store_true",
+                    help=f"no {SHARED} rows (all-gather and broadcast on Communicator.shared_array buffers)")
     args = ap.parse_args()
     sizes = [parse_size(s) for s in args.sizes] if args.sizes else QUICK_SIZES if args.quick else SIZES
     print(f"# {' '.join(['benchmarks/runtime_collectives.py'] + sys.argv[1:])}")
@@ -141,7 +161,8 @@ def main() -> int:
     membw = copy_bandwidth(2)
     print(f"# memory-copy bandwidth (2 processes copying 64 MB at once, read + written): {membw / 1e9:.1f} GB/s")
     ranks = args.ranks or ([2] if args.quick else [2, 4])
-    cases = [(c, n, ["arborcc", "mpi", "gloo"] if c == "allreduce" else ["arborcc", "mpi"])
+    cases = [(c, n, ["arborcc", "mpi", "gloo"] if c == "allreduce"
+              else ["arborcc", SHARED, "mpi"] if c in SHARED_COLLECTIVES and not args.no_shared else ["arborcc", "mpi"])
              for c in args.collectives for n in ranks]
     everything = []
     for collective, ranks, backends in cases:

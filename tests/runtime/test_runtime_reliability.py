@@ -63,19 +63,28 @@ def test_normal_run_leaves_nothing(tmp_path, shm_unchanged):
 
 
 def test_rank_killed_with_sigkill_is_named(tmp_path, shm_unchanged):
-    code, said = launch(tmp_path, 3, """
+    code, said = launch(tmp_path, 3, textwrap.dedent("""
         comm = Communicator.from_env(timeout=30)
         x = np.ones(1 << 16, np.float32)
         comm.allreduce(x)
-        if rank == 2:
-            os.kill(os.getpid(), signal.SIGKILL)
-        t0 = time.monotonic()
-        try:
-            comm.allreduce(x)
-            report("no error")
-        except CommunicationError as e:
-            report(f"{time.monotonic() - t0:.1f}s {e}")
-    """)
+    """) + KILL_RANK_2_DURING.format(call="comm.allreduce(x)"))
+    assert_rank_2_found_dead(code, said)
+
+
+#: rank 2 kills itself; the others time the next call (``call``) and report its error
+KILL_RANK_2_DURING = """
+if rank == 2:
+    os.kill(os.getpid(), signal.SIGKILL)
+t0 = time.monotonic()
+try:
+    {call}
+    report("no error")
+except CommunicationError as e:
+    report(f"{{time.monotonic() - t0:.1f}}s {{e}}")
+"""
+
+
+def assert_rank_2_found_dead(code: int, said: dict[int, str]) -> None:
     assert code != 0
     for r in (0, 1):  # found dead at once, well before the 30 s timeout
         assert "rank 2 died" in said[r] or "rank 2 failed" in said[r], said
@@ -247,3 +256,43 @@ def test_send_then_overwrite_with_small_slots(tmp_path, shm_unchanged):
     """)
     assert code == 0, said
     assert said == {0: "wrong 0", 1: "wrong 0"}, said
+
+
+def test_shared_arrays_leave_nothing(tmp_path, shm_unchanged):
+    code, said = launch(tmp_path, 2, """
+        comm = Communicator.from_env(timeout=10)
+        a = comm.shared_array(1000, "float32")
+        b = comm.shared_array((2, 1000), "float32")
+        a[:] = rank
+        comm.allgather(a, b)
+        comm.free_shared(a)
+        report(f"ok {b[1, 0]} {comm.shared_calls}")
+        comm.close()
+        b[:] = 7  # the rank's own shared arrays outlive the communicator
+        report(f" {b.sum()}")
+    """)
+    assert code == 0
+    assert said == {0: "ok 1.0 1 14000.0", 1: "ok 1.0 1 14000.0"}
+
+
+def test_mismatched_shared_arrays_are_reported(tmp_path, shm_unchanged):
+    code, said = launch(tmp_path, 2, """
+        comm = Communicator.from_env(timeout=10)
+        try:
+            comm.shared_array(1000 + rank, "float32")
+            report("no error")
+        except CommunicationError as e:
+            report(str(e))
+    """)
+    assert code == 0
+    assert all("allocated shared array 0 of" in said[r] for r in (0, 1)), said
+
+
+def test_rank_killed_during_shared_allgather_is_named(tmp_path, shm_unchanged):
+    code, said = launch(tmp_path, 3, textwrap.dedent("""
+        comm = Communicator.from_env(timeout=30)
+        x = comm.shared_array(1 << 16, "float32")
+        out = np.zeros(3 << 16, np.float32)
+        comm.allgather(x, out)
+    """) + KILL_RANK_2_DURING.format(call="comm.allgather(x, out)"))
+    assert_rank_2_found_dead(code, said)

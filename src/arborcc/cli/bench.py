@@ -4,7 +4,8 @@ and, side by side, gloo (torch.distributed) and MPICH (mpi4py).
 Flags follow nccl-tests: ``-n`` ranks, ``-b``/``-e``/``-f`` the size sweep (bytes, with
 K/M/G suffixes), ``-o`` op, ``-d`` dtype, ``-w`` warm-up calls, ``--iters`` timed calls,
 ``-c`` check, ``--collective``; ``--xml FILE`` runs that algorithm (on as many ranks as
-it has); ``--backend`` may be repeated; ``--json`` prints one object; ``--plot PNG``
+it has); ``--shared-buffers`` runs arborcc on communicator-owned shared arrays (as
+nccl-tests' ``-R`` registers buffers); ``--backend`` may be repeated; ``--json`` prints one object; ``--plot PNG``
 draws busbw against size for every back-end of the run.
 """
 
@@ -51,6 +52,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slice-bytes", type=parse_size, help="arborcc: pipeline slice (default 1M)")
     p.add_argument("--workers", type=int, help="arborcc: 1 = scheduler on the calling thread, 0 = thread per tb")
     p.add_argument("--tune", action="store_true", help="arborcc: tune the slice size online (Blink's MIAD)")
+    p.add_argument("--shared-buffers", action="store_true",
+                   help="arborcc: take the send and receive buffers from Communicator.shared_array, memory the "
+                        "communicator owns and every rank maps (as nccl-tests' -R 2 registers symmetric buffers); "
+                        "all-gather and broadcast then read the peers' blocks with plain loads, no system call. "
+                        "Default: the caller's own numpy arrays, read with cross-memory attach")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before a sweep is killed (default 600)")
     p.add_argument("--no-membw", action="store_true", help="skip measuring the machine's copy bandwidth")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -64,7 +64,8 @@ def spec_from_args(args) -> Spec:
                if v is not None}
     return Spec(collective=collective, ranks=ranks, sizes=sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor),
                 dtype=args.datatype, op=args.op, root=root, warmup=args.warmup_iters, iters=args.iters,
-                check=bool(args.check), xml=args.xml, options=options, timeout=args.timeout)
+                check=bool(args.check), xml=args.xml, options=options, timeout=args.timeout,
+                shared_buffers=args.shared_buffers)
 
 
 def run_bench(args) -> int:

@@ -33,6 +33,7 @@ class Spec:
     check: bool = True
     xml: str | None = None  #: an algorithm file to run (arborcc back-end)
     options: dict = field(default_factory=dict)  #: arborcc runtime options
+    shared_buffers: bool = False  #: arborcc: send and receive buffers from ``Communicator.shared_array``
     timeout: float = 600.0
 
 

@@ -33,7 +33,9 @@ def table(spec: Spec, backend: str, rows: list[Row], membw: float | None) -> str
     lines = [
         f"# {backend}: {spec.collective} on {spec.ranks} ranks, {spec.dtype}, op {spec.op}, warm-up {spec.warmup}, "
         f"{spec.iters} timed calls (median of the slowest rank), check {int(spec.check)}"
-        + (f", algorithm {spec.xml}" if spec.xml and backend == "arborcc" else ""),
+        + (f", algorithm {spec.xml}" if spec.xml and backend == "arborcc" else "")
+        + (", buffers from Communicator.shared_array (communicator-owned shared memory)"
+           if spec.shared_buffers and backend == "arborcc" else ""),
         f"# memory-copy bandwidth: {membw / GB:.1f} GB/s (read + written, one copy per rank at once); "
         f"%copy = busbw / that, %bound = busbw / the memory-bandwidth bound" if membw else "#",
         "#",

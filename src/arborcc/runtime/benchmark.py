@@ -61,13 +61,16 @@ def _arborcc_rank(spec: Spec) -> dict:
 
     for size in spec.sizes:
         count = block_count(spec, size)
+        memory = None
         for inplace in (False, True):
             key = f"{size}:{int(inplace)}"
             if algo is not None and not _mode_supported(algo, inplace):
                 results[key] = {"error": f"the algorithm is not {'in place' if inplace else 'out of place'}"}
                 continue
             base = np.ones(count * max(blocks_in, blocks_out), np_dtype)
-            send, recv = _buffers(base, count, rank, blocks_in, blocks_out, inplace, spec.collective)
+            if spec.shared_buffers and memory is None:  # one shared array per size holds both modes' buffers
+                memory = comm.shared_array(count * (blocks_in + blocks_out), np_dtype)
+            send, recv = _buffers(base, count, rank, blocks_in, blocks_out, inplace, spec.collective, memory=memory)
             try:
                 times = time_calls(lambda: call(send, recv, inplace), comm.barrier, spec.warmup, spec.iters)
                 wrong = 0
@@ -75,7 +78,8 @@ def _arborcc_rank(spec: Spec) -> dict:
                     values = pattern(spec.dtype, spec.op, count, rank, blocks_in)
                     if bf16:
                         values = _to_bf16_bits(values)
-                    send, recv = _buffers(base, count, rank, blocks_in, blocks_out, inplace, spec.collective, values)
+                    send, recv = _buffers(base, count, rank, blocks_in, blocks_out, inplace, spec.collective, values,
+                                          memory)
                     call(send, recv, inplace)
                     got = _from_bf16_bits(recv) if bf16 else recv
                     wrong = count_wrong(got, spec, count, rank)
@@ -84,6 +88,9 @@ def _arborcc_rank(spec: Spec) -> dict:
                 results[key] = {"error": str(e)}
                 if "aborted" in str(e) or "died" in str(e) or "timed out" in str(e):
                     raise
+        if memory is not None:
+            comm.free_shared(memory)
+            send = recv = memory = None
     return results
 
 
@@ -92,11 +99,15 @@ def _mode_supported(algo, inplace: bool) -> bool:
     return (Mode.INPLACE if inplace else Mode.OUTOFPLACE) in declared_modes(algo)
 
 
-def _buffers(base, count, rank, blocks_in, blocks_out, inplace, collective, values=None):
-    """Send and receive arrays as NCCL lays them out in and out of place."""
+def _buffers(base, count, rank, blocks_in, blocks_out, inplace, collective, values=None, memory=None):
+    """Send and receive arrays as NCCL lays them out in and out of place: new arrays, or
+    views of ``memory`` (a shared array of ``count x (blocks_in + blocks_out)`` elements)."""
     n_in, n_out = count * blocks_in, count * blocks_out
     if inplace:
         buf = base[:max(n_in, n_out)]
+        if memory is not None:
+            memory[:buf.size] = buf
+            buf = memory[:buf.size]
         if values is not None:
             if collective in ("allgather", "gather"):
                 buf[rank * count:(rank + 1) * count] = values
@@ -107,6 +118,11 @@ def _buffers(base, count, rank, blocks_in, blocks_out, inplace, collective, valu
         if collective in ("reducescatter", "scatter"):
             return buf, buf[rank * count:(rank + 1) * count]
         return buf, buf
+    if memory is not None:
+        send, recv = memory[:n_in], memory[n_in:n_in + n_out]
+        send[:] = base[:n_in] if values is None else values
+        recv[:] = 0
+        return send, recv
     send = base[:n_in].copy() if values is None else values.copy()
     recv = np.zeros(n_out, base.dtype)
     return send, recv

@@ -33,6 +33,7 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -47,6 +48,7 @@ from arborcc.runtime.lowering import LoweredRank, algorithm_call, call_mode, chu
 from arborcc.runtime.miad import MIADTuner
 from arborcc.runtime.plan import Plan, call_bytes, fallback_algorithm, require_verified
 from arborcc.runtime.rendezvous import LaunchEnv, NameServer, fetch_name, launch_env
+from arborcc.runtime.windows import SharedArrays
 
 #: with more ranks than CPUs, calls of at least this many bytes run a thread per thread
 #: block (by default): while one waits for a peer, another copies, where the one
@@ -56,6 +58,19 @@ THREADS_BYTES = 2 << 20
 
 #: prefix of every arborcc shared-memory segment (under /dev/shm)
 SEGMENT_PREFIX = "arborcc-"
+
+#: collectives on shared arrays write outputs of at least this many bytes with streaming
+#: (non-temporal) stores, which skip reading the destination into the cache first
+STREAM_BYTES = 0
+
+
+class WindowCall(NamedTuple):
+    """A prepared collective on shared arrays: the send buffer's window and offset."""
+
+    window: int
+    offset: int
+    nbytes: int  #: one rank's send buffer
+    root: int  #: a broadcast's root; -1: all-gather
 
 
 @dataclass
@@ -76,6 +91,8 @@ class Options:
     channels: int = 32  #: channels per pair of ranks (MSCCL's maximum)
     tune: bool = False  #: adjust slice_bytes per call shape online (Blink's MIAD)
     pin: bool = True  #: run rank r on CPU r modulo the CPU count (when its affinity is not already set)
+    stream_bytes: int = STREAM_BYTES  #: collectives on shared arrays write outputs this large with streaming
+    #: stores (0: never)
 
     @classmethod
     def from_env(cls, env: dict | None = None, **overrides) -> "Options":
@@ -164,6 +181,7 @@ class Communicator:
         self._native.set_waiting(options.spin_us * 1e-6, options.yield_us * 1e-6)
         if options.pin:
             pin_to_cpu(rank, world_size)
+        self._shared = SharedArrays(self._native, "/" + SEGMENT_PREFIX, segment.rsplit("-", 1)[-1], options.timeout)
 
     # -- construction ----------------------------------------------------------------
 
@@ -227,6 +245,62 @@ class Communicator:
     def cross_memory_attach(self) -> bool:
         """True when large messages are read straight from the sender's memory."""
         return self._native.cma
+
+    # -- shared arrays -----------------------------------------------------------------
+
+    @property
+    def shared_calls(self) -> int:
+        """Collectives this rank has run on shared arrays (:meth:`shared_array`) so far."""
+        return self._native.window_calls
+
+    def shared_array(self, shape, dtype="float32") -> np.ndarray:
+        """A zero-filled numpy array in memory this communicator owns and every rank maps
+        (NCCL's registered buffers, torch's symmetric memory; see
+        :mod:`arborcc.runtime.windows`). Collective: every rank allocates the same shapes
+        and types in the same order. An all-gather or broadcast whose send buffer lies in
+        one (in place: the receive buffer) reads the peers' blocks straight from their
+        arrays, with no system call; every rank must then pass shared arrays to that call.
+        The output may be any array."""
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        return self._shared_bytes(count * dt.itemsize).view(dt).reshape(shape)
+
+    def shared_tensor(self, shape, dtype=None):
+        """:meth:`shared_array` as a torch CPU tensor (no copy; ``dtype`` a torch dtype,
+        default float32; bfloat16 too)."""
+        import torch
+
+        dtype = torch.float32 if dtype is None else dtype
+        count = int(np.prod(shape, dtype=np.int64))
+        raw = self._shared_bytes(count * torch.empty(0, dtype=dtype).element_size())
+        return torch.from_numpy(raw).view(dtype).reshape(shape)
+
+    def free_shared(self, array) -> None:
+        """Stop using a shared array (collective): the peers' mappings of it are released;
+        its memory returns once every rank has freed it and dropped its arrays on it."""
+        ref = array_ref(array, "array")
+        if not self._shared.free(ref.address):
+            raise InputError("is not a shared array of this communicator", source="array")
+        self._last_calls = {}
+
+    def _shared_bytes(self, nbytes: int) -> np.ndarray:
+        if nbytes < 1:
+            raise InputError(f"a shared array holds at least one byte, got {nbytes}", source="shape")
+        return self._call(self._shared.allocate, nbytes)
+
+    def _window_call(self, collective: str, s: ArrayRef, r: ArrayRef, count: int, mode: Mode,
+                     root: int) -> WindowCall | None:
+        """The call on shared arrays, if its send buffer lies in one (all-gather and broadcast)."""
+        if not self._shared.windows or collective not in ("allgather", "broadcast"):
+            return None
+        nbytes = count * DTYPES[s.dtype][1]
+        address = s.address if s.count == count else r.address + self.rank * nbytes  # in place: the rank's block
+        found = self._shared.find(address, nbytes)
+        if found is None:
+            return None
+        if mode is Mode.OUTOFPLACE and address < r.address + r.nbytes and r.address < address + nbytes:
+            raise InputError("overlaps the send buffer without being in place", source="recv")
+        return WindowCall(found[0], found[1], nbytes, root if collective == "broadcast" else -1)
 
     # -- collectives -------------------------------------------------------------------
 
@@ -366,6 +440,7 @@ class Communicator:
         if not self._closed:
             self._closed = True
             self._native = None
+            self._shared.close()  # the data plane goes with its last reference: the peers' arrays are unmapped
             self._last_calls = {}
 
     def abort(self, reason: str) -> None:
@@ -417,6 +492,10 @@ class Communicator:
                     root: int = 0) -> list[tuple] | None:
         if collective in ROOTED and not 0 <= root < self.world_size:
             raise InputError(f"root {root} is not a rank (0-{self.world_size - 1})", source="root")
+        window = self._window_call(collective, s, r, count, mode, root) if count else None
+        if window is not None:
+            self._run_prepared(window, s, r)
+            return window
         key = (collective, mode, count, s.dtype, root, len(self.plan.entries))
         algo = self._selected.get(key)
         if algo is None:
@@ -456,9 +535,13 @@ class Communicator:
             return None
         return hit[1]
 
-    def _run_prepared(self, prepared: list[tuple], s: ArrayRef, r: ArrayRef) -> None:
+    def _run_prepared(self, prepared: list[tuple] | WindowCall, s: ArrayRef, r: ArrayRef) -> None:
         run = self._native.run_prepared
         try:
+            if type(prepared) is WindowCall:
+                self._native.window_collective(prepared.window, prepared.offset, prepared.nbytes, r.address,
+                                               prepared.root, self.options.stream_bytes, self.options.timeout)
+                return
             for handle, uses_in, uses_out, scratch_bytes, divide in prepared:
                 if divide is None:
                     run(handle, s.address if uses_in else 0, r.address if uses_out else 0,

@@ -30,6 +30,7 @@
 #include <fcntl.h>
 #include <functional>
 #include <linux/futex.h>
+#include <map>
 #include <mutex>
 #include <signal.h>
 #include <string>
@@ -123,10 +124,47 @@ static bool cpu_has_avx2() {
 static const bool HAVE_AVX2 = cpu_has_avx2();
 static const ReduceFn reduce_fn = HAVE_AVX2 ? kernels_avx2::reduce : kernels_generic::reduce;
 
+// Copy with non-temporal stores (AVX2 streaming stores, which write whole cache lines to
+// memory without first reading the destination into the cache: a plain store to a line
+// not in the cache reads it first, so a large copy moves 3 bytes per byte copied, this
+// one 2). Only for buffers larger than the caches: the next reader of the destination
+// then finds it in memory, not in the cache.
+__attribute__((target("avx2"))) static void stream_copy_avx2(char* dst, const char* src, size_t n) {
+  size_t head = (32 - ((uintptr_t)dst & 31)) & 31;
+  if (head > n) head = n;
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    __m256i a = _mm256_loadu_si256((const __m256i*)(src + i));
+    __m256i b = _mm256_loadu_si256((const __m256i*)(src + i + 32));
+    __m256i c = _mm256_loadu_si256((const __m256i*)(src + i + 64));
+    __m256i d = _mm256_loadu_si256((const __m256i*)(src + i + 96));
+    _mm256_stream_si256((__m256i*)(dst + i), a);
+    _mm256_stream_si256((__m256i*)(dst + i + 32), b);
+    _mm256_stream_si256((__m256i*)(dst + i + 64), c);
+    _mm256_stream_si256((__m256i*)(dst + i + 96), d);
+  }
+  std::memcpy(dst + i, src + i, n - i);
+  _mm_sfence();  // streaming stores are weakly ordered: complete them before anyone is told
+}
+
+// dst = src (n bytes, not overlapping), with streaming stores when `streaming` and the CPU has AVX2.
+static void copy_bytes(char* dst, const char* src, size_t n, bool streaming) {
+  if (dst == src || n == 0) return;
+  if (streaming && HAVE_AVX2 && n >= 4096) {
+    stream_copy_avx2(dst, src, n);
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // The shared segment
 
-constexpr uint64_t MAGIC = 0x61726230726363ULL + 3;  // bump when the layout changes
+constexpr uint64_t MAGIC = 0x61726230726363ULL + 4;  // bump when the layout changes
 constexpr int MAX_RANKS = 64;
 constexpr int MAX_SLOTS = 16;
 constexpr int MAX_PIECES = 80;  // a step moves at most 72 chunks (MSCCL's cnt limit)
@@ -165,6 +203,14 @@ struct alignas(64) RankCell {
   std::atomic<uint64_t> probe_addr;  // address of a value peers read to test cross-memory attach
   std::atomic<uint32_t> cma_ok;      // 1 ok, 2 failed
   std::atomic<uint32_t> barrier_gen;
+  // Collectives on shared arrays (communicator-owned windows that every rank maps): the
+  // calls this rank has posted and finished, and where the last posted call's send
+  // buffer is (its window, its byte offset there, the bytes of one block).
+  std::atomic<uint64_t> win_posted;
+  std::atomic<uint64_t> win_done;
+  std::atomic<int64_t> win_id;
+  std::atomic<uint64_t> win_off;
+  std::atomic<uint64_t> win_bytes;
 };
 
 struct Header {
@@ -346,6 +392,7 @@ class Communicator {
   }
 
   int rank() const { return rank_; }
+  uint64_t window_calls() const { return win_calls_; }
   int nranks() const { return n_; }
   bool cma() const { return cma_; }
 
@@ -600,6 +647,105 @@ class Communicator {
     }
   }
 
+  // ---- shared arrays: windows of memory that every rank maps ---------------------------
+  //
+  // Window `id` of a rank is the shared-memory object <prefix><its pid><suffix> of
+  // `bytes` bytes that the rank created and mapped at `own_addr` (arborcc.runtime.windows
+  // does that, and owns that mapping). Collective: every rank maps every peer's window of
+  // the same id; the caller unlinks its own name afterwards (mapped, the memory stays).
+  void map_window(int64_t id, uint64_t own_addr, uint64_t bytes, const std::string& prefix, const std::string& suffix,
+                  double timeout) {
+    if (windows_.count(id)) throw CommError("shared array " + std::to_string(id) + " is already mapped");
+    RankCell& me = seg_.hdr()->ranks[rank_];
+    me.win_id.store(id);
+    me.win_bytes.store(bytes);
+    barrier(timeout);
+    Window w;
+    w.bytes = bytes;
+    w.base.assign(n_, nullptr);
+    w.base[rank_] = (char*)(uintptr_t)own_addr;
+    try {
+      for (int p = 0; p < n_; ++p) {
+        if (p == rank_) continue;
+        RankCell& peer = seg_.hdr()->ranks[p];
+        if (peer.win_id.load() != id || peer.win_bytes.load() != bytes)
+          fail("rank " + std::to_string(p) + " allocated shared array " + std::to_string(peer.win_id.load()) +
+               " of " + std::to_string(peer.win_bytes.load()) + " bytes where this rank allocated array " +
+               std::to_string(id) + " of " + std::to_string(bytes) + " bytes (every rank must allocate the same "
+               "shared arrays in the same order)");
+        std::string name = prefix + std::to_string(peer.pid.load()) + suffix;
+        int fd = shm_open(name.c_str(), O_RDWR, 0600);
+        if (fd < 0) fail("cannot open rank " + std::to_string(p) + "'s shared array /dev/shm" + name + ": " + strerror(errno));
+        void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+        close(fd);
+        if (m == MAP_FAILED) fail("cannot map rank " + std::to_string(p) + "'s shared array " + name + ": " + strerror(errno));
+        w.base[p] = (char*)m;
+      }
+    } catch (...) {
+      unmap_peers(w);
+      throw;
+    }
+    windows_[id] = std::move(w);
+    barrier(timeout);
+  }
+
+  // Forget window `id`: unmap the peers' windows (this rank's own mapping belongs to its caller).
+  void unmap_window(int64_t id) {
+    auto it = windows_.find(id);
+    if (it == windows_.end()) return;
+    unmap_peers(it->second);
+    windows_.erase(it);
+  }
+
+  // All-gather (`root` < 0) or broadcast from `root` on shared arrays: this rank's send
+  // buffer is `bytes` bytes at offset `send_off` of its window `id`; every rank reads its
+  // peers' blocks straight from their windows with plain loads (no system call, no page
+  // pinning) into `out_addr` (block p of the output: rank p's send buffer; a broadcast's
+  // output: the root's). Outputs of at least `stream_bytes` bytes (0: never) are written
+  // with streaming stores. A call returns once every peer has read this rank's block.
+  void window_collective(int64_t id, uint64_t send_off, uint64_t bytes, uint64_t out_addr, int root,
+                         uint64_t stream_bytes, double timeout) {
+    check_abort();
+    auto it = windows_.find(id);
+    if (it == windows_.end()) throw CommError("rank " + std::to_string(rank_) + ": no shared array " + std::to_string(id));
+    if (send_off + bytes > it->second.bytes)
+      throw CommError("rank " + std::to_string(rank_) + ": the send buffer ends outside its shared array");
+    Header* h = seg_.hdr();
+    RankCell& me = h->ranks[rank_];
+    const uint64_t seq = ++win_calls_;
+    me.win_id.store(id, std::memory_order_relaxed);
+    me.win_off.store(send_off, std::memory_order_relaxed);
+    me.win_bytes.store(bytes, std::memory_order_relaxed);
+    me.win_posted.store(seq, std::memory_order_release);
+    for (int r = 0; r < n_; ++r)
+      if (r != rank_) wake(r);
+    const bool gather = root < 0;
+    const bool streaming = stream_bytes > 0 && bytes * (gather ? n_ : 1) >= stream_bytes;
+    char* out = (char*)(uintptr_t)out_addr;
+    const char* own = it->second.base[rank_] + send_off;
+    if (gather || root == rank_) copy_bytes(gather ? out + (uint64_t)rank_ * bytes : out, own, bytes, streaming);
+    for (int k = 1; k < n_; ++k) {
+      int p = (rank_ + k) % n_;  // ranks start on different peers
+      if (!gather && p != root) continue;
+      if (!gather && rank_ == root) break;
+      RankCell& peer = h->ranks[p];
+      wait_word(peer.win_posted, seq, p, "to post its send buffer", timeout);
+      int64_t pid = peer.win_id.load(std::memory_order_relaxed);
+      uint64_t off = peer.win_off.load(std::memory_order_relaxed), pbytes = peer.win_bytes.load(std::memory_order_relaxed);
+      auto pw = windows_.find(pid);
+      if (pbytes != bytes || pw == windows_.end() || off + bytes > pw->second.bytes)
+        fail("rank " + std::to_string(p) + " sent " + std::to_string(pbytes) + " bytes of shared array " +
+             std::to_string(pid) + ", this rank expected " + std::to_string(bytes) + " bytes (do all ranks make "
+             "the same calls with the same sizes?)");
+      copy_bytes(gather ? out + (uint64_t)p * bytes : out, pw->second.base[p] + off, bytes, streaming);
+    }
+    me.win_done.store(seq, std::memory_order_release);
+    for (int r = 0; r < n_; ++r)
+      if (r != rank_) wake(r);
+    for (int p = 0; p < n_; ++p)
+      if (p != rank_) wait_word(h->ranks[p].win_done, seq, p, "to read this rank's send buffer", timeout);
+  }
+
  private:
   static constexpr uint64_t PROBE = 0x5ca1ab1e0ddba11ULL;
 
@@ -643,6 +789,40 @@ class Communicator {
     uint64_t consumed = 0;         // messages consumed on the receive connection (= tail)
     uint64_t last_remote = 0;      // 1 + index of the last REMOTE message posted
   };
+
+  struct Window {
+    uint64_t bytes = 0;
+    std::vector<char*> base;  // where each rank's window is mapped in this process
+  };
+
+  void unmap_peers(Window& w) {
+    for (int p = 0; p < (int)w.base.size(); ++p)
+      if (p != rank_ && w.base[p]) munmap(w.base[p], w.bytes);
+  }
+
+  // Wait until rank `peer`'s `word` reaches `value` (spin, yield, sleep: wait_change),
+  // failing when the peer dies, the communicator is aborted or `timeout` passes.
+  void wait_word(std::atomic<uint64_t>& word, uint64_t value, int peer, const char* what, double timeout) {
+    RankCell& me = seg_.hdr()->ranks[rank_];
+    auto t0 = std::chrono::steady_clock::now();
+    auto last_check = t0;
+    while (word.load(std::memory_order_acquire) < value) {
+      uint32_t s = me.seq.load(std::memory_order_seq_cst);
+      if (word.load(std::memory_order_acquire) >= value) break;
+      wait_change(s, 20000000);
+      if (elapsed(last_check) > 0.1) {
+        last_check = std::chrono::steady_clock::now();
+        check_abort();
+        int pid = seg_.hdr()->ranks[peer].pid.load();
+        if (!process_alive(pid))
+          fail("rank " + std::to_string(peer) + " died (process " + std::to_string(pid) + " is gone) while this rank "
+               "waited for it " + what);
+        if (elapsed(t0) > timeout)
+          fail("timed out after " + fmt(timeout) + " s waiting for rank " + std::to_string(peer) + " " + what +
+               " (do all ranks pass shared arrays to the same calls?)");
+      }
+    }
+  }
 
   static double elapsed(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -1213,6 +1393,7 @@ class Communicator {
     }
     pool_cv_.notify_all();
     for (auto& t : pool_) t.join();
+    for (auto& kv : windows_) unmap_peers(kv.second);
   }
 
  private:
@@ -1221,6 +1402,8 @@ class Communicator {
   bool cma_ = false;
   uint64_t call_id_ = 0;
   uint64_t barrier_gen_ = 0;
+  uint64_t win_calls_ = 0;              // collectives on shared arrays so far
+  std::map<int64_t, Window> windows_;  // shared arrays by id
   double spin_seconds_ = 20e-6, yield_seconds_ = 200e-6;
   volatile uint64_t probe_value_ = PROBE;
   std::atomic<int64_t> remote_outstanding_{0};
@@ -1296,6 +1479,7 @@ PYBIND11_MODULE(native, m) {
       .def_property_readonly("rank", &Communicator::rank)
       .def_property_readonly("nranks", &Communicator::nranks)
       .def_property_readonly("cma", &Communicator::cma)
+      .def_property_readonly("window_calls", &Communicator::window_calls)
       .def("wait_attached", &Communicator::wait_attached, py::call_guard<py::gil_scoped_release>())
       .def("abort", &Communicator::abort)
       .def("abort_message", &Communicator::abort_message)
@@ -1305,5 +1489,8 @@ PYBIND11_MODULE(native, m) {
       .def("run_prepared", &Communicator::run_prepared, py::call_guard<py::gil_scoped_release>())
       .def("publish", &Communicator::publish)
       .def("wait_published", &Communicator::wait_published, py::call_guard<py::gil_scoped_release>())
-      .def("barrier", &Communicator::barrier, py::call_guard<py::gil_scoped_release>());
+      .def("barrier", &Communicator::barrier, py::call_guard<py::gil_scoped_release>())
+      .def("map_window", &Communicator::map_window, py::call_guard<py::gil_scoped_release>())
+      .def("unmap_window", &Communicator::unmap_window)
+      .def("window_collective", &Communicator::window_collective, py::call_guard<py::gil_scoped_release>());
 }
