@@ -61,7 +61,8 @@ SEGMENT_PREFIX = "arborcc-"
 
 #: collectives on shared arrays write outputs of at least this many bytes with streaming
 #: (non-temporal) stores, which skip reading the destination into the cache first
-STREAM_BYTES = 0
+#: (beyond a core's 2 MB L2 here; below, plain stores win: docs/runtime.md)
+STREAM_BYTES = 4 << 20
 
 
 class WindowCall(NamedTuple):

@@ -1420,6 +1420,10 @@ class Communicator {
   bool pool_stop_ = false;
 };
 
+void copy_array(uint64_t dst, uint64_t src, size_t n, bool streaming) {
+  copy_bytes((char*)(uintptr_t)dst, (const char*)(uintptr_t)src, n, streaming);
+}
+
 void reduce_arrays(uint64_t dst, uint64_t a, uint64_t b, size_t n, int dtype, int op) {
   reduce_fn(dtype, op, (void*)(uintptr_t)dst, (const void*)(uintptr_t)a, (const void*)(uintptr_t)b, n);
 }
@@ -1471,6 +1475,8 @@ PYBIND11_MODULE(native, m) {
   m.def("buffer_address", &buffer_address, "address and size in bytes of a contiguous writable buffer");
   m.def("unlink", [](const std::string& name) { return shm_unlink(name.c_str()) == 0; });
   m.def("divide", &divide_array, "divide a floating-point array in place (address, count, dtype code, divisor)");
+  m.def("copy", &copy_array, "copy n bytes between addresses that do not overlap, with streaming stores if asked "
+        "(and the CPU has AVX2)");
   m.def("reduce", &reduce_arrays, "dst = op(a, b) element-wise (addresses, element count, dtype and op codes)");
   py::class_<Communicator>(m, "Communicator")
       .def(py::init<const std::string&, int, bool, int, int, int, uint64_t>(), py::arg("name"), py::arg("rank"),
