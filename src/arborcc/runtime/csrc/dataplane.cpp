@@ -724,12 +724,13 @@ class Communicator {
     char* out = (char*)(uintptr_t)out_addr;
     const char* own = it->second.base[rank_] + send_off;
     if (gather || root == rank_) copy_bytes(gather ? out + (uint64_t)rank_ * bytes : out, own, bytes, streaming);
-    for (int k = 1; k < n_; ++k) {
-      int p = (rank_ + k) % n_;  // ranks start on different peers
-      if (!gather && p != root) continue;
-      if (!gather && rank_ == root) break;
+    // the peers' blocks in the order they are posted (ranks start on different peers)
+    std::vector<int> pending;
+    for (int k = 1; k < n_; ++k)
+      if (gather || (rank_ != root && (rank_ + k) % n_ == root)) pending.push_back((rank_ + k) % n_);
+    while (!pending.empty()) {
+      int p = wait_any(pending, &RankCell::win_posted, seq, "to post its send buffer", timeout);
       RankCell& peer = h->ranks[p];
-      wait_word(peer.win_posted, seq, p, "to post its send buffer", timeout);
       int64_t pid = peer.win_id.load(std::memory_order_relaxed);
       uint64_t off = peer.win_off.load(std::memory_order_relaxed), pbytes = peer.win_bytes.load(std::memory_order_relaxed);
       auto pw = windows_.find(pid);
@@ -742,8 +743,8 @@ class Communicator {
     me.win_done.store(seq, std::memory_order_release);
     for (int r = 0; r < n_; ++r)
       if (r != rank_) wake(r);
-    for (int p = 0; p < n_; ++p)
-      if (p != rank_) wait_word(h->ranks[p].win_done, seq, p, "to read this rank's send buffer", timeout);
+    for (int k = 1; k < n_; ++k) pending.push_back((rank_ + k) % n_);
+    while (!pending.empty()) wait_any(pending, &RankCell::win_done, seq, "to read this rank's send buffer", timeout);
   }
 
  private:
@@ -800,25 +801,41 @@ class Communicator {
       if (p != rank_ && w.base[p]) munmap(w.base[p], w.bytes);
   }
 
-  // Wait until rank `peer`'s `word` reaches `value` (spin, yield, sleep: wait_change),
-  // failing when the peer dies, the communicator is aborted or `timeout` passes.
-  void wait_word(std::atomic<uint64_t>& word, uint64_t value, int peer, const char* what, double timeout) {
-    RankCell& me = seg_.hdr()->ranks[rank_];
+  // Wait until the `field` word of one of the ranks `peers` reaches `value` (spin, yield,
+  // sleep: wait_change); remove that rank from `peers` and return it. Fails when a peer
+  // dies, the communicator is aborted or `timeout` passes.
+  int wait_any(std::vector<int>& peers, std::atomic<uint64_t> RankCell::*field, uint64_t value, const char* what,
+               double timeout) {
+    Header* h = seg_.hdr();
+    RankCell& me = h->ranks[rank_];
+    auto ready = [&]() -> int {
+      for (size_t i = 0; i < peers.size(); ++i)
+        if ((h->ranks[peers[i]].*field).load(std::memory_order_acquire) >= value) {
+          int p = peers[i];
+          peers.erase(peers.begin() + (long)i);
+          return p;
+        }
+      return -1;
+    };
     auto t0 = std::chrono::steady_clock::now();
     auto last_check = t0;
-    while (word.load(std::memory_order_acquire) < value) {
+    for (;;) {
+      int p = ready();
+      if (p >= 0) return p;
       uint32_t s = me.seq.load(std::memory_order_seq_cst);
-      if (word.load(std::memory_order_acquire) >= value) break;
+      if ((p = ready()) >= 0) return p;
       wait_change(s, 20000000);
       if (elapsed(last_check) > 0.1) {
         last_check = std::chrono::steady_clock::now();
         check_abort();
-        int pid = seg_.hdr()->ranks[peer].pid.load();
-        if (!process_alive(pid))
-          fail("rank " + std::to_string(peer) + " died (process " + std::to_string(pid) + " is gone) while this rank "
-               "waited for it " + what);
+        for (int q : peers) {
+          int pid = h->ranks[q].pid.load();
+          if (!process_alive(pid))
+            fail("rank " + std::to_string(q) + " died (process " + std::to_string(pid) + " is gone) while this rank "
+                 "waited for it " + what);
+        }
         if (elapsed(t0) > timeout)
-          fail("timed out after " + fmt(timeout) + " s waiting for rank " + std::to_string(peer) + " " + what +
+          fail("timed out after " + fmt(timeout) + " s waiting for rank " + std::to_string(peers[0]) + " " + what +
                " (do all ranks pass shared arrays to the same calls?)");
       }
     }
