@@ -38,6 +38,16 @@ def test_bench_every_collective_checks_out(capsys, collective):
         assert {"size", "time_us", "algbw_gbps", "busbw_gbps", "wrong"} <= set(row)
 
 
+@pytest.mark.parametrize("collective", ["allgather", "broadcast", "allreduce"])
+def test_bench_shared_buffers_check_out(capsys, collective):
+    """``--shared-buffers``: every row on communicator-owned shared arrays (all-gather and
+    broadcast read them with plain loads; the others run as before), every value right."""
+    out = bench_json(capsys, "-n", "3", "-b", "4K", "-e", "8M", "-f", "16", "--collective", collective,
+                     "--shared-buffers", "-d", "float16")
+    assert out["shared_buffers"] is True and len(out["results"]) == 2 * 3
+    assert all(row["wrong"] == 0 and row["time_us"] > 0 for row in out["results"])
+
+
 def test_bench_table_has_nccl_tests_columns(capsys):
     assert main(["bench", "-n", "2", "-b", "1K", "-e", "2K", "--iters", "2", "-w", "0", "-d", "float16",
                  "-o", "max"]) == 0

@@ -19,10 +19,10 @@ def _input(dtype: str, count: int, rank: int, seed: int) -> np.ndarray:
     return rng.integers(0, 100, count).astype(dtype)
 
 
-def _shared_rank(stream_bytes: int) -> dict:
+def _shared_rank(options: dict) -> dict:
     from arborcc.runtime import Communicator
 
-    comm = Communicator.from_env(timeout=30, stream_bytes=stream_bytes)
+    comm = Communicator.from_env(timeout=30, **options)
     r, n = comm.rank, comm.world_size
     wrong, cases = [], 0
     for seed, dtype in enumerate(DTYPES):
@@ -64,10 +64,11 @@ def _shared_rank(stream_bytes: int) -> dict:
     return {"wrong": wrong, "cases": cases, "shared_calls": calls}
 
 
-@pytest.mark.parametrize("stream_bytes", [0, 1], ids=["plain-stores", "streaming-stores"])
-def test_shared_allgather_and_broadcast_match_numpy(stream_bytes):
+@pytest.mark.parametrize("options", [dict(stream_bytes=0), dict(stream_bytes=1), dict(workers=0)],
+                         ids=["plain-stores", "streaming-stores", "a-thread-per-peer"])
+def test_shared_allgather_and_broadcast_match_numpy(options):
     before = {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")}
-    results = run_ranks(_shared_rank, 3, (stream_bytes,), timeout=240)
+    results = run_ranks(_shared_rank, 3, (options,), timeout=240)
     for res in results:
         assert res["wrong"] == []
         assert res["cases"] == len(DTYPES) * len(COUNTS) * 3

@@ -106,7 +106,8 @@ def json_object(spec: Spec, rows: list[Row], membw: float | None, backends: list
         vals = [r.busbw_gbps for r in rows if r.backend == b and r.busbw_gbps is not None]
         avg[b] = sum(vals) / len(vals) if vals else None
     return {"collective": spec.collective, "ranks": spec.ranks, "dtype": spec.dtype, "op": spec.op,
-            "root": spec.root, "warmup": spec.warmup, "iters": spec.iters, "xml": spec.xml, "backends": backends,
+            "root": spec.root, "warmup": spec.warmup, "iters": spec.iters, "xml": spec.xml,
+            "shared_buffers": spec.shared_buffers, "backends": backends,
             "membw_gbps": membw / GB if membw else None, "avg_busbw_gbps": avg, "results": results}
 
 

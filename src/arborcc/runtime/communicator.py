@@ -8,6 +8,8 @@ says which algorithm each call runs.
     comm.allreduce(x)                       # in place: x becomes the sum over ranks
     comm.allreduce(x, out, op="max")        # out of place
     comm.allgather(x, gathered)             # gathered has world_size * x.size elements
+    g = comm.shared_array((comm.world_size, 1024))   # memory every rank maps (a collective call)
+    comm.allgather(g[comm.rank], g)         # in place on it: the peers' blocks read with plain loads
     comm.close()
 
 Arrays are numpy arrays or torch CPU tensors, contiguous, read and written where they
@@ -72,6 +74,7 @@ class WindowCall(NamedTuple):
     offset: int
     nbytes: int  #: one rank's send buffer
     root: int  #: a broadcast's root; -1: all-gather
+    threads: int  #: threads that copy the peers' blocks (``Options.workers``: 0 is one per peer)
 
 
 @dataclass
@@ -301,7 +304,9 @@ class Communicator:
             return None
         if mode is Mode.OUTOFPLACE and address < r.address + r.nbytes and r.address < address + nbytes:
             raise InputError("overlaps the send buffer without being in place", source="recv")
-        return WindowCall(found[0], found[1], nbytes, root if collective == "broadcast" else -1)
+        workers = self._workers(collective, count, DTYPES[s.dtype][1])
+        return WindowCall(found[0], found[1], nbytes, root if collective == "broadcast" else -1,
+                          self.world_size - 1 if workers == 0 else workers)
 
     # -- collectives -------------------------------------------------------------------
 
@@ -541,7 +546,8 @@ class Communicator:
         try:
             if type(prepared) is WindowCall:
                 self._native.window_collective(prepared.window, prepared.offset, prepared.nbytes, r.address,
-                                               prepared.root, self.options.stream_bytes, self.options.timeout)
+                                               prepared.root, self.options.stream_bytes, prepared.threads,
+                                               self.options.timeout)
                 return
             for handle, uses_in, uses_out, scratch_bytes, divide in prepared:
                 if divide is None:

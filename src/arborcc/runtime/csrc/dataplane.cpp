@@ -704,7 +704,7 @@ class Communicator {
   // output: the root's). Outputs of at least `stream_bytes` bytes (0: never) are written
   // with streaming stores. A call returns once every peer has read this rank's block.
   void window_collective(int64_t id, uint64_t send_off, uint64_t bytes, uint64_t out_addr, int root,
-                         uint64_t stream_bytes, double timeout) {
+                         uint64_t stream_bytes, int threads, double timeout) {
     check_abort();
     auto it = windows_.find(id);
     if (it == windows_.end()) throw CommError("rank " + std::to_string(rank_) + ": no shared array " + std::to_string(id));
@@ -728,18 +728,31 @@ class Communicator {
     std::vector<int> pending;
     for (int k = 1; k < n_; ++k)
       if (gather || (rank_ != root && (rank_ + k) % n_ == root)) pending.push_back((rank_ + k) % n_);
-    while (!pending.empty()) {
-      int p = wait_any(pending, &RankCell::win_posted, seq, "to post its send buffer", timeout);
-      RankCell& peer = h->ranks[p];
-      int64_t pid = peer.win_id.load(std::memory_order_relaxed);
-      uint64_t off = peer.win_off.load(std::memory_order_relaxed), pbytes = peer.win_bytes.load(std::memory_order_relaxed);
-      auto pw = windows_.find(pid);
-      if (pbytes != bytes || pw == windows_.end() || off + bytes > pw->second.bytes)
-        fail("rank " + std::to_string(p) + " sent " + std::to_string(pbytes) + " bytes of shared array " +
-             std::to_string(pid) + ", this rank expected " + std::to_string(bytes) + " bytes (do all ranks make "
-             "the same calls with the same sizes?)");
-      copy_bytes(gather ? out + (uint64_t)p * bytes : out, pw->second.base[p] + off, bytes, streaming);
+    auto read_peers = [&](std::vector<int> peers) {
+      while (!peers.empty()) {
+        int p = wait_any(peers, &RankCell::win_posted, seq, "to post its send buffer", timeout);
+        RankCell& peer = h->ranks[p];
+        int64_t pid = peer.win_id.load(std::memory_order_relaxed);
+        uint64_t off = peer.win_off.load(std::memory_order_relaxed), pbytes = peer.win_bytes.load(std::memory_order_relaxed);
+        auto pw = windows_.find(pid);
+        if (pbytes != bytes || pw == windows_.end() || off + bytes > pw->second.bytes)
+          fail("rank " + std::to_string(p) + " sent " + std::to_string(pbytes) + " bytes of shared array " +
+               std::to_string(pid) + ", this rank expected " + std::to_string(bytes) + " bytes (do all ranks make "
+               "the same calls with the same sizes?)");
+        copy_bytes(gather ? out + (uint64_t)p * bytes : out, pw->second.base[p] + off, bytes, streaming);
+      }
+    };
+    // with `threads` > 1, the peers' blocks are split over that many threads (while one
+    // waits for a peer, another copies; see Options.workers)
+    int nthreads = std::max(1, std::min<int>(threads, (int)pending.size()));
+    if (nthreads == 1) {
+      read_peers(pending);
+    } else {
+      std::vector<std::vector<int>> groups(nthreads);
+      for (size_t i = 0; i < pending.size(); ++i) groups[i % nthreads].push_back(pending[i]);
+      on_pool(nthreads, [&](int w) { read_peers(groups[w]); });
     }
+    pending.clear();
     me.win_done.store(seq, std::memory_order_release);
     for (int r = 0; r < n_; ++r)
       if (r != rank_) wake(r);
@@ -1341,15 +1354,22 @@ class Communicator {
       return;
     }
     // one worker thread per group of thread blocks; the calling thread runs group 0
-    ensure_pool(nworkers);
     std::vector<std::vector<int>> groups(nworkers);
     for (int t = 0; t < ntb; ++t) groups[t % nworkers].push_back(t);
+    on_pool(nworkers, [&](int w) { schedule(call, st, groups[w], bounce_for(w)); });
+    drain(call, st);
+  }
+
+  // Run work(0) on the calling thread and work(1 .. nworkers - 1) on the pool's worker
+  // threads; the first error of any of them aborts the communicator and is thrown here.
+  void on_pool(int nworkers, const std::function<void(int)>& work) {
+    ensure_pool(nworkers);
     std::string first_error;
     std::mutex err_mu;
     std::atomic<int> remaining(nworkers - 1);
     auto job = [&](int w) {
       try {
-        schedule(call, st, groups[w], bounce_for(w));
+        work(w);
       } catch (std::exception& e) {
         std::lock_guard<std::mutex> lk(err_mu);
         if (first_error.empty()) first_error = e.what();
@@ -1373,7 +1393,6 @@ class Communicator {
       pool_job_ = nullptr;
     }
     if (!first_error.empty()) throw CommError(first_error);
-    drain(call, st);
   }
 
   std::vector<char>& bounce_for(int w) {
