@@ -96,3 +96,35 @@ def test_shared_tensor_allgather_in_place():
     pytest.importorskip("torch")
     for same_memory, correct, calls in run_ranks(_torch_shared_rank, 2, timeout=120):
         assert same_memory and correct and calls == 1
+
+
+def _one_rank_errors() -> list[str]:
+    from arborcc.errors import InputError
+    from arborcc.runtime import Communicator
+
+    comm = Communicator.from_env(timeout=30)
+    said = []
+    for bad in (lambda: comm.shared_array((0, 4)), lambda: comm.free_shared(np.zeros(3, np.float32))):
+        try:
+            bad()
+            said.append("no error")
+        except InputError as e:
+            said.append(str(e))
+    a = comm.shared_array(8, "int64")
+    a[:] = 5
+    out = np.zeros(8, np.int64)
+    comm.allgather(a, out)  # one rank: its own block
+    said.append(f"{out.sum()} {comm.shared_calls}")
+    try:
+        comm.allgather(a[1:], a[:7])  # overlapping, not in place
+    except InputError as e:
+        said.append(str(e))
+    return said
+
+
+def test_shared_array_input_errors():
+    (said,) = run_ranks(_one_rank_errors, 1, timeout=60)
+    assert "at least one byte" in said[0]
+    assert "is not a shared array" in said[1]
+    assert said[2] == "40 1"
+    assert "overlaps the send buffer" in said[3]
