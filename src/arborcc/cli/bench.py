@@ -5,8 +5,8 @@ Flags follow nccl-tests: ``-n`` ranks, ``-b``/``-e``/``-f`` the size sweep (byte
 K/M/G suffixes), ``-o`` op, ``-d`` dtype, ``-w`` warm-up calls, ``--iters`` timed calls,
 ``-c`` check, ``--collective``; ``--xml FILE`` runs that algorithm (on as many ranks as
 it has); ``--shared-buffers`` runs arborcc on communicator-owned shared arrays (as
-nccl-tests' ``-R`` registers buffers); ``--backend`` may be repeated; ``--json`` prints one object; ``--plot PNG``
-draws busbw against size for every back-end of the run.
+nccl-tests' ``-R`` registers buffers); ``--backend`` may be repeated; ``--json`` prints
+one object; ``--plot PNG`` draws busbw against size for every back-end of the run.
 """
 
 from __future__ import annotations
