@@ -296,3 +296,18 @@ def test_rank_killed_during_shared_allgather_is_named(tmp_path, shm_unchanged):
         comm.allgather(x, out)
     """) + KILL_RANK_2_DURING.format(call="comm.allgather(x, out)"))
     assert_rank_2_found_dead(code, said)
+
+
+def test_shared_array_on_one_rank_only_times_out_naming_the_peer(tmp_path, shm_unchanged):
+    code, said = launch(tmp_path, 2, """
+        comm = Communicator.from_env(timeout=2 if rank == 0 else 8)  # rank 0 times out first
+        shared = comm.shared_array(1000, "float32")
+        send = shared if rank == 0 else np.ones(1000, np.float32)  # rank 1 passes its own array
+        try:
+            comm.allgather(send, np.zeros(2000, np.float32))
+            report("no error")
+        except CommunicationError as e:
+            report(str(e))
+    """)
+    assert "timed out" in said[0] and "rank 1" in said[0] and "shared arrays" in said[0], said
+    assert "rank 0" in said[1], said
