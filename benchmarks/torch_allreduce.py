@@ -92,58 +92,16 @@ def time_batches(call, barrier, warmup: int, samples: int, batch: int) -> tuple[
 
 
 def free_threads_group():
-    """A gloo group of every rank whose threads may run on any CPU: gloo starts its I/O and
-    worker threads when the group is made, and they inherit the making thread's CPU
-    affinity - after ``init``, the single CPU the shared-memory runtime pinned the rank to.
-    Pinned there they share one CPU with the rank and wait for it a scheduler tick (4 ms
-    at 250 Hz) whenever something else runs on it (:func:`gloo_modes`)."""
+    """A gloo group of every rank whose threads may run on any of the rank's CPUs
+    (:func:`arborcc.torch.free_threads`): made the usual way after ``init``, gloo's threads
+    would inherit the one CPU the shared-memory runtime pinned the rank to
+    (:func:`gloo_mode_timings`)."""
     import torch.distributed as dist
 
-    pinned = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, range(os.cpu_count() or 1))
-    try:
+    import arborcc.torch
+
+    with arborcc.torch.free_threads():
         return dist.new_group(backend="gloo")
-    finally:
-        os.sched_setaffinity(0, pinned)
-
-
-class PlainRing:
-    """What gloo's point-to-point operations cost an all-reduce of a tensor without any
-    algorithm: the bytes a bandwidth-optimal all-reduce sends and receives per rank
-    (2(n-1)/n of the tensor) as one ring of ``send``/``recv`` on ``group`` (8 MB messages,
-    two in flight, the shape of gloo's own ring), then the n-1 reductions of a block it
-    makes. It computes no result. A reference for the executor, not a strict bound: gloo's
-    own ring, in C++ and sending from the buffer it reduces into, can be cheaper."""
-
-    MESSAGE = 8 * MB
-
-    def __init__(self, group):
-        self.group, self.rank, self.size = group, group.rank(), group.size()
-        self.buffers: dict = {}
-
-    def __call__(self, t) -> None:
-        import torch
-
-        n, rank = self.size, self.rank
-        elements = t.numel() // n * n
-        moved = 2 * (n - 1) * elements // n
-        if moved not in self.buffers:
-            self.buffers[moved] = (torch.ones(moved), torch.empty(moved))
-        src, dst = self.buffers[moved]
-        step = max(1, self.MESSAGE // 4)
-        right, left = (rank + 1) % n, (rank - 1) % n
-        recvs, sends = [], []
-        for k, start in enumerate(range(0, moved, step)):
-            recvs.append(self.group.recv([dst[start:start + step]], left, k % 64))
-            sends.append(self.group.send([src[start:start + step]], right, k % 64))
-            if len(recvs) >= 2:
-                recvs.pop(0).wait()
-                sends.pop(0).wait()
-        for work in recvs + sends:
-            work.wait()
-        block = elements // n
-        for k in range(n - 1):
-            torch.add(t[k * block:(k + 1) * block], dst[k * block:(k + 1) * block], out=dst[k * block:(k + 1) * block])
 
 
 def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
