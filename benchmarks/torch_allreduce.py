@@ -104,6 +104,45 @@ def free_threads_group():
         return dist.new_group(backend="gloo")
 
 
+class PlainRing:
+    """What gloo's point-to-point operations cost an all-reduce of a tensor without any
+    algorithm: the bytes a bandwidth-optimal all-reduce sends and receives per rank
+    (2(n-1)/n of the tensor) as one ring of ``send``/``recv`` on ``group`` (8 MB messages,
+    two in flight, the shape of gloo's own ring), then the n-1 reductions of a block it
+    makes. It computes no result. A reference for the executor, not a strict bound: gloo's
+    own ring, in C++ and sending from the buffer it reduces into, can be cheaper."""
+
+    MESSAGE = 8 * MB
+
+    def __init__(self, group):
+        self.group, self.rank, self.size = group, group.rank(), group.size()
+        self.buffers: dict = {}
+
+    def __call__(self, t) -> None:
+        import torch
+
+        n, rank = self.size, self.rank
+        elements = t.numel() // n * n
+        moved = 2 * (n - 1) * elements // n
+        if moved not in self.buffers:
+            self.buffers[moved] = (torch.ones(moved), torch.empty(moved))
+        src, dst = self.buffers[moved]
+        step = max(1, self.MESSAGE // 4)
+        right, left = (rank + 1) % n, (rank - 1) % n
+        recvs, sends = [], []
+        for k, start in enumerate(range(0, moved, step)):
+            recvs.append(self.group.recv([dst[start:start + step]], left, k % 64))
+            sends.append(self.group.send([src[start:start + step]], right, k % 64))
+            if len(recvs) >= 2:
+                recvs.pop(0).wait()
+                sends.pop(0).wait()
+        for work in recvs + sends:
+            work.wait()
+        block = elements // n
+        for k in range(n - 1):
+            torch.add(t[k * block:(k + 1) * block], dst[k * block:(k + 1) * block], out=dst[k * block:(k + 1) * block])
+
+
 def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
     """On one rank: {way: {size: [seconds per timed call]}}."""
     import torch
