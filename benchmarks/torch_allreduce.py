@@ -318,8 +318,10 @@ def cpu_split_table(size: int, rounds: int) -> list[dict]:
         wall = statistics.median(max(w for w, _ in rnd) for rnd in samples)
         total = statistics.median(sum(c["user"] + c["system"] for _, c in rnd) for rnd in samples)
         split = {k: statistics.median(sum(c.get(k, 0.0) for _, c in rnd) for rnd in samples) for k in kinds}
-        print(f"{way:>11} {wall * 1e3:>8.1f} {total * 1e3:>7.1f} " + " ".join(f"{split[k] * 1e3:>11.1f}" for k in kinds))
-        rows.append({"way": way, "wall_ms": wall * 1e3, "cpu_ms": total * 1e3, **{k: v * 1e3 for k, v in split.items()}})
+        print(f"{way:>11} {wall * 1e3:>8.1f} {total * 1e3:>7.1f} "
+              + " ".join(f"{split[k] * 1e3:>11.1f}" for k in kinds))
+        rows.append({"way": way, "wall_ms": wall * 1e3, "cpu_ms": total * 1e3,
+                     **{k: v * 1e3 for k, v in split.items()}})
     return rows
 
 
