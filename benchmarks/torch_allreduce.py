@@ -2,16 +2,27 @@
 side by side in one run; the two-"host" job at 64 MB; DDP's time per iteration.
 
     .venv/bin/python benchmarks/torch_allreduce.py [--quick] [--runs K] [--ranks 4] [--sizes 1M,4M]
-                                                   [--parts single,two-hosts,ddp] [--json OUT.json]
+                                                   [--parts single,gloo-modes,cpu-split,two-hosts,ddp]
+                                                   [--json OUT.json]
 
 Per rank count (2 and 4), one job of local ranks holds three ways to all-reduce the same
 float32 tensor (sum): ``dist.all_reduce`` on the default group (backend ``arborcc``),
-``dist.all_reduce`` on a gloo group of the same ranks, and the raw shared-memory runtime
-(the backend's own :class:`arborcc.runtime.Communicator`, called directly). For each
-size the three alternate in rounds; a sample is a barrier, then calls timed together
-(16 below 64 KB, down to 1 from 1 MB: nccl-tests averages its iterations), the slowest
-rank's sample counts, the table shows medians of samples. busbw = size / time *
-2(n-1)/n, as nccl-tests.
+``dist.all_reduce`` on a gloo group of the same ranks (its threads free to run on any
+CPU: :func:`free_threads_group`), and the raw shared-memory runtime (the backend's own
+:class:`arborcc.runtime.Communicator`, called directly, in place as ``dist.all_reduce``).
+For each size the three alternate in rounds; every way is measured as nccl-tests
+measures: warm-up calls, then samples of a barrier followed by a batch of calls timed
+together (16 up to 1 MB, 16 MB of calls above, one call from 16 MB), the slowest rank's
+sample counts, the table shows medians of samples. busbw = size / time * 2(n-1)/n, as
+nccl-tests.
+
+gloo modes (``--parts gloo-modes``): gloo's 1 MB all-reduce on a gloo group made the
+usual way after ``init`` (its threads pinned to the rank's CPU) against one with free
+threads, alternating in one job.
+
+CPU split (``--parts cpu-split``): 4 ranks of a plain gloo job, 64 MB: gloo's all-reduce,
+the plain ring and the executor alone, with the CPU time per call by thread (the calling
+thread, the executor's posting and waiting threads, gloo's I/O and worker threads).
 
 Two hosts: 4 ranks, two "hosts" of 2 (``ARBORCC_HOST``), at 16 and 64 MB: the backend
 (shared memory inside a host, the torch.distributed executor over gloo between hosts),
@@ -54,16 +65,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def iterations(size: int, quick: bool) -> tuple[int, int]:
-    """(warm-up calls, timed calls per round) for a size."""
+    """(warm-up calls, timed samples per round) for a size."""
     if size >= 16 * MB:
         return 1, 2 if quick else 3
-    return 3, 8 if quick else 20
+    return 5, 4 if quick else 8
 
 
 def batch_of(size: int) -> int:
-    """Calls timed together per sample: small calls in batches (as nccl-tests averages its
-    iterations), so one late wake-up after the barrier does not dominate a sample."""
-    return max(1, min(16, MB // size))
+    """Calls timed back to back per sample, as nccl-tests times a batch of iterations after
+    its barrier: 16 up to 1 MB, fewer above (at least 16 MB per sample, one call from 16
+    MB), so that the ranks' skew as they leave the barrier (tens of us with gloo's
+    barrier, which this benchmark uses for every way alike) is shared by many calls."""
+    return max(1, min(16, 16 * MB // size))
 
 
 def time_batches(call, barrier, warmup: int, samples: int, batch: int) -> tuple[list[float], list[float]]:
@@ -81,6 +94,19 @@ def time_batches(call, barrier, warmup: int, samples: int, batch: int) -> tuple[
         out.append((time.perf_counter() - t0) / batch)
         cpu.append((time.process_time() - c0) / batch)
     return out, cpu
+
+
+def free_threads_group():
+    """A gloo group of every rank whose threads may run on any of the rank's CPUs
+    (:func:`arborcc.torch.free_threads`): made the usual way after ``init``, gloo's threads
+    would inherit the one CPU the shared-memory runtime pinned the rank to
+    (:func:`gloo_mode_timings`)."""
+    import torch.distributed as dist
+
+    import arborcc.torch
+
+    with arborcc.torch.free_threads():
+        return dist.new_group(backend="gloo")
 
 
 class PlainRing:
@@ -135,7 +161,7 @@ def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
         os.environ["ARBORCC_HOST"] = f"host{rank * hosts // world}"
     torch.set_num_threads(1)
     arborcc.torch.init(timeout=300)
-    gloo = dist.new_group(backend="gloo")
+    gloo = free_threads_group()
     barrier = gloo.barrier
     if hosts > 1:
         executor = GroupExecutor(gloo, timeout=300)
@@ -152,8 +178,7 @@ def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
         t = torch.ones(size // 4)
         for rnd in range(ROUNDS):
             for way, call in ways.items():
-                times, cpu = time_batches(lambda: call(t), lambda: barrier().wait(), warmup if rnd == 0 else 0,
-                                          iters, batch_of(size))
+                times, cpu = time_batches(lambda: call(t), lambda: barrier().wait(), warmup, iters, batch_of(size))
                 out[way].setdefault(size, []).extend(times)
                 out[f"{way} cpu"].setdefault(size, []).extend(cpu)
         t.fill_(1.0)
@@ -166,6 +191,138 @@ def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
                 raise RuntimeError(f"wrong all-reduce result at {size} bytes: {float(t[0])}")
     dist.destroy_process_group()
     return out
+
+
+def gloo_mode_timings(size: int, rounds: int) -> dict:
+    """On one rank of a job on the arborcc backend: gloo's all-reduce of ``size`` bytes on
+    two gloo groups of every rank, one made the usual way after ``init`` (its threads
+    pinned to the rank's CPU) and one with free threads (:func:`free_threads_group`),
+    alternating: {group: {"single": [s per call, a barrier before each], "batch": [s per
+    call of batches of 16]}}."""
+    import torch
+    import torch.distributed as dist
+
+    import arborcc.torch
+
+    torch.set_num_threads(1)
+    arborcc.torch.init(timeout=300)
+    groups = {"pinned threads": dist.new_group(backend="gloo"), "free threads": free_threads_group()}
+    t = torch.ones(size // 4)
+    out: dict = {name: {"single": [], "batch": []} for name in groups}
+    for _ in range(rounds):
+        for name, group in groups.items():
+            def call(group=group):
+                dist.all_reduce(t, group=group)
+
+            barrier = groups["free threads"].barrier
+            out[name]["single"] += time_batches(call, lambda: barrier().wait(), 5, 16, 1)[0]
+            out[name]["batch"] += time_batches(call, lambda: barrier().wait(), 0, 4, 16)[0]
+    dist.destroy_process_group()
+    return out
+
+
+def gloo_modes_table(ranks_list: list[int], size: int, rounds: int) -> list[dict]:
+    """What decides whether gloo's 1 MB all-reduce takes 0.5 ms or several: its threads'
+    CPU affinity (see :func:`gloo_mode_timings`). Calls of 3 ms or more are the ones
+    that waited at least one scheduler tick."""
+    print(f"\n## gloo's all-reduce at {fmt_size(size)}, float32 sum: its threads pinned to the rank's CPU or free "
+          f"(a barrier then one call: median and share of calls >= 3 ms; batches of 16 calls: median per call)")
+    print(f"{'ranks':>5} {'gloo threads':>15} {'one call us':>12} {'calls >= 3 ms':>14} {'batch us':>9}")
+    rows = []
+    for ranks in ranks_list:
+        per_rank = run_ranks(gloo_mode_timings, ranks, (size, rounds), timeout=900)
+        for name in per_rank[0]:
+            single = [max(c) for c in zip(*(r[name]["single"] for r in per_rank))]
+            batch = [max(c) for c in zip(*(r[name]["batch"] for r in per_rank))]
+            slow = sum(x >= 3e-3 for x in single) / len(single)
+            row = {"ranks": ranks, "threads": name, "single_us": statistics.median(single) * 1e6,
+                   "slow_share": slow, "batch_us": statistics.median(batch) * 1e6}
+            print(f"{ranks:>5} {name:>15} {row['single_us']:>12.1f} {100 * slow:>13.0f}% {row['batch_us']:>9.1f}")
+            rows.append(row)
+    return rows
+
+
+#: thread names -> what they do, for the CPU split (Python threads by name, gloo's by their Linux name)
+THREAD_KINDS = (("MainThread", "main"), ("arborcc-send", "posting"), ("arborcc-recv", "posting"),
+                ("arborcc-wait", "waiting"), ("gloo_tcp_loop", "gloo I/O"), ("pt_gloo_runloop", "gloo worker"))
+
+
+def thread_cpu() -> dict:
+    """CPU seconds used so far by this process's threads, summed by kind (THREAD_KINDS;
+    "other" for the rest), from /proc (clock ticks)."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = names.get(int(tid)) or f.read().strip()
+        except OSError:  # the thread ended
+            continue
+        kind = next((k for prefix, k in THREAD_KINDS if name.startswith(prefix)), "other")
+        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def cpu_split_timings(size: int, rounds: int, calls: int) -> dict:
+    """On one rank of a gloo job: gloo's all-reduce, :class:`PlainRing` and the executor
+    (arborcc's default all-reduce over the job's gloo group), alternating; per round and
+    way the seconds per call (wall), and CPU seconds per call: user, system and by thread
+    kind (:func:`thread_cpu`)."""
+    import torch
+    import torch.distributed as dist
+
+    from arborcc.torch.executor import GroupExecutor
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=300))
+    group = dist.group.WORLD
+    executor = GroupExecutor(group, timeout=300)
+    ways = {"gloo": lambda t: dist.all_reduce(t), "plain ring": PlainRing(group),
+            "executor": lambda t: executor.allreduce(t, "sum")}
+    t = torch.ones(size // 4)
+    out: dict = {way: [] for way in ways}
+    for _ in range(rounds):
+        for way, call in ways.items():
+            call(t)
+            dist.barrier()
+            threads, times, start = thread_cpu(), os.times(), time.perf_counter()
+            for _ in range(calls):
+                call(t)
+            wall = (time.perf_counter() - start) / calls
+            after, times_after = thread_cpu(), os.times()
+            cpu = {kind: (after[kind] - threads.get(kind, 0.0)) / calls for kind in after}
+            cpu["user"] = (times_after.user - times.user) / calls
+            cpu["system"] = (times_after.system - times.system) / calls
+            out[way].append((wall, cpu))
+    dist.destroy_process_group()
+    return out
+
+
+def cpu_split_table(size: int, rounds: int) -> list[dict]:
+    """Where the CPU time of an all-reduce over gloo goes (4 ranks, one machine)."""
+    per_rank = run_ranks(cpu_split_timings, 4, (size, rounds, 4), timeout=900)
+    kinds = ["user", "system", "main", "posting", "waiting", "gloo I/O", "gloo worker"]
+    print(f"\n## CPU per call of an all-reduce of {fmt_size(size)} over one gloo group of 4 ranks (ms, all 4 ranks "
+          f"summed; medians of {rounds} rounds of 4 calls; threads: main = the calling thread (the executor's "
+          f"reductions and bookkeeping), posting/waiting = the executor's helper threads, gloo I/O and worker = "
+          f"gloo's; per-thread times in 10 ms clock ticks)")
+    print(f"{'way':>11} {'wall ms':>8} {'cpu ms':>7} " + " ".join(f"{k:>11}" for k in kinds))
+    rows = []
+    for way in per_rank[0]:
+        samples = list(zip(*(r[way] for r in per_rank)))  # per round: every rank's (wall, cpu)
+        wall = statistics.median(max(w for w, _ in rnd) for rnd in samples)
+        total = statistics.median(sum(c["user"] + c["system"] for _, c in rnd) for rnd in samples)
+        split = {k: statistics.median(sum(c.get(k, 0.0) for _, c in rnd) for rnd in samples) for k in kinds}
+        print(f"{way:>11} {wall * 1e3:>8.1f} {total * 1e3:>7.1f} "
+              + " ".join(f"{split[k] * 1e3:>11.1f}" for k in kinds))
+        rows.append({"way": way, "wall_ms": wall * 1e3, "cpu_ms": total * 1e3,
+                     **{k: v * 1e3 for k, v in split.items()}})
+    return rows
 
 
 def medians(per_rank: list[dict]) -> dict:
@@ -277,16 +434,21 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=1, help="jobs per table, samples pooled (default 1)")
     p.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="rank counts of the one-host tables")
     p.add_argument("--sizes", type=size_list, help="sizes of the one-host tables, e.g. 1M,4M (default: all)")
-    p.add_argument("--parts", default="single,two-hosts,ddp", help="which tables (default: single,two-hosts,ddp)")
+    p.add_argument("--parts", default="single,gloo-modes,cpu-split,two-hosts,ddp",
+                   help="which tables (default: all of single,gloo-modes,cpu-split,two-hosts,ddp)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     parts = set(args.parts.split(","))
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    result = {"single_host": [], "two_hosts": None, "ddp_ms": None}
+    result = {"single_host": [], "gloo_modes": None, "cpu_split": None, "two_hosts": None, "ddp_ms": None}
     if "single" in parts:
         for ranks in args.ranks:
             result["single_host"] += single_host_table(ranks, sizes, args.quick, args.runs)
+    if "gloo-modes" in parts:
+        result["gloo_modes"] = gloo_modes_table(args.ranks, 1 * MB, 2 if args.quick else 5)
+    if "cpu-split" in parts:
+        result["cpu_split"] = cpu_split_table(64 * MB, 3 if args.quick else 6)
     if "two-hosts" in parts:
         result["two_hosts"] = two_host_table([16 * MB, 64 * MB], args.quick, args.runs)
     if "ddp" in parts:

@@ -72,9 +72,15 @@ def main(argv=None) -> int:
 
     arborcc.torch.init(backend=args.backend, timeout=120)
     other = "gloo" if args.backend == "arborcc" else "arborcc"
-    runs = {args.backend: train(None, args), other: train(dist.new_group(backend=other), args)}
+
+    def gloo_group():
+        with arborcc.torch.free_threads():  # gloo's threads on any CPU, not on the one arborcc pinned the rank to
+            return dist.new_group(backend="gloo")
+
+    runs = {args.backend: train(None, args),
+            other: train(gloo_group() if other == "gloo" else dist.new_group(backend=other), args)}
     if args.hook:
-        runs["gloo + arborcc hook"] = train(dist.new_group(backend="gloo"), args, arborcc.torch.hook_state())
+        runs["gloo + arborcc hook"] = train(gloo_group(), args, arborcc.torch.hook_state())
 
     reference = runs["gloo"][0]
     ok = True

@@ -102,3 +102,36 @@ def test_a_reply_may_land_where_the_message_it_answers_was_sent_from():
     programs = {p: lowered_program(lower_rank(algo, p, Mode.INPLACE)) for p in range(4)}
     safe = received_before_reply(0, programs[0], programs.get)
     assert safe == {(t, 3): frozenset({(t, 0)}) for t in range(3)}
+
+
+def test_free_threads_starts_threads_on_the_cpus_from_before_pinning(monkeypatch):
+    import os
+    import threading
+
+    from arborcc.torch import affinity
+
+    before = os.sched_getaffinity(0)
+    seen = []
+
+    def started():
+        t = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+        t.start()
+        t.join()
+
+    monkeypatch.setattr(affinity, "cpus_before_pinning", None)
+    with affinity.free_threads():  # nothing recorded: nothing changes
+        started()
+    assert seen[-1] == before
+    affinity.remember_affinity()
+    affinity.remember_affinity()  # the first record stays
+    assert affinity.cpus_before_pinning == frozenset(before)
+    one = {min(before)}
+    os.sched_setaffinity(0, one)  # as the runtime pins a rank
+    try:
+        with affinity.free_threads():
+            started()
+        assert seen[-1] == before and os.sched_getaffinity(0) == one  # the caller stays pinned
+        started()
+        assert seen[-1] == one
+    finally:
+        os.sched_setaffinity(0, before)

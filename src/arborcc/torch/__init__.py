@@ -3,7 +3,8 @@ and an executor that runs any arborcc algorithm over torch.distributed's point-t
 operations.
 
 Modules in the order a call flows: ``ops`` (torch's element types and reduction
-operators), ``hosts`` (which ranks share a host: the job's topology), ``executor``
+operators), ``affinity`` (the CPUs of threads started after the rank was pinned),
+``hosts`` (which ranks share a host: the job's topology), ``executor``
 (IR algorithms over a process group's sends and receives), ``hierarchical`` (shared
 memory inside a host, the executor between hosts), ``fallback`` (gloo for what arborcc
 does not run, with a one-time warning), ``work`` (the Work objects torch expects),
@@ -25,6 +26,7 @@ EXPORTS = {
     "hook_state": "arborcc.torch.hook",
     "FallbackWarning": "arborcc.torch.fallback",
     "init": "arborcc.torch.launch",
+    "free_threads": "arborcc.torch.affinity",
 }
 __getattr__, __dir__ = lazy_exports(__name__, EXPORTS)
 __all__ = list(EXPORTS)

@@ -24,6 +24,7 @@ import os
 import weakref
 from datetime import timedelta
 
+from arborcc.torch.affinity import remember_affinity
 from arborcc.torch.fallback import GlooFallback
 from arborcc.torch.hierarchical import Transport
 from arborcc.torch.hosts import exchange_layout
@@ -88,6 +89,7 @@ def define_process_group():
         def __init__(self, store, rank: int, size: int, timeout: timedelta = timedelta(minutes=30)):
             super().__init__(rank, size)
             self._rank, self._size = rank, size
+            remember_affinity()  # before the host's communicator pins this rank to one CPU
             self.topology, self.layout = exchange_layout(store, rank, size)
             self.fallback = GlooFallback(store, rank, size, timeout)
             self.transport = Transport(store, rank, size, timeout, self.layout, self.fallback.group,

@@ -29,6 +29,7 @@ from datetime import timedelta
 
 from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.plan import Plan
+from arborcc.torch.affinity import free_threads
 from arborcc.torch.hosts import HostLayout
 from arborcc.torch.ops import DTYPE_NAMES
 
@@ -74,10 +75,11 @@ class Transport:
         self.inter = self.leaders = self.world = None
         if self.multi_host:
             peers = layout.peers(rank)
-            self.inter = GroupExecutor(
-                dist.ProcessGroupGloo(dist.PrefixStore(f"arborcc/inter{self.local_rank}/", store),
-                                      peers.index(rank), len(peers), timeout),
-                timeout=seconds, plan=plan, rank_names=list(peers), failure=self.failure)
+            with free_threads():  # gloo's threads not on the one CPU the communicator pinned this rank to
+                between = dist.ProcessGroupGloo(dist.PrefixStore(f"arborcc/inter{self.local_rank}/", store),
+                                                peers.index(rank), len(peers), timeout)
+            self.inter = GroupExecutor(between, timeout=seconds, plan=plan, rank_names=list(peers),
+                                       failure=self.failure)
             self.leaders = self.inter if self.local_rank == 0 else None
             self.world = GroupExecutor(world_gloo, timeout=seconds, plan=plan, failure=self.failure)
 
