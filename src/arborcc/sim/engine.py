@@ -52,8 +52,14 @@ EXTRAPOLATION_TOLERANCE = 1e-3
 UNSTEADY = 0.05
 #: two period estimates this close (relative) show an exactly periodic run
 EXACTLY = 1e-9
+#: a program whose period estimates did not settle at N iterations is simulated whole,
+#: without probes, at up to this many times N iterations of other slice sizes
+UNSETTLED_REACH = 16
 #: runs simulated so far, by everything a run depends on but its iteration count
 _RUNS: dict[tuple, tuple] = {}
+#: (program, N) by everything a run depends on but its slice and iteration count: the
+#: program's period estimates did not settle when probed for N iterations
+_UNSETTLED: dict[tuple, tuple] = {}
 
 
 @dataclass
@@ -136,14 +142,18 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
     total by more than :data:`EXTRAPOLATION_TOLERANCE`, the makespan is
     ``T(b) + (N - b) x period``. When the next run would cost more than simulating
     everything, or the last two estimates are far apart (:data:`UNSTEADY`),
-    everything is simulated.
+    everything is simulated. When that happens after three estimates that are not all
+    equal, the program's next calls with other slices (the next sizes of a sweep) up to
+    :data:`UNSETTLED_REACH` times as many iterations are simulated whole at once: their
+    probes would not settle either, and would cost up to as much as the whole run.
     ``None`` (or ``record``, which keeps every flow's rate periods and every piece of
     work for the timeline and the critical path) simulates every iteration.
     """
     iters, tile, m = pipelining(setup.chunk_bytes, setup.slice_bytes)
     if record:
         return _run(prog, setup, iters, tile, m, True)
-    done = _runs_of(prog, setup, tile, m)
+    family = _family(prog, setup, m)
+    done = _runs_of(prog, setup, tile, family)
 
     def simulated(k: int) -> EngineResult:
         if k not in done:
@@ -152,12 +162,24 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
 
     if window is None or iters <= 4 * window or iters in done:
         return simulated(iters)
+    unsettled = _UNSETTLED.get(family)
+    if unsettled is not None and unsettled[0] is prog and iters <= UNSETTLED_REACH * unsettled[1]:
+        return simulated(iters)
     probes = [simulated(window)]
     spent, estimates = window, []
+
+    def whole() -> EngineResult:
+        """Every iteration simulated, the estimates so far remembered if they did not settle."""
+        if len(estimates) >= 3 and max(estimates[-3:]) - min(estimates[-3:]) > EXACTLY * estimates[-1]:
+            _UNSETTLED[family] = (prog, iters)
+            if len(_UNSETTLED) > 64:
+                _UNSETTLED.pop(next(iter(_UNSETTLED)))
+        return simulated(iters)
+
     while True:
         length = 2 * probes[-1].simulated
         if spent + length >= iters and length not in done:  # probing would cost more than doing it all
-            return simulated(iters)
+            return whole()
         probes.append(simulated(length))
         spent += length
         a, b = probes[-2], probes[-1]
@@ -172,16 +194,21 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
                 if spread * (iters - b.simulated) <= EXTRAPOLATION_TOLERANCE * total:
                     return _extrapolate(b, q, iters)
             if len(estimates) >= 3 and abs(q - estimates[-2]) > UNSTEADY * q:  # far from periodic
-                return simulated(iters)
+                return whole()
         if length >= iters:
-            return simulated(iters)
+            return whole()
 
 
-def _runs_of(prog: CompiledAlgorithm, setup: RunSetup, tile: float, m: int) -> dict[int, EngineResult]:
+def _family(prog: CompiledAlgorithm, setup: RunSetup, m: int) -> tuple:
+    """Everything a run depends on but the slice size and the iteration count."""
+    return (id(prog), m, setup.fifo_slices, tuple(setup.link_rate), setup.tb_cap, setup.extra_latency,
+            setup.latency_scale, setup.reduce_bandwidth, setup.copy_bandwidth)
+
+
+def _runs_of(prog: CompiledAlgorithm, setup: RunSetup, tile: float, family: tuple) -> dict[int, EngineResult]:
     """The runs already simulated with everything but the iteration count equal (a sweep
     over sizes with the same slices asks for the same probes again)."""
-    key = (id(prog), tile, m, setup.fifo_slices, tuple(setup.link_rate), setup.tb_cap, setup.extra_latency,
-           setup.latency_scale, setup.reduce_bandwidth, setup.copy_bandwidth)
+    key = (tile, *family)
     entry = _RUNS.get(key)
     if entry is None or entry[0] is not prog:
         entry = _RUNS[key] = (prog, {})
@@ -194,6 +221,7 @@ def forget_runs() -> None:
     """Drop the runs kept for reuse (:func:`run`): the next simulation starts cold, as a
     benchmark timing the simulator needs."""
     _RUNS.clear()
+    _UNSETTLED.clear()
 
 
 def _extrapolate(run: EngineResult, period: float, iters: int) -> EngineResult:
