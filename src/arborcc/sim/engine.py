@@ -242,17 +242,8 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
     nconn = len(prog.conn_keys)
     link_rate = setup.link_rate
 
-    # fixed rates where no link can be oversubscribed; the rest share through FairShare
     cap = setup.tb_cap
-    free_rate = [min([cap] + [link_rate[l] for l in links]) for links in prog.conn_links]
-    demand = [0.0] * len(link_rate)
-    for c, links in enumerate(prog.conn_links):
-        for l in links:
-            demand[l] += free_rate[c]
-    shared_links: list[tuple[int, ...] | None] = []
-    for links in prog.conn_links:
-        tight = tuple(l for l in links if demand[l] > link_rate[l] * (1 + 1e-9))
-        shared_links.append(tight or None)
+    free_rate, shared_links = _rates(prog, link_rate, cap)
     rate_log: list | None = [] if record else None
     fair = FairShare(link_rate, rate_log)
     active = fair.flows  #: the shared flows under way, by key (FairShare.current)
@@ -267,7 +258,9 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
         if finish is not None:
             return EngineResult(max(finish, default=0.0), iters, iters, 0.0, m, tile,
                                 _link_bytes(prog, len(link_rate), tile, iters), tb_finish=finish)
-    pieces_of = [[(k + m - 1) // m for k in cs] for cs in counts]
+    pieces_of = prog.kept.get(("pieces_of", m))  #: per thread block, the pieces of each step
+    if pieces_of is None:
+        pieces_of = prog.kept[("pieces_of", m)] = [[(k + m - 1) // m for k in cs] for cs in counts]
     pos = [0] * n
     it = [0] * n
     piece = [0] * n
@@ -433,7 +426,18 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                     dep_waiters[t] = keep
         if fair.dirty:
             for fl in fair.settle(now):
-                schedule(fl.finish_time(), (fl.key, fl.version))
+                # its finish event: only when it comes earlier than the one queued (a later
+                # finish is queued when the earlier event comes, see below); inline, since
+                # rates change often
+                at = fl.since + fl.remaining / fl.rate if fl.rate > 0 else math.inf
+                if fl.due is None or at < fl.due:
+                    fl.due = at
+                    b = pending(at)
+                    if b is None:
+                        bucket[at] = [fl]
+                        push(times, at)
+                    else:
+                        b.append(fl)
         if not times:
             break
         now = heapq.heappop(times)
@@ -443,10 +447,14 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                 if not item & 1:
                     ready.append(t)
                     continue
-            else:  # a shared flow's expected end: current unless its rate changed since
-                t, version = item
-                fl = active.get(t)
-                if fl is None or fl.version != version:
+            else:  # a shared flow's finish event, stale unless the flow still expects it now
+                t = item.key
+                if active.get(t) is not item or item.due != now:
+                    continue
+                at = item.since + item.remaining / item.rate if item.rate > 0 else math.inf
+                if at > now:  # its rate fell since the event was queued: the finish comes later
+                    item.due = at
+                    schedule(at, item)
                     continue
                 fair.end(now, t)
             # the transfer of thread block t has drained: its data arrives after the latency
@@ -479,6 +487,32 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                 segments.append((l, a, b, rate))
     return EngineResult(max(tb_finish, default=0.0), iters, iters, 0.0, m, tile, link_bytes, segments,
                         pieces, tb_finish)
+
+
+def _rates(prog: CompiledAlgorithm, link_rate: list[float],
+           cap: float) -> tuple[list[float], list[tuple[int, ...] | None]]:
+    """Per connection its uncontended rate (the least of its links' rates and the
+    thread block's cap) and the links it may have to share - those whose connections'
+    uncontended rates add up to more than the link carries - or None: a fixed rate
+    where no link can be oversubscribed, the rest share through FairShare. Kept on
+    ``prog`` per rates and cap (every size of a sweep asks for the same)."""
+    key = ("rates", tuple(link_rate), cap)
+    kept = prog.kept.get(key)
+    if kept is not None:
+        return kept
+    free_rate = [min([cap] + [link_rate[l] for l in links]) for links in prog.conn_links]
+    demand = [0.0] * len(link_rate)
+    for c, links in enumerate(prog.conn_links):
+        for l in links:
+            demand[l] += free_rate[c]
+    shared_links: list[tuple[int, ...] | None] = []
+    for links in prog.conn_links:
+        tight = tuple(l for l in links if demand[l] > link_rate[l] * (1 + 1e-9))
+        shared_links.append(tight or None)
+    if sum(1 for k in prog.kept if k[0] == "rates") >= 16:  # a bounded memory: drop the oldest
+        del prog.kept[next(k for k in prog.kept if k[0] == "rates")]
+    prog.kept[key] = (free_rate, shared_links)
+    return free_rate, shared_links
 
 
 def _link_bytes(prog: CompiledAlgorithm, num_links: int, tile: float, iters: int) -> list[float]:
