@@ -106,6 +106,7 @@ class FairShare:
         self.dirty: set[int] = set()  #: links whose flows changed since the last settle
         self.wide: dict[int, int] = {}  #: per link, its flows that cross other links too
         self.caps: set[float] = set()  #: the caps of every flow so far (the engine gives all one)
+        self.common: float | None = None  #: the one cap of every flow so far, None if they differ
 
     def _close(self, f: Flow, now: float) -> None:
         if self.log is not None and f.rate > 0 and now > f.since:
@@ -146,11 +147,10 @@ class FairShare:
         if not dirty:
             return []
         changed: list[Flow] = []
-        seen: set[int] = set()
-        flows_by_key, on_link, wide, capacity = self.flows, self.on_link, self.wide, self.capacity
-        common = next(iter(self.caps)) if len(self.caps) == 1 else None
+        seen: set[int] | None = None  #: the links of the components settled so far
+        flows_by_key, on_link, wide, capacity, common = self.flows, self.on_link, self.wide, self.capacity, self.common
         for l in sorted(dirty) if len(dirty) > 1 else dirty:
-            if l in seen:
+            if seen is not None and l in seen:
                 continue
             on = on_link.get(l)
             if not on:
@@ -177,6 +177,8 @@ class FairShare:
                             changed.append(f)
                     continue
             component = self._component((l,))
+            if seen is None:
+                seen = set()
             for f in component:
                 seen.update(f.links)
             if component:
@@ -208,7 +210,9 @@ class FairShare:
     def start(self, now: float, key: int, nbytes: float, links: tuple[int, ...], cap: float) -> None:
         """A flow of ``nbytes`` over ``links`` starts (its rate is set by :meth:`settle`)."""
         self.flows[key] = Flow(key, nbytes, links, cap, now)
-        self.caps.add(cap)
+        if cap not in self.caps:
+            self.caps.add(cap)
+            self.common = cap if len(self.caps) == 1 else None
         on_link = self.on_link
         if len(links) == 1:
             l = links[0]
