@@ -445,17 +445,11 @@ def _events(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m
         if fair.dirty:
             for fl in fair.settle(now):
                 # its finish event: only when it comes earlier than the one queued (a later
-                # finish is queued when the earlier event comes, see below); inline, since
-                # rates change often
+                # finish is queued when the earlier event comes, see below)
                 at = fl.since + fl.remaining / fl.rate if fl.rate > 0 else math.inf
                 if fl.due is None or at < fl.due:
                     fl.due = at
-                    b = pending(at)
-                    if b is None:
-                        bucket[at] = [fl]
-                        push(times, at)
-                    else:
-                        b.append(fl)
+                    schedule(at, fl)
         if not times:
             break
         now = heapq.heappop(times)
