@@ -99,7 +99,8 @@ def fig15_17(size: int) -> list[dict]:
             # the emitted schedule's steady-state rate with the profile's link efficiencies
             return attainable_algbw(steady_state_bandwidth(algo, sub, routes), sub, base.fidelity.efficiency) / GB
 
-        row = {"gpus": ",".join(g.removeprefix("gpu") for g in c.gpus), "n": len(c.gpus)}
+        row = {"gpus": ",".join(g.removeprefix("gpu") for g in c.gpus), "n": len(c.gpus),
+               "nccl_fabric": base.schedule.link_kind.value}
         for coll in ("broadcast", "allreduce"):
             try:
                 r = synthesize(sub, coll, "trees", 0)
@@ -131,6 +132,7 @@ def fig15_17(size: int) -> list[dict]:
         stuck = sum(1 for r in rows if r.get(f"{coll}_why") == "deadlock")
         print(f"{coll:<10} trees / NCCL: geomean {geomean(xs):.2f}x, max {max(xs):.2f}x, min {min(xs):.2f}x, "
               f"trees faster in {wins} of {len(xs)}; the trees' algorithm deadlocks in {stuck} of {len(rows)}")
+    blink_vs_baseline(rows)
     print(f"\nsimulated algbw / attainable rate (the emitted schedule's steady-state rate with the V100 profile's "
           f"link efficiencies, sim.bandwidth.attainable_algbw), {size / MB:g} MB")
     print(f"{'GPUs':<18} {'bcast trees':>11} {'rate':>6} {'/':>5} {'NCCL':>6} {'rate':>6} {'/':>5}   "
@@ -149,6 +151,42 @@ def fig15_17(size: int) -> list[dict]:
             print(f"{coll:<10} {who:<5} simulated / attainable: median {statistics.median(xs):.2f}, "
                   f"min {min(xs):.2f}, at least 0.85 in {sum(x >= 0.85 for x in xs)} of {len(xs)}")
     return rows
+
+
+def blink_vs_baseline(rows: list[dict]) -> None:
+    """Why Blink's broadcast ratios (2x geometric mean, 6x at most) are not reproduced
+    (docs/reproductions.md): the ratios split by the fabric of NCCL's rings, and the
+    NCCL throughput at which the simulated trees would be 6x NCCL."""
+    print("\ntrees / NCCL by the fabric of NCCL's rings (the simulated baseline):")
+    for fabric in sorted({r["nccl_fabric"] for r in rows}):
+        some = [r for r in rows if r["nccl_fabric"] == fabric and r["broadcast_trees"] == r["broadcast_trees"]]
+        for coll in ("broadcast", "allreduce"):
+            xs = [r[f"{coll}_trees"] / r[f"{coll}_nccl"] for r in some]
+            ns = [r[f"{coll}_nccl"] for r in some]
+            print(f"  {fabric:<7} rings, {len(some):2d} allocations, {coll:<10}: trees / NCCL geomean "
+                  f"{geomean(xs):.2f}x, max {max(xs):.2f}x; NCCL {min(ns):.2f}-{max(ns):.2f} GB/s")
+    top = max(rows, key=lambda r: r["broadcast_trees"] / r["broadcast_nccl"])
+    print(f"  Blink's 6x broadcast maximum: the simulated trees' best ratio is on GPUs {top['gpus']} "
+          f"({top['broadcast_trees']:.2f} / {top['broadcast_nccl']:.2f} GB/s); 6x would need NCCL at "
+          f"{top['broadcast_trees'] / 6:.2f} GB/s there")
+
+
+def dgx2_small_trees() -> None:
+    """What the simulated DGX-2 trees' 1 KiB all-reduce waits for (docs/reproductions.md):
+    its critical path, and how many transfers its thread blocks run one after another."""
+    from arborcc.sim.simulate import simulate
+    from arborcc.synth.synthesis import synthesize
+
+    machine = build_machine("dgx2")
+    r = synthesize(machine, "allreduce", "trees")
+    s = simulate(r.algorithm, machine, 1024, "LL", routes=r.routes, record=True)
+    path = s.critical_path.summary()
+    tbs = [len(p.threadblocks) for p in r.algorithm.ranks]
+    sends = [sum(1 for st in tb.steps if st.op.sends) for p in r.algorithm.ranks for tb in p.threadblocks]
+    print(f"DGX-2 trees all-reduce, 1 KiB, LL: {s.time * 1e6:.1f} us; critical path {path['transfers']} transfers, "
+          f"{path['latency'] * 1e6:.1f} us of latency, {path['transfer'] * 1e6:.1f} us of transfers, "
+          f"{path['launch'] * 1e6:.1f} us launch and base latency, {path['waiting'] * 1e6:.1f} us waiting; "
+          f"{max(tbs)} thread blocks per rank at most, up to {max(sends)} sends on one thread block")
 
 
 def fig19_20(sizes: list[int]) -> dict:
@@ -172,6 +210,7 @@ def fig19_20(sizes: list[int]) -> dict:
               + "/".join(str(cells[("nccl", s)][k]) for k in ("nccl_algorithm", "protocol", "channels")))
     print(f"trees vs NCCL on DGX-2: NCCL's time / trees' time from {min(ratios):.2f} to {max(ratios):.2f} "
           f"(Blink reports up to 3.32x lower latency, 3.5x throughput)")
+    dgx2_small_trees()
     return {"sizes": cmp.sizes, "names": names, "cells": cells}
 
 

@@ -32,6 +32,7 @@ the remaining iterations add one period each (:func:`run` with ``window``);
 from __future__ import annotations
 
 import copy
+import gc
 import heapq
 import math
 from collections import deque
@@ -52,8 +53,14 @@ EXTRAPOLATION_TOLERANCE = 1e-3
 UNSTEADY = 0.05
 #: two period estimates this close (relative) show an exactly periodic run
 EXACTLY = 1e-9
+#: a program whose period estimates did not settle at N iterations is simulated whole,
+#: without probes, at up to this many times N iterations of other slice sizes
+UNSETTLED_REACH = 16
 #: runs simulated so far, by everything a run depends on but its iteration count
 _RUNS: dict[tuple, tuple] = {}
+#: (program, N) by everything a run depends on but its slice and iteration count: the
+#: program's period estimates did not settle when probed for N iterations
+_UNSETTLED: dict[tuple, tuple] = {}
 
 
 @dataclass
@@ -136,14 +143,18 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
     total by more than :data:`EXTRAPOLATION_TOLERANCE`, the makespan is
     ``T(b) + (N - b) x period``. When the next run would cost more than simulating
     everything, or the last two estimates are far apart (:data:`UNSTEADY`),
-    everything is simulated.
+    everything is simulated. When that happens after three estimates that are not all
+    equal, the program's next calls with other slices (the next sizes of a sweep) up to
+    :data:`UNSETTLED_REACH` times as many iterations are simulated whole at once: their
+    probes would not settle either, and would cost up to as much as the whole run.
     ``None`` (or ``record``, which keeps every flow's rate periods and every piece of
     work for the timeline and the critical path) simulates every iteration.
     """
     iters, tile, m = pipelining(setup.chunk_bytes, setup.slice_bytes)
     if record:
         return _run(prog, setup, iters, tile, m, True)
-    done = _runs_of(prog, setup, tile, m)
+    family = _family(prog, setup, m)
+    done = _runs_of(prog, setup, tile, family)
 
     def simulated(k: int) -> EngineResult:
         if k not in done:
@@ -152,12 +163,24 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
 
     if window is None or iters <= 4 * window or iters in done:
         return simulated(iters)
+    unsettled = _UNSETTLED.get(family)
+    if unsettled is not None and unsettled[0] is prog and iters <= UNSETTLED_REACH * unsettled[1]:
+        return simulated(iters)
     probes = [simulated(window)]
     spent, estimates = window, []
+
+    def whole() -> EngineResult:
+        """Every iteration simulated, the estimates so far remembered if they did not settle."""
+        if len(estimates) >= 3 and max(estimates[-3:]) - min(estimates[-3:]) > EXACTLY * estimates[-1]:
+            _UNSETTLED[family] = (prog, iters)
+            if len(_UNSETTLED) > 64:
+                _UNSETTLED.pop(next(iter(_UNSETTLED)))
+        return simulated(iters)
+
     while True:
         length = 2 * probes[-1].simulated
         if spent + length >= iters and length not in done:  # probing would cost more than doing it all
-            return simulated(iters)
+            return whole()
         probes.append(simulated(length))
         spent += length
         a, b = probes[-2], probes[-1]
@@ -172,16 +195,21 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
                 if spread * (iters - b.simulated) <= EXTRAPOLATION_TOLERANCE * total:
                     return _extrapolate(b, q, iters)
             if len(estimates) >= 3 and abs(q - estimates[-2]) > UNSTEADY * q:  # far from periodic
-                return simulated(iters)
+                return whole()
         if length >= iters:
-            return simulated(iters)
+            return whole()
 
 
-def _runs_of(prog: CompiledAlgorithm, setup: RunSetup, tile: float, m: int) -> dict[int, EngineResult]:
+def _family(prog: CompiledAlgorithm, setup: RunSetup, m: int) -> tuple:
+    """Everything a run depends on but the slice size and the iteration count."""
+    return (id(prog), m, setup.fifo_slices, tuple(setup.link_rate), setup.tb_cap, setup.extra_latency,
+            setup.latency_scale, setup.reduce_bandwidth, setup.copy_bandwidth)
+
+
+def _runs_of(prog: CompiledAlgorithm, setup: RunSetup, tile: float, family: tuple) -> dict[int, EngineResult]:
     """The runs already simulated with everything but the iteration count equal (a sweep
     over sizes with the same slices asks for the same probes again)."""
-    key = (id(prog), tile, m, setup.fifo_slices, tuple(setup.link_rate), setup.tb_cap, setup.extra_latency,
-           setup.latency_scale, setup.reduce_bandwidth, setup.copy_bandwidth)
+    key = (tile, *family)
     entry = _RUNS.get(key)
     if entry is None or entry[0] is not prog:
         entry = _RUNS[key] = (prog, {})
@@ -194,6 +222,7 @@ def forget_runs() -> None:
     """Drop the runs kept for reuse (:func:`run`): the next simulation starts cold, as a
     benchmark timing the simulator needs."""
     _RUNS.clear()
+    _UNSETTLED.clear()
 
 
 def _extrapolate(run: EngineResult, period: float, iters: int) -> EngineResult:
@@ -207,6 +236,23 @@ def _extrapolate(run: EngineResult, period: float, iters: int) -> EngineResult:
 
 def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: int,
          record: bool) -> EngineResult:
+    """One run of ``iters`` iterations (:func:`_events`) with the cyclic garbage
+    collector paused: a run makes many short-lived objects (flows, events) and no
+    cycles, so reference counting frees them all and the collector's passes over the
+    sweep's live algorithms would be wasted (about 3% of a ``compare`` sweep)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _events(prog, setup, iters, tile, m, record)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _events(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: int,
+            record: bool) -> EngineResult:
+    """The event-driven run (module doc) of ``iters`` iterations, ``tile`` bytes per
+    chunk and iteration, at most ``m`` chunks per transfer."""
     n = prog.num_tbs
     flags, counts, deps = prog.tb_flags, prog.tb_counts, prog.tb_deps
     send_conn, recv_conn = prog.tb_send, prog.tb_recv
@@ -214,17 +260,8 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
     nconn = len(prog.conn_keys)
     link_rate = setup.link_rate
 
-    # fixed rates where no link can be oversubscribed; the rest share through FairShare
     cap = setup.tb_cap
-    free_rate = [min([cap] + [link_rate[l] for l in links]) for links in prog.conn_links]
-    demand = [0.0] * len(link_rate)
-    for c, links in enumerate(prog.conn_links):
-        for l in links:
-            demand[l] += free_rate[c]
-    shared_links: list[tuple[int, ...] | None] = []
-    for links in prog.conn_links:
-        tight = tuple(l for l in links if demand[l] > link_rate[l] * (1 + 1e-9))
-        shared_links.append(tight or None)
+    free_rate, shared_links = _rates(prog, link_rate, cap)
     rate_log: list | None = [] if record else None
     fair = FairShare(link_rate, rate_log)
     active = fair.flows  #: the shared flows under way, by key (FairShare.current)
@@ -239,7 +276,9 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
         if finish is not None:
             return EngineResult(max(finish, default=0.0), iters, iters, 0.0, m, tile,
                                 _link_bytes(prog, len(link_rate), tile, iters), tb_finish=finish)
-    pieces_of = [[(k + m - 1) // m for k in cs] for cs in counts]
+    pieces_of = prog.kept.get(("pieces_of", m))  #: per thread block, the pieces of each step
+    if pieces_of is None:
+        pieces_of = prog.kept[("pieces_of", m)] = [[(k + m - 1) // m for k in cs] for cs in counts]
     pos = [0] * n
     it = [0] * n
     piece = [0] * n
@@ -405,7 +444,12 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                     dep_waiters[t] = keep
         if fair.dirty:
             for fl in fair.settle(now):
-                schedule(fl.finish_time(), (fl.key, fl.version))
+                # its finish event: only when it comes earlier than the one queued (a later
+                # finish is queued when the earlier event comes, see below)
+                at = fl.since + fl.remaining / fl.rate if fl.rate > 0 else math.inf
+                if fl.due is None or at < fl.due:
+                    fl.due = at
+                    schedule(at, fl)
         if not times:
             break
         now = heapq.heappop(times)
@@ -415,10 +459,14 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                 if not item & 1:
                     ready.append(t)
                     continue
-            else:  # a shared flow's expected end: current unless its rate changed since
-                t, version = item
-                fl = active.get(t)
-                if fl is None or fl.version != version:
+            else:  # a shared flow's finish event, stale unless the flow still expects it now
+                t = item.key
+                if active.get(t) is not item or item.due != now:
+                    continue
+                at = item.since + item.remaining / item.rate if item.rate > 0 else math.inf
+                if at > now:  # its rate fell since the event was queued: the finish comes later
+                    item.due = at
+                    schedule(at, item)
                     continue
                 fair.end(now, t)
             # the transfer of thread block t has drained: its data arrives after the latency
@@ -451,6 +499,32 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
                 segments.append((l, a, b, rate))
     return EngineResult(max(tb_finish, default=0.0), iters, iters, 0.0, m, tile, link_bytes, segments,
                         pieces, tb_finish)
+
+
+def _rates(prog: CompiledAlgorithm, link_rate: list[float],
+           cap: float) -> tuple[list[float], list[tuple[int, ...] | None]]:
+    """Per connection its uncontended rate (the least of its links' rates and the
+    thread block's cap) and the links it may have to share - those whose connections'
+    uncontended rates add up to more than the link carries - or None: a fixed rate
+    where no link can be oversubscribed, the rest share through FairShare. Kept on
+    ``prog`` per rates and cap (every size of a sweep asks for the same)."""
+    key = ("rates", tuple(link_rate), cap)
+    kept = prog.kept.get(key)
+    if kept is not None:
+        return kept
+    free_rate = [min([cap] + [link_rate[l] for l in links]) for links in prog.conn_links]
+    demand = [0.0] * len(link_rate)
+    for c, links in enumerate(prog.conn_links):
+        for l in links:
+            demand[l] += free_rate[c]
+    shared_links: list[tuple[int, ...] | None] = []
+    for links in prog.conn_links:
+        tight = tuple(l for l in links if demand[l] > link_rate[l] * (1 + 1e-9))
+        shared_links.append(tight or None)
+    if sum(1 for k in prog.kept if k[0] == "rates") >= 16:  # a bounded memory: drop the oldest
+        del prog.kept[next(k for k in prog.kept if k[0] == "rates")]
+    prog.kept[key] = (free_rate, shared_links)
+    return free_rate, shared_links
 
 
 def _link_bytes(prog: CompiledAlgorithm, num_links: int, tile: float, iters: int) -> list[float]:

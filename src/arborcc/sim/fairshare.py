@@ -21,7 +21,7 @@ import math
 class Flow:
     """One active transfer: bytes left at ``since``, the rate since then, its links."""
 
-    __slots__ = ("key", "remaining", "rate", "since", "links", "cap", "version")
+    __slots__ = ("key", "remaining", "rate", "since", "links", "cap", "due")
 
     def __init__(self, key: int, nbytes: float, links: tuple[int, ...], cap: float, now: float):
         self.key = key
@@ -30,7 +30,7 @@ class Flow:
         self.since = now
         self.links = links
         self.cap = cap
-        self.version = 0
+        self.due: float | None = None  #: the time of the finish event its user has queued (the engine)
 
     def finish_time(self) -> float:
         return self.since + self.remaining / self.rate if self.rate > 0 else math.inf
@@ -94,8 +94,8 @@ class FairShare:
     """The active flows on the links whose sharing can bind (see module doc).
 
     :meth:`start` and :meth:`end` record changes; :meth:`settle` recomputes the rates
-    they affect and returns the flows whose rate changed, their ``version`` bumped so
-    stale finish events can be recognised and dropped.
+    they affect and returns the flows whose rate changed, so their expected finish
+    can be rescheduled.
     """
 
     def __init__(self, capacity: list[float], log: list | None = None):
@@ -105,10 +105,8 @@ class FairShare:
         self.log = log  #: if a list: (key, start, end, rate) of every finished rate period
         self.dirty: set[int] = set()  #: links whose flows changed since the last settle
         self.wide: dict[int, int] = {}  #: per link, its flows that cross other links too
-        #: the last ``Flow.version`` handed out: unique across flows, because a thread
-        #: block's next flow reuses its key while the finish events of its previous
-        #: flow (superseded by rate changes) may still be queued
-        self.versions = 0
+        self.caps: set[float] = set()  #: the caps of every flow so far (the engine gives all one)
+        self.common: float | None = None  #: the one cap of every flow so far, None if they differ
 
     def _close(self, f: Flow, now: float) -> None:
         if self.log is not None and f.rate > 0 and now > f.since:
@@ -141,33 +139,46 @@ class FairShare:
 
     def settle(self, now: float) -> list[Flow]:
         """Recompute the rates of every component touched since the last call; the
-        flows whose rate changed (new flows included) get a new ``version`` and are
-        returned, so their expected finish can be rescheduled. Starts and ends at one
+        flows whose rate changed (new flows included) are returned, so their expected
+        finish can be rescheduled. Starts and ends at one
         instant are settled together, which saves the churn of a flow ending and its
         successor on the same connection starting at once."""
-        if not self.dirty:
+        dirty = self.dirty
+        if not dirty:
             return []
-        changed, seen = [], set()
-        for l in sorted(self.dirty):
-            if l in seen:
+        changed: list[Flow] = []
+        seen: set[int] | None = None  #: the links of the components settled so far
+        flows_by_key, on_link, wide, capacity, common = self.flows, self.on_link, self.wide, self.capacity, self.common
+        for l in sorted(dirty) if len(dirty) > 1 else dirty:
+            if seen is not None and l in seen:
                 continue
-            on = self.on_link.get(l)
+            on = on_link.get(l)
             if not on:
                 continue
-            if not self.wide.get(l):  # every flow here crosses this link only
-                flows = [self.flows[k] for k in on]
-                share = self.capacity[l] / len(flows)
-                low = min([f.cap for f in flows])
+            if not wide.get(l):  # every flow here crosses this link only
+                flows = [flows_by_key[k] for k in on]
+                share = capacity[l] / len(flows)
                 # an even split, or every flow at its cap when all caps are equal and below
                 # the split (the engine gives every flow the thread block's cap)
-                if low >= share or all(f.cap == low for f in flows):
-                    rate = share if low >= share else low
+                if common is not None:
+                    rate: float | None = share if common >= share else common
+                else:
+                    low = min([f.cap for f in flows])
+                    rate = share if low >= share else low if all(f.cap == low for f in flows) else None
+                if rate is not None:
                     for f in flows:
                         if f.rate != rate:
-                            self._set(f, rate, now)
+                            if self.log is not None:
+                                self._close(f, now)
+                            left = f.remaining - f.rate * (now - f.since)  # _set, inline
+                            f.remaining = left if left > 0.0 else 0.0
+                            f.since = now
+                            f.rate = rate
                             changed.append(f)
                     continue
             component = self._component((l,))
+            if seen is None:
+                seen = set()
             for f in component:
                 seen.update(f.links)
             if component:
@@ -195,17 +206,26 @@ class FairShare:
         f.remaining = max(0.0, f.remaining - f.rate * (now - f.since))
         f.since = now
         f.rate = rate
-        self.versions += 1
-        f.version = self.versions
 
     def start(self, now: float, key: int, nbytes: float, links: tuple[int, ...], cap: float) -> None:
         """A flow of ``nbytes`` over ``links`` starts (its rate is set by :meth:`settle`)."""
-        f = Flow(key, nbytes, links, cap, now)
-        self.flows[key] = f
+        self.flows[key] = Flow(key, nbytes, links, cap, now)
+        if cap not in self.caps:
+            self.caps.add(cap)
+            self.common = cap if len(self.caps) == 1 else None
+        on_link = self.on_link
+        if len(links) == 1:
+            l = links[0]
+            on = on_link.get(l)
+            if on is None:
+                on_link[l] = {key}
+            else:
+                on.add(key)
+            self.dirty.add(l)
+            return
         for l in links:
-            self.on_link.setdefault(l, set()).add(key)
-            if len(links) > 1:
-                self.wide[l] = self.wide.get(l, 0) + 1
+            on_link.setdefault(l, set()).add(key)
+            self.wide[l] = self.wide.get(l, 0) + 1
         self.dirty.update(links)
 
     def end(self, now: float, key: int) -> None:
@@ -213,11 +233,16 @@ class FairShare:
         f = self.flows.pop(key)
         if self.log is not None:
             self._close(f, now)
-        for l in f.links:
+        links = f.links
+        if len(links) == 1:
+            l = links[0]
             self.on_link[l].discard(key)
-            if len(f.links) > 1:
-                self.wide[l] -= 1
-        self.dirty.update(f.links)
+            self.dirty.add(l)
+            return
+        for l in links:
+            self.on_link[l].discard(key)
+            self.wide[l] -= 1
+        self.dirty.update(links)
 
     def current(self, key: int) -> Flow | None:
         return self.flows.get(key)

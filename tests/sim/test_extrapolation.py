@@ -1,0 +1,55 @@
+"""The steady-period shortcut on programs whose period estimates do not settle: the
+next size of a sweep is simulated whole at once, and gives the exact time."""
+
+import pytest
+
+from arborcc.sim import engine
+from arborcc.sim.nccl_ring import ring_allreduce_algorithm
+from arborcc.sim.simulate import simulate
+from arborcc.synth.synthesis import synthesize
+from arborcc.topology.machines import build_machine
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """The iteration counts of every engine run, in order."""
+    engine.forget_runs()
+    counts: list[int] = []
+    real = engine._run
+
+    def counted(prog, setup, iters, *rest):
+        counts.append(iters)
+        return real(prog, setup, iters, *rest)
+
+    monkeypatch.setattr(engine, "_run", counted)
+    yield counts
+    engine.forget_runs()
+
+
+def test_a_program_whose_estimates_do_not_settle_is_simulated_whole_at_the_next_size(runs):
+    """Binary trees contend on DGX-1V: with LL128 their period estimates drift (contended
+    trees slip against each other), so after three estimates at 256 MiB that did not
+    settle, 512 MiB (other slices) is one run of every iteration, with the exact time."""
+    topo = build_machine("dgx1v")
+    r = synthesize(topo, "allreduce", "binary-trees")
+    simulate(r.algorithm, topo, 256 * MIB, "LL128", routes=r.routes)
+    assert len(runs) == 5  # four probes, then every iteration
+    runs.clear()
+    fast = simulate(r.algorithm, topo, 512 * MIB, "LL128", routes=r.routes)
+    assert runs == [fast.iterations] and fast.simulated_iterations == fast.iterations
+    exact = simulate(r.algorithm, topo, 512 * MIB, "LL128", routes=r.routes, exact=True)
+    assert fast.time == exact.time
+
+
+def test_an_exactly_periodic_program_stays_extrapolated(runs):
+    """A ring's estimates agree at once: every size of a sweep is extrapolated from a few
+    short runs, never marked as unsettled."""
+    topo = build_machine("dgx1v")
+    algo = ring_allreduce_algorithm([list(range(8))])
+    for exp in range(24, 31):
+        r = simulate(algo, topo, 1 << exp, "LL128")
+        if r.iterations > 8:
+            assert r.simulated_iterations < r.iterations
+    assert not engine._UNSETTLED
