@@ -87,7 +87,7 @@ def piece_model(algo: Algorithm) -> PieceModel:
     return SIMPLE_PIECES if algo.protocol is Protocol.SIMPLE else LL_PIECES
 
 
-class _Schedule:
+class PieceSchedule:
     """``algo``'s thread blocks as flat lists for the greedy run.
 
     ``steps[g]``: thread block ``g``'s steps as ``(moves, count, dep_tb, dep_step,
@@ -141,7 +141,16 @@ class _Schedule:
 
     def run(self, model: PieceModel, allowed_count: int) -> tuple[list[int], list[int], list[int]]:
         """The greedy run (module doc): every thread block's program counter and last
-        signalled step, and every connection's filled slices, when nothing can move."""
+        signalled step, and every connection's filled slices, when nothing can move.
+
+        A thread block parked at a plain send on a full FIFO, or at a plain receive on an
+        empty one, has no other condition left (its dependency was met before it moved),
+        so the thread block at the other end moves through it directly: it takes the
+        parked sender's slices beyond the FIFO's (which the sender would refill as they
+        leave) or hands the parked receiver its slices beyond the FIFO's room. That is
+        the same run with the back-and-forth of the FIFO's few slices done at once, so
+        a long step between a sender and a receiver costs one move, not one per FIFO's
+        worth of slices."""
         steps, recv_fifo, send_fifo, ends = self.steps, self.recv_fifo, self.send_fifo, self.fifo_ends
         n = len(steps)
         cap, per_piece = model.capacity, model.per_piece
@@ -154,6 +163,13 @@ class _Schedule:
         dep_waiters: dict[int, list[tuple[int, int]]] = {}
         ready = deque(range(n))
         pop, push = ready.popleft, ready.append
+
+        def parked_left(h: int, plain: int) -> int:
+            """Slices left in thread block ``h``'s current step if it is a plain send
+            (``plain`` 2) or receive (1), else 0."""
+            st = steps[h][pc[h]]
+            return -(-st[1] // allowed_count) * per_piece - moved[h] if st[0] == plain else 0
+
         while ready:
             g = pop()
             row, rc, sc = steps[g], recv_fifo[g], send_fifo[g]
@@ -166,22 +182,53 @@ class _Schedule:
                 if moves:
                     need = -(-count // allowed_count) * per_piece - moved[g]
                     k = need
-                    if moves & 1 and filled[rc] < k:
-                        k = filled[rc]
-                    if moves & 2 and cap - filled[sc] < k:
-                        k = cap - filled[sc]
+                    sender = receiver = -1
+                    if moves & 1:
+                        have = filled[rc]
+                        if writer_waiting[rc]:
+                            sender = ends[rc][3]
+                            have += parked_left(sender, 2)
+                        if have < k:
+                            k = have
+                    if moves & 2:
+                        room = cap - filled[sc]
+                        if reader_waiting[sc]:
+                            receiver = ends[sc][4]
+                            room += parked_left(receiver, 1)
+                        if room < k:
+                            k = room
                     if k > 0:
                         moved[g] += k
                         if moves & 1:
-                            filled[rc] -= k
+                            if k <= filled[rc]:
+                                filled[rc] -= k
+                            else:  # the rest straight from the parked sender
+                                moved[sender] += k - filled[rc]
+                                filled[rc] = 0
                             if writer_waiting[rc]:
-                                writer_waiting[rc] = False
-                                push(ends[rc][3])
+                                if sender < 0:
+                                    sender = ends[rc][3]
+                                left = parked_left(sender, 2)
+                                refill = left if left < cap - filled[rc] else cap - filled[rc]
+                                moved[sender] += refill
+                                filled[rc] += refill
+                                if left == refill:  # its step is done (or it waits on more than this FIFO)
+                                    writer_waiting[rc] = False
+                                    push(sender)
                         if moves & 2:
-                            filled[sc] += k
-                            if reader_waiting[sc]:
-                                reader_waiting[sc] = False
-                                push(ends[sc][4])
+                            if receiver >= 0:  # its FIFO is empty: it takes what it needs first
+                                left = parked_left(receiver, 1)
+                                take = left if left < k else k
+                                moved[receiver] += take
+                                filled[sc] += k - take
+                                if take == left:
+                                    reader_waiting[sc] = False
+                                    push(receiver)
+                            else:
+                                filled[sc] += k
+                                if reader_waiting[sc]:
+                                    reader_waiting[sc] = False
+                                    push(ends[sc][4])
                     if k < need:
                         if moves & 1 and filled[rc] == 0:
                             reader_waiting[rc] = True
@@ -234,7 +281,7 @@ class _Schedule:
 def piece_deadlocks(algo: Algorithm, model: PieceModel, allowed_count: int, limit: int = 5) -> list[Violation]:
     """Run ``algo`` with every step cut into ``ceil(count / allowed_count)`` pieces of
     ``model``; the deadlock violations (empty when every thread block finishes)."""
-    return _Schedule(algo).violations(model, allowed_count, limit)
+    return PieceSchedule(algo).violations(model, allowed_count, limit)
 
 
 #: inside :func:`remembering_passes`: the schedules :func:`check_pieces` found free of
@@ -260,10 +307,10 @@ def check_pieces(algo: Algorithm) -> tuple[list[Violation], str]:
     """The protocol's piece model at ``maxAllowedCount`` 1, which decides every other
     (module doc): its deadlock violations (empty if none) and a note saying what was
     checked."""
-    return _check_schedule(_Schedule(algo), piece_model(algo))
+    return _check_schedule(PieceSchedule(algo), piece_model(algo))
 
 
-def _check_schedule(schedule: _Schedule, model: PieceModel) -> tuple[list[Violation], str]:
+def _check_schedule(schedule: PieceSchedule, model: PieceModel) -> tuple[list[Violation], str]:
     """:func:`check_pieces` of a prepared schedule, answered once per distinct schedule."""
     if _passed is not None and schedule.key in _passed:
         return [], _passed[schedule.key]
