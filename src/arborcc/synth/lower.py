@@ -536,11 +536,16 @@ def lower_reduce(topology: Topology, trees: Sequence[Tree], counts: Sequence[int
     return finish(prog, topology, channels, chunks)
 
 
-def _per_root_blocks(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], rounds: int = 1):
+def _per_root_blocks(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], rounds: int = 1,
+                     round_major: bool = False):
     """Chunks per shard, and the (root rank index, tree shape, offset in shard, size,
     tree index) blocks: root by root, each root's trees round by round
     (:func:`transfer_blocks`). Interleaving the roots' rounds as well simulated at about
-    half the algbw (8-GPU DGX-1V all-reduce, 64 MiB), so roots stay apart."""
+    half the algbw (8-GPU DGX-1V all-reduce, 64 MiB), so roots stay apart.
+
+    ``round_major``: a shard's chunks are laid out in the order they are sent - round 1
+    of every tree, then round 2, ... - instead of tree after tree, so that each round
+    is one contiguous range of the shard (:func:`round_ranges`)."""
     index = {g: i for i, g in enumerate(topology.ranks)}
     by_root: dict[int, list[tuple[dict, int, int]]] = {}
     for k, (t, c) in enumerate(zip(trees, counts)):
@@ -549,24 +554,54 @@ def _per_root_blocks(topology: Topology, trees: Sequence[Tree], counts: Sequence
     per_root = {sum(c for _, c, _ in items) for items in by_root.values()}
     if len(by_root) != topology.num_ranks or len(per_root) != 1:
         raise SynthesisError("per-root trees must give every rank the same number of chunks")
-    queues = {r: [(r, items[t][0], start, size, items[t][2])
-                  for t, start, size in transfer_blocks([c for _, c, _ in items], rounds)]
-              for r, items in sorted(by_root.items())}
-    return [b for q in queues.values() for b in q], per_root.pop()
+    blocks = []
+    for r, items in sorted(by_root.items()):
+        at = 0
+        for t, start, size in transfer_blocks([c for _, c, _ in items], rounds):
+            blocks.append((r, items[t][0], at if round_major else start, size, items[t][2]))
+            at += size
+    return blocks, per_root.pop()
+
+
+def round_ranges(counts: Sequence[int], rounds: int) -> list[tuple[int, int]]:
+    """(first chunk, chunks) of each round of :func:`transfer_blocks` when the chunks are
+    laid out in the order they are sent (``round_major`` of :func:`_per_root_blocks`)."""
+    sizes: list[int] = []
+    pieces = [0] * len(counts)
+    for t, _, n in transfer_blocks(counts, rounds):
+        if pieces[t] == len(sizes):
+            sizes.append(0)
+        sizes[pieces[t]] += n
+        pieces[t] += 1
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    return list(zip(starts, sizes))
 
 
 def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
                     spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
-    """One set of out-trees per root (ForestColl); each root's shard split over its trees."""
+    """One set of out-trees per root (ForestColl); each root's shard split over its trees.
+
+    A root copies its shard into its own block of the output round by round and its
+    trees send from there, each round once its copy is done: in an in-place call (the
+    input is that block) the copy then writes each chunk before any send reads it,
+    where sends from the input would race with the copy writing the same slots. The
+    shard is laid out round after round (``round_major``), so the first round waits
+    only for its own copy, not for the whole shard's."""
     if not spread:
         trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
-    blocks, chunks = _per_root_blocks(topology, trees, counts, rounds)
+    blocks, chunks = _per_root_blocks(topology, trees, counts, rounds, round_major=True)
     channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    root_counts: dict[int, list[int]] = {}
+    for t, c in zip(trees, counts):
+        root_counts.setdefault(index[t.root], []).append(c)
     with lowering_program(name, AllGather(topology.num_ranks, chunks), topology, channels, fuse) as prog:
         for r in range(topology.num_ranks):
-            local_copy(r, (INPUT, 0), (OUTPUT, r * chunks), chunks)
+            for start, size in round_ranges(root_counts[r], rounds):
+                local_copy(r, (INPUT, start), (OUTPUT, r * chunks + start), size)
         for r, kids, start, size, t in blocks:
-            broadcast_block(r, kids, (INPUT, start), (OUTPUT, r * chunks + start), size, channels, t)
+            at = (OUTPUT, r * chunks + start)
+            broadcast_block(r, kids, at, at, size, channels, t)
     return finish(prog, topology, channels, chunks)
 
 
