@@ -143,14 +143,18 @@ class PieceSchedule:
         """The greedy run (module doc): every thread block's program counter and last
         signalled step, and every connection's filled slices, when nothing can move.
 
-        A thread block parked at a plain send on a full FIFO, or at a plain receive on an
-        empty one, has no other condition left (its dependency was met before it moved),
-        so the thread block at the other end moves through it directly: it takes the
-        parked sender's slices beyond the FIFO's (which the sender would refill as they
-        leave) or hands the parked receiver its slices beyond the FIFO's room. That is
-        the same run with the back-and-forth of the FIFO's few slices done at once, so
-        a long step between a sender and a receiver costs one move, not one per FIFO's
-        worth of slices."""
+        A thread block *parked* on a full FIFO it sends on, or on an empty one it
+        receives from, has nothing else left to wait for at that step (its dependency
+        was met before it moved). So a thread block that moves pulls through its parked
+        senders and pushes through its parked receivers at once: along the chain of
+        parked senders upstream (a plain send ends it; a fused relay forwards what its
+        own parked sender gives) every one refills the FIFO it sends on as it empties,
+        and along the chain of parked receivers downstream every one takes what it
+        can forward. That is the same run with the back-and-forth of each FIFO's few
+        slices done at once - moves every thread block could make one slice at a time
+        - so a long step costs one move, not one per FIFO's worth of slices. No thread
+        block is in both chains or twice in one (rings), and the thread blocks of a
+        chain end parked exactly where the slice-by-slice run would leave them."""
         steps, recv_fifo, send_fifo, ends = self.steps, self.recv_fifo, self.send_fifo, self.fifo_ends
         n = len(steps)
         cap, per_piece = model.capacity, model.per_piece
@@ -164,12 +168,110 @@ class PieceSchedule:
         ready = deque(range(n))
         pop, push = ready.popleft, ready.append
 
-        def parked_left(h: int, plain: int) -> int:
-            """Slices left in thread block ``h``'s current step if it is a plain send
-            (``plain`` 2) or receive (1), else 0."""
-            st = steps[h][pc[h]]
-            return -(-st[1] // allowed_count) * per_piece - moved[h] if st[0] == plain else 0
+        def left(h: int) -> int:
+            """Slices left in thread block ``h``'s current step."""
+            return -(-steps[h][pc[h]][1] // allowed_count) * per_piece - moved[h]
 
+        def settle(h: int) -> None:
+            """After a chain moved ``h``: park it where it is blocked, else run it again."""
+            moves = steps[h][pc[h]][0]
+            rc, sc = recv_fifo[h], send_fifo[h]
+            busy = left(h) > 0
+            stuck_in = busy and moves & 1 and filled[rc] == 0
+            stuck_out = busy and moves & 2 and filled[sc] == cap
+            if rc >= 0:
+                reader_waiting[rc] = bool(stuck_in)
+            if sc >= 0:
+                writer_waiting[sc] = bool(stuck_out)
+            if not (stuck_in or stuck_out):
+                push(h)
+
+        def senders(f: int, taken: set) -> tuple[list[int], list[int]]:
+            """The chain of parked senders feeding FIFO ``f`` (none in ``taken``) and, per
+            sender, the most it can move now."""
+            chain = []
+            while writer_waiting[f]:
+                s = ends[f][3]
+                if s in taken:
+                    break
+                taken.add(s)
+                chain.append(s)
+                if steps[s][pc[s]][0] != 3:
+                    break
+                f = recv_fifo[s]
+            most = [0] * len(chain)
+            below = 0
+            for i in range(len(chain) - 1, -1, -1):
+                s = chain[i]
+                m = left(s)
+                if steps[s][pc[s]][0] == 3:
+                    more = filled[recv_fifo[s]] + below
+                    if more < m:
+                        m = more
+                most[i] = below = m
+            return chain, most
+
+        def receivers(f: int, taken: set) -> tuple[list[int], list[int]]:
+            """The chain of parked receivers FIFO ``f`` feeds (none in ``taken``) and, per
+            receiver, the most it can take now."""
+            chain = []
+            while reader_waiting[f]:
+                h = ends[f][4]
+                if h in taken:
+                    break
+                taken.add(h)
+                chain.append(h)
+                if steps[h][pc[h]][0] != 3:
+                    break
+                f = send_fifo[h]
+            most = [0] * len(chain)
+            below = 0
+            for i in range(len(chain) - 1, -1, -1):
+                h = chain[i]
+                m = left(h)
+                if steps[h][pc[h]][0] == 3:
+                    more = cap - filled[send_fifo[h]] + below
+                    if more < m:
+                        m = more
+                most[i] = below = m
+            return chain, most
+
+        def take(f: int, k: int, chain: list[int], most: list[int]) -> None:
+            """The consumer of ``f`` takes ``k`` slices; its parked senders refill."""
+            for s, m in zip(chain, most):
+                room = cap - filled[f] + k
+                if room < m:
+                    m = room
+                filled[f] += m - k
+                moved[s] += m
+                k = m
+                f = recv_fifo[s] if steps[s][pc[s]][0] == 3 else -1
+            if f >= 0 and k:
+                filled[f] -= k
+                if writer_waiting[f]:
+                    writer_waiting[f] = False
+                    push(ends[f][3])
+            for s in chain:
+                settle(s)
+
+        def give(f: int, k: int, chain: list[int], most: list[int]) -> None:
+            """The producer of ``f`` puts ``k`` slices; its parked receivers take them."""
+            for h, m in zip(chain, most):
+                if k < m:
+                    m = k
+                filled[f] += k - m
+                moved[h] += m
+                k = m
+                f = send_fifo[h] if steps[h][pc[h]][0] == 3 else -1
+            if f >= 0 and k:
+                filled[f] += k
+                if reader_waiting[f]:
+                    reader_waiting[f] = False
+                    push(ends[f][4])
+            for h in chain:
+                settle(h)
+
+        none: tuple[list[int], list[int]] = ([], [])
         while ready:
             g = pop()
             row, rc, sc = steps[g], recv_fifo[g], send_fifo[g]
@@ -182,48 +284,61 @@ class PieceSchedule:
                 if moves:
                     need = -(-count // allowed_count) * per_piece - moved[g]
                     k = need
-                    sender = receiver = -1
-                    if moves & 1:
-                        have = filled[rc]
-                        if writer_waiting[rc]:
-                            sender = ends[rc][3]
-                            have += parked_left(sender, 2)
+                    up = down = none
+                    # the FIFOs' own bounds first: chains are built only when they matter
+                    pull = moves & 1 and writer_waiting[rc]
+                    if moves & 1 and not pull and filled[rc] < k:
+                        k = filled[rc]
+                    push_on = moves & 2 and reader_waiting[sc]
+                    if moves & 2 and not push_on and cap - filled[sc] < k:
+                        k = cap - filled[sc]
+                    plain_in = plain_out = -1  # a parked plain sender / receiver (the usual chains)
+                    if pull and k > 0:
+                        s = ends[rc][3]
+                        if steps[s][pc[s]][0] == 2:
+                            plain_in, most_in = s, left(s)
+                            have = filled[rc] + most_in
+                        else:
+                            up = senders(rc, {g})
+                            have = filled[rc] + up[1][0]
                         if have < k:
                             k = have
-                    if moves & 2:
-                        room = cap - filled[sc]
-                        if reader_waiting[sc]:
-                            receiver = ends[sc][4]
-                            room += parked_left(receiver, 1)
+                    if push_on and k > 0:
+                        h = ends[sc][4]
+                        if steps[h][pc[h]][0] == 1 and h != plain_in:
+                            plain_out, most_out = h, left(h)
+                            room = cap - filled[sc] + most_out
+                        else:
+                            down = receivers(sc, {g, plain_in, *up[0]})
+                            room = cap - filled[sc] + (down[1][0] if down[0] else 0)
                         if room < k:
                             k = room
                     if k > 0:
                         moved[g] += k
                         if moves & 1:
-                            if k <= filled[rc]:
-                                filled[rc] -= k
-                            else:  # the rest straight from the parked sender
-                                moved[sender] += k - filled[rc]
-                                filled[rc] = 0
-                            if writer_waiting[rc]:
-                                if sender < 0:
-                                    sender = ends[rc][3]
-                                left = parked_left(sender, 2)
-                                refill = left if left < cap - filled[rc] else cap - filled[rc]
-                                moved[sender] += refill
-                                filled[rc] += refill
-                                if left == refill:  # its step is done (or it waits on more than this FIFO)
+                            if plain_in >= 0:  # it refills the FIFO as it empties
+                                m = cap - filled[rc] + k
+                                if most_in < m:
+                                    m = most_in
+                                filled[rc] += m - k
+                                moved[plain_in] += m
+                                if m == most_in or filled[rc] < cap:
                                     writer_waiting[rc] = False
-                                    push(sender)
+                                    push(plain_in)
+                            elif up[0]:
+                                take(rc, k, *up)
+                            else:
+                                filled[rc] -= k
                         if moves & 2:
-                            if receiver >= 0:  # its FIFO is empty: it takes what it needs first
-                                left = parked_left(receiver, 1)
-                                take = left if left < k else k
-                                moved[receiver] += take
-                                filled[sc] += k - take
-                                if take == left:
+                            if plain_out >= 0:  # its FIFO is empty: it takes what it needs first
+                                m = k if k < most_out else most_out
+                                filled[sc] += k - m
+                                moved[plain_out] += m
+                                if m == most_out or filled[sc]:
                                     reader_waiting[sc] = False
-                                    push(receiver)
+                                    push(plain_out)
+                            elif down[0]:
+                                give(sc, k, *down)
                             else:
                                 filled[sc] += k
                                 if reader_waiting[sc]:
