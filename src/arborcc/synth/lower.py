@@ -80,6 +80,7 @@ class ChannelMap:
         self.pinned = (bool(spread) or self.tree_channels is not None
                        or any(len(p) > 1 for p in self._paths.values()))
         self._routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
+        self._down: dict[tuple[int, int], tuple[dict, list[tuple[int, int, int]]]] = {}
         worst = max((len(p) for p in self._paths.values()), default=0)
         if worst > MAX_CHANNELS:
             raise SynthesisError(f"a rank pair uses {worst} distinct paths, more than MSCCL's {MAX_CHANNELS} channels")
@@ -96,6 +97,17 @@ class ChannelMap:
             if self._routes.setdefault((src, dst, ch), path) == path:
                 return ch
         raise SynthesisError(f"ranks {src}->{dst}: no channel left for another path")
+
+    def down_tree(self, root: int, kids, tree: int = 0) -> list[tuple[int, int, int]]:
+        """(parent, child, channel) of every hop of tree ``tree`` (``kids``:
+        :func:`tree_children`) in breadth-first order from ``root``, worked out on the
+        first call for the tree: a hop's channel is fixed once it is chosen, so every
+        transfer block of the tree gets the same answer."""
+        known = self._down.get((tree, root))
+        if known is None or known[0] is not kids:
+            known = self._down[(tree, root)] = (kids, [(p, c, self.channel(p, c, path, tree))
+                                                       for p, c, path in _bfs(root, kids)])
+        return known[1]
 
     def routes(self, algo: Algorithm) -> dict[tuple[int, int, int], tuple[str, ...]]:
         """The device path of every sending connection of the compiled algorithm."""
@@ -479,9 +491,9 @@ def local_copy(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size
 def broadcast_block(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int,
                      channels: ChannelMap, tree: int = 0) -> None:
     """Copy ``size`` chunks at ``src`` of the root down the tree into ``dst`` of every rank."""
-    for parent, child, path in _bfs(root, kids):
+    for parent, child, ch in channels.down_tree(root, kids, tree):
         buf, i = src if parent == root else dst
-        chunk(parent, buf, i, size).copy(child, dst[0], dst[1], ch=channels.channel(parent, child, path, tree))
+        chunk(parent, buf, i, size).copy(child, dst[0], dst[1], ch=ch)
 
 
 def reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc: Buffer,
