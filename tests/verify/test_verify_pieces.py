@@ -190,3 +190,20 @@ def test_the_run_moves_what_the_slice_by_slice_run_moves():
                 pc, _, filled = schedule.run(model, allowed)
                 left = {tuple(schedule.fifo_ends[f][:3]): n for f, n in enumerate(filled) if n}
                 assert (pc, left) == _slice_by_slice(algo, model, allowed), (name, model.protocol, allowed)
+
+
+def test_a_passed_algorithm_object_is_not_run_again_within_the_block(monkeypatch):
+    """Inside ``remembering_passes`` the algorithm object found free of deadlock is
+    answered without rebuilding its schedule; one that deadlocks is checked each time."""
+    import arborcc.verify.pieces as pieces
+
+    ok, bad = exchange(2), exchange(3)
+    with pieces.remembering_passes():
+        note = check_pieces(ok)[1]
+        assert check_pieces(bad)[0]
+        monkeypatch.setattr(pieces, "PieceSchedule", None)  # building one would fail now
+        assert check_pieces(ok) == ([], note)
+        with pytest.raises(TypeError):
+            check_pieces(bad)
+    with pytest.raises(TypeError):
+        check_pieces(ok)  # outside the block nothing is remembered

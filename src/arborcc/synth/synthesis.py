@@ -24,7 +24,7 @@ import time
 from typing import Callable
 
 from arborcc.errors import SynthesisError, VerificationError
-from arborcc.ir.limits import check_dialect_limits
+from arborcc.ir.limits import check_dialect_limits, remembering_limits
 from arborcc.limits import raised_default
 from arborcc.sim.simulate import predict_time
 from arborcc.synth.bounds import collective_bound
@@ -137,7 +137,8 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
         raise SynthesisError(f"{topology.name} has {topology.num_ranks} GPU; a collective needs at least 2")
     if not 0 <= root < topology.num_ranks:
         raise SynthesisError(f"root {root} is not a rank (0-{topology.num_ranks - 1})")
-    with remembering_passes():  # the lowering's deadlock check and the verifier's run once
+    # the lowering's, the cascade's and the verifier's checks of one algorithm run once
+    with remembering_passes(), remembering_limits():
         names, skipped = _candidates(strategy, collective, topology.num_ranks, _spans_hosts(topology))
         t0 = time.perf_counter()
         check_strongly_connected(flow_graph(topology, links), collective)

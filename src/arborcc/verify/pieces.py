@@ -402,27 +402,40 @@ def piece_deadlocks(algo: Algorithm, model: PieceModel, allowed_count: int, limi
 #: inside :func:`remembering_passes`: the schedules :func:`check_pieces` found free of
 #: deadlock, with the note (the key holds everything a run reads); None outside
 _passed: dict[tuple, str] | None = None
+#: inside :func:`remembering_passes`: the algorithm objects found free of deadlock (kept,
+#: so that their ids stay theirs), by id, with the note
+_passed_algorithms: dict[int, tuple[Algorithm, str]] = {}
 
 
 @contextmanager
 def remembering_passes() -> Iterator[None]:
     """Within the block, an algorithm found free of deadlock is not checked again: a
     generator's candidate check (:func:`deadlock_free`) and the verifier's final check
-    of the same algorithm then cost one run (``synthesize`` wraps its work in this)."""
-    global _passed
-    outer = _passed
-    _passed = {} if outer is None else outer
+    of the same algorithm then cost one run (``synthesize`` wraps its work in this).
+    The same algorithm object is recognised without even rebuilding its schedule:
+    compiled algorithms are not changed in place (:func:`arborcc.ir.aliasing.with_modes`
+    and the converters make new ones)."""
+    global _passed, _passed_algorithms
+    outer, outer_algorithms = _passed, _passed_algorithms
+    if outer is None:
+        _passed, _passed_algorithms = {}, {}
     try:
         yield
     finally:
-        _passed = outer
+        _passed, _passed_algorithms = outer, outer_algorithms
 
 
 def check_pieces(algo: Algorithm) -> tuple[list[Violation], str]:
     """The protocol's piece model at ``maxAllowedCount`` 1, which decides every other
     (module doc): its deadlock violations (empty if none) and a note saying what was
     checked."""
-    return _check_schedule(PieceSchedule(algo), piece_model(algo))
+    known = _passed_algorithms.get(id(algo)) if _passed is not None else None
+    if known is not None and known[0] is algo:
+        return [], known[1]
+    found, note = _check_schedule(PieceSchedule(algo), piece_model(algo))
+    if _passed is not None and not found:
+        _passed_algorithms[id(algo)] = (algo, note)
+    return found, note
 
 
 def _check_schedule(schedule: PieceSchedule, model: PieceModel) -> tuple[list[Violation], str]:
