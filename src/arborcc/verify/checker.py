@@ -25,6 +25,7 @@ References:
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from bisect import bisect_right
@@ -62,6 +63,18 @@ def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int 
     limits aside - is appended to the report's ``modes`` with a note; one that is not
     is left out, and its violations are not the report's.
     """
+    enabled = gc.isenabled()
+    gc.disable()  # the runs allocate a tuple or list per step, all acyclic: see compile_program
+    try:
+        return _verify(algo, dialect, slots, check_races, modes, pieces, also)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _verify(algo: Algorithm, dialect: str | None, slots: int, check_races: bool, modes, pieces: bool,
+            also) -> VerificationReport:
+    """:func:`verify_algorithm` with the cyclic garbage collector off."""
     notes: list[str] = []
     structure = check_structure(algo)
     violations = list(structure.violations)
