@@ -285,8 +285,11 @@ def tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
     way) has (:func:`tree_channel_map`)."""
     colour: list[int] = []
     users: dict[tuple[int, int], set[int]] = {}
+    pairs_of: dict[int, set[tuple[int, int]]] = {}  # a tree's copies are the same object
     for t in trees:
-        pairs = tree_pairs(topology, t, both_ways=True)
+        pairs = pairs_of.get(id(t))
+        if pairs is None:
+            pairs = pairs_of[id(t)] = tree_pairs(topology, t, both_ways=True)
         taken = {colour[u] for p in pairs for u in users.get(p, ())}
         colour.append(next(k for k in range(len(trees) + 1) if k not in taken))
         for p in pairs:
@@ -343,8 +346,12 @@ def tree_threadblocks(topology: Topology, trees: Sequence[Tree], both_ways: bool
     out (a fused relay forwards to one child on its receiving thread block, its other
     children need a sending one each), per direction, and one for local copies."""
     need = [0] * topology.num_ranks
+    per_tree: dict[int, list[int]] = {}  # a tree's copies are the same object
     for t in trees:
-        for r, k in enumerate(tree_rank_threadblocks(topology, t, both_ways)):
+        rank_need = per_tree.get(id(t))
+        if rank_need is None:
+            rank_need = per_tree[id(t)] = tree_rank_threadblocks(topology, t, both_ways)
+        for r, k in enumerate(rank_need):
             need[r] += k
     return max(need, default=0) + 1  # and a local thread block (copies)
 
