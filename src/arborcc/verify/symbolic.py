@@ -126,6 +126,9 @@ def simulate_layouts(algo: Algorithm, mms: list[MemoryMap], cuts: dict[int, dict
     views = [(v, initial_memory(algo, mm, cuts), mm.bases, ConflictLog(hb, MAX_CANDIDATES) if check_races else None,
               log) for v, (mm, log) in enumerate(zip(mms, logs))]
     nviews = len(views)
+    #: per rank, each layout's (index, memory of the rank, its bases, race log, the layout)
+    rank_views = [[(v, memory[r], bases[r], conflicts, view) for view in views
+                   for v, memory, bases, conflicts, _ in (view,)] for r in range(len(progs))]
 
     def where(gid: int) -> tuple[int, int, int]:
         g = gid_tb[gid]
@@ -208,10 +211,7 @@ def simulate_layouts(algo: Algorithm, mms: list[MemoryMap], cuts: dict[int, dict
                                         f"tb {stb} step {si}) sent {sent}")
                         gots = [fit_runs(got, cnt) for got in gots]
                 outs = [None] * nviews if sends else None
-                for view in views:
-                    v, memory, bases, conflicts = view[0], view[1], view[2], view[3]
-                    rmem = memory[r]
-                    base_r = bases[r]
+                for v, rmem, base_r, conflicts, view in rank_views[r]:
                     got = gots[v] if gots is not None else None
                     src = None
                     if reads_src:
