@@ -186,51 +186,30 @@ class PieceSchedule:
             if not (stuck_in or stuck_out):
                 push(h)
 
-        def senders(f: int, taken: set) -> tuple[list[int], list[int]]:
-            """The chain of parked senders feeding FIFO ``f`` (none in ``taken``) and, per
-            sender, the most it can move now."""
+        def parked_chain(f: int, taken: set, upstream: bool) -> tuple[list[int], list[int]]:
+            """The chain of parked senders feeding FIFO ``f`` (``upstream``) or of parked
+            receivers it feeds, none in ``taken``, and per thread block the most it can
+            move now: a fused relay passes on what its FIFO on the far side holds (or has
+            room for) and what the rest of the chain gives (or takes)."""
+            waiting, end, onward = (writer_waiting, 3, recv_fifo) if upstream else (reader_waiting, 4, send_fifo)
             chain = []
-            while writer_waiting[f]:
-                s = ends[f][3]
-                if s in taken:
-                    break
-                taken.add(s)
-                chain.append(s)
-                if steps[s][pc[s]][0] != 3:
-                    break
-                f = recv_fifo[s]
-            most = [0] * len(chain)
-            below = 0
-            for i in range(len(chain) - 1, -1, -1):
-                s = chain[i]
-                m = left(s)
-                if steps[s][pc[s]][0] == 3:
-                    more = filled[recv_fifo[s]] + below
-                    if more < m:
-                        m = more
-                most[i] = below = m
-            return chain, most
-
-        def receivers(f: int, taken: set) -> tuple[list[int], list[int]]:
-            """The chain of parked receivers FIFO ``f`` feeds (none in ``taken``) and, per
-            receiver, the most it can take now."""
-            chain = []
-            while reader_waiting[f]:
-                h = ends[f][4]
+            while waiting[f]:
+                h = ends[f][end]
                 if h in taken:
                     break
                 taken.add(h)
                 chain.append(h)
                 if steps[h][pc[h]][0] != 3:
                     break
-                f = send_fifo[h]
+                f = onward[h]
             most = [0] * len(chain)
             below = 0
             for i in range(len(chain) - 1, -1, -1):
                 h = chain[i]
                 m = left(h)
                 if steps[h][pc[h]][0] == 3:
-                    more = cap - filled[send_fifo[h]] + below
+                    far = filled[onward[h]]
+                    more = (far if upstream else cap - far) + below
                     if more < m:
                         m = more
                 most[i] = below = m
@@ -299,7 +278,7 @@ class PieceSchedule:
                             plain_in, most_in = s, left(s)
                             have = filled[rc] + most_in
                         else:
-                            up = senders(rc, {g})
+                            up = parked_chain(rc, {g}, True)
                             have = filled[rc] + up[1][0]
                         if have < k:
                             k = have
@@ -309,7 +288,7 @@ class PieceSchedule:
                             plain_out, most_out = h, left(h)
                             room = cap - filled[sc] + most_out
                         else:
-                            down = receivers(sc, {g, plain_in, *up[0]})
+                            down = parked_chain(sc, {g, plain_in, *up[0]}, False)
                             room = cap - filled[sc] + (down[1][0] if down[0] else 0)
                         if room < k:
                             k = room
