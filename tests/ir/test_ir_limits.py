@@ -131,3 +131,24 @@ def test_verifier_reports_limits_only_when_asked():
     assert verify_algorithm(algo).ok
     report = verify_algorithm(algo, "executor")
     assert {v.kind for v in report.violations} == {"limit"}
+
+
+def test_remembered_answers_are_per_algorithm_object_and_per_block(monkeypatch):
+    """Inside ``remembering_limits`` an algorithm object is checked once per dialect (the
+    same answer, a fresh list each time); another object, or the same one outside the
+    block, is checked again."""
+    import arborcc.ir.limits as limits
+
+    calls = []
+    real = limits._dialect_violations
+    monkeypatch.setattr(limits, "_dialect_violations", lambda *a: calls.append(a[1]) or real(*a))
+    algo = one_tb(copies(70))
+    with limits.remembering_limits():
+        first = check_dialect_limits(algo, "executor")
+        first.clear()  # callers may change what they get
+        again = check_dialect_limits(algo, "executor")
+        assert again and again == check_dialect_limits(copy.deepcopy(algo), "executor")
+        check_dialect_limits(algo, "legacy")
+    assert calls == ["executor", "executor", "legacy"]
+    check_dialect_limits(algo, "executor")
+    assert calls == ["executor", "executor", "legacy", "executor"]

@@ -33,6 +33,17 @@ def test_trees_reach_99_percent_and_compute_the_collective(collective):
     assert_executes(r.algorithm, seed=3)
 
 
+@pytest.mark.parametrize("machine", ["dgx1v", "dgx-a100"])
+def test_trees_allgather_is_proved_and_runs_in_place_too(machine):
+    """The roots send their shard from their own output block after copying it there, so
+    the in-place call (the input is that block) has no race: the verifier proves both
+    kinds of call and the reference executor computes the all-gather in both."""
+    r = synthesize(build_machine(machine), "allgather", "trees")
+    assert r.report.modes == ["out-of-place", "in-place"], r.report.notes
+    assert r.ratio >= 0.99
+    assert_executes(r.algorithm, seed=5)  # every mode it claims
+
+
 def test_dgx1v_nvlink_broadcast_is_six_trees_of_one_lane():
     r = synthesize(dgx1v(), "broadcast", "trees", links="nvlink")
     assert r.bound == pytest.approx(150 * GB)

@@ -121,3 +121,30 @@ def test_rings_of_any_size_verify(n, channels, which):
     algo = build(n, channels)
     assert_executes(algo, seed=n * 10 + channels)
     assert verify_algorithm(algo).ok
+
+
+def test_modes_tried_alongside_are_claimed_exactly_when_their_own_run_proves_them():
+    """``also`` runs further kinds of call in the declared modes' symbolic run: a mode is
+    added to the report exactly when verifying it alone succeeds, and the declared
+    modes' report is the same as without it (corpus, library and MSCCL samples)."""
+    from support.msccl_samples import MSCCL_SAMPLES
+
+    from arborcc.ir.aliasing import Mode, declared_modes
+    from arborcc.ir.load import load_algorithm
+    from arborcc.library import LIBRARY
+
+    algos = [build() for _, build in CORRECT] + [load_algorithm(p) for p in MSCCL_SAMPLES]
+    algos += [LIBRARY["ring-allgather"](ranks=4)[0], LIBRARY["hd-allreduce"](ranks=8)[0]]
+    claimed = refused = 0
+    for algo in algos:
+        declared = declared_modes(algo)
+        others = tuple(m for m in Mode if m not in declared)
+        alone = verify_algorithm(algo)
+        both = verify_algorithm(algo, also=others)
+        assert [str(v) for v in both.violations] == [str(v) for v in alone.violations], algo.name
+        for m in others:
+            proved = verify_algorithm(algo, modes=(m,)).ok and alone.ok
+            assert (m.label in both.modes) == proved, (algo.name, m.label)
+            claimed += proved
+            refused += not proved
+    assert claimed and refused  # both outcomes occur in the corpus

@@ -7,8 +7,9 @@ from support.msccl_samples import MSCCL_SAMPLES
 
 from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, Protocol, RankProgram, Step, ThreadBlock
 from arborcc.verify import verify_algorithm
-from arborcc.verify.pieces import (LL_PIECES, MAX_ALLOWED_COUNT, SIMPLE_PIECES, PieceModel, check_pieces,
-                                   deadlock_free, piece_deadlocks)
+from arborcc.verify.pieces import (LL_PIECES, MAX_ALLOWED_COUNT, SIMPLE_PIECES, PieceModel, PieceSchedule,
+                                   check_pieces, deadlock_free, piece_deadlocks)
+from arborcc.verify.semantics import OPS
 
 I, O = Buffer.INPUT, Buffer.OUTPUT
 
@@ -127,3 +128,82 @@ def test_count_one_decides_every_larger_count_and_the_message_run():
                 assert not piece_deadlocks(algo, model, count) or at_one, (name, model.protocol, count)
             assert not piece_deadlocks(algo, message, 1 << 20) or at_one, (name, model.protocol)
     assert deadlocked >= 5  # the corpus has deadlocks for the implication to be tested on
+
+
+
+def _slice_by_slice(algo: Algorithm, model: PieceModel, allowed: int) -> tuple[list[int], dict]:
+    """The piece run without shortcuts, as a reference: sweep every thread block over and
+    over, each moving what its FIFOs allow right now, until a sweep moves nothing; the
+    program counters (thread blocks by rank, then by position) and the slices left in
+    every FIFO by (sender rank, receiver rank, channel)."""
+    tbs = [(p.rank, tb) for p in sorted(algo.ranks, key=lambda p: p.rank) for tb in p.threadblocks]
+    where = {(r, tb.id): g for g, (r, tb) in enumerate(tbs)}
+    filled: dict = {}
+    pc, moved, signal = [0] * len(tbs), [0] * len(tbs), [-1] * len(tbs)
+    progress = True
+    while progress:
+        progress = False
+        for g, (r, tb) in enumerate(tbs):
+            while pc[g] < len(tb.steps):
+                st = tb.steps[pc[g]]
+                if st.dep is not None and signal[where[r, st.dep.tb]] < st.dep.step:
+                    break
+                info = OPS[st.op]
+                rc, sc = (tb.recv, r, tb.channel), (r, tb.send, tb.channel)
+                need = -(-st.count // allowed) * model.per_piece - moved[g] if (info.sends or info.receives) else 0
+                k = need
+                if info.receives:
+                    k = min(k, filled.get(rc, 0))
+                if info.sends:
+                    k = min(k, model.capacity - filled.get(sc, 0))
+                if k > 0:
+                    moved[g] += k
+                    if info.receives:
+                        filled[rc] -= k
+                    if info.sends:
+                        filled[sc] = filled.get(sc, 0) + k
+                if k < need:
+                    progress = progress or k > 0
+                    break
+                moved[g] = 0
+                if st.has_dep:
+                    signal[g] = pc[g]
+                pc[g] += 1
+                progress = True
+    return pc, {f: n for f, n in filled.items() if n}
+
+
+def test_the_run_moves_what_the_slice_by_slice_run_moves():
+    """The run moves slices through chains of parked senders and receivers at once
+    (:meth:`PieceSchedule.run`): it stops where the plain sweep stops, on every corpus
+    algorithm (rings among them) and synthesized tree programs full of fused relays, for
+    every piece model and several counts."""
+    from arborcc.synth import synthesize
+    from arborcc.topology.machines import build_machine
+
+    corpus = list(_corpus()) + [(f"dgx1v {c}", synthesize(build_machine("dgx1v"), c).algorithm)
+                                for c in ("allgather", "allreduce")]
+    for name, algo in corpus:
+        for model in (SIMPLE_PIECES, LL_PIECES, PieceModel("one slice", 1, 1), PieceModel("odd", 3, 2)):
+            for allowed in (1, 3, MAX_ALLOWED_COUNT):
+                schedule = PieceSchedule(algo)
+                pc, _, filled = schedule.run(model, allowed)
+                left = {tuple(schedule.fifo_ends[f][:3]): n for f, n in enumerate(filled) if n}
+                assert (pc, left) == _slice_by_slice(algo, model, allowed), (name, model.protocol, allowed)
+
+
+def test_a_passed_algorithm_object_is_not_run_again_within_the_block(monkeypatch):
+    """Inside ``remembering_passes`` the algorithm object found free of deadlock is
+    answered without rebuilding its schedule; one that deadlocks is checked each time."""
+    import arborcc.verify.pieces as pieces
+
+    ok, bad = exchange(2), exchange(3)
+    with pieces.remembering_passes():
+        note = check_pieces(ok)[1]
+        assert check_pieces(bad)[0]
+        monkeypatch.setattr(pieces, "PieceSchedule", None)  # building one would fail now
+        assert check_pieces(ok) == ([], note)
+        with pytest.raises(TypeError):
+            check_pieces(bad)
+    with pytest.raises(TypeError):
+        check_pieces(ok)  # outside the block nothing is remembered

@@ -76,8 +76,10 @@ def _atoms(t: InstrTable, sizes: list[tuple[int, int, int]]) -> tuple[list, list
     s0, d0 = base[sbuf] + array(t.soff), base[dbuf] + array(t.doff)
     reads = (kind == SEND) | (kind == CPY) | (kind == RE)  # source accessed on this rank
     writes = kind != SEND
-    cuts = np.unique(np.concatenate((base, base + width - 1, s0[reads], (s0 + cnt)[reads],
-                                     d0[writes], (d0 + cnt)[writes])))
+    # sorted and deduplicated by hand: numpy 2's np.unique hashes first, 10x slower here
+    cuts = np.sort(np.concatenate((base, base + width - 1, s0[reads], (s0 + cnt)[reads], d0[writes],
+                                   (d0 + cnt)[writes])))
+    cuts = cuts[np.concatenate(([True], cuts[1:] != cuts[:-1]))]
     first = np.searchsorted(cuts, base)  # number of each buffer's first atom
     atoms = (np.searchsorted(cuts, base + width - 1) - first).reshape(len(sizes), 3).tolist()
     sa, da = np.searchsorted(cuts, s0), np.searchsorted(cuts, d0)

@@ -116,11 +116,12 @@ def repair_order(t: InstrTable, order: list[int], preds: list, rep: list[int],
     fusions: see :func:`fifo_conflicting_fusions`; ``stuck`` receives the fused
     instructions the last attempt was stuck at)."""
     graph = _dependency_graph(t, order, preds, rep)
+    pos = _positions(t, order)
     for chain_by in ("priority", "program"):
-        result = _kahn(t, order, graph, chain_by)
+        result = _kahn(t, order, graph, chain_by, pos)
         if result is not None:
             return result
-    result = _kahn_fifo(t, order, graph, stuck)
+    result = _kahn_fifo(t, order, graph, stuck, pos)
     if result is None:  # program order as the priority: the greedy gets stuck less often
         result = _kahn_fifo(t, sorted(order), graph)
     return result
@@ -192,6 +193,7 @@ class _Graph(NamedTuple):
     succs: list[list[int]]
     indeg: list[int]
     messages: tuple[np.ndarray, np.ndarray, np.ndarray]  #: :func:`_messages`
+    pairs: tuple[list[int], list[int], int]  #: :func:`_pair_numbers`
 
 
 def _dependency_graph(t: InstrTable, order: list[int], preds: list, rep: list[int]) -> _Graph:
@@ -214,7 +216,8 @@ def _dependency_graph(t: InstrTable, order: list[int], preds: list, rep: list[in
         for p in before:
             succs[p].append(i)
         indeg[i] = len(before)
-    return _Graph(succs, indeg, _messages(t))
+    messages = _messages(t)
+    return _Graph(succs, indeg, messages, _pair_numbers(n, *messages))
 
 
 def _positions(t: InstrTable, order: list[int]) -> list[int]:
@@ -225,13 +228,14 @@ def _positions(t: InstrTable, order: list[int]) -> list[int]:
     return pos
 
 
-def _kahn(t: InstrTable, order: list[int], graph: _Graph, chain_by: str) -> list[int] | None:
+def _kahn(t: InstrTable, order: list[int], graph: _Graph, chain_by: str, pos: list[int]) -> list[int] | None:
     """Kahn's algorithm in priority order, with each pair's sends - and in the same order
     its receives - chained by ``chain_by`` (``priority`` or ``program`` order). None if
     it gets stuck, or as soon as the order stops being slot-safe (:func:`slot_safe`:
-    the check runs as the order grows, and unsafe orders usually show it early)."""
+    the check runs as the order grows, and unsafe orders usually show it early).
+    ``pos``: :func:`_positions` of ``order``."""
     n = len(t)
-    pos, succs = _positions(t, order), graph.succs
+    succs = graph.succs
     pair, senders, receivers = graph.messages
     key = np.asarray(pos, dtype=np.int64)[senders] if chain_by == "priority" else senders
     s = np.lexsort((key, pair))
@@ -244,7 +248,7 @@ def _kahn(t: InstrTable, order: list[int], graph: _Graph, chain_by: str) -> list
     indeg = (np.asarray(graph.indeg, dtype=np.int64) + np.bincount(after_send[after_send >= 0], minlength=n)
              + np.bincount(after_recv[after_recv >= 0], minlength=n)).tolist()
     after_send, after_recv = after_send.tolist(), after_recv.tolist()
-    sends_on, receives_on, npairs = _pair_numbers(n, pair, senders, receivers)
+    sends_on, receives_on, npairs = graph.pairs
     inflight = [0] * npairs  # messages of each pair sent and not yet received
     heap = [pos[i] for i in order if indeg[i] == 0]
     heapify(heap)
@@ -272,8 +276,8 @@ def _kahn(t: InstrTable, order: list[int], graph: _Graph, chain_by: str) -> list
     return out if len(out) == len(order) else None
 
 
-def _kahn_fifo(t: InstrTable, order: list[int], graph: _Graph,
-               stuck: list[int] | None = None) -> list[int] | None:
+def _kahn_fifo(t: InstrTable, order: list[int], graph: _Graph, stuck: list[int] | None = None,
+               pos: list[int] | None = None) -> list[int] | None:
     """Kahn's algorithm in priority order that fixes each pair's message order as it goes:
     a send appends its message to its pair's queue, and a receive may only be taken when
     its message is at the head. A fused instruction receives and sends at once, so the
@@ -282,10 +286,11 @@ def _kahn_fifo(t: InstrTable, order: list[int], graph: _Graph,
     :data:`SAFE_SLOTS` messages in flight, so the order is slot-safe (see
     :func:`slot_safe`). None if it gets stuck (say a head's receive waiting for
     something behind a later message); then the fused instructions among those ready
-    but held back go to ``stuck``."""
-    pos, succs, indeg = _positions(t, order), graph.succs, list(graph.indeg)
+    but held back go to ``stuck``. ``pos``: :func:`_positions` of ``order`` if known."""
+    pos = _positions(t, order) if pos is None else pos
+    succs, indeg = graph.succs, list(graph.indeg)
     msg_out = t.msg_out
-    sends_on, receives_on, npairs = _pair_numbers(len(t), *graph.messages)
+    sends_on, receives_on, npairs = graph.pairs
     queues: list[list[int]] = [[] for _ in range(npairs)]  # receivers, in send order
     heads = [0] * npairs  # index of the oldest message in flight
     blocked: list[list[int]] = [[] for _ in range(npairs)]  # senders waiting for a slot (heaps of pos)

@@ -26,6 +26,8 @@ Notes on the numbers:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from arborcc.ir.model import Algorithm, Op
@@ -111,8 +113,43 @@ def dialect_limits(dialect: str) -> DialectLimits:
         raise ValueError(f"unknown MSCCL dialect {dialect!r} (known: {', '.join(DIALECTS)})") from None
 
 
+#: inside :func:`remembering_limits`: the answers of :func:`check_dialect_limits` by
+#: (algorithm id, dialect, max_per_rule), with the algorithm kept so that its id stays
+#: its own; None outside
+_remembered: dict[tuple[int, str, int], tuple[Algorithm, list[Violation]]] | None = None
+
+
+@contextmanager
+def remembering_limits() -> Iterator[None]:
+    """Within the block, :func:`check_dialect_limits` answers each algorithm object once
+    (a generator's candidate check, the strategy cascade and the verifier ask about the
+    same algorithm; ``synthesize`` wraps its work in this). Compiled algorithms are not
+    changed in place (:func:`arborcc.ir.aliasing.with_modes` and the converters make new
+    ones)."""
+    global _remembered
+    outer = _remembered
+    if outer is None:
+        _remembered = {}
+    try:
+        yield
+    finally:
+        _remembered = outer
+
+
 def check_dialect_limits(algo: Algorithm, dialect: str, max_per_rule: int = 10) -> list[Violation]:
     """Every way ``algo`` exceeds ``dialect``'s limits (kind ``limit``)."""
+    if _remembered is not None:
+        known = _remembered.get((id(algo), dialect, max_per_rule))
+        if known is not None and known[0] is algo:
+            return list(known[1])
+        found = _dialect_violations(algo, dialect, max_per_rule)
+        _remembered[(id(algo), dialect, max_per_rule)] = (algo, found)
+        return list(found)
+    return _dialect_violations(algo, dialect, max_per_rule)
+
+
+def _dialect_violations(algo: Algorithm, dialect: str, max_per_rule: int) -> list[Violation]:
+    """:func:`check_dialect_limits` without remembering."""
     lim = dialect_limits(dialect)
     out: list[Violation] = []
     seen: dict[str, int] = {}

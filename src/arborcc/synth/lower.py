@@ -80,6 +80,7 @@ class ChannelMap:
         self.pinned = (bool(spread) or self.tree_channels is not None
                        or any(len(p) > 1 for p in self._paths.values()))
         self._routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
+        self._down: dict[tuple[int, int], tuple[dict, list[tuple[int, int, int]]]] = {}
         worst = max((len(p) for p in self._paths.values()), default=0)
         if worst > MAX_CHANNELS:
             raise SynthesisError(f"a rank pair uses {worst} distinct paths, more than MSCCL's {MAX_CHANNELS} channels")
@@ -96,6 +97,17 @@ class ChannelMap:
             if self._routes.setdefault((src, dst, ch), path) == path:
                 return ch
         raise SynthesisError(f"ranks {src}->{dst}: no channel left for another path")
+
+    def down_tree(self, root: int, kids, tree: int = 0) -> list[tuple[int, int, int]]:
+        """(parent, child, channel) of every hop of tree ``tree`` (``kids``:
+        :func:`tree_children`) in breadth-first order from ``root``, worked out on the
+        first call for the tree: a hop's channel is fixed once it is chosen, so every
+        transfer block of the tree gets the same answer."""
+        known = self._down.get((tree, root))
+        if known is None or known[0] is not kids:
+            known = self._down[(tree, root)] = (kids, [(p, c, self.channel(p, c, path, tree))
+                                                       for p, c, path in _bfs(root, kids)])
+        return known[1]
 
     def routes(self, algo: Algorithm) -> dict[tuple[int, int, int], tuple[str, ...]]:
         """The device path of every sending connection of the compiled algorithm."""
@@ -273,8 +285,11 @@ def tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
     way) has (:func:`tree_channel_map`)."""
     colour: list[int] = []
     users: dict[tuple[int, int], set[int]] = {}
+    pairs_of: dict[int, set[tuple[int, int]]] = {}  # a tree's copies are the same object
     for t in trees:
-        pairs = tree_pairs(topology, t, both_ways=True)
+        pairs = pairs_of.get(id(t))
+        if pairs is None:
+            pairs = pairs_of[id(t)] = tree_pairs(topology, t, both_ways=True)
         taken = {colour[u] for p in pairs for u in users.get(p, ())}
         colour.append(next(k for k in range(len(trees) + 1) if k not in taken))
         for p in pairs:
@@ -331,8 +346,12 @@ def tree_threadblocks(topology: Topology, trees: Sequence[Tree], both_ways: bool
     out (a fused relay forwards to one child on its receiving thread block, its other
     children need a sending one each), per direction, and one for local copies."""
     need = [0] * topology.num_ranks
+    per_tree: dict[int, list[int]] = {}  # a tree's copies are the same object
     for t in trees:
-        for r, k in enumerate(tree_rank_threadblocks(topology, t, both_ways)):
+        rank_need = per_tree.get(id(t))
+        if rank_need is None:
+            rank_need = per_tree[id(t)] = tree_rank_threadblocks(topology, t, both_ways)
+        for r, k in enumerate(rank_need):
             need[r] += k
     return max(need, default=0) + 1  # and a local thread block (copies)
 
@@ -479,9 +498,9 @@ def local_copy(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size
 def broadcast_block(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int,
                      channels: ChannelMap, tree: int = 0) -> None:
     """Copy ``size`` chunks at ``src`` of the root down the tree into ``dst`` of every rank."""
-    for parent, child, path in _bfs(root, kids):
+    for parent, child, ch in channels.down_tree(root, kids, tree):
         buf, i = src if parent == root else dst
-        chunk(parent, buf, i, size).copy(child, dst[0], dst[1], ch=channels.channel(parent, child, path, tree))
+        chunk(parent, buf, i, size).copy(child, dst[0], dst[1], ch=ch)
 
 
 def reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc: Buffer,
@@ -536,11 +555,16 @@ def lower_reduce(topology: Topology, trees: Sequence[Tree], counts: Sequence[int
     return finish(prog, topology, channels, chunks)
 
 
-def _per_root_blocks(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], rounds: int = 1):
+def _per_root_blocks(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], rounds: int = 1,
+                     round_major: bool = False):
     """Chunks per shard, and the (root rank index, tree shape, offset in shard, size,
     tree index) blocks: root by root, each root's trees round by round
     (:func:`transfer_blocks`). Interleaving the roots' rounds as well simulated at about
-    half the algbw (8-GPU DGX-1V all-reduce, 64 MiB), so roots stay apart."""
+    half the algbw (8-GPU DGX-1V all-reduce, 64 MiB), so roots stay apart.
+
+    ``round_major``: a shard's chunks are laid out in the order they are sent - round 1
+    of every tree, then round 2, ... - instead of tree after tree, so that each round
+    is one contiguous range of the shard (:func:`round_ranges`)."""
     index = {g: i for i, g in enumerate(topology.ranks)}
     by_root: dict[int, list[tuple[dict, int, int]]] = {}
     for k, (t, c) in enumerate(zip(trees, counts)):
@@ -549,24 +573,54 @@ def _per_root_blocks(topology: Topology, trees: Sequence[Tree], counts: Sequence
     per_root = {sum(c for _, c, _ in items) for items in by_root.values()}
     if len(by_root) != topology.num_ranks or len(per_root) != 1:
         raise SynthesisError("per-root trees must give every rank the same number of chunks")
-    queues = {r: [(r, items[t][0], start, size, items[t][2])
-                  for t, start, size in transfer_blocks([c for _, c, _ in items], rounds)]
-              for r, items in sorted(by_root.items())}
-    return [b for q in queues.values() for b in q], per_root.pop()
+    blocks = []
+    for r, items in sorted(by_root.items()):
+        at = 0
+        for t, start, size in transfer_blocks([c for _, c, _ in items], rounds):
+            blocks.append((r, items[t][0], at if round_major else start, size, items[t][2]))
+            at += size
+    return blocks, per_root.pop()
+
+
+def round_ranges(counts: Sequence[int], rounds: int) -> list[tuple[int, int]]:
+    """(first chunk, chunks) of each round of :func:`transfer_blocks` when the chunks are
+    laid out in the order they are sent (``round_major`` of :func:`_per_root_blocks`)."""
+    sizes: list[int] = []
+    pieces = [0] * len(counts)
+    for t, _, n in transfer_blocks(counts, rounds):
+        if pieces[t] == len(sizes):
+            sizes.append(0)
+        sizes[pieces[t]] += n
+        pieces[t] += 1
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    return list(zip(starts, sizes))
 
 
 def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
                     spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
-    """One set of out-trees per root (ForestColl); each root's shard split over its trees."""
+    """One set of out-trees per root (ForestColl); each root's shard split over its trees.
+
+    A root copies its shard into its own block of the output round by round and its
+    trees send from there, each round once its copy is done: in an in-place call (the
+    input is that block) the copy then writes each chunk before any send reads it,
+    where sends from the input would race with the copy writing the same slots. The
+    shard is laid out round after round (``round_major``), so the first round waits
+    only for its own copy, not for the whole shard's."""
     if not spread:
         trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
-    blocks, chunks = _per_root_blocks(topology, trees, counts, rounds)
+    blocks, chunks = _per_root_blocks(topology, trees, counts, rounds, round_major=True)
     channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    root_counts: dict[int, list[int]] = {}
+    for t, c in zip(trees, counts):
+        root_counts.setdefault(index[t.root], []).append(c)
     with lowering_program(name, AllGather(topology.num_ranks, chunks), topology, channels, fuse) as prog:
         for r in range(topology.num_ranks):
-            local_copy(r, (INPUT, 0), (OUTPUT, r * chunks), chunks)
+            for start, size in round_ranges(root_counts[r], rounds):
+                local_copy(r, (INPUT, start), (OUTPUT, r * chunks + start), size)
         for r, kids, start, size, t in blocks:
-            broadcast_block(r, kids, (INPUT, start), (OUTPUT, r * chunks + start), size, channels, t)
+            at = (OUTPUT, r * chunks + start)
+            broadcast_block(r, kids, at, at, size, channels, t)
     return finish(prog, topology, channels, chunks)
 
 

@@ -159,6 +159,8 @@ class _RouteOracle:
     def __init__(self, g: FlowGraph):
         self.g = g
         n, N = g.n, len(g.ranks)
+        self.nodes = n
+        self.rank_nodes: list[int] = g.ranks.tolist()
         self.is_rank = np.zeros(n, dtype=bool)
         self.is_rank[g.ranks] = True
         self.rank_pos = {int(v): k for k, v in enumerate(g.ranks)}
@@ -191,16 +193,16 @@ class _RouteOracle:
     def path(self, pred, k: int, j: int) -> list[int]:
         """Arc ids of the route from rank k to rank j (``pred``: the predecessors of
         :meth:`routes`, as an array or nested lists)."""
-        g = self.g
-        n = g.n
+        n, arc_of = self.nodes, self.arc_of
         if pred is None:
-            return [self.arc_of[(int(g.ranks[k]), n + j)]]
+            return [arc_of[(self.rank_nodes[k], n + j)]]
         node, arcs = n + j, []
-        src = int(g.ranks[k])
-        row, arc_of = pred[k], self.arc_of
+        src = self.rank_nodes[k]
+        row = pred[k]
         while node != src:
             p = int(row[node])
             if p < 0:
+                g = self.g
                 raise SynthesisError(f"{g.name}: no route from {g.nodes[src]} to {g.nodes[g.ranks[j]]}")
             arcs.append(arc_of[(p, node)])
             node = p
@@ -212,10 +214,13 @@ class _RouteOracle:
     def cheapest_trees(self, length: np.ndarray, roots: list[int]) -> list[tuple[float, "_Column"]]:
         """The cheapest tree of each root under ``length`` (the routes are shared)."""
         D, pred = self.routes(length + _TINY)
-        return [self._tree(D, pred, length, r) for r in roots]
+        costs, rows = D.tolist(), None if pred is None else pred.tolist()
+        return [self._tree(costs, rows, length, r) for r in roots]
 
-    def _tree(self, D: np.ndarray, pred, length: np.ndarray, root_pos: int) -> tuple[float, "_Column"]:
-        if np.isinf(np.delete(D[root_pos], root_pos)).all() and len(D) > 1:
+    def _tree(self, D: list[list[float]], pred, length: np.ndarray, root_pos: int) -> tuple[float, "_Column"]:
+        """The cheapest tree of ``root_pos`` under route costs ``D`` and predecessors
+        ``pred`` (nested lists, :meth:`routes`)."""
+        if len(D) > 1 and all(math.isinf(c) for k, c in enumerate(D[root_pos]) if k != root_pos):
             raise SynthesisError(f"{self.g.name}: {self.g.nodes[self.g.ranks[root_pos]]} reaches no rank "
                                  f"over {self.g.links} links")
         try:
@@ -224,10 +229,9 @@ class _RouteOracle:
             raise SynthesisError(f"{self.g.name}: some rank cannot be reached from "
                                  f"{self.g.nodes[self.g.ranks[root_pos]]} over {self.g.links} links") from None
         hops, used = [], []
-        rows = None if pred is None else pred.tolist()
         for v, u in enumerate(par):
             if u >= 0:
-                arcs = self.path(rows, u, v)
+                arcs = self.path(pred, u, v)
                 hops.append((u, v, tuple(arcs)))
                 used += arcs
         load = np.bincount(np.asarray(used, dtype=np.intp), minlength=len(self.g.src)).astype(float)

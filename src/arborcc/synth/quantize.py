@@ -71,10 +71,11 @@ def _greedy_counts(groups, weights, chunks: int, per_chunk: np.ndarray) -> list[
     util = counts.astype(float) @ step
     for group in groups:
         group = np.asarray(group)
-        neg_weight = -np.asarray(weights, dtype=float)[group]
+        neg_weight = (-np.asarray(weights, dtype=float)[group]).tolist()
         for _ in range(chunks - int(counts[group].sum())):
             after = np.where(used[group], util[None, :] + step[group], -np.inf).max(axis=1, initial=0.0)
-            t = int(group[np.lexsort((np.arange(len(group)), neg_weight, after))[0]])
+            # least (utilisation after, -weight, position): a tuple minimum, not a sort
+            t = int(group[min(zip(after.tolist(), neg_weight, range(len(group))))[2]])
             counts[t] += 1
             util += step[t]
     return counts.tolist()

@@ -24,7 +24,7 @@ import time
 from typing import Callable
 
 from arborcc.errors import SynthesisError, VerificationError
-from arborcc.ir.limits import check_dialect_limits
+from arborcc.ir.limits import check_dialect_limits, remembering_limits
 from arborcc.limits import raised_default
 from arborcc.sim.simulate import predict_time
 from arborcc.synth.bounds import collective_bound
@@ -77,8 +77,9 @@ def operations_budget(num_ranks: int):
 
 
 #: algorithms of more steps claim only the mode their lowering declares: proving the other
-#: one is a second symbolic run (20-30 s for the 300 000-400 000 steps of a 1024-GPU
-#: all-gather or reduce-scatter, measured with benchmarks/cluster_scale.py)
+#: one adds its memory to the symbolic run (as a run of its own it took 20-30 s for the
+#: 300 000-400 000 steps of a 1024-GPU all-gather or reduce-scatter, measured with
+#: benchmarks/cluster_scale.py)
 OTHER_MODE_STEP_LIMIT = 200_000
 
 
@@ -86,8 +87,9 @@ def _verify(result: SynthesisResult, dialect: str | None) -> None:
     """Verify ``result.algorithm`` (with ``dialect``'s runtime limits) into
     ``result.report`` and make it claim exactly the calls it is verified in: the mode its
     lowering declares and, up to :data:`OTHER_MODE_STEP_LIMIT` steps, every other mode the
-    verifier proves (modes :func:`arborcc.verify.checker.refuted_mode` rules out in one
-    pass are not run; above the limit a note says the other mode was not tried).
+    verifier proves in the same run (``also`` of :func:`arborcc.verify.verify_algorithm`;
+    modes :func:`arborcc.verify.checker.refuted_mode` rules out in one pass are not
+    run; above the limit a note says the other mode was not tried).
     Raise :class:`VerificationError` if it is incorrect in its declared mode (a limit
     violation is the caller's to judge: the legacy dialect has no step limits)."""
     from arborcc.ir.aliasing import Mode, declared_modes, with_modes
@@ -95,11 +97,6 @@ def _verify(result: SynthesisResult, dialect: str | None) -> None:
     from arborcc.verify.checker import refuted_mode
 
     algo = result.algorithm
-    report = verify_algorithm(algo, dialect)
-    wrong = [v for v in report.violations if v.kind != "limit"]
-    if wrong:
-        more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
-        raise VerificationError(f"algorithm {algo.name!r} is incorrect: {wrong[0]}{more}")
     declared = declared_modes(algo)
     others = [m for m in Mode if m not in declared and refuted_mode(algo, m) is None]
     steps = sum(len(tb.steps) for rank in algo.ranks for tb in rank.threadblocks)
@@ -107,11 +104,14 @@ def _verify(result: SynthesisResult, dialect: str | None) -> None:
         result.notes.append(f"claims {' and '.join(m.label for m in declared)} calls only: {steps} steps, "
                             f"the {' and '.join(m.label for m in others)} call was not verified")
         others = []
-    extra = [m for m in others if verify_algorithm(algo, None, modes=(m,)).ok]  # limits were checked above
+    report = verify_algorithm(algo, dialect, also=others)  # the other modes in the same run
+    wrong = [v for v in report.violations if v.kind != "limit"]
+    if wrong:
+        more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+        raise VerificationError(f"algorithm {algo.name!r} is incorrect: {wrong[0]}{more}")
+    extra = tuple(m for m in others if m.label in report.modes)
     if extra:
-        result.algorithm = with_modes(algo, declared + tuple(extra))
-        report.modes.extend(m.label for m in extra)
-        report.notes.extend(f"also correct in an {m.label} call (verified)" for m in extra)
+        result.algorithm = with_modes(algo, declared + extra)
     result.report = report
 
 
@@ -137,7 +137,8 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
         raise SynthesisError(f"{topology.name} has {topology.num_ranks} GPU; a collective needs at least 2")
     if not 0 <= root < topology.num_ranks:
         raise SynthesisError(f"root {root} is not a rank (0-{topology.num_ranks - 1})")
-    with remembering_passes():  # the lowering's deadlock check and the verifier's run once
+    # the lowering's, the cascade's and the verifier's checks of one algorithm run once
+    with remembering_passes(), remembering_limits():
         names, skipped = _candidates(strategy, collective, topology.num_ranks, _spans_hosts(topology))
         t0 = time.perf_counter()
         check_strongly_connected(flow_graph(topology, links), collective)

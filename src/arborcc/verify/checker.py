@@ -25,6 +25,7 @@ References:
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from bisect import bisect_right
@@ -40,13 +41,13 @@ from arborcc.verify.pieces import check_pieces
 from arborcc.verify.postconditions import check_postcondition
 from arborcc.verify.semantics import OPS
 from arborcc.verify.structure import check_structure
-from arborcc.verify.symbolic import simulate
+from arborcc.verify.symbolic import simulate_layouts
 
 log_ = logging.getLogger(__name__)
 
 
 def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int = DEFAULT_SLOTS,
-                     check_races: bool = True, modes=None, pieces: bool = True) -> VerificationReport:
+                     check_races: bool = True, modes=None, pieces: bool = True, also=()) -> VerificationReport:
     """Prove ``algo`` correct or list what is wrong with it.
 
     ``dialect`` ("legacy" or "executor") adds that runtime's limits; ``slots`` is the
@@ -55,18 +56,41 @@ def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int 
     kinds of call checked; each gets its own buffer layout, run and postcondition, and
     every violation they find names its mode. ``pieces``: also check for deadlock with
     steps cut into the MSCCL runtimes' pieces (:mod:`.pieces`; independent of ``slots``).
+
+    ``also``: further modes to try in the same symbolic run (:func:`simulate_layouts`:
+    the schedule is shared, each mode has its own memory): one proved correct -
+    layout, run, postcondition and the pieces check free of violations, the dialect's
+    limits aside - is appended to the report's ``modes`` with a note; one that is not
+    is left out, and its violations are not the report's.
     """
+    enabled = gc.isenabled()
+    gc.disable()  # the runs allocate a tuple or list per step, all acyclic: see compile_program
+    try:
+        return _verify(algo, dialect, slots, check_races, modes, pieces, also)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _verify(algo: Algorithm, dialect: str | None, slots: int, check_races: bool, modes, pieces: bool,
+            also) -> VerificationReport:
+    """:func:`verify_algorithm` with the cyclic garbage collector off."""
     notes: list[str] = []
     structure = check_structure(algo)
     violations = list(structure.violations)
     notes.extend(structure.notes)
     checked = tuple(declared_modes(algo) if modes is None else modes)
+    tried = checked + tuple(m for m in dict.fromkeys(also) if m not in checked)
     if not checked:
         violations.append(Violation(None, None, None, "layout",
                                     "neither in-place nor out-of-place: no call can select this algorithm"))
     failed: list[str] = []
-    for mode in checked:
+    for mode in tried:
         layout_violations, layout_notes = check_layout(algo, mode)
+        if mode not in checked:
+            if layout_violations:
+                failed.append(mode.label)
+            continue
         capped = ViolationLog()
         capped.extend(layout_violations)
         violations.extend(capped.items)
@@ -79,21 +103,26 @@ def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int 
         notes.append("collective 'custom': no postcondition is known; structure, limits, deadlock "
                      "and races were checked")
     postcondition_checked = False
+    proved: list[Mode] = []
     if structure.fatal:
         notes.append("the program is too malformed to execute: deadlock, race and postcondition "
                      "checks were skipped")
     else:
-        results = []
-        for mode in checked:
-            log = ViolationLog(prefix=f"{mode.label} call: ")
-            mm = memory_map(algo, mode)
-            started = time.perf_counter()
-            sim = simulate(algo, mm, structure.cuts, log, slots=slots, check_races=check_races)
+        run_modes = [m for m in tried if m in checked or m.label not in failed]
+        logs = [ViolationLog(prefix=f"{mode.label} call: ") for mode in run_modes]
+        mms = [memory_map(algo, mode) for mode in run_modes]
+        started = time.perf_counter()
+        sims = simulate_layouts(algo, mms, structure.cuts, logs, slots=slots, check_races=check_races) \
+            if run_modes else []
+        results, also_ok = [], []
+        for mode, mm, sim, log in zip(run_modes, mms, sims, logs):
             log_.debug("%s: %s call: %d steps, %d race candidates, %.2f s", algo.name, mode.label, sim.steps_run,
                        sim.race_candidates, time.perf_counter() - started)
-            ok = False
-            if sim.finished:
-                ok = check_postcondition(algo, mm, sim.memory, _writer_namer(algo), log)
+            ok = sim.finished and check_postcondition(algo, mm, sim.memory, _writer_namer(algo), log)
+            if mode not in checked:
+                if ok and not len(log):
+                    also_ok.append(mode)
+                continue
             results.append(ok)
             if len(log) and mode.label not in failed:
                 failed.append(mode.label)
@@ -102,13 +131,21 @@ def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int 
             notes.append(f"{mode.label} call: ran {sim.steps_run} steps with {slots} slots per connection"
                          + ("" if sim.finished else " before deadlocking"))
         postcondition_checked = bool(results) and all(results)
+        pieces_ok = not pieces
         if pieces and results and not violations:
             found, note = check_pieces(algo)
             violations.extend(found)
             notes.append(note)
+            pieces_ok = not found
+        elif pieces and also_ok and not [v for v in violations if v.kind != "limit"]:
+            pieces_ok = not check_pieces(algo)[0]  # the declared report skips it over limits alone
+        if pieces_ok:
+            proved = also_ok
+        failed.extend(m.label for m in also_ok if m not in proved)
+    notes.extend(f"also correct in an {m.label} call (verified)" for m in proved)
     return VerificationReport(ok=not violations, violations=violations,
                               postcondition_checked=postcondition_checked, notes=notes,
-                              modes=[m.label for m in checked], failed_modes=failed)
+                              modes=[m.label for m in checked + tuple(proved)], failed_modes=failed)
 
 
 def refuted_mode(algo: Algorithm, mode: Mode) -> str | None:

@@ -87,7 +87,7 @@ def piece_model(algo: Algorithm) -> PieceModel:
     return SIMPLE_PIECES if algo.protocol is Protocol.SIMPLE else LL_PIECES
 
 
-class _Schedule:
+class PieceSchedule:
     """``algo``'s thread blocks as flat lists for the greedy run.
 
     ``steps[g]``: thread block ``g``'s steps as ``(moves, count, dep_tb, dep_step,
@@ -141,7 +141,20 @@ class _Schedule:
 
     def run(self, model: PieceModel, allowed_count: int) -> tuple[list[int], list[int], list[int]]:
         """The greedy run (module doc): every thread block's program counter and last
-        signalled step, and every connection's filled slices, when nothing can move."""
+        signalled step, and every connection's filled slices, when nothing can move.
+
+        A thread block *parked* on a full FIFO it sends on, or on an empty one it
+        receives from, has nothing else left to wait for at that step (its dependency
+        was met before it moved). So a thread block that moves pulls through its parked
+        senders and pushes through its parked receivers at once: along the chain of
+        parked senders upstream (a plain send ends it; a fused relay forwards what its
+        own parked sender gives) every one refills the FIFO it sends on as it empties,
+        and along the chain of parked receivers downstream every one takes what it
+        can forward. That is the same run with the back-and-forth of each FIFO's few
+        slices done at once - moves every thread block could make one slice at a time
+        - so a long step costs one move, not one per FIFO's worth of slices. No thread
+        block is in both chains or twice in one (rings), and the thread blocks of a
+        chain end parked exactly where the slice-by-slice run would leave them."""
         steps, recv_fifo, send_fifo, ends = self.steps, self.recv_fifo, self.send_fifo, self.fifo_ends
         n = len(steps)
         cap, per_piece = model.capacity, model.per_piece
@@ -154,6 +167,90 @@ class _Schedule:
         dep_waiters: dict[int, list[tuple[int, int]]] = {}
         ready = deque(range(n))
         pop, push = ready.popleft, ready.append
+
+        def left(h: int) -> int:
+            """Slices left in thread block ``h``'s current step."""
+            return -(-steps[h][pc[h]][1] // allowed_count) * per_piece - moved[h]
+
+        def settle(h: int) -> None:
+            """After a chain moved ``h``: park it where it is blocked, else run it again."""
+            moves = steps[h][pc[h]][0]
+            rc, sc = recv_fifo[h], send_fifo[h]
+            busy = left(h) > 0
+            stuck_in = busy and moves & 1 and filled[rc] == 0
+            stuck_out = busy and moves & 2 and filled[sc] == cap
+            if rc >= 0:
+                reader_waiting[rc] = bool(stuck_in)
+            if sc >= 0:
+                writer_waiting[sc] = bool(stuck_out)
+            if not (stuck_in or stuck_out):
+                push(h)
+
+        def parked_chain(f: int, taken: set, upstream: bool) -> tuple[list[int], list[int]]:
+            """The chain of parked senders feeding FIFO ``f`` (``upstream``) or of parked
+            receivers it feeds, none in ``taken``, and per thread block the most it can
+            move now: a fused relay passes on what its FIFO on the far side holds (or has
+            room for) and what the rest of the chain gives (or takes)."""
+            waiting, end, onward = (writer_waiting, 3, recv_fifo) if upstream else (reader_waiting, 4, send_fifo)
+            chain = []
+            while waiting[f]:
+                h = ends[f][end]
+                if h in taken:
+                    break
+                taken.add(h)
+                chain.append(h)
+                if steps[h][pc[h]][0] != 3:
+                    break
+                f = onward[h]
+            most = [0] * len(chain)
+            below = 0
+            for i in range(len(chain) - 1, -1, -1):
+                h = chain[i]
+                m = left(h)
+                if steps[h][pc[h]][0] == 3:
+                    far = filled[onward[h]]
+                    more = (far if upstream else cap - far) + below
+                    if more < m:
+                        m = more
+                most[i] = below = m
+            return chain, most
+
+        def take(f: int, k: int, chain: list[int], most: list[int]) -> None:
+            """The consumer of ``f`` takes ``k`` slices; its parked senders refill."""
+            for s, m in zip(chain, most):
+                room = cap - filled[f] + k
+                if room < m:
+                    m = room
+                filled[f] += m - k
+                moved[s] += m
+                k = m
+                f = recv_fifo[s] if steps[s][pc[s]][0] == 3 else -1
+            if f >= 0 and k:
+                filled[f] -= k
+                if writer_waiting[f]:
+                    writer_waiting[f] = False
+                    push(ends[f][3])
+            for s in chain:
+                settle(s)
+
+        def give(f: int, k: int, chain: list[int], most: list[int]) -> None:
+            """The producer of ``f`` puts ``k`` slices; its parked receivers take them."""
+            for h, m in zip(chain, most):
+                if k < m:
+                    m = k
+                filled[f] += k - m
+                moved[h] += m
+                k = m
+                f = send_fifo[h] if steps[h][pc[h]][0] == 3 else -1
+            if f >= 0 and k:
+                filled[f] += k
+                if reader_waiting[f]:
+                    reader_waiting[f] = False
+                    push(ends[f][4])
+            for h in chain:
+                settle(h)
+
+        none: tuple[list[int], list[int]] = ([], [])
         while ready:
             g = pop()
             row, rc, sc = steps[g], recv_fifo[g], send_fifo[g]
@@ -166,22 +263,66 @@ class _Schedule:
                 if moves:
                     need = -(-count // allowed_count) * per_piece - moved[g]
                     k = need
-                    if moves & 1 and filled[rc] < k:
+                    up = down = none
+                    # the FIFOs' own bounds first: chains are built only when they matter
+                    pull = moves & 1 and writer_waiting[rc]
+                    if moves & 1 and not pull and filled[rc] < k:
                         k = filled[rc]
-                    if moves & 2 and cap - filled[sc] < k:
+                    push_on = moves & 2 and reader_waiting[sc]
+                    if moves & 2 and not push_on and cap - filled[sc] < k:
                         k = cap - filled[sc]
+                    plain_in = plain_out = -1  # a parked plain sender / receiver (the usual chains)
+                    if pull and k > 0:
+                        s = ends[rc][3]
+                        if steps[s][pc[s]][0] == 2:
+                            plain_in, most_in = s, left(s)
+                            have = filled[rc] + most_in
+                        else:
+                            up = parked_chain(rc, {g}, True)
+                            have = filled[rc] + up[1][0]
+                        if have < k:
+                            k = have
+                    if push_on and k > 0:
+                        h = ends[sc][4]
+                        if steps[h][pc[h]][0] == 1 and h != plain_in:
+                            plain_out, most_out = h, left(h)
+                            room = cap - filled[sc] + most_out
+                        else:
+                            down = parked_chain(sc, {g, plain_in, *up[0]}, False)
+                            room = cap - filled[sc] + (down[1][0] if down[0] else 0)
+                        if room < k:
+                            k = room
                     if k > 0:
                         moved[g] += k
                         if moves & 1:
-                            filled[rc] -= k
-                            if writer_waiting[rc]:
-                                writer_waiting[rc] = False
-                                push(ends[rc][3])
+                            if plain_in >= 0:  # it refills the FIFO as it empties
+                                m = cap - filled[rc] + k
+                                if most_in < m:
+                                    m = most_in
+                                filled[rc] += m - k
+                                moved[plain_in] += m
+                                if m == most_in or filled[rc] < cap:
+                                    writer_waiting[rc] = False
+                                    push(plain_in)
+                            elif up[0]:
+                                take(rc, k, *up)
+                            else:
+                                filled[rc] -= k
                         if moves & 2:
-                            filled[sc] += k
-                            if reader_waiting[sc]:
-                                reader_waiting[sc] = False
-                                push(ends[sc][4])
+                            if plain_out >= 0:  # its FIFO is empty: it takes what it needs first
+                                m = k if k < most_out else most_out
+                                filled[sc] += k - m
+                                moved[plain_out] += m
+                                if m == most_out or filled[sc]:
+                                    reader_waiting[sc] = False
+                                    push(plain_out)
+                            elif down[0]:
+                                give(sc, k, *down)
+                            else:
+                                filled[sc] += k
+                                if reader_waiting[sc]:
+                                    reader_waiting[sc] = False
+                                    push(ends[sc][4])
                     if k < need:
                         if moves & 1 and filled[rc] == 0:
                             reader_waiting[rc] = True
@@ -234,36 +375,49 @@ class _Schedule:
 def piece_deadlocks(algo: Algorithm, model: PieceModel, allowed_count: int, limit: int = 5) -> list[Violation]:
     """Run ``algo`` with every step cut into ``ceil(count / allowed_count)`` pieces of
     ``model``; the deadlock violations (empty when every thread block finishes)."""
-    return _Schedule(algo).violations(model, allowed_count, limit)
+    return PieceSchedule(algo).violations(model, allowed_count, limit)
 
 
 #: inside :func:`remembering_passes`: the schedules :func:`check_pieces` found free of
 #: deadlock, with the note (the key holds everything a run reads); None outside
 _passed: dict[tuple, str] | None = None
+#: inside :func:`remembering_passes`: the algorithm objects found free of deadlock (kept,
+#: so that their ids stay theirs), by id, with the note
+_passed_algorithms: dict[int, tuple[Algorithm, str]] = {}
 
 
 @contextmanager
 def remembering_passes() -> Iterator[None]:
     """Within the block, an algorithm found free of deadlock is not checked again: a
     generator's candidate check (:func:`deadlock_free`) and the verifier's final check
-    of the same algorithm then cost one run (``synthesize`` wraps its work in this)."""
-    global _passed
-    outer = _passed
-    _passed = {} if outer is None else outer
+    of the same algorithm then cost one run (``synthesize`` wraps its work in this).
+    The same algorithm object is recognised without even rebuilding its schedule:
+    compiled algorithms are not changed in place (:func:`arborcc.ir.aliasing.with_modes`
+    and the converters make new ones)."""
+    global _passed, _passed_algorithms
+    outer, outer_algorithms = _passed, _passed_algorithms
+    if outer is None:
+        _passed, _passed_algorithms = {}, {}
     try:
         yield
     finally:
-        _passed = outer
+        _passed, _passed_algorithms = outer, outer_algorithms
 
 
 def check_pieces(algo: Algorithm) -> tuple[list[Violation], str]:
     """The protocol's piece model at ``maxAllowedCount`` 1, which decides every other
     (module doc): its deadlock violations (empty if none) and a note saying what was
     checked."""
-    return _check_schedule(_Schedule(algo), piece_model(algo))
+    known = _passed_algorithms.get(id(algo)) if _passed is not None else None
+    if known is not None and known[0] is algo:
+        return [], known[1]
+    found, note = _check_schedule(PieceSchedule(algo), piece_model(algo))
+    if _passed is not None and not found:
+        _passed_algorithms[id(algo)] = (algo, note)
+    return found, note
 
 
-def _check_schedule(schedule: _Schedule, model: PieceModel) -> tuple[list[Violation], str]:
+def _check_schedule(schedule: PieceSchedule, model: PieceModel) -> tuple[list[Violation], str]:
     """:func:`check_pieces` of a prepared schedule, answered once per distinct schedule."""
     if _passed is not None and schedule.key in _passed:
         return [], _passed[schedule.key]

@@ -75,6 +75,16 @@ def simulate(algo: Algorithm, mm: MemoryMap, cuts: dict[int, dict[Buffer, set[in
     Assumes :func:`arborcc.verify.structure.check_structure` found nothing fatal;
     ``cuts`` are the ends of accessed chunk ranges it collected.
     """
+    return simulate_layouts(algo, [mm], cuts, [log], slots, check_races)[0]
+
+
+def simulate_layouts(algo: Algorithm, mms: list[MemoryMap], cuts: dict[int, dict[Buffer, set[int]]],
+                     logs: list[ViolationLog], slots: int = DEFAULT_SLOTS,
+                     check_races: bool = True) -> list[SimOutcome]:
+    """:func:`simulate` on each memory layout of ``mms`` (one per kind of call), in one
+    run: which step runs when does not depend on the memory (module doc), so the
+    schedule, its FIFOs and its happens-before are shared, and every layout has its own
+    memory, race candidates and violations (into the matching log of ``logs``)."""
     if slots < 1:
         raise ValueError("a connection needs at least one slot")
     progs = sorted(algo.ranks, key=lambda p: p.rank)
@@ -110,17 +120,21 @@ def simulate(algo: Algorithm, mm: MemoryMap, cuts: dict[int, dict[Buffer, set[in
             c.receiver = g
             recv_conn[g] = c
 
-    memory = initial_memory(algo, mm, cuts)
     hb = HappensBefore(tb_base, tb_rank, total)
     gid_tb, done_seq, recv_src, sends_flag, dep_target = hb.gid_tb, hb.done_seq, hb.recv_src, hb.sends, hb.dep_target
-    conflicts = ConflictLog(hb, MAX_CANDIDATES) if check_races else None
-    bases = mm.bases
+    #: per layout: (index, memory by rank, bases by rank, race log or None, violation log)
+    views = [(v, initial_memory(algo, mm, cuts), mm.bases, ConflictLog(hb, MAX_CANDIDATES) if check_races else None,
+              log) for v, (mm, log) in enumerate(zip(mms, logs))]
+    nviews = len(views)
+    #: per rank, each layout's (index, memory of the rank, its bases, race log, the layout)
+    rank_views = [[(v, memory[r], bases[r], conflicts, view) for view in views
+                   for v, memory, bases, conflicts, _ in (view,)] for r in range(len(progs))]
 
     def where(gid: int) -> tuple[int, int, int]:
         g = gid_tb[gid]
         return tb_rank[g], tb_obj[g].id, gid - tb_base[g]
 
-    def slot_name(r: int, addr: int) -> str:
+    def slot_name(bases, r: int, addr: int) -> str:
         prog = progs[r]
         names = []
         for buf, size in ((Buffer.INPUT, prog.input_chunks), (Buffer.OUTPUT, prog.output_chunks),
@@ -130,12 +144,13 @@ def simulate(algo: Algorithm, mm: MemoryMap, cuts: dict[int, dict[Buffer, set[in
                 names.append(f"{buf.name.lower()} chunk {addr - b}")
         return " = ".join(names) if names else f"slot {addr}"
 
-    def check_initialized(r: int, g: int, i: int, a: int, runs: list, what: str) -> None:
+    def check_initialized(view, r: int, g: int, i: int, a: int, runs: list, what: str) -> None:
         """Log a read of uninitialized slots (called unless ``runs`` is one run of data)."""
         j = first_uninitialized(runs)
         if j is not None:
-            log.add(r, tb_obj[g].id, i, "uninitialized",
-                    f"'{tb_obj[g].steps[i].op.value}' reads {slot_name(r, a + j)} ({what}), which holds no data yet")
+            view[4].add(r, tb_obj[g].id, i, "uninitialized",
+                        f"'{tb_obj[g].steps[i].op.value}' reads {slot_name(view[2], r, a + j)} ({what}), "
+                        "which holds no data yet")
 
     pc = [0] * ntb
     signal = [-1] * ntb
@@ -154,7 +169,6 @@ def simulate(algo: Algorithm, mm: MemoryMap, cuts: dict[int, dict[Buffer, set[in
         nsteps = len(steps)
         r = tb_rank[g]
         ids = ids_by_rank[r]
-        base_r = bases[r]
         rc = recv_conn[g]
         sc = send_conn[g]
         gbase = tb_base[g]
@@ -182,55 +196,61 @@ def simulate(algo: Algorithm, mm: MemoryMap, cuts: dict[int, dict[Buffer, set[in
                     hb.on_dependency(g, i, tg, dep.step)
             if op is not NOP:
                 cnt = st.count
-                got = None
-                rmem = memory[r]
+                gots = None
                 if receives:
-                    sgid, got, sent = rc.q.popleft()
+                    sgid, gots, sent = rc.q.popleft()
                     recv_src[gid] = sgid
                     if rc.writer_waiting:
                         rc.writer_waiting = False
                         ready.append(rc.sender)
                     if sent != cnt:
                         sr, stb, si = where(sgid)
-                        log.add(r, tb.id, i, "mismatch",
-                                f"'{op.value}' receives {cnt} chunk(s) but the matching send (rank {sr} tb {stb} "
-                                f"step {si}) sent {sent}")
-                        got = fit_runs(got, cnt)
-                src = None
-                if reads_src:
-                    sa = base_r[st.src_buf] + st.src_off
-                    src = rmem.read(sa, cnt, gid, g, conflicts)
-                    if len(src) > 1 or type(src[0][1]) is not tuple:
-                        check_initialized(r, g, i, sa, src, "source")
-                if op is SEND:
-                    out = src
-                elif op is RECV:
-                    rmem.write(base_r[st.dst_buf] + st.dst_off, got, cnt, gid, g, True, conflicts)
-                    out = None
-                elif op is COPY:
-                    rmem.write(base_r[st.dst_buf] + st.dst_off, src, cnt, gid, g, False, conflicts)
-                    out = None
-                elif op is REDUCE or op is RA:
-                    da = base_r[st.dst_buf] + st.dst_off
-                    cur = rmem.read(da, cnt, gid, g, conflicts)
-                    if len(cur) > 1 or type(cur[0][1]) is not tuple:
-                        check_initialized(r, g, i, da, cur, "destination")
-                    rmem.write(da, add_runs(cur, src), cnt, gid, g, False, conflicts)
-                    out = None
-                elif op is RRC:
-                    rmem.write(base_r[st.dst_buf] + st.dst_off, add_runs(src, got), cnt, gid, g, True, conflicts)
-                    out = None
-                elif op is RRS:
-                    out = add_runs(src, got)
-                elif op is RCS:
-                    rmem.write(base_r[st.dst_buf] + st.dst_off, got, cnt, gid, g, True, conflicts)
-                    out = got
-                else:  # RRCS
-                    out = add_runs(src, got)
-                    rmem.write(base_r[st.dst_buf] + st.dst_off, out, cnt, gid, g, True, conflicts)
+                        for view in views:
+                            view[4].add(r, tb.id, i, "mismatch",
+                                        f"'{op.value}' receives {cnt} chunk(s) but the matching send (rank {sr} "
+                                        f"tb {stb} step {si}) sent {sent}")
+                        gots = [fit_runs(got, cnt) for got in gots]
+                outs = [None] * nviews if sends else None
+                for v, rmem, base_r, conflicts, view in rank_views[r]:
+                    got = gots[v] if gots is not None else None
+                    src = None
+                    if reads_src:
+                        sa = base_r[st.src_buf] + st.src_off
+                        src = rmem.read(sa, cnt, gid, g, conflicts)
+                        if len(src) > 1 or type(src[0][1]) is not tuple:
+                            check_initialized(view, r, g, i, sa, src, "source")
+                    if op is SEND:
+                        out = src
+                    elif op is RECV:
+                        rmem.write(base_r[st.dst_buf] + st.dst_off, got, cnt, gid, g, True, conflicts)
+                        out = None
+                    elif op is COPY:
+                        rmem.write(base_r[st.dst_buf] + st.dst_off, src, cnt, gid, g, False, conflicts)
+                        out = None
+                    elif op is REDUCE or op is RA:
+                        da = base_r[st.dst_buf] + st.dst_off
+                        cur = rmem.read(da, cnt, gid, g, conflicts)
+                        if len(cur) > 1 or type(cur[0][1]) is not tuple:
+                            check_initialized(view, r, g, i, da, cur, "destination")
+                        rmem.write(da, add_runs(cur, src), cnt, gid, g, False, conflicts)
+                        out = None
+                    elif op is RRC:
+                        rmem.write(base_r[st.dst_buf] + st.dst_off, add_runs(src, got), cnt, gid, g, True,
+                                   conflicts)
+                        out = None
+                    elif op is RRS:
+                        out = add_runs(src, got)
+                    elif op is RCS:
+                        rmem.write(base_r[st.dst_buf] + st.dst_off, got, cnt, gid, g, True, conflicts)
+                        out = got
+                    else:  # RRCS
+                        out = add_runs(src, got)
+                        rmem.write(base_r[st.dst_buf] + st.dst_off, out, cnt, gid, g, True, conflicts)
+                    if sends:
+                        outs[v] = out
                 if sends:
                     sends_flag[gid] = 1
-                    sc.q.append((gid, out, cnt))
+                    sc.q.append((gid, outs, cnt))
                     if sc.reader_waiting:
                         sc.reader_waiting = False
                         ready.append(sc.receiver)
@@ -250,46 +270,49 @@ def simulate(algo: Algorithm, mm: MemoryMap, cuts: dict[int, dict[Buffer, set[in
             i += 1
         pc[g] = i
 
-    candidates = conflicts.candidates if conflicts is not None else []
-    if candidates:
-        reported: set[tuple[int, int]] = set()
-        for c, ok in zip(candidates, resolve_candidates(hb, candidates)):
-            if ok or (c.x, c.y) in reported:
-                continue
-            reported.add((c.x, c.y))
-            r, tbid, i = where(c.y)
-            _, ptb, pi = where(c.x)
-            mine = "writes" if c.y_writes else "reads"
-            theirs = "writes" if c.x_writes else "reads"
-            log.add(r, tbid, i, "race",
-                    f"race: {mine} {slot_name(r, c.addr)}, which tb {ptb} step {pi} {theirs}, and neither is "
-                    "ordered before the other (no program-order/dependency path, directly or through other ranks)")
-        if len(candidates) >= MAX_CANDIDATES:
-            log.add(None, None, None, "race",
-                    f"race check incomplete: more than {MAX_CANDIDATES} conflicting access pairs are not ordered "
-                    "by dependencies; only the first were analysed")
-
     unfinished = [g for g in range(ntb) if pc[g] < len(tb_obj[g].steps)]
-    if unfinished:
-        names = {g: TbName(tb_rank[g], tb_obj[g].id, pc[g],
-                           tb_obj[g].steps[pc[g]].op.value if pc[g] < len(tb_obj[g].steps) else "-")
-                 for g in range(ntb)}
-        finished = {g for g in range(ntb) if pc[g] >= len(tb_obj[g].steps)}
-        blocked = {g: _why_blocked(tb_obj[g].steps[pc[g]], signal, ids_by_rank[tb_rank[g]], recv_conn[g],
-                                   send_conn[g], slots) for g in unfinished}
-        for v in explain_deadlock(blocked, names, finished):
-            log.add(v.rank, v.tb, v.step, v.kind, v.message)
-        log.add(None, None, None, "deadlock",
-                f"deadlock: {len(unfinished)} of {ntb} thread blocks cannot finish")
-    else:
-        for c in conns.values():
-            if c.q:
-                sg = c.q[0][0]
-                sr, stb, si = where(sg)
-                log.add(sr, stb, si, "unmatched",
-                        f"sent {len(c.q)} message(s) to rank {c.dst} on channel {c.ch} (first: this step) "
-                        "that no step received")
-    return SimOutcome(not unfinished, memory, seq, len(candidates))
+    outcomes = []
+    for _, memory, bases, conflicts, log in views:
+        candidates = conflicts.candidates if conflicts is not None else []
+        if candidates:
+            reported: set[tuple[int, int]] = set()
+            for c, ok in zip(candidates, resolve_candidates(hb, candidates)):
+                if ok or (c.x, c.y) in reported:
+                    continue
+                reported.add((c.x, c.y))
+                r, tbid, i = where(c.y)
+                _, ptb, pi = where(c.x)
+                mine = "writes" if c.y_writes else "reads"
+                theirs = "writes" if c.x_writes else "reads"
+                log.add(r, tbid, i, "race",
+                        f"race: {mine} {slot_name(bases, r, c.addr)}, which tb {ptb} step {pi} {theirs}, and "
+                        "neither is ordered before the other (no program-order/dependency path, directly or "
+                        "through other ranks)")
+            if len(candidates) >= MAX_CANDIDATES:
+                log.add(None, None, None, "race",
+                        f"race check incomplete: more than {MAX_CANDIDATES} conflicting access pairs are not "
+                        "ordered by dependencies; only the first were analysed")
+        if unfinished:
+            names = {g: TbName(tb_rank[g], tb_obj[g].id, pc[g],
+                               tb_obj[g].steps[pc[g]].op.value if pc[g] < len(tb_obj[g].steps) else "-")
+                     for g in range(ntb)}
+            finished = {g for g in range(ntb) if pc[g] >= len(tb_obj[g].steps)}
+            blocked = {g: _why_blocked(tb_obj[g].steps[pc[g]], signal, ids_by_rank[tb_rank[g]], recv_conn[g],
+                                       send_conn[g], slots) for g in unfinished}
+            for v in explain_deadlock(blocked, names, finished):
+                log.add(v.rank, v.tb, v.step, v.kind, v.message)
+            log.add(None, None, None, "deadlock",
+                    f"deadlock: {len(unfinished)} of {ntb} thread blocks cannot finish")
+        else:
+            for c in conns.values():
+                if c.q:
+                    sg = c.q[0][0]
+                    sr, stb, si = where(sg)
+                    log.add(sr, stb, si, "unmatched",
+                            f"sent {len(c.q)} message(s) to rank {c.dst} on channel {c.ch} (first: this step) "
+                            "that no step received")
+        outcomes.append(SimOutcome(not unfinished, memory, seq, len(candidates)))
+    return outcomes
 
 
 def _why_blocked(st, signal: list[int], ids: dict[int, int], rc: _Conn | None, sc: _Conn | None,
