@@ -1366,7 +1366,7 @@ class Communicator {
     ensure_pool(nworkers);
     std::string first_error;
     std::mutex err_mu;
-    std::atomic<int> remaining(nworkers - 1);
+    int remaining = nworkers - 1;  // guarded by pool_mu_ (a count changed outside it could lose the last wake-up)
     auto job = [&](int w) {
       try {
         work(w);
@@ -1380,7 +1380,8 @@ class Communicator {
       std::lock_guard<std::mutex> lk(pool_mu_);
       pool_job_ = [&](int w) {
         job(w);
-        if (remaining.fetch_sub(1) == 1) pool_done_cv_.notify_all();
+        std::lock_guard<std::mutex> lk(pool_mu_);
+        if (--remaining == 0) pool_done_cv_.notify_all();
       };
       pool_size_ = nworkers;
       ++pool_gen_;
@@ -1389,7 +1390,7 @@ class Communicator {
     job(0);
     {
       std::unique_lock<std::mutex> lk(pool_mu_);
-      pool_done_cv_.wait(lk, [&] { return remaining.load() == 0; });
+      pool_done_cv_.wait(lk, [&] { return remaining == 0; });
       pool_job_ = nullptr;
     }
     if (!first_error.empty()) throw CommError(first_error);
