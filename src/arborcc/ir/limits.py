@@ -26,10 +26,10 @@ Notes on the numbers:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
+from arborcc.ir.memo import CallMemo
 from arborcc.ir.model import Algorithm, Op
 from arborcc.ir.report import Violation
 
@@ -113,39 +113,25 @@ def dialect_limits(dialect: str) -> DialectLimits:
         raise ValueError(f"unknown MSCCL dialect {dialect!r} (known: {', '.join(DIALECTS)})") from None
 
 
-#: inside :func:`remembering_limits`: the answers of :func:`check_dialect_limits` by
-#: (algorithm id, dialect, max_per_rule), with the algorithm kept so that its id stays
-#: its own; None outside
-_remembered: dict[tuple[int, str, int], tuple[Algorithm, list[Violation]]] | None = None
+#: inside :func:`remembering_limits`: the answers of :func:`check_dialect_limits` per
+#: algorithm object, dialect and max_per_rule
+_remembered = CallMemo()
 
 
-@contextmanager
-def remembering_limits() -> Iterator[None]:
+def remembering_limits() -> AbstractContextManager[None]:
     """Within the block, :func:`check_dialect_limits` answers each algorithm object once
     (a generator's candidate check, the strategy cascade and the verifier ask about the
-    same algorithm; ``synthesize`` wraps its work in this). Compiled algorithms are not
-    changed in place (:func:`arborcc.ir.aliasing.with_modes` and the converters make new
-    ones)."""
-    global _remembered
-    outer = _remembered
-    if outer is None:
-        _remembered = {}
-    try:
-        yield
-    finally:
-        _remembered = outer
+    same algorithm; ``synthesize`` wraps its work in this; :mod:`arborcc.ir.memo`)."""
+    return _remembered.active()
 
 
 def check_dialect_limits(algo: Algorithm, dialect: str, max_per_rule: int = 10) -> list[Violation]:
     """Every way ``algo`` exceeds ``dialect``'s limits (kind ``limit``)."""
-    if _remembered is not None:
-        known = _remembered.get((id(algo), dialect, max_per_rule))
-        if known is not None and known[0] is algo:
-            return list(known[1])
-        found = _dialect_violations(algo, dialect, max_per_rule)
-        _remembered[(id(algo), dialect, max_per_rule)] = (algo, found)
-        return list(found)
-    return _dialect_violations(algo, dialect, max_per_rule)
+    known = _remembered.get_for(algo, (dialect, max_per_rule))
+    if known is None:
+        known = _dialect_violations(algo, dialect, max_per_rule)
+        _remembered.put_for(algo, known, (dialect, max_per_rule))
+    return list(known)
 
 
 def _dialect_violations(algo: Algorithm, dialect: str, max_per_rule: int) -> list[Violation]:

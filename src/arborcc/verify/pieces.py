@@ -54,6 +54,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from arborcc.ir.memo import CallMemo
 from arborcc.ir.model import Algorithm, Protocol
 from arborcc.ir.report import Violation
 from arborcc.verify.deadlock import TbName, Wait, explain_deadlock
@@ -379,11 +380,10 @@ def piece_deadlocks(algo: Algorithm, model: PieceModel, allowed_count: int, limi
 
 
 #: inside :func:`remembering_passes`: the schedules :func:`check_pieces` found free of
-#: deadlock, with the note (the key holds everything a run reads); None outside
-_passed: dict[tuple, str] | None = None
-#: inside :func:`remembering_passes`: the algorithm objects found free of deadlock (kept,
-#: so that their ids stay theirs), by id, with the note
-_passed_algorithms: dict[int, tuple[Algorithm, str]] = {}
+#: deadlock, by key (it holds everything a run reads), with the note
+_passed = CallMemo()
+#: inside :func:`remembering_passes`: the algorithm objects found free of deadlock, with the note
+_passed_algorithms = CallMemo()
 
 
 @contextmanager
@@ -391,44 +391,37 @@ def remembering_passes() -> Iterator[None]:
     """Within the block, an algorithm found free of deadlock is not checked again: a
     generator's candidate check (:func:`deadlock_free`) and the verifier's final check
     of the same algorithm then cost one run (``synthesize`` wraps its work in this).
-    The same algorithm object is recognised without even rebuilding its schedule:
-    compiled algorithms are not changed in place (:func:`arborcc.ir.aliasing.with_modes`
-    and the converters make new ones)."""
-    global _passed, _passed_algorithms
-    outer, outer_algorithms = _passed, _passed_algorithms
-    if outer is None:
-        _passed, _passed_algorithms = {}, {}
-    try:
+    The same algorithm object is recognised without even rebuilding its schedule
+    (:mod:`arborcc.ir.memo`)."""
+    with _passed.active(), _passed_algorithms.active():
         yield
-    finally:
-        _passed, _passed_algorithms = outer, outer_algorithms
 
 
 def check_pieces(algo: Algorithm) -> tuple[list[Violation], str]:
     """The protocol's piece model at ``maxAllowedCount`` 1, which decides every other
     (module doc): its deadlock violations (empty if none) and a note saying what was
     checked."""
-    known = _passed_algorithms.get(id(algo)) if _passed is not None else None
-    if known is not None and known[0] is algo:
-        return [], known[1]
+    note = _passed_algorithms.get_for(algo)
+    if note is not None:
+        return [], note
     found, note = _check_schedule(PieceSchedule(algo), piece_model(algo))
-    if _passed is not None and not found:
-        _passed_algorithms[id(algo)] = (algo, note)
+    if not found:
+        _passed_algorithms.put_for(algo, note)
     return found, note
 
 
 def _check_schedule(schedule: PieceSchedule, model: PieceModel) -> tuple[list[Violation], str]:
     """:func:`check_pieces` of a prepared schedule, answered once per distinct schedule."""
-    if _passed is not None and schedule.key in _passed:
-        return [], _passed[schedule.key]
+    note = _passed.get(schedule.key)
+    if note is not None:
+        return [], note
     found = schedule.violations(model, CHECKED_COUNT)
     if found:
         return found, f"deadlock found with steps cut into pieces ({model.protocol}, maxAllowedCount {CHECKED_COUNT})"
     note = (f"steps cut into the runtimes' pieces ({model.protocol}: {model.per_piece} of {model.capacity} "
             f"FIFO slices per piece): no deadlock at maxAllowedCount {CHECKED_COUNT} (every large buffer), "
             f"hence none at {CHECKED_COUNT + 1}-{MAX_ALLOWED_COUNT} (fewer pieces per step)")
-    if _passed is not None:
-        _passed[schedule.key] = note
+    _passed.put(schedule.key, note)
     return [], note
 
 
