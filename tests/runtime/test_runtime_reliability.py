@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import pytest
+from support.segments import leftovers, segments
 
 from arborcc.runtime.communicator import SEGMENT_PREFIX
 
@@ -26,15 +27,11 @@ def report(what):  # one write per line: lines of different ranks never interlea
 """
 
 
-def shm_segments() -> set[str]:
-    return {e for e in os.listdir("/dev/shm") if e.startswith(SEGMENT_PREFIX)}
-
-
 @pytest.fixture
 def shm_unchanged():
-    before = shm_segments()
+    before = segments()
     yield
-    assert shm_segments() - before == set(), "an arborcc shared-memory segment was left in /dev/shm"
+    assert leftovers(before) == set(), "an arborcc shared-memory segment was left in /dev/shm"
 
 
 def launch(tmp_path, nranks: int, body: str) -> tuple[int, dict[int, str]]:

@@ -97,6 +97,8 @@ class Options:
     pin: bool = True  #: run rank r on CPU r modulo the CPU count (when its affinity is not already set)
     stream_bytes: int = STREAM_BYTES  #: collectives on shared arrays write outputs this large with streaming
     #: stores (0: never)
+    push: bool = True  #: an all-gather with streaming stores into a shared array: each rank writes its block
+    #: into every peer's output (its block read once) instead of reading the peers' blocks
 
     @classmethod
     def from_env(cls, env: dict | None = None, **overrides) -> "Options":
@@ -547,7 +549,7 @@ class Communicator:
             if type(prepared) is WindowCall:
                 self._native.window_collective(prepared.window, prepared.offset, prepared.nbytes, r.address,
                                                prepared.root, self.options.stream_bytes, prepared.threads,
-                                               self.options.timeout)
+                                               self.options.timeout, self.options.push)
                 return
             for handle, uses_in, uses_out, scratch_bytes, divide in prepared:
                 if divide is None:

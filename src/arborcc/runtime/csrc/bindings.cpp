@@ -67,5 +67,7 @@ PYBIND11_MODULE(native, m) {
       .def("barrier", &Communicator::barrier, py::call_guard<py::gil_scoped_release>())
       .def("map_window", &Communicator::map_window, py::call_guard<py::gil_scoped_release>())
       .def("unmap_window", &Communicator::unmap_window)
-      .def("window_collective", &Communicator::window_collective, py::call_guard<py::gil_scoped_release>());
+      .def("window_collective", &Communicator::window_collective, py::arg("id"), py::arg("send_off"),
+           py::arg("bytes"), py::arg("out_addr"), py::arg("root"), py::arg("stream_bytes"), py::arg("threads"),
+           py::arg("timeout"), py::arg("push") = true, py::call_guard<py::gil_scoped_release>());
 }

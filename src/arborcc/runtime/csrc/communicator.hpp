@@ -105,9 +105,12 @@ class Communicator {
   // peers' blocks straight from their windows with plain loads (no system call, no page
   // pinning) into `out_addr` (block p of the output: rank p's send buffer; a broadcast's
   // output: the root's). Outputs of at least `stream_bytes` bytes (0: never) are written
-  // with streaming stores. A call returns once every peer has read this rank's block.
+  // with streaming stores. With `push`, an all-gather with streaming stores into an output
+  // that lies in this rank's shared arrays has the peers write their blocks there (each
+  // rank reads its own block once and writes it into every such output). A call returns
+  // once every peer is done with this rank's block and output.
   void window_collective(int64_t id, uint64_t send_off, uint64_t bytes, uint64_t out_addr, int root,
-                         uint64_t stream_bytes, int threads, double timeout);
+                         uint64_t stream_bytes, int threads, double timeout, bool push);
 
  private:
   static constexpr uint64_t PROBE = 0x5ca1ab1e0ddba11ULL;
@@ -160,6 +163,15 @@ class Communicator {
 
   // ---- windows.cpp
   void unmap_peers(Window& w);
+  // The window of this rank that holds [addr, addr + bytes), and the offset there, if one does.
+  bool find_own_window(uint64_t addr, uint64_t bytes, int64_t* id, uint64_t* off) const;
+  // Where this rank's block goes in posted peer p's output (which lies in p's shared arrays).
+  char* peer_output(int p, uint64_t bytes);
+  // An all-gather's push: once every peer has posted, store this rank's block `own` into
+  // `own_dst` and into the output of every peer whose output lies in its shared arrays
+  // (streaming stores; split over `nthreads` threads).
+  void push_own_block(const char* own, char* own_dst, uint64_t bytes, uint64_t seq, int nthreads,
+                      const std::function<void(int)>& check_size, double timeout);
   // Wait until the `field` word of one of the ranks `peers` reaches `value` (spin, yield,
   // sleep: wait_change); remove that rank from `peers` and return it. Fails when a peer
   // dies, the communicator is aborted or `timeout` passes.

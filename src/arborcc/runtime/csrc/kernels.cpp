@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "dtypes.hpp"
@@ -40,12 +41,12 @@ const ReduceFn reduce_fn = HAVE_AVX2 ? kernels_avx2::reduce : kernels_generic::r
 // memory without first reading the destination into the cache: a plain store to a line
 // not in the cache reads it first, so a large copy moves 3 bytes per byte copied, this
 // one 2). Only for buffers larger than the caches: the next reader of the destination
-// then finds it in memory, not in the cache.
-__attribute__((target("avx2"))) static void stream_copy_avx2(char* dst, const char* src, size_t n) {
-  size_t head = (32 - ((uintptr_t)dst & 31)) & 31;
+// then finds it in memory, not in the cache. Every 128 bytes loaded go to each of the
+// destinations, which share their alignment modulo 32.
+__attribute__((target("avx2"))) static void stream_copy_avx2(char* const* dsts, int ndst, const char* src, size_t n) {
+  size_t head = (32 - ((uintptr_t)dsts[0] & 31)) & 31;
   if (head > n) head = n;
-  std::memcpy(dst, src, head);
-  dst += head;
+  for (int k = 0; k < ndst; ++k) std::memcpy(dsts[k], src, head);
   src += head;
   n -= head;
   size_t i = 0;
@@ -54,22 +55,37 @@ __attribute__((target("avx2"))) static void stream_copy_avx2(char* dst, const ch
     __m256i b = _mm256_loadu_si256((const __m256i*)(src + i + 32));
     __m256i c = _mm256_loadu_si256((const __m256i*)(src + i + 64));
     __m256i d = _mm256_loadu_si256((const __m256i*)(src + i + 96));
-    _mm256_stream_si256((__m256i*)(dst + i), a);
-    _mm256_stream_si256((__m256i*)(dst + i + 32), b);
-    _mm256_stream_si256((__m256i*)(dst + i + 64), c);
-    _mm256_stream_si256((__m256i*)(dst + i + 96), d);
+    for (int k = 0; k < ndst; ++k) {
+      char* out = dsts[k] + head + i;
+      _mm256_stream_si256((__m256i*)out, a);
+      _mm256_stream_si256((__m256i*)(out + 32), b);
+      _mm256_stream_si256((__m256i*)(out + 64), c);
+      _mm256_stream_si256((__m256i*)(out + 96), d);
+    }
   }
-  std::memcpy(dst + i, src + i, n - i);
-  _mm_sfence();  // streaming stores are weakly ordered: complete them before anyone is told
+  for (int k = 0; k < ndst; ++k) std::memcpy(dsts[k] + head + i, src + i, n - i);
+  _mm_sfence();
 }
 
 void copy_bytes(char* dst, const char* src, size_t n, bool streaming) {
   if (dst == src || n == 0) return;
   if (streaming && HAVE_AVX2 && n >= 4096) {
-    stream_copy_avx2(dst, src, n);
+    stream_copy_avx2(&dst, 1, src, n);
   } else {
     std::memcpy(dst, src, n);
   }
+}
+
+void copy_to_many(char* const* dsts, int ndst, const char* src, size_t n, bool streaming) {
+  if (ndst <= 0 || n == 0) return;
+  if (ndst == 1) return copy_bytes(dsts[0], src, n, streaming);
+  bool aligned_alike = true;
+  for (int k = 1; k < ndst; ++k)
+    aligned_alike = aligned_alike && ((uintptr_t)dsts[k] & 31) == ((uintptr_t)dsts[0] & 31);
+  if (streaming && HAVE_AVX2 && n >= 4096 && aligned_alike) return stream_copy_avx2(dsts, ndst, src, n);
+  constexpr size_t PIECE = 32 << 10;  // the second and later reads of a piece hit the L1
+  for (size_t o = 0; o < n; o += PIECE)
+    for (int k = 0; k < ndst; ++k) copy_bytes(dsts[k] + o, src + o, std::min(PIECE, n - o), streaming);
 }
 
 void divide_array(uint64_t addr, size_t n, int dtype, double divisor) {

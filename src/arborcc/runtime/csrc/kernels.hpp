@@ -19,6 +19,11 @@ extern const ReduceFn reduce_fn;
 // dst = src (n bytes, not overlapping), with streaming stores when `streaming` and the CPU has AVX2.
 void copy_bytes(char* dst, const char* src, size_t n, bool streaming);
 
+// dsts[k] = src for k < ndst (n bytes each, none overlapping src): src is read once per
+// 32 KB piece whatever the number of destinations (with streaming stores and AVX2, and
+// destinations equally aligned, once in all: each 128 bytes loaded go to every destination).
+void copy_to_many(char* const* dsts, int ndst, const char* src, size_t n, bool streaming);
+
 // dst[i] /= divisor for a floating-point array (the last step of an average).
 void divide_array(uint64_t addr, size_t n, int dtype, double divisor);
 

@@ -10,7 +10,7 @@
 
 namespace dataplane {
 
-constexpr uint64_t MAGIC = 0x61726230726363ULL + 4;  // bump when the layout changes
+constexpr uint64_t MAGIC = 0x61726230726363ULL + 5;  // bump when the layout changes
 constexpr int MAX_RANKS = 64;
 constexpr int MAX_SLOTS = 16;
 constexpr int MAX_PIECES = 80;  // a step moves at most 72 chunks (MSCCL's cnt limit)
@@ -57,6 +57,11 @@ struct alignas(64) RankCell {
   std::atomic<int64_t> win_id;
   std::atomic<uint64_t> win_off;
   std::atomic<uint64_t> win_bytes;
+  // Where the last posted all-gather's output is when it lies in one of this rank's
+  // shared arrays and the peers are to write their blocks into it (win_out_id -1: the
+  // rank reads the peers' blocks itself).
+  std::atomic<int64_t> win_out_id;
+  std::atomic<uint64_t> win_out_off;
 };
 
 struct Header {
