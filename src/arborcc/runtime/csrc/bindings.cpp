@@ -46,6 +46,11 @@ PYBIND11_MODULE(native, m) {
   m.def("divide", &divide_array, "divide a floating-point array in place (address, count, dtype code, divisor)");
   m.def("copy", &copy_array, "copy n bytes between addresses that do not overlap, with streaming stores if asked "
         "(and the CPU has AVX2)");
+  m.def("copy_to_many", [](const std::vector<uint64_t>& dsts, uint64_t src, size_t n, bool streaming) {
+    std::vector<char*> to;
+    for (uint64_t d : dsts) to.push_back((char*)(uintptr_t)d);
+    copy_to_many(to.data(), (int)to.size(), (const char*)(uintptr_t)src, n, streaming);
+  }, "copy n bytes to every destination address, each source byte read once (streaming stores if asked)");
   m.def("reduce", &reduce_arrays, "dst = op(a, b) element-wise (addresses, element count, dtype and op codes)");
   py::class_<Communicator>(m, "Communicator")
       .def(py::init<const std::string&, int, bool, int, int, int, uint64_t>(), py::arg("name"), py::arg("rank"),

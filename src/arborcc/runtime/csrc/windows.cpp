@@ -165,14 +165,21 @@ void Communicator::push_own_block(const char* own, char* own_dst, uint64_t bytes
     check_size(p);
     if (h->ranks[p].win_out_id.load(std::memory_order_relaxed) >= 0) dsts.push_back(peer_output(p, bytes));
   }
-  // with `threads` > 1 the block is split over that many threads, in whole pages
+  // with `threads` > 1 the block is split over that many threads, in whole pages; each
+  // part goes in 256 KB pieces, last to first on every other call: the pieces read last
+  // by the previous call, still in the core's L2, are read first
   const uint64_t part = align_up((bytes + nthreads - 1) / nthreads, 4096);
   const int parts = nthreads > 1 && part < bytes ? (int)((bytes + part - 1) / part) : 1;
+  constexpr uint64_t PIECE = 256 << 10;
   auto copy_part = [&](int w) {
     uint64_t lo = parts == 1 ? 0 : (uint64_t)w * part, hi = parts == 1 ? bytes : std::min(bytes, lo + part);
-    std::vector<char*> at(dsts);
-    for (char*& d : at) d += lo;
-    copy_to_many(at.data(), (int)at.size(), own + lo, hi - lo, true);
+    std::vector<char*> at(dsts.size());
+    const uint64_t pieces = (hi - lo + PIECE - 1) / PIECE;
+    for (uint64_t k = 0; k < pieces; ++k) {
+      uint64_t from = lo + (seq % 2 ? pieces - 1 - k : k) * PIECE, n = std::min(PIECE, hi - from);
+      for (size_t j = 0; j < dsts.size(); ++j) at[j] = dsts[j] + from;
+      copy_to_many(at.data(), (int)at.size(), own + from, n, true);
+    }
   };
   if (parts == 1) {
     copy_part(0);
