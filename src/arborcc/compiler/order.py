@@ -21,7 +21,10 @@ program order a fused message can be sent before, and received after, another me
 of its pair, and a fused instruction ties the order of the pair it receives on to the
 order of the pair it sends on (tree all-reduces with interleaved trees do both). The
 third attempt, :func:`_kahn_fifo`, fixes each pair's order while it schedules (a
-receive only when its message is the oldest in flight), which follows fused chains.
+receive only when its message is the oldest in flight), which follows fused chains;
+it runs with the priority order, then with program order - where the tree lowerings'
+programs end up: when program order itself is a valid schedule (one pass checks it,
+:func:`_fifo_schedule`), that greedy would return it unchanged, so it is not run.
 A repaired order must also be *slot-safe* (:func:`slot_safe`): connections are bounded
 queues, and an order that keeps many messages of a pair in flight can deadlock where
 the unbounded model would not. If every attempt fails, the pipeline undoes fusions
