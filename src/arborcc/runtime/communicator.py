@@ -48,7 +48,7 @@ from arborcc.runtime.arrays import DTYPES, ArrayRef, array_ref, check_op
 from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.lowering import LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
 from arborcc.runtime.miad import MIADTuner
-from arborcc.runtime.plan import Plan, call_bytes, fallback_algorithm, require_verified
+from arborcc.runtime.plan import DEFAULT_STAGED_BYTES, Plan, call_bytes, fallback_algorithm, require_verified
 from arborcc.runtime.rendezvous import LaunchEnv, NameServer, fetch_name, launch_env
 from arborcc.runtime.windows import SharedArrays
 
@@ -65,6 +65,10 @@ SEGMENT_PREFIX = "arborcc-"
 #: (non-temporal) stores, which skip reading the destination into the cache first
 #: (beyond a core's 2 MB L2 here; below, plain stores win: docs/runtime.md)
 STREAM_BYTES = 4 << 20
+
+#: a staged all-reduce moves its buffer through the staging ring in slices of this size
+#: (docs/runtime.md "Staged all-reduce")
+STAGED_SLICE_BYTES = 256 << 10
 
 
 class WindowCall(NamedTuple):
@@ -97,6 +101,8 @@ class Options:
     pin: bool = True  #: run rank r on CPU r modulo the CPU count (when its affinity is not already set)
     stream_bytes: int = STREAM_BYTES  #: collectives on shared arrays write outputs this large with streaming
     #: stores (0: never)
+    staged_bytes: int = DEFAULT_STAGED_BYTES  #: the built-in owner all-reduce up to this size runs staged (0: never)
+    staged_slice_bytes: int = STAGED_SLICE_BYTES  #: slice of a staged all-reduce (one staging ring slot)
 
     @classmethod
     def from_env(cls, env: dict | None = None, **overrides) -> "Options":
@@ -250,6 +256,11 @@ class Communicator:
         """True when large messages are read straight from the sender's memory."""
         return self._native.cma
 
+    @property
+    def staged_calls(self) -> int:
+        """All-reduces this rank has run staged (through the staging ring) so far."""
+        return self._native.staged_calls
+
     # -- shared arrays -----------------------------------------------------------------
 
     @property
@@ -330,7 +341,8 @@ class Communicator:
         check_op(op, dtype)
         if self.options.tune or count <= 0:
             return None
-        algo = self.plan.select("allreduce", self.world_size, Mode.INPLACE, count, DTYPES[dtype][1], 0)
+        algo = self.plan.select("allreduce", self.world_size, Mode.INPLACE, count, DTYPES[dtype][1], 0,
+                                self.options.staged_bytes)
         scratch = []  # the call's own scratch memory, so that its address is fixed
         calls = []
         for handle, uses_in, uses_out, scratch_bytes, divide in self._prepare(algo, Mode.INPLACE, count, dtype,
@@ -506,7 +518,7 @@ class Communicator:
         algo = self._selected.get(key)
         if algo is None:
             algo = self._selected[key] = self.plan.select(collective, self.world_size, mode, count,
-                                                          DTYPES[s.dtype][1], root)
+                                                          DTYPES[s.dtype][1], root, self.options.staged_bytes)
         return self._execute(algo, mode, s, r, count, op, root)
 
     def _program(self, algo: Algorithm, mode: Mode) -> tuple[int, LoweredRank]:
@@ -564,6 +576,11 @@ class Communicator:
         """The data-plane calls of a call shape: the algorithm on the chunks, the tail, avg."""
         op_code = check_op(op, dtype)
         esize = DTYPES[dtype][1]
+        if Plan.runs_staged(algo, count * esize, self.options.staged_bytes):
+            handle = self._call(self._native.prepare_staged, count, DTYPES[dtype][0], op_code,
+                                self.options.staged_slice_bytes, self.options.timeout)
+            if handle >= 0:  # -1: the segment's slots leave no room for a staging ring
+                return [(handle, True, True, 0, None)] + ([(0, 0, 0, 0, (1, 0, count))] if op == "avg" else [])
         pid, low = self._program(algo, mode)
         chunk = count // low.chunks_per_block
         tail = count - low.chunks_per_block * chunk

@@ -1,0 +1,178 @@
+// The staged all-reduce: the owner all-reduce (reduce-scatter + all-gather with one owner
+// rank per share, arborcc.runtime.direct.owner_allreduce) run natively for caller-owned
+// buffers, through each rank's persistent staging area in the communicator's segment.
+//
+// Every rank maps every rank's staging area. A rank's area starts with its progress
+// counters (one cache line each) and holds a ring of slots of `slot_bytes`; slice k of a
+// call (elements [k x slice, (k+1) x slice) of the buffer) uses ring slot g mod R, where g
+// counts the slices of all staged calls of the rank. Each slice is split into one share
+// per rank (64-byte aligned). For each slice, rank r
+//   1. copies its input's shares q != r into its slot ("copied": the messages to the
+//      owners, IR step `send IN[q] to q`),
+//   2. reduces its own share r: its input's share (the first operand, read from its own
+//      buffer) with the peers' copies in the order of owner_allreduce's thread blocks
+//      (peers ascending), into its output and into share r of its slot ("reduced": IR
+//      steps `rrc` then `send OUT[r]`),
+//   3. copies every peer q's reduced share q from q's slot into its output ("gathered":
+//      IR step `recv OUT[q]`),
+// with plain loads and stores: no system call, no page pinning. The three phases are
+// software-pipelined over the slices (the copy of slice t, the reduction of slice t-1
+// and the gathering of slice t-2 in one round), and counters are waited for per slice, so
+// a rank reduces a slice while its peers still copy the next. A slot is reused only
+// once every peer has gathered from it (its "gathered" counter), so a call returns
+// without waiting for its peers: the next call's first slices go to other slots.
+//
+// Included by the data plane after the reduction kernels; the communicator supplies
+// waiting (spin, yield, futex; liveness, abort and timeout checks) and waking.
+
+#ifndef ARBORCC_STAGED_ALLREDUCE_HPP
+#define ARBORCC_STAGED_ALLREDUCE_HPP
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace staged {
+
+struct alignas(64) Counter {
+  std::atomic<uint64_t> value;
+  char pad[56];
+};
+
+// The head of a rank's staging area (only that rank writes it).
+struct Header {
+  Counter copied;    // slices whose peer shares are in the ring (over all staged calls)
+  Counter reduced;   // slices whose own share is reduced into the ring
+  Counter gathered;  // slices this rank has gathered from every peer
+  Counter call;      // staged calls started; `call_bytes` is the last one's size
+  std::atomic<uint64_t> call_bytes;
+};
+
+constexpr uint64_t HEADER_BYTES = 4096;
+constexpr int MIN_SLOTS = 4;
+constexpr int MAX_SLOTS = 4;  // more slots only spread a rank's small calls over more cache lines
+
+// What one rank needs to run staged calls: where every rank's staging area is mapped
+// in this process, and the ring's shape. `slices` counts this rank's slices so far.
+struct Ring {
+  int rank = 0, nranks = 0;
+  char* area[64] = {};
+  uint64_t slot_bytes = 0;
+  int slots = 0;
+  uint64_t slices = 0, calls = 0;
+
+  Header* header(int r) const { return (Header*)area[r]; }
+  char* slot(int r, uint64_t g) const { return area[r] + HEADER_BYTES + (g % (uint64_t)slots) * slot_bytes; }
+};
+
+// The ring that fits an area of `area_bytes` with slots of at most `slot_bytes` (0 slots:
+// the area is too small for a staged call).
+inline void shape_ring(Ring& ring, uint64_t area_bytes, uint64_t slot_bytes) {
+  ring.slots = 0;
+  if (area_bytes <= HEADER_BYTES) return;
+  uint64_t usable = area_bytes - HEADER_BYTES;
+  slot_bytes = std::min<uint64_t>(slot_bytes, usable / MIN_SLOTS) / 64 * 64;
+  if (slot_bytes < 4096) return;
+  ring.slot_bytes = slot_bytes;
+  ring.slots = (int)std::min<uint64_t>(MAX_SLOTS, usable / slot_bytes);
+}
+
+// Share q of a slice of m elements: [start(q), start(q + 1)), cut at 64-byte multiples.
+inline uint64_t share_start(int q, int n, uint64_t m, size_t esize) {
+  uint64_t unit = std::max<uint64_t>(1, 64 / esize);
+  uint64_t units = (m + unit - 1) / unit;
+  return std::min<uint64_t>(m, units * (uint64_t)q / (uint64_t)n * unit);
+}
+
+using Reduce = void (*)(int, int, void*, const void*, const void*, size_t);
+
+// One staged all-reduce of `count` elements of `esize` bytes from `in` to `out` (the same
+// address in place). `wait(peer, ready, what)` returns once `ready()` holds (or throws);
+// `wake()` tells every peer that a counter of this rank moved; `fail(message)` throws
+// (and fails the peers' calls); `reduce` is the kernel dispatch (dtype, op, dst, a, b, n).
+template <class Wait, class Wake, class Fail>
+void allreduce(Ring& ring, const char* in, char* out, uint64_t count, size_t esize, int dtype, int op,
+               Reduce reduce, Wait wait, Wake wake, Fail fail) {
+  const int n = ring.nranks, me = ring.rank;
+  const uint64_t slice = std::max<uint64_t>(1, ring.slot_bytes / esize);
+  const uint64_t nslices = (count + slice - 1) / slice;
+  const uint64_t g0 = ring.slices, seq = ++ring.calls;
+  ring.slices += nslices;
+  Header* mine = ring.header(me);
+  mine->call_bytes.store(count * esize, std::memory_order_relaxed);
+  mine->call.value.store(seq, std::memory_order_release);
+  // 16 KB pieces of a share: the chain of reductions of one piece stays in the L1 cache
+  const uint64_t piece = std::max<uint64_t>(1, (16u << 10) / esize);
+  for (uint64_t t = 0; t < nslices + 2; ++t) {
+    if (t < nslices) {  // copy slice t's peer shares into the ring
+      const uint64_t g = g0 + t, lo = t * slice, m = std::min(count, lo + slice) - lo;
+      if (g >= (uint64_t)ring.slots)
+        for (int q = 0; q < n; ++q) {
+          if (q == me) continue;
+          Header* h = ring.header(q);
+          const uint64_t need = g - ring.slots + 1;
+          wait(q, [&] { return h->gathered.value.load(std::memory_order_acquire) >= need; }, "to free a staging slot");
+        }
+      char* dst = ring.slot(me, g);
+      for (int q = 0; q < n; ++q) {
+        if (q == me) continue;
+        uint64_t a = share_start(q, n, m, esize), b = share_start(q + 1, n, m, esize);
+        std::memcpy(dst + a * esize, in + (lo + a) * esize, (b - a) * esize);
+      }
+      mine->copied.value.store(g + 1, std::memory_order_release);
+      wake();
+    }
+    if (t >= 1 && t <= nslices) {  // reduce my share of slice t-1
+      const uint64_t k = t - 1, g = g0 + k, lo = k * slice, m = std::min(count, lo + slice) - lo;
+      const uint64_t a = share_start(me, n, m, esize), b = share_start(me + 1, n, m, esize);
+      for (int q = 0; q < n; ++q) {
+        if (q == me) continue;
+        Header* h = ring.header(q);
+        wait(q, [&] {
+          return h->copied.value.load(std::memory_order_acquire) >= g + 1 &&
+                 h->call.value.load(std::memory_order_acquire) >= seq;
+        }, "to stage its data");
+        // the peer is in this call (it cannot be past it before this rank reduced): same size?
+        uint64_t theirs = h->call_bytes.load(std::memory_order_relaxed);
+        if (k == 0 && theirs != count * esize)
+          fail("call mismatch: rank " + std::to_string(q) + " all-reduces " + std::to_string(theirs) +
+               " bytes where this rank all-reduces " + std::to_string(count * esize) +
+               " (do all ranks make the same calls with the same sizes?)");
+      }
+      char* result = out + (lo + a) * esize;
+      char* published = ring.slot(me, g) + a * esize;
+      for (uint64_t p = 0; p < b - a; p += piece) {
+        const uint64_t len = std::min(piece, b - a - p), off = p * esize;
+        const char* acc = in + (lo + a) * esize + off;
+        bool first = true;
+        for (int q = 0; q < n; ++q) {
+          if (q == me) continue;
+          reduce(dtype, op, result + off, first ? acc : result + off, ring.slot(q, g) + a * esize + off, len);
+          first = false;
+        }
+        if (first && result + off != acc) std::memcpy(result + off, acc, len * esize);  // one rank
+        std::memcpy(published + off, result + off, len * esize);
+      }
+      mine->reduced.value.store(g + 1, std::memory_order_release);
+      wake();
+    }
+    if (t >= 2) {  // gather the peers' reduced shares of slice t-2
+      const uint64_t k = t - 2, g = g0 + k, lo = k * slice, m = std::min(count, lo + slice) - lo;
+      for (int i = 1; i < n; ++i) {
+        const int q = (me + i) % n;
+        Header* h = ring.header(q);
+        wait(q, [&] { return h->reduced.value.load(std::memory_order_acquire) >= g + 1; }, "to reduce its share");
+        uint64_t a = share_start(q, n, m, esize), b = share_start(q + 1, n, m, esize);
+        std::memcpy(out + (lo + a) * esize, ring.slot(q, g) + a * esize, (b - a) * esize);
+      }
+      mine->gathered.value.store(g + 1, std::memory_order_release);
+      wake();
+    }
+  }
+}
+
+}  // namespace staged
+
+#endif

@@ -1,0 +1,152 @@
+"""The staged all-reduce (caller-owned buffers through the communicator's staging ring):
+every dtype and operator, odd counts, in and out of place, 2-4 ranks, against numpy; the
+calls are counted, so every case is known to have run staged; the staged and the
+interpreted owner all-reduce agree bit for bit; failures name the rank."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from arborcc.runtime.launch import run_ranks
+from arborcc.runtime.plan import Plan
+
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8")
+#: 1 element; fewer than the ranks' 64-byte units; odd; a 4 KB slice's many multiples
+COUNTS = (1, 7, 1001, 40_003)
+OPS = ("sum", "prod", "min", "max", "avg")
+
+
+def _input(dtype: str, op: str, count: int, rank: int, seed: int) -> np.ndarray:
+    """Small integers, so every reduction order gives the same exact result (products of
+    up to 4 ranks' values 1-4 stay exact in float16 and bfloat16)."""
+    rng = np.random.default_rng([seed, rank, count])
+    high = 5 if op == "prod" else 60
+    return rng.integers(1 if op == "prod" else 0, high, count).astype("float32" if dtype == "bfloat16" else dtype)
+
+
+def _expected(inputs: list[np.ndarray], op: str, n: int) -> np.ndarray:
+    stacked = np.stack(inputs)
+    dtype = stacked.dtype
+    if op == "avg":
+        return (stacked.astype(np.float64).sum(axis=0) / n).astype(dtype)
+    if op in ("min", "max"):
+        return getattr(stacked, op)(axis=0)
+    return getattr(stacked, op)(axis=0, dtype=dtype)  # integers wrap around, as the runtime's
+
+
+def _bf16(values: np.ndarray):
+    """float32 values (exact in bfloat16) as the runtime's bfloat16 wrapper."""
+    from arborcc.runtime.arrays import BFloat16
+
+    return BFloat16((values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16))
+
+
+def _from_bf16(bits) -> np.ndarray:
+    return (bits.bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _staged_rank(options: dict) -> dict:
+    from arborcc.runtime import Communicator
+
+    # the owner all-reduce at every size (no one-shot below 256 KB)
+    comm = Communicator.from_env(Plan(small_bytes=0), timeout=30, **options)
+    r, n = comm.rank, comm.world_size
+    wrong, cases = [], 0
+    for seed, dtype in enumerate(DTYPES):
+        for op in OPS:
+            if op == "avg" and dtype in ("int32", "int64", "uint8"):
+                continue
+            for count in COUNTS:
+                inputs = [_input(dtype, op, count, p, seed) for p in range(n)]
+                want = _expected(inputs, op, n)
+                for inplace in (True, False):
+                    x = inputs[r].copy()
+                    send = _bf16(x) if dtype == "bfloat16" else x
+                    if inplace:
+                        comm.allreduce(send, op=op)
+                        got = send
+                    else:
+                        out = _bf16(np.zeros(count, np.float32)) if dtype == "bfloat16" else np.zeros(count, dtype)
+                        comm.allreduce(send, out, op=op)
+                        comm.allreduce(send, out, op=op)  # the repeated call's fast path
+                        got = out
+                        if not np.array_equal(_from_bf16(send) if dtype == "bfloat16" else send, inputs[r]):
+                            wrong.append(("input changed", dtype, op, count))
+                    values = _from_bf16(got) if dtype == "bfloat16" else got
+                    tolerance = 1e-2 if op == "avg" and dtype in ("float16", "bfloat16") else 0
+                    if not np.allclose(values, want, rtol=tolerance, atol=0) if tolerance else \
+                            not np.array_equal(values, want):
+                        wrong.append((dtype, op, count, inplace))
+                    cases += 1
+    staged = comm.staged_calls
+    comm.close()
+    return {"wrong": wrong, "cases": cases, "staged_calls": staged}
+
+
+def _case_count() -> tuple[int, int]:
+    per_count = sum(1 for d in DTYPES for o in OPS if not (o == "avg" and d in ("int32", "int64", "uint8")))
+    cases = per_count * len(COUNTS) * 2
+    return cases, per_count * len(COUNTS) * 3  # out of place runs twice
+
+
+@pytest.mark.parametrize("ranks, options", [
+    (2, {}),
+    (3, dict(staged_slice_bytes=4096)),  # many slices: the ring wraps inside a call
+    (4, dict(staged_slice_bytes=4096, slots=1, slot_bytes=64 << 10)),  # a ring of 15 slots
+], ids=["2-ranks", "3-ranks-4K-slices", "4-ranks-small-ring"])
+def test_staged_allreduce_matches_numpy(ranks, options):
+    before = {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")}
+    # every size below runs staged: the built-in plan's owner all-reduce from 1 byte
+    options = dict(options, staged_bytes=1 << 30)
+    results = run_ranks(_staged_rank, ranks, (options,), timeout=240)
+    cases, calls = _case_count()
+    for res in results:
+        assert res["wrong"] == []
+        assert res["cases"] == cases
+        assert res["staged_calls"] == calls
+    assert {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")} - before == set()
+
+
+def _agree_rank(count: int) -> dict:
+    """Random float32 data (sums differ by reduction order) through the staged and the
+    interpreted owner all-reduce of the same communicator: the same bits."""
+    from arborcc.runtime import Communicator
+
+    comm = Communicator.from_env(Plan(small_bytes=0), timeout=30)
+    rng = np.random.default_rng([7, comm.rank])
+    x = rng.standard_normal(count).astype(np.float32)
+    staged = x.copy()
+    comm.allreduce(staged)
+    calls = comm.staged_calls
+    # the same reductions interpreted: out of place (a call shape not prepared yet), staging off
+    comm.options.staged_bytes = 0
+    interpreted = np.zeros_like(x)
+    comm.allreduce(x, interpreted)
+    calls_after = comm.staged_calls
+    comm.close()
+    return {"calls": calls, "calls_after": calls_after, "same": bool(np.array_equal(staged, interpreted))}
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_staged_and_interpreted_owner_allreduce_agree_bit_for_bit(ranks):
+    # the staged shares are the IR's chunks when the buffer is one slice (256 KB) and its
+    # 64-byte units split evenly over the ranks: each element has the same owner in both
+    count = 65536 if ranks == 2 else 49152
+    results = run_ranks(_agree_rank, ranks, (count,), timeout=120)
+    for res in results:
+        assert res["calls"] == res["calls_after"] == 1
+        assert res["same"]
+
+
+def test_runs_staged_only_for_the_builtin_owner_allreduce():
+    from arborcc.runtime.direct import direct_algorithm
+
+    owner = direct_algorithm("allreduce", 4, True, 0, True)
+    assert Plan.runs_staged(owner, 1 << 20, 2 << 20)
+    assert not Plan.runs_staged(owner, 4 << 20, 2 << 20)
+    assert not Plan.runs_staged(owner, 1 << 20, 0)
+    assert not Plan.runs_staged(direct_algorithm("allreduce", 4, True), 1 << 20, 2 << 20)  # one-shot
+    assert not Plan.runs_staged(direct_algorithm("reducescatter", 4, True), 1 << 20, 2 << 20)
