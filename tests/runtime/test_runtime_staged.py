@@ -37,6 +37,24 @@ def _expected(inputs: list[np.ndarray], op: str, n: int) -> np.ndarray:
     return getattr(stacked, op)(axis=0, dtype=dtype)  # integers wrap around, as the runtime's
 
 
+def _cases(n: int, dtypes=DTYPES):
+    """(dtype, op, count, every rank's input, the expected result) of every case."""
+    for seed, dtype in enumerate(dtypes):
+        for op in OPS:
+            if op == "avg" and dtype in ("int32", "int64", "uint8"):
+                continue
+            for count in COUNTS:
+                inputs = [_input(dtype, op, count, p, seed) for p in range(n)]
+                yield dtype, op, count, inputs, _expected(inputs, op, n)
+
+
+def _matches(got: np.ndarray, want: np.ndarray, dtype: str, op: str) -> bool:
+    """Exact, but for the average of half types (divided in float32, rounded once more)."""
+    if op == "avg" and dtype in ("float16", "bfloat16"):
+        return bool(np.allclose(got, want, rtol=1e-2, atol=0))
+    return bool(np.array_equal(got, want))
+
+
 def _bf16(values: np.ndarray):
     """float32 values (exact in bfloat16) as the runtime's bfloat16 wrapper."""
     from arborcc.runtime.arrays import BFloat16
@@ -55,41 +73,26 @@ def _staged_rank(options: dict) -> dict:
     comm = Communicator.from_env(Plan(small_bytes=0), timeout=30, **options)
     r, n = comm.rank, comm.world_size
     wrong, cases = [], 0
-    for seed, dtype in enumerate(DTYPES):
-        for op in OPS:
-            if op == "avg" and dtype in ("int32", "int64", "uint8"):
-                continue
-            for count in COUNTS:
-                inputs = [_input(dtype, op, count, p, seed) for p in range(n)]
-                want = _expected(inputs, op, n)
-                for inplace in (True, False):
-                    x = inputs[r].copy()
-                    send = _bf16(x) if dtype == "bfloat16" else x
-                    if inplace:
-                        comm.allreduce(send, op=op)
-                        got = send
-                    else:
-                        out = _bf16(np.zeros(count, np.float32)) if dtype == "bfloat16" else np.zeros(count, dtype)
-                        comm.allreduce(send, out, op=op)
-                        comm.allreduce(send, out, op=op)  # the repeated call's fast path
-                        got = out
-                        if not np.array_equal(_from_bf16(send) if dtype == "bfloat16" else send, inputs[r]):
-                            wrong.append(("input changed", dtype, op, count))
-                    values = _from_bf16(got) if dtype == "bfloat16" else got
-                    tolerance = 1e-2 if op == "avg" and dtype in ("float16", "bfloat16") else 0
-                    if not np.allclose(values, want, rtol=tolerance, atol=0) if tolerance else \
-                            not np.array_equal(values, want):
-                        wrong.append((dtype, op, count, inplace))
-                    cases += 1
+    for dtype, op, count, inputs, want in _cases(n):
+        for inplace in (True, False):
+            x = inputs[r].copy()
+            send = _bf16(x) if dtype == "bfloat16" else x
+            if inplace:
+                comm.allreduce(send, op=op)
+                got = send
+            else:
+                out = _bf16(np.zeros(count, np.float32)) if dtype == "bfloat16" else np.zeros(count, dtype)
+                comm.allreduce(send, out, op=op)
+                comm.allreduce(send, out, op=op)  # the repeated call's fast path
+                got = out
+                if not np.array_equal(_from_bf16(send) if dtype == "bfloat16" else send, inputs[r]):
+                    wrong.append(("input changed", dtype, op, count))
+            if not _matches(_from_bf16(got) if dtype == "bfloat16" else got, want, dtype, op):
+                wrong.append((dtype, op, count, inplace))
+            cases += 1
     staged = comm.staged_calls
     comm.close()
     return {"wrong": wrong, "cases": cases, "staged_calls": staged}
-
-
-def _case_count() -> tuple[int, int]:
-    per_count = sum(1 for d in DTYPES for o in OPS if not (o == "avg" and d in ("int32", "int64", "uint8")))
-    cases = per_count * len(COUNTS) * 2
-    return cases, per_count * len(COUNTS) * 3  # out of place runs twice
 
 
 @pytest.mark.parametrize("ranks, options", [
@@ -102,11 +105,53 @@ def test_staged_allreduce_matches_numpy(ranks, options):
     # every size below runs staged: the built-in plan's owner all-reduce from 1 byte
     options = dict(options, staged_bytes=1 << 30)
     results = run_ranks(_staged_rank, ranks, (options,), timeout=240)
-    cases, calls = _case_count()
+    cases = 2 * sum(1 for _ in _cases(ranks))  # in and out of place
     for res in results:
         assert res["wrong"] == []
         assert res["cases"] == cases
-        assert res["staged_calls"] == calls
+        assert res["staged_calls"] == cases * 3 // 2  # out of place runs twice
+    assert {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")} - before == set()
+
+
+def _shared_rank(options: dict) -> dict:
+    """All-reduces whose input lies in a shared array: the peers read it from there."""
+    from arborcc.runtime import Communicator
+
+    comm = Communicator.from_env(Plan(small_bytes=0), timeout=30, **options)
+    r, n = comm.rank, comm.world_size
+    wrong, cases = [], 0
+    for dtype, op, count, inputs, want in _cases(n, [d for d in DTYPES if d != "bfloat16"]):
+        # one odd element in front: the buffers are not aligned to anything
+        memory = comm.shared_array(1 + 2 * count, dtype)
+        for way in ("in place", "to a private array", "to a shared array"):
+            send = memory[1:1 + count]
+            send[:] = inputs[r]
+            if way == "in place":
+                comm.allreduce(send, op=op)
+                got = send
+            else:
+                got = memory[1 + count:] if way == "to a shared array" else np.zeros(count, dtype)
+                comm.allreduce(send, got, op=op)
+                if not np.array_equal(send, inputs[r]):
+                    wrong.append(("input changed", dtype, op, count))
+            if not _matches(got, want, dtype, op):
+                wrong.append((dtype, op, count, way))
+            cases += 1
+        comm.free_shared(memory)
+    calls, shared = comm.staged_calls, comm.staged_shared_calls
+    comm.close()
+    return {"wrong": wrong, "cases": cases, "calls": calls, "shared": shared}
+
+
+@pytest.mark.parametrize("ranks, options", [(2, {}), (3, dict(staged_slice_bytes=4096))],
+                         ids=["2-ranks", "3-ranks-4K-slices"])
+def test_staged_allreduce_of_shared_arrays_matches_numpy(ranks, options):
+    before = {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")}
+    results = run_ranks(_shared_rank, ranks, (dict(options, staged_bytes=1 << 30),), timeout=240)
+    cases = 3 * sum(1 for _ in _cases(ranks, [d for d in DTYPES if d != "bfloat16"]))
+    for res in results:
+        assert res["wrong"] == []
+        assert res["cases"] == res["calls"] == res["shared"] == cases
     assert {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")} - before == set()
 
 

@@ -261,6 +261,12 @@ class Communicator:
         """All-reduces this rank has run staged (through the staging ring) so far."""
         return self._native.staged_calls
 
+    @property
+    def staged_shared_calls(self) -> int:
+        """Staged all-reduces whose input lay in a shared array (:meth:`shared_array`): the
+        peers read it from there, this rank copied nothing into its staging ring."""
+        return self._native.staged_shared_calls
+
     # -- shared arrays -----------------------------------------------------------------
 
     @property

@@ -53,6 +53,7 @@ class Communicator {
   int rank() const { return rank_; }
   uint64_t window_calls() const { return win_calls_; }
   uint64_t staged_calls() const { return ring_.calls; }
+  uint64_t staged_shared_calls() const { return ring_.shared_calls; }
   int nranks() const { return n_; }
   bool cma() const { return cma_; }
 

@@ -2,7 +2,8 @@
 // (each rank's area is the slots of its connection to itself, which no program uses: the
 // verifier rejects a thread block whose peer is its own rank) and its waiting (spin,
 // yield, futex, as every wait of the data plane; a dead or silent peer fails the call,
-// naming it). The algorithm itself is in staged_allreduce.hpp.
+// naming it), and where a shared array holds a call's input. The algorithm itself is in
+// staged_allreduce.hpp.
 
 #include "communicator.hpp"
 #include "dtypes.hpp"
@@ -59,8 +60,26 @@ void Communicator::run_staged(const Prepared& p, uint64_t in_addr, uint64_t out_
       if (r != rank_) wake(r);
   };
   auto mismatch = [&](const std::string& msg) { fail(msg); };
+  // an input in one of this rank's shared arrays is read by the peers from there
+  const uint64_t bytes = (uint64_t)p.chunk_elems * DTYPE_SIZE[p.dtype];
+  int64_t in_window = -1;
+  uint64_t in_offset = 0;
+  for (const auto& kv : windows_) {
+    uint64_t base = (uint64_t)(uintptr_t)kv.second.base[rank_];
+    if (base <= in_addr && in_addr + bytes <= base + kv.second.bytes) {
+      in_window = kv.first;
+      in_offset = in_addr - base;
+      break;
+    }
+  }
+  auto window_of = [&](int q, int64_t id, uint64_t offset, uint64_t len) -> const char* {
+    auto it = windows_.find(id);
+    if (it == windows_.end() || offset + len > it->second.bytes) return nullptr;
+    return it->second.base[q] + offset;
+  };
   staged::allreduce(ring_, (const char*)(uintptr_t)in_addr, (char*)(uintptr_t)out_addr, (uint64_t)p.chunk_elems,
-                    DTYPE_SIZE[p.dtype], p.dtype, p.op, reduce_fn, wait, wake_peers, mismatch);
+                    DTYPE_SIZE[p.dtype], p.dtype, p.op, in_window, in_offset, reduce_fn, window_of, wait, wake_peers,
+                    mismatch);
 }
 
 }  // namespace dataplane

@@ -15,7 +15,9 @@
 //      steps `rrc` then `send OUT[r]`),
 //   3. copies every peer q's reduced share q from q's slot into its output ("gathered":
 //      IR step `recv OUT[q]`),
-// with plain loads and stores: no system call, no page pinning. The three phases are
+// with plain loads and stores: no system call, no page pinning. A rank whose input lies in
+// a shared array (memory every rank maps) skips step 1: its peers read its shares
+// straight from that array (it posts which array and where with each call). The three phases are
 // software-pipelined over the slices (the copy of slice t, the reduction of slice t-1
 // and the gathering of slice t-2 in one round), and counters are waited for per slice, so
 // a rank reduces a slice while its peers still copy the next. A slot is reused only
@@ -46,8 +48,10 @@ struct Header {
   Counter copied;    // slices whose peer shares are in the ring (over all staged calls)
   Counter reduced;   // slices whose own share is reduced into the ring
   Counter gathered;  // slices this rank has gathered from every peer
-  Counter call;      // staged calls started; `call_bytes` is the last one's size
+  Counter call;      // staged calls started; `call_bytes` is the last one's size, and
   std::atomic<uint64_t> call_bytes;
+  std::atomic<int64_t> input_window;   // the shared array that holds its input (-1: none, the ring does)
+  std::atomic<uint64_t> input_offset;  // and where in it
 };
 
 constexpr uint64_t HEADER_BYTES = 4096;
@@ -61,7 +65,7 @@ struct Ring {
   char* area[64] = {};
   uint64_t slot_bytes = 0;
   int slots = 0;
-  uint64_t slices = 0, calls = 0;
+  uint64_t slices = 0, calls = 0, shared_calls = 0;
 
   Header* header(int r) const { return (Header*)area[r]; }
   char* slot(int r, uint64_t g) const { return area[r] + HEADER_BYTES + (g % (uint64_t)slots) * slot_bytes; }
@@ -89,12 +93,17 @@ inline uint64_t share_start(int q, int n, uint64_t m, size_t esize) {
 using Reduce = void (*)(int, int, void*, const void*, const void*, size_t);
 
 // One staged all-reduce of `count` elements of `esize` bytes from `in` to `out` (the same
-// address in place). `wait(peer, ready, what)` returns once `ready()` holds (or throws);
+// address in place); `in` lies at `in_offset` of this rank's shared array `in_window`
+// (-1: not in one), and `window_of(q, id, offset, bytes)` is where rank q's shared array
+// `id` holds `offset` in this process (nullptr if not mapped here or shorter than
+// `offset + bytes`).
+// `wait(peer, ready, what)` returns once `ready()` holds (or throws);
 // `wake()` tells every peer that a counter of this rank moved; `fail(message)` throws
 // (and fails the peers' calls); `reduce` is the kernel dispatch (dtype, op, dst, a, b, n).
-template <class Wait, class Wake, class Fail>
+template <class WindowOf, class Wait, class Wake, class Fail>
 void allreduce(Ring& ring, const char* in, char* out, uint64_t count, size_t esize, int dtype, int op,
-               Reduce reduce, Wait wait, Wake wake, Fail fail) {
+               int64_t in_window, uint64_t in_offset, Reduce reduce, WindowOf window_of, Wait wait, Wake wake,
+               Fail fail) {
   const int n = ring.nranks, me = ring.rank;
   const uint64_t slice = std::max<uint64_t>(1, ring.slot_bytes / esize);
   const uint64_t nslices = (count + slice - 1) / slice;
@@ -102,7 +111,12 @@ void allreduce(Ring& ring, const char* in, char* out, uint64_t count, size_t esi
   ring.slices += nslices;
   Header* mine = ring.header(me);
   mine->call_bytes.store(count * esize, std::memory_order_relaxed);
+  mine->input_window.store(in_window, std::memory_order_relaxed);
+  mine->input_offset.store(in_offset, std::memory_order_relaxed);
   mine->call.value.store(seq, std::memory_order_release);
+  if (in_window >= 0) ++ring.shared_calls;
+  // each peer's input: its shared array (found at its first slice), else its ring slots
+  const char* peer_input[64] = {};
   // 16 KB pieces of a share: the chain of reductions of one piece stays in the L1 cache
   const uint64_t piece = std::max<uint64_t>(1, (16u << 10) / esize);
   for (uint64_t t = 0; t < nslices + 2; ++t) {
@@ -116,7 +130,7 @@ void allreduce(Ring& ring, const char* in, char* out, uint64_t count, size_t esi
           wait(q, [&] { return h->gathered.value.load(std::memory_order_acquire) >= need; }, "to free a staging slot");
         }
       char* dst = ring.slot(me, g);
-      for (int q = 0; q < n; ++q) {
+      for (int q = 0; q < n && in_window < 0; ++q) {
         if (q == me) continue;
         uint64_t a = share_start(q, n, m, esize), b = share_start(q + 1, n, m, esize);
         std::memcpy(dst + a * esize, in + (lo + a) * esize, (b - a) * esize);
@@ -134,12 +148,18 @@ void allreduce(Ring& ring, const char* in, char* out, uint64_t count, size_t esi
           return h->copied.value.load(std::memory_order_acquire) >= g + 1 &&
                  h->call.value.load(std::memory_order_acquire) >= seq;
         }, "to stage its data");
+        if (k > 0) continue;
         // the peer is in this call (it cannot be past it before this rank reduced): same size?
         uint64_t theirs = h->call_bytes.load(std::memory_order_relaxed);
-        if (k == 0 && theirs != count * esize)
+        if (theirs != count * esize)
           fail("call mismatch: rank " + std::to_string(q) + " all-reduces " + std::to_string(theirs) +
                " bytes where this rank all-reduces " + std::to_string(count * esize) +
                " (do all ranks make the same calls with the same sizes?)");
+        int64_t id = h->input_window.load(std::memory_order_relaxed);
+        if (id >= 0 && !(peer_input[q] = window_of(q, id, h->input_offset.load(std::memory_order_relaxed), theirs)))
+          fail("rank " + std::to_string(q) + "'s input lies in its shared array " + std::to_string(id) +
+               ", which this rank has not mapped or which is too small (every rank must allocate the same shared "
+               "arrays)");
       }
       char* result = out + (lo + a) * esize;
       char* published = ring.slot(me, g) + a * esize;
@@ -149,7 +169,8 @@ void allreduce(Ring& ring, const char* in, char* out, uint64_t count, size_t esi
         bool first = true;
         for (int q = 0; q < n; ++q) {
           if (q == me) continue;
-          reduce(dtype, op, result + off, first ? acc : result + off, ring.slot(q, g) + a * esize + off, len);
+          const char* theirs = peer_input[q] ? peer_input[q] + (lo + a) * esize : ring.slot(q, g) + a * esize;
+          reduce(dtype, op, result + off, first ? acc : result + off, theirs + off, len);
           first = false;
         }
         if (first && result + off != acc) std::memcpy(result + off, acc, len * esize);  // one rank
