@@ -1,4 +1,4 @@
-"""The staged all-reduce (caller-owned buffers through the communicator's staging ring):
+"""The staged all-reduce and reduce-scatter (through the communicator's staging ring):
 every dtype and operator, odd counts, in and out of place, 2-4 ranks, against numpy; the
 calls are counted, so every case is known to have run staged; the staged and the
 interpreted owner all-reduce agree bit for bit; failures name the rank."""
@@ -37,14 +37,15 @@ def _expected(inputs: list[np.ndarray], op: str, n: int) -> np.ndarray:
     return getattr(stacked, op)(axis=0, dtype=dtype)  # integers wrap around, as the runtime's
 
 
-def _cases(n: int, dtypes=DTYPES):
-    """(dtype, op, count, every rank's input, the expected result) of every case."""
+def _cases(n: int, dtypes=DTYPES, blocks: int = 1):
+    """(dtype, op, count, every rank's input of ``blocks`` x count elements, the expected
+    result) of every case."""
     for seed, dtype in enumerate(dtypes):
         for op in OPS:
             if op == "avg" and dtype in ("int32", "int64", "uint8"):
                 continue
             for count in COUNTS:
-                inputs = [_input(dtype, op, count, p, seed) for p in range(n)]
+                inputs = [_input(dtype, op, blocks * count, p, seed) for p in range(n)]
                 yield dtype, op, count, inputs, _expected(inputs, op, n)
 
 
@@ -186,12 +187,61 @@ def test_staged_and_interpreted_owner_allreduce_agree_bit_for_bit(ranks):
         assert res["same"]
 
 
-def test_runs_staged_only_for_the_builtin_owner_allreduce():
-    from arborcc.runtime.direct import direct_algorithm
+def test_runs_staged_only_the_builtin_owner_allreduce_and_reduce_scatter():
+    from arborcc.ir.aliasing import Mode
+    from arborcc.runtime.direct import owner_allreduce
 
-    owner = direct_algorithm("allreduce", 4, True, 0, True)
-    assert Plan.runs_staged(owner, 1 << 20, 2 << 20)
-    assert not Plan.runs_staged(owner, 4 << 20, 2 << 20)
-    assert not Plan.runs_staged(owner, 1 << 20, 0)
-    assert not Plan.runs_staged(direct_algorithm("allreduce", 4, True), 1 << 20, 2 << 20)  # one-shot
-    assert not Plan.runs_staged(direct_algorithm("reducescatter", 4, True), 1 << 20, 2 << 20)
+    plan, mb = Plan(), 1 << 20
+    owner = plan.select("allreduce", 4, Mode.INPLACE, mb // 4, 4, 0, 2 * mb)
+    assert plan.runs_staged(owner, mb, 2 * mb)
+    assert not plan.runs_staged(owner, 4 * mb, 2 * mb)
+    assert not plan.runs_staged(owner, mb, 0)
+    one_shot = plan.select("allreduce", 4, Mode.INPLACE, 1024, 4, 0, 2 * mb)
+    assert one_shot is not owner and not plan.runs_staged(one_shot, 4096, 2 * mb)
+    assert not plan.runs_staged(owner_allreduce(4, True), mb, 2 * mb)  # the same steps, not the plan's object
+    scatter = plan.select("reducescatter", 4, Mode.OUTOFPLACE, mb // 16, 4, 0, 2 * mb)
+    assert plan.runs_staged(scatter, mb, 2 * mb)
+    assert not plan.runs_staged(scatter, plan.staged_small_bytes - 4, 2 * mb)
+    gather = plan.select("allgather", 4, Mode.OUTOFPLACE, mb // 16, 4, 0, 2 * mb)
+    assert not plan.runs_staged(gather, mb, 2 * mb)
+
+
+def _scatter_rank(options: dict) -> dict:
+    """Reduce-scatters of caller-owned and shared inputs, in and out of place."""
+    from arborcc.runtime import Communicator
+
+    comm = Communicator.from_env(Plan(staged_small_bytes=0), timeout=30, **options)
+    r, n = comm.rank, comm.world_size
+    wrong, cases = [], 0
+    for dtype, op, count, inputs, want in _cases(n, [d for d in DTYPES if d != "bfloat16"], blocks=n):
+        block = slice(r * count, (r + 1) * count)
+        memory = comm.shared_array(1 + n * count, dtype)  # unaligned: one element in front
+        for way in ("in place", "out of place", "shared in place", "shared out of place"):
+            send = memory[1:] if way.startswith("shared") else np.empty(n * count, dtype)
+            send[:] = inputs[r]
+            if way.endswith("in place"):
+                got = comm.reduce_scatter(send, op=op)
+            else:
+                got = comm.reduce_scatter(send, np.zeros(count, dtype), op=op)
+                if not np.array_equal(send, inputs[r]):
+                    wrong.append(("input changed", dtype, op, count, way))
+            if not _matches(got, want[block], dtype, op):
+                wrong.append((dtype, op, count, way))
+            cases += 1
+        comm.free_shared(memory)
+    calls, shared = comm.staged_calls, comm.staged_shared_calls
+    comm.close()
+    return {"wrong": wrong, "cases": cases, "calls": calls, "shared": shared}
+
+
+@pytest.mark.parametrize("ranks, options", [(2, {}), (3, dict(staged_slice_bytes=4096)), (4, {})],
+                         ids=["2-ranks", "3-ranks-4K-slices", "4-ranks"])
+def test_staged_reduce_scatter_matches_numpy(ranks, options):
+    before = {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")}
+    results = run_ranks(_scatter_rank, ranks, (dict(options, staged_bytes=1 << 30),), timeout=240)
+    cases = 4 * sum(1 for _ in _cases(ranks, [d for d in DTYPES if d != "bfloat16"]))
+    for res in results:
+        assert res["wrong"] == []
+        assert res["cases"] == res["calls"] == cases
+        assert res["shared"] == cases // 2
+    assert {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")} - before == set()

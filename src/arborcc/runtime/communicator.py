@@ -582,11 +582,15 @@ class Communicator:
         """The data-plane calls of a call shape: the algorithm on the chunks, the tail, avg."""
         op_code = check_op(op, dtype)
         esize = DTYPES[dtype][1]
-        if Plan.runs_staged(algo, count * esize, self.options.staged_bytes):
+        if self.plan.runs_staged(algo, call_bytes(algo.collective, self.world_size, count, esize),
+                                 self.options.staged_bytes):
+            scatter = algo.collective == "reducescatter"
             handle = self._call(self._native.prepare_staged, count, DTYPES[dtype][0], op_code,
-                                self.options.staged_slice_bytes, self.options.timeout)
+                                self.options.staged_slice_bytes, self.options.timeout, scatter)
             if handle >= 0:  # -1: the segment's slots leave no room for a staging ring
-                return [(handle, True, True, 0, None)] + ([(0, 0, 0, 0, (1, 0, count))] if op == "avg" else [])
+                in_input = scatter and mode is Mode.INPLACE  # the result: the rank's block of the input
+                divide = (0, self.rank * count * esize, count) if in_input else (1, 0, count)
+                return [(handle, True, not in_input, 0, None)] + ([(0, 0, 0, 0, divide)] if op == "avg" else [])
         pid, low = self._program(algo, mode)
         chunk = count // low.chunks_per_block
         tail = count - low.chunks_per_block * chunk

@@ -13,7 +13,7 @@ wins; when none matches, the built-in default plan of the machine decides:
   reduce-scatter + all-gather with one owner rank per chunk;
 - every other collective: its direct algorithm (:mod:`arborcc.runtime.direct`).
 
-The owner all-reduce of caller-owned buffers up to ``staged_bytes`` runs *staged*
+The owner all-reduce and the reduce-scatter up to ``staged_bytes`` run *staged*
 (:meth:`Plan.runs_staged`): the same algorithm executed natively through every rank's
 persistent staging area in the communicator's segment, read by the peers with plain
 loads, instead of step by step through the FIFOs and cross-memory attach.
@@ -123,16 +123,21 @@ class Plan:
             small = min(small, self.staged_small_bytes)
         return default_algorithm(collective, num_ranks, mode, size, root, small)
 
-    @staticmethod
-    def runs_staged(algo: Algorithm, size: int, staged_bytes: int) -> bool:
-        """Does a call of ``size`` bytes that selected ``algo`` run staged? Only the
-        built-in owner all-reduce, up to ``staged_bytes`` (0: never): the staged
-        executor runs exactly its steps (every rank's sends of its input's shares are
-        copies into its staging area, the owner's reductions chain the peers in the
-        thread blocks' order, the all-gather reads the owners' staged results)."""
-        if algo.collective != "allreduce" or not 0 < size <= staged_bytes or algo.num_ranks < 2:
+    def runs_staged(self, algo: Algorithm, size: int, staged_bytes: int) -> bool:
+        """Does a call of ``size`` bytes (:func:`call_bytes`) that selected ``algo`` run
+        staged? Only the built-in owner all-reduce and the built-in reduce-scatter from
+        ``staged_small_bytes`` (the all-reduce's crossover is the selection's), up to
+        ``staged_bytes`` (0: never): the staged executor runs exactly their steps (every
+        rank's sends of its input's shares are copies into its staging area, the owner's
+        reductions chain the peers in the thread blocks' order, the all-reduce's
+        all-gather reads the owners' staged results)."""
+        if not 0 < size <= staged_bytes or algo.num_ranks < 2:
             return False
-        return algo is direct_algorithm("allreduce", algo.num_ranks, algo.inplace, 0, True)
+        # the objects default_algorithm selects (direct_algorithm caches them per argument list)
+        if algo.collective == "allreduce":
+            return algo is direct_algorithm("allreduce", algo.num_ranks, algo.inplace, 0, True)
+        return algo.collective == "reducescatter" and size >= self.staged_small_bytes and \
+            algo is direct_algorithm("reducescatter", algo.num_ranks, algo.inplace, 0, False)
 
 
 def matches(algo: Algorithm, collective: str, num_ranks: int, mode: Mode, count: int, size: int,

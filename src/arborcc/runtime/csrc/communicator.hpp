@@ -93,10 +93,12 @@ class Communicator {
 
   // ---- the staged all-reduce (staged.cpp, staged_allreduce.hpp) ----------------------
   //
-  // A staged all-reduce of `count` elements of `dtype` through slots of at most
-  // `slot_bytes`: its handle for run_prepared, or -1 when the segment leaves no room for
-  // a staging ring. The ring takes its shape at the first call and keeps it.
-  int prepare_staged(int64_t count, int dtype, int op, uint64_t slot_bytes, double timeout);
+  // A staged all-reduce of `count` elements of `dtype` (`scatter`: a reduce-scatter of
+  // blocks of `count` elements) through slots of at most `slot_bytes`: its handle for
+  // run_prepared (a reduce-scatter in place passes no output: the rank's block of the
+  // input), or -1 when the segment leaves no room for a staging ring. The ring takes its
+  // shape at the first call and keeps it.
+  int prepare_staged(int64_t count, int dtype, int op, uint64_t slot_bytes, double timeout, bool scatter);
 
   // ---- shared arrays: windows of memory that every rank maps ---------------------------
   //
@@ -131,7 +133,7 @@ class Communicator {
     double timeout;
     uint64_t cma_threshold;
     int workers;
-    bool staged = false;  // a staged all-reduce (staged.cpp) of chunk_elems elements
+    int staged = 0;  // 1: a staged all-reduce, 2: a staged reduce-scatter (staged.cpp) of chunk_elems elements
   };
 
   struct Call {
@@ -170,7 +172,7 @@ class Communicator {
   };
 
   // ---- staged.cpp
-  // Run a prepared staged all-reduce (p.staged) over the caller's buffers.
+  // Run a prepared staged all-reduce or reduce-scatter (p.staged) over the caller's buffers.
   void run_staged(const Prepared& p, uint64_t in_addr, uint64_t out_addr);
 
   // ---- windows.cpp

@@ -1,4 +1,4 @@
-// The staged all-reduce's place in the communicator: its staging ring in the segment
+// The staged all-reduce's (and reduce-scatter's) place in the communicator: its staging ring in the segment
 // (each rank's area is the slots of its connection to itself, which no program uses: the
 // verifier rejects a thread block whose peer is its own rank) and its waiting (spin,
 // yield, futex, as every wait of the data plane; a dead or silent peer fails the call,
@@ -12,7 +12,8 @@
 
 namespace dataplane {
 
-int Communicator::prepare_staged(int64_t count, int dtype, int op, uint64_t slot_bytes, double timeout) {
+int Communicator::prepare_staged(int64_t count, int dtype, int op, uint64_t slot_bytes, double timeout,
+                                 bool scatter) {
   if (dtype < 0 || dtype > DT_U8) throw CommError("unknown dtype code");
   if (op < 0 || op > OP_MAX) throw CommError("unknown op code");
   if (count < 1) throw CommError("a staged all-reduce moves at least one element");
@@ -24,7 +25,7 @@ int Communicator::prepare_staged(int64_t count, int dtype, int op, uint64_t slot
   }
   if (ring_.slots < staged::MIN_SLOTS) return -1;
   Prepared p{-1, {0, 0, 0}, {0, 0, 0}, 0, count, dtype, op, 0, timeout, 0, 1};
-  p.staged = true;
+  p.staged = scatter ? 2 : 1;
   prepared_.push_back(p);
   return (int)prepared_.size() - 1;
 }
@@ -34,6 +35,8 @@ void Communicator::run_staged(const Prepared& p, uint64_t in_addr, uint64_t out_
   Header* h = seg_.hdr();
   RankCell& me = h->ranks[rank_];
   const auto t0 = std::chrono::steady_clock::now();
+  const bool scatter = p.staged == 2;
+  const std::string kind = scatter ? " (staged reduce-scatter)" : " (staged all-reduce)";
   auto wait = [&](int q, const auto& ready, const char* what) {
     if (ready()) return;
     auto last_check = std::chrono::steady_clock::now();
@@ -48,10 +51,10 @@ void Communicator::run_staged(const Prepared& p, uint64_t in_addr, uint64_t out_
         int pid = h->ranks[q].pid.load();
         if (!process_alive(pid))
           fail("rank " + std::to_string(q) + " died (process " + std::to_string(pid) + " is gone) while this rank "
-               "waited for it " + what + " (staged all-reduce)");
+               "waited for it " + what + kind);
         if (elapsed(t0) > p.timeout)
           fail("timed out after " + fmt(p.timeout) + " s waiting for rank " + std::to_string(q) + " " + what +
-               " (staged all-reduce)");
+               kind);
       }
     }
   };
@@ -61,7 +64,8 @@ void Communicator::run_staged(const Prepared& p, uint64_t in_addr, uint64_t out_
   };
   auto mismatch = [&](const std::string& msg) { fail(msg); };
   // an input in one of this rank's shared arrays is read by the peers from there
-  const uint64_t bytes = (uint64_t)p.chunk_elems * DTYPE_SIZE[p.dtype];
+  const uint64_t bytes = (uint64_t)p.chunk_elems * DTYPE_SIZE[p.dtype] * (scatter ? n_ : 1);
+  if (scatter && !out_addr) out_addr = in_addr + (uint64_t)rank_ * p.chunk_elems * DTYPE_SIZE[p.dtype];  // in place
   int64_t in_window = -1;
   uint64_t in_offset = 0;
   for (const auto& kv : windows_) {
@@ -77,9 +81,9 @@ void Communicator::run_staged(const Prepared& p, uint64_t in_addr, uint64_t out_
     if (it == windows_.end() || offset + len > it->second.bytes) return nullptr;
     return it->second.base[q] + offset;
   };
-  staged::allreduce(ring_, (const char*)(uintptr_t)in_addr, (char*)(uintptr_t)out_addr, (uint64_t)p.chunk_elems,
-                    DTYPE_SIZE[p.dtype], p.dtype, p.op, in_window, in_offset, reduce_fn, window_of, wait, wake_peers,
-                    mismatch);
+  staged::run(ring_, scatter, (const char*)(uintptr_t)in_addr, (char*)(uintptr_t)out_addr, (uint64_t)p.chunk_elems,
+              DTYPE_SIZE[p.dtype], p.dtype, p.op, in_window, in_offset, reduce_fn, window_of, wait, wake_peers,
+              mismatch);
 }
 
 }  // namespace dataplane

@@ -1,6 +1,7 @@
 // The staged all-reduce: the owner all-reduce (reduce-scatter + all-gather with one owner
 // rank per share, arborcc.runtime.direct.owner_allreduce) run natively for caller-owned
-// buffers, through each rank's persistent staging area in the communicator's segment.
+// buffers, through each rank's persistent staging area in the communicator's segment; and
+// the staged reduce-scatter (arborcc.runtime.direct.direct_reducescatter: its first half).
 //
 // Every rank maps every rank's staging area. A rank's area starts with its progress
 // counters (one cache line each) and holds a ring of slots of `slot_bytes`; slice k of a
@@ -48,7 +49,8 @@ struct Header {
   Counter copied;    // slices whose peer shares are in the ring (over all staged calls)
   Counter reduced;   // slices whose own share is reduced into the ring
   Counter gathered;  // slices this rank has gathered from every peer
-  Counter call;      // staged calls started; `call_bytes` is the last one's size, and
+  Counter call;      // staged calls started; `call_bytes` is twice the last one's input
+                     // size, plus 1 for a reduce-scatter; and
   std::atomic<uint64_t> call_bytes;
   std::atomic<int64_t> input_window;   // the shared array that holds its input (-1: none, the ring does)
   std::atomic<uint64_t> input_offset;  // and where in it
@@ -92,25 +94,58 @@ inline uint64_t share_start(int q, int n, uint64_t m, size_t esize) {
 
 using Reduce = void (*)(int, int, void*, const void*, const void*, size_t);
 
-// One staged all-reduce of `count` elements of `esize` bytes from `in` to `out` (the same
-// address in place); `in` lies at `in_offset` of this rank's shared array `in_window`
-// (-1: not in one), and `window_of(q, id, offset, bytes)` is where rank q's shared array
-// `id` holds `offset` in this process (nullptr if not mapped here or shorter than
-// `offset + bytes`).
-// `wait(peer, ready, what)` returns once `ready()` holds (or throws);
-// `wake()` tells every peer that a counter of this rank moved; `fail(message)` throws
-// (and fails the peers' calls); `reduce` is the kernel dispatch (dtype, op, dst, a, b, n).
+// Where a staged call's shares lie. All-reduce: slice k is elements [k S, (k+1) S) of the
+// buffer and share q a 64-byte-aligned part of it, at the same place in a ring slot and in
+// the output. Reduce-scatter (the input holds one block of `count` elements per rank, the
+// output rank r's reduced block): slice k is elements [k S, (k+1) S) of every block and
+// share q that part of block q (S = the slot over n), at q x S in a slot and at k x S in
+// the output; there is nothing to gather.
+struct Shares {
+  bool scatter;
+  int n;
+  uint64_t count, slice;
+  size_t esize;
+
+  uint64_t slices() const { return (count + slice - 1) / slice; }
+  // share q of slice k: its first element in the input, its length, its first element in a slot
+  void share(uint64_t k, int q, uint64_t& first, uint64_t& len, uint64_t& in_slot) const {
+    const uint64_t lo = k * slice, m = std::min(count, lo + slice) - lo;
+    if (scatter) {
+      first = (uint64_t)q * count + lo;
+      len = m;
+      in_slot = (uint64_t)q * slice;
+    } else {
+      const uint64_t a = share_start(q, n, m, esize);
+      first = lo + a;
+      len = share_start(q + 1, n, m, esize) - a;
+      in_slot = a;
+    }
+  }
+  // where the owner's result of its share of slice k goes in the output (first element)
+  uint64_t result_at(uint64_t k, uint64_t first) const { return scatter ? k * slice : first; }
+};
+
+// One staged all-reduce (`scatter` false: `count` elements from `in` to `out`, the same
+// address in place) or reduce-scatter (`scatter` true: `in` holds one block of `count`
+// elements per rank, `out` receives this rank's reduced block; in place it is that block
+// of `in`). Elements have `esize` bytes. `in` lies at `in_offset` of this rank's shared
+// array `in_window` (-1: not in one), and `window_of(q, id, offset, bytes)` is where rank
+// q's shared array `id` holds `offset` in this process (nullptr if not mapped here or
+// shorter than `offset + bytes`). `wait(peer, ready, what)` returns once `ready()` holds
+// (or throws); `wake()` tells every peer that a counter of this rank moved;
+// `fail(message)` throws (and fails the peers' calls); `reduce` is the kernel dispatch
+// (dtype, op, dst, a, b, n).
 template <class WindowOf, class Wait, class Wake, class Fail>
-void allreduce(Ring& ring, const char* in, char* out, uint64_t count, size_t esize, int dtype, int op,
-               int64_t in_window, uint64_t in_offset, Reduce reduce, WindowOf window_of, Wait wait, Wake wake,
-               Fail fail) {
+void run(Ring& ring, bool scatter, const char* in, char* out, uint64_t count, size_t esize, int dtype, int op,
+         int64_t in_window, uint64_t in_offset, Reduce reduce, WindowOf window_of, Wait wait, Wake wake, Fail fail) {
   const int n = ring.nranks, me = ring.rank;
-  const uint64_t slice = std::max<uint64_t>(1, ring.slot_bytes / esize);
-  const uint64_t nslices = (count + slice - 1) / slice;
+  const Shares sh{scatter, n, count, std::max<uint64_t>(1, ring.slot_bytes / esize / (scatter ? n : 1)), esize};
+  const uint64_t nslices = sh.slices(), in_bytes = count * esize * (scatter ? n : 1);
   const uint64_t g0 = ring.slices, seq = ++ring.calls;
+  const char* what = scatter ? "reduce-scatters" : "all-reduces";
   ring.slices += nslices;
   Header* mine = ring.header(me);
-  mine->call_bytes.store(count * esize, std::memory_order_relaxed);
+  mine->call_bytes.store(in_bytes * 2 + scatter, std::memory_order_relaxed);
   mine->input_window.store(in_window, std::memory_order_relaxed);
   mine->input_offset.store(in_offset, std::memory_order_relaxed);
   mine->call.value.store(seq, std::memory_order_release);
@@ -119,9 +154,10 @@ void allreduce(Ring& ring, const char* in, char* out, uint64_t count, size_t esi
   const char* peer_input[64] = {};
   // 16 KB pieces of a share: the chain of reductions of one piece stays in the L1 cache
   const uint64_t piece = std::max<uint64_t>(1, (16u << 10) / esize);
+  uint64_t first, len, in_slot;
   for (uint64_t t = 0; t < nslices + 2; ++t) {
     if (t < nslices) {  // copy slice t's peer shares into the ring
-      const uint64_t g = g0 + t, lo = t * slice, m = std::min(count, lo + slice) - lo;
+      const uint64_t g = g0 + t;
       if (g >= (uint64_t)ring.slots)
         for (int q = 0; q < n; ++q) {
           if (q == me) continue;
@@ -132,15 +168,14 @@ void allreduce(Ring& ring, const char* in, char* out, uint64_t count, size_t esi
       char* dst = ring.slot(me, g);
       for (int q = 0; q < n && in_window < 0; ++q) {
         if (q == me) continue;
-        uint64_t a = share_start(q, n, m, esize), b = share_start(q + 1, n, m, esize);
-        std::memcpy(dst + a * esize, in + (lo + a) * esize, (b - a) * esize);
+        sh.share(t, q, first, len, in_slot);
+        std::memcpy(dst + in_slot * esize, in + first * esize, len * esize);
       }
       mine->copied.value.store(g + 1, std::memory_order_release);
       wake();
     }
     if (t >= 1 && t <= nslices) {  // reduce my share of slice t-1
-      const uint64_t k = t - 1, g = g0 + k, lo = k * slice, m = std::min(count, lo + slice) - lo;
-      const uint64_t a = share_start(me, n, m, esize), b = share_start(me + 1, n, m, esize);
+      const uint64_t k = t - 1, g = g0 + k;
       for (int q = 0; q < n; ++q) {
         if (q == me) continue;
         Header* h = ring.header(q);
@@ -149,49 +184,59 @@ void allreduce(Ring& ring, const char* in, char* out, uint64_t count, size_t esi
                  h->call.value.load(std::memory_order_acquire) >= seq;
         }, "to stage its data");
         if (k > 0) continue;
-        // the peer is in this call (it cannot be past it before this rank reduced): same size?
+        // the peer is in this call (it cannot be past it before this rank reduced): the same one?
         uint64_t theirs = h->call_bytes.load(std::memory_order_relaxed);
-        if (theirs != count * esize)
-          fail("call mismatch: rank " + std::to_string(q) + " all-reduces " + std::to_string(theirs) +
-               " bytes where this rank all-reduces " + std::to_string(count * esize) +
+        if (theirs != in_bytes * 2 + scatter)
+          fail("call mismatch: rank " + std::to_string(q) + " " + (theirs & 1 ? "reduce-scatters " : "all-reduces ") +
+               std::to_string(theirs / 2) + " bytes where this rank " + what + " " + std::to_string(in_bytes) +
                " (do all ranks make the same calls with the same sizes?)");
         int64_t id = h->input_window.load(std::memory_order_relaxed);
-        if (id >= 0 && !(peer_input[q] = window_of(q, id, h->input_offset.load(std::memory_order_relaxed), theirs)))
+        if (id >= 0 && !(peer_input[q] = window_of(q, id, h->input_offset.load(std::memory_order_relaxed), in_bytes)))
           fail("rank " + std::to_string(q) + "'s input lies in its shared array " + std::to_string(id) +
                ", which this rank has not mapped or which is too small (every rank must allocate the same shared "
                "arrays)");
       }
-      char* result = out + (lo + a) * esize;
-      char* published = ring.slot(me, g) + a * esize;
-      for (uint64_t p = 0; p < b - a; p += piece) {
-        const uint64_t len = std::min(piece, b - a - p), off = p * esize;
-        const char* acc = in + (lo + a) * esize + off;
-        bool first = true;
+      sh.share(k, me, first, len, in_slot);
+      char* result = out + sh.result_at(k, first) * esize;
+      char* published = ring.slot(me, g) + in_slot * esize;
+      for (uint64_t p = 0; p < len; p += piece) {
+        const uint64_t part = std::min(piece, len - p), off = p * esize;
+        const char* acc = in + first * esize + off;
+        bool first_peer = true;
         for (int q = 0; q < n; ++q) {
           if (q == me) continue;
-          const char* theirs = peer_input[q] ? peer_input[q] + (lo + a) * esize : ring.slot(q, g) + a * esize;
-          reduce(dtype, op, result + off, first ? acc : result + off, theirs + off, len);
-          first = false;
+          const char* theirs = peer_input[q] ? peer_input[q] + first * esize : ring.slot(q, g) + in_slot * esize;
+          reduce(dtype, op, result + off, first_peer ? acc : result + off, theirs + off, part);
+          first_peer = false;
         }
-        if (first && result + off != acc) std::memcpy(result + off, acc, len * esize);  // one rank
-        std::memcpy(published + off, result + off, len * esize);
+        if (first_peer && result + off != acc) std::memcpy(result + off, acc, part * esize);  // one rank
+        if (!scatter) std::memcpy(published + off, result + off, part * esize);
       }
       mine->reduced.value.store(g + 1, std::memory_order_release);
+      if (scatter) mine->gathered.value.store(g + 1, std::memory_order_release);  // nothing to gather
       wake();
     }
-    if (t >= 2) {  // gather the peers' reduced shares of slice t-2
-      const uint64_t k = t - 2, g = g0 + k, lo = k * slice, m = std::min(count, lo + slice) - lo;
+    if (t >= 2 && !scatter) {  // gather the peers' reduced shares of slice t-2
+      const uint64_t k = t - 2, g = g0 + k;
       for (int i = 1; i < n; ++i) {
         const int q = (me + i) % n;
         Header* h = ring.header(q);
         wait(q, [&] { return h->reduced.value.load(std::memory_order_acquire) >= g + 1; }, "to reduce its share");
-        uint64_t a = share_start(q, n, m, esize), b = share_start(q + 1, n, m, esize);
-        std::memcpy(out + (lo + a) * esize, ring.slot(q, g) + a * esize, (b - a) * esize);
+        sh.share(k, q, first, len, in_slot);
+        std::memcpy(out + first * esize, ring.slot(q, g) + in_slot * esize, len * esize);
       }
       mine->gathered.value.store(g + 1, std::memory_order_release);
       wake();
     }
   }
+  // a reduce-scatter gathers nothing: its input may be a shared array the peers still read
+  if (scatter && in_window >= 0)
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      Header* h = ring.header(q);
+      wait(q, [&] { return h->reduced.value.load(std::memory_order_acquire) >= g0 + nslices; },
+           "to read this rank's shared array");
+    }
 }
 
 }  // namespace staged
