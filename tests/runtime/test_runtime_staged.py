@@ -114,6 +114,13 @@ def test_staged_allreduce_matches_numpy(ranks, options):
     assert {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")} - before == set()
 
 
+def _report(comm, wrong: list, cases: int) -> dict:
+    """What a rank found, with its staged calls (all, and those with shared inputs); closes ``comm``."""
+    calls, shared = comm.staged_calls, comm.staged_shared_calls
+    comm.close()
+    return {"wrong": wrong, "cases": cases, "calls": calls, "shared": shared}
+
+
 def _shared_rank(options: dict) -> dict:
     """All-reduces whose input lies in a shared array: the peers read it from there."""
     from arborcc.runtime import Communicator
@@ -139,9 +146,7 @@ def _shared_rank(options: dict) -> dict:
                 wrong.append((dtype, op, count, way))
             cases += 1
         comm.free_shared(memory)
-    calls, shared = comm.staged_calls, comm.staged_shared_calls
-    comm.close()
-    return {"wrong": wrong, "cases": cases, "calls": calls, "shared": shared}
+    return _report(comm, wrong, cases)
 
 
 @pytest.mark.parametrize("ranks, options", [(2, {}), (3, dict(staged_slice_bytes=4096))],
@@ -229,9 +234,7 @@ def _scatter_rank(options: dict) -> dict:
                 wrong.append((dtype, op, count, way))
             cases += 1
         comm.free_shared(memory)
-    calls, shared = comm.staged_calls, comm.staged_shared_calls
-    comm.close()
-    return {"wrong": wrong, "cases": cases, "calls": calls, "shared": shared}
+    return _report(comm, wrong, cases)
 
 
 @pytest.mark.parametrize("ranks, options", [(2, {}), (3, dict(staged_slice_bytes=4096)), (4, {})],

@@ -101,7 +101,8 @@ class Options:
     pin: bool = True  #: run rank r on CPU r modulo the CPU count (when its affinity is not already set)
     stream_bytes: int = STREAM_BYTES  #: collectives on shared arrays write outputs this large with streaming
     #: stores (0: never)
-    staged_bytes: int = DEFAULT_STAGED_BYTES  #: the built-in owner all-reduce up to this size runs staged (0: never)
+    staged_bytes: int = DEFAULT_STAGED_BYTES  #: the built-in owner all-reduce and reduce-scatter up to this
+    #: size run staged (0: never)
     staged_slice_bytes: int = STAGED_SLICE_BYTES  #: slice of a staged all-reduce (one staging ring slot)
 
     @classmethod

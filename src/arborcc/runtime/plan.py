@@ -38,8 +38,9 @@ from arborcc.runtime.direct import direct_algorithm
 #: all-reduce sizes (bytes) below which the default plan runs the one-shot algorithm
 DEFAULT_SMALL_BYTES = 256 * 1024
 
-#: owner all-reduces up to this size (bytes) run staged (see :meth:`Plan.runs_staged`)
-DEFAULT_STAGED_BYTES = 2 << 20
+#: owner all-reduces and reduce-scatters up to this size (bytes) run staged (see
+#: :meth:`Plan.runs_staged`; staged won at 1 MB in every run of docs/runtime.md, not always at 2 MB)
+DEFAULT_STAGED_BYTES = 1 << 20
 
 #: all-reduce sizes below which the default plan runs the one-shot algorithm when the
 #: owner all-reduce would run staged (staged, it wins from here: docs/runtime.md)
