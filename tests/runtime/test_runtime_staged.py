@@ -248,3 +248,29 @@ def test_staged_reduce_scatter_matches_numpy(ranks, options):
         assert res["cases"] == res["calls"] == cases
         assert res["shared"] == cases // 2
     assert {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")} - before == set()
+
+
+def _mixed_rank() -> dict:
+    """Rank 0 all-reduces a shared array, the others their own arrays: each peer reads
+    rank 0's input from its array and the others' from their staging rings."""
+    from arborcc.runtime import Communicator
+
+    comm = Communicator.from_env(Plan(small_bytes=0), timeout=30)
+    r, n = comm.rank, comm.world_size
+    memory = comm.shared_array(40_003, "float32")
+    wrong = []
+    for count in (1001, 40_003):
+        inputs = [_input("float32", "sum", count, p, 3) for p in range(n)]
+        x = memory[:count] if r == 0 else np.empty(count, np.float32)
+        x[:] = inputs[r]
+        comm.allreduce(x)
+        if not np.array_equal(x, _expected(inputs, "sum", n)):
+            wrong.append(count)
+    return _report(comm, wrong, 2)
+
+
+def test_ranks_may_mix_shared_and_caller_owned_inputs():
+    results = run_ranks(_mixed_rank, 3, (), timeout=120)
+    assert [res["wrong"] for res in results] == [[], [], []]
+    assert [res["calls"] for res in results] == [2, 2, 2]
+    assert [res["shared"] for res in results] == [2, 0, 0]
