@@ -274,3 +274,29 @@ def test_ranks_may_mix_shared_and_caller_owned_inputs():
     assert [res["wrong"] for res in results] == [[], [], []]
     assert [res["calls"] for res in results] == [2, 2, 2]
     assert [res["shared"] for res in results] == [2, 0, 0]
+
+
+def _changing_sizes_rank(calls: int) -> dict:
+    """Back-to-back reduce-scatters of alternating sizes: a rank finishes one without
+    waiting for its peers and posts the next while they may still read what it posted
+    for the last (a header per call parity keeps both)."""
+    from arborcc.runtime import Communicator
+
+    comm = Communicator.from_env(Plan(staged_small_bytes=0), timeout=30, staged_bytes=1 << 30)
+    r, n = comm.rank, comm.world_size
+    wrong = []
+    for i in range(calls):
+        count = 16 if i % 2 else 48
+        send = np.arange(n * count, dtype=np.float32) + r
+        got = comm.reduce_scatter(send, np.zeros(count, np.float32))
+        want = n * np.arange(r * count, (r + 1) * count, dtype=np.float32) + n * (n - 1) / 2
+        if not np.array_equal(got, want):
+            wrong.append(i)
+    return _report(comm, wrong, calls)
+
+
+def test_back_to_back_staged_reduce_scatters_of_changing_sizes():
+    results = run_ranks(_changing_sizes_rank, 4, (300,), timeout=120)
+    for res in results:
+        assert res["wrong"] == []
+        assert res["calls"] == 300

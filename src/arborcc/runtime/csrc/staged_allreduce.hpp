@@ -49,11 +49,13 @@ struct Header {
   Counter copied;    // slices whose peer shares are in the ring (over all staged calls)
   Counter reduced;   // slices whose own share is reduced into the ring
   Counter gathered;  // slices this rank has gathered from every peer
-  Counter call;      // staged calls started; `call_bytes` is twice the last one's input
-                     // size, plus 1 for a reduce-scatter; and
-  std::atomic<uint64_t> call_bytes;
-  std::atomic<int64_t> input_window;   // the shared array that holds its input (-1: none, the ring does)
-  std::atomic<uint64_t> input_offset;  // and where in it
+  Counter call;      // staged calls started; what call c is, at [c % 2] (a rank finishes a
+                     // reduce-scatter without waiting for its peers, so it may start call
+                     // c + 1 before they read call c's; it cannot start c + 2 before they
+                     // started c + 1):
+  std::atomic<uint64_t> call_bytes[2];    // twice its input's size, plus 1 for a reduce-scatter
+  std::atomic<int64_t> input_window[2];   // the shared array that holds its input (-1: none, the ring does)
+  std::atomic<uint64_t> input_offset[2];  // and where in it
 };
 
 constexpr uint64_t HEADER_BYTES = 4096;
@@ -145,9 +147,10 @@ void run(Ring& ring, bool scatter, const char* in, char* out, uint64_t count, si
   const char* what = scatter ? "reduce-scatters" : "all-reduces";
   ring.slices += nslices;
   Header* mine = ring.header(me);
-  mine->call_bytes.store(in_bytes * 2 + scatter, std::memory_order_relaxed);
-  mine->input_window.store(in_window, std::memory_order_relaxed);
-  mine->input_offset.store(in_offset, std::memory_order_relaxed);
+  const int which = (int)(seq % 2);
+  mine->call_bytes[which].store(in_bytes * 2 + scatter, std::memory_order_relaxed);
+  mine->input_window[which].store(in_window, std::memory_order_relaxed);
+  mine->input_offset[which].store(in_offset, std::memory_order_relaxed);
   mine->call.value.store(seq, std::memory_order_release);
   if (in_window >= 0) ++ring.shared_calls;
   // each peer's input: its shared array (found at its first slice), else its ring slots
@@ -184,14 +187,15 @@ void run(Ring& ring, bool scatter, const char* in, char* out, uint64_t count, si
                  h->call.value.load(std::memory_order_acquire) >= seq;
         }, "to stage its data");
         if (k > 0) continue;
-        // the peer is in this call (it cannot be past it before this rank reduced): the same one?
-        uint64_t theirs = h->call_bytes.load(std::memory_order_relaxed);
+        // the peer is in this call or the next (not further before this rank reduced): the same call?
+        uint64_t theirs = h->call_bytes[which].load(std::memory_order_relaxed);
         if (theirs != in_bytes * 2 + scatter)
           fail("call mismatch: rank " + std::to_string(q) + " " + (theirs & 1 ? "reduce-scatters " : "all-reduces ") +
                std::to_string(theirs / 2) + " bytes where this rank " + what + " " + std::to_string(in_bytes) +
                " (do all ranks make the same calls with the same sizes?)");
-        int64_t id = h->input_window.load(std::memory_order_relaxed);
-        if (id >= 0 && !(peer_input[q] = window_of(q, id, h->input_offset.load(std::memory_order_relaxed), in_bytes)))
+        int64_t id = h->input_window[which].load(std::memory_order_relaxed);
+        if (id >= 0 &&
+            !(peer_input[q] = window_of(q, id, h->input_offset[which].load(std::memory_order_relaxed), in_bytes)))
           fail("rank " + std::to_string(q) + "'s input lies in its shared array " + std::to_string(id) +
                ", which this rank has not mapped or which is too small (every rank must allocate the same shared "
                "arrays)");
