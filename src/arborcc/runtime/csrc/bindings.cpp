@@ -60,6 +60,10 @@ PYBIND11_MODULE(native, m) {
       .def_property_readonly("nranks", &Communicator::nranks)
       .def_property_readonly("cma", &Communicator::cma)
       .def_property_readonly("window_calls", &Communicator::window_calls)
+      .def_property_readonly("staged_calls", &Communicator::staged_calls)
+      .def_property_readonly("staged_shared_calls", &Communicator::staged_shared_calls)
+      .def("prepare_staged", &Communicator::prepare_staged, py::arg("count"), py::arg("dtype"), py::arg("op"),
+           py::arg("slot_bytes"), py::arg("timeout"), py::arg("scatter") = false)
       .def("wait_attached", &Communicator::wait_attached, py::call_guard<py::gil_scoped_release>())
       .def("abort", &Communicator::abort)
       .def("abort_message", &Communicator::abort_message)

@@ -40,6 +40,7 @@
 #include "os_calls.hpp"
 #include "program.hpp"
 #include "segment.hpp"
+#include "staged_allreduce.hpp"
 
 namespace dataplane {
 
@@ -51,6 +52,8 @@ class Communicator {
 
   int rank() const { return rank_; }
   uint64_t window_calls() const { return win_calls_; }
+  uint64_t staged_calls() const { return ring_.calls; }
+  uint64_t staged_shared_calls() const { return ring_.shared_calls; }
   int nranks() const { return n_; }
   bool cma() const { return cma_; }
 
@@ -88,6 +91,15 @@ class Communicator {
 
   void barrier(double timeout);
 
+  // ---- the staged all-reduce (staged.cpp, staged_allreduce.hpp) ----------------------
+  //
+  // A staged all-reduce of `count` elements of `dtype` (`scatter`: a reduce-scatter of
+  // blocks of `count` elements) through slots of at most `slot_bytes`: its handle for
+  // run_prepared (a reduce-scatter in place passes no output: the rank's block of the
+  // input), or -1 when the segment leaves no room for a staging ring. The ring takes its
+  // shape at the first call and keeps it.
+  int prepare_staged(int64_t count, int dtype, int op, uint64_t slot_bytes, double timeout, bool scatter);
+
   // ---- shared arrays: windows of memory that every rank maps ---------------------------
   //
   // Window `id` of a rank is the shared-memory object <prefix><its pid><suffix> of
@@ -124,6 +136,7 @@ class Communicator {
     double timeout;
     uint64_t cma_threshold;
     int workers;
+    int staged = 0;  // 1: a staged all-reduce, 2: a staged reduce-scatter (staged.cpp) of chunk_elems elements
   };
 
   struct Call {
@@ -160,6 +173,10 @@ class Communicator {
     uint64_t bytes = 0;
     std::vector<char*> base;  // where each rank's window is mapped in this process
   };
+
+  // ---- staged.cpp
+  // Run a prepared staged all-reduce or reduce-scatter (p.staged) over the caller's buffers.
+  void run_staged(const Prepared& p, uint64_t in_addr, uint64_t out_addr);
 
   // ---- windows.cpp
   void unmap_peers(Window& w);
@@ -251,6 +268,7 @@ class Communicator {
   uint64_t call_id_ = 0;
   uint64_t barrier_gen_ = 0;
   uint64_t win_calls_ = 0;              // collectives on shared arrays so far
+  staged::Ring ring_;                   // the staging ring of staged all-reduces
   std::map<int64_t, Window> windows_;  // shared arrays by id
   double spin_seconds_ = 20e-6, yield_seconds_ = 200e-6;
   volatile uint64_t probe_value_ = PROBE;

@@ -53,6 +53,10 @@ int Communicator::prepare(int program, std::vector<int64_t> cpb, std::vector<int
 
 void Communicator::run_prepared(int handle, uint64_t in_addr, uint64_t out_addr, uint64_t scratch_addr) {
   const Prepared& p = prepared_.at(handle);
+  if (p.staged) {
+    run_staged(p, in_addr, out_addr);
+    return;
+  }
   run(p.program, in_addr, out_addr, scratch_addr, p.cpb, p.base, p.block_stride, p.chunk_elems, p.dtype, p.op,
       p.tile_elems, p.timeout, p.cma_threshold, p.workers);
 }
