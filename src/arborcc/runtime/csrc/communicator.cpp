@@ -3,6 +3,7 @@
 
 #include "communicator.hpp"
 
+#include <sched.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -61,17 +62,26 @@ void Communicator::wait_attached(double timeout) {
   }
 }
 
+// The first rank to fail claims the header's abort word with -(rank + 1), writes its
+// reason, then publishes rank + 1: a rank that sees the word set reads a whole reason,
+// never the empty one of a failure still being written.
 void Communicator::abort(const std::string& msg) {
   int expected = 0;
-  if (seg_.hdr()->abort_rank.compare_exchange_strong(expected, rank_ + 1)) {
+  if (seg_.hdr()->abort_rank.compare_exchange_strong(expected, -(rank_ + 1))) {
     snprintf(seg_.hdr()->abort_msg, sizeof seg_.hdr()->abort_msg, "%s", msg.c_str());
+    seg_.hdr()->abort_rank.store(rank_ + 1, std::memory_order_release);
   }
   for (int r = 0; r < n_; ++r) wake(r);
 }
 
 std::string Communicator::abort_message() const {
-  int a = seg_.hdr()->abort_rank.load();
+  int a = seg_.hdr()->abort_rank.load(std::memory_order_acquire);
+  for (int i = 0; a < 0 && i < 100000; ++i) {  // the failing rank is writing its reason: microseconds
+    sched_yield();
+    a = seg_.hdr()->abort_rank.load(std::memory_order_acquire);
+  }
   if (!a) return "";
+  if (a < 0) return "rank " + std::to_string(-a - 1) + " failed (its reason was not written)";
   return "rank " + std::to_string(a - 1) + " failed: " + std::string(seg_.hdr()->abort_msg);
 }
 

@@ -68,7 +68,8 @@ struct Header {
   uint64_t magic;
   uint32_t nranks, channels, slots, pad;
   uint64_t slot_bytes, total_size, conn_off, data_off;
-  std::atomic<int32_t> abort_rank;  // rank + 1 of the first rank that failed; 0 none
+  std::atomic<int32_t> abort_rank;  // rank + 1 of the first rank that failed (-(rank + 1) while it writes
+                                    // abort_msg); 0 none
   char abort_msg[480];
   RankCell ranks[MAX_RANKS];
   // values rank 0 publishes for a numbered call (the slice size chosen by online tuning)
