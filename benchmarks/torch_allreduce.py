@@ -33,8 +33,9 @@ usual way after ``init`` (its threads pinned to the rank's CPU) against one with
 threads, alternating in one job.
 
 CPU split (``--parts cpu-split``): 4 ranks of a plain gloo job, 64 MB: gloo's all-reduce,
-the plain ring and the executor alone, with the CPU time per call by thread (the calling
-thread, the executor's posting and waiting threads, gloo's I/O and worker threads).
+the plain ring and the executor alone (its default all-reduce; the same in 4 MB tiles;
+a one-channel ring), with the CPU time per call by thread (the calling thread, the
+executor's posting and waiting threads, gloo's I/O and worker threads).
 
 Two hosts: 4 ranks, two "hosts" of 2 (``ARBORCC_HOST``), at 16 and 64 MB: the backend
 (shared memory inside a host, the torch.distributed executor over gloo between hosts),
@@ -388,20 +389,26 @@ def thread_cpu() -> dict:
 
 def cpu_split_timings(size: int, rounds: int, calls: int) -> dict:
     """On one rank of a gloo job: gloo's all-reduce, :class:`PlainRing` and the executor
-    (arborcc's default all-reduce over the job's gloo group), alternating; per round and
+    (arborcc's default all-reduce over the job's gloo group; the same in 4 MB tiles, 2 in
+    flight; a one-channel ring all-reduce), alternating; per round and
     way the seconds per call (wall), and CPU seconds per call: user, system and by thread
     kind (:func:`thread_cpu`)."""
     import torch
     import torch.distributed as dist
 
+    from arborcc.library.ring import ring_allreduce
     from arborcc.torch.executor import GroupExecutor
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=300))
     group = dist.group.WORLD
     executor = GroupExecutor(group, timeout=300)
+    small_tiles = GroupExecutor(group, timeout=300, tile_bytes=4 * MB)
+    ring = ring_allreduce(group.size(), channels=1, inplace=True).algorithm
     ways = {"gloo": lambda t: dist.all_reduce(t), "plain ring": PlainRing(group),
-            "executor": lambda t: executor.allreduce(t, "sum")}
+            "executor": lambda t: executor.allreduce(t, "sum"),
+            "exec 4 MB": lambda t: small_tiles.allreduce(t, "sum"),
+            "exec ring": lambda t: executor.run_algorithm(ring, t)}
     t = torch.ones(size // 4)
     out: dict = {way: [] for way in ways}
     for _ in range(rounds):
