@@ -34,6 +34,7 @@ optimum.
     python benchmarks/cluster_scale.py                       # both tables (about an hour)
     python benchmarks/cluster_scale.py --nodes 8,16 --skip-forestcoll
     python benchmarks/cluster_scale.py --skip-scale --forestcoll /tmp/ForestColl
+    python benchmarks/cluster_scale.py --passes dgx1v 1 --repeat-small 21   # where the time goes
 """
 
 from __future__ import annotations
@@ -116,6 +117,67 @@ def run_warm(machine: str, nodes: int, collective: str, repeat: int) -> dict:
             packing.append(time.process_time() - c0)
         med["packing_cpu_seconds"] = statistics.median(packing)
     return {**med, "strategy": r.strategy, "algbw": r.algbw, "bound": r.bound, "ratio": r.ratio, "exact": r.bound_exact}
+
+
+#: where a synthesis spends its time: (module, public function, label), timed where the
+#: function that calls it looks it up; indented entries are part of the one above them
+PASSES = (
+    ("arborcc.synth.synthesis", "collective_bound", "bound"),
+    ("arborcc.synth.strategies", "pack_allgather", "packing (seeds, column generation)"),
+    ("arborcc.synth.strategies", "apportion", "rounding to chunks"),
+    ("arborcc.synth.lower", "within_limits", "lowering (trace, compile, checks)"),
+    ("arborcc.synth.lower", "balanced_copies", "  tree copies"),
+    ("arborcc.synth.lower", "tree_channel_map", "  channels"),
+    ("arborcc.compiler", "compile_program", "  compiling (all passes)"),
+    ("arborcc.compiler.pipeline", "lower_operations", "    instructions"),
+    ("arborcc.compiler.pipeline", "build_dag", "    DAG"),
+    ("arborcc.compiler.pipeline", "fuse_instructions", "    fusion"),
+    ("arborcc.compiler.pipeline", "repair_order", "    FIFO-order repair"),
+    ("arborcc.compiler.pipeline", "assign_auto", "    thread blocks"),
+    ("arborcc.compiler.pipeline", "emit_steps", "    synchronization"),
+    ("arborcc.synth.lower", "steady_state_bandwidth", "  bandwidth estimate"),
+    ("arborcc.verify.pieces", "deadlock_free", "  pieces deadlock check"),
+    ("arborcc.verify", "verify_algorithm", "verifying"),
+    ("arborcc.verify.checker", "check_structure", "  structure"),
+    ("arborcc.verify.checker", "simulate_layouts", "  symbolic run (both call modes)"),
+    ("arborcc.verify.checker", "check_postcondition", "  postconditions"),
+)
+
+
+def run_passes(machine: str, nodes: int, collective: str, repeat: int) -> dict:
+    """Milliseconds per pass (median of ``repeat`` warm syntheses, wall clock), each
+    function of :data:`PASSES` wrapped with a timer where its caller looks it up, and the
+    whole ``synthesize``; the lowering's trace (the DSL calls) is what the strategy's
+    time leaves after the passes under it (the DSL calls: :mod:`arborcc.lang`)."""
+    import functools
+    import importlib
+
+    from arborcc.synth import synthesize
+
+    spent: dict[str, float] = {}
+
+    def timed(fn, label):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - t0
+        return wrapper
+
+    for module, name, label in PASSES:
+        mod = importlib.import_module(module)
+        setattr(mod, name, timed(getattr(mod, name), label))
+    topology = _topology(machine, nodes)
+    synthesize(topology, collective, "auto", dialect="executor")
+    runs = []
+    for _ in range(repeat):
+        spent.clear()
+        t0 = time.perf_counter()
+        synthesize(topology, collective, "auto", dialect="executor")
+        runs.append(dict(spent, total=time.perf_counter() - t0))
+    return {k: 1000 * statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
 
 
 def _subprocess(args: list[str], timeout: float) -> dict:
@@ -274,11 +336,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-forestcoll", action="store_true")
     ap.add_argument("--json", type=Path, help="write every row here")
     ap.add_argument("--cell", nargs=4, metavar=("MACHINE", "NODES", "COLLECTIVE", "DIALECT"), help=argparse.SUPPRESS)
+    ap.add_argument("--passes", nargs=2, metavar=("MACHINE", "NODES"),
+                    help="only: where a warm all-gather synthesis on MACHINE x NODES spends its time, per pass "
+                         "(median of --repeat-small runs)")
     ap.add_argument("--warm", nargs=4, metavar=("MACHINE", "NODES", "COLLECTIVE", "REPEAT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.warm:
         machine, nodes, coll, repeat = args.warm
         print(json.dumps(run_warm(machine, int(nodes), coll, int(repeat))))
+        return 0
+    if args.passes:
+        machine, nodes = args.passes
+        times = run_passes(machine, int(nodes), "allgather", args.repeat_small)
+        print(f"all-gather on {machine} x {nodes}, median of {args.repeat_small} warm runs (ms, wall):")
+        for _, _, label in PASSES:
+            print(f"  {label:<44} {times.get(label, 0.0):7.2f}")
+        print(f"  {'whole synthesize':<44} {times['total']:7.2f}")
         return 0
     if args.cell:
         machine, nodes, coll, dialect = args.cell

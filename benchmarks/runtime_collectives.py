@@ -4,8 +4,8 @@
         [--ranks N ...] [--sizes BYTES ...] [--json OUT.json] [--plot-dir DIR]
 
 All-reduce (float32 sum) on 2 and 4 ranks from 4 KB to 256 MB against MPICH and gloo;
-all-gather, reduce-scatter and broadcast against MPICH. All-gather and broadcast run
-twice for arborcc: on the caller's numpy arrays (``arborcc``, read with cross-memory
+all-gather, reduce-scatter and broadcast against MPICH. All-reduce, all-gather and
+broadcast run twice for arborcc: on the caller's numpy arrays (``arborcc``, read with cross-memory
 attach) and on buffers from ``Communicator.shared_array`` (``arborcc-shared``: memory the
 communicator owns and every rank maps, read with plain loads; ``--no-shared`` skips it). Every back-end runs the same
 protocol (``arborcc.runtime.bench_protocol``: barrier, one timed call, slowest rank, median).
@@ -42,7 +42,7 @@ QUICK_SIZES = [4 * KB, 64 * KB, 1 * MB, 16 * MB]
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast")
 #: arborcc with send and receive buffers from Communicator.shared_array (all-gather, broadcast)
 SHARED = "arborcc-shared"
-SHARED_COLLECTIVES = ("allgather", "broadcast")
+SHARED_COLLECTIVES = ("allreduce", "allgather", "broadcast")
 
 
 def sweep(collective: str, ranks: int, backends: list[str], sizes: list[int], rounds: int) -> list:
@@ -153,7 +153,8 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, nargs="+", help="rank counts (default 2 and 4; --quick: 2)")
     ap.add_argument("--sizes", nargs="+", help="sizes to sweep, e.g. 64K 1M (default 4 KB-256 MB, x4)")
     ap.add_argument("--no-shared", action="store_true",
-                    help=f"no {SHARED} rows (all-gather and broadcast on Communicator.shared_array buffers)")
+                    help=f"no {SHARED} rows (all-reduce, all-gather and broadcast on Communicator.shared_array "
+                    "buffers)")
     args = ap.parse_args()
     sizes = [parse_size(s) for s in args.sizes] if args.sizes else QUICK_SIZES if args.quick else SIZES
     print(f"# {' '.join(['benchmarks/runtime_collectives.py'] + sys.argv[1:])}")
@@ -161,8 +162,9 @@ def main() -> int:
     membw = copy_bandwidth(2)
     print(f"# memory-copy bandwidth (2 processes copying 64 MB at once, read + written): {membw / 1e9:.1f} GB/s")
     ranks = args.ranks or ([2] if args.quick else [2, 4])
-    cases = [(c, n, ["arborcc", "mpi", "gloo"] if c == "allreduce"
-              else ["arborcc", SHARED, "mpi"] if c in SHARED_COLLECTIVES and not args.no_shared else ["arborcc", "mpi"])
+    shared = [SHARED] if not args.no_shared else []
+    cases = [(c, n, ["arborcc"] + (shared if c in SHARED_COLLECTIVES else []) + ["mpi"] + (["gloo"] if c == "allreduce"
+                                                                                        else []))
              for c in args.collectives for n in ranks]
     everything = []
     for collective, ranks, backends in cases:

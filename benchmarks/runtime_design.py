@@ -12,7 +12,8 @@ ranks that yield for 1 ms before they sleep (the default with more ranks than CP
 100 us). With ``--collective allgather``: the caller's arrays (peers' blocks read with
 cross-memory attach; by default a thread per thread block from 2 MB with more ranks
 than CPUs, and with one thread per rank) vs shared arrays (``Communicator.shared_array``, read with plain
-loads) written with plain stores, with streaming stores from a 4 MB output (the
+loads) written with plain stores, with streaming stores from a 4 MB output (each rank
+reading the peers' blocks, or writing its own block into every rank's output: the
 default) and with streaming stores always. Median us per call (slowest rank), 2 and 4
 ranks. Each configuration runs twice, interleaved, to show the noise.
 """
@@ -42,7 +43,9 @@ ALLGATHER_CONFIGS = [
     ("caller's arrays (cross-memory attach)", {}, False),
     ("caller's arrays, one thread per rank", {"workers": 1}, False),
     ("shared arrays, plain stores", {"stream_bytes": 0}, True),
-    ("shared arrays, streaming stores from 4 MB (default)", {}, True),
+    ("shared arrays, streaming stores from 4 MB, each rank reads the peers' blocks", {"push": False}, True),
+    ("shared arrays, streaming stores from 4 MB, each rank writes its block into every output (default)", {},
+     True),
     ("shared arrays, streaming stores always", {"stream_bytes": 1}, True),
 ]
 

@@ -166,6 +166,28 @@ def test_fifo_order_is_repaired_when_fusion_reorders_sends():
     check_algorithm(algo, "executor")
 
 
+def test_program_order_check_agrees_with_the_greedy(monkeypatch):
+    # the last repair attempt skips its greedy when the program order passes one check;
+    # the check must say yes exactly when the greedy would return the program order
+    from arborcc.compiler import order
+    from arborcc.synth import synthesize
+    from arborcc.topology.machines import build_machine
+
+    real, answers = order._fifo_schedule, []
+
+    def checked(t, program, graph):
+        answer = real(t, program, graph)
+        answers.append((answer, order._kahn_fifo(t, program, graph) == program))
+        return answer
+
+    monkeypatch.setattr(order, "_fifo_schedule", checked)
+    topology = build_machine("dgx1v")
+    for collective in ("allgather", "allreduce"):
+        synthesize(topology, collective, "trees")
+    assert {a for a, _ in answers} == {True, False}  # both answers are exercised
+    assert all(a == b for a, b in answers)
+
+
 def test_instances_replicate_thread_blocks_and_channels():
     one, _ = ring_allgather(4, channels=2)
     two, _ = ring_allgather(4, channels=2, instances=2)

@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import pytest
+from support.segments import leftovers, segments
 
 from arborcc.runtime.communicator import SEGMENT_PREFIX
 
@@ -26,15 +27,11 @@ def report(what):  # one write per line: lines of different ranks never interlea
 """
 
 
-def shm_segments() -> set[str]:
-    return {e for e in os.listdir("/dev/shm") if e.startswith(SEGMENT_PREFIX)}
-
-
 @pytest.fixture
 def shm_unchanged():
-    before = shm_segments()
+    before = segments()
     yield
-    assert shm_segments() - before == set(), "an arborcc shared-memory segment was left in /dev/shm"
+    assert leftovers(before) == set(), "an arborcc shared-memory segment was left in /dev/shm"
 
 
 def launch(tmp_path, nranks: int, body: str) -> tuple[int, dict[int, str]]:
@@ -311,3 +308,45 @@ def test_shared_array_on_one_rank_only_times_out_naming_the_peer(tmp_path, shm_u
     """)
     assert "timed out" in said[0] and "rank 1" in said[0] and "shared arrays" in said[0], said
     assert "rank 0" in said[1], said
+
+
+def test_rank_killed_during_staged_allreduce_is_named(tmp_path, shm_unchanged):
+    # 1 MB: four slices through the staging ring (the 256 KB of the test above run staged too)
+    code, said = launch(tmp_path, 3, textwrap.dedent("""
+        comm = Communicator.from_env(timeout=30)
+        x = np.ones(1 << 18, np.float32)
+        comm.allreduce(x)
+        assert comm.staged_calls == 1
+    """) + KILL_RANK_2_DURING.format(call="comm.allreduce(x)"))
+    assert_rank_2_found_dead(code, said)
+
+
+def test_mismatched_staged_allreduces_are_reported(tmp_path, shm_unchanged):
+    code, said = launch(tmp_path, 2, """
+        comm = Communicator.from_env(timeout=5)
+        x = np.ones((1 << 17) if rank == 0 else (1 << 18), np.float32)  # 512 KB against 1 MB: both staged
+        try:
+            comm.allreduce(x)
+            report("no error")
+        except CommunicationError as e:
+            report(str(e))
+    """)
+    assert any("mismatch" in s and "524288" in s and "1048576" in s for s in said.values()), said
+    assert all("no error" not in s for s in said.values()), said
+
+
+def test_rank_missing_a_staged_allreduce_times_out_naming_it(tmp_path, shm_unchanged):
+    code, said = launch(tmp_path, 2, """
+        comm = Communicator.from_env(timeout=2 if rank == 0 else 8)  # rank 0 times out first
+        x = np.ones(1 << 18, np.float32)
+        comm.allreduce(x)
+        try:
+            if rank == 0:
+                comm.allreduce(x)
+            else:
+                time.sleep(5)  # alive, not calling: rank 0 times out
+            report("no error" if rank == 0 else "skipped")
+        except CommunicationError as e:
+            report(str(e))
+    """)
+    assert "timed out after 2 s waiting for rank 1" in said[0] and "staged all-reduce" in said[0], said

@@ -1,12 +1,13 @@
 """Collectives on shared arrays (``Communicator.shared_array``): all-gather and broadcast
-read the peers' blocks from their arrays; every result is compared with numpy's."""
+read the peers' blocks from their arrays (an all-gather with streaming stores into a shared
+output: each rank writes its block into every shared output); every result is compared
+with numpy's."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
+from support.segments import leftovers, segments
 
 from arborcc.runtime.launch import run_ranks
 
@@ -22,14 +23,24 @@ def _input(dtype: str, count: int, rank: int, seed: int) -> np.ndarray:
 def _shared_rank(options: dict) -> dict:
     from arborcc.runtime import Communicator
 
+    options = dict(options)
+    mixed, skewed = options.pop("mixed", False), options.pop("skewed", False)
     comm = Communicator.from_env(timeout=30, **options)
     r, n = comm.rank, comm.world_size
+    # mixed: rank 0 stores with streaming stores and writes its block into the peers'
+    # shared outputs (push), rank 1 stores plainly, rank 2 with streaming stores without
+    # push (ranks 1 and 2 read the peers' blocks); skewed: odd ranks' shared outputs start
+    # one element later (aligned unlike the peers')
+    if mixed:
+        comm.options.stream_bytes = 0 if r % 3 == 1 else 1
+        comm.options.push = r % 3 == 0
+    skew = r % 2 if skewed else 0
     wrong, cases = [], 0
     for seed, dtype in enumerate(DTYPES):
         for count in COUNTS:
             for inplace, out_shared in ((False, False), (False, True), (True, True)):  # in place: all shared
                 # one odd element in front: the buffers are not aligned to anything
-                memory = comm.shared_array(1 + count * (n + 1), dtype)
+                memory = comm.shared_array(2 + count * (n + 1), dtype)
                 x = _input(dtype, count, r, seed)
                 want = np.concatenate([_input(dtype, count, p, seed) for p in range(n)])
                 if inplace:
@@ -40,7 +51,8 @@ def _shared_rank(options: dict) -> dict:
                 else:
                     send = memory[1:1 + count]
                     send[:] = x
-                    recv = memory[1 + count:1 + count * (n + 1)] if out_shared else np.zeros(count * n, dtype)
+                    start = 1 + count + skew
+                    recv = memory[start:start + count * n] if out_shared else np.zeros(count * n, dtype)
                     comm.allgather(send, recv)
                     comm.allgather(send, recv)  # the repeated call's fast path
                 if not np.array_equal(recv, want):
@@ -64,17 +76,19 @@ def _shared_rank(options: dict) -> dict:
     return {"wrong": wrong, "cases": cases, "shared_calls": calls}
 
 
-@pytest.mark.parametrize("options", [dict(stream_bytes=0), dict(stream_bytes=1), dict(workers=0)],
-                         ids=["plain-stores", "streaming-stores", "a-thread-per-peer"])
+@pytest.mark.parametrize("options", [dict(stream_bytes=0), dict(stream_bytes=1), dict(workers=0),
+                                     dict(stream_bytes=1, workers=0, skewed=True), dict(mixed=True, skewed=True)],
+                         ids=["plain-stores", "streaming-stores", "a-thread-per-peer", "streaming-threads-skewed",
+                              "mixed-stores-and-alignment"])
 def test_shared_allgather_and_broadcast_match_numpy(options):
-    before = {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")}
+    before = segments()
     results = run_ranks(_shared_rank, 3, (options,), timeout=240)
     for res in results:
         assert res["wrong"] == []
         assert res["cases"] == len(DTYPES) * len(COUNTS) * 3
         # every call ran on the shared arrays: 2 all-gathers out of place (twice), 1 in place, 2 broadcasts each
         assert res["shared_calls"] == len(DTYPES) * len(COUNTS) * (2 * (2 + 2) + (1 + 2))
-    assert {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")} - before == set()
+    assert leftovers(before) == set()
 
 
 def _torch_shared_rank():

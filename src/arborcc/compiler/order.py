@@ -21,7 +21,10 @@ program order a fused message can be sent before, and received after, another me
 of its pair, and a fused instruction ties the order of the pair it receives on to the
 order of the pair it sends on (tree all-reduces with interleaved trees do both). The
 third attempt, :func:`_kahn_fifo`, fixes each pair's order while it schedules (a
-receive only when its message is the oldest in flight), which follows fused chains.
+receive only when its message is the oldest in flight), which follows fused chains;
+it runs with the priority order, then with program order - where the tree lowerings'
+programs end up: when program order itself is a valid schedule (one pass checks it,
+:func:`_fifo_schedule`), that greedy would return it unchanged, so it is not run.
 A repaired order must also be *slot-safe* (:func:`slot_safe`): connections are bounded
 queues, and an order that keeps many messages of a pair in flight can deadlock where
 the unbounded model would not. If every attempt fails, the pipeline undoes fusions
@@ -123,8 +126,43 @@ def repair_order(t: InstrTable, order: list[int], preds: list, rep: list[int],
             return result
     result = _kahn_fifo(t, order, graph, stuck, pos)
     if result is None:  # program order as the priority: the greedy gets stuck less often
-        result = _kahn_fifo(t, sorted(order), graph)
+        program = sorted(order)
+        result = program if _fifo_schedule(t, program, graph) else _kahn_fifo(t, program, graph)
     return result
+
+
+def _fifo_schedule(t: InstrTable, order: list[int], graph: _Graph) -> bool:
+    """Whether :func:`_kahn_fifo` with ``order`` as the priority returns ``order`` itself:
+    every instruction's dependencies come before it, each receive's message is the
+    oldest of its pair in flight, and no send finds :data:`SAFE_SLOTS` messages of its
+    pair in flight. Then each instruction is ready and unblocked at its turn, and is the
+    smallest ready one, so the greedy takes them in this order; checked in one pass
+    instead of running the greedy with its heap (tree programs end up in program order)."""
+    pos = [-1] * len(t)  # -1: not in the order
+    for p, i in enumerate(order):
+        pos[i] = p
+    for i, after in enumerate(graph.succs):
+        p = pos[i]
+        for j in after:
+            if p < 0 or pos[j] <= p:
+                return False
+    msg_out = t.msg_out
+    sends_on, receives_on, npairs = graph.pairs
+    queues: list[list[int]] = [[] for _ in range(npairs)]  # receivers, in send order
+    heads = [0] * npairs
+    for i in order:
+        po = sends_on[i]
+        if po >= 0 and len(queues[po]) - heads[po] >= SAFE_SLOTS:
+            return False
+        pq = receives_on[i]
+        if pq >= 0:
+            q, h = queues[pq], heads[pq]
+            if h >= len(q) or q[h] != i:
+                return False
+            heads[pq] = h + 1
+        if po >= 0:
+            queues[po].append(msg_out[i])
+    return True
 
 
 def slot_safe(t: InstrTable, order: list[int], slots: int = SAFE_SLOTS) -> bool:

@@ -37,19 +37,20 @@ class Op(str, enum.Enum):
     NOP = "nop"  #: carries a dependency only
     RESIDUAL_ADD = "ra"  #: legacy runtime only
 
-    @property
-    def sends(self) -> bool:
-        return self in (Op.SEND, Op.RECV_REDUCE_SEND, Op.RECV_COPY_SEND, Op.RECV_REDUCE_COPY_SEND)
+    #: these three are plain attributes of each member, set below (passes over every step
+    #: of a program read them; a property cost a call and a tuple search each time)
+    sends: bool  #: the step sends to the thread block's send peer
+    receives: bool  #: the step receives from the thread block's receive peer
+    reduces: bool  #: the step adds into what it reads
 
-    @property
-    def receives(self) -> bool:
-        return self in (Op.RECV, Op.RECV_REDUCE_COPY, Op.RECV_REDUCE_SEND, Op.RECV_COPY_SEND,
-                        Op.RECV_REDUCE_COPY_SEND)
 
-    @property
-    def reduces(self) -> bool:
-        return self in (Op.REDUCE, Op.RECV_REDUCE_COPY, Op.RECV_REDUCE_SEND, Op.RECV_REDUCE_COPY_SEND,
-                        Op.RESIDUAL_ADD)
+for _op in Op:
+    _op.sends = _op in (Op.SEND, Op.RECV_REDUCE_SEND, Op.RECV_COPY_SEND, Op.RECV_REDUCE_COPY_SEND)
+    _op.receives = _op in (Op.RECV, Op.RECV_REDUCE_COPY, Op.RECV_REDUCE_SEND, Op.RECV_COPY_SEND,
+                           Op.RECV_REDUCE_COPY_SEND)
+    _op.reduces = _op in (Op.REDUCE, Op.RECV_REDUCE_COPY, Op.RECV_REDUCE_SEND, Op.RECV_REDUCE_COPY_SEND,
+                          Op.RESIDUAL_ADD)
+del _op
 
 
 class Protocol(str, enum.Enum):

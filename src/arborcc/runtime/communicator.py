@@ -48,7 +48,7 @@ from arborcc.runtime.arrays import DTYPES, ArrayRef, array_ref, check_op
 from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.lowering import LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
 from arborcc.runtime.miad import MIADTuner
-from arborcc.runtime.plan import Plan, call_bytes, fallback_algorithm, require_verified
+from arborcc.runtime.plan import DEFAULT_STAGED_BYTES, Plan, call_bytes, fallback_algorithm, require_verified
 from arborcc.runtime.rendezvous import LaunchEnv, NameServer, fetch_name, launch_env
 from arborcc.runtime.windows import SharedArrays
 
@@ -65,6 +65,10 @@ SEGMENT_PREFIX = "arborcc-"
 #: (non-temporal) stores, which skip reading the destination into the cache first
 #: (beyond a core's 2 MB L2 here; below, plain stores win: docs/runtime.md)
 STREAM_BYTES = 4 << 20
+
+#: a staged all-reduce moves its buffer through the staging ring in slices of this size
+#: (docs/runtime.md "Staged all-reduce")
+STAGED_SLICE_BYTES = 256 << 10
 
 
 class WindowCall(NamedTuple):
@@ -97,6 +101,11 @@ class Options:
     pin: bool = True  #: run rank r on CPU r modulo the CPU count (when its affinity is not already set)
     stream_bytes: int = STREAM_BYTES  #: collectives on shared arrays write outputs this large with streaming
     #: stores (0: never)
+    push: bool = True  #: an all-gather with streaming stores into a shared array: each rank writes its block
+    #: into every peer's output (its block read once) instead of reading the peers' blocks
+    staged_bytes: int = DEFAULT_STAGED_BYTES  #: the built-in owner all-reduce and reduce-scatter up to this
+    #: size run staged (0: never)
+    staged_slice_bytes: int = STAGED_SLICE_BYTES  #: slice of a staged all-reduce (one staging ring slot)
 
     @classmethod
     def from_env(cls, env: dict | None = None, **overrides) -> "Options":
@@ -250,6 +259,17 @@ class Communicator:
         """True when large messages are read straight from the sender's memory."""
         return self._native.cma
 
+    @property
+    def staged_calls(self) -> int:
+        """All-reduces this rank has run staged (through the staging ring) so far."""
+        return self._native.staged_calls
+
+    @property
+    def staged_shared_calls(self) -> int:
+        """Staged all-reduces whose input lay in a shared array (:meth:`shared_array`): the
+        peers read it from there, this rank copied nothing into its staging ring."""
+        return self._native.staged_shared_calls
+
     # -- shared arrays -----------------------------------------------------------------
 
     @property
@@ -330,7 +350,8 @@ class Communicator:
         check_op(op, dtype)
         if self.options.tune or count <= 0:
             return None
-        algo = self.plan.select("allreduce", self.world_size, Mode.INPLACE, count, DTYPES[dtype][1], 0)
+        algo = self.plan.select("allreduce", self.world_size, Mode.INPLACE, count, DTYPES[dtype][1], 0,
+                                self.options.staged_bytes)
         scratch = []  # the call's own scratch memory, so that its address is fixed
         calls = []
         for handle, uses_in, uses_out, scratch_bytes, divide in self._prepare(algo, Mode.INPLACE, count, dtype,
@@ -506,7 +527,7 @@ class Communicator:
         algo = self._selected.get(key)
         if algo is None:
             algo = self._selected[key] = self.plan.select(collective, self.world_size, mode, count,
-                                                          DTYPES[s.dtype][1], root)
+                                                          DTYPES[s.dtype][1], root, self.options.staged_bytes)
         return self._execute(algo, mode, s, r, count, op, root)
 
     def _program(self, algo: Algorithm, mode: Mode) -> tuple[int, LoweredRank]:
@@ -547,7 +568,7 @@ class Communicator:
             if type(prepared) is WindowCall:
                 self._native.window_collective(prepared.window, prepared.offset, prepared.nbytes, r.address,
                                                prepared.root, self.options.stream_bytes, prepared.threads,
-                                               self.options.timeout)
+                                               self.options.timeout, self.options.push)
                 return
             for handle, uses_in, uses_out, scratch_bytes, divide in prepared:
                 if divide is None:
@@ -564,6 +585,15 @@ class Communicator:
         """The data-plane calls of a call shape: the algorithm on the chunks, the tail, avg."""
         op_code = check_op(op, dtype)
         esize = DTYPES[dtype][1]
+        if self.plan.runs_staged(algo, call_bytes(algo.collective, self.world_size, count, esize),
+                                 self.options.staged_bytes):
+            scatter = algo.collective == "reducescatter"
+            handle = self._call(self._native.prepare_staged, count, DTYPES[dtype][0], op_code,
+                                self.options.staged_slice_bytes, self.options.timeout, scatter)
+            if handle >= 0:  # -1: the segment's slots leave no room for a staging ring
+                in_input = scatter and mode is Mode.INPLACE  # the result: the rank's block of the input
+                divide = (0, self.rank * count * esize, count) if in_input else (1, 0, count)
+                return [(handle, True, not in_input, 0, None)] + ([(0, 0, 0, 0, divide)] if op == "avg" else [])
         pid, low = self._program(algo, mode)
         chunk = count // low.chunks_per_block
         tail = count - low.chunks_per_block * chunk

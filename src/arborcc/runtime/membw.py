@@ -11,11 +11,11 @@ byte written once where it must end, nothing staged), for a call of ``S`` bytes
 ============== ===================================================================
 allreduce      inputs read (nS), each share's result read by the n-1 other ranks
                ((n-1)S), every output written (nS): ``(3n - 1) S``
-allgather      every rank reads the n blocks and writes its output: ``2 n S``
-               (in place its own block stays: ``2 (n - 1) S``)
+allgather      every block read once where it lies (S), every output written (nS):
+               ``(n + 1) S`` (in place each block stays in its owner's output: ``n S``)
 reducescatter  every input read once (nS), every rank writes its block (S): ``(n + 1) S``
-broadcast      every rank reads the root's buffer and writes its own: ``2 n S``
-               (in place the root copies nothing: ``2 (n - 1) S``)
+broadcast      the root's buffer read once (S), every output written (nS): ``(n + 1) S``
+               (in place the root's stays: ``n S``)
 ============== ===================================================================
 
 The bound on bus bandwidth is then ``busbw_bound = S x factor / (T / B)`` with
@@ -67,12 +67,10 @@ def min_traffic(collective: str, num_ranks: int, size: int, inplace: bool = Fals
     n, s = num_ranks, float(size)
     if collective == "allreduce":
         return (3 * n - 1) * s
-    if collective == "allgather":
-        return 2 * (n - 1 if inplace else n) * s
+    if collective in ("allgather", "broadcast"):
+        return (n if inplace else n + 1) * s
     if collective == "reducescatter":
         return (n + 1) * s
-    if collective == "broadcast":
-        return 2 * (n - 1 if inplace else n) * s
     raise ValueError(f"no traffic model for {collective!r}")
 
 

@@ -9,8 +9,14 @@ multiplier divides into the algorithm's chunks per loop. The first match in load
 wins; when none matches, the built-in default plan of the machine decides:
 
 - all-reduce: the one-shot direct algorithm (every rank reduces everything in one step)
-  below ``small_bytes``, else reduce-scatter + all-gather with one owner rank per chunk;
+  below ``small_bytes`` (``staged_small_bytes`` when the call runs staged), else
+  reduce-scatter + all-gather with one owner rank per chunk;
 - every other collective: its direct algorithm (:mod:`arborcc.runtime.direct`).
+
+The owner all-reduce and the reduce-scatter up to ``staged_bytes`` run *staged*
+(:meth:`Plan.runs_staged`): the same algorithm executed natively through every rank's
+persistent staging area in the communicator's segment, read by the peers with plain
+loads, instead of step by step through the FIFOs and cross-memory attach.
 
 Every algorithm is verified (:func:`arborcc.verify.verify_algorithm`) before it can run;
 one that does not verify is refused with the verifier's first finding.
@@ -31,6 +37,14 @@ from arborcc.runtime.direct import direct_algorithm
 
 #: all-reduce sizes (bytes) below which the default plan runs the one-shot algorithm
 DEFAULT_SMALL_BYTES = 256 * 1024
+
+#: owner all-reduces and reduce-scatters up to this size (bytes) run staged (see
+#: :meth:`Plan.runs_staged`; staged won at 1 MB in every run of docs/runtime.md, not always at 2 MB)
+DEFAULT_STAGED_BYTES = 1 << 20
+
+#: all-reduce sizes below which the default plan runs the one-shot algorithm when the
+#: owner all-reduce would run staged (staged, it wins from here: docs/runtime.md)
+DEFAULT_STAGED_SMALL_BYTES = 64 * 1024
 
 _VERIFIED: dict[int, tuple[Algorithm, bool]] = {}
 
@@ -73,6 +87,7 @@ class Plan:
 
     entries: list[PlanEntry] = field(default_factory=list)
     small_bytes: int = DEFAULT_SMALL_BYTES
+    staged_small_bytes: int = DEFAULT_STAGED_SMALL_BYTES
 
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> "Plan":
@@ -97,13 +112,33 @@ class Plan:
         self.entries.append(PlanEntry(algo, source or algo.name))
 
     def select(self, collective: str, num_ranks: int, mode: Mode, count: int, itemsize: int,
-               root: int = 0) -> Algorithm:
-        """The algorithm for a call (MSCCL's rules over the entries, then the default)."""
+               root: int = 0, staged_bytes: int = 0) -> Algorithm:
+        """The algorithm for a call (MSCCL's rules over the entries, then the default;
+        all-reduces up to ``staged_bytes`` may run staged)."""
         size = call_bytes(collective, num_ranks, count, itemsize)
         for e in self.entries:
             if matches(e.algorithm, collective, num_ranks, mode, count, size, root):
                 return e.algorithm
-        return default_algorithm(collective, num_ranks, mode, size, root, self.small_bytes)
+        small = self.small_bytes
+        if collective == "allreduce" and size <= staged_bytes:
+            small = min(small, self.staged_small_bytes)
+        return default_algorithm(collective, num_ranks, mode, size, root, small)
+
+    def runs_staged(self, algo: Algorithm, size: int, staged_bytes: int) -> bool:
+        """Does a call of ``size`` bytes (:func:`call_bytes`) that selected ``algo`` run
+        staged? Only the built-in owner all-reduce and the built-in reduce-scatter from
+        ``staged_small_bytes`` (the all-reduce's crossover is the selection's), up to
+        ``staged_bytes`` (0: never): the staged executor runs exactly their steps (every
+        rank's sends of its input's shares are copies into its staging area, the owner's
+        reductions chain the peers in the thread blocks' order, the all-reduce's
+        all-gather reads the owners' staged results)."""
+        if not 0 < size <= staged_bytes or algo.num_ranks < 2:
+            return False
+        # the objects default_algorithm selects (direct_algorithm caches them per argument list)
+        if algo.collective == "allreduce":
+            return algo is direct_algorithm("allreduce", algo.num_ranks, algo.inplace, 0, True)
+        return algo.collective == "reducescatter" and size >= self.staged_small_bytes and \
+            algo is direct_algorithm("reducescatter", algo.num_ranks, algo.inplace, 0, False)
 
 
 def matches(algo: Algorithm, collective: str, num_ranks: int, mode: Mode, count: int, size: int,

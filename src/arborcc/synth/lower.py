@@ -25,6 +25,7 @@ from typing import Iterable, Sequence
 
 from arborcc.errors import SynthesisError
 from arborcc.ir.limits import DIALECTS, MAX_CHANNELS
+from arborcc.ir.memo import CallMemo
 from arborcc.ir.model import Algorithm, Buffer
 from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, chunk
 from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
@@ -280,9 +281,25 @@ def heavy_trees_apart(topology: Topology, trees: Sequence[Tree], counts: Sequenc
     return None
 
 
+#: inside :func:`within_limits`: :func:`tree_colours` by the identities of its trees (the
+#: copies :func:`balanced_copies` tries are coloured again by :func:`tree_channel_map`)
+_COLOURS = CallMemo()
+
+
 def tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
     """Per tree, the lowest channel no earlier tree sharing a rank pair with it (either
     way) has (:func:`tree_channel_map`)."""
+    key = (id(topology), *map(id, trees))
+    known = _COLOURS.get(key)
+    if known is not None and known[0] is topology and all(a is b for a, b in zip(known[1], trees)):
+        return list(known[2])
+    colour = _tree_colours(topology, trees)
+    _COLOURS.put(key, (topology, tuple(trees), tuple(colour)))
+    return colour
+
+
+def _tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
+    """:func:`tree_colours`, computed."""
     colour: list[int] = []
     users: dict[tuple[int, int], set[int]] = {}
     pairs_of: dict[int, set[tuple[int, int]]] = {}  # a tree's copies are the same object
@@ -733,6 +750,13 @@ def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
     DGX-1V allocation tried, no doubling cut it by more while over the limit); and
     the unfused version is not built when the fused one fused nothing (they are the
     same program)."""
+    _APART.clear()  # kept across this call's versions only, not from one synthesis to the next
+    with _COLOURS.active():
+        return _search_versions(lower, args, dialect)
+
+
+def _search_versions(lower, args, dialect: str) -> Lowered:
+    """:func:`within_limits`' search over the versions."""
     from arborcc.ir.limits import check_dialect_limits, dialect_limits
     from arborcc.verify.pieces import deadlock_free
 
@@ -743,7 +767,6 @@ def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
         tbs = max((len(r.threadblocks) for r in algo.ranks), default=0)
         return steps / lim.max_steps_per_threadblock, tbs / lim.max_threadblocks_per_rank
 
-    _APART.clear()  # kept across this call's versions only, not from one synthesis to the next
     best, best_over = None, None
     takes = inspect.signature(lower).parameters
     variants = [(rounds, fuse) for rounds in (PIPELINE_ROUNDS if "rounds" in takes else (None,))
@@ -759,8 +782,6 @@ def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
                 skip -= 1
                 continue
             lowered = lower(*args, spread=spread, **extra)
-            fused = fused or any(st.op.sends and st.op.receives for r in lowered.algorithm.ranks
-                                 for tb in r.threadblocks for st in tb.steps)  # rcs, rrs, rrcs
             if not check_dialect_limits(lowered.algorithm, dialect) and deadlock_free(lowered.algorithm):
                 if spread:
                     lowered.notes.append(f"trees spread over {spread} channels to meet the {dialect} runtime's "
@@ -770,6 +791,8 @@ def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
                 if fuse is False:
                     lowered.notes.append("relays not fused: the fused chains would deadlock")
                 return lowered
+            fused = fused or any(st.op.sends and st.op.receives for r in lowered.algorithm.ranks
+                                 for tb in r.threadblocks for st in tb.steps)  # rcs, rrs, rrcs
             steps_over, tbs_over = overflow(lowered.algorithm)
             over = max(steps_over, tbs_over)
             stale = stale + 1 if variant_best is not None and over > 0.9 * variant_best else 0

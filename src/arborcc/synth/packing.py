@@ -302,11 +302,12 @@ def _column_generation(oracle: _RouteOracle, cap: np.ndarray, roots: list[int], 
         if target is not None and x >= target * (1 - 1e-9):
             return x, w, master.cols, False, upper
         theta, added = 0.0, []
-        for r, (_, col) in zip(roots, oracle.cheapest_trees(y, roots)):
+        # a root whose constraint has no price (share 0) can gain nothing from a tree:
+        # only the others' cheapest trees are worked out
+        shares = pi.tolist() if len(roots) > 1 else [1.0]
+        priced = [(r, share) for r, share in zip(roots, shares) if share > 0]
+        for (r, share), (_, col) in zip(priced, oracle.cheapest_trees(y, [r for r, _ in priced])):
             cost = max(float(col.load @ y), 0.0)
-            share = pi[roots.index(r)] if len(roots) > 1 else 1.0
-            if share <= 0:
-                continue
             theta = max(theta, share / cost) if cost > 1e-12 else math.inf
             if cost < share * (1 - tol / 4) and col.key not in keys:
                 keys.add(col.key)

@@ -221,6 +221,9 @@ def simulate_layouts(algo: Algorithm, mms: list[MemoryMap], cuts: dict[int, dict
                             check_initialized(view, r, g, i, sa, src, "source")
                     if op is SEND:
                         out = src
+                    elif op is RCS:  # the ops of tree programs first: sends, forwards, receives
+                        rmem.write(base_r[st.dst_buf] + st.dst_off, got, cnt, gid, g, True, conflicts)
+                        out = got
                     elif op is RECV:
                         rmem.write(base_r[st.dst_buf] + st.dst_off, got, cnt, gid, g, True, conflicts)
                         out = None
@@ -240,9 +243,6 @@ def simulate_layouts(algo: Algorithm, mms: list[MemoryMap], cuts: dict[int, dict
                         out = None
                     elif op is RRS:
                         out = add_runs(src, got)
-                    elif op is RCS:
-                        rmem.write(base_r[st.dst_buf] + st.dst_off, got, cnt, gid, g, True, conflicts)
-                        out = got
                     else:  # RRCS
                         out = add_runs(src, got)
                         rmem.write(base_r[st.dst_buf] + st.dst_off, out, cnt, gid, g, True, conflicts)

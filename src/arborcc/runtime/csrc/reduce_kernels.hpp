@@ -1,6 +1,6 @@
 // Element-wise reduction kernels: dst[i] = op(a[i], b[i]) for every dtype and op.
 //
-// This header is included twice by dataplane.cpp: once inside a region compiled with
+// This header is included twice by kernels.cpp: once inside a region compiled with
 // AVX2/F16C/FMA enabled (namespace kernels_avx2) and once without (kernels_generic);
 // the data plane picks one at run time with __builtin_cpu_supports, so the extension
 // never executes an instruction the CPU lacks. Half types (float16, bfloat16) are
@@ -10,7 +10,7 @@
 #error "define KERNEL_NAMESPACE before including reduce_kernels.hpp"
 #endif
 
-namespace KERNEL_NAMESPACE {
+namespace dataplane::KERNEL_NAMESPACE {
 
 template <typename T> struct Sum {
   static inline T apply(T a, T b) { return a + b; }
@@ -146,4 +146,4 @@ static void reduce(int dtype, int op, void* dst, const void* a, const void* b, s
 #undef ARBORCC_OPS
 }
 
-}  // namespace KERNEL_NAMESPACE
+}  // namespace dataplane::KERNEL_NAMESPACE

@@ -1,0 +1,30 @@
+// process_alive (os_calls.hpp): kill(pid, 0), then the state letter of /proc/<pid>/stat.
+
+#include "os_calls.hpp"
+
+#include <signal.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace dataplane {
+
+bool process_alive(int pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = fopen(path, "r");
+  if (!f) return false;
+  char buf[512];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char* p = strrchr(buf, ')');
+  if (!p || p[1] != ' ') return true;
+  char state = p[2];
+  return state != 'Z' && state != 'X';
+}
+
+}  // namespace dataplane

@@ -1,0 +1,89 @@
+// The staged all-reduce's (and reduce-scatter's) place in the communicator: its staging ring in the segment
+// (each rank's area is the slots of its connection to itself, which no program uses: the
+// verifier rejects a thread block whose peer is its own rank) and its waiting (spin,
+// yield, futex, as every wait of the data plane; a dead or silent peer fails the call,
+// naming it), and where a shared array holds a call's input. The algorithm itself is in
+// staged_allreduce.hpp.
+
+#include "communicator.hpp"
+#include "dtypes.hpp"
+#include "errors.hpp"
+#include "kernels.hpp"
+
+namespace dataplane {
+
+int Communicator::prepare_staged(int64_t count, int dtype, int op, uint64_t slot_bytes, double timeout,
+                                 bool scatter) {
+  if (dtype < 0 || dtype > DT_U8) throw CommError("unknown dtype code");
+  if (op < 0 || op > OP_MAX) throw CommError("unknown op code");
+  if (count < 1) throw CommError("a staged all-reduce moves at least one element");
+  if (ring_.nranks == 0) {
+    ring_.rank = rank_;
+    ring_.nranks = n_;
+    for (int q = 0; q < n_; ++q) ring_.area[q] = seg_.slot_data(q, q, 0, 0);
+    staged::shape_ring(ring_, (uint64_t)seg_.slots() * seg_.slot_bytes(), slot_bytes);
+  }
+  if (ring_.slots < staged::MIN_SLOTS) return -1;
+  Prepared p{-1, {0, 0, 0}, {0, 0, 0}, 0, count, dtype, op, 0, timeout, 0, 1};
+  p.staged = scatter ? 2 : 1;
+  prepared_.push_back(p);
+  return (int)prepared_.size() - 1;
+}
+
+void Communicator::run_staged(const Prepared& p, uint64_t in_addr, uint64_t out_addr) {
+  check_abort();
+  Header* h = seg_.hdr();
+  RankCell& me = h->ranks[rank_];
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool scatter = p.staged == 2;
+  const std::string kind = scatter ? " (staged reduce-scatter)" : " (staged all-reduce)";
+  auto wait = [&](int q, const auto& ready, const char* what) {
+    if (ready()) return;
+    auto last_check = std::chrono::steady_clock::now();
+    for (;;) {
+      uint32_t s = me.seq.load(std::memory_order_seq_cst);
+      if (ready()) return;
+      wait_change(s, 20000000);
+      if (ready()) return;
+      if (elapsed(last_check) > 0.1) {  // reading /proc costs tens of microseconds: not at every wake-up
+        last_check = std::chrono::steady_clock::now();
+        check_abort();
+        int pid = h->ranks[q].pid.load();
+        if (!process_alive(pid))
+          fail("rank " + std::to_string(q) + " died (process " + std::to_string(pid) + " is gone) while this rank "
+               "waited for it " + what + kind);
+        if (elapsed(t0) > p.timeout)
+          fail("timed out after " + fmt(p.timeout) + " s waiting for rank " + std::to_string(q) + " " + what +
+               kind);
+      }
+    }
+  };
+  auto wake_peers = [&]() {
+    for (int r = 0; r < n_; ++r)
+      if (r != rank_) wake(r);
+  };
+  auto mismatch = [&](const std::string& msg) { fail(msg); };
+  // an input in one of this rank's shared arrays is read by the peers from there
+  const uint64_t bytes = (uint64_t)p.chunk_elems * DTYPE_SIZE[p.dtype] * (scatter ? n_ : 1);
+  if (scatter && !out_addr) out_addr = in_addr + (uint64_t)rank_ * p.chunk_elems * DTYPE_SIZE[p.dtype];  // in place
+  int64_t in_window = -1;
+  uint64_t in_offset = 0;
+  for (const auto& kv : windows_) {
+    uint64_t base = (uint64_t)(uintptr_t)kv.second.base[rank_];
+    if (base <= in_addr && in_addr + bytes <= base + kv.second.bytes) {
+      in_window = kv.first;
+      in_offset = in_addr - base;
+      break;
+    }
+  }
+  auto window_of = [&](int q, int64_t id, uint64_t offset, uint64_t len) -> const char* {
+    auto it = windows_.find(id);
+    if (it == windows_.end() || offset + len > it->second.bytes) return nullptr;
+    return it->second.base[q] + offset;
+  };
+  staged::run(ring_, scatter, (const char*)(uintptr_t)in_addr, (char*)(uintptr_t)out_addr, (uint64_t)p.chunk_elems,
+              DTYPE_SIZE[p.dtype], p.dtype, p.op, in_window, in_offset, reduce_fn, window_of, wait, wake_peers,
+              mismatch);
+}
+
+}  // namespace dataplane

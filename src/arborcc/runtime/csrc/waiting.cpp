@@ -1,0 +1,90 @@
+// How a rank waits for its peers (spin, yield, sleep on its futex), the barrier, and the
+// values rank 0 publishes for the others (the slice size chosen by online tuning).
+
+#include <immintrin.h>
+#include <sched.h>
+
+#include "communicator.hpp"
+
+namespace dataplane {
+
+void Communicator::wait_change(uint32_t s, long nanos) {
+  RankCell& me = seg_.hdr()->ranks[rank_];
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    if (me.seq.load(std::memory_order_relaxed) != s) return;
+    _mm_pause();
+    if ((i & 63) == 63 && elapsed(t0) > spin_seconds_) break;
+  }
+  if (yield_seconds_ > 0) {
+    t0 = std::chrono::steady_clock::now();
+    for (int i = 0;; ++i) {
+      if (me.seq.load(std::memory_order_relaxed) != s) return;
+      sched_yield();
+      if ((i & 15) == 15 && elapsed(t0) > yield_seconds_) break;
+    }
+  }
+  sleep_on_seq(s, nanos);
+}
+
+void Communicator::sleep_on_seq(uint32_t s, long nanos) {
+  RankCell& me = seg_.hdr()->ranks[rank_];
+  me.sleeping.fetch_add(1, std::memory_order_seq_cst);
+  if (me.seq.load(std::memory_order_seq_cst) == s) {
+    struct timespec ts = {nanos / 1000000000L, nanos % 1000000000L};
+    futex(&me.seq, FUTEX_WAIT, s, &ts);
+  }
+  me.sleeping.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void Communicator::publish(uint64_t seq, int64_t value) {
+  Header* h = seg_.hdr();
+  h->published_val[seq % 64].store(value, std::memory_order_relaxed);
+  h->published_seq[seq % 64].store(seq, std::memory_order_release);
+  for (int r = 0; r < n_; ++r)
+    if (r != rank_) wake(r);
+}
+
+int64_t Communicator::wait_published(uint64_t seq, double timeout) {
+  Header* h = seg_.hdr();
+  RankCell& me = h->ranks[rank_];
+  auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    uint32_t s = me.seq.load();
+    if (h->published_seq[seq % 64].load(std::memory_order_acquire) == seq)
+      return h->published_val[seq % 64].load(std::memory_order_relaxed);
+    check_abort();
+    if (!process_alive(h->ranks[0].pid.load())) fail("rank 0 died before publishing the slice size");
+    if (elapsed(t0) > timeout)
+      fail("timed out after " + fmt(timeout) + " s waiting for rank 0 to publish the slice size");
+    wait_change(s, 20000000);
+  }
+}
+
+void Communicator::barrier(double timeout) {
+  // every rank bumps its generation and waits for all others to reach it
+  uint64_t gen = ++barrier_gen_;
+  RankCell& me = seg_.hdr()->ranks[rank_];
+  me.barrier_gen.store((uint32_t)gen);
+  for (int r = 0; r < n_; ++r) wake(r);
+  auto t0 = std::chrono::steady_clock::now();
+  auto last_check = t0;
+  for (int r = 0; r < n_; ++r) {
+    while ((uint32_t)seg_.hdr()->ranks[r].barrier_gen.load() < (uint32_t)gen) {
+      check_abort();
+      uint32_t s = me.seq.load();
+      if ((uint32_t)seg_.hdr()->ranks[r].barrier_gen.load() >= (uint32_t)gen) break;
+      if (elapsed(last_check) > 0.1) {  // reading /proc costs tens of microseconds: not at every wake-up
+        last_check = std::chrono::steady_clock::now();
+        if (!process_alive(seg_.hdr()->ranks[r].pid.load()))
+          fail("rank " + std::to_string(r) + " died (process " + std::to_string(seg_.hdr()->ranks[r].pid.load()) +
+               " is gone) before the barrier");
+        if (elapsed(t0) > timeout)
+          fail("barrier timed out after " + fmt(timeout) + " s waiting for rank " + std::to_string(r));
+      }
+      wait_change(s, 2000000);
+    }
+  }
+}
+
+}  // namespace dataplane
