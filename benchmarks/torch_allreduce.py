@@ -2,13 +2,15 @@
 side by side in one run; the two-"host" job at 64 MB; DDP's time per iteration.
 
     .venv/bin/python benchmarks/torch_allreduce.py [--quick] [--runs K] [--ranks 4] [--sizes 1M,4M]
-                                                   [--parts single,gloo-modes,cpu-split,two-hosts,ddp]
+                                                   [--parts single,gloo-plain,overhead,gloo-modes,cpu-split,
+                                                            two-hosts,ddp]
                                                    [--json OUT.json]
 
 Per rank count (2 and 4), one job of local ranks holds three ways to all-reduce the same
 float32 tensor (sum): ``dist.all_reduce`` on the default group (backend ``arborcc``),
-``dist.all_reduce`` on a gloo group of the same ranks (its threads free to run on any
-CPU: :func:`free_threads_group`), and the raw shared-memory runtime (the backend's own
+``dist.all_reduce`` on a gloo group of the same ranks (its threads, and the calling thread
+while gloo runs, free to run on any CPU as in a plain gloo job: :func:`free_threads_group`,
+:func:`unpinned`), and the raw shared-memory runtime (the backend's own
 :class:`arborcc.runtime.Communicator`, called directly, in place as ``dist.all_reduce``).
 For each size the three alternate in rounds; every way is measured as nccl-tests
 measures: warm-up calls, then samples of a barrier followed by a batch of calls timed
@@ -16,13 +18,24 @@ together (16 up to 1 MB, 16 MB of calls above, one call from 16 MB), the slowest
 sample counts, the table shows medians of samples. busbw = size / time * 2(n-1)/n, as
 nccl-tests.
 
+gloo as a user gets it (``--parts gloo-plain``): gloo's all-reduce at 64 KB-1 MB timed as
+above in a plain gloo job (``init_process_group("gloo")`` on every rank, as ``torchrun
+... --backend gloo`` scripts make it: no arborcc, no thread pinned, default options)
+against gloo as the tables above time it (a gloo group in an arborcc job, free threads),
+jobs alternating.
+
+The backend's own cost (``--parts overhead``): CPU time per call of ``dist.all_reduce``
+on the arborcc backend against the raw runtime's call it ends in, on a 4-byte tensor
+(where nothing else costs), alternating in one job.
+
 gloo modes (``--parts gloo-modes``): gloo's 1 MB all-reduce on a gloo group made the
 usual way after ``init`` (its threads pinned to the rank's CPU) against one with free
 threads, alternating in one job.
 
 CPU split (``--parts cpu-split``): 4 ranks of a plain gloo job, 64 MB: gloo's all-reduce,
-the plain ring and the executor alone, with the CPU time per call by thread (the calling
-thread, the executor's posting and waiting threads, gloo's I/O and worker threads).
+the plain ring and the executor alone (its default all-reduce; the same in 4 MB tiles;
+a one-channel ring), with the CPU time per call by thread (the calling thread, the
+executor's posting and waiting threads, gloo's I/O and worker threads).
 
 Two hosts: 4 ranks, two "hosts" of 2 (``ARBORCC_HOST``), at 16 and 64 MB: the backend
 (shared memory inside a host, the torch.distributed executor over gloo between hosts),
@@ -45,6 +58,7 @@ column shows each run's ratio, so a row that moves from run to run shows it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -79,21 +93,32 @@ def batch_of(size: int) -> int:
     return max(1, min(16, 16 * MB // size))
 
 
-def time_batches(call, barrier, warmup: int, samples: int, batch: int) -> tuple[list[float], list[float]]:
+def time_batches(call, barrier, warmup: int, samples: int, batch: int,
+                 around=contextlib.nullcontext) -> tuple[list[float], list[float]]:
     """``warmup`` untimed calls, then ``samples`` times: a barrier, ``batch`` calls timed
     together; seconds per call of each sample, and CPU seconds per call of this process
-    (all its threads)."""
-    for _ in range(warmup):
-        call()
-    out, cpu = [], []
-    for _ in range(samples):
-        barrier()
-        c0, t0 = time.process_time(), time.perf_counter()
-        for _ in range(batch):
+    (all its threads). All of it runs inside ``around()``."""
+    with around():
+        for _ in range(warmup):
             call()
-        out.append((time.perf_counter() - t0) / batch)
-        cpu.append((time.process_time() - c0) / batch)
+        out, cpu = [], []
+        for _ in range(samples):
+            barrier()
+            c0, t0 = time.process_time(), time.perf_counter()
+            for _ in range(batch):
+                call()
+            out.append((time.perf_counter() - t0) / batch)
+            cpu.append((time.process_time() - c0) / batch)
     return out, cpu
+
+
+def unpinned():
+    """The calling thread free of the one CPU the backend pinned it to, while gloo runs:
+    a ``torchrun ... --backend gloo`` job pins nothing, so gloo is timed as a user gets it
+    (:func:`arborcc.torch.free_threads`; the ``gloo-plain`` table compares with a plain gloo job)."""
+    import arborcc.torch
+
+    return arborcc.torch.free_threads()
 
 
 def free_threads_group():
@@ -178,7 +203,8 @@ def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
         t = torch.ones(size // 4)
         for rnd in range(ROUNDS):
             for way, call in ways.items():
-                times, cpu = time_batches(lambda: call(t), lambda: barrier().wait(), warmup, iters, batch_of(size))
+                times, cpu = time_batches(lambda: call(t), lambda: barrier().wait(), warmup, iters, batch_of(size),
+                                          unpinned if way == "gloo" else contextlib.nullcontext)
                 out[way].setdefault(size, []).extend(times)
                 out[f"{way} cpu"].setdefault(size, []).extend(cpu)
         t.fill_(1.0)
@@ -193,12 +219,63 @@ def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
     return out
 
 
-def gloo_mode_timings(size: int, rounds: int) -> dict:
-    """On one rank of a job on the arborcc backend: gloo's all-reduce of ``size`` bytes on
-    two gloo groups of every rank, one made the usual way after ``init`` (its threads
-    pinned to the rank's CPU) and one with free threads (:func:`free_threads_group`),
-    alternating: {group: {"single": [s per call, a barrier before each], "batch": [s per
-    call of batches of 16]}}."""
+def gloo_timings(sizes: list[int], plain: bool, quick: bool) -> dict:
+    """On one rank: gloo's all-reduce of each size timed as :func:`rank_timings` times it,
+    in a plain gloo job (``plain``: ``init_process_group("gloo")``, nothing pinned, gloo's
+    default options) or as the one-host tables time it: on the gloo group of an arborcc
+    job (:func:`free_threads_group`), the calling thread :func:`unpinned`:
+    {size: [seconds per call of each sample]}."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    import arborcc.torch
+
+    torch.set_num_threads(1)
+    if plain:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+        group = dist.group.WORLD
+    else:
+        arborcc.torch.init(timeout=300)
+        group = free_threads_group()
+    out: dict = {}
+    for size in sizes:
+        warmup, iters = iterations(size, quick)
+        t = torch.ones(size // 4)
+        out[size] = time_batches(lambda: dist.all_reduce(t, group=group), lambda: group.barrier().wait(), warmup,
+                                 ROUNDS * iters, batch_of(size), unpinned)[0]
+    dist.destroy_process_group()
+    return out
+
+
+def gloo_plain_table(ranks_list: list[int], sizes: list[int], quick: bool, runs: int) -> list[dict]:
+    """gloo's all-reduce in a plain gloo job against the gloo group of the one-host tables
+    (:func:`gloo_timings`), ``runs`` jobs of each, alternating; medians of the slowest
+    rank's samples pooled over the jobs."""
+    print(f"\n## gloo's all-reduce, float32 sum, as a user gets it (a plain gloo job, nothing pinned, default options) "
+          f"and as the tables above time it (a gloo group with free threads in an arborcc job, the calling thread "
+          f"unpinned while gloo runs); median us per call, "
+          f"{runs} jobs of each, alternating")
+    print(f"{'ranks':>5} {'size':>7} {'plain gloo us':>14} {'in arborcc job us':>18} {'plain / table':>14}")
+    rows = []
+    for ranks in ranks_list:
+        pooled: dict = {True: {}, False: {}}
+        for _ in range(runs):
+            for plain in (True, False):
+                per_rank = run_ranks(gloo_timings, ranks, (sizes, plain, quick), timeout=900)
+                for size in sizes:
+                    pooled[plain].setdefault(size, []).extend(max(c) for c in zip(*(r[size] for r in per_rank)))
+        for size in sizes:
+            plain_us, table_us = (statistics.median(pooled[p][size]) * 1e6 for p in (True, False))
+            print(f"{ranks:>5} {fmt_size(size):>7} {plain_us:>14.1f} {table_us:>18.1f} {plain_us / table_us:>13.2f}x")
+            rows.append({"ranks": ranks, "size": size, "plain_gloo_us": plain_us, "table_gloo_us": table_us})
+    return rows
+
+
+def overhead_timings(calls: int, rounds: int) -> dict:
+    """On one rank of an arborcc job: CPU seconds per call of ``dist.all_reduce`` and of the
+    raw runtime's call on a 4-byte tensor, alternating: {way: [per round]}."""
     import torch
     import torch.distributed as dist
 
@@ -206,17 +283,58 @@ def gloo_mode_timings(size: int, rounds: int) -> dict:
 
     torch.set_num_threads(1)
     arborcc.torch.init(timeout=300)
-    groups = {"pinned threads": dist.new_group(backend="gloo"), "free threads": free_threads_group()}
-    t = torch.ones(size // 4)
-    out: dict = {name: {"single": [], "batch": []} for name in groups}
+    raw = dist.group.WORLD.transport.local
+    t = torch.ones(1)
+    ways = {"arborcc": lambda: dist.all_reduce(t), "raw": lambda: raw.allreduce(t)}
+    out: dict = {way: [] for way in ways}
     for _ in range(rounds):
-        for name, group in groups.items():
+        for way, call in ways.items():
+            out[way] += time_batches(call, raw.barrier, 20, 1, calls)[1]
+    dist.destroy_process_group()
+    return out
+
+
+def overhead_table(ranks_list: list[int], calls: int, rounds: int) -> list[dict]:
+    """What the backend adds to the raw runtime's call: CPU per call and rank, 4 bytes."""
+    print(f"\n## the backend's own cost: CPU us per call and rank of dist.all_reduce of 4 bytes on arborcc and of the "
+          f"raw runtime's call it ends in (medians of {rounds} rounds of {calls} calls, alternating; mean over ranks)")
+    print(f"{'ranks':>5} {'arborcc cpu us':>15} {'raw cpu us':>11} {'added us':>9}")
+    rows = []
+    for ranks in ranks_list:
+        per_rank = run_ranks(overhead_timings, ranks, (calls, rounds), timeout=600)
+        cpu = {way: statistics.median(statistics.mean(rnd) for rnd in zip(*(r[way] for r in per_rank))) * 1e6
+               for way in ("arborcc", "raw")}
+        print(f"{ranks:>5} {cpu['arborcc']:>15.2f} {cpu['raw']:>11.2f} {cpu['arborcc'] - cpu['raw']:>9.2f}")
+        rows.append({"ranks": ranks, "arborcc_cpu_us": cpu["arborcc"], "raw_cpu_us": cpu["raw"]})
+    return rows
+
+
+def gloo_mode_timings(size: int, rounds: int) -> dict:
+    """On one rank of a job on the arborcc backend: gloo's all-reduce of ``size`` bytes on
+    two gloo groups of every rank, one made the usual way after ``init`` (its threads
+    pinned to the rank's CPU) and one with free threads (:func:`free_threads_group`),
+    called from the pinned calling thread, and the free one called while the calling
+    thread is :func:`unpinned` (as the one-host tables call it), alternating: {mode:
+    {"single": [s per call, a barrier before each], "batch": [s per call of batches of 16]}}."""
+    import torch
+    import torch.distributed as dist
+
+    import arborcc.torch
+
+    torch.set_num_threads(1)
+    arborcc.torch.init(timeout=300)
+    free = free_threads_group()
+    modes = {"pinned threads": (dist.new_group(backend="gloo"), contextlib.nullcontext),
+             "free threads": (free, contextlib.nullcontext), "free, caller too": (free, unpinned)}
+    t = torch.ones(size // 4)
+    out: dict = {name: {"single": [], "batch": []} for name in modes}
+    for _ in range(rounds):
+        for name, (group, around) in modes.items():
             def call(group=group):
                 dist.all_reduce(t, group=group)
 
-            barrier = groups["free threads"].barrier
-            out[name]["single"] += time_batches(call, lambda: barrier().wait(), 5, 16, 1)[0]
-            out[name]["batch"] += time_batches(call, lambda: barrier().wait(), 0, 4, 16)[0]
+            out[name]["single"] += time_batches(call, lambda: free.barrier().wait(), 5, 16, 1, around)[0]
+            out[name]["batch"] += time_batches(call, lambda: free.barrier().wait(), 0, 4, 16, around)[0]
     dist.destroy_process_group()
     return out
 
@@ -225,9 +343,10 @@ def gloo_modes_table(ranks_list: list[int], size: int, rounds: int) -> list[dict
     """What decides whether gloo's 1 MB all-reduce takes 0.5 ms or several: its threads'
     CPU affinity (see :func:`gloo_mode_timings`). Calls of 3 ms or more are the ones
     that waited at least one scheduler tick."""
-    print(f"\n## gloo's all-reduce at {fmt_size(size)}, float32 sum: its threads pinned to the rank's CPU or free "
+    print(f"\n## gloo's all-reduce at {fmt_size(size)}, float32 sum: its threads pinned to the rank's CPU or free, the "
+          f"calling thread pinned or not "
           f"(a barrier then one call: median and share of calls >= 3 ms; batches of 16 calls: median per call)")
-    print(f"{'ranks':>5} {'gloo threads':>15} {'one call us':>12} {'calls >= 3 ms':>14} {'batch us':>9}")
+    print(f"{'ranks':>5} {'gloo threads':>16} {'one call us':>12} {'calls >= 3 ms':>14} {'batch us':>9}")
     rows = []
     for ranks in ranks_list:
         per_rank = run_ranks(gloo_mode_timings, ranks, (size, rounds), timeout=900)
@@ -237,7 +356,7 @@ def gloo_modes_table(ranks_list: list[int], size: int, rounds: int) -> list[dict
             slow = sum(x >= 3e-3 for x in single) / len(single)
             row = {"ranks": ranks, "threads": name, "single_us": statistics.median(single) * 1e6,
                    "slow_share": slow, "batch_us": statistics.median(batch) * 1e6}
-            print(f"{ranks:>5} {name:>15} {row['single_us']:>12.1f} {100 * slow:>13.0f}% {row['batch_us']:>9.1f}")
+            print(f"{ranks:>5} {name:>16} {row['single_us']:>12.1f} {100 * slow:>13.0f}% {row['batch_us']:>9.1f}")
             rows.append(row)
     return rows
 
@@ -270,20 +389,26 @@ def thread_cpu() -> dict:
 
 def cpu_split_timings(size: int, rounds: int, calls: int) -> dict:
     """On one rank of a gloo job: gloo's all-reduce, :class:`PlainRing` and the executor
-    (arborcc's default all-reduce over the job's gloo group), alternating; per round and
+    (arborcc's default all-reduce over the job's gloo group; the same in 4 MB tiles, 2 in
+    flight; a one-channel ring all-reduce), alternating; per round and
     way the seconds per call (wall), and CPU seconds per call: user, system and by thread
     kind (:func:`thread_cpu`)."""
     import torch
     import torch.distributed as dist
 
+    from arborcc.library.ring import ring_allreduce
     from arborcc.torch.executor import GroupExecutor
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=300))
     group = dist.group.WORLD
     executor = GroupExecutor(group, timeout=300)
+    small_tiles = GroupExecutor(group, timeout=300, tile_bytes=4 * MB)
+    ring = ring_allreduce(group.size(), channels=1, inplace=True).algorithm
     ways = {"gloo": lambda t: dist.all_reduce(t), "plain ring": PlainRing(group),
-            "executor": lambda t: executor.allreduce(t, "sum")}
+            "executor": lambda t: executor.allreduce(t, "sum"),
+            "exec 4 MB": lambda t: small_tiles.allreduce(t, "sum"),
+            "exec ring": lambda t: executor.run_algorithm(ring, t)}
     t = torch.ones(size // 4)
     out: dict = {way: [] for way in ways}
     for _ in range(rounds):
@@ -434,17 +559,22 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=1, help="jobs per table, samples pooled (default 1)")
     p.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="rank counts of the one-host tables")
     p.add_argument("--sizes", type=size_list, help="sizes of the one-host tables, e.g. 1M,4M (default: all)")
-    p.add_argument("--parts", default="single,gloo-modes,cpu-split,two-hosts,ddp",
-                   help="which tables (default: all of single,gloo-modes,cpu-split,two-hosts,ddp)")
+    p.add_argument("--parts", default="single,gloo-plain,overhead,gloo-modes,cpu-split,two-hosts,ddp",
+                   help="which tables (default: all of single,gloo-plain,overhead,gloo-modes,cpu-split,two-hosts,ddp)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args()
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     parts = set(args.parts.split(","))
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    result = {"single_host": [], "gloo_modes": None, "cpu_split": None, "two_hosts": None, "ddp_ms": None}
+    result = {"single_host": [], "gloo_plain": None, "overhead": None, "gloo_modes": None, "cpu_split": None, "two_hosts": None, "ddp_ms": None}
     if "single" in parts:
         for ranks in args.ranks:
             result["single_host"] += single_host_table(ranks, sizes, args.quick, args.runs)
+    if "gloo-plain" in parts:
+        result["gloo_plain"] = gloo_plain_table(args.ranks, [s for s in sizes if 64 * KB <= s <= MB] or sizes,
+                                                args.quick, 2 if args.quick else 3)
+    if "overhead" in parts:
+        result["overhead"] = overhead_table(args.ranks, 200 if args.quick else 1000, 5 if args.quick else 9)
     if "gloo-modes" in parts:
         result["gloo_modes"] = gloo_modes_table(args.ranks, 1 * MB, 2 if args.quick else 5)
     if "cpu-split" in parts:

@@ -135,3 +135,36 @@ def test_free_threads_starts_threads_on_the_cpus_from_before_pinning(monkeypatch
         assert seen[-1] == one
     finally:
         os.sched_setaffinity(0, before)
+
+
+def test_executor_helper_threads_run_on_the_cpus_from_before_pinning(monkeypatch):
+    import os
+    import queue
+
+    from arborcc.torch import affinity
+    from arborcc.torch.executor import Posters, Waiters
+
+    before = os.sched_getaffinity(0)
+    if len(before) < 2:
+        pytest.skip("needs two CPUs to tell a pinned thread from a free one")
+
+    class Work:
+        def wait(self):
+            seen.append(("waiting", os.sched_getaffinity(0)))
+
+    def post():
+        seen.append(("posting", os.sched_getaffinity(0)))
+        return Work()
+
+    seen: list = []
+    monkeypatch.setattr(affinity, "cpus_before_pinning", frozenset(before))
+    one = {min(before)}
+    os.sched_setaffinity(0, one)  # the calling thread, pinned as the runtime pins a rank
+    try:
+        done: queue.SimpleQueue = queue.SimpleQueue()
+        Posters(Waiters()).submit(1, "send", post, 7, done)
+        assert done.get(timeout=10) == (7, None)
+        assert seen == [("posting", before), ("waiting", before)]
+        assert os.sched_getaffinity(0) == one
+    finally:
+        os.sched_setaffinity(0, before)

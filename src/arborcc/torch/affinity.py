@@ -8,7 +8,9 @@ affinity of the thread that starts it. So the threads of anything made after
 one CPU, and wait a whole scheduler tick (4 ms at 250 Hz) whenever something else runs
 on it: gloo's 1 MB all-reduce on 2 ranks takes several times longer with pinned threads
 than with free ones (``benchmarks/torch_allreduce.py --parts gloo-modes``).
-:func:`free_threads` starts them with the CPUs the rank had before it was pinned.
+:func:`free_threads` starts them with the CPUs the rank had before it was pinned;
+:func:`free_this_thread` moves a thread the backend starts itself there (the
+torch.distributed executor's posting and waiting threads).
 """
 
 from __future__ import annotations
@@ -43,3 +45,11 @@ def free_threads():
         yield
     finally:
         os.sched_setaffinity(0, pinned)
+
+
+def free_this_thread() -> None:
+    """Let the calling thread run on every CPU the rank had before the backend pinned it
+    (a helper thread started later by a pinned thread; the other threads keep theirs).
+    Does nothing when no backend recorded them."""
+    if cpus_before_pinning is not None:
+        os.sched_setaffinity(0, cpus_before_pinning)  # 0: the calling thread only (Linux)

@@ -54,6 +54,7 @@ from arborcc.ir.model import Algorithm, Op
 from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.lowering import STEP_CODE, LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
 from arborcc.runtime.plan import Plan, fallback_algorithm, require_verified
+from arborcc.torch.affinity import free_this_thread
 
 OP_OF_CODE = {code: op for op, code in STEP_CODE.items()}
 #: IR buffer numbers of a call (as :mod:`arborcc.runtime.lowering` numbers them)
@@ -209,7 +210,9 @@ def received_before_reply(rank: int, tbs: list[LoweredThreadBlock], program_of) 
 
 class Waiters:
     """Daemon threads that wait for torch Work objects and report completions in a queue
-    (one thread per operation in flight; threads are reused)."""
+    (one thread per operation in flight; threads are reused). Like the posting threads,
+    they run on the rank's CPUs from before the backend pinned it
+    (:func:`arborcc.torch.affinity.free_this_thread`), not on the one CPU of the calling thread."""
 
     def __init__(self) -> None:
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -225,6 +228,7 @@ class Waiters:
         self.jobs.put((work, token, done))
 
     def _serve(self) -> None:
+        free_this_thread()
         while True:
             work, token, done = self.jobs.get()
             try:
@@ -257,6 +261,7 @@ class Posters:
         jobs.put((post, token, done))
 
     def _serve(self, jobs: queue.SimpleQueue) -> None:
+        free_this_thread()
         while True:
             post, token, done = jobs.get()
             try:
