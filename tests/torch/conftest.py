@@ -12,14 +12,14 @@ HERE = str(Path(__file__).parent)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from torchjobs import shm_segments  # noqa: E402
+from support.segments import leftovers, segments  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def shm_unchanged():
-    before = shm_segments()
+    before = segments()
     yield
-    assert shm_segments() - before == set(), "an arborcc shared-memory segment was left in /dev/shm"
+    assert leftovers(before) == set(), "an arborcc shared-memory segment was left in /dev/shm"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -11,7 +11,6 @@ import textwrap
 import time
 from pathlib import Path
 
-from arborcc.runtime.communicator import SEGMENT_PREFIX
 from arborcc.runtime.launch import free_port_pair, rank_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,10 +26,6 @@ rank = int(os.environ["RANK"])
 def report(value):  # one write per line: lines of different ranks never interleave
     os.write(1, ("RANK%d: " % rank + json.dumps(value)).encode() + b"\\n")
 """
-
-
-def shm_segments() -> set[str]:
-    return {e for e in os.listdir("/dev/shm") if e.startswith(SEGMENT_PREFIX)}
 
 
 def launch(tmp_path, nranks: int, body: str, hard_timeout: float = 150,
