@@ -189,29 +189,16 @@ void Communicator::schedule(Call& call, std::vector<TBState>& st, const std::vec
 
 void Communicator::drain(Call& call, std::vector<TBState>& st) {
   if (!call.cma) return;
-  RankCell& me = seg_.hdr()->ranks[rank_];
   auto t0 = std::chrono::steady_clock::now();
-  auto last_check = t0;
   for (size_t t = 0; t < call.prog.tbs.size(); ++t) {
     const TB& tb = call.prog.tbs[t];
     if (tb.send < 0 || st[t].last_remote == 0) continue;
     ConnCtl* c = seg_.conn(rank_, tb.send, tb.channel);
-    while (c->tail.load(std::memory_order_acquire) < st[t].last_remote) {
-      uint32_t seq = me.seq.load(std::memory_order_seq_cst);
-      if (c->tail.load(std::memory_order_acquire) >= st[t].last_remote) break;
-      wait_change(seq, 20000000);
-      if (elapsed(last_check) > 0.1) {
-        last_check = std::chrono::steady_clock::now();
-        check_abort();
-        int pid = seg_.hdr()->ranks[tb.send].pid.load();
-        if (!process_alive(pid))
-          fail("rank " + std::to_string(tb.send) + " died (process " + std::to_string(pid) +
-               " is gone) before reading this rank's last messages");
-        if (elapsed(t0) > call.timeout)
-          fail("timed out after " + fmt(call.timeout) + " s waiting for rank " + std::to_string(tb.send) +
-               " to read this rank's last messages");
-      }
-    }
+    const uint64_t last = st[t].last_remote;
+    wait_for_peer([&] { return c->tail.load(std::memory_order_acquire) >= last; }, tb.send, t0, call.timeout,
+                  [](bool gone) {
+                    return std::string(gone ? "before reading" : "to read") + " this rank's last messages";
+                  });
   }
   remote_outstanding_.store(0);
 }

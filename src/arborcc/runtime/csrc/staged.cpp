@@ -32,31 +32,13 @@ int Communicator::prepare_staged(int64_t count, int dtype, int op, uint64_t slot
 
 void Communicator::run_staged(const Prepared& p, uint64_t in_addr, uint64_t out_addr) {
   check_abort();
-  Header* h = seg_.hdr();
-  RankCell& me = h->ranks[rank_];
   const auto t0 = std::chrono::steady_clock::now();
   const bool scatter = p.staged == 2;
   const std::string kind = scatter ? " (staged reduce-scatter)" : " (staged all-reduce)";
   auto wait = [&](int q, const auto& ready, const char* what) {
-    if (ready()) return;
-    auto last_check = std::chrono::steady_clock::now();
-    for (;;) {
-      uint32_t s = me.seq.load(std::memory_order_seq_cst);
-      if (ready()) return;
-      wait_change(s, 20000000);
-      if (ready()) return;
-      if (elapsed(last_check) > 0.1) {  // reading /proc costs tens of microseconds: not at every wake-up
-        last_check = std::chrono::steady_clock::now();
-        check_abort();
-        int pid = h->ranks[q].pid.load();
-        if (!process_alive(pid))
-          fail("rank " + std::to_string(q) + " died (process " + std::to_string(pid) + " is gone) while this rank "
-               "waited for it " + what + kind);
-        if (elapsed(t0) > p.timeout)
-          fail("timed out after " + fmt(p.timeout) + " s waiting for rank " + std::to_string(q) + " " + what +
-               kind);
-      }
-    }
+    wait_for_peer(ready, q, t0, p.timeout, [&](bool gone) {
+      return (gone ? std::string("while this rank waited for it ") : std::string()) + what + kind;
+    });
   };
   auto wake_peers = [&]() {
     for (int r = 0; r < n_; ++r)

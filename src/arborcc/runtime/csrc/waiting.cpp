@@ -27,6 +27,29 @@ void Communicator::wait_change(uint32_t s, long nanos) {
   sleep_on_seq(s, nanos);
 }
 
+void Communicator::wait_for_peer(const std::function<bool()>& ready, int q,
+                                 std::chrono::steady_clock::time_point t0, double timeout,
+                                 const std::function<std::string(bool)>& ending) {
+  if (ready()) return;
+  RankCell& me = seg_.hdr()->ranks[rank_];
+  auto last_check = std::chrono::steady_clock::now();
+  for (;;) {
+    uint32_t s = me.seq.load(std::memory_order_seq_cst);
+    if (ready()) return;
+    wait_change(s, 20000000);  // 20 ms slices between checks
+    if (ready()) return;
+    if (elapsed(last_check) > 0.1) {  // reading /proc costs tens of microseconds: not at every wake-up
+      last_check = std::chrono::steady_clock::now();
+      check_abort();
+      int pid = seg_.hdr()->ranks[q].pid.load();
+      if (!process_alive(pid))
+        fail("rank " + std::to_string(q) + " died (process " + std::to_string(pid) + " is gone) " + ending(true));
+      if (elapsed(t0) > timeout)
+        fail("timed out after " + fmt(timeout) + " s waiting for rank " + std::to_string(q) + " " + ending(false));
+    }
+  }
+}
+
 void Communicator::sleep_on_seq(uint32_t s, long nanos) {
   RankCell& me = seg_.hdr()->ranks[rank_];
   me.sleeping.fetch_add(1, std::memory_order_seq_cst);
