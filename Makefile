@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard src/arborcc/runtime/csrc/*)
+$(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard src/arborcc/*/csrc/*)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[all,test]'
 	touch $(STAMP)
@@ -24,4 +24,4 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info src/arborcc/runtime/native*.so
+	rm -rf $(VENV) build src/*.egg-info src/arborcc/*/native*.so
