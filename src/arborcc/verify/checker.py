@@ -9,7 +9,8 @@ Order of the checks (GC3 section 4-6 model; docs/ir.md):
    (:mod:`.symbolic`) that finds deadlocks, races, uninitialized reads, count
    mismatches and unreceived data, then the postcondition (:mod:`.postconditions`).
    A file that claims both modes must be correct in both; every violation names the
-   mode it was found in;
+   mode it was found in. The compiled proof (:mod:`.proof`) settles the runs that find
+   nothing; the Python run is made for the others, and its messages are the report's;
 4. when those runs finish without a violation, the deadlock check with steps cut into
    the runtimes' pieces (:mod:`.pieces`), which the one-message-per-step FIFOs of step
    3 do not see (``pieces=False`` skips it).
@@ -36,9 +37,11 @@ from arborcc.ir.collectives import has_signature
 from arborcc.ir.limits import DEFAULT_SLOTS, check_dialect_limits
 from arborcc.ir.model import Algorithm, Buffer
 from arborcc.ir.report import VerificationReport, Violation, ViolationLog
+from arborcc.verify.encoding import encodings
 from arborcc.verify.layout import check_layout, memory_map
 from arborcc.verify.pieces import check_pieces
 from arborcc.verify.postconditions import check_postcondition
+from arborcc.verify.proof import prove_layouts
 from arborcc.verify.semantics import OPS
 from arborcc.verify.structure import check_structure
 from arborcc.verify.symbolic import simulate_layouts
@@ -66,7 +69,8 @@ def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int 
     enabled = gc.isenabled()
     gc.disable()  # the runs allocate a tuple or list per step, all acyclic: see compile_program
     try:
-        return _verify(algo, dialect, slots, check_races, modes, pieces, also)
+        with encodings.active():  # the proof and the pieces check read one encoding
+            return _verify(algo, dialect, slots, check_races, modes, pieces, also)
     finally:
         if enabled:
             gc.enable()
@@ -112,13 +116,22 @@ def _verify(algo: Algorithm, dialect: str | None, slots: int, check_races: bool,
         logs = [ViolationLog(prefix=f"{mode.label} call: ") for mode in run_modes]
         mms = [memory_map(algo, mode) for mode in run_modes]
         started = time.perf_counter()
-        sims = simulate_layouts(algo, mms, structure.cuts, logs, slots=slots, check_races=check_races) \
-            if run_modes else []
+        proofs, steps_run = prove_layouts(algo, mms, slots, check_races) if run_modes else ([], 0)
+        unproved = [v for v, ok in enumerate(proofs) if not ok]  # the Python run says what is wrong
+        sims = dict(zip(unproved, simulate_layouts(algo, [mms[v] for v in unproved], structure.cuts,
+                                                   [logs[v] for v in unproved], slots=slots,
+                                                   check_races=check_races))) if unproved else {}
+        postcondition_known = has_signature(algo.collective, algo.num_ranks, algo.chunks_per_loop)
         results, also_ok = [], []
-        for mode, mm, sim, log in zip(run_modes, mms, sims, logs):
-            log_.debug("%s: %s call: %d steps, %d race candidates, %.2f s", algo.name, mode.label, sim.steps_run,
-                       sim.race_candidates, time.perf_counter() - started)
-            ok = sim.finished and check_postcondition(algo, mm, sim.memory, _writer_namer(algo), log)
+        for v, (mode, mm, log) in enumerate(zip(run_modes, mms, logs)):
+            sim = sims.get(v)
+            if sim is None:  # proved: finished, no violation, the postcondition met where there is one
+                finished, ok, steps, candidates = True, postcondition_known, steps_run, 0
+            else:
+                finished, steps, candidates = sim.finished, sim.steps_run, sim.race_candidates
+                ok = finished and check_postcondition(algo, mm, sim.memory, _writer_namer(algo), log)
+            log_.debug("%s: %s call: %d steps, %d race candidates, %s, %.2f s", algo.name, mode.label, steps,
+                       candidates, "proved" if sim is None else "run in Python", time.perf_counter() - started)
             if mode not in checked:
                 if ok and not len(log):
                     also_ok.append(mode)
@@ -128,8 +141,8 @@ def _verify(algo: Algorithm, dialect: str | None, slots: int, check_races: bool,
                 failed.append(mode.label)
             violations.extend(log.items)
             notes.extend(log.omitted_notes())
-            notes.append(f"{mode.label} call: ran {sim.steps_run} steps with {slots} slots per connection"
-                         + ("" if sim.finished else " before deadlocking"))
+            notes.append(f"{mode.label} call: ran {steps} steps with {slots} slots per connection"
+                         + ("" if finished else " before deadlocking"))
         postcondition_checked = bool(results) and all(results)
         pieces_ok = not pieces
         if pieces and results and not violations:

@@ -23,6 +23,11 @@ conflicting pair is ordered. Slots with the same history are kept together, as
 segments of a rank's memory (:mod:`arborcc.verify.memory`), so a step costs about
 the same whatever its chunk count.
 
+This module is the description of the run and the one that explains what is wrong.
+The verifier first asks the compiled proof (:mod:`arborcc.verify.proof`, the same
+machine over one value per chunk slot), which only answers whether this run would
+report nothing; the layouts it does not prove are run here.
+
 References:
 
 * GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler

@@ -1,0 +1,62 @@
+// An Algorithm (arborcc.ir.model) as flat arrays, built once per call from the Python
+// objects (encode_program) and read by the compiled passes: the pieces run (pieces.cpp,
+// arborcc.verify.pieces) and the symbolic run's proof of a correct program (symbolic.cpp,
+// arborcc.verify.proof). Thread blocks are numbered rank by rank as the Python passes
+// number them (ranks sorted by id, thread blocks in file order); steps likewise (gid).
+
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <deque>
+#include <utility>
+#include <vector>
+
+namespace verify {
+
+namespace py = pybind11;
+
+// What a step type does (arborcc.verify.semantics.OPS, handed over by the Python side).
+enum OpFlag : uint8_t { SENDS = 1, RECEIVES = 2, READS_SRC = 4, READS_DST = 8, WRITES_DST = 16 };
+
+constexpr uint8_t NO_BUFFER = 255;
+
+// One connection (sender rank, receiver rank, channel) and its thread blocks (-1: none).
+struct Connection {
+  int src, dst, channel, sender, receiver;
+};
+
+struct Program {
+  // per rank position (ranks sorted by id): the rank id and its first thread block
+  std::vector<int> rank_id, rank_first_tb;  // rank_first_tb has one more entry
+  // per thread block g
+  std::vector<int> tb_rank_pos, tb_id, tb_base, send_conn, recv_conn;  // tb_base: ntb + 1 entries
+  // per step gid
+  std::vector<uint8_t> flags, src_buf, dst_buf, has_dep;
+  std::vector<int32_t> src_off, dst_off, count, dep_tb, dep_step;  // dep_tb: global g, -1 for none
+  std::vector<Connection> conns;  // in the order the thread blocks first name them
+
+  int num_tbs() const { return (int)tb_id.size(); }
+  int num_steps() const { return tb_base.back(); }
+};
+
+// ranks: the RankPrograms sorted by rank id; ops: (Op member, OpInfo) pairs; buffers:
+// the Buffer members in the order the memory layouts list their bases. Raises KeyError
+// for a step type not in ops or a dependency on a thread block the rank lacks.
+Program encode_program(py::handle ranks, py::handle ops, py::handle buffers);
+
+// A thread block signalled step `i`: the thread blocks in `waiters` ((step waited for,
+// waiting thread block) pairs) waiting for step i or an earlier one go back on `ready`.
+inline void release_waiters(std::vector<std::pair<int, int>>& waiters, int i, std::deque<int>& ready) {
+  size_t kept = 0;
+  for (auto& w : waiters) {
+    if (w.first <= i)
+      ready.push_back(w.second);
+    else
+      waiters[kept++] = w;
+  }
+  waiters.resize(kept);
+}
+
+}  // namespace verify

@@ -1,0 +1,279 @@
+// prove_layouts (symbolic.hpp) runs simulate_layouts of arborcc/verify/symbolic.py: the
+// same greedy schedule (a queue of thread blocks; a thread block runs until a
+// dependency, an empty receive FIFO or a full send FIFO of `slots` messages stops it),
+// the same values (arborcc/verify/values.py: a slot holds input chunk c of a set of
+// ranks), the same race rule (arborcc/verify/races.py: each slot's last writer and its
+// readers since, every conflicting pair ordered) and the same postcondition
+// (arborcc/verify/postconditions.py), and answers per layout whether the Python run
+// would report nothing. It keeps one value per slot where the Python run keeps
+// segments of slots; a per-slot check finds every conflicting pair the segments do
+// (memory.py).
+//
+// Where the Python run would report a violation - a deadlock, a count mismatch, data
+// left unreceived, a read of uninitialized memory, a wrong output chunk - or would have
+// to look further - a value with several chunk indices or a repeated contribution
+// (values.Mixed: legal, but never a correct result), or a conflicting pair that the
+// rank's program order and dependencies do not order (a race candidate, which
+// races.resolve_candidates settles through other ranks) - the layout is not proved and
+// the caller runs the Python version, which reports the same verdict with its
+// messages. So a proof here is exactly "the Python run reports no violation", with no
+// second description of what the violations say.
+//
+// Rank-local order is kept as a vector clock per step (the highest step of each
+// thread block of the rank ordered before it), which is the bitset of races.py
+// (HappensBefore.known) written as the union of thread block prefixes it always is.
+
+#include "symbolic.hpp"
+
+#include <algorithm>
+#include <deque>
+
+#include "masks.hpp"
+
+namespace verify {
+
+namespace {
+
+struct Value {
+  int32_t chunk;  // -1: uninitialized
+  int32_t mask;
+};
+
+struct Message {
+  int gid, count;
+  std::vector<Value> values;  // count per layout, layout after layout
+};
+
+struct Fifo {
+  std::deque<Message> q;
+  bool reader_waiting = false, writer_waiting = false;
+};
+
+// What program order and dependencies order before the steps of one thread block:
+// from step cp_step[k] on, cp_clock[k] (per thread block of the rank, its highest
+// step so ordered, -1 for none).
+struct ClockHistory {
+  std::vector<int> cp_step;
+  std::vector<std::vector<int>> cp_clock;
+
+  const std::vector<int>* at(int step) const {
+    auto it = std::upper_bound(cp_step.begin(), cp_step.end(), step);
+    if (it == cp_step.begin()) return nullptr;
+    return &cp_clock[it - cp_step.begin() - 1];
+  }
+};
+
+struct Memory {
+  std::vector<Value> value;
+  std::vector<int32_t> writer;
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> readers;  // (thread block, latest read gid)
+  bool failed = false;
+};
+
+}  // namespace
+
+Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& layouts, int slots,
+                    bool check_races) {
+  const int ntb = p.num_tbs();
+  const int nviews = (int)layouts.size();
+  Proof proof;
+  proof.proved.assign(nviews, false);
+  MaskTable masks(num_ranks);
+
+  std::vector<int> gid_tb(p.num_steps());
+  for (int g = 0; g < ntb; ++g)
+    for (int gid = p.tb_base[g]; gid < p.tb_base[g + 1]; ++gid) gid_tb[gid] = g;
+
+  std::vector<Memory> mem(nviews);
+  for (int v = 0; v < nviews; ++v) {
+    const Layout& lay = layouts[v];
+    Memory& m = mem[v];
+    m.value.assign(lay.total, Value{-1, -1});
+    m.writer.assign(lay.total, -1);
+    m.readers.resize(lay.total);
+    for (size_t pos = 0; pos < p.rank_id.size(); ++pos) {
+      int data_ranks = masks.singleton(p.rank_id[pos]);
+      for (long long a = lay.data[pos]; a < lay.data_end[pos]; ++a)
+        m.value[a] = Value{int32_t(a - lay.data[pos]), data_ranks};
+    }
+  }
+
+  std::vector<ClockHistory> clocks(check_races ? ntb : 0);
+  auto ordered_locally = [&](int x, int y, int b) {
+    int a = gid_tb[x];
+    if (a == b) return x < y;
+    const std::vector<int>* known = clocks[b].at(y - p.tb_base[b]);
+    return known && (*known)[a - p.rank_first_tb[p.tb_rank_pos[a]]] >= x - p.tb_base[a];
+  };
+  // the accesses of step gid of thread block g to slot a of layout v (race rule of races.py)
+  auto read_slot = [&](Memory& m, long long a, int gid, int g) {
+    if (!check_races) return;
+    int w = m.writer[a];
+    if (w >= 0 && gid_tb[w] != g && !ordered_locally(w, gid, g)) m.failed = true;
+    auto& rd = m.readers[a];
+    for (auto& e : rd)
+      if (e.first == g) {
+        e.second = gid;
+        return;
+      }
+    rd.push_back({g, gid});
+  };
+  auto write_slot = [&](Memory& m, long long a, Value val, int gid, int g) {
+    if (check_races) {
+      int w = m.writer[a];
+      if (w >= 0 && gid_tb[w] != g && !ordered_locally(w, gid, g)) m.failed = true;
+      for (auto& e : m.readers[a])
+        if (e.first != g && !ordered_locally(e.second, gid, g)) m.failed = true;
+      m.readers[a].clear();
+    }
+    m.value[a] = val;
+    m.writer[a] = gid;
+  };
+  auto add = [&](Memory& m, Value x, Value y) {  // values.add, where its result is a pair
+    if (x.chunk != y.chunk || masks.overlap(x.mask, y.mask)) {
+      m.failed = true;
+      return x;
+    }
+    return Value{x.chunk, masks.unite(x.mask, y.mask)};
+  };
+
+  std::vector<Fifo> fifos(p.conns.size());
+  std::vector<int> pc(ntb, 0), signal(ntb, -1);
+  std::vector<std::vector<std::pair<int, int>>> dep_waiters(ntb);
+  std::deque<int> ready;
+  for (int g = 0; g < ntb; ++g) ready.push_back(g);
+  bool schedule_failed = false;
+  long long seq = 0;
+  std::vector<Value> src, got;
+
+  while (!ready.empty()) {
+    const int g = ready.front();
+    ready.pop_front();
+    const int base = p.tb_base[g], nsteps = p.tb_base[g + 1] - base, pos = p.tb_rank_pos[g];
+    const int rc = p.recv_conn[g], sc = p.send_conn[g];
+    int i = pc[g];
+    while (i < nsteps) {
+      const int gid = base + i;
+      const int tg = p.dep_tb[gid];
+      if (tg >= 0 && signal[tg] < p.dep_step[gid]) {
+        dep_waiters[tg].push_back({p.dep_step[gid], g});
+        break;
+      }
+      const uint8_t f = p.flags[gid];
+      if ((f & RECEIVES) && fifos[rc].q.empty()) {
+        fifos[rc].reader_waiting = true;
+        break;
+      }
+      if ((f & SENDS) && (int)fifos[sc].q.size() >= slots) {
+        fifos[sc].writer_waiting = true;
+        break;
+      }
+      if (tg >= 0 && check_races) {  // races.HappensBefore.on_dependency
+        const int k = p.dep_step[gid];
+        const int first = p.rank_first_tb[pos], width = p.rank_first_tb[pos + 1] - first;
+        ClockHistory& mine = clocks[g];
+        std::vector<int> now = mine.cp_clock.empty() ? std::vector<int>(width, -1) : mine.cp_clock.back();
+        bool changed = false;
+        if (const std::vector<int>* theirs = clocks[tg].at(k))
+          for (int h = 0; h < width; ++h)
+            if ((*theirs)[h] > now[h]) now[h] = (*theirs)[h], changed = true;
+        if (k > now[tg - first]) now[tg - first] = k, changed = true;
+        if (changed) {
+          mine.cp_step.push_back(i);
+          mine.cp_clock.push_back(std::move(now));
+        }
+      }
+      const int cnt = p.count[gid];
+      if (f & (SENDS | RECEIVES | READS_SRC | WRITES_DST)) {  // not a nop
+        Message in;
+        if (f & RECEIVES) {
+          in = std::move(fifos[rc].q.front());
+          fifos[rc].q.pop_front();
+          if (fifos[rc].writer_waiting) {
+            fifos[rc].writer_waiting = false;
+            ready.push_back(p.conns[rc].sender);
+          }
+          if (in.count != cnt) schedule_failed = true;  // a count mismatch
+        }
+        Message outgoing{gid, cnt, {}};
+        if (f & SENDS) outgoing.values.assign(size_t(cnt) * nviews, Value{-1, -1});
+        for (int v = 0; v < nviews; ++v) {
+          Memory& m = mem[v];
+          if (m.failed || schedule_failed) continue;
+          const long long* bases = &layouts[v].bases[3 * pos];
+          const long long total = layouts[v].total;
+          auto address = [&](uint8_t buf, int off) -> long long {
+            if (buf > 2 || bases[buf] < 0) return -1;
+            long long a = bases[buf] + off;
+            return a >= 0 && a + cnt <= total ? a : -1;
+          };
+          src.clear();
+          got.clear();
+          if (f & READS_SRC) {
+            long long sa = address(p.src_buf[gid], p.src_off[gid]);
+            if (sa < 0) { m.failed = true; continue; }
+            for (int j = 0; j < cnt; ++j) {
+              read_slot(m, sa + j, gid, g);
+              if (m.value[sa + j].chunk < 0) m.failed = true;  // uninitialized
+              src.push_back(m.value[sa + j]);
+            }
+          }
+          if (f & RECEIVES) got.assign(in.values.begin() + size_t(v) * cnt, in.values.begin() + size_t(v + 1) * cnt);
+          // the step's value: what it writes and what it sends (semantics.py's table)
+          std::vector<Value>& val = (f & RECEIVES) ? got : src;
+          if ((f & RECEIVES) && (f & READS_SRC))
+            for (int j = 0; j < cnt; ++j) got[j] = add(m, src[j], got[j]);
+          if (f & WRITES_DST) {
+            long long da = address(p.dst_buf[gid], p.dst_off[gid]);
+            if (da < 0) { m.failed = true; continue; }
+            if (f & READS_DST)  // reduce: dst := dst + src
+              for (int j = 0; j < cnt; ++j) {
+                read_slot(m, da + j, gid, g);
+                if (m.value[da + j].chunk < 0) m.failed = true;
+                val[j] = add(m, m.value[da + j], src[j]);
+              }
+            for (int j = 0; j < cnt; ++j) write_slot(m, da + j, val[j], gid, g);
+          }
+          if (f & SENDS) std::copy(val.begin(), val.end(), outgoing.values.begin() + size_t(v) * cnt);
+        }
+        if (f & SENDS) {
+          fifos[sc].q.push_back(std::move(outgoing));
+          if (fifos[sc].reader_waiting) {
+            fifos[sc].reader_waiting = false;
+            ready.push_back(p.conns[sc].receiver);
+          }
+        }
+        if (p.has_dep[gid]) {
+          signal[g] = i;
+          release_waiters(dep_waiters[g], i, ready);
+        }
+      }
+      if (schedule_failed) return proof;
+      ++seq;
+      ++i;
+    }
+    pc[g] = i;
+  }
+  proof.steps_run = seq;
+  for (int g = 0; g < ntb; ++g)
+    if (pc[g] < p.tb_base[g + 1] - p.tb_base[g]) schedule_failed = true;  // a deadlock
+  for (const Fifo& fifo : fifos)
+    if (!fifo.q.empty()) schedule_failed = true;  // sent but never received
+  if (schedule_failed) return proof;
+  for (int v = 0; v < nviews; ++v) {
+    Memory& m = mem[v];
+    if (m.failed) continue;
+    int every = masks.everyone(num_ranks);
+    for (const auto& run : layouts[v].expected) {
+      const int want = run[3] < 0 ? every : masks.singleton((int)run[3]);
+      for (long long j = 0; j < run[1] && !m.failed; ++j) {
+        const Value got_value = m.value[run[0] + j];
+        if (got_value.chunk != run[2] + j || got_value.mask != want) m.failed = true;
+      }
+    }
+    proof.proved[v] = !m.failed;
+  }
+  return proof;
+}
+
+}  // namespace verify
