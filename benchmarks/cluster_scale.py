@@ -139,8 +139,9 @@ PASSES = (
     ("arborcc.verify.pieces", "deadlock_free", "  pieces deadlock check"),
     ("arborcc.verify", "verify_algorithm", "verifying"),
     ("arborcc.verify.checker", "check_structure", "  structure"),
-    ("arborcc.verify.checker", "simulate_layouts", "  symbolic run (both call modes)"),
-    ("arborcc.verify.checker", "check_postcondition", "  postconditions"),
+    ("arborcc.verify.checker", "prove_layouts", "  symbolic run, compiled (both call modes)"),
+    ("arborcc.verify.checker", "simulate_layouts", "  symbolic run in Python (modes not proved)"),
+    ("arborcc.verify.checker", "check_postcondition", "  postconditions in Python (not proved)"),
 )
 
 

@@ -118,7 +118,9 @@ def _verify(algo: Algorithm, dialect: str | None, slots: int, check_races: bool,
         started = time.perf_counter()
         proofs, steps_run = prove_layouts(algo, mms, slots, check_races) if run_modes else ([], 0)
         unproved = [v for v, ok in enumerate(proofs) if not ok]  # the Python run says what is wrong
-        sims = dict(zip(unproved, simulate_layouts(algo, [mms[v] for v in unproved], structure.cuts,
+        cuts = structure.cuts if structure.cuts is not None or not unproved else \
+            check_structure(algo, compiled=False).cuts
+        sims = dict(zip(unproved, simulate_layouts(algo, [mms[v] for v in unproved], cuts,
                                                    [logs[v] for v in unproved], slots=slots,
                                                    check_races=check_races))) if unproved else {}
         postcondition_known = has_signature(algo.collective, algo.num_ranks, algo.chunks_per_loop)

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from arborcc.ir.collectives import COLLECTIVES
 from arborcc.ir.model import Algorithm, Buffer, Op, Protocol
 from arborcc.ir.report import Violation
+import arborcc.verify.native as native
+from arborcc.verify.encoding import encoded_program
 from arborcc.verify.semantics import OPS
 
 
@@ -34,17 +36,24 @@ class StructureResult:
     notes: list[str] = field(default_factory=list)
     fatal: bool = False
     #: by rank id and buffer: the chunk offsets where a range the steps access starts or
-    #: ends (collected here, where every range is visited anyway, for the symbolic run's
-    #: memory: :func:`arborcc.verify.memory.initial_memory`)
-    cuts: dict[int, dict[Buffer, set[int]]] = field(default_factory=dict)
+    #: ends (collected by the Python rules, where every range is visited anyway, for the
+    #: symbolic run's memory: :func:`arborcc.verify.memory.initial_memory`); None when
+    #: the compiled rules found nothing (``check_structure(algo, compiled=False)``
+    #: collects them)
+    cuts: dict[int, dict[Buffer, set[int]]] | None = field(default_factory=dict)
 
     def add(self, rank, tb, step, kind: str, message: str, fatal: bool = False) -> None:
         self.violations.append(Violation(rank, tb, step, kind, message))
         self.fatal = self.fatal or fatal
 
 
-def check_structure(algo: Algorithm, max_per_kind: int = 20) -> StructureResult:
-    """All structural rules; see the module docstring."""
+def check_structure(algo: Algorithm, max_per_kind: int = 20, compiled: bool = True) -> StructureResult:
+    """All structural rules; see the module docstring.
+
+    The rules over every rank, thread block and step are first asked of their compiled
+    form (``compiled``: ``check_structure_rules`` in ``verify/csrc/structure.cpp``,
+    which says only whether they hold); when they do not, or the program cannot be
+    encoded, the Python rules below run and say what is wrong."""
     res = StructureResult()
     n = algo.num_ranks
     if algo.collective not in COLLECTIVES:
@@ -73,6 +82,16 @@ def check_structure(algo: Algorithm, max_per_kind: int = 20) -> StructureResult:
                 + (f" (missing {missing[:8]})" if missing else ""), fatal=True)
     if res.fatal:
         return res
+    if compiled:
+        try:
+            clean, unwaited = native.check_structure_rules(encoded_program(algo), n)
+        except (KeyError, TypeError, ValueError, AttributeError):  # not encodable: the rules below say why
+            clean = False
+        if clean:
+            res.cuts = None
+            if unwaited:
+                res.notes.append(_unwaited_note(unwaited))
+            return res
 
     senders: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
     receivers: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
@@ -215,9 +234,13 @@ def check_structure(algo: Algorithm, max_per_kind: int = 20) -> StructureResult:
         if n_kind > max_per_kind:
             res.notes.append(f"{n_kind - max_per_kind} more '{kind}' violations not listed")
     if unwaited:
-        res.notes.append(f"{unwaited} step(s) set hasdep but no step waits on them (harmless, costs a "
-                         "fence and a semaphore write each)")
+        res.notes.append(_unwaited_note(unwaited))
     return res
+
+
+def _unwaited_note(unwaited: int) -> str:
+    return (f"{unwaited} step(s) set hasdep but no step waits on them (harmless, costs a fence and a semaphore "
+            "write each)")
 
 
 

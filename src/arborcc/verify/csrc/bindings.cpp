@@ -8,6 +8,7 @@
 
 #include "pieces.hpp"
 #include "program.hpp"
+#include "structure.hpp"
 #include "symbolic.hpp"
 
 namespace py = pybind11;
@@ -55,6 +56,12 @@ PYBIND11_MODULE(native, m) {
       .def("pieces_key", &pieces_key, "everything the pieces run reads, as bytes");
   m.def("encode_program", &encode_program, py::arg("ranks"), py::arg("ops"), py::arg("buffers"),
         "the RankPrograms (sorted by rank id) as flat arrays; ops: (Op, OpInfo) pairs; buffers: Buffer members");
+  m.def("check_structure_rules", [](const Program& p, int num_ranks) {
+    StructureAnswer a = check_structure_rules(p, num_ranks);
+    return py::make_tuple(a.clean, a.unwaited);
+  }, py::arg("program"), py::arg("num_ranks"),
+        "whether the per-rank, per-step and connection rules of check_structure hold; and the steps whose hasdep "
+        "no step waits on");
   m.def("run_pieces", [](const Program& p, int capacity, int per_piece, int allowed_count) {
     PieceRun r = run_pieces(p, capacity, per_piece, allowed_count);
     return py::make_tuple(r.pc, r.signal, r.filled);

@@ -18,7 +18,8 @@ struct Names {
            *recv = name("recv"), *channel = name("channel"), *steps = name("steps"), *op = name("op"),
            *src_buf = name("src_buf"), *src_off = name("src_off"), *dst_buf = name("dst_buf"),
            *dst_off = name("dst_off"), *count = name("count"), *dep = name("dep"), *has_dep = name("has_dep"),
-           *tb = name("tb"), *step = name("step");
+           *tb = name("tb"), *step = name("step"), *input_chunks = name("input_chunks"),
+           *output_chunks = name("output_chunks"), *scratch_chunks = name("scratch_chunks");
 };
 
 py::object attr(py::handle obj, PyObject* key) {
@@ -33,6 +34,7 @@ long int_attr(py::handle obj, PyObject* key) {
   long x = PyLong_AsLong(v);
   Py_DECREF(v);
   if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (x < INT32_MIN || x > INT32_MAX) throw py::value_error("a number outside 32 bits");
   return x;
 }
 
@@ -72,6 +74,7 @@ Program encode_program(py::handle ranks, py::handle ops, py::handle buffers) {
     int r = (int)int_attr(prog, N.rank);
     p.rank_first_tb.push_back(p.num_tbs());
     p.rank_id.push_back(r);
+    for (PyObject* size : {N.input_chunks, N.output_chunks, N.scratch_chunks}) p.rank_sizes.push_back(int_attr(prog, size));
     for (py::handle tb : attr(prog, N.threadblocks)) {
       int g = p.num_tbs();
       p.tb_rank_pos.push_back((int)p.rank_id.size() - 1);
@@ -82,6 +85,9 @@ Program encode_program(py::handle ranks, py::handle ops, py::handle buffers) {
       if (recv >= 0) p.conns[rc = connection(recv, r, ch)].receiver = g;
       p.send_conn.push_back(sc);
       p.recv_conn.push_back(rc);
+      p.tb_send.push_back(send);
+      p.tb_recv.push_back(recv);
+      p.tb_channel.push_back(ch);
       tb_objects.push_back(py::reinterpret_borrow<py::object>(tb));
     }
   }

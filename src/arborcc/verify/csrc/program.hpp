@@ -30,8 +30,10 @@ struct Connection {
 struct Program {
   // per rank position (ranks sorted by id): the rank id and its first thread block
   std::vector<int> rank_id, rank_first_tb;  // rank_first_tb has one more entry
-  // per thread block g
+  std::vector<long long> rank_sizes;        // per rank position: input, output, scratch chunks
+  // per thread block g (send, recv, channel as declared; connections: -1 for none)
   std::vector<int> tb_rank_pos, tb_id, tb_base, send_conn, recv_conn;  // tb_base: ntb + 1 entries
+  std::vector<int> tb_send, tb_recv, tb_channel;
   // per step gid
   std::vector<uint8_t> flags, src_buf, dst_buf, has_dep;
   std::vector<int32_t> src_off, dst_off, count, dep_tb, dep_step;  // dep_tb: global g, -1 for none
@@ -43,7 +45,8 @@ struct Program {
 
 // ranks: the RankPrograms sorted by rank id; ops: (Op member, OpInfo) pairs; buffers:
 // the Buffer members in the order the memory layouts list their bases. Raises KeyError
-// for a step type not in ops or a dependency on a thread block the rank lacks.
+// for a step type not in ops or a dependency on a thread block the rank lacks, and
+// ValueError for a number outside 32 bits (chunk counts and offsets).
 Program encode_program(py::handle ranks, py::handle ops, py::handle buffers);
 
 // A thread block signalled step `i`: the thread blocks in `waiters` ((step waited for,

@@ -1,8 +1,13 @@
-"""The compiled proof (verify/proof.py, verify/csrc/symbolic.cpp) against the Python run it
-stands in for: on correct programs, their mutations and synthesized ones, in both kinds
-of call, with several FIFO depths and with and without the race check, a layout is
-proved exactly when - or, where the proof leaves the case to the Python run, only when -
-``simulate_layouts`` and ``check_postcondition`` report no violation."""
+"""The verifier's compiled passes (arborcc.verify.native) against the Python passes they
+stand in for.
+
+The proof (verify/proof.py, csrc/symbolic.cpp): on correct programs, their mutations
+and synthesized ones, in both kinds of call, with several FIFO depths and with and
+without the race check, a layout is proved only when ``simulate_layouts`` and
+``check_postcondition`` report no violation (and on the correct programs it is made
+for, whenever they do). The structure rules (csrc/structure.cpp): clean exactly when
+the Python rules of ``check_structure`` report nothing, with the same notes. (The
+pieces run is compared with a slice-by-slice sweep in test_verify_pieces.py.)"""
 
 import copy
 import random
@@ -21,6 +26,8 @@ from arborcc.verify.layout import check_layout, memory_map
 from arborcc.verify.postconditions import check_postcondition
 from arborcc.verify.proof import prove_layouts
 from arborcc.verify.structure import check_structure
+import arborcc.verify.native as native
+from arborcc.verify.encoding import encoded_program
 from arborcc.verify.symbolic import simulate_layouts
 
 BUILDERS = [lambda: ring_allreduce(4), lambda: ring_allreduce(3, channels=2), lambda: ring_allgather(5, channels=2),
@@ -30,7 +37,7 @@ BUILDERS = [lambda: ring_allreduce(4), lambda: ring_allreduce(3, channels=2), la
 
 def python_clean(algo, mms, slots, check_races):
     """Per layout: does the Python run (and postcondition) report nothing?"""
-    structure = check_structure(algo)
+    structure = check_structure(algo, compiled=False)
     logs = [ViolationLog() for _ in mms]
     sims = simulate_layouts(algo, mms, structure.cuts, logs, slots=slots, check_races=check_races)
     out = []
@@ -155,3 +162,63 @@ def test_mutations_find_both_verdicts():
         refuted += sum(not x for x in c)
     assert proved >= 20 and refuted >= 100
     assert proved >= 0.8 * clean
+
+
+def structural_mutation(algo, rng: random.Random):
+    """One random corruption of the kind the structure rules look for."""
+    algo = private(algo)
+    prog = rng.choice(algo.ranks)
+    tb = rng.choice(prog.threadblocks)
+    st_ = rng.choice(tb.steps) if tb.steps else None
+    n = algo.num_ranks
+    kind = rng.randrange(12)
+    if kind == 0:
+        tb.send = rng.randrange(-2, n + 1)
+    elif kind == 1:
+        tb.recv = rng.randrange(-2, n + 1)
+    elif kind == 2:
+        tb.channel = rng.choice((-1, tb.channel + 1))
+    elif kind == 3:
+        tb.id = rng.choice((-1, rng.choice(prog.threadblocks).id))
+    elif kind == 4 and st_:
+        st_.count = rng.choice((0, -1, st_.count + 1, 1000))
+    elif kind == 5 and st_:
+        st_.src_off = rng.choice((-1, st_.src_off + 1, 1000))
+    elif kind == 6 and st_:
+        st_.dst_off = rng.choice((-1, st_.dst_off + 1, st_.src_off + 1))
+    elif kind == 7 and st_:
+        other = rng.choice(prog.threadblocks)
+        st_.dep = Dependency(other.id, rng.randrange(-1, len(other.steps) + 2))
+    elif kind == 8 and st_:
+        st_.has_dep = not st_.has_dep
+    elif kind == 9 and st_:
+        st_.op = rng.choice(list(Op))
+    elif kind == 10:
+        setattr(prog, rng.choice(("input_chunks", "output_chunks", "scratch_chunks")), rng.choice((-1, 0, 1)))
+    elif st_:
+        st_.src_buf, st_.dst_buf = rng.choice((None, *Buffer)), rng.choice((None, *Buffer))
+    return algo
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, len(BUILDERS) - 1), st.integers(0, 2**32 - 1), st.integers(1, 3))
+def test_compiled_structure_rules_are_clean_exactly_when_the_python_rules_find_nothing(which, seed, rounds):
+    rng = random.Random(seed)
+    algo = BUILDERS[which]()
+    for _ in range(rounds):
+        algo = structural_mutation(algo, rng)
+    python = check_structure(algo, compiled=False)
+    compiled = check_structure(algo)
+    assert (compiled.violations, compiled.notes, compiled.fatal) == (python.violations, python.notes, python.fatal)
+
+
+def test_structure_corpus_has_both_answers():
+    rng = random.Random(3)
+    answers = []
+    for k in range(300):
+        algo = structural_mutation(BUILDERS[k % len(BUILDERS)](), rng)
+        try:
+            answers.append(native.check_structure_rules(encoded_program(algo), algo.num_ranks)[0])
+        except (KeyError, ValueError):
+            pass
+    assert answers.count(True) >= 30 and answers.count(False) >= 100

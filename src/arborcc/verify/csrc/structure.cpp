@@ -1,0 +1,91 @@
+// check_structure_rules (structure.hpp) implements the loop over ranks, thread blocks
+// and steps of check_structure in arborcc/verify/structure.py and its connection
+// checks, answering only whether that loop would report any violation (and counting
+// the steps whose hasdep no step waits on, for its note). Each rule below names the
+// one of structure.py it is; the violations and their messages are structure.py's,
+// which runs whenever this answer is "not clean". The encoding has already turned
+// unknown step types and dependencies on a missing thread block into KeyError
+// (program.hpp), so structure.py handles those as well.
+
+#include "structure.hpp"
+
+#include <map>
+#include <set>
+#include <tuple>
+#include <unordered_set>
+
+namespace verify {
+
+StructureAnswer check_structure_rules(const Program& p, int num_ranks) {
+  StructureAnswer out;
+  using Key = std::tuple<int, int, int>;
+  std::map<Key, int> senders, receivers;  // number of sending / receiving thread blocks
+  std::map<Key, long long> send_steps, recv_steps;
+  bool dirty = false;
+  for (size_t pos = 0; pos < p.rank_id.size(); ++pos) {
+    const int r = p.rank_id[pos];
+    const long long* sizes = &p.rank_sizes[3 * pos];
+    for (int b = 0; b < 3; ++b) dirty |= sizes[b] < 0;  // negative chunk count
+    std::unordered_set<int> ids;
+    std::set<std::pair<int, int>> waited;  // (thread block, step) some step waits on
+    std::vector<std::pair<int, int>> signalling;
+    for (int g = p.rank_first_tb[pos]; g < p.rank_first_tb[pos + 1]; ++g) {
+      dirty |= !ids.insert(p.tb_id[g]).second || p.tb_id[g] < 0;  // id used twice, negative id
+    }
+    for (int g = p.rank_first_tb[pos]; g < p.rank_first_tb[pos + 1]; ++g) {
+      const int send = p.tb_send[g], recv = p.tb_recv[g], ch = p.tb_channel[g];
+      for (int peer : {send, recv}) dirty |= peer == r || peer < -1 || peer >= num_ranks;  // peer not a rank
+      dirty |= ch < 0 && (send >= 0 || recv >= 0);  // negative channel
+      if (send >= 0 && send != r) ++senders[{r, send, ch}];
+      if (recv >= 0 && recv != r) ++receivers[{recv, r, ch}];
+      long long nsend = 0, nrecv = 0;
+      for (int gid = p.tb_base[g]; gid < p.tb_base[g + 1]; ++gid) {
+        const int i = gid - p.tb_base[g];
+        const uint8_t f = p.flags[gid];
+        if (p.has_dep[gid]) signalling.push_back({p.tb_id[g], i});
+        const int tg = p.dep_tb[gid];
+        if (tg >= 0) {  // a dependency: on another thread block's signalling step that is not a nop
+          const int k = p.dep_step[gid];
+          const bool in_range = 0 <= k && k < p.tb_base[tg + 1] - p.tb_base[tg];
+          if (in_range) waited.insert({p.tb_id[tg], k});
+          dirty |= tg == g || !in_range || !p.has_dep[p.tb_base[tg] + k] || p.flags[p.tb_base[tg] + k] == 0;
+        }
+        if (f & SENDS) ++nsend, dirty |= send < 0;     // sends without a send peer
+        if (f & RECEIVES) ++nrecv, dirty |= recv < 0;  // receives without a receive peer
+        if (f == 0) continue;                          // a nop
+        const long long cnt = p.count[gid];
+        if (cnt < 1) {  // count at least 1
+          dirty = true;
+          continue;
+        }
+        auto inside = [&](uint8_t buf, long long off) { return buf <= 2 && off >= 0 && off + cnt <= sizes[buf]; };
+        const bool src_ok = (f & READS_SRC) && inside(p.src_buf[gid], p.src_off[gid]);
+        if ((f & READS_SRC) && !src_ok) dirty = true;  // source range outside its buffer
+        if (f & (WRITES_DST | READS_DST)) {
+          if (!inside(p.dst_buf[gid], p.dst_off[gid])) {  // destination range outside its buffer
+            dirty = true;
+            continue;
+          }
+          const long long a = p.src_off[gid], b = p.dst_off[gid];
+          if (src_ok && p.src_buf[gid] == p.dst_buf[gid] && a != b && a < b + cnt && b < a + cnt)
+            dirty = true;  // source and destination overlap without being equal
+        }
+      }
+      if (send >= 0) send_steps[{r, send, ch}] += nsend;
+      if (recv >= 0) recv_steps[{recv, r, ch}] += nrecv;
+    }
+    for (const auto& s : signalling) out.unwaited += !waited.count(s);
+  }
+  std::set<Key> keys;
+  for (const auto& kv : senders) keys.insert(kv.first);
+  for (const auto& kv : receivers) keys.insert(kv.first);
+  for (const Key& key : keys) {  // exactly one sender and one receiver, as many sends as receives
+    auto s = senders.find(key), r = receivers.find(key);
+    const int ns = s == senders.end() ? 0 : s->second, nr = r == receivers.end() ? 0 : r->second;
+    dirty |= ns != 1 || nr != 1 || send_steps[key] != recv_steps[key];
+  }
+  out.clean = !dirty;
+  return out;
+}
+
+}  // namespace verify
