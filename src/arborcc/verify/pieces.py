@@ -129,7 +129,7 @@ class PieceSchedule:
         names = {g: TbName(tb_rank[g], tbs[g].id, pc[g], tbs[g].steps[pc[g]].op.value
                            if pc[g] < len(tbs[g].steps) else "-") for g in range(len(tbs))}
         finished = {g for g in range(len(tbs)) if pc[g] >= len(tbs[g].steps)}
-        blocked = {g: self._why_blocked(g, pc[g], signal, filled, model.capacity) for g in unfinished}
+        blocked = self._why_blocked(unfinished, pc, signal, filled, model.capacity)
         where = (f"with steps cut into pieces as the MSCCL runtimes do ({model.protocol}, maxAllowedCount "
                  f"{allowed_count}: {model.per_piece} of {model.capacity} FIFO slices per piece)")
         out = [Violation(v.rank, v.tb, v.step, v.kind, f"{v.message} {where}")
@@ -138,24 +138,26 @@ class PieceSchedule:
                              f"deadlock {where}: {len(unfinished)} of {len(tbs)} thread blocks cannot finish"))
         return out
 
-    def _why_blocked(self, g: int, i: int, signal: list[int], filled: list[int], cap: int) -> Wait:
-        """The condition step ``i`` of thread block ``g`` stopped on (see :mod:`.symbolic`)."""
-        st = self.tbs[g].steps[i]
-        dep = st.dep
-        if dep is not None:
-            on = self._tb_index(g, dep.tb)
-            if signal[on] < dep.step:
-                return Wait("dep", on=on, dep_tb=dep.tb, dep_step=dep.step)
-        if OPS[st.op].receives and filled[self.program.recv_connection[g]] == 0:
-            src, _, ch, sender, _ = self.fifo_ends[self.program.recv_connection[g]]
-            return Wait("recv", src, ch, sender)
-        _, dst, ch, _, receiver = self.fifo_ends[self.program.send_connection[g]]
-        return Wait("send", dst, ch, receiver, slots=cap)
-
-    def _tb_index(self, g: int, tb_id: int) -> int:
-        """The global index of thread block ``tb_id`` of thread block ``g``'s rank."""
-        rank = self.tb_rank[g]
-        return max(h for h, tb in enumerate(self.tbs) if self.tb_rank[h] == rank and tb.id == tb_id)
+    def _why_blocked(self, unfinished: list[int], pc: list[int], signal: list[int], filled: list[int],
+                     cap: int) -> dict[int, Wait]:
+        """For each thread block of ``unfinished``, the condition its step ``pc[g]`` stopped
+        on (see :mod:`.symbolic`)."""
+        index = {(r, tb.id): g for g, (r, tb) in enumerate(zip(self.tb_rank, self.tbs))}
+        recv_fifo, send_fifo = self.program.recv_connection, self.program.send_connection
+        blocked = {}
+        for g in unfinished:
+            st = self.tbs[g].steps[pc[g]]
+            dep = st.dep
+            on = index[self.tb_rank[g], dep.tb] if dep is not None else -1
+            if dep is not None and signal[on] < dep.step:
+                blocked[g] = Wait("dep", on=on, dep_tb=dep.tb, dep_step=dep.step)
+            elif OPS[st.op].receives and filled[recv_fifo[g]] == 0:
+                src, _, ch, sender, _ = self.fifo_ends[recv_fifo[g]]
+                blocked[g] = Wait("recv", src, ch, sender)
+            else:
+                _, dst, ch, _, receiver = self.fifo_ends[send_fifo[g]]
+                blocked[g] = Wait("send", dst, ch, receiver, slots=cap)
+        return blocked
 
 
 def piece_deadlocks(algo: Algorithm, model: PieceModel, allowed_count: int, limit: int = 5) -> list[Violation]:

@@ -23,16 +23,26 @@ from arborcc.verify.layout import MemoryMap
 from arborcc.verify.postconditions import expected_runs
 
 
+#: the proof keeps about 50 bytes per chunk slot; the Python run, a segment per range
+#: the steps cut (:mod:`arborcc.verify.memory`). Beyond this many slots per step (big
+#: buffers moved in few long steps) the Python run is the cheaper one and is left to do it.
+SLOTS_PER_STEP = 16
+
+
 def prove_layouts(algo: Algorithm, mms: list[MemoryMap], slots: int, check_races: bool) -> tuple[list[bool], int]:
     """Per memory layout of ``mms``: is the symbolic run on it (with ``slots`` FIFO slots
     per connection) free of every violation, its postcondition met where the collective
     has one? And the steps the run took (all of them when any layout is proved).
+    Layouts of more than :data:`SLOTS_PER_STEP` slots per step (and 65,536) are not
+    tried (not proved).
 
     Assumes :func:`arborcc.verify.structure.check_structure` found nothing fatal."""
+    program = encoded_program(algo)
+    most = SLOTS_PER_STEP * program.num_steps + (1 << 16)
     layouts = [_layout_arrays(algo, mm) for mm in mms]
-    if any(lay is None for lay in layouts):
+    if any(lay is None for lay in layouts) or any(mm.total > most for mm in mms):
         return [False] * len(mms), 0
-    proved, steps = native.prove_layouts(encoded_program(algo), algo.num_ranks, layouts, slots, check_races)
+    proved, steps = native.prove_layouts(program, algo.num_ranks, layouts, slots, check_races)
     return proved, steps
 
 

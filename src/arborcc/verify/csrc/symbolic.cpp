@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <unordered_map>
 
 #include "masks.hpp"
 
@@ -63,10 +64,19 @@ struct ClockHistory {
   }
 };
 
+// Per slot: its value, its last writer (gid, -1 for none) and the latest read of each
+// thread block since that write: one (thread block, gid) inline, or several in `many`.
+struct Slot {
+  Value value;
+  int32_t writer = -1;
+  int32_t reader_tb = NO_READER;  // or MANY_READERS
+  int32_t reader_gid = -1;
+  static constexpr int32_t NO_READER = -1, MANY_READERS = -2;
+};
+
 struct Memory {
-  std::vector<Value> value;
-  std::vector<int32_t> writer;
-  std::vector<std::vector<std::pair<int32_t, int32_t>>> readers;  // (thread block, latest read gid)
+  std::vector<Slot> slots;
+  std::unordered_map<long long, std::vector<std::pair<int32_t, int32_t>>> many;  // (thread block, gid)
   bool failed = false;
 };
 
@@ -88,13 +98,11 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
   for (int v = 0; v < nviews; ++v) {
     const Layout& lay = layouts[v];
     Memory& m = mem[v];
-    m.value.assign(lay.total, Value{-1, -1});
-    m.writer.assign(lay.total, -1);
-    m.readers.resize(lay.total);
+    m.slots.assign(lay.total, Slot{Value{-1, -1}});
     for (size_t pos = 0; pos < p.rank_id.size(); ++pos) {
       int data_ranks = masks.singleton(p.rank_id[pos]);
       for (long long a = lay.data[pos]; a < lay.data_end[pos]; ++a)
-        m.value[a] = Value{int32_t(a - lay.data[pos]), data_ranks};
+        m.slots[a].value = Value{int32_t(a - lay.data[pos]), data_ranks};
     }
   }
 
@@ -108,26 +116,42 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
   // the accesses of step gid of thread block g to slot a of layout v (race rule of races.py)
   auto read_slot = [&](Memory& m, long long a, int gid, int g) {
     if (!check_races) return;
-    int w = m.writer[a];
+    Slot& slot = m.slots[a];
+    int w = slot.writer;
     if (w >= 0 && gid_tb[w] != g && !ordered_locally(w, gid, g)) m.failed = true;
-    auto& rd = m.readers[a];
-    for (auto& e : rd)
-      if (e.first == g) {
-        e.second = gid;
-        return;
-      }
-    rd.push_back({g, gid});
+    if (slot.reader_tb == Slot::NO_READER || slot.reader_tb == g) {
+      slot.reader_tb = g;
+      slot.reader_gid = gid;
+    } else if (slot.reader_tb >= 0) {
+      m.many[a] = {{slot.reader_tb, slot.reader_gid}, {g, gid}};
+      slot.reader_tb = Slot::MANY_READERS;
+    } else {
+      auto& readers = m.many[a];
+      for (auto& e : readers)
+        if (e.first == g) {
+          e.second = gid;
+          return;
+        }
+      readers.push_back({g, gid});
+    }
   };
   auto write_slot = [&](Memory& m, long long a, Value val, int gid, int g) {
+    Slot& slot = m.slots[a];
     if (check_races) {
-      int w = m.writer[a];
+      int w = slot.writer;
       if (w >= 0 && gid_tb[w] != g && !ordered_locally(w, gid, g)) m.failed = true;
-      for (auto& e : m.readers[a])
-        if (e.first != g && !ordered_locally(e.second, gid, g)) m.failed = true;
-      m.readers[a].clear();
+      if (slot.reader_tb >= 0) {
+        if (slot.reader_tb != g && !ordered_locally(slot.reader_gid, gid, g)) m.failed = true;
+      } else if (slot.reader_tb == Slot::MANY_READERS) {
+        auto it = m.many.find(a);
+        for (auto& e : it->second)
+          if (e.first != g && !ordered_locally(e.second, gid, g)) m.failed = true;
+        m.many.erase(it);
+      }
+      slot.reader_tb = Slot::NO_READER;
     }
-    m.value[a] = val;
-    m.writer[a] = gid;
+    slot.value = val;
+    slot.writer = gid;
   };
   auto add = [&](Memory& m, Value x, Value y) {  // values.add, where its result is a pair
     if (x.chunk != y.chunk || masks.overlap(x.mask, y.mask)) {
@@ -214,8 +238,8 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
             if (sa < 0) { m.failed = true; continue; }
             for (int j = 0; j < cnt; ++j) {
               read_slot(m, sa + j, gid, g);
-              if (m.value[sa + j].chunk < 0) m.failed = true;  // uninitialized
-              src.push_back(m.value[sa + j]);
+              if (m.slots[sa + j].value.chunk < 0) m.failed = true;  // uninitialized
+              src.push_back(m.slots[sa + j].value);
             }
           }
           if (f & RECEIVES) got.assign(in.values.begin() + size_t(v) * cnt, in.values.begin() + size_t(v + 1) * cnt);
@@ -229,8 +253,8 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
             if (f & READS_DST)  // reduce: dst := dst + src
               for (int j = 0; j < cnt; ++j) {
                 read_slot(m, da + j, gid, g);
-                if (m.value[da + j].chunk < 0) m.failed = true;
-                val[j] = add(m, m.value[da + j], src[j]);
+                if (m.slots[da + j].value.chunk < 0) m.failed = true;
+                val[j] = add(m, m.slots[da + j].value, src[j]);
               }
             for (int j = 0; j < cnt; ++j) write_slot(m, da + j, val[j], gid, g);
           }
@@ -267,7 +291,7 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
     for (const auto& run : layouts[v].expected) {
       const int want = run[3] < 0 ? every : masks.singleton((int)run[3]);
       for (long long j = 0; j < run[1] && !m.failed; ++j) {
-        const Value got_value = m.value[run[0] + j];
+        const Value got_value = m.slots[run[0] + j].value;
         if (got_value.chunk != run[2] + j || got_value.mask != want) m.failed = true;
       }
     }
