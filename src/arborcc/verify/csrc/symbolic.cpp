@@ -51,16 +51,14 @@ struct Fifo {
 };
 
 // What program order and dependencies order before the steps of one thread block:
-// from step cp_step[k] on, cp_clock[k] (per thread block of the rank, its highest
-// step so ordered, -1 for none).
+// from step cp_step[k] on, the clock at cp_at[k] of the pool (per thread block of the
+// rank, its highest step so ordered, -1 for none).
 struct ClockHistory {
-  std::vector<int> cp_step;
-  std::vector<std::vector<int>> cp_clock;
+  std::vector<int> cp_step, cp_at;
 
-  const std::vector<int>* at(int step) const {
+  int at(int step) const {  // the pool offset of the clock of `step`, -1 for none
     auto it = std::upper_bound(cp_step.begin(), cp_step.end(), step);
-    if (it == cp_step.begin()) return nullptr;
-    return &cp_clock[it - cp_step.begin() - 1];
+    return it == cp_step.begin() ? -1 : cp_at[it - cp_step.begin() - 1];
   }
 };
 
@@ -107,11 +105,12 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
   }
 
   std::vector<ClockHistory> clocks(check_races ? ntb : 0);
+  std::vector<int> pool, now;  // the clocks, each as wide as its rank has thread blocks
   auto ordered_locally = [&](int x, int y, int b) {
     int a = gid_tb[x];
     if (a == b) return x < y;
-    const std::vector<int>* known = clocks[b].at(y - p.tb_base[b]);
-    return known && (*known)[a - p.rank_first_tb[p.tb_rank_pos[a]]] >= x - p.tb_base[a];
+    const int known = clocks[b].at(y - p.tb_base[b]);
+    return known >= 0 && pool[known + a - p.rank_first_tb[p.tb_rank_pos[a]]] >= x - p.tb_base[a];
   };
   // the accesses of step gid of thread block g to slot a of layout v (race rule of races.py)
   auto read_slot = [&](Memory& m, long long a, int gid, int g) {
@@ -196,15 +195,20 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
         const int k = p.dep_step[gid];
         const int first = p.rank_first_tb[pos], width = p.rank_first_tb[pos + 1] - first;
         ClockHistory& mine = clocks[g];
-        std::vector<int> now = mine.cp_clock.empty() ? std::vector<int>(width, -1) : mine.cp_clock.back();
+        if (mine.cp_at.empty())
+          now.assign(width, -1);
+        else
+          now.assign(pool.begin() + mine.cp_at.back(), pool.begin() + mine.cp_at.back() + width);
         bool changed = false;
-        if (const std::vector<int>* theirs = clocks[tg].at(k))
+        const int theirs = clocks[tg].at(k);
+        if (theirs >= 0)
           for (int h = 0; h < width; ++h)
-            if ((*theirs)[h] > now[h]) now[h] = (*theirs)[h], changed = true;
+            if (pool[theirs + h] > now[h]) now[h] = pool[theirs + h], changed = true;
         if (k > now[tg - first]) now[tg - first] = k, changed = true;
         if (changed) {
           mine.cp_step.push_back(i);
-          mine.cp_clock.push_back(std::move(now));
+          mine.cp_at.push_back((int)pool.size());
+          pool.insert(pool.end(), now.begin(), now.end());
         }
       }
       const int cnt = p.count[gid];
