@@ -222,3 +222,18 @@ def test_structure_corpus_has_both_answers():
         except (KeyError, ValueError):
             pass
     assert answers.count(True) >= 30 and answers.count(False) >= 100
+
+
+def test_an_algorithm_changed_in_place_is_verified_as_it_is_now():
+    """The encoding is remembered within one verify_algorithm call only: a program
+    changed in place after a check (even inside ``remembering_passes``, as a strategy
+    could) is encoded again."""
+    from arborcc.verify import verify_algorithm
+    from arborcc.verify.pieces import deadlock_free, remembering_passes
+
+    algo = private(ring_allgather(4))
+    with remembering_passes():
+        assert deadlock_free(algo) and verify_algorithm(algo).ok
+        step = next(st_ for prog in algo.ranks for tb in prog.threadblocks for st_ in tb.steps if st_.op is Op.RECV)
+        step.dst_off = (step.dst_off + 1) % algo.ranks[0].output_chunks
+        assert not verify_algorithm(algo).ok

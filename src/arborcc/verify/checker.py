@@ -69,7 +69,7 @@ def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int 
     enabled = gc.isenabled()
     gc.disable()  # the runs allocate a tuple or list per step, all acyclic: see compile_program
     try:
-        with encodings.active():  # the proof and the pieces check read one encoding
+        with encodings.active():  # the structure rules, the proof and the pieces run read one encoding
             return _verify(algo, dialect, slots, check_races, modes, pieces, also)
     finally:
         if enabled:

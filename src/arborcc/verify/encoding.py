@@ -5,9 +5,11 @@ file order, steps in order, the numbering every pass of the verifier uses - into
 ``native.Program``: per thread block its rank, id, connections and first step; per step
 what its type does (the flags of :data:`arborcc.verify.semantics.OPS`, handed over
 here so that table stays the one description of the step types), its buffers, offsets,
-count and dependency; per connection its two thread blocks. The pieces run
-(:mod:`.pieces`) and the symbolic run's proof (:mod:`.proof`) read it; inside
-:func:`arborcc.verify.pieces.remembering_passes` an algorithm object is encoded once.
+count and dependency; per connection its two thread blocks. The structure rules
+(:mod:`.structure`), the pieces run (:mod:`.pieces`) and the symbolic run's proof
+(:mod:`.proof`) read it. Within one :func:`arborcc.verify.verify_algorithm` call an
+algorithm object is encoded once; never across calls, so that an algorithm changed in
+place between two calls is verified as it is now.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from arborcc.verify.semantics import OPS
 BUFFERS = (Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH)
 _OP_TABLE = tuple(OPS.items())
 
-#: inside :func:`arborcc.verify.pieces.remembering_passes`: the encodings, by algorithm object
+#: inside one :func:`arborcc.verify.verify_algorithm` call: the encodings, by algorithm object
 encodings = CallMemo()
 
 

@@ -58,7 +58,7 @@ from arborcc.ir.model import Algorithm, Protocol
 from arborcc.ir.report import Violation
 from arborcc.verify.deadlock import TbName, Wait, explain_deadlock
 import arborcc.verify.native as native
-from arborcc.verify.encoding import encoded_program, encodings
+from arborcc.verify.encoding import encoded_program
 from arborcc.verify.semantics import OPS
 
 #: NCCL's FIFO depth per connection, in steps
@@ -180,7 +180,7 @@ def remembering_passes() -> Iterator[None]:
     of the same algorithm then cost one run (``synthesize`` wraps its work in this).
     The same algorithm object is recognised without even rebuilding its schedule
     (:mod:`arborcc.ir.memo`)."""
-    with _passed.active(), _passed_algorithms.active(), encodings.active():
+    with _passed.active(), _passed_algorithms.active():
         yield
 
 
