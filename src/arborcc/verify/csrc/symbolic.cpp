@@ -19,9 +19,7 @@
 // messages. So a proof here is exactly "the Python run reports no violation", with no
 // second description of what the violations say.
 //
-// Rank-local order is kept as a vector clock per step (the highest step of each
-// thread block of the rank ordered before it), which is the bitset of races.py
-// (HappensBefore.known) written as the union of thread block prefixes it always is.
+// Rank-local order: local_order.hpp.
 
 #include "symbolic.hpp"
 
@@ -29,6 +27,7 @@
 #include <deque>
 #include <unordered_map>
 
+#include "local_order.hpp"
 #include "masks.hpp"
 
 namespace verify {
@@ -48,18 +47,6 @@ struct Message {
 struct Fifo {
   std::deque<Message> q;
   bool reader_waiting = false, writer_waiting = false;
-};
-
-// What program order and dependencies order before the steps of one thread block:
-// from step cp_step[k] on, the clock at cp_at[k] of the pool (per thread block of the
-// rank, its highest step so ordered, -1 for none).
-struct ClockHistory {
-  std::vector<int> cp_step, cp_at;
-
-  int at(int step) const {  // the pool offset of the clock of `step`, -1 for none
-    auto it = std::upper_bound(cp_step.begin(), cp_step.end(), step);
-    return it == cp_step.begin() ? -1 : cp_at[it - cp_step.begin() - 1];
-  }
 };
 
 // Per slot: its value, its last writer (gid, -1 for none) and the latest read of each
@@ -88,9 +75,7 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
   proof.proved.assign(nviews, false);
   MaskTable masks(num_ranks);
 
-  std::vector<int> gid_tb(p.num_steps());
-  for (int g = 0; g < ntb; ++g)
-    for (int gid = p.tb_base[g]; gid < p.tb_base[g + 1]; ++gid) gid_tb[gid] = g;
+  LocalOrder order(p);
 
   std::vector<Memory> mem(nviews);
   for (int v = 0; v < nviews; ++v) {
@@ -104,20 +89,14 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
     }
   }
 
-  std::vector<ClockHistory> clocks(check_races ? ntb : 0);
-  std::vector<int> pool, now;  // the clocks, each as wide as its rank has thread blocks
-  auto ordered_locally = [&](int x, int y, int b) {
-    int a = gid_tb[x];
-    if (a == b) return x < y;
-    const int known = clocks[b].at(y - p.tb_base[b]);
-    return known >= 0 && pool[known + a - p.rank_first_tb[p.tb_rank_pos[a]]] >= x - p.tb_base[a];
-  };
+  auto ordered_locally = [&](int x, int y, int b) { return order.ordered(x, y, b); };
+  auto other_tb = [&](int w, int g) { return w >= 0 && order.tb_of(w) != g; };  // an access by another thread block
   // the accesses of step gid of thread block g to slot a of layout v (race rule of races.py)
   auto read_slot = [&](Memory& m, long long a, int gid, int g) {
     if (!check_races) return;
     Slot& slot = m.slots[a];
     int w = slot.writer;
-    if (w >= 0 && gid_tb[w] != g && !ordered_locally(w, gid, g)) m.failed = true;
+    if (other_tb(w, g) && !ordered_locally(w, gid, g)) m.failed = true;
     if (slot.reader_tb == Slot::NO_READER || slot.reader_tb == g) {
       slot.reader_tb = g;
       slot.reader_gid = gid;
@@ -138,7 +117,7 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
     Slot& slot = m.slots[a];
     if (check_races) {
       int w = slot.writer;
-      if (w >= 0 && gid_tb[w] != g && !ordered_locally(w, gid, g)) m.failed = true;
+      if (other_tb(w, g) && !ordered_locally(w, gid, g)) m.failed = true;
       if (slot.reader_tb >= 0) {
         if (slot.reader_tb != g && !ordered_locally(slot.reader_gid, gid, g)) m.failed = true;
       } else if (slot.reader_tb == Slot::MANY_READERS) {
@@ -191,26 +170,7 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
         fifos[sc].writer_waiting = true;
         break;
       }
-      if (tg >= 0 && check_races) {  // races.HappensBefore.on_dependency
-        const int k = p.dep_step[gid];
-        const int first = p.rank_first_tb[pos], width = p.rank_first_tb[pos + 1] - first;
-        ClockHistory& mine = clocks[g];
-        if (mine.cp_at.empty())
-          now.assign(width, -1);
-        else
-          now.assign(pool.begin() + mine.cp_at.back(), pool.begin() + mine.cp_at.back() + width);
-        bool changed = false;
-        const int theirs = clocks[tg].at(k);
-        if (theirs >= 0)
-          for (int h = 0; h < width; ++h)
-            if (pool[theirs + h] > now[h]) now[h] = pool[theirs + h], changed = true;
-        if (k > now[tg - first]) now[tg - first] = k, changed = true;
-        if (changed) {
-          mine.cp_step.push_back(i);
-          mine.cp_at.push_back((int)pool.size());
-          pool.insert(pool.end(), now.begin(), now.end());
-        }
-      }
+      if (tg >= 0 && check_races) order.on_dependency(g, i, tg, p.dep_step[gid]);
       const int cnt = p.count[gid];
       if (f & (SENDS | RECEIVES | READS_SRC | WRITES_DST)) {  // not a nop
         Message in;
