@@ -23,8 +23,10 @@ static py::bytes pieces_key(const Program& p) {
     out.append(reinterpret_cast<const char*>(&n), sizeof n);
     out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(v[0]));
   };
+  std::vector<uint8_t> moves(p.flags.size());  // what the run reads of a step's type
+  for (size_t k = 0; k < moves.size(); ++k) moves[k] = p.flags[k] & (SENDS | RECEIVES);
   put(p.tb_base);
-  put(p.flags);
+  put(moves);
   put(p.count);
   put(p.dep_tb);
   put(p.dep_step);
