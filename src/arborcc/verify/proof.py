@@ -23,9 +23,10 @@ from arborcc.verify.layout import MemoryMap
 from arborcc.verify.postconditions import expected_runs
 
 
-#: the proof keeps about 50 bytes per chunk slot; the Python run, a segment per range
-#: the steps cut (:mod:`arborcc.verify.memory`). Beyond this many slots per step (big
-#: buffers moved in few long steps) the Python run is the cheaper one and is left to do it.
+#: the proof keeps 16 bytes per chunk slot (and its work is the chunks the steps move);
+#: the Python run keeps a segment per range the steps cut (:mod:`arborcc.verify.memory`).
+#: Beyond this many slots per step (big buffers moved in few long steps) the Python run
+#: is the cheaper one and is left to do it.
 SLOTS_PER_STEP = 16
 
 

@@ -46,12 +46,14 @@ class LocalOrder {
     }
   }
 
-  // Is step x before step y (of thread block b, the same rank) by program order and
-  // dependencies alone?
-  bool ordered(int x, int y, int b) const {
+  // The clock of step i of thread block g: what ordered() needs of the later step.
+  int clock(int g, int i) const { return known(g, i); }
+
+  // Is step x before step y (of thread block b, the same rank, whose clock(b, y - its
+  // first gid) is `clock`) by program order and dependencies alone?
+  bool ordered(int x, int y, int b, int clock) const {
     const int a = gid_tb_[x];
     if (a == b) return x < y;
-    const int clock = known(b, y - p_.tb_base[b]);
     return clock >= 0 && pool_[clock + a - p_.rank_first_tb[p_.tb_rank_pos[a]]] >= x - p_.tb_base[a];
   }
 

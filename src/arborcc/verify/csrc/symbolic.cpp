@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <deque>
-#include <unordered_map>
 
 #include "local_order.hpp"
 #include "masks.hpp"
@@ -50,18 +49,21 @@ struct Fifo {
 };
 
 // Per slot: its value, its last writer (gid, -1 for none) and the latest read of each
-// thread block since that write: one (thread block, gid) inline, or several in `many`.
+// thread block since that write, as a list in the layout's reader pool (-1: empty).
 struct Slot {
   Value value;
   int32_t writer = -1;
-  int32_t reader_tb = NO_READER;  // or MANY_READERS
-  int32_t reader_gid = -1;
-  static constexpr int32_t NO_READER = -1, MANY_READERS = -2;
+  int32_t readers = -1;
+};
+
+struct Reader {
+  int32_t tb, gid, next;
 };
 
 struct Memory {
   std::vector<Slot> slots;
-  std::unordered_map<long long, std::vector<std::pair<int32_t, int32_t>>> many;  // (thread block, gid)
+  std::vector<Reader> pool;  // the reader lists; entries of overwritten slots are reused
+  int32_t free = -1;
   bool failed = false;
 };
 
@@ -89,44 +91,43 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
     }
   }
 
-  auto ordered_locally = [&](int x, int y, int b) { return order.ordered(x, y, b); };
+  int clock = -1;  // the clock of the step being run (LocalOrder::clock)
+  auto ordered_locally = [&](int x, int y, int b) { return order.ordered(x, y, b, clock); };
   auto other_tb = [&](int w, int g) { return w >= 0 && order.tb_of(w) != g; };  // an access by another thread block
   // the accesses of step gid of thread block g to slot a of layout v (race rule of races.py)
   auto read_slot = [&](Memory& m, long long a, int gid, int g) {
     if (!check_races) return;
     Slot& slot = m.slots[a];
-    int w = slot.writer;
-    if (other_tb(w, g) && !ordered_locally(w, gid, g)) m.failed = true;
-    if (slot.reader_tb == Slot::NO_READER || slot.reader_tb == g) {
-      slot.reader_tb = g;
-      slot.reader_gid = gid;
-    } else if (slot.reader_tb >= 0) {
-      m.many[a] = {{slot.reader_tb, slot.reader_gid}, {g, gid}};
-      slot.reader_tb = Slot::MANY_READERS;
-    } else {
-      auto& readers = m.many[a];
-      for (auto& e : readers)
-        if (e.first == g) {
-          e.second = gid;
-          return;
-        }
-      readers.push_back({g, gid});
-    }
+    if (other_tb(slot.writer, g) && !ordered_locally(slot.writer, gid, g)) m.failed = true;
+    for (int32_t k = slot.readers; k >= 0; k = m.pool[k].next)
+      if (m.pool[k].tb == g) {
+        m.pool[k].gid = gid;
+        return;
+      }
+    int32_t k = m.free;
+    if (k >= 0)
+      m.free = m.pool[k].next;
+    else
+      k = (int32_t)m.pool.size(), m.pool.push_back({});
+    m.pool[k] = Reader{g, gid, slot.readers};
+    slot.readers = k;
   };
   auto write_slot = [&](Memory& m, long long a, Value val, int gid, int g) {
     Slot& slot = m.slots[a];
     if (check_races) {
-      int w = slot.writer;
-      if (other_tb(w, g) && !ordered_locally(w, gid, g)) m.failed = true;
-      if (slot.reader_tb >= 0) {
-        if (slot.reader_tb != g && !ordered_locally(slot.reader_gid, gid, g)) m.failed = true;
-      } else if (slot.reader_tb == Slot::MANY_READERS) {
-        auto it = m.many.find(a);
-        for (auto& e : it->second)
-          if (e.first != g && !ordered_locally(e.second, gid, g)) m.failed = true;
-        m.many.erase(it);
+      if (other_tb(slot.writer, g) && !ordered_locally(slot.writer, gid, g)) m.failed = true;
+      if (slot.readers >= 0) {
+        int32_t k = slot.readers;
+        while (true) {
+          const Reader& e = m.pool[k];
+          if (e.tb != g && !ordered_locally(e.gid, gid, g)) m.failed = true;
+          if (e.next < 0) break;
+          k = e.next;
+        }
+        m.pool[k].next = m.free;  // the list goes back to the pool
+        m.free = slot.readers;
+        slot.readers = -1;
       }
-      slot.reader_tb = Slot::NO_READER;
     }
     slot.value = val;
     slot.writer = gid;
@@ -171,6 +172,7 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
         break;
       }
       if (tg >= 0 && check_races) order.on_dependency(g, i, tg, p.dep_step[gid]);
+      if (check_races) clock = order.clock(g, i);
       const int cnt = p.count[gid];
       if (f & (SENDS | RECEIVES | READS_SRC | WRITES_DST)) {  // not a nop
         Message in;
