@@ -104,11 +104,13 @@ Program encode_program(py::handle ranks, py::handle ops, py::handle buffers) {
       size_t code = 0;
       while (code < op_members.size() && op_members[code] != op.ptr()) ++code;
       if (code == op_members.size()) throw py::key_error(py::str(op).cast<std::string>());
-      p.flags.push_back(op_flags[code]);
-      p.src_buf.push_back(buffer_code(attr(st, N.src_buf).ptr()));
-      p.src_off.push_back((int32_t)int_attr(st, N.src_off));
-      p.dst_buf.push_back(buffer_code(attr(st, N.dst_buf).ptr()));
-      p.dst_off.push_back((int32_t)int_attr(st, N.dst_off));
+      const uint8_t f = op_flags[code];
+      p.flags.push_back(f);
+      const bool src = f & READS_SRC, dst = f & (READS_DST | WRITES_DST);  // the fields the step type uses
+      p.src_buf.push_back(src ? buffer_code(attr(st, N.src_buf).ptr()) : NO_BUFFER);
+      p.src_off.push_back(src ? (int32_t)int_attr(st, N.src_off) : 0);
+      p.dst_buf.push_back(dst ? buffer_code(attr(st, N.dst_buf).ptr()) : NO_BUFFER);
+      p.dst_off.push_back(dst ? (int32_t)int_attr(st, N.dst_off) : 0);
       p.count.push_back((int32_t)int_attr(st, N.count));
       py::object dep = attr(st, N.dep);
       int dep_g = -1, dep_step = -1;

@@ -36,7 +36,9 @@ struct Program {
   std::vector<int> tb_send, tb_recv, tb_channel;
   // per step gid
   std::vector<uint8_t> flags, src_buf, dst_buf, has_dep;
-  std::vector<int32_t> src_off, dst_off, count, dep_tb, dep_step;  // dep_tb: global g, -1 for none
+  // dep_tb: global g, -1 for none; the source (destination) fields only of step types
+  // that read their source (read or write their destination), else NO_BUFFER and 0
+  std::vector<int32_t> src_off, dst_off, count, dep_tb, dep_step;
   std::vector<Connection> conns;  // in the order the thread blocks first name them
 
   int num_tbs() const { return (int)tb_id.size(); }
