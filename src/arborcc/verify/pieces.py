@@ -100,8 +100,9 @@ class PieceSchedule:
     __slots__ = ("tbs", "tb_rank", "program", "fifo_ends", "key")
 
     def __init__(self, algo: Algorithm):
-        self.tbs = [tb for prog in sorted(algo.ranks, key=lambda p: p.rank) for tb in prog.threadblocks]
-        self.tb_rank = [prog.rank for prog in sorted(algo.ranks, key=lambda p: p.rank) for _ in prog.threadblocks]
+        progs = sorted(algo.ranks, key=lambda p: p.rank)
+        self.tbs = [tb for prog in progs for tb in prog.threadblocks]
+        self.tb_rank = [prog.rank for prog in progs for _ in prog.threadblocks]
         self.program = encoded_program(algo)
         self.fifo_ends = tuple(self.program.connections)
         self.key = (algo.protocol, self.program.pieces_key())
