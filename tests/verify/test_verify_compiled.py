@@ -237,3 +237,27 @@ def test_an_algorithm_changed_in_place_is_verified_as_it_is_now():
         step = next(st_ for prog in algo.ranks for tb in prog.threadblocks for st_ in tb.steps if st_.op is Op.RECV)
         step.dst_off = (step.dst_off + 1) % algo.ranks[0].output_chunks
         assert not verify_algorithm(algo).ok
+
+
+def test_numbers_of_any_size_are_verified_as_the_python_passes_do():
+    """Thread block ids and channels may be any integers; a count, offset or buffer size
+    beyond 32 bits leaves the structure rules and the proof to the Python passes."""
+    from arborcc.verify import verify_algorithm
+
+    big = 10**30
+    algo = private(ring_allreduce(3))
+    for prog in algo.ranks:
+        for tb in prog.threadblocks:
+            tb.id += big
+            tb.channel += big
+            for st_ in tb.steps:
+                if st_.dep is not None:
+                    st_.dep = Dependency(st_.dep.tb + big, st_.dep.step)
+    assert encoded_program(algo).clamped is False
+    assert verify_algorithm(algo).ok
+    compiled, python = check_structure(algo), check_structure(algo, compiled=False)
+    assert (compiled.violations, compiled.notes) == (python.violations, python.notes) == ([], [])
+    algo.ranks[0].threadblocks[0].steps[0].count = big
+    assert encoded_program(algo).clamped
+    report = verify_algorithm(algo)
+    assert not report.ok and report.violations[0].kind == "bounds"

@@ -34,14 +34,16 @@ def prove_layouts(algo: Algorithm, mms: list[MemoryMap], slots: int, check_races
     """Per memory layout of ``mms``: is the symbolic run on it (with ``slots`` FIFO slots
     per connection) free of every violation, its postcondition met where the collective
     has one? And the steps the run took (all of them when any layout is proved).
-    Layouts of more than :data:`SLOTS_PER_STEP` slots per step (and 65,536) are not
-    tried (not proved).
+    Layouts of more than :data:`SLOTS_PER_STEP` slots per step (and 65,536), and
+    programs with numbers beyond 32 bits, are not tried (not proved).
 
     Assumes :func:`arborcc.verify.structure.check_structure` found nothing fatal."""
     program = encoded_program(algo)
     most = SLOTS_PER_STEP * program.num_steps + (1 << 16)
+    if program.clamped or any(mm.total > most for mm in mms):  # numbers beyond 32 bits, or big buffers
+        return [False] * len(mms), 0
     layouts = [_layout_arrays(algo, mm) for mm in mms]
-    if any(lay is None for lay in layouts) or any(mm.total > most for mm in mms):
+    if any(lay is None for lay in layouts):
         return [False] * len(mms), 0
     proved, steps = native.prove_layouts(program, algo.num_ranks, layouts, slots, check_races)
     return proved, steps

@@ -53,7 +53,8 @@ def check_structure(algo: Algorithm, max_per_kind: int = 20, compiled: bool = Tr
     The rules over every rank, thread block and step are first asked of their compiled
     form (``compiled``: ``check_structure_rules`` in ``verify/csrc/structure.cpp``,
     which says only whether they hold); when they do not, or the program cannot be
-    encoded, the Python rules below run and say what is wrong."""
+    encoded exactly (numbers beyond 32 bits), the Python rules below run and say what
+    is wrong."""
     res = StructureResult()
     n = algo.num_ranks
     if algo.collective not in COLLECTIVES:
@@ -84,8 +85,9 @@ def check_structure(algo: Algorithm, max_per_kind: int = 20, compiled: bool = Tr
         return res
     if compiled:
         try:
-            clean, unwaited = native.check_structure_rules(encoded_program(algo), n)
-        except (KeyError, TypeError, ValueError, AttributeError):  # not encodable: the rules below say why
+            program = encoded_program(algo)
+            clean, unwaited = native.check_structure_rules(program, n) if not program.clamped else (False, 0)
+        except (KeyError, TypeError, AttributeError):  # not encodable: the rules below say why
             clean = False
         if clean:
             res.cuts = None

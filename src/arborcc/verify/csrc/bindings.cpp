@@ -48,9 +48,11 @@ PYBIND11_MODULE(native, m) {
   py::class_<Program>(m, "Program")
       .def_property_readonly("num_threadblocks", &Program::num_tbs)
       .def_property_readonly("num_steps", &Program::num_steps)
+      .def_readonly("clamped", &Program::clamped, "a size, count, offset or dependency step was clamped to 32 bits")
       .def_property_readonly("connections", [](const Program& p) {
         py::list out;
-        for (const Connection& c : p.conns) out.append(py::make_tuple(c.src, c.dst, c.channel, c.sender, c.receiver));
+        for (const Connection& c : p.conns)
+          out.append(py::make_tuple(c.src, c.dst, p.channels[c.channel], c.sender, c.receiver));
         return out;
       }, "per connection: (sender rank, receiver rank, channel, sending thread block, receiving thread block)")
       .def_property_readonly("recv_connection", [](const Program& p) { return p.recv_conn; })

@@ -3,9 +3,10 @@
 
 #include "program.hpp"
 
+#include <climits>
 #include <map>
+#include <string>
 #include <tuple>
-#include <unordered_map>
 
 namespace verify {
 
@@ -28,14 +29,28 @@ py::object attr(py::handle obj, PyObject* key) {
   return py::reinterpret_steal<py::object>(v);
 }
 
-long int_attr(py::handle obj, PyObject* key) {
+// A number of 32 bits; one outside is clamped and `clamped` set (ValueError without it).
+long int_attr(py::handle obj, PyObject* key, bool* clamped = nullptr) {
   PyObject* v = PyObject_GetAttr(obj.ptr(), key);
   if (!v) throw py::error_already_set();
-  long x = PyLong_AsLong(v);
+  int overflow = 0;
+  long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
   Py_DECREF(v);
   if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
-  if (x < INT32_MIN || x > INT32_MAX) throw py::value_error("a number outside 32 bits");
-  return x;
+  if (!overflow && x >= INT32_MIN && x <= INT32_MAX) return (long)x;
+  if (!clamped) throw py::value_error("a number outside 32 bits");
+  *clamped = true;
+  return overflow < 0 || x < 0 ? INT32_MIN : INT32_MAX;
+}
+
+// A number clamped to [lo, hi] (peers: anything outside the ranks is not a rank).
+long long clamped_attr(py::handle obj, PyObject* key, long long lo, long long hi) {
+  py::object v = attr(obj, key);
+  int overflow = 0;
+  long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow) return overflow > 0 ? hi : lo;
+  return x < lo ? lo : x > hi ? hi : x;
 }
 
 }  // namespace
@@ -70,16 +85,37 @@ Program encode_program(py::handle ranks, py::handle ops, py::handle buffers) {
     return it->second;
   };
   std::vector<py::object> tb_objects;
+  std::vector<py::dict> ids_by_rank;  // per rank position: thread block id -> g (the last of a repeated id)
+  py::dict channel_codes;
+  py::int_ zero(0);
   for (py::handle prog : ranks) {
     int r = (int)int_attr(prog, N.rank);
     p.rank_first_tb.push_back(p.num_tbs());
     p.rank_id.push_back(r);
-    for (PyObject* size : {N.input_chunks, N.output_chunks, N.scratch_chunks}) p.rank_sizes.push_back(int_attr(prog, size));
+    for (PyObject* size : {N.input_chunks, N.output_chunks, N.scratch_chunks}) {
+      const long long chunks = clamped_attr(prog, size, INT32_MIN, INT32_MAX);
+      p.clamped |= chunks == INT32_MIN || chunks == INT32_MAX;
+      p.rank_sizes.push_back(chunks);
+    }
+    py::dict ids;
     for (py::handle tb : attr(prog, N.threadblocks)) {
       int g = p.num_tbs();
       p.tb_rank_pos.push_back((int)p.rank_id.size() - 1);
-      p.tb_id.push_back((int)int_attr(tb, N.id));
-      int send = (int)int_attr(tb, N.send), recv = (int)int_attr(tb, N.recv), ch = (int)int_attr(tb, N.channel);
+      py::object id = attr(tb, N.id);
+      const int negative = PyObject_RichCompareBool(id.ptr(), zero.ptr(), Py_LT), repeated = ids.contains(id);
+      if (negative < 0) throw py::error_already_set();
+      p.tb_id_bad.push_back(negative || repeated);
+      ids[id] = g;
+      const int send = (int)clamped_attr(tb, N.send, INT32_MIN, INT32_MAX);
+      const int recv = (int)clamped_attr(tb, N.recv, INT32_MIN, INT32_MAX);
+      py::object channel = attr(tb, N.channel);
+      if (!channel_codes.contains(channel)) {
+        channel_codes[channel] = py::int_(p.channels.size());
+        p.channels.push_back(channel);
+      }
+      const int ch = channel_codes[channel].cast<int>();
+      const int channel_negative = PyObject_RichCompareBool(channel.ptr(), zero.ptr(), Py_LT);
+      if (channel_negative < 0) throw py::error_already_set();
       int sc = -1, rc = -1;
       if (send >= 0) p.conns[sc = connection(r, send, ch)].sender = g;
       if (recv >= 0) p.conns[rc = connection(recv, r, ch)].receiver = g;
@@ -88,17 +124,14 @@ Program encode_program(py::handle ranks, py::handle ops, py::handle buffers) {
       p.tb_send.push_back(send);
       p.tb_recv.push_back(recv);
       p.tb_channel.push_back(ch);
+      p.tb_channel_negative.push_back(channel_negative);
       tb_objects.push_back(py::reinterpret_borrow<py::object>(tb));
     }
+    ids_by_rank.push_back(ids);
   }
   p.rank_first_tb.push_back(p.num_tbs());
-  // per rank position: thread block id -> g (the last of a repeated id, as a dict would),
-  // built when a step of the rank first waits
-  std::vector<std::unordered_map<int, int>> ids_by_rank(p.rank_id.size());
-  std::vector<char> have_ids(p.rank_id.size(), 0);
   for (int g = 0; g < p.num_tbs(); ++g) {
-    int pos = p.tb_rank_pos[g];
-    std::unordered_map<int, int>& ids = ids_by_rank[pos];
+    const py::dict& ids = ids_by_rank[p.tb_rank_pos[g]];
     for (py::handle st : attr(tb_objects[g], N.steps)) {
       py::object op = attr(st, N.op);
       size_t code = 0;
@@ -108,22 +141,21 @@ Program encode_program(py::handle ranks, py::handle ops, py::handle buffers) {
       p.flags.push_back(f);
       const bool src = f & READS_SRC, dst = f & (READS_DST | WRITES_DST);  // the fields the step type uses
       p.src_buf.push_back(src ? buffer_code(attr(st, N.src_buf).ptr()) : NO_BUFFER);
-      p.src_off.push_back(src ? (int32_t)int_attr(st, N.src_off) : 0);
+      p.src_off.push_back(src ? (int32_t)int_attr(st, N.src_off, &p.clamped) : 0);
       p.dst_buf.push_back(dst ? buffer_code(attr(st, N.dst_buf).ptr()) : NO_BUFFER);
-      p.dst_off.push_back(dst ? (int32_t)int_attr(st, N.dst_off) : 0);
-      p.count.push_back((int32_t)int_attr(st, N.count));
+      p.dst_off.push_back(dst ? (int32_t)int_attr(st, N.dst_off, &p.clamped) : 0);
+      p.count.push_back((int32_t)int_attr(st, N.count, &p.clamped));
       py::object dep = attr(st, N.dep);
       int dep_g = -1, dep_step = -1;
       if (!dep.is_none()) {
-        if (!have_ids[pos]) {
-          for (int h = p.rank_first_tb[pos]; h < p.rank_first_tb[pos + 1]; ++h) ids[p.tb_id[h]] = h;
-          have_ids[pos] = 1;
+        py::object dep_id = attr(dep, N.tb);
+        PyObject* target = PyDict_GetItemWithError(ids.ptr(), dep_id.ptr());  // borrowed
+        if (!target) {
+          if (PyErr_Occurred()) throw py::error_already_set();
+          throw py::key_error(py::str(dep_id).cast<std::string>());
         }
-        int dep_id = (int)int_attr(dep, N.tb);
-        auto it = ids.find(dep_id);
-        if (it == ids.end()) throw py::key_error(std::to_string(dep_id));
-        dep_g = it->second;
-        dep_step = (int)int_attr(dep, N.step);
+        dep_g = (int)PyLong_AsLong(target);
+        dep_step = (int)int_attr(dep, N.step, &p.clamped);
       }
       p.dep_tb.push_back(dep_g);
       p.dep_step.push_back(dep_step);

@@ -12,7 +12,6 @@
 #include <map>
 #include <set>
 #include <tuple>
-#include <unordered_set>
 
 namespace verify {
 
@@ -26,28 +25,26 @@ StructureAnswer check_structure_rules(const Program& p, int num_ranks) {
     const int r = p.rank_id[pos];
     const long long* sizes = &p.rank_sizes[3 * pos];
     for (int b = 0; b < 3; ++b) dirty |= sizes[b] < 0;  // negative chunk count
-    std::unordered_set<int> ids;
-    std::set<std::pair<int, int>> waited;  // (thread block, step) some step waits on
+    std::set<std::pair<int, int>> waited;  // (thread block g, step) some step waits on
     std::vector<std::pair<int, int>> signalling;
-    for (int g = p.rank_first_tb[pos]; g < p.rank_first_tb[pos + 1]; ++g) {
-      dirty |= !ids.insert(p.tb_id[g]).second || p.tb_id[g] < 0;  // id used twice, negative id
-    }
+    for (int g = p.rank_first_tb[pos]; g < p.rank_first_tb[pos + 1]; ++g)
+      dirty |= p.tb_id_bad[g];  // id used twice, negative id
     for (int g = p.rank_first_tb[pos]; g < p.rank_first_tb[pos + 1]; ++g) {
       const int send = p.tb_send[g], recv = p.tb_recv[g], ch = p.tb_channel[g];
       for (int peer : {send, recv}) dirty |= peer == r || peer < -1 || peer >= num_ranks;  // peer not a rank
-      dirty |= ch < 0 && (send >= 0 || recv >= 0);  // negative channel
+      dirty |= p.tb_channel_negative[g] && (send >= 0 || recv >= 0);  // negative channel
       if (send >= 0 && send != r) ++senders[{r, send, ch}];
       if (recv >= 0 && recv != r) ++receivers[{recv, r, ch}];
       long long nsend = 0, nrecv = 0;
       for (int gid = p.tb_base[g]; gid < p.tb_base[g + 1]; ++gid) {
         const int i = gid - p.tb_base[g];
         const uint8_t f = p.flags[gid];
-        if (p.has_dep[gid]) signalling.push_back({p.tb_id[g], i});
+        if (p.has_dep[gid]) signalling.push_back({g, i});
         const int tg = p.dep_tb[gid];
         if (tg >= 0) {  // a dependency: on another thread block's signalling step that is not a nop
           const int k = p.dep_step[gid];
           const bool in_range = 0 <= k && k < p.tb_base[tg + 1] - p.tb_base[tg];
-          if (in_range) waited.insert({p.tb_id[tg], k});
+          if (in_range) waited.insert({tg, k});
           dirty |= tg == g || !in_range || !p.has_dep[p.tb_base[tg] + k] || p.flags[p.tb_base[tg] + k] == 0;
         }
         if (f & SENDS) ++nsend, dirty |= send < 0;     // sends without a send peer
