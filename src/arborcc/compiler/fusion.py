@@ -72,7 +72,6 @@ def fuse_instructions(t: InstrTable, dag: Dag, significant: set[int], manual: bo
     kind, ch, msg_in, msg_out, lane = t.kind, t.ch, t.msg_in, t.msg_out, t.lane
     sbuf, soff, dbuf, doff, speer, sendtb, alive = t.sbuf, t.soff, t.dbuf, t.doff, t.speer, t.sendtb, t.alive
     readers = dag.readers
-    final: set[int] | None = None  # dag.final_writers(), once needed
     # channel hints only matter when they differ; then whole chains must agree
     chans = _Channels(ch) if len(set(ch)) > 1 else None
     forwards = dag.forwards
@@ -99,9 +98,7 @@ def fuse_instructions(t: InstrTable, dag: Dag, significant: set[int], manual: bo
         elif dbuf[r] not in significant:
             kind[r] = RRS  # the reduced value is only forwarded
         else:  # ... and the slot's final value does not matter unless it stays there
-            if final is None:
-                final = dag.final_writers()
-            kind[r] = RRCS if r in final else RRS
+            kind[r] = RRCS if r in dag.final else RRS
         speer[r] = speer[s]
         sendtb[r] = sendtb[s]
         if ch[r] == -1:  # keep every hint of a chain on some member (they all agree)
