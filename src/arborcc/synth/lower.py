@@ -27,7 +27,7 @@ from arborcc.errors import SynthesisError
 from arborcc.ir.limits import DIALECTS, MAX_CHANNELS
 from arborcc.ir.memo import CallMemo
 from arborcc.ir.model import Algorithm, Buffer
-from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, chunk
+from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, chunk, current_program
 from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
 from arborcc.synth.trees import Tree
 from arborcc.topology.model import DeviceKind, Topology
@@ -508,16 +508,18 @@ def finish(prog: Program, topology: Topology, channels: ChannelMap, chunks: int,
 
 def local_copy(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int) -> None:
     """Copy ``size`` chunks within a rank, in transfers of at most MAX_COUNT chunks."""
-    for first, n in transfer_pieces(0, size):
-        chunk(rank, src[0], src[1] + first, n).copy(rank, dst[0], dst[1] + first)
+    current_program().trace_copies([(rank, src[0], src[1] + first, rank, dst[0], dst[1] + first, n, -1)
+                                    for first, n in transfer_pieces(0, size)])
 
 
 def broadcast_block(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int,
                      channels: ChannelMap, tree: int = 0) -> None:
     """Copy ``size`` chunks at ``src`` of the root down the tree into ``dst`` of every rank."""
-    for parent, child, ch in channels.down_tree(root, kids, tree):
-        buf, i = src if parent == root else dst
-        chunk(parent, buf, i, size).copy(child, dst[0], dst[1], ch=ch)
+    sb, si = src
+    db, di = dst
+    current_program().trace_copies([(parent, sb, si, child, db, di, size, ch) if parent == root
+                                    else (parent, db, di, child, db, di, size, ch)
+                                    for parent, child, ch in channels.down_tree(root, kids, tree)])
 
 
 def reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc: Buffer,
