@@ -43,7 +43,7 @@ from arborcc.lang.buffers import (
 )
 from arborcc.lang.collectives import Collective
 from arborcc.lang.directives import ThreadblockPolicy, parse_policy, parse_protocol
-from arborcc.lang.ref import Ref, too_many_operations
+from arborcc.lang.ref import Ref, record_operation
 from arborcc.lang.routes import Connectivity
 from arborcc.lang.values import ReduceChunk
 from arborcc.lang.where import PACKAGE_DIR, format_location, program_error, user_location
@@ -327,7 +327,7 @@ class Program:
         f = _getframe(1)
         name = f.f_code.co_filename
         where = self.where if name.startswith(PACKAGE_DIR) else (name, f.f_lineno)
-        ops, all_seqs, nr, lanes = self.ops, self._seqs, self.num_ranks, self._lanes
+        all_seqs, nr, lanes = self._seqs, self.num_ranks, self._lanes
         named, meant, shift = self._alias_named, self._alias_meant, self._alias_shift
         by_source = self.copy_index_by_source
         simple = self._alias is None
@@ -354,14 +354,7 @@ class Program:
                     or (connected is not None and connected(sr, dr))):
                 self._copy_as_written(*copy)
                 continue
-            ops.append((T.COPY, sr, scode, s, dr, dcode, d, n, -1, -1, ch, lanes, where))
-            seq = len(ops)
-            if seq > self.max_ops:
-                raise too_many_operations(self)
-            if n == 1:
-                dst_seqs[d] = seq
-            else:
-                dst_seqs[d:d + n] = [seq] * n
+            record_operation(self, (T.COPY, sr, scode, s, dr, dcode, d, n, -1, -1, ch, lanes, where), dst_seqs, d, n)
 
     def _copy_as_written(self, sr, sbuf, si, dr, dbuf, di, n, ch) -> None:
         """One copy of :meth:`trace_copies` the way the DSL's verbs do it."""
