@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include "dag.hpp"
+#include "instructions.hpp"
 #include "order.hpp"
 #include "pyints.hpp"
 
@@ -36,7 +37,7 @@ py::object optional_list(const std::optional<Ints>& v) { return v ? py::object(t
 
 PYBIND11_MODULE(native, m) {
   using namespace compiler;
-  m.doc() = "arborcc's compiler passes over every instruction (C++): the DAG scan and the FIFO-order repair";
+  m.doc() = "arborcc's compiler passes over every instruction (C++): instruction generation, the DAG scan and the FIFO-order repair";
 
   m.attr("SAFE_SLOTS") = SAFE_SLOTS;
 
@@ -46,6 +47,32 @@ PYBIND11_MODULE(native, m) {
         if (i >= r.size()) throw py::index_error();
         return py::tuple(to_tuple(r.begin(i), r.end(i), py::tuple().ptr()));
       });
+
+  m.def(
+      "lower_direct",
+      [](py::handle ops, py::handle region_offset) {
+        PyObject* list = ops.ptr();
+        if (!PyList_Check(list)) throw py::type_error("lower_direct needs the list of traced operations");
+        std::vector<TracedOp> traced((size_t)PyList_GET_SIZE(list));
+        for (size_t i = 0; i < traced.size(); ++i) {
+          PyObject* op = PyList_GET_ITEM(list, (Py_ssize_t)i);
+          if (!PyTuple_Check(op) || PyTuple_GET_SIZE(op) < 11) throw py::type_error("a traced operation is a tuple");
+          int64_t f[11];
+          for (Py_ssize_t k = 0; k < 11; ++k) {
+            f[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(op, k));
+            if (f[k] == -1 && PyErr_Occurred()) throw py::error_already_set();
+          }
+          traced[i] = TracedOp{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]};
+        }
+        std::vector<Ints> regions;
+        for (py::handle r : region_offset) regions.push_back(to_ints(r));
+        std::vector<Ints> col = lower_direct(traced, regions);
+        py::list out;
+        for (size_t k = 0; k < col.size(); ++k) out.append(k == OP ? py::object(to_array(col[k])) : py::object(to_list(col[k])));
+        return out;
+      },
+      "the instruction columns (rank, kind, sbuf, soff, dbuf, doff, cnt, speer, rpeer, ch, sendtb, recvtb, op as "
+      "an int64 array, msg_in, msg_out) of traced operations without parallelize or instances");
 
   m.def(
       "scan_dependencies",

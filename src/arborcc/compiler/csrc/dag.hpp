@@ -3,12 +3,10 @@
 // reverse dependency depths (GC3 section 5.2, step 3).
 #pragma once
 
+#include "instructions.hpp"
 #include "pyints.hpp"
 
 namespace compiler {
-
-// instruction kinds, as arborcc.compiler.instructions numbers them
-enum Kind : int64_t { SEND = 0, RECV = 1, RRC = 2, CPY = 3, RE = 4 };
 
 struct InstrColumns {  // what the scan reads of the instruction table (offsets in chunks)
   Ints rank, kind, sbuf, dbuf, soff, doff, cnt, msg_in;
