@@ -5,7 +5,11 @@
 
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
+#include <string>
+
 #include "dag.hpp"
+#include "fusion.hpp"
 #include "instructions.hpp"
 #include "order.hpp"
 #include "pyints.hpp"
@@ -92,6 +96,42 @@ PYBIND11_MODULE(native, m) {
       },
       "the DAG scan: (predecessor tuples, PredRows, depths, readers, forwards, final writers, multi_forwards); "
       "sizes = flat [rank * 3 + IR buffer] chunk counts");
+
+  m.def(
+      "fuse_instructions",
+      [](py::object t, py::dict forwards, py::handle readers, py::handle rdepth, py::handle final,
+         py::handle significant, bool manual) {
+        FusionColumns c;
+        const char* names[] = {"kind", "ch", "msg_in", "msg_out", "lane", "sbuf", "soff", "dbuf", "speer",
+                               "sendtb", "recvtb", "doff", "alive"};
+        Ints* cols[] = {&c.kind, &c.ch, &c.msg_in, &c.msg_out, &c.lane, &c.sbuf, &c.soff, &c.dbuf, &c.speer,
+                        &c.sendtb, &c.recvtb, &c.doff, &c.alive};
+        for (size_t k = 0; k < 13; ++k) *cols[k] = to_ints(t.attr(names[k]));
+        const size_t n = c.kind.size();
+        FusionInput in;
+        for (auto item : forwards) {
+          in.forwarded.push_back(py::cast<int64_t>(item.first));
+          in.forwards.push_back(to_ints(item.second));
+        }
+        in.readers = to_ints(readers);
+        if (!rdepth.is_none()) in.rdepth = to_ints(rdepth);
+        in.final = to_flags(final, n);
+        in.significant = to_flags(significant, 3);
+        in.manual = manual;
+        Ints rep;
+        std::vector<Fused> fused = fuse_instructions(c, in, rep);
+        py::dict fusions = t.attr("fusions");
+        for (const Fused& f : fused)
+          fusions[py::int_(f.recv)] = py::make_tuple(f.send, f.kind, f.sbuf, f.soff, f.sendtb, f.ch);
+        for (const char* name : {"kind", "sbuf", "soff", "speer", "sendtb", "ch", "msg_out", "msg_in"}) {
+          const size_t k = std::find_if(std::begin(names), std::end(names),
+                                        [&](const char* x) { return std::string(x) == name; }) - std::begin(names);
+          t.attr(name) = to_list(*cols[k]);
+        }
+        t.attr("alive") = to_bool_list(c.alive);
+        return to_list(rep);
+      },
+      "fuse in place (the table's columns replaced, its fusions filled); returns the alias map");
 
   m.def(
       "reverse_depths",

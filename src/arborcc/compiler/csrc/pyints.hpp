@@ -57,6 +57,28 @@ inline py::list to_list(const int64_t* data, size_t n) {
 
 inline py::list to_list(const Ints& v) { return to_list(v.data(), v.size()); }
 
+// A list of Python bools.
+inline py::list to_bool_list(const Ints& v) {
+  PyObject* out = PyList_New((Py_ssize_t)v.size());
+  if (!out) throw py::error_already_set();
+  for (size_t i = 0; i < v.size(); ++i) {
+    PyObject* b = v[i] ? Py_True : Py_False;
+    Py_INCREF(b);
+    PyList_SET_ITEM(out, (Py_ssize_t)i, b);
+  }
+  return py::reinterpret_steal<py::list>(out);
+}
+
+// flags[i] for every int i of an iterable (a set of instructions or buffers), size n
+inline std::vector<char> to_flags(py::handle iterable, size_t n) {
+  std::vector<char> flags(n, 0);
+  for (py::handle x : iterable) {
+    const int64_t i = py::cast<int64_t>(x);
+    if (i >= 0 && (size_t)i < n) flags[(size_t)i] = 1;
+  }
+  return flags;
+}
+
 // An int64 array (a copy).
 inline py::array_t<int64_t> to_array(const Ints& v) {
   py::array_t<int64_t> out((py::ssize_t)v.size());
