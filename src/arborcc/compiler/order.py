@@ -53,22 +53,9 @@ SAFE_SLOTS = native.SAFE_SLOTS
 
 
 def global_order(t: InstrTable, depth: list[int], rdepth: list[int] | None) -> list[int]:
-    """Alive instructions in priority order."""
-    alive = np.fromiter(t.alive, dtype=bool, count=len(t))
-    idx = np.flatnonzero(alive)
-    d = np.fromiter(depth, dtype=np.int64, count=len(t))[idx]
-    rd = (np.zeros(len(idx), dtype=np.int64) if rdepth is None
-          else np.fromiter(rdepth, dtype=np.int64, count=len(t))[idx])
-    # one packed key (depth, -rdepth, index) sorts faster than three
-    bits_i = max(int(len(t)).bit_length(), 1)
-    span = int(rd.max()) + 1 if len(rd) else 1
-    bits_r = max(span.bit_length(), 1)
-    if len(idx) and int(d.max()).bit_length() + bits_r + bits_i <= 62:
-        key = (d << (bits_r + bits_i)) | ((span - 1 - rd) << bits_i) | idx
-        order = np.argsort(key, kind="stable")
-    else:
-        order = np.lexsort((idx, -rd, d))
-    return idx[order].tolist()
+    """Alive instructions in priority order: by dependency depth, then reverse dependency
+    depth (more hops ahead first), then program order (compiled code, order.cpp)."""
+    return native.global_order(t.alive, depth, rdepth)
 
 
 def _messages(t: InstrTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

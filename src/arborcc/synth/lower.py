@@ -301,16 +301,27 @@ def tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
 def _tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
     """:func:`tree_colours`, computed."""
     colour: list[int] = []
-    users: dict[tuple[int, int], set[int]] = {}
+    used: dict[tuple[int, int], set[int]] = {}  # per rank pair, the channels of its trees so far
     pairs_of: dict[int, set[tuple[int, int]]] = {}  # a tree's copies are the same object
     for t in trees:
         pairs = pairs_of.get(id(t))
         if pairs is None:
             pairs = pairs_of[id(t)] = tree_pairs(topology, t, both_ways=True)
-        taken = {colour[u] for p in pairs for u in users.get(p, ())}
-        colour.append(next(k for k in range(len(trees) + 1) if k not in taken))
+        taken: set[int] = set()
         for p in pairs:
-            users.setdefault(p, set()).add(len(colour) - 1)
+            on_pair = used.get(p)
+            if on_pair:
+                taken |= on_pair
+        c = 0
+        while c in taken:
+            c += 1
+        colour.append(c)
+        for p in pairs:
+            on_pair = used.get(p)
+            if on_pair is None:
+                used[p] = {c}
+            else:
+                on_pair.add(c)
     return colour
 
 

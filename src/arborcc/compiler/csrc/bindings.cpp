@@ -142,6 +142,13 @@ PYBIND11_MODULE(native, m) {
       "longest path from each instruction to the end (fused DAG when rep is not None)");
 
   m.def(
+      "global_order",
+      [](py::handle alive, py::handle depth, py::handle rdepth) {
+        return to_list(global_order(to_ints(alive), to_ints(depth), rdepth.is_none() ? Ints() : to_ints(rdepth)));
+      },
+      "the alive instructions by depth, then reverse depth (larger first), then index");
+
+  m.def(
       "fifo_consistent",
       [](py::handle rank, py::handle lane, py::handle msg_in, py::handle msg_out, py::handle alive, py::handle order) {
         return fifo_consistent(links(rank, lane, msg_in, msg_out, alive), to_ints(order));

@@ -39,6 +39,19 @@ Messages messages(const InstrLinks& t) {
   return m;
 }
 
+Ints global_order(const Ints& alive, const Ints& depth, const Ints& rdepth) {
+  Ints order;
+  for (size_t i = 0; i < alive.size(); ++i)
+    if (alive[i]) order.push_back((int64_t)i);
+  auto rd = [&](int64_t i) { return rdepth.empty() ? 0 : rdepth[(size_t)i]; };
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    if (depth[(size_t)a] != depth[(size_t)b]) return depth[(size_t)a] < depth[(size_t)b];
+    if (rd(a) != rd(b)) return rd(a) > rd(b);
+    return a < b;
+  });
+  return order;
+}
+
 bool fifo_consistent(const InstrLinks& t, const Ints& order) {
   const Messages m = messages(t);
   Ints pos(t.rank.size(), -1);

@@ -23,6 +23,10 @@ struct Messages {  // every alive sender's message, and its pair (sender, receiv
 
 Messages messages(const InstrLinks& t);
 
+// The alive instructions sorted by dependency depth, then reverse depth (larger first;
+// rdepth may be empty: all zero), then index: GC3's priority order.
+Ints global_order(const Ints& alive, const Ints& depth, const Ints& rdepth);
+
 bool fifo_consistent(const InstrLinks& t, const Ints& order);
 bool slot_safe(const InstrLinks& t, const Ints& order, int64_t slots);
 
