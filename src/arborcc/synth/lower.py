@@ -519,18 +519,27 @@ def finish(prog: Program, topology: Topology, channels: ChannelMap, chunks: int,
 
 def local_copy(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int) -> None:
     """Copy ``size`` chunks within a rank, in transfers of at most MAX_COUNT chunks."""
-    current_program().trace_copies([(rank, src[0], src[1] + first, rank, dst[0], dst[1] + first, n, -1)
-                                    for first, n in transfer_pieces(0, size)])
+    current_program().trace_copies(local_copies(rank, src, dst, size))
+
+
+def local_copies(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int) -> list[tuple]:
+    """:func:`local_copy`'s copies, as :meth:`arborcc.lang.Program.trace_copies` takes them."""
+    return [(rank, src[0], src[1] + first, rank, dst[0], dst[1] + first, n, -1) for first, n in transfer_pieces(0, size)]
 
 
 def broadcast_block(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int,
                      channels: ChannelMap, tree: int = 0) -> None:
     """Copy ``size`` chunks at ``src`` of the root down the tree into ``dst`` of every rank."""
+    current_program().trace_copies(broadcast_copies(root, kids, src, dst, size, channels, tree))
+
+
+def broadcast_copies(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int,
+                     channels: ChannelMap, tree: int = 0) -> list[tuple]:
+    """:func:`broadcast_block`'s copies, as :meth:`arborcc.lang.Program.trace_copies` takes them."""
     sb, si = src
     db, di = dst
-    current_program().trace_copies([(parent, sb, si, child, db, di, size, ch) if parent == root
-                                    else (parent, db, di, child, db, di, size, ch)
-                                    for parent, child, ch in channels.down_tree(root, kids, tree)])
+    return [(parent, sb, si, child, db, di, size, ch) if parent == root else (parent, db, di, child, db, di, size, ch)
+            for parent, child, ch in channels.down_tree(root, kids, tree)]
 
 
 def reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc: Buffer,
@@ -644,13 +653,15 @@ def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     root_counts: dict[int, list[int]] = {}
     for t, c in zip(trees, counts):
         root_counts.setdefault(index[t.root], []).append(c)
+    copies = []
+    for r in range(topology.num_ranks):
+        for start, size in round_ranges(root_counts[r], rounds):
+            copies += local_copies(r, (INPUT, start), (OUTPUT, r * chunks + start), size)
+    for r, kids, start, size, t in blocks:
+        at = (OUTPUT, r * chunks + start)
+        copies += broadcast_copies(r, kids, at, at, size, channels, t)
     with lowering_program(name, AllGather(topology.num_ranks, chunks), topology, channels, fuse) as prog:
-        for r in range(topology.num_ranks):
-            for start, size in round_ranges(root_counts[r], rounds):
-                local_copy(r, (INPUT, start), (OUTPUT, r * chunks + start), size)
-        for r, kids, start, size, t in blocks:
-            at = (OUTPUT, r * chunks + start)
-            broadcast_block(r, kids, at, at, size, channels, t)
+        prog.trace_copies(copies)
     return finish(prog, topology, channels, chunks)
 
 
