@@ -45,12 +45,7 @@ PYBIND11_MODULE(native, m) {
 
   m.attr("SAFE_SLOTS") = SAFE_SLOTS;
 
-  py::class_<Rows>(m, "PredRows", "per instruction, its same-rank predecessors (compressed rows)")
-      .def("__len__", &Rows::size)
-      .def("__getitem__", [](const Rows& r, size_t i) {
-        if (i >= r.size()) throw py::index_error();
-        return py::tuple(to_tuple(r.begin(i), r.end(i), py::tuple().ptr()));
-      });
+  py::class_<Rows>(m, "PredRows", "per instruction, its same-rank predecessors (compressed rows), for the passes here");
 
   m.def(
       "lower_direct",
