@@ -116,4 +116,4 @@ def test_atom_scan_matches_the_chunk_by_chunk_scan(program):
     assert dag.depth == depth
     assert dag.readers == readers
     assert dag.forwards == forwards
-    assert dag.final_writers() == final
+    assert dag.final == final

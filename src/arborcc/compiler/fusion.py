@@ -28,89 +28,27 @@ References:
 
 from __future__ import annotations
 
+import arborcc.compiler.native as native
 from arborcc.compiler.dag import Dag, reverse_depths
-from arborcc.compiler.instructions import RCS, RECV, RRCS, RRS, InstrTable
-
-
-class _Channels:
-    """Union-find over messages (named by their send instruction) with a channel hint."""
-
-    def __init__(self, hints: list[int]) -> None:
-        self.parent = list(range(len(hints)))
-        self.hint = list(hints)  #: valid at roots
-
-    def find(self, m: int) -> int:
-        parent = self.parent
-        root = m
-        while parent[root] != root:
-            root = parent[root]
-        while parent[m] != root:
-            parent[m], m = root, parent[m]
-        return root
-
-    def join(self, a: int, b: int) -> bool:
-        ha, hb = self.hint[a], self.hint[b]
-        if ha != -1 and hb != -1 and ha != hb:
-            return False
-        self.parent[b] = a
-        self.hint[a] = ha if ha != -1 else hb
-        return True
+from arborcc.compiler.instructions import InstrTable
 
 
 def fuse_instructions(t: InstrTable, dag: Dag, significant: set[int], manual: bool) -> list[int]:
     """Fuse in place; returns the alias map: ``alias[i]`` is the instruction that now does
     what ``i`` did (``i`` itself unless ``i`` was a send fused into a receive).
 
-    ``significant``: IR buffers whose final contents are the collective's result.
+    ``significant``: IR buffers whose final contents are the collective's result. The
+    pass runs in compiled code (``arborcc.compiler.native``, csrc/fusion.cpp): receives
+    in the DAG's order (by index when channel hints differ), each fused with its
+    forwarding send on the longest path to the end, the table's columns rewritten and
+    ``t.fusions`` filled.
     """
-    rep = list(range(len(t)))
     if not dag.forwards:
-        return rep
+        return list(range(len(t)))
     rdepth = dag.rdepth
     if rdepth is None and dag.multi_forwards:
         rdepth = reverse_depths(t, dag)
-    kind, ch, msg_in, msg_out, lane = t.kind, t.ch, t.msg_in, t.msg_out, t.lane
-    sbuf, soff, dbuf, doff, speer, sendtb, alive = t.sbuf, t.soff, t.dbuf, t.doff, t.speer, t.sendtb, t.alive
-    readers = dag.readers
-    final: set[int] | None = None  # dag.final_writers(), once needed
-    # channel hints only matter when they differ; then whole chains must agree
-    chans = _Channels(ch) if len(set(ch)) > 1 else None
-    forwards = dag.forwards
-    fusions = t.fusions
-    for r, sends in (sorted(forwards.items()) if chans is not None else forwards.items()):
-        s = sends[0] if len(sends) == 1 else max(sends, key=lambda x: rdepth[x])
-        if lane[s] != lane[r]:
-            continue
-        if manual and (t.recvtb[r] != sendtb[s] or max(ch[r], 0) != max(ch[s], 0)):
-            continue
-        if chans is not None:
-            m_in, m_out = chans.find(msg_in[r]), chans.find(s)
-            if m_in == m_out or not chans.join(m_in, m_out):
-                continue
-        q = msg_out[s]  # the receive on the next rank
-        k = kind[r]
-        fusions[r] = (s, k, sbuf[r], soff[r], sendtb[r], ch[r])
-        if k == RECV:
-            kind[r] = RCS
-            sbuf[r] = dbuf[r]
-            soff[r] = doff[r]
-        elif readers[r] != 1:
-            kind[r] = RRCS
-        elif dbuf[r] not in significant:
-            kind[r] = RRS  # the reduced value is only forwarded
-        else:  # ... and the slot's final value does not matter unless it stays there
-            if final is None:
-                final = dag.final_writers()
-            kind[r] = RRCS if r in final else RRS
-        speer[r] = speer[s]
-        sendtb[r] = sendtb[s]
-        if ch[r] == -1:  # keep every hint of a chain on some member (they all agree)
-            ch[r] = ch[s]
-        msg_out[r] = q
-        msg_in[q] = r
-        alive[s] = False
-        rep[s] = r
-    return rep
+    return native.fuse_instructions(t, dag.forwards, dag.readers, rdepth, dag.final, significant, manual)
 
 
 def unfuse(t: InstrTable, rep: list[int], receives) -> None:

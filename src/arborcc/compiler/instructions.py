@@ -17,9 +17,8 @@ References:
 
 from __future__ import annotations
 
-import numpy as np
-
-from arborcc.compiler.layout import IB_SCRATCH, Layout, op_pieces
+import arborcc.compiler.native as native
+from arborcc.compiler.layout import Layout, op_pieces
 from arborcc.ir.model import Op
 from arborcc.lang import trace as T
 
@@ -67,54 +66,14 @@ def lower_operations(prog, layout: Layout) -> InstrTable:
 
 
 def _lower_direct(prog, layout: Layout) -> InstrTable:
-    """Without parallelize or instances a chunk index is a physical offset: the whole
-    expansion is array arithmetic (one column per field, numpy), then lists again."""
-    cols = list(zip(*prog.ops))
-    k, sr, sc, si, dr, dc, di, c, stb, rtb, ch = (np.asarray(x, dtype=np.int64) for x in cols[:11])
-    # named scratch regions: add the region's offset in the rank's scratch buffer
-    width = max(len(r) for r in layout.region_offset)
-    region = np.array([r + [0] * (width - len(r)) for r in layout.region_offset], dtype=np.int64)
-    s_scr, d_scr = sc >= 2, dc >= 2
-    si = si + np.where(s_scr, region[sr, np.minimum(sc, width - 1)], 0)
-    di = di + np.where(d_scr, region[dr, np.minimum(dc, width - 1)], 0)
-    sc = np.where(s_scr, IB_SCRATCH, sc)
-    dc = np.where(d_scr, IB_SCRATCH, dc)
-    remote = sr != dr
-    copy = k == T.COPY
-    first = np.cumsum(1 + remote) - (1 + remote)  # the send, or the local instruction
-    second = first[remote] + 1  # the receive of a remote operation
-    n = int(first[-1] + 1 + remote[-1])
-    ops_idx = np.arange(len(k), dtype=np.int64)
-
-    def column(a_first, a_second) -> list:
-        out = np.empty(n, dtype=np.int64)
-        out[first] = a_first
-        out[second] = a_second
-        lo = int(out.min())
-        if lo == out.max():  # uniform (hints, lanes): one shared int object, no conversion
-            return [lo] * n
-        return out.tolist()
-
-    rc = copy[remote]
+    """Without parallelize or instances a chunk index is a physical offset: one pass in
+    compiled code (``arborcc.compiler.native``, csrc/instructions.cpp) expands the
+    operations (named scratch regions shifted into the rank's scratch buffer)."""
     t = InstrTable()
-    t.rank = column(sr, dr[remote])
-    t.kind = column(np.where(remote, SEND, np.where(copy, CPY, RE)), np.where(rc, RECV, RRC))
-    t.sbuf = column(sc, np.where(rc, sc[remote], dc[remote]))
-    t.soff = column(si, np.where(rc, si[remote], di[remote]))
-    t.dbuf = column(dc, dc[remote])
-    t.doff = column(di, di[remote])
-    t.cnt = column(c, c[remote])
-    t.speer = column(np.where(remote, dr, -1), -1)
-    t.rpeer = column(-1, sr[remote])
+    (t.rank, t.kind, t.sbuf, t.soff, t.dbuf, t.doff, t.cnt, t.speer, t.rpeer, t.ch, t.sendtb, t.recvtb, t.op,
+     t.msg_in, t.msg_out) = native.lower_direct(prog.ops, layout.region_offset)
+    n = len(t.rank)
     t.lane = [0] * n
-    t.ch = column(ch, ch[remote])
-    t.sendtb = column(np.where(remote | (stb != -1), stb, rtb), -1)
-    t.recvtb = column(-1, rtb[remote])
-    t.op = np.empty(n, dtype=np.int64)  # only read when reporting an error
-    t.op[first] = ops_idx
-    t.op[second] = ops_idx[remote]
-    t.msg_in = column(-1, first[remote])
-    t.msg_out = column(np.where(remote, first + 1, -1), -1)
     t.alive = [True] * n
     return t
 

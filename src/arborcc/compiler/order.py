@@ -40,36 +40,22 @@ References:
 
 from __future__ import annotations
 
-from heapq import heapify, heappop, heappush
-from typing import NamedTuple
-
 import numpy as np
 
+import arborcc.compiler.native as native
 from arborcc.compiler.instructions import InstrTable
 
 
 #: messages per rank pair an order repaired for FIFO consistency may keep in flight (the
-#: reference runtime's default connection size; MSCCL's Simple protocol has 8)
-SAFE_SLOTS = 2
+#: reference runtime's default connection size; MSCCL's Simple protocol has 8); the
+#: compiled passes define it (order.hpp)
+SAFE_SLOTS = native.SAFE_SLOTS
 
 
 def global_order(t: InstrTable, depth: list[int], rdepth: list[int] | None) -> list[int]:
-    """Alive instructions in priority order."""
-    alive = np.fromiter(t.alive, dtype=bool, count=len(t))
-    idx = np.flatnonzero(alive)
-    d = np.fromiter(depth, dtype=np.int64, count=len(t))[idx]
-    rd = (np.zeros(len(idx), dtype=np.int64) if rdepth is None
-          else np.fromiter(rdepth, dtype=np.int64, count=len(t))[idx])
-    # one packed key (depth, -rdepth, index) sorts faster than three
-    bits_i = max(int(len(t)).bit_length(), 1)
-    span = int(rd.max()) + 1 if len(rd) else 1
-    bits_r = max(span.bit_length(), 1)
-    if len(idx) and int(d.max()).bit_length() + bits_r + bits_i <= 62:
-        key = (d << (bits_r + bits_i)) | ((span - 1 - rd) << bits_i) | idx
-        order = np.argsort(key, kind="stable")
-    else:
-        order = np.lexsort((idx, -rd, d))
-    return idx[order].tolist()
+    """Alive instructions in priority order: by dependency depth, then reverse dependency
+    depth (more hops ahead first), then program order (compiled code, order.cpp)."""
+    return native.global_order(t.alive, depth, rdepth)
 
 
 def _messages(t: InstrTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -88,81 +74,39 @@ def _messages(t: InstrTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return pair, senders, receivers
 
 
-def _pair_numbers(n: int, pair: np.ndarray, senders: np.ndarray,
-                  receivers: np.ndarray) -> tuple[list[int], list[int], int]:
-    """Per instruction, the pair (numbered from 0) of the message it sends and of the one
-    it receives (-1: none), and how many pairs there are."""
-    pairs, ids = np.unique(pair, return_inverse=True)
-    sends_on, receives_on = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
-    sends_on[senders] = ids
-    receives_on[receivers] = ids
-    return sends_on.tolist(), receives_on.tolist(), len(pairs)
-
-
 def fifo_consistent(t: InstrTable, order: list[int]) -> bool:
-    """Whether, for every rank pair, receives follow ``order`` in the order of the sends."""
-    pair, senders, receivers = _messages(t)
-    if len(senders) == 0:
-        return True
-    pos = np.empty(len(t), dtype=np.int64)
-    pos[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
-    s = np.lexsort((pos[senders], pair))
-    same = pair[s][1:] == pair[s][:-1]
-    rpos = pos[receivers][s]
-    return bool(np.all(rpos[1:][same] > rpos[:-1][same]))
+    """Whether, for every rank pair, receives follow ``order`` in the order of the sends
+    (compiled code, order.cpp)."""
+    return native.fifo_consistent(t.rank, t.lane, t.msg_in, t.msg_out, t.alive, order)
 
 
-def repair_order(t: InstrTable, order: list[int], preds: list, rep: list[int],
+def repair_order(t: InstrTable, order: list[int], pred_rows, rep: list[int],
                  stuck: list[int] | None = None) -> list[int] | None:
     """A priority-preserving, slot-safe order in which every pair's receives follow its
     sends, or None when none of the three attempts finds one (the caller then undoes
     fusions: see :func:`fifo_conflicting_fusions`; ``stuck`` receives the fused
-    instructions the last attempt was stuck at)."""
-    graph = _dependency_graph(t, order, preds, rep)
-    pos = _positions(t, order)
-    for chain_by in ("priority", "program"):
-        result = _kahn(t, order, graph, chain_by, pos)
+    instructions the last attempt was stuck at). ``pred_rows``: the DAG's
+    predecessors (:attr:`arborcc.compiler.dag.Dag.pred_rows`)."""
+    graph = native.OrderGraph(t.rank, t.lane, t.msg_in, t.msg_out, t.alive, order, pred_rows, rep)
+    for by_priority in (True, False):  # chain each pair by priority order, then program order
+        result = graph.kahn(order, by_priority)
         if result is not None:
             return result
-    result = _kahn_fifo(t, order, graph, stuck, pos)
+    result = _kahn_fifo(t, order, graph, stuck)
     if result is None:  # program order as the priority: the greedy gets stuck less often
         program = sorted(order)
         result = program if _fifo_schedule(t, program, graph) else _kahn_fifo(t, program, graph)
     return result
 
 
-def _fifo_schedule(t: InstrTable, order: list[int], graph: _Graph) -> bool:
+def _fifo_schedule(t: InstrTable, order: list[int], graph) -> bool:
     """Whether :func:`_kahn_fifo` with ``order`` as the priority returns ``order`` itself:
     every instruction's dependencies come before it, each receive's message is the
     oldest of its pair in flight, and no send finds :data:`SAFE_SLOTS` messages of its
     pair in flight. Then each instruction is ready and unblocked at its turn, and is the
     smallest ready one, so the greedy takes them in this order; checked in one pass
     instead of running the greedy with its heap (tree programs end up in program order)."""
-    pos = [-1] * len(t)  # -1: not in the order
-    for p, i in enumerate(order):
-        pos[i] = p
-    for i, after in enumerate(graph.succs):
-        p = pos[i]
-        for j in after:
-            if p < 0 or pos[j] <= p:
-                return False
-    msg_out = t.msg_out
-    sends_on, receives_on, npairs = graph.pairs
-    queues: list[list[int]] = [[] for _ in range(npairs)]  # receivers, in send order
-    heads = [0] * npairs
-    for i in order:
-        po = sends_on[i]
-        if po >= 0 and len(queues[po]) - heads[po] >= SAFE_SLOTS:
-            return False
-        pq = receives_on[i]
-        if pq >= 0:
-            q, h = queues[pq], heads[pq]
-            if h >= len(q) or q[h] != i:
-                return False
-            heads[pq] = h + 1
-        if po >= 0:
-            queues[po].append(msg_out[i])
-    return True
+    return graph.fifo_schedule(order)
 
 
 def slot_safe(t: InstrTable, order: list[int], slots: int = SAFE_SLOTS) -> bool:
@@ -170,20 +114,7 @@ def slot_safe(t: InstrTable, order: list[int], slots: int = SAFE_SLOTS) -> bool:
     messages of its rank pair in flight. Thread blocks following such an order cannot
     deadlock on connections of ``slots`` entries: the first blocked step in the order has
     everything before it done, and the sends of its connection after it not done."""
-    msg_in, msg_out, rank, lane = t.msg_in, t.msg_out, t.rank, t.lane
-    inflight: dict[tuple, int] = {}
-    for i in order:
-        m = msg_in[i]
-        if m >= 0:
-            key = (rank[m], rank[i], lane[i])
-            inflight[key] = inflight.get(key, 0) - 1
-        if msg_out[i] >= 0:
-            key = (rank[i], rank[msg_out[i]], lane[i])
-            c = inflight.get(key, 0)
-            if c >= slots:
-                return False
-            inflight[key] = c + 1
-    return True
+    return native.slot_safe(t.rank, t.lane, t.msg_in, t.msg_out, t.alive, order, slots)
 
 
 def fifo_conflicting_fusions(t: InstrTable) -> list[int]:
@@ -223,149 +154,20 @@ def fifo_conflicting_fusions(t: InstrTable) -> list[int]:
     return undo
 
 
-class _Graph(NamedTuple):
-    """The dependency graph of the alive instructions (data dependencies plus each
-    receive after its send) and their messages, shared by the attempts of
-    :func:`repair_order` (each copies ``indeg``)."""
-
-    succs: list[list[int]]
-    indeg: list[int]
-    messages: tuple[np.ndarray, np.ndarray, np.ndarray]  #: :func:`_messages`
-    pairs: tuple[list[int], list[int], int]  #: :func:`_pair_numbers`
-
-
-def _dependency_graph(t: InstrTable, order: list[int], preds: list, rep: list[int]) -> _Graph:
-    """Successor lists and in-degrees of the instructions in ``order`` (fused ones
-    standing for the sends they absorbed)."""
-    n = len(t)
-    succs: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    msg_in = t.msg_in
-    for i in order:
-        ps, m = preds[i], msg_in[i]
-        if len(ps) <= 1:  # the common case, without building a set
-            before = [rep[ps[0]]] if ps else []
-            if m >= 0 and rep[m] not in before:
-                before.append(rep[m])
-        else:
-            before = {rep[p] for p in ps}
-            if m >= 0:
-                before.add(rep[m])
-        for p in before:
-            succs[p].append(i)
-        indeg[i] = len(before)
-    messages = _messages(t)
-    return _Graph(succs, indeg, messages, _pair_numbers(n, *messages))
-
-
-def _positions(t: InstrTable, order: list[int]) -> list[int]:
-    """``pos[i]``: where instruction ``i`` is in ``order``."""
-    pos = [0] * len(t)
-    for p, i in enumerate(order):
-        pos[i] = p
-    return pos
-
-
-def _kahn(t: InstrTable, order: list[int], graph: _Graph, chain_by: str, pos: list[int]) -> list[int] | None:
-    """Kahn's algorithm in priority order, with each pair's sends - and in the same order
-    its receives - chained by ``chain_by`` (``priority`` or ``program`` order). None if
-    it gets stuck, or as soon as the order stops being slot-safe (:func:`slot_safe`:
-    the check runs as the order grows, and unsafe orders usually show it early).
-    ``pos``: :func:`_positions` of ``order``."""
-    n = len(t)
-    succs = graph.succs
-    pair, senders, receivers = graph.messages
-    key = np.asarray(pos, dtype=np.int64)[senders] if chain_by == "priority" else senders
-    s = np.lexsort((key, pair))
-    pair, senders, receivers = pair[s], senders[s], receivers[s]
-    same = pair[1:] == pair[:-1]
-    # chain edges: each message's send before the pair's next one, and so its receive
-    after_send, after_recv = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
-    after_send[senders[:-1][same]] = senders[1:][same]
-    after_recv[receivers[:-1][same]] = receivers[1:][same]
-    indeg = (np.asarray(graph.indeg, dtype=np.int64) + np.bincount(after_send[after_send >= 0], minlength=n)
-             + np.bincount(after_recv[after_recv >= 0], minlength=n)).tolist()
-    after_send, after_recv = after_send.tolist(), after_recv.tolist()
-    sends_on, receives_on, npairs = graph.pairs
-    inflight = [0] * npairs  # messages of each pair sent and not yet received
-    heap = [pos[i] for i in order if indeg[i] == 0]
-    heapify(heap)
-    out: list[int] = []
-    while heap:
-        i = order[heappop(heap)]
-        p = receives_on[i]
-        if p >= 0:
-            inflight[p] -= 1
-        p = sends_on[i]
-        if p >= 0:
-            if inflight[p] >= SAFE_SLOTS:
-                return None
-            inflight[p] += 1
-        out.append(i)
-        for j in succs[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heappush(heap, pos[j])
-        for j in (after_send[i], after_recv[i]):
-            if j >= 0:
-                indeg[j] -= 1
-                if indeg[j] == 0:
-                    heappush(heap, pos[j])
-    return out if len(out) == len(order) else None
-
-
-def _kahn_fifo(t: InstrTable, order: list[int], graph: _Graph, stuck: list[int] | None = None,
-               pos: list[int] | None = None) -> list[int] | None:
-    """Kahn's algorithm in priority order that fixes each pair's message order as it goes:
-    a send appends its message to its pair's queue, and a receive may only be taken when
-    its message is at the head. A fused instruction receives and sends at once, so the
-    order of one pair carries over to the next along fused chains - which chaining every
-    pair by one global key cannot express. A send is also held back while its pair has
-    :data:`SAFE_SLOTS` messages in flight, so the order is slot-safe (see
-    :func:`slot_safe`). None if it gets stuck (say a head's receive waiting for
-    something behind a later message); then the fused instructions among those ready
-    but held back go to ``stuck``. ``pos``: :func:`_positions` of ``order`` if known."""
-    pos = _positions(t, order) if pos is None else pos
-    succs, indeg = graph.succs, list(graph.indeg)
-    msg_out = t.msg_out
-    sends_on, receives_on, npairs = graph.pairs
-    queues: list[list[int]] = [[] for _ in range(npairs)]  # receivers, in send order
-    heads = [0] * npairs  # index of the oldest message in flight
-    blocked: list[list[int]] = [[] for _ in range(npairs)]  # senders waiting for a slot (heaps of pos)
-    waiting = [False] * len(t)  # ready receive whose message is not at its pair's head
-    heap = [pos[i] for i in order if indeg[i] == 0 and receives_on[i] < 0]
-    heapify(heap)
-    out: list[int] = []
-    while heap:
-        i = order[heappop(heap)]
-        po = sends_on[i]
-        if po >= 0 and len(queues[po]) - heads[po] >= SAFE_SLOTS:
-            heappush(blocked[po], pos[i])  # its receive (if any) stays at the head
-            continue
-        out.append(i)
-        pq = receives_on[i]
-        if pq >= 0:  # a receive: its message was the head; the next one may be ready
-            h = heads[pq] = heads[pq] + 1
-            q = queues[pq]
-            if h < len(q) and waiting[q[h]]:
-                waiting[q[h]] = False
-                heappush(heap, pos[q[h]])
-            if blocked[pq]:  # a slot is free again
-                heappush(heap, heappop(blocked[pq]))
-        if po >= 0:  # a send: queue its message
-            queues[po].append(msg_out[i])
-        for j in succs[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                pj = receives_on[j]
-                if pj >= 0 and queues[pj][heads[pj]] != j:
-                    waiting[j] = True
-                    continue
-                heappush(heap, pos[j])
-    if len(out) == len(order):
-        return out
-    if stuck is not None:
+def _kahn_fifo(t: InstrTable, order: list[int], graph, stuck: list[int] | None = None) -> list[int] | None:
+    """Kahn's algorithm in priority order that fixes each pair's message order as it goes
+    (compiled code, order.cpp): a send appends its message to its pair's queue, and a
+    receive may only be taken when its message is at the head. A fused instruction
+    receives and sends at once, so the order of one pair carries over to the next along
+    fused chains - which chaining every pair by one global key cannot express. A send is
+    also held back while its pair has :data:`SAFE_SLOTS` messages in flight, so the order
+    is slot-safe (see :func:`slot_safe`). None if it gets stuck (say a head's receive
+    waiting for something behind a later message); then the fused instructions among
+    those ready but held back go to ``stuck``."""
+    result, blocked, waiting = graph.kahn_fifo(order)
+    if result is None and stuck is not None:
         fused = t.fusions
-        stuck.extend(order[p] for b in blocked for p in b if order[p] in fused)
-        stuck.extend(i for i in fused if waiting[i])
-    return None
+        stuck.extend(i for i in blocked if i in fused)
+        waits = set(waiting)
+        stuck.extend(i for i in fused if i in waits)
+    return result

@@ -81,7 +81,7 @@ def _fifo_order(table: InstrTable, dag, rep: list[int], rdepth: list[int], stats
         return order
     stats.reordered = True
     stuck: list[int] = []
-    repaired = repair_order(table, order, dag.preds, rep, stuck)
+    repaired = repair_order(table, order, dag.pred_rows, rep, stuck)
     if repaired is not None:
         return repaired
     undo = fifo_conflicting_fusions(table) + stuck
@@ -93,7 +93,7 @@ def _fifo_order(table: InstrTable, dag, rep: list[int], rdepth: list[int], stats
         if fifo_consistent(table, order) and slot_safe(table, order):
             return order
         undo = []  # the fused instructions the scheduler got stuck at
-        repaired = repair_order(table, order, dag.preds, rep, undo)
+        repaired = repair_order(table, order, dag.pred_rows, rep, undo)
         if repaired is not None:
             return repaired
     unfuse(table, rep, list(table.fusions))

@@ -43,8 +43,8 @@ def emit_steps(t: InstrTable, order: list[int], preds: list, rep: list[int], a: 
                 u = tb_of[p]
                 if u is not tb:
                     s = step_of[p]
-                    if tb.known.get(u, -1) < s:
-                        tb.known[u] = s
+                    if tb.known.get(u.id, -1) < s:
+                        tb.known[u.id] = s
                         u.steps[s].has_dep = True
                         dep = Dependency(u.id, s)
             elif ps:
@@ -71,8 +71,8 @@ def _new_waits(tb, preds, rep: list[int], tb_of: list, step_of: list[int]) -> li
         if u is not tb and latest.get(u, -1) < step_of[p]:
             latest[u] = step_of[p]
     known = tb.known
-    wait = sorted(((u, s) for u, s in latest.items() if known.get(u, -1) < s), key=lambda us: (us[0].id, us[1]))
+    wait = sorted(((u, s) for u, s in latest.items() if known.get(u.id, -1) < s), key=lambda us: (us[0].id, us[1]))
     for u, s in wait:
-        known[u] = s
+        known[u.id] = s
         u.steps[s].has_dep = True
     return wait

@@ -45,7 +45,9 @@ class TB:
     def __init__(self, rank: int, id: int, send: int, recv: int, ch: int, lane: int):
         self.rank, self.id, self.send, self.recv, self.ch, self.lane = rank, id, send, recv, ch, lane
         self.steps: list = []  #: emitted IR steps (see :mod:`arborcc.compiler.sync`)
-        self.known: dict = {}  #: thread block -> last of its steps already waited for
+        #: id of a thread block of this rank -> last of its steps already waited for (ids, not
+        #: the blocks: blocks waiting on each other would form reference cycles)
+        self.known: dict[int, int] = {}
         self.where: dict[str, int] = {}  #: manual policy: which operation set send/recv/ch
 
     def __repr__(self) -> str:

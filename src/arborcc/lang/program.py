@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
+from sys import _getframe
 from typing import Iterator
 
 from arborcc.ir.model import Buffer
@@ -42,10 +43,10 @@ from arborcc.lang.buffers import (
 )
 from arborcc.lang.collectives import Collective
 from arborcc.lang.directives import ThreadblockPolicy, parse_policy, parse_protocol
-from arborcc.lang.ref import Ref
+from arborcc.lang.ref import Ref, record_operation
 from arborcc.lang.routes import Connectivity
 from arborcc.lang.values import ReduceChunk
-from arborcc.lang.where import format_location, program_error, user_location
+from arborcc.lang.where import PACKAGE_DIR, format_location, program_error, user_location
 from arborcc.limits import limit
 
 #: a buffer name no program uses (no aliasing rule)
@@ -313,6 +314,51 @@ class Program:
                 self.empty_chunk = self.slot_name(rank, code, index)
                 return None
         return Ref(self, rank, code, index, size, len(self.ops))
+
+    def trace_copies(self, copies) -> None:
+        """Copy many chunk ranges, in order: each ``(src rank, src buffer, src index, dst
+        rank, dst buffer, dst index, count, ch)`` does what ``chunk(src rank, src buffer,
+        src index, count).copy(dst rank, dst buffer, dst index, ch=ch)`` does - the same
+        operation recorded, the same checks - without a reference object per copy: the
+        lowerings of :mod:`arborcc.synth` trace thousands of tree hops this way. Anything
+        beyond the common case (scratch buffers, aliasing by function, a copy onto its
+        own chunks, a check that fails) takes the path of ``chunk(...).copy(...)``, which
+        does it or reports it."""
+        f = _getframe(1)
+        name = f.f_code.co_filename
+        where = self.where if name.startswith(PACKAGE_DIR) else (name, f.f_lineno)
+        all_seqs, nr, lanes = self._seqs, self.num_ranks, self._lanes
+        named, meant, shift = self._alias_named, self._alias_meant, self._alias_shift
+        by_source = self.copy_index_by_source
+        simple = self._alias is None
+        connected = self.connectivity.why_not if not self._all_connected else None
+        for copy in copies:
+            sr, sbuf, s, dr, dbuf, d, n, ch = copy
+            if not (simple and type(sr) is int and type(dr) is int and type(s) is int and type(d) is int
+                    and type(n) is int and type(ch) is int and 0 <= sr < nr and 0 <= dr < nr and s >= 0
+                    and d >= 0 and n >= 1 and ch >= -1):
+                self._copy_as_written(*copy)
+                continue
+            if sbuf is named:  # in-place aliasing by a simple rule, as chunk() and copy() apply it
+                sbuf, s = meant, s + sr * shift
+            if dbuf is named:
+                dbuf, d = meant, d + (sr if by_source else dr) * shift
+            scode = 0 if sbuf is INPUT else 1 if sbuf is OUTPUT else -1
+            dcode = 0 if dbuf is INPUT else 1 if dbuf is OUTPUT else -1
+            if scode < 0 or dcode < 0 or (dr == sr and scode == dcode and d < s + n and s < d + n):
+                self._copy_as_written(*copy)
+                continue
+            src_seqs = all_seqs[sr][scode]
+            dst_seqs = all_seqs[dr][dcode]
+            if (s + n > len(src_seqs) or d + n > len(dst_seqs) or min(src_seqs[s:s + n]) < 0
+                    or (connected is not None and connected(sr, dr))):
+                self._copy_as_written(*copy)
+                continue
+            record_operation(self, (T.COPY, sr, scode, s, dr, dcode, d, n, -1, -1, ch, lanes, where), dst_seqs, d, n)
+
+    def _copy_as_written(self, sr, sbuf, si, dr, dbuf, di, n, ch) -> None:
+        """One copy of :meth:`trace_copies` the way the DSL's verbs do it."""
+        self.chunk(sr, sbuf, si, n).copy(dr, dbuf, di, ch=ch)
 
     def _bad_chunk_args(self, rank, index, size):
         loc = user_location(1)

@@ -151,16 +151,9 @@ class Ref:
         # is the first frame outside arborcc - recorded once rather than walked per operation
         f = _getframe(1)
         name = f.f_code.co_filename
-        ops = prog.ops
-        ops.append((COPY, src_rank, self.code, s, dst, code, index, size, sendtb, recvtb, ch,
-                    prog._lanes, prog.where if name.startswith(PACKAGE_DIR) else (name, f.f_lineno)))
-        seq = len(ops)
-        if seq > prog.max_ops:
-            raise too_many_operations(prog)
-        if size == 1:
-            dst_seqs[index] = seq
-        else:
-            dst_seqs[index:end] = [seq] * size
+        seq = record_operation(prog, (COPY, src_rank, self.code, s, dst, code, index, size, sendtb, recvtb, ch,
+                                      prog._lanes, prog.where if name.startswith(PACKAGE_DIR) else (name, f.f_lineno)),
+                               dst_seqs, index, size)
         return Ref(prog, dst, code, index, size, seq)
 
     def reduce(self, other: "Ref", sendtb: int = -1, recvtb: int = -1, ch: int = -1) -> "Ref":
@@ -197,16 +190,9 @@ class Ref:
             _check_hints(sendtb, recvtb, ch)
         f = _getframe(1)
         name = f.f_code.co_filename
-        ops = prog.ops
-        ops.append((REDUCE, other.rank, other.code, s, rank, code, d, size, sendtb, recvtb, ch,
-                    prog._lanes, prog.where if name.startswith(PACKAGE_DIR) else (name, f.f_lineno)))
-        seq = len(ops)
-        if seq > prog.max_ops:
-            raise too_many_operations(prog)
-        if size == 1:
-            dst_seqs[d] = seq
-        else:
-            dst_seqs[d:d + size] = [seq] * size
+        seq = record_operation(prog, (REDUCE, other.rank, other.code, s, rank, code, d, size, sendtb, recvtb, ch,
+                                      prog._lanes, prog.where if name.startswith(PACKAGE_DIR) else (name, f.f_lineno)),
+                               dst_seqs, d, size)
         self.epoch = seq
         self.epochs = None
         return self
@@ -290,6 +276,21 @@ def _bad_reduce_operand(ref: Ref, other: object) -> None:
         raise program_error("reduce of a chunk of another program")
     what = "an empty slot (chunk() returned None)" if other is None else repr(other)
     raise program_error(f"reduce into chunk {ref._describe()} needs a chunk reference, got {what}")
+
+
+def record_operation(prog, op: tuple, dst_seqs: list[int], index: int, size: int) -> int:
+    """Append a traced operation to ``prog`` and mark the ``size`` slots at ``index`` of
+    ``dst_seqs`` as written by it; returns its number (1-based)."""
+    ops = prog.ops
+    ops.append(op)
+    seq = len(ops)
+    if seq > prog.max_ops:
+        raise too_many_operations(prog)
+    if size == 1:
+        dst_seqs[index] = seq
+    else:
+        dst_seqs[index:index + size] = [seq] * size
+    return seq
 
 
 def too_many_operations(prog) -> Exception:

@@ -27,7 +27,7 @@ from arborcc.errors import SynthesisError
 from arborcc.ir.limits import DIALECTS, MAX_CHANNELS
 from arborcc.ir.memo import CallMemo
 from arborcc.ir.model import Algorithm, Buffer
-from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, chunk
+from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, chunk, current_program
 from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
 from arborcc.synth.trees import Tree
 from arborcc.topology.model import DeviceKind, Topology
@@ -301,16 +301,27 @@ def tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
 def _tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
     """:func:`tree_colours`, computed."""
     colour: list[int] = []
-    users: dict[tuple[int, int], set[int]] = {}
+    used: dict[tuple[int, int], set[int]] = {}  # per rank pair, the channels of its trees so far
     pairs_of: dict[int, set[tuple[int, int]]] = {}  # a tree's copies are the same object
     for t in trees:
         pairs = pairs_of.get(id(t))
         if pairs is None:
             pairs = pairs_of[id(t)] = tree_pairs(topology, t, both_ways=True)
-        taken = {colour[u] for p in pairs for u in users.get(p, ())}
-        colour.append(next(k for k in range(len(trees) + 1) if k not in taken))
+        taken: set[int] = set()
         for p in pairs:
-            users.setdefault(p, set()).add(len(colour) - 1)
+            on_pair = used.get(p)
+            if on_pair:
+                taken |= on_pair
+        c = 0
+        while c in taken:
+            c += 1
+        colour.append(c)
+        for p in pairs:
+            on_pair = used.get(p)
+            if on_pair is None:
+                used[p] = {c}
+            else:
+                on_pair.add(c)
     return colour
 
 
@@ -508,16 +519,27 @@ def finish(prog: Program, topology: Topology, channels: ChannelMap, chunks: int,
 
 def local_copy(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int) -> None:
     """Copy ``size`` chunks within a rank, in transfers of at most MAX_COUNT chunks."""
-    for first, n in transfer_pieces(0, size):
-        chunk(rank, src[0], src[1] + first, n).copy(rank, dst[0], dst[1] + first)
+    current_program().trace_copies(local_copies(rank, src, dst, size))
+
+
+def local_copies(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int) -> list[tuple]:
+    """:func:`local_copy`'s copies, as :meth:`arborcc.lang.Program.trace_copies` takes them."""
+    return [(rank, src[0], src[1] + first, rank, dst[0], dst[1] + first, n, -1) for first, n in transfer_pieces(0, size)]
 
 
 def broadcast_block(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int,
                      channels: ChannelMap, tree: int = 0) -> None:
     """Copy ``size`` chunks at ``src`` of the root down the tree into ``dst`` of every rank."""
-    for parent, child, ch in channels.down_tree(root, kids, tree):
-        buf, i = src if parent == root else dst
-        chunk(parent, buf, i, size).copy(child, dst[0], dst[1], ch=ch)
+    current_program().trace_copies(broadcast_copies(root, kids, src, dst, size, channels, tree))
+
+
+def broadcast_copies(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int,
+                     channels: ChannelMap, tree: int = 0) -> list[tuple]:
+    """:func:`broadcast_block`'s copies, as :meth:`arborcc.lang.Program.trace_copies` takes them."""
+    sb, si = src
+    db, di = dst
+    return [(parent, sb, si, child, db, di, size, ch) if parent == root else (parent, db, di, child, db, di, size, ch)
+            for parent, child, ch in channels.down_tree(root, kids, tree)]
 
 
 def reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc: Buffer,
@@ -631,13 +653,15 @@ def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     root_counts: dict[int, list[int]] = {}
     for t, c in zip(trees, counts):
         root_counts.setdefault(index[t.root], []).append(c)
+    copies = []
+    for r in range(topology.num_ranks):
+        for start, size in round_ranges(root_counts[r], rounds):
+            copies += local_copies(r, (INPUT, start), (OUTPUT, r * chunks + start), size)
+    for r, kids, start, size, t in blocks:
+        at = (OUTPUT, r * chunks + start)
+        copies += broadcast_copies(r, kids, at, at, size, channels, t)
     with lowering_program(name, AllGather(topology.num_ranks, chunks), topology, channels, fuse) as prog:
-        for r in range(topology.num_ranks):
-            for start, size in round_ranges(root_counts[r], rounds):
-                local_copy(r, (INPUT, start), (OUTPUT, r * chunks + start), size)
-        for r, kids, start, size, t in blocks:
-            at = (OUTPUT, r * chunks + start)
-            broadcast_block(r, kids, at, at, size, channels, t)
+        prog.trace_copies(copies)
     return finish(prog, topology, channels, chunks)
 
 

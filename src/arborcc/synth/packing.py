@@ -56,6 +56,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
+import arborcc.synth.native as native
 from arborcc.errors import SolverLimitError, SynthesisError
 from arborcc.synth.bounds import Bound, allgather_cut_bound, single_source_bound
 from arborcc.synth.flowgraph import FlowGraph, LinkSelector, flow_graph, root_index
@@ -81,76 +82,15 @@ def min_arborescence(cost, root: int) -> list[int]:
     ``cost[u][v]`` is the cost of arc ``u -> v`` (``inf``: no arc); an array or nested
     lists. Returns ``parent`` with ``parent[root] = -1``. Raises
     :class:`SynthesisError` if some vertex cannot be reached. Each vertex takes its
-    cheapest in-arc; every cycle so formed is contracted, entering arcs reduced by the
-    in-arc they replace, and the contracted graph solved the same way. O(n^2) per
-    contraction in plain Python, which beats array code on the tens of vertices here.
+    cheapest in-arc (the first of equal ones); every cycle so formed is contracted,
+    entering arcs reduced by the in-arc they replace, and the contracted graph solved
+    the same way. O(n^2) per contraction, in compiled code (``arborcc.synth.native``,
+    csrc/arborescence.cpp): the column generation calls it for every root in every round.
     """
-    cost = cost.tolist() if isinstance(cost, np.ndarray) else cost
-    n = len(cost)
-    if n == 1:
-        return [-1]
-    par, best = [-1] * n, [0.0] * n
-    for v in range(n):
-        if v == root:
-            continue
-        b, p = math.inf, -1
-        for u in range(n):
-            if u != v and cost[u][v] < b:
-                b, p = cost[u][v], u
-        if p < 0:
-            raise SynthesisError(f"vertex {v} cannot be reached from {root}")
-        par[v], best[v] = p, b
-    cycle, ncyc = _cycles(par)
-    if ncyc == 0:
-        return par
-    # contract: vertices off cycles first, then one vertex per cycle
-    comp, k = [0] * n, 0
-    for v in range(n):
-        if cycle[v] < 0:
-            comp[v], k = k, k + 1
-    for v in range(n):
-        if cycle[v] >= 0:
-            comp[v] = k + cycle[v]
-    m = k + ncyc
-    small = [[math.inf] * m for _ in range(m)]
-    origin: dict[int, tuple[int, int]] = {}
-    # entering a cycle at v replaces v's cycle arc: reduce costs by that arc's cost
-    enter = [best[v] if cycle[v] >= 0 else 0.0 for v in range(n)]
-    for u in range(n):
-        cu, row, srow = comp[u], cost[u], small[comp[u]]
-        for v in range(n):
-            cv = comp[v]
-            if cu != cv and row[v] != math.inf and row[v] - enter[v] < srow[cv]:
-                srow[cv] = row[v] - enter[v]
-                origin[cu * m + cv] = (u, v)
-    spar = min_arborescence(small, comp[root])
-    result = par[:]
-    for b in range(m):
-        if spar[b] >= 0:
-            u, v = origin[spar[b] * m + b]
-            result[v] = u  # for a cycle: v's cycle arc is dropped, the rest stay
-    result[root] = -1
-    return result
-
-
-def _cycles(par: list[int]) -> tuple[list[int], int]:
-    """The cycles of the parent pointers: a cycle number per vertex (-1 off cycles)."""
-    n = len(par)
-    cycle, state, ncyc = [-1] * n, [-1] * n, 0
-    for v in range(n):
-        u = v
-        while u != -1 and state[u] == -1:
-            state[u] = v
-            u = par[u]
-        if u != -1 and state[u] == v and cycle[u] == -1:
-            w = u
-            while True:
-                cycle[w] = ncyc
-                w = par[w]
-                if w == u:
-                    break
-            ncyc += 1
-    return cycle, ncyc
+    par = native.min_arborescence(cost, root)
+    if isinstance(par, int):
+        raise SynthesisError(f"vertex {par} cannot be reached from {root}")
+    return par
 
 
 class _RouteOracle:

@@ -1,0 +1,171 @@
+// The Python module arborcc.compiler.native (pybind11): the compiler passes that walk
+// every instruction - the instruction DAG's scan and reverse depths (dag.cpp), the
+// global order's FIFO checks and repair (order.cpp). Columns come in as lists of ints
+// (or int64 arrays); predecessor lists stay here as compressed rows (PredRows).
+
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <string>
+
+#include "dag.hpp"
+#include "fusion.hpp"
+#include "instructions.hpp"
+#include "order.hpp"
+#include "pyints.hpp"
+
+namespace py = pybind11;
+
+namespace compiler {
+
+namespace {
+
+// a row of Python ints as a tuple (the DAG's predecessor lists)
+py::tuple to_tuple(const int64_t* b, const int64_t* e, PyObject* empty) {
+  if (b == e) return py::reinterpret_borrow<py::tuple>(empty);
+  PyObject* t = PyTuple_New(e - b);
+  if (!t) throw py::error_already_set();
+  for (Py_ssize_t k = 0; b != e; ++b, ++k) PyTuple_SET_ITEM(t, k, PyLong_FromLongLong(*b));
+  return py::reinterpret_steal<py::tuple>(t);
+}
+
+InstrLinks links(py::handle rank, py::handle lane, py::handle msg_in, py::handle msg_out, py::handle alive) {
+  return InstrLinks{to_ints(rank), to_ints(lane), to_ints(msg_in), to_ints(msg_out), to_ints(alive)};
+}
+
+py::object optional_list(const std::optional<Ints>& v) { return v ? py::object(to_list(*v)) : py::none(); }
+
+}  // namespace
+
+}  // namespace compiler
+
+PYBIND11_MODULE(native, m) {
+  using namespace compiler;
+  m.doc() = "arborcc's compiler passes over every instruction (C++): instruction generation, the DAG scan and the FIFO-order repair";
+
+  m.attr("SAFE_SLOTS") = SAFE_SLOTS;
+
+  py::class_<Rows>(m, "PredRows", "per instruction, its same-rank predecessors (compressed rows), for the passes here");
+
+  m.def(
+      "lower_direct",
+      [](py::handle ops, py::handle region_offset) {
+        PyObject* list = ops.ptr();
+        if (!PyList_Check(list)) throw py::type_error("lower_direct needs the list of traced operations");
+        std::vector<TracedOp> traced((size_t)PyList_GET_SIZE(list));
+        for (size_t i = 0; i < traced.size(); ++i) {
+          PyObject* op = PyList_GET_ITEM(list, (Py_ssize_t)i);
+          if (!PyTuple_Check(op) || PyTuple_GET_SIZE(op) < 11) throw py::type_error("a traced operation is a tuple");
+          int64_t f[11];
+          for (Py_ssize_t k = 0; k < 11; ++k) {
+            f[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(op, k));
+            if (f[k] == -1 && PyErr_Occurred()) throw py::error_already_set();
+          }
+          traced[i] = TracedOp{f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]};
+        }
+        std::vector<Ints> regions;
+        for (py::handle r : region_offset) regions.push_back(to_ints(r));
+        std::vector<Ints> col = lower_direct(traced, regions);
+        py::list out;
+        for (size_t k = 0; k < col.size(); ++k) out.append(k == OP ? py::object(to_array(col[k])) : py::object(to_list(col[k])));
+        return out;
+      },
+      "the instruction columns (rank, kind, sbuf, soff, dbuf, doff, cnt, speer, rpeer, ch, sendtb, recvtb, op as "
+      "an int64 array, msg_in, msg_out) of traced operations without parallelize or instances");
+
+  m.def(
+      "scan_dependencies",
+      [](py::handle rank, py::handle kind, py::handle sbuf, py::handle dbuf, py::handle soff, py::handle doff,
+         py::handle cnt, py::handle msg_in, py::handle sizes) {
+        InstrColumns t{to_ints(rank), to_ints(kind), to_ints(sbuf), to_ints(dbuf), to_ints(soff),
+                       to_ints(doff),  to_ints(cnt),  to_ints(msg_in)};
+        DagScan s = scan_dependencies(t, to_ints(sizes));
+        const size_t n = t.rank.size();
+        py::tuple empty;
+        py::list preds(n);
+        for (size_t i = 0; i < n; ++i) preds[i] = to_tuple(s.preds.begin(i), s.preds.end(i), empty.ptr());
+        py::dict forwards;
+        for (size_t k = 0; k < s.forwarded.size(); ++k) forwards[py::int_(s.forwarded[k])] = to_list(s.forwards[k]);
+        return py::make_tuple(preds, std::move(s.preds), to_list(s.depth), to_list(s.readers), forwards,
+                              py::set(to_list(s.final_writers)), s.multi_forwards);
+      },
+      "the DAG scan: (predecessor tuples, PredRows, depths, readers, forwards, final writers, multi_forwards); "
+      "sizes = flat [rank * 3 + IR buffer] chunk counts");
+
+  m.def(
+      "fuse_instructions",
+      [](py::object t, py::dict forwards, py::handle readers, py::handle rdepth, py::handle final,
+         py::handle significant, bool manual) {
+        FusionColumns c;
+        const char* names[] = {"kind", "ch", "msg_in", "msg_out", "lane", "sbuf", "soff", "dbuf", "speer",
+                               "sendtb", "recvtb", "doff", "alive"};
+        Ints* cols[] = {&c.kind, &c.ch, &c.msg_in, &c.msg_out, &c.lane, &c.sbuf, &c.soff, &c.dbuf, &c.speer,
+                        &c.sendtb, &c.recvtb, &c.doff, &c.alive};
+        for (size_t k = 0; k < 13; ++k) *cols[k] = to_ints(t.attr(names[k]));
+        const size_t n = c.kind.size();
+        FusionInput in;
+        for (auto item : forwards) {
+          in.forwarded.push_back(py::cast<int64_t>(item.first));
+          in.forwards.push_back(to_ints(item.second));
+        }
+        in.readers = to_ints(readers);
+        if (!rdepth.is_none()) in.rdepth = to_ints(rdepth);
+        in.final = to_flags(final, n);
+        in.significant = to_flags(significant, 3);
+        in.manual = manual;
+        Ints rep;
+        std::vector<Fused> fused = fuse_instructions(c, in, rep);
+        py::dict fusions = t.attr("fusions");
+        for (const Fused& f : fused)
+          fusions[py::int_(f.recv)] = py::make_tuple(f.send, f.kind, f.sbuf, f.soff, f.sendtb, f.ch);
+        for (const char* name : {"kind", "sbuf", "soff", "speer", "sendtb", "ch", "msg_out", "msg_in"}) {
+          const size_t k = std::find_if(std::begin(names), std::end(names),
+                                        [&](const char* x) { return std::string(x) == name; }) - std::begin(names);
+          t.attr(name) = to_list(*cols[k]);
+        }
+        t.attr("alive") = to_bool_list(c.alive);
+        return to_list(rep);
+      },
+      "fuse in place (the table's columns replaced, its fusions filled); returns the alias map");
+
+  m.def(
+      "reverse_depths",
+      [](const Rows& preds, py::handle msg_in, py::handle alive, py::handle rep) {
+        return to_list(reverse_depths(preds, to_ints(msg_in), rep.is_none() ? Ints() : to_ints(alive),
+                                      rep.is_none() ? Ints() : to_ints(rep)));
+      },
+      "longest path from each instruction to the end (fused DAG when rep is not None)");
+
+  m.def(
+      "global_order",
+      [](py::handle alive, py::handle depth, py::handle rdepth) {
+        return to_list(global_order(to_ints(alive), to_ints(depth), rdepth.is_none() ? Ints() : to_ints(rdepth)));
+      },
+      "the alive instructions by depth, then reverse depth (larger first), then index");
+
+  m.def(
+      "fifo_consistent",
+      [](py::handle rank, py::handle lane, py::handle msg_in, py::handle msg_out, py::handle alive, py::handle order) {
+        return fifo_consistent(links(rank, lane, msg_in, msg_out, alive), to_ints(order));
+      },
+      "whether every pair's receives follow the order of its sends");
+  m.def(
+      "slot_safe",
+      [](py::handle rank, py::handle lane, py::handle msg_in, py::handle msg_out, py::handle alive, py::handle order,
+         int64_t slots) { return slot_safe(links(rank, lane, msg_in, msg_out, alive), to_ints(order), slots); },
+      "whether no send finds `slots` messages of its pair in flight");
+
+  py::class_<OrderGraph>(m, "OrderGraph", "the dependency graph and message pairs the FIFO repair schedules")
+      .def(py::init([](py::handle rank, py::handle lane, py::handle msg_in, py::handle msg_out, py::handle alive,
+                       py::handle order, const Rows& preds, py::handle rep) {
+        return OrderGraph(links(rank, lane, msg_in, msg_out, alive), to_ints(order), preds, to_ints(rep));
+      }))
+      .def("kahn", [](const OrderGraph& g, py::handle order, bool by_priority) {
+        return optional_list(g.kahn(to_ints(order), by_priority));
+      })
+      .def("kahn_fifo", [](const OrderGraph& g, py::handle order) {
+        KahnFifo r = g.kahn_fifo(to_ints(order));
+        return py::make_tuple(optional_list(r.order), to_list(r.blocked), to_list(r.waiting));
+      })
+      .def("fifo_schedule", [](const OrderGraph& g, py::handle order) { return g.fifo_schedule(to_ints(order)); });
+}

@@ -1,0 +1,25 @@
+// Instruction generation (arborcc.compiler.instructions, GC3 section 4.2) for programs
+// without parallelize or instances: every traced chunk operation becomes a send and a
+// receive (recv, or rrc for a reduce) joined by a communication edge, or one local cpy
+// / re; chunk indices are physical offsets, named scratch regions shifted into the
+// rank's scratch buffer.
+#pragma once
+
+#include "pyints.hpp"
+
+namespace compiler {
+
+// instruction kinds, as arborcc.compiler.instructions numbers them
+enum Kind : int64_t { SEND = 0, RECV = 1, RRC = 2, CPY = 3, RE = 4 };
+
+// the columns lower_direct returns, in order
+enum Column { RANK, KIND, SBUF, SOFF, DBUF, DOFF, CNT, SPEER, RPEER, CH, SENDTB, RECVTB, OP, MSG_IN, MSG_OUT, COLUMNS };
+
+struct TracedOp {  // the fields of one traced operation the expansion reads
+  int64_t kind, src_rank, src_buf, src_idx, dst_rank, dst_buf, dst_idx, count, sendtb, recvtb, ch;
+};
+
+// region_offset[rank]: offset in the rank's scratch buffer of each buffer code (codes >= 2)
+std::vector<Ints> lower_direct(const std::vector<TracedOp>& ops, const std::vector<Ints>& region_offset);
+
+}  // namespace compiler

@@ -1,0 +1,268 @@
+// The global order's FIFO checks and repair (arborcc.compiler.order): Kahn's algorithm
+// three ways, with binary heaps of positions in the priority order.
+
+#include "order.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <queue>
+
+namespace compiler {
+
+namespace {
+
+using MinHeap = std::priority_queue<int64_t, std::vector<int64_t>, std::greater<int64_t>>;
+
+int64_t max_of(const Ints& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+
+}  // namespace
+
+Messages messages(const InstrLinks& t) {
+  const size_t n = t.rank.size();
+  const int64_t nr = max_of(t.rank) + 1, nl = max_of(t.lane) + 1;
+  Messages m;
+  Ints key;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t q = t.msg_out[i];
+    if (q < 0 || !t.alive[i]) continue;
+    m.sender.push_back((int64_t)i);
+    m.receiver.push_back(q);
+    key.push_back((t.rank[i] * nr + t.rank[(size_t)q]) * nl + t.lane[i]);
+  }
+  Ints keys = key;  // pairs numbered in the order of their keys
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  m.pair.resize(key.size());
+  for (size_t k = 0; k < key.size(); ++k)
+    m.pair[k] = std::lower_bound(keys.begin(), keys.end(), key[k]) - keys.begin();
+  m.npairs = (int64_t)keys.size();
+  return m;
+}
+
+Ints global_order(const Ints& alive, const Ints& depth, const Ints& rdepth) {
+  Ints order;
+  for (size_t i = 0; i < alive.size(); ++i)
+    if (alive[i]) order.push_back((int64_t)i);
+  auto rd = [&](int64_t i) { return rdepth.empty() ? 0 : rdepth[(size_t)i]; };
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    if (depth[(size_t)a] != depth[(size_t)b]) return depth[(size_t)a] < depth[(size_t)b];
+    if (rd(a) != rd(b)) return rd(a) > rd(b);
+    return a < b;
+  });
+  return order;
+}
+
+bool fifo_consistent(const InstrLinks& t, const Ints& order) {
+  const Messages m = messages(t);
+  Ints pos(t.rank.size(), -1);
+  for (size_t p = 0; p < order.size(); ++p) pos[(size_t)order[p]] = (int64_t)p;
+  std::vector<std::pair<int64_t, int64_t>> sent;  // (pair, send position) of each message
+  std::vector<size_t> idx(m.sender.size());
+  for (size_t k = 0; k < idx.size(); ++k) idx[k] = k;
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    if (m.pair[a] != m.pair[b]) return m.pair[a] < m.pair[b];
+    return pos[(size_t)m.sender[a]] < pos[(size_t)m.sender[b]];
+  });
+  for (size_t k = 1; k < idx.size(); ++k) {
+    const size_t a = idx[k - 1], b = idx[k];
+    if (m.pair[a] == m.pair[b] && pos[(size_t)m.receiver[b]] <= pos[(size_t)m.receiver[a]]) return false;
+  }
+  return true;
+}
+
+bool slot_safe(const InstrLinks& t, const Ints& order, int64_t slots) {
+  const int64_t nr = max_of(t.rank) + 1, nl = max_of(t.lane) + 1;
+  std::vector<int64_t> inflight((size_t)(nr * nr * nl), 0);
+  for (int64_t i : order) {
+    const int64_t m = t.msg_in[(size_t)i];
+    if (m >= 0) --inflight[(size_t)((t.rank[(size_t)m] * nr + t.rank[(size_t)i]) * nl + t.lane[(size_t)i])];
+    const int64_t q = t.msg_out[(size_t)i];
+    if (q >= 0) {
+      int64_t& c = inflight[(size_t)((t.rank[(size_t)i] * nr + t.rank[(size_t)q]) * nl + t.lane[(size_t)i])];
+      if (c >= slots) return false;
+      ++c;
+    }
+  }
+  return true;
+}
+
+OrderGraph::OrderGraph(const InstrLinks& t, const Ints& order, const Rows& preds, const Ints& rep)
+    : n_(t.rank.size()), msg_out_(t.msg_out), msgs_(messages(t)) {
+  indeg_.assign(n_, 0);
+  Ints count(n_, 0);
+  std::vector<std::pair<int64_t, int64_t>> edges;  // (before, after), in the order's order
+  edges.reserve(2 * order.size());
+  Ints before;
+  for (int64_t i : order) {
+    before.clear();
+    for (const int64_t* p = preds.begin((size_t)i); p != preds.end((size_t)i); ++p) {
+      const int64_t u = rep[(size_t)*p];
+      if (std::find(before.begin(), before.end(), u) == before.end()) before.push_back(u);
+    }
+    const int64_t m = t.msg_in[(size_t)i];
+    if (m >= 0) {
+      const int64_t u = rep[(size_t)m];
+      if (std::find(before.begin(), before.end(), u) == before.end()) before.push_back(u);
+    }
+    for (int64_t u : before) {
+      edges.emplace_back(u, i);
+      ++count[(size_t)u];
+    }
+    indeg_[(size_t)i] = (int64_t)before.size();
+  }
+  succs_.start.assign(n_ + 1, 0);
+  for (size_t u = 0; u < n_; ++u) succs_.start[u + 1] = succs_.start[u] + count[u];
+  succs_.flat.resize(edges.size());
+  Ints fill(succs_.start.begin(), succs_.start.end() - 1);
+  for (const auto& [u, i] : edges) succs_.flat[(size_t)fill[(size_t)u]++] = i;
+  sends_on_.assign(n_, -1);
+  receives_on_.assign(n_, -1);
+  for (size_t k = 0; k < msgs_.sender.size(); ++k) {
+    sends_on_[(size_t)msgs_.sender[k]] = msgs_.pair[k];
+    receives_on_[(size_t)msgs_.receiver[k]] = msgs_.pair[k];
+  }
+}
+
+Ints OrderGraph::positions(const Ints& order, int64_t missing) const {
+  Ints pos(n_, missing);
+  for (size_t p = 0; p < order.size(); ++p) pos[(size_t)order[p]] = (int64_t)p;
+  return pos;
+}
+
+std::optional<Ints> OrderGraph::kahn(const Ints& order, bool by_priority) const {
+  const Ints pos = positions(order, 0);
+  const size_t nm = msgs_.sender.size();
+  std::vector<size_t> idx(nm);
+  for (size_t k = 0; k < nm; ++k) idx[k] = k;
+  auto key = [&](size_t k) { return by_priority ? pos[(size_t)msgs_.sender[k]] : msgs_.sender[k]; };
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    if (msgs_.pair[a] != msgs_.pair[b]) return msgs_.pair[a] < msgs_.pair[b];
+    return key(a) < key(b);
+  });
+  // chain edges: each message's send before the pair's next one, and so its receive
+  Ints after_send(n_, -1), after_recv(n_, -1), indeg = indeg_;
+  for (size_t k = 1; k < nm; ++k) {
+    const size_t a = idx[k - 1], b = idx[k];
+    if (msgs_.pair[a] != msgs_.pair[b]) continue;
+    after_send[(size_t)msgs_.sender[a]] = msgs_.sender[b];
+    after_recv[(size_t)msgs_.receiver[a]] = msgs_.receiver[b];
+    ++indeg[(size_t)msgs_.sender[b]];
+    ++indeg[(size_t)msgs_.receiver[b]];
+  }
+  Ints inflight((size_t)msgs_.npairs, 0);
+  MinHeap heap;
+  for (int64_t i : order)
+    if (indeg[(size_t)i] == 0) heap.push(pos[(size_t)i]);
+  Ints out;
+  out.reserve(order.size());
+  auto release = [&](int64_t j) {
+    if (--indeg[(size_t)j] == 0) heap.push(pos[(size_t)j]);
+  };
+  while (!heap.empty()) {
+    const int64_t i = order[(size_t)heap.top()];
+    heap.pop();
+    int64_t p = receives_on_[(size_t)i];
+    if (p >= 0) --inflight[(size_t)p];
+    p = sends_on_[(size_t)i];
+    if (p >= 0) {
+      if (inflight[(size_t)p] >= SAFE_SLOTS) return std::nullopt;
+      ++inflight[(size_t)p];
+    }
+    out.push_back(i);
+    for (const int64_t* j = succs_.begin((size_t)i); j != succs_.end((size_t)i); ++j) release(*j);
+    if (after_send[(size_t)i] >= 0) release(after_send[(size_t)i]);
+    if (after_recv[(size_t)i] >= 0) release(after_recv[(size_t)i]);
+  }
+  if (out.size() != order.size()) return std::nullopt;
+  return out;
+}
+
+KahnFifo OrderGraph::kahn_fifo(const Ints& order) const {
+  const Ints pos = positions(order, 0);
+  Ints indeg = indeg_;
+  const size_t np = (size_t)msgs_.npairs;
+  std::vector<Ints> queues(np);  // receivers, in send order
+  Ints heads(np, 0);             // index of the oldest message in flight
+  std::vector<MinHeap> blocked(np);
+  std::vector<char> waiting(n_, 0);
+  MinHeap heap;
+  for (int64_t i : order)
+    if (indeg[(size_t)i] == 0 && receives_on_[(size_t)i] < 0) heap.push(pos[(size_t)i]);
+  KahnFifo result;
+  Ints out;
+  out.reserve(order.size());
+  while (!heap.empty()) {
+    const int64_t i = order[(size_t)heap.top()];
+    heap.pop();
+    const int64_t po = sends_on_[(size_t)i];
+    if (po >= 0 && (int64_t)queues[(size_t)po].size() - heads[(size_t)po] >= SAFE_SLOTS) {
+      blocked[(size_t)po].push(pos[(size_t)i]);  // its receive (if any) stays at the head
+      continue;
+    }
+    out.push_back(i);
+    const int64_t pq = receives_on_[(size_t)i];
+    if (pq >= 0) {  // a receive: its message was the head; the next one may be ready
+      const int64_t h = ++heads[(size_t)pq];
+      const Ints& q = queues[(size_t)pq];
+      if (h < (int64_t)q.size() && waiting[(size_t)q[(size_t)h]]) {
+        waiting[(size_t)q[(size_t)h]] = 0;
+        heap.push(pos[(size_t)q[(size_t)h]]);
+      }
+      if (!blocked[(size_t)pq].empty()) {  // a slot is free again
+        heap.push(blocked[(size_t)pq].top());
+        blocked[(size_t)pq].pop();
+      }
+    }
+    if (po >= 0) queues[(size_t)po].push_back(msg_out_[(size_t)i]);
+    for (const int64_t* jp = succs_.begin((size_t)i); jp != succs_.end((size_t)i); ++jp) {
+      const int64_t j = *jp;
+      if (--indeg[(size_t)j] != 0) continue;
+      const int64_t pj = receives_on_[(size_t)j];
+      if (pj >= 0) {
+        const Ints& q = queues[(size_t)pj];
+        const int64_t h = heads[(size_t)pj];
+        if (h >= (int64_t)q.size() || q[(size_t)h] != j) {
+          waiting[(size_t)j] = 1;
+          continue;
+        }
+      }
+      heap.push(pos[(size_t)j]);
+    }
+  }
+  if (out.size() == order.size()) {
+    result.order = std::move(out);
+    return result;
+  }
+  for (auto& b : blocked)
+    for (; !b.empty(); b.pop()) result.blocked.push_back(order[(size_t)b.top()]);
+  for (size_t i = 0; i < n_; ++i)
+    if (waiting[i]) result.waiting.push_back((int64_t)i);
+  return result;
+}
+
+bool OrderGraph::fifo_schedule(const Ints& order) const {
+  const Ints pos = positions(order, -1);  // -1: not in the order
+  for (size_t i = 0; i < n_; ++i) {
+    const int64_t p = pos[i];
+    for (const int64_t* j = succs_.begin(i); j != succs_.end(i); ++j)
+      if (p < 0 || pos[(size_t)*j] <= p) return false;
+  }
+  const size_t np = (size_t)msgs_.npairs;
+  std::vector<Ints> queues(np);
+  Ints heads(np, 0);
+  for (int64_t i : order) {
+    const int64_t po = sends_on_[(size_t)i];
+    if (po >= 0 && (int64_t)queues[(size_t)po].size() - heads[(size_t)po] >= SAFE_SLOTS) return false;
+    const int64_t pq = receives_on_[(size_t)i];
+    if (pq >= 0) {
+      const Ints& q = queues[(size_t)pq];
+      const int64_t h = heads[(size_t)pq];
+      if (h >= (int64_t)q.size() || q[(size_t)h] != i) return false;
+      heads[(size_t)pq] = h + 1;
+    }
+    if (po >= 0) queues[(size_t)po].push_back(msg_out_[(size_t)i]);
+  }
+  return true;
+}
+
+}  // namespace compiler

@@ -1,0 +1,70 @@
+"""Program.trace_copies records exactly what chunk(...).copy(...) one after another records,
+and fails with the same error at the same copy."""
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from arborcc.errors import ProgramError
+from arborcc.ir.model import Buffer
+from arborcc.lang import AllGather, AllReduce, Program, chunk
+from arborcc.lang import trace as T
+
+IN, OUT, SC = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
+COLLECTIVES = (lambda: AllGather(3, 2), lambda: AllGather(3, 2, inplace=True), lambda: AllReduce(3, 2, True),
+               lambda: AllReduce(3, 2))
+LINKS = [[0, 1, 0], [1, 0, 1], [1, 1, 0]]  # rank 0 cannot send to rank 2
+
+# a copy that may be wrong in any field
+bad = st.tuples(st.integers(-1, 3), st.sampled_from((IN, OUT, SC, "bad")), st.integers(-1, 7), st.integers(0, 3),
+                st.sampled_from((IN, OUT, SC)), st.integers(0, 7), st.integers(0, 3), st.integers(-2, 2))
+
+
+@st.composite
+def copies(draw):
+    """Copies that can mostly be traced - from an input (2 chunks a rank) or from where an
+    earlier copy wrote, to anywhere - and now and then one that may be wrong."""
+    steps, written = [], []
+    for _ in range(draw(st.integers(1, 14))):
+        what = draw(st.integers(0, 11))
+        if what == 0:
+            steps.append(draw(bad))
+            continue
+        if what < 5 or not written:
+            si = draw(st.integers(0, 1))
+            src = (draw(st.integers(0, 2)), IN, si, draw(st.integers(1, 2 - si)))
+        else:
+            src = draw(st.sampled_from(written))
+        buf = draw(st.sampled_from((OUT, OUT, SC, IN)))
+        dst = (draw(st.integers(0, 2)), buf, draw(st.integers(0, 2 - src[3] if buf is IN else 4)))
+        steps.append((*src[:3], *dst, src[3], draw(st.integers(-1, 1))))
+        written.append((*dst, src[3]))
+    return steps
+
+
+def _record(collective, topology, steps, bulk: bool):
+    """(operations without their source line, the error or None) of tracing ``steps``."""
+    with Program("p", collective(), topology) as prog:
+        try:
+            if bulk:
+                prog.trace_copies(steps)
+            else:
+                for sr, sb, si, dr, db, di, n, ch in steps:
+                    chunk(sr, sb, si, n).copy(dr, db, di, ch=ch)
+            error = None
+        except (ProgramError, AttributeError) as e:
+            error = type(e), str(e).split(": ", 1)[-1]
+    return [op[:T.WHERE] for op in prog.ops], error
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(range(len(COLLECTIVES))), st.sampled_from((None, LINKS)), copies())
+def test_trace_copies_records_what_chunk_copy_records(which, topology, steps):
+    assert _record(COLLECTIVES[which], topology, steps, True) == _record(COLLECTIVES[which], topology, steps,
+                                                                         False)
+
+
+def test_trace_copies_fast_path_covers_a_tree_broadcast():
+    steps = [(0, IN, 0, 0, OUT, 0, 2, -1), (0, OUT, 0, 1, OUT, 0, 2, 1), (1, OUT, 0, 2, OUT, 0, 2, -1)]
+    ops, error = _record(lambda: AllGather(3, 2), None, steps, True)
+    assert error is None
+    assert ops == [(T.COPY, 0, 0, 0, 0, 1, 0, 2, -1, -1, -1, 1), (T.COPY, 0, 1, 0, 1, 1, 0, 2, -1, -1, 1, 1),
+                   (T.COPY, 1, 1, 0, 2, 1, 0, 2, -1, -1, -1, 1)]
