@@ -12,9 +12,10 @@ run through the collective's direct algorithm), the same reduction of every step
 
 Transport. A thread block's connection is (peer, channel): a message is an ``isend`` /
 ``irecv`` with the channel as its tag, and messages of one connection are matched in
-order, as MSCCL's FIFOs are. On a back-end without tags (NCCL) the operations that
-become ready together are issued as one batch (``batch_isend_irecv``, an NCCL group), and
-an algorithm may use at most one thread block per peer and direction there.
+order, as MSCCL's FIFOs are. On a back-end without tags (NCCL) the operations the
+schedule posts one after the other are issued as one batch (``batch_isend_irecv``, an
+NCCL group), and an algorithm may use at most one thread block per peer and direction
+there.
 
 Progress. One thread posts every operation, waits for them and runs every step, in an
 order fixed before the first call (:mod:`arborcc.torch.schedule`: a simulation of all

@@ -72,7 +72,8 @@ class RankState:
 
     tbs: list  # thread block instances (LoweredThreadBlock), tile by tile
     pos: list[int]
-    pending: list  # per instance: (token, slot or None) of the posted receive of its current step
+    pending: list  # per instance: {step: (token, slot or None)} of its receives posted ahead of their steps
+    ahead: list  # per instance: the first step whose receive may not have been posted yet
     actions: list = field(default_factory=list)
     outbox: list = field(default_factory=list)  # sends counted as posted, emitted after this moment's receives
     temps: list[int] = field(default_factory=list)
@@ -101,7 +102,7 @@ class Simulation:
         self.ranks = []
         for prog in programs:
             tbs = [tb for _ in range(tiles) for tb in prog]
-            self.ranks.append(RankState(tbs, [0] * len(tbs), [None] * len(tbs),
+            self.ranks.append(RankState(tbs, [0] * len(tbs), [{} for _ in tbs], [0] * len(tbs),
                                         started=min(tiles, self.window)))
         #: (sender, receiver, channel tag) -> [sends posted, receives posted]
         self.counts: dict[tuple[int, int, int], list[int]] = {}
@@ -249,11 +250,11 @@ class Simulation:
             k = st.pos[i]
             step = tb.steps[k]
             if step.op.receives:
-                if st.pending[i] is None:
+                if k not in st.pending[i]:
                     if not self.post_receive(r, i, step):
                         break
                     moved = True
-                token, slot = st.pending[i]
+                token, slot = st.pending[i][k]
                 if not self.may_block or not self.satisfiable(r, token) or not self.dep_met(r, i, step):
                     break
                 writes = slot is not None and step.dst is not None
@@ -261,7 +262,7 @@ class Simulation:
                     break
                 self.may_block = False
                 self.wait(r, token)
-                st.pending[i] = None
+                del st.pending[i][k]
                 st.actions.append((STEP, i, k, slot))
                 self.after_receive(r, i, step, slot, sends)
             else:
@@ -285,7 +286,28 @@ class Simulation:
                 token = self.post(r, i, True, what)
                 st.sends[token] = (reads, slot)
             sends = []
+        moved |= self.post_ahead(r, i)
         self.flush(r)
+        return moved
+
+    def post_ahead(self, r: int, i: int) -> bool:
+        """Post the receives of thread block instance ``i``'s coming steps that go to
+        temporaries, in step order (a connection matches messages in order), up to the first
+        one that lands in place (posted when its step comes): a sender whose receiver has
+        posted writes its message at once, from its own thread."""
+        st = self.ranks[r]
+        steps = st.tbs[i].steps
+        k, moved = max(st.ahead[i], st.pos[i]), False
+        while k < len(steps):
+            step = steps[k]
+            if step.op.receives and k not in st.pending[i]:
+                if k == st.pos[i] or (step.op in IN_PLACE and self.chunks(r, i, step.dst, step.count)[1]):
+                    break
+                slot = self.take_temp(r, step.count)
+                st.pending[i][k] = (self.post(r, i, False, (TEMP, slot, step.count)), slot)
+                moved = True
+            k += 1
+        st.ahead[i] = k
         return moved
 
     def post_receive(self, r: int, i: int, step) -> bool:
@@ -298,7 +320,7 @@ class Simulation:
                 if not self.dep_met(r, i, step):
                     return False
                 if self.clear(r, chunks):
-                    st.pending[i] = (self.post(r, i, False, (MEMORY, step.dst, step.count)), None)
+                    st.pending[i][st.pos[i]] = (self.post(r, i, False, (MEMORY, step.dst, step.count)), None)
                     return True
                 if self.patient:
                     return False
@@ -306,7 +328,7 @@ class Simulation:
                            Op.RECV_REDUCE_COPY_SEND):
             raise InputError(f"step type {step.op.value!r} is not supported by the torch.distributed executor")
         slot = self.take_temp(r, step.count)
-        st.pending[i] = (self.post(r, i, False, (TEMP, slot, step.count)), slot)
+        st.pending[i][st.pos[i]] = (self.post(r, i, False, (TEMP, slot, step.count)), slot)
         return True
 
     def after_receive(self, r: int, i: int, step, slot, sends: list) -> None:
