@@ -12,7 +12,8 @@ float32 tensor (sum): ``dist.all_reduce`` on the default group (backend ``arborc
 while gloo runs, free to run on any CPU as in a plain gloo job: :func:`free_threads_group`,
 :func:`unpinned`), and the raw shared-memory runtime (the backend's own
 :class:`arborcc.runtime.Communicator`, called directly, in place as ``dist.all_reduce``).
-For each size the three alternate in rounds; every way is measured as nccl-tests
+For each size the three alternate in rounds (in an order rotated each round, so that
+each way runs once in every position); every way is measured as nccl-tests
 measures: warm-up calls, then samples of a barrier followed by a batch of calls timed
 together (16 up to 1 MB, 16 MB of calls above, one call from 16 MB), the slowest rank's
 sample counts, the table shows medians of samples. busbw = size / time * 2(n-1)/n, as
@@ -35,7 +36,7 @@ threads, alternating in one job.
 CPU split (``--parts cpu-split``): 4 ranks of a plain gloo job, 64 MB: gloo's all-reduce,
 the plain ring and the executor alone (its default all-reduce; the same in 4 MB tiles;
 a one-channel ring), with the CPU time per call by thread (the calling thread, the
-executor's posting and waiting threads, gloo's I/O and worker threads).
+executor's waiting thread, gloo's I/O and worker threads).
 
 Two hosts: 4 ranks, two "hosts" of 2 (``ARBORCC_HOST``), at 16 and 64 MB: the backend
 (shared memory inside a host, the torch.distributed executor over gloo between hosts),
@@ -173,6 +174,15 @@ class PlainRing:
             torch.add(t[k * block:(k + 1) * block], dst[k * block:(k + 1) * block], out=dst[k * block:(k + 1) * block])
 
 
+def rotated(ways: dict, rnd: int) -> list:
+    """``ways``' items in the order of round ``rnd``: rotated by one each round, so that no
+    way always runs right after the same other one (after gloo's multi-millisecond calls, or
+    first in the round) and each is timed in every position."""
+    items = list(ways.items())
+    k = rnd % len(items)
+    return items[k:] + items[:k]
+
+
 def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
     """On one rank: {way: {size: [seconds per timed call]}}."""
     import torch
@@ -202,7 +212,7 @@ def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
         warmup, iters = iterations(size, quick)
         t = torch.ones(size // 4)
         for rnd in range(ROUNDS):
-            for way, call in ways.items():
+            for way, call in rotated(ways, rnd):
                 times, cpu = time_batches(lambda: call(t), lambda: barrier().wait(), warmup, iters, batch_of(size),
                                           unpinned if way == "gloo" else contextlib.nullcontext)
                 out[way].setdefault(size, []).extend(times)
@@ -362,8 +372,8 @@ def gloo_modes_table(ranks_list: list[int], size: int, rounds: int) -> list[dict
 
 
 #: thread names -> what they do, for the CPU split (Python threads by name, gloo's by their Linux name)
-THREAD_KINDS = (("MainThread", "main"), ("arborcc-send", "posting"), ("arborcc-recv", "posting"),
-                ("arborcc-wait", "waiting"), ("gloo_tcp_loop", "gloo I/O"), ("pt_gloo_runloop", "gloo worker"))
+THREAD_KINDS = (("MainThread", "main"), ("arborcc-wait", "waiting"), ("gloo_tcp_loop", "gloo I/O"),
+                ("pt_gloo_runloop", "gloo worker"))
 
 
 def thread_cpu() -> dict:
@@ -431,10 +441,10 @@ def cpu_split_timings(size: int, rounds: int, calls: int) -> dict:
 def cpu_split_table(size: int, rounds: int) -> list[dict]:
     """Where the CPU time of an all-reduce over gloo goes (4 ranks, one machine)."""
     per_rank = run_ranks(cpu_split_timings, 4, (size, rounds, 4), timeout=900)
-    kinds = ["user", "system", "main", "posting", "waiting", "gloo I/O", "gloo worker"]
+    kinds = ["user", "system", "main", "waiting", "gloo I/O", "gloo worker"]
     print(f"\n## CPU per call of an all-reduce of {fmt_size(size)} over one gloo group of 4 ranks (ms, all 4 ranks "
           f"summed; medians of {rounds} rounds of 4 calls; threads: main = the calling thread (the executor's "
-          f"reductions and bookkeeping), posting/waiting = the executor's helper threads, gloo I/O and worker = "
+          f"posts, reductions and bookkeeping), waiting = the executor's waiting thread, gloo I/O and worker = "
           f"gloo's; per-thread times in 10 ms clock ticks)")
     print(f"{'way':>11} {'wall ms':>8} {'cpu ms':>7} " + " ".join(f"{k:>11}" for k in kinds))
     rows = []
