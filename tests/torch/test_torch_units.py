@@ -103,12 +103,12 @@ def test_free_threads_starts_threads_on_the_cpus_from_before_pinning(monkeypatch
         os.sched_setaffinity(0, before)
 
 
-def test_executor_waiting_thread_runs_on_the_cpus_from_before_pinning(monkeypatch):
+def test_executor_helper_threads_run_on_the_cpus_from_before_pinning(monkeypatch):
     import os
     import queue
 
     from arborcc.torch import affinity
-    from arborcc.torch.executor import Waiter
+    from arborcc.torch.executor import Sender, Waiter
 
     before = os.sched_getaffinity(0)
     if len(before) < 2:
@@ -126,6 +126,8 @@ def test_executor_waiting_thread_runs_on_the_cpus_from_before_pinning(monkeypatc
         done: queue.SimpleQueue = queue.SimpleQueue()
         Waiter().submit(Work(), 7, done)
         assert done.get(timeout=10) == (7, None)
+        Sender().submit(lambda: done.put(("sending", os.sched_getaffinity(0))))
+        assert done.get(timeout=10) == ("sending", before)
         assert seen == [("waiting", before)]
         assert os.sched_getaffinity(0) == one
     finally:

@@ -17,12 +17,14 @@ schedule posts one after the other are issued as one batch (``batch_isend_irecv`
 NCCL group), and an algorithm may use at most one thread block per peer and direction
 there.
 
-Progress. One thread posts every operation, waits for them and runs every step, in an
-order fixed before the first call (:mod:`arborcc.torch.schedule`: a simulation of all
-ranks' programs that waits for an operation only once its peer has posted the matching
-one, so no order of arrivals can deadlock it); a helper thread waits on gloo's Work
-objects in that order and reports completions, so the calling thread can look for a
-failure elsewhere in the job while it waits. Sends read the caller's memory where it is,
+Progress. The calling thread posts every receive, waits for every operation and runs
+every step, in an order fixed before the first call (:mod:`arborcc.torch.schedule`: a
+simulation of all ranks' programs that waits for an operation only once its peer has
+posted the matching one, so no order of arrivals can deadlock it); a sending thread
+posts the sends in that order (a gloo send to a peer that has posted its receive writes
+the message before it returns), and a waiting thread waits on gloo's Work objects in
+that order and reports completions, so the calling thread can look for a failure
+elsewhere in the job while it waits. Sends read the caller's memory where it is,
 without a copy; a step that would write memory a send in flight still reads waits for
 that send (the IR's semantics: a send captures its data when it is posted). A receive
 lands in its destination when nothing may still be reading it, else in a temporary
@@ -41,6 +43,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 
 from arborcc.errors import InputError
 from arborcc.ir.aliasing import Mode
@@ -49,7 +52,7 @@ from arborcc.ir.model import Algorithm, Op
 from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.lowering import STEP_CODE, LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
 from arborcc.runtime.plan import Plan, fallback_algorithm, require_verified
-from arborcc.torch.affinity import free_this_thread
+from arborcc.torch.affinity import free_this_thread, free_threads
 from arborcc.torch.schedule import (CHANNEL_TAGS, GATHER, MEMORY, POST_RECV, POST_SEND, STEP, TEMP, WAIT, Schedule,
                                     build_schedules)
 
@@ -136,6 +139,27 @@ def lowered_program(low: LoweredRank) -> list[LoweredThreadBlock]:
 
 
 
+class Sender:
+    """A daemon thread that runs jobs in the order given: the executor's sends (a gloo send
+    to a peer that has posted its receive writes the whole message before it returns, which
+    would hold up the calling thread). Free of the calling thread's CPU, as :class:`Waiter`."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+
+    def submit(self, job) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._serve, name="arborcc-send", daemon=True)
+            self.thread.start()
+        self.jobs.put(job)
+
+    def _serve(self) -> None:
+        free_this_thread()
+        while True:
+            self.jobs.get()()
+
+
 class Waiter:
     """A daemon thread that waits for torch Work objects, one after the other in the order
     they are given, and reports each completion in a queue. It runs on the rank's CPUs from
@@ -180,15 +204,20 @@ class GroupExecutor:
     the seconds a call may wait without any operation completing; chunks larger than
     ``tile_bytes`` run as tiles of at most that size, ``window`` tiles in flight at a time
     (a pipeline, as GC3's runtime tiles large buffers: the wire carries one tile while
-    another is reduced; tiles need tags, so untagged back-ends run one). Tiles are large
-    (16 MB, two in flight, by default): every message costs gloo's TCP transport a
-    rendezvous and CPU time of its own, and where ranks share CPUs (several per machine)
-    CPU time decides the speed.
+    another is reduced; tiles need tags, so untagged back-ends run one). By default 4 MB
+    tiles, two in flight: every message costs gloo's TCP transport a rendezvous and CPU
+    time of its own, but a rank waits for its messages in a fixed order, and the larger a
+    message the longer a late one holds up the others (docs/torch.md, session 9).
+
+    While a call runs, its thread may run on any of the rank's CPUs from before the
+    backend pinned it (:func:`arborcc.torch.affinity.free_threads`), as gloo's own threads
+    do; sends are posted by a sending thread (:class:`Sender`), completions reported by a
+    waiting thread (:class:`Waiter`).
     """
 
     def __init__(self, group, timeout: float = 1800.0, plan: Plan | None = None, rank_names: list[int] | None = None,
                  failure=None,
-                 tagged: bool = True, tag_base: int = 0, tile_bytes: int = 16 << 20, window: int = 2):
+                 tagged: bool = True, tag_base: int = 0, tile_bytes: int = 4 << 20, window: int = 2):
         self.group = group
         self.rank, self.size = group.rank(), group.size()
         self.timeout = timeout
@@ -202,6 +231,7 @@ class GroupExecutor:
         self._programs: dict[tuple[int, Mode], tuple[Algorithm, LoweredRank, list[LoweredThreadBlock]]] = {}
         self._schedules: dict[tuple, Schedule] = {}
         self.waiter = Waiter()
+        self.sender = Sender()
         self.spare: dict[tuple, list] = {}  #: temporaries to reuse, by (elements, dtype, device)
         self.spare_bytes = 0
 
@@ -333,7 +363,8 @@ class GroupExecutor:
             if low.scratch_chunks:
                 bufs[SCRATCH_BUFFER] = self.take_buffer(low.scratch_chunks * geo.chunk, like)
             tiles.append((geo, bufs))
-        Run(self, programs[self.rank], schedule, tiles, _reducer(op), like).execute()
+        with free_threads():  # the calling thread too may run on any of the rank's CPUs meanwhile
+            Run(self, programs[self.rank], schedule, tiles, _reducer(op), like).execute()
         for _, bufs in tiles:  # (not after a failure: transfers may still be writing them)
             if SCRATCH_BUFFER in bufs:
                 self.give_buffer(bufs[SCRATCH_BUFFER])
@@ -395,6 +426,7 @@ class Run:
         self.done: queue.SimpleQueue = queue.SimpleQueue()
         self.handed = 0  # how many of the schedule's waits the waiter has been given
         self.batch: list[tuple[int, bool, int, object]] = []  # untagged: operations posted together
+        self.lock = threading.Lock()  # works and handed, shared with the sending thread
 
     # -- memory ------------------------------------------------------------------------
 
@@ -466,15 +498,33 @@ class Run:
         if not self.ex.tagged:
             self.batch.append((token, send, peer, tensor))
             return
-        self.works[token] = self.ex.post(send, peer, tb.channel + CHANNEL_TAGS * (i // self.per_tile), tensor)
-        self.hand_over()
+        tag = tb.channel + CHANNEL_TAGS * (i // self.per_tile)
+        if send:
+            self.ex.sender.submit(partial(self.post_send, token, peer, tag, tensor))
+            return
+        work = self.ex.post(send, peer, tag, tensor)
+        with self.lock:
+            self.works[token] = work
+            self.hand_over()
+
+    def post_send(self, token: int, peer: int, tag: int, tensor) -> None:
+        """(On the sending thread.)"""
+        try:
+            work = self.ex.post(True, peer, tag, tensor)
+        except BaseException as e:  # reported to the calling thread, which raises
+            self.done.put((token, e))
+            return
+        with self.lock:
+            self.works[token] = work
+            self.hand_over()
 
     def flush(self) -> None:
         if self.batch:
             works = self.ex.post_batch([(send, peer, t) for _, send, peer, t in self.batch])
-            self.works.update((token, work) for (token, *_), work in zip(self.batch, works))
+            with self.lock:
+                self.works.update((token, work) for (token, *_), work in zip(self.batch, works))
+                self.hand_over()
             self.batch = []
-            self.hand_over()
 
     def hand_over(self) -> None:
         """Give the waiter the posted operations next in the schedule's order of waits."""
