@@ -82,6 +82,7 @@ class RankState:
     posted: dict = field(default_factory=dict)  # token -> (peer, connection key, index on the connection, is send)
     waits: list[int] = field(default_factory=list)
     started: int = 0
+    finished: int = 0  # tiles, from the first, that have run every step
     next_token: int = 0
 
 
@@ -95,6 +96,8 @@ def build_schedules(programs: list[list], tiles: int, window: int, chunk_lists) 
 
 
 class Simulation:
+    """All ranks' programs run together, message by message, recording each rank's actions."""
+
     def __init__(self, programs: list[list], tiles: int, window: int, chunk_lists) -> None:
         self.per_tile = [len(p) for p in programs]
         self.tiles, self.window = tiles, max(1, window)
@@ -138,10 +141,10 @@ class Simulation:
 
     def tiles_done(self, r: int) -> int:
         st, per = self.ranks[r], self.per_tile[r]
-        n = 0
-        while n < st.started and all(st.pos[i] == len(st.tbs[i].steps) for i in range(n * per, (n + 1) * per)):
-            n += 1
-        return n
+        while st.finished < st.started and all(st.pos[i] == len(st.tbs[i].steps)
+                                               for i in range(st.finished * per, (st.finished + 1) * per)):
+            st.finished += 1
+        return st.finished
 
     def tag(self, r: int, i: int, tb) -> int:
         return tb.channel + CHANNEL_TAGS * (i // self.per_tile[r])
@@ -229,7 +232,7 @@ class Simulation:
         for blocking in (False, True):
             self.may_block = blocking
             moved = False
-            for i in range(st.started * self.per_tile[r]):
+            for i in range(self.tiles_done(r) * self.per_tile[r], st.started * self.per_tile[r]):
                 moved |= self.advance(r, i)
                 if blocking and not self.may_block:  # it waited once
                     break
