@@ -204,11 +204,11 @@ class GroupExecutor:
     the seconds a call may wait without any operation completing; chunks larger than
     ``tile_bytes`` run as tiles of at most that size, ``window`` tiles in flight at a time
     (a pipeline, as GC3's runtime tiles large buffers: the wire carries one tile while
-    another is reduced; tiles need tags, so untagged back-ends run one). By default 2 MB
+    another is reduced; tiles need tags, so untagged back-ends run one). By default 4 MB
     tiles, two in flight: every message costs gloo's TCP transport a rendezvous and CPU
-    time of its own, but a rank waits for its messages in a fixed order, and the larger a
-    message the longer a late one holds up the others (measured against 1, 4 and 16 MB:
-    ``benchmarks/torch_executor_ab.py --tile-bytes``).
+    time of its own (which decides where ranks share CPUs), but a rank waits for its
+    messages in a fixed order, and the larger a message the longer a late one holds up the
+    others (1, 2, 4 and 16 MB compared in docs/torch.md, session 9).
 
     While a call runs, its thread may run on any of the rank's CPUs from before the
     backend pinned it (:func:`arborcc.torch.affinity.free_threads`), as gloo's own threads
@@ -218,7 +218,7 @@ class GroupExecutor:
 
     def __init__(self, group, timeout: float = 1800.0, plan: Plan | None = None, rank_names: list[int] | None = None,
                  failure=None,
-                 tagged: bool = True, tag_base: int = 0, tile_bytes: int = 2 << 20, window: int = 2):
+                 tagged: bool = True, tag_base: int = 0, tile_bytes: int = 4 << 20, window: int = 2):
         self.group = group
         self.rank, self.size = group.rank(), group.size()
         self.timeout = timeout
