@@ -34,9 +34,9 @@ usual way after ``init`` (its threads pinned to the rank's CPU) against one with
 threads, alternating in one job.
 
 CPU split (``--parts cpu-split``): 4 ranks of a plain gloo job, 64 MB: gloo's all-reduce,
-the plain ring and the executor alone (its default all-reduce; the same in 16 MB tiles;
+the plain ring and the executor alone (its default all-reduce; the same in 4 MB tiles;
 a one-channel ring), with the CPU time per call by thread (the calling thread, the
-executor's sending and waiting threads, gloo's I/O and worker threads).
+executor's posting and waiting threads, gloo's I/O and worker threads).
 
 Two hosts: 4 ranks, two "hosts" of 2 (``ARBORCC_HOST``), at 16 and 64 MB: the backend
 (shared memory inside a host, the torch.distributed executor over gloo between hosts),
@@ -372,8 +372,8 @@ def gloo_modes_table(ranks_list: list[int], size: int, rounds: int) -> list[dict
 
 
 #: thread names -> what they do, for the CPU split (Python threads by name, gloo's by their Linux name)
-THREAD_KINDS = (("MainThread", "main"), ("arborcc-send", "sending"), ("arborcc-wait", "waiting"),
-                ("gloo_tcp_loop", "gloo I/O"), ("pt_gloo_runloop", "gloo worker"))
+THREAD_KINDS = (("MainThread", "main"), ("arborcc-send", "posting"), ("arborcc-recv", "posting"),
+                ("arborcc-wait", "waiting"), ("gloo_tcp_loop", "gloo I/O"), ("pt_gloo_runloop", "gloo worker"))
 
 
 def thread_cpu() -> dict:
@@ -399,7 +399,7 @@ def thread_cpu() -> dict:
 
 def cpu_split_timings(size: int, rounds: int, calls: int) -> dict:
     """On one rank of a gloo job: gloo's all-reduce, :class:`PlainRing` and the executor
-    (arborcc's default all-reduce over the job's gloo group; the same in 16 MB tiles, 2 in
+    (arborcc's default all-reduce over the job's gloo group; the same in 4 MB tiles, 2 in
     flight; a one-channel ring all-reduce), alternating; per round and
     way the seconds per call (wall), and CPU seconds per call: user, system and by thread
     kind (:func:`thread_cpu`)."""
@@ -413,11 +413,11 @@ def cpu_split_timings(size: int, rounds: int, calls: int) -> dict:
     dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=300))
     group = dist.group.WORLD
     executor = GroupExecutor(group, timeout=300)
-    large_tiles = GroupExecutor(group, timeout=300, tile_bytes=16 * MB)
+    small_tiles = GroupExecutor(group, timeout=300, tile_bytes=4 * MB)
     ring = ring_allreduce(group.size(), channels=1, inplace=True).algorithm
     ways = {"gloo": lambda t: dist.all_reduce(t), "plain ring": PlainRing(group),
             "executor": lambda t: executor.allreduce(t, "sum"),
-            "exec 16 MB": lambda t: large_tiles.allreduce(t, "sum"),
+            "exec 4 MB": lambda t: small_tiles.allreduce(t, "sum"),
             "exec ring": lambda t: executor.run_algorithm(ring, t)}
     t = torch.ones(size // 4)
     out: dict = {way: [] for way in ways}
@@ -441,11 +441,10 @@ def cpu_split_timings(size: int, rounds: int, calls: int) -> dict:
 def cpu_split_table(size: int, rounds: int) -> list[dict]:
     """Where the CPU time of an all-reduce over gloo goes (4 ranks, one machine)."""
     per_rank = run_ranks(cpu_split_timings, 4, (size, rounds, 4), timeout=900)
-    kinds = ["user", "system", "main", "sending", "waiting", "gloo I/O", "gloo worker"]
+    kinds = ["user", "system", "main", "posting", "waiting", "gloo I/O", "gloo worker"]
     print(f"\n## CPU per call of an all-reduce of {fmt_size(size)} over one gloo group of 4 ranks (ms, all 4 ranks "
           f"summed; medians of {rounds} rounds of 4 calls; threads: main = the calling thread (the executor's "
-          f"receives, reductions and bookkeeping), sending/waiting = the executor's helper threads, gloo I/O and "
-          f"worker = "
+          f"reductions and bookkeeping), posting/waiting = the executor's helper threads, gloo I/O and worker = "
           f"gloo's; per-thread times in 10 ms clock ticks)")
     print(f"{'way':>11} {'wall ms':>8} {'cpu ms':>7} " + " ".join(f"{k:>11}" for k in kinds))
     rows = []

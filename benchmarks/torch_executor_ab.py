@@ -1,14 +1,17 @@
-"""The torch.distributed executor against an earlier commit's executor and gloo's own
+"""The torch.distributed executor against another commit's executor and gloo's own
 all-reduce, side by side in one job: 4 ranks as two "hosts" of 2 (``ARBORCC_HOST``, as the
 two-host table of ``benchmarks/torch_allreduce.py``), each executor running arborcc's
 default all-reduce over one gloo group of all 4 ranks.
 
-    .venv/bin/python benchmarks/torch_executor_ab.py [--against 76a1f19] [--rounds 8] [--sizes 64M,16M]
-                                                     [--tile-bytes 2M]
+    .venv/bin/python benchmarks/torch_executor_ab.py [--against 3ba9240] [--rounds 8] [--sizes 64M,16M]
+                                                     [--tile-bytes 4M]
 
-The earlier executor is ``src/arborcc/torch/executor.py`` as of ``--against`` (read with
-``git show`` into a temporary directory and imported from there; it must run on today's
-``arborcc`` modules). Per round every way is timed as the two-host table times it (a
+The other executor is ``src/arborcc/torch/executor.py`` as of ``--against`` (default:
+session 9's executor on a schedule fixed before the call, with its
+``arborcc/torch/schedule.py``), read with ``git show`` into a temporary directory and
+imported from there (the schedule module under its own name, which that executor
+imports); it must run on today's other ``arborcc`` modules. ``--tile-bytes`` sets the
+other executor's tile size. Per round every way is timed as the two-host table times it (a
 barrier, one call; 1 warm-up call and 3 samples, the slowest rank's sample counts) in
 an order rotated each round; the table shows per way the median over rounds of each
 round's median, and gloo's time over the way's, round by round (ratios are taken within
@@ -33,17 +36,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from torch_allreduce import ROOT, free_threads_group, rotated, size_list, time_batches, unpinned  # noqa: E402
 
 
-def earlier_executor(commit: str, directory: str):
-    """The module ``arborcc/torch/executor.py`` of ``commit``, imported under another name."""
-    text = subprocess.run(["git", "show", f"{commit}:src/arborcc/torch/executor.py"], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout
-    path = Path(directory) / "earlier_executor.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("earlier_executor", path)
+def module_of(commit: str, path: str, name: str, directory: str):
+    """The file ``path`` of ``commit``, imported as module ``name`` (None if that commit
+    has no such file)."""
+    shown = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True)
+    if shown.returncode:
+        return None
+    file = Path(directory) / f"rank{os.environ['RANK']}" / f"{name.replace('.', '_')}.py"  # (ranks write at once)
+    file.parent.mkdir(exist_ok=True)
+    file.write_text(shown.stdout)
+    spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (its dataclasses look their module up)
+    sys.modules[name] = module  # (its dataclasses look their module up)
     spec.loader.exec_module(module)
     return module
+
+
+def other_executor(commit: str, directory: str):
+    """``arborcc/torch/executor.py`` of ``commit`` (with the schedule module it imports, if
+    that commit has one), imported under another name."""
+    if "arborcc.torch.schedule" not in sys.modules:
+        module_of(commit, "src/arborcc/torch/schedule.py", "arborcc.torch.schedule", directory)
+    return module_of(commit, "src/arborcc/torch/executor.py", "other_executor", directory)
 
 
 def rank_times(sizes: list[int], rounds: int, commit: str, directory: str, tile_bytes: int | None) -> dict:
@@ -59,10 +73,11 @@ def rank_times(sizes: list[int], rounds: int, commit: str, directory: str, tile_
     torch.set_num_threads(1)
     arborcc.torch.init(timeout=300)
     gloo = free_threads_group()
-    now = GroupExecutor(gloo, timeout=300, **({"tile_bytes": tile_bytes} if tile_bytes else {}))
-    before = earlier_executor(commit, directory).GroupExecutor(gloo, timeout=300)
+    now = GroupExecutor(gloo, timeout=300)
+    other = other_executor(commit, directory).GroupExecutor(gloo, timeout=300,
+                                                            **({"tile_bytes": tile_bytes} if tile_bytes else {}))
     ways = {"gloo": lambda t: dist.all_reduce(t, group=gloo), "executor": lambda t: now.allreduce(t, "sum"),
-            f"executor {commit}": lambda t: before.allreduce(t, "sum")}
+            f"executor {commit}": lambda t: other.allreduce(t, "sum")}
     out: dict = {way: {} for way in ways}
     for size in sizes:
         t = torch.ones(size // 4)
@@ -82,10 +97,10 @@ def rank_times(sizes: list[int], rounds: int, commit: str, directory: str, tile_
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--against", default="76a1f19", help="the commit whose executor to compare with")
+    p.add_argument("--against", default="3ba9240", help="the commit whose executor to compare with")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--sizes", type=size_list, default=[64 << 20, 16 << 20])
-    p.add_argument("--tile-bytes", type=size_list, help="the executor's tile size, e.g. 2M (default: its own)")
+    p.add_argument("--tile-bytes", type=size_list, help="the other executor's tile size, e.g. 2M (default: its own)")
     args = p.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as directory:

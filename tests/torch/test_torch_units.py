@@ -70,6 +70,40 @@ def test_plan_from_a_tuned_directory(tmp_path):
     assert plan_from_env({}) is None
 
 
+def _exchange(reply_first: bool):
+    """Rank 0 sends chunk 0 to rank 1 and receives rank 1's message into chunk 0; rank 1
+    receives rank 0's message, then replies (``reply_first``: replies before receiving)."""
+    from arborcc.ir.model import Op
+    from arborcc.torch.executor import LoweredStep, LoweredThreadBlock
+
+    def step(op):
+        return LoweredStep(op, (0, 0), (0, 0), 1, None, False, False)
+
+    rank0 = [LoweredThreadBlock(1, 1, 0, (step(Op.SEND), step(Op.RECV)))]
+    ops1 = (Op.SEND, Op.RECV) if reply_first else (Op.RECV, Op.SEND)
+    rank1 = [LoweredThreadBlock(0, 0, 0, tuple(step(op) for op in ops1))]
+    return rank0, rank1
+
+
+def test_a_reply_may_land_where_the_message_it_answers_was_sent_from():
+    """The executor receives into memory a send in flight still reads only when the peer
+    sends that message after it has received the send (no temporary, no copy)."""
+    from arborcc.ir.aliasing import Mode
+    from arborcc.runtime.direct import owner_allreduce
+    from arborcc.runtime.lowering import lower_rank
+    from arborcc.torch.executor import lowered_program, received_before_reply
+
+    rank0, rank1 = _exchange(reply_first=False)
+    assert received_before_reply(0, rank0, {1: rank1}.get) == {(0, 1): frozenset({(0, 0)})}
+    rank0, rank1 = _exchange(reply_first=True)  # the messages cross: rank 1's may arrive while rank 0's is read
+    assert received_before_reply(0, rank0, {1: rank1}.get) == {}
+
+    algo = owner_allreduce(4, True)  # each rank gets chunk p back from its owner p after sending it there
+    programs = {p: lowered_program(lower_rank(algo, p, Mode.INPLACE)) for p in range(4)}
+    safe = received_before_reply(0, programs[0], programs.get)
+    assert safe == {(t, 3): frozenset({(t, 0)}) for t in range(3)}
+
+
 def test_free_threads_starts_threads_on_the_cpus_from_before_pinning(monkeypatch):
     import os
     import threading
@@ -108,7 +142,7 @@ def test_executor_helper_threads_run_on_the_cpus_from_before_pinning(monkeypatch
     import queue
 
     from arborcc.torch import affinity
-    from arborcc.torch.executor import Sender, Waiter
+    from arborcc.torch.executor import Posters, Waiters
 
     before = os.sched_getaffinity(0)
     if len(before) < 2:
@@ -118,17 +152,19 @@ def test_executor_helper_threads_run_on_the_cpus_from_before_pinning(monkeypatch
         def wait(self):
             seen.append(("waiting", os.sched_getaffinity(0)))
 
+    def post():
+        seen.append(("posting", os.sched_getaffinity(0)))
+        return Work()
+
     seen: list = []
     monkeypatch.setattr(affinity, "cpus_before_pinning", frozenset(before))
     one = {min(before)}
     os.sched_setaffinity(0, one)  # the calling thread, pinned as the runtime pins a rank
     try:
         done: queue.SimpleQueue = queue.SimpleQueue()
-        Waiter().submit(Work(), 7, done)
+        Posters(Waiters()).submit(1, "send", post, 7, done)
         assert done.get(timeout=10) == (7, None)
-        Sender().submit(lambda: done.put(("sending", os.sched_getaffinity(0))))
-        assert done.get(timeout=10) == ("sending", before)
-        assert seen == [("waiting", before)]
+        assert seen == [("posting", before), ("waiting", before)]
         assert os.sched_getaffinity(0) == one
     finally:
         os.sched_setaffinity(0, before)

@@ -12,23 +12,25 @@ run through the collective's direct algorithm), the same reduction of every step
 
 Transport. A thread block's connection is (peer, channel): a message is an ``isend`` /
 ``irecv`` with the channel as its tag, and messages of one connection are matched in
-order, as MSCCL's FIFOs are. On a back-end without tags (NCCL) the operations the
-schedule posts one after the other are issued as one batch (``batch_isend_irecv``, an
-NCCL group), and an algorithm may use at most one thread block per peer and direction
-there.
+order, as MSCCL's FIFOs are. On a back-end without tags (NCCL) the operations that
+become ready together are issued as one batch (``batch_isend_irecv``, an NCCL group), and
+an algorithm may use at most one thread block per peer and direction there.
 
-Progress. The calling thread posts every receive, waits for every operation and runs
-every step, in an order fixed before the first call (:mod:`arborcc.torch.schedule`: a
-simulation of all ranks' programs that waits for an operation only once its peer has
-posted the matching one, so no order of arrivals can deadlock it); a sending thread
-posts the sends in that order (a gloo send to a peer that has posted its receive writes
-the message before it returns), and a waiting thread waits on gloo's Work objects in
-that order and reports completions, so the calling thread can look for a failure
-elsewhere in the job while it waits. Sends read the caller's memory where it is,
-without a copy; a step that would write memory a send in flight still reads waits for
-that send (the IR's semantics: a send captures its data when it is posted). A receive
-lands in its destination when nothing may still be reading it, else in a temporary
-buffer; temporaries are reused from call to call.
+Progress. One thread walks the thread blocks in program order and issues operations as
+soon as their step may run (a receive into a temporary buffer is posted as soon as its
+thread block reaches it; one into the destination waits for the step's dependency).
+Operations are posted by a thread per peer and direction, in issue order (a gloo post
+waits while the connection moves a message), and their completion is awaited by a
+helper thread (gloo's Work objects cannot be polled), which wakes the issuing thread,
+so a rank always reacts to whichever message arrives first - waiting on one fixed
+receive could deadlock an algorithm whose peers wait on this rank's later sends. Sends
+read the caller's memory where it is, without a copy; a step that would write memory a
+send in flight still reads waits for that send to complete - the IR's semantics, a send
+captures its data when it is posted, without copying. A receive that would land there
+goes there anyway when the peer sends that message only after it has received the send
+(:func:`received_before_reply`); otherwise it waits briefly for the send and then goes
+to a temporary buffer, so a pair of ranks exchanging the same chunks cannot block each
+other. Temporaries are reused from call to call.
 
 References:
 
@@ -52,9 +54,7 @@ from arborcc.ir.model import Algorithm, Op
 from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.lowering import STEP_CODE, LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
 from arborcc.runtime.plan import Plan, fallback_algorithm, require_verified
-from arborcc.torch.affinity import free_this_thread, free_threads
-from arborcc.torch.schedule import (CHANNEL_TAGS, GATHER, MEMORY, POST_RECV, POST_SEND, STEP, TEMP, WAIT, Schedule,
-                                    build_schedules)
+from arborcc.torch.affinity import free_this_thread
 
 OP_OF_CODE = {code: op for op, code in STEP_CODE.items()}
 #: IR buffer numbers of a call (as :mod:`arborcc.runtime.lowering` numbers them)
@@ -63,9 +63,14 @@ SEND_BUFFER, RECV_BUFFER, SCRATCH_BUFFER = 0, 1, 2
 REDUCTIONS = ("sum", "prod", "min", "max", "avg")
 #: seconds between checks for a failure elsewhere in the job while a call waits
 ABORT_POLL = 0.2
+#: tags per tile: a connection's tag is its channel + CHANNEL_TAGS * tile (MSCCL has at most 32 channels)
+CHANNEL_TAGS = 64
 #: bytes of temporary buffers an executor keeps for later calls (fresh memory costs a page
 #: fault per 4 KB on first touch, as much as the copy that fills it)
 SPARE_BYTES = 256 << 20
+#: seconds a receive waits for the send that still reads its destination before it goes to a
+#: temporary buffer instead (when nothing else completes meanwhile: two ranks may be waiting for each other)
+RECEIVE_PATIENCE = 0.002
 
 
 @dataclass(frozen=True)
@@ -138,42 +143,88 @@ def lowered_program(low: LoweredRank) -> list[LoweredThreadBlock]:
     return tbs
 
 
+def sending_steps(tbs: list[LoweredThreadBlock], receiving: bool) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """(peer, channel) -> the steps ``(thread block, step)`` that send to (``receiving``:
+    receive from) that peer on that channel, in the order their messages match; None when
+    two thread blocks share a connection (their messages' order is then not the program's)."""
+    out: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    owner: dict[tuple[int, int], int] = {}
+    for t, tb in enumerate(tbs):
+        peer = tb.recv if receiving else tb.send
+        if peer < 0:
+            continue
+        if owner.setdefault((peer, tb.channel), t) != t:
+            return None
+        out.setdefault((peer, tb.channel), []).extend(
+            (t, k) for k, step in enumerate(tb.steps) if (step.op.receives if receiving else step.op.sends))
+    return out
 
-class Sender:
-    """A daemon thread that runs jobs in the order given: the executor's sends (a gloo send
-    to a peer that has posted its receive writes the whole message before it returns, which
-    would hold up the calling thread). Free of the calling thread's CPU, as :class:`Waiter`."""
+
+def steps_after(tbs: list[LoweredThreadBlock], first: tuple[int, int]) -> dict[int, int]:
+    """The steps that run only once step ``first`` has finished, and that step itself:
+    thread block -> its first such step (the rest of the thread block follows it), by
+    program order and chains of dependencies."""
+    reached = {first[0]: first[1]}
+    todo = [first[0]]
+    while todo:
+        t = todo.pop()
+        for t2, tb in enumerate(tbs):
+            for k2, step in enumerate(tb.steps):
+                if step.dep is not None and step.dep[0] == t and step.dep[1] >= reached[t] \
+                        and k2 < reached.get(t2, len(tb.steps)):
+                    reached[t2] = k2
+                    todo.append(t2)
+                    break
+    return reached
+
+
+def received_before_reply(rank: int, tbs: list[LoweredThreadBlock], program_of) -> dict[tuple[int, int], frozenset]:
+    """For each receiving step ``(thread block, step)`` of ``rank``: the sending steps of
+    ``rank`` to the same peer whose messages that peer has received in full before it sends
+    this step's message (``program_of(peer)`` is the peer's program). The memory such a
+    send reads is free once this step's message can arrive, so the message may land there."""
+    mine_out, mine_in = sending_steps(tbs, False), sending_steps(tbs, True)
+    if mine_out is None or mine_in is None:
+        return {}
+    peers: dict[int, tuple] = {}
+    safe: dict[tuple[int, int], frozenset] = {}
+    for (peer, channel), receives in mine_in.items():
+        if peer not in peers:
+            theirs = program_of(peer)
+            peers[peer] = (theirs, sending_steps(theirs, False), sending_steps(theirs, True))
+        theirs, their_out, their_in = peers[peer]
+        if their_out is None or their_in is None or len(their_out.get((rank, channel), ())) != len(receives):
+            continue
+        for n, step in enumerate(receives):
+            t, k = their_out[(rank, channel)][n]  # the peer's step that sends this message
+            ok = []
+            for (to, ch), sends in mine_out.items():
+                matched = their_in.get((rank, ch), ())
+                if to != peer or len(matched) != len(sends):
+                    continue
+                ok += [mine for mine, got in zip(sends, matched) if k >= steps_after(theirs, got).get(t, k + 1)]
+            if ok:
+                safe[step] = frozenset(ok)
+    return safe
+
+
+class Waiters:
+    """Daemon threads that wait for torch Work objects and report completions in a queue
+    (one thread per operation in flight; threads are reused). Like the posting threads,
+    they run on the rank's CPUs from before the backend pinned it
+    (:func:`arborcc.torch.affinity.free_this_thread`), not on the one CPU of the calling thread."""
 
     def __init__(self) -> None:
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.thread: threading.Thread | None = None
-
-    def submit(self, job) -> None:
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._serve, name="arborcc-send", daemon=True)
-            self.thread.start()
-        self.jobs.put(job)
-
-    def _serve(self) -> None:
-        free_this_thread()
-        while True:
-            self.jobs.get()()
-
-
-class Waiter:
-    """A daemon thread that waits for torch Work objects, one after the other in the order
-    they are given, and reports each completion in a queue. It runs on the rank's CPUs from
-    before the backend pinned it (:func:`arborcc.torch.affinity.free_this_thread`), not on
-    the one CPU of the calling thread."""
-
-    def __init__(self) -> None:
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.thread: threading.Thread | None = None
+        self.idle = 0
+        self.lock = threading.Lock()
 
     def submit(self, work, token, done: queue.SimpleQueue) -> None:
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._serve, name="arborcc-wait", daemon=True)
-            self.thread.start()
+        with self.lock:
+            if self.idle == 0:
+                threading.Thread(target=self._serve, name="arborcc-wait", daemon=True).start()
+            else:
+                self.idle -= 1
         self.jobs.put((work, token, done))
 
     def _serve(self) -> None:
@@ -183,8 +234,42 @@ class Waiter:
             try:
                 work.wait()
                 done.put((token, None))
-            except BaseException as e:  # reported to the calling thread, which raises
+            except BaseException as e:  # reported to the issuing thread, which raises
                 done.put((token, e))
+            with self.lock:
+                self.idle += 1
+
+
+class Posters:
+    """Daemon threads that post operations, one per peer and direction, in order, and hand
+    their Work objects to the waiters: gloo posts an operation on a connection only while
+    its I/O thread is not moving a message on it (a send to a peer that is already
+    receiving writes the message before it returns), which would otherwise hold up the
+    issuing thread, and with it the operations of every other peer."""
+
+    def __init__(self, waiters: Waiters) -> None:
+        self.waiters = waiters
+        self.queues: dict[tuple[int, str], queue.SimpleQueue] = {}
+
+    def submit(self, peer: int, kind: str, post, token, done: queue.SimpleQueue) -> None:
+        """Run ``post()`` (returns a Work) on the thread of ``(peer, kind)`` after the
+        operations posted there before it."""
+        jobs = self.queues.get((peer, kind))
+        if jobs is None:
+            jobs = self.queues[(peer, kind)] = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(jobs,), name=f"arborcc-{kind}{peer}", daemon=True).start()
+        jobs.put((post, token, done))
+
+    def _serve(self, jobs: queue.SimpleQueue) -> None:
+        free_this_thread()
+        while True:
+            post, token, done = jobs.get()
+            try:
+                work = post()
+            except BaseException as e:  # reported to the issuing thread, which raises
+                done.put((token, e))
+            else:
+                self.waiters.submit(work, token, done)
 
 
 def _reducer(op: str):
@@ -204,21 +289,15 @@ class GroupExecutor:
     the seconds a call may wait without any operation completing; chunks larger than
     ``tile_bytes`` run as tiles of at most that size, ``window`` tiles in flight at a time
     (a pipeline, as GC3's runtime tiles large buffers: the wire carries one tile while
-    another is reduced; tiles need tags, so untagged back-ends run one). By default 4 MB
-    tiles, two in flight: every message costs gloo's TCP transport a rendezvous and CPU
-    time of its own (which decides where ranks share CPUs), but a rank waits for its
-    messages in a fixed order, and the larger a message the longer a late one holds up the
-    others (1, 2, 4 and 16 MB compared in docs/torch.md, session 9).
-
-    While a call runs, its thread may run on any of the rank's CPUs from before the
-    backend pinned it (:func:`arborcc.torch.affinity.free_threads`), as gloo's own threads
-    do; sends are posted by a sending thread (:class:`Sender`), completions reported by a
-    waiting thread (:class:`Waiter`).
+    another is reduced; tiles need tags, so untagged back-ends run one). Tiles are large
+    (16 MB, two in flight, by default): every message costs gloo's TCP transport a
+    rendezvous and CPU time of its own, and where ranks share CPUs (several per machine)
+    CPU time decides the speed.
     """
 
     def __init__(self, group, timeout: float = 1800.0, plan: Plan | None = None, rank_names: list[int] | None = None,
                  failure=None,
-                 tagged: bool = True, tag_base: int = 0, tile_bytes: int = 4 << 20, window: int = 2):
+                 tagged: bool = True, tag_base: int = 0, tile_bytes: int = 16 << 20, window: int = 2):
         self.group = group
         self.rank, self.size = group.rank(), group.size()
         self.timeout = timeout
@@ -230,9 +309,8 @@ class GroupExecutor:
         self.tile_bytes = tile_bytes
         self.window = max(1, window)
         self._programs: dict[tuple[int, Mode], tuple[Algorithm, LoweredRank, list[LoweredThreadBlock]]] = {}
-        self._schedules: dict[tuple, Schedule] = {}
-        self.waiter = Waiter()
-        self.sender = Sender()
+        self.waiters = Waiters()
+        self.posters = Posters(self.waiters)
         self.spare: dict[tuple, list] = {}  #: temporaries to reuse, by (elements, dtype, device)
         self.spare_bytes = 0
 
@@ -291,33 +369,19 @@ class GroupExecutor:
 
     # -- execution -------------------------------------------------------------------
 
-    def _program(self, algo: Algorithm, mode: Mode) -> tuple[LoweredRank, list[list[LoweredThreadBlock]]]:
-        """This rank's lowering of ``algo`` in ``mode``, and every rank's thread blocks."""
+    def _program(self, algo: Algorithm, mode: Mode) -> tuple[LoweredRank, list[LoweredThreadBlock], dict]:
+        """This rank's program of ``algo`` in ``mode``, and which of its receives may land
+        where its earlier sends read (:func:`received_before_reply`)."""
         key = (id(algo), mode)
         hit = self._programs.get(key)
         if hit is None or hit[0] is not algo:
             low = lower_rank(algo, self.rank, mode)
-            programs = [lowered_program(low if r == self.rank else lower_rank(algo, r, mode)) for r in range(self.size)]
+            tbs = lowered_program(low)
             if not self.tagged:
-                self._check_untagged(algo, programs[self.rank])
-            hit = self._programs[key] = (algo, low, programs)
+                self._check_untagged(algo, tbs)
+            safe = received_before_reply(self.rank, tbs, lambda peer: lowered_program(lower_rank(algo, peer, mode)))
+            hit = self._programs[key] = (algo, low, tbs, safe)
         return hit[1:]
-
-    def _schedule(self, algo: Algorithm, mode: Mode, programs: list[list[LoweredThreadBlock]],
-                  geos: list[Geometry]) -> Schedule:
-        """This rank's schedule of ``algo`` on tiles ``geos`` (:func:`arborcc.torch.schedule.build_schedules`),
-        kept per number of tiles and which chunks lie next to each other."""
-        geo = geos[0]
-        stride = geo.stride or geo.chunk
-        key = (id(algo), mode, len(geos), stride == geo.chunk, geo.count == (geo.per_block - 1) * stride + geo.chunk)
-        hit = self._schedules.get(key)
-        if hit is None or hit[0] is not algo:
-            def chunk_lists(rank, tb, where, n):
-                return [(where[0], c) for c in range(where[1], where[1] + n)], len(geo.ranges(where[0], where[1], n)) == 1
-
-            schedules = build_schedules(programs, len(geos), self.window, chunk_lists)
-            hit = self._schedules[key] = (algo, schedules[self.rank])
-        return hit[1]
 
     @staticmethod
     def _check_untagged(algo: Algorithm, tbs: list[LoweredThreadBlock]) -> None:
@@ -333,7 +397,7 @@ class GroupExecutor:
         if count == 0:
             return
         flat = {SEND_BUFFER: send.view(-1), RECV_BUFFER: recv.view(-1)}
-        low, programs = self._program(algo, mode)
+        low, tbs, safe = self._program(algo, mode)
         chunk = count // low.chunks_per_block
         tail = count - low.chunks_per_block * chunk
         if tail and algo.collective == "custom":
@@ -344,28 +408,24 @@ class GroupExecutor:
             size = -(-chunk // tiles)
             geos = [Geometry(count, min(size, chunk - t), low.chunks_per_block, t, chunk)
                     for t in range(0, chunk, size)]
-            self._run(algo, mode, low, programs, geos, flat, op, send)
+            self._run(tbs, safe, low, geos, flat, op, send)
         if tail:
-            fallback = fallback_algorithm(algo.collective, self.size, mode, root)
-            f_low, f_programs = self._program(fallback, mode)
-            self._run(fallback, mode, f_low, f_programs, [Geometry(count, tail, 1, low.chunks_per_block * chunk)],
-                      flat, op, send)
+            f_low, f_tbs, f_safe = self._program(fallback_algorithm(algo.collective, self.size, mode, root), mode)
+            self._run(f_tbs, f_safe, f_low, [Geometry(count, tail, 1, low.chunks_per_block * chunk)], flat, op, send)
         if op == "avg" and low.result_checked:  # divide the rank's result (where the layout puts it)
             buffer, first = low.result
             start = chunk_start(first, low.chunks_per_block, count)
             flat[buffer][start:start + count].div_(self.size)
 
-    def _run(self, algo: Algorithm, mode: Mode, low: LoweredRank, programs: list[list[LoweredThreadBlock]],
-             geos: list[Geometry], flat: dict, op: str, like) -> None:
-        schedule = self._schedule(algo, mode, programs, geos)
+    def _run(self, tbs: list[LoweredThreadBlock], safe: dict, low: LoweredRank, geos: list[Geometry], flat: dict,
+             op: str, like) -> None:
         tiles = []
         for geo in geos:
             bufs = dict(flat)
             if low.scratch_chunks:
                 bufs[SCRATCH_BUFFER] = self.take_buffer(low.scratch_chunks * geo.chunk, like)
             tiles.append((geo, bufs))
-        with free_threads():  # the calling thread too may run on any of the rank's CPUs meanwhile
-            Run(self, programs[self.rank], schedule, tiles, _reducer(op), like).execute()
+        Run(self, tbs, safe, tiles, _reducer(op), like).execute()
         for _, bufs in tiles:  # (not after a failure: transfers may still be writing them)
             if SCRATCH_BUFFER in bufs:
                 self.give_buffer(bufs[SCRATCH_BUFFER])
@@ -390,44 +450,60 @@ class GroupExecutor:
 
     # -- transport -------------------------------------------------------------------
 
-    def post(self, send: bool, peer: int, channel: int, tensor):
-        """Post one send or receive (tagged back-ends); its Work."""
-        if send:
-            return self.group.send([tensor], peer, self.tag_base + channel)
-        return self.group.recv([tensor], peer, self.tag_base + channel)
-
-    def post_batch(self, ops: list[tuple[bool, int, object]]) -> list:
-        """Post ``(send, peer, tensor)`` operations as one batch (back-ends without tags: NCCL's
-        group semantics); their Works."""
+    def post(self, sends: list[tuple[int, int, object, int]], recvs: list[tuple[int, int, object, int]],
+             done: queue.SimpleQueue) -> None:
+        """Issue ``(peer, channel, tensor, token)`` sends and receives; each reports
+        ``(token, error or None)`` in ``done`` when it completes. Tagged: through the
+        posting threads of each peer (:class:`Posters`), receives first (gloo's sender
+        writes a message once the receiver has posted its receive: posted early, the peer's
+        send writes at once from its own thread instead of waiting for gloo's I/O thread);
+        untagged: one batch, posted here."""
+        if self.tagged:
+            for peer, ch, t, token in recvs:
+                self.posters.submit(peer, "recv", partial(self.group.recv, [t], peer, self.tag_base + ch), token,
+                                    done)
+            for peer, ch, t, token in sends:
+                self.posters.submit(peer, "send", partial(self.group.send, [t], peer, self.tag_base + ch), token,
+                                    done)
+            return
         import torch.distributed as dist
 
-        return dist.batch_isend_irecv([dist.P2POp(dist.isend if send else dist.irecv, t, group_peer=peer,
-                                                  group=self.group) for send, peer, t in ops])
+        ops = [dist.P2POp(dist.isend, t, group_peer=peer, group=self.group) for peer, _, t, _ in sends]
+        ops += [dist.P2POp(dist.irecv, t, group_peer=peer, group=self.group) for peer, _, t, _ in recvs]
+        for work, (*_, token) in zip(dist.batch_isend_irecv(ops) if ops else [], sends + recvs):
+            self.waiters.submit(work, token, done)
 
 
 class Run:
-    """One execution of one rank's :class:`arborcc.torch.schedule.Schedule` on one call's
-    buffers: ``tiles`` holds each tile's geometry and buffers; thread block instance ``i``
-    is thread block ``i % T`` of ``tbs`` (``T`` of them) on tile ``i // T``, its messages
-    tagged apart from other tiles'."""
+    """One execution of one rank's thread blocks on one call's buffers (see the module
+    docstring for the progress rule), once per tile: ``tiles`` holds each tile's geometry
+    and buffers; thread block ``i`` of the run is thread block ``i % T`` of the program
+    (``T`` of them) on tile ``i // T``, its messages tagged apart from other tiles'."""
 
-    def __init__(self, ex: GroupExecutor, tbs: list[LoweredThreadBlock], schedule: Schedule,
+    def __init__(self, ex: GroupExecutor, tbs: list[LoweredThreadBlock], safe: dict,
                  tiles: list[tuple[Geometry, dict]], reduce_fn, like):
-        self.ex, self.schedule, self.reduce_fn, self.like = ex, schedule, reduce_fn, like
+        self.ex, self.safe, self.reduce_fn, self.like = ex, safe, reduce_fn, like
         self.per_tile = len(tbs)
         self.tbs = [tb for _ in tiles for tb in tbs]
         self.geos = [geo for geo, _ in tiles]
         self.bufs = [bufs for _, bufs in tiles]
-        largest = max(geo.chunk for geo in self.geos)
-        self.temps = [ex.take_buffer(n * largest, like) for n in schedule.temps]
-        self.works: dict[int, object] = {}  # token -> Work, until it is handed to the waiter
-        self.kept: dict[int, object] = {}  # token -> what its operation reads or writes, until it completes
-        self.peers: dict[int, tuple[str, int]] = {}  # token -> ("send"/"recv", peer), while in flight
-        self.finished: set[int] = set()
-        self.done: queue.SimpleQueue = queue.SimpleQueue()
-        self.handed = 0  # how many of the schedule's waits the waiter has been given
-        self.batch: list[tuple[int, bool, int, object]] = []  # untagged: operations posted together
-        self.lock = threading.Lock()  # works and handed, shared with the sending thread
+        self.pos = [0] * len(self.tbs)
+        self.pending: list[tuple | None] = [None] * len(self.tbs)  # (token, buffer, into destination)
+        self.finished: set[int] = set()  # tokens of completed operations
+        self.failed: dict[int, BaseException] = {}
+        self.inflight: dict[int, tuple[str, int]] = {}  # token -> ("send"/"recv", peer)
+        self.sends: list = []  # payloads kept alive until their sends complete
+        self.sent_temps: dict[int, object] = {}  # send token -> the temporary it sends (free once it completes)
+        #: send token -> (its step: (thread block, step), the (tile and buffer, start, stop) it reads)
+        self.busy: dict[int, tuple[tuple[int, int], list[tuple[tuple[int, int], int, int]]]] = {}
+        self.done = queue.SimpleQueue()
+        self.next_token = 0
+        self.started = min(len(tiles), ex.window)  # tiles begun (the others wait for a place in the window)
+        self.temps: list = []  # temporaries taken for this run and not given back yet
+        self.deferred = False  # a receive waits for a send that reads its destination
+        self.stalled = False  # ... and nothing completed meanwhile: such receives go to temporaries
+        self.new_sends: list[tuple[int, int, object, list | None, tuple[int, int]]] = []
+        self.new_recvs: list[tuple[int, int, object, int]] = []
 
     # -- memory ------------------------------------------------------------------------
 
@@ -458,88 +534,78 @@ class Run:
             buf[a:b].copy_(value[at:at + b - a])
             at += b - a
 
-    def temp(self, i: int, slot: int, n: int):
-        return self.temps[slot][:n * self.geos[i // self.per_tile].chunk]
+    def temp(self, i: int, n: int):
+        """A temporary for ``n`` chunks of thread block ``i``'s tile (returned at the end of
+        the run, or by the step that consumes it)."""
+        buf = self.ex.take_buffer(n * self.geos[i // self.per_tile].chunk, self.like)
+        self.temps.append(buf)
+        return buf
 
-    def tensor(self, i: int, what):
-        kind, at, n = what
-        if kind == MEMORY:
-            return self.view(i, at, n)
-        if kind == TEMP:
-            return self.temp(i, at, n)
-        assert kind == GATHER
-        return self.read(i, at, n)
+    def consumed(self, data) -> None:
+        """``data``, a temporary, is used up: later receives may take it."""
+        for k, buf in enumerate(self.temps):
+            if buf is data:
+                self.ex.give_buffer(self.temps.pop(k))
+                return
 
-    # -- the schedule -------------------------------------------------------------------
+    def channel(self, i: int, tb: LoweredThreadBlock) -> int:
+        """The tag of ``tb``'s connection on thread block ``i``'s tile."""
+        return tb.channel + CHANNEL_TAGS * (i // self.per_tile)
+
+    # -- the loop ------------------------------------------------------------------------
 
     def execute(self) -> None:
         deadline = time.monotonic() + self.ex.timeout
-        for act in self.schedule.actions:
-            kind = act[0]
-            if kind == POST_RECV or kind == POST_SEND:
-                self.post(act[1], act[2], kind == POST_SEND, self.tensor(act[2], act[3]))
+        tiles = len(self.geos)
+        while True:
+            moved = True
+            while moved:
+                self.deferred = False
+                moved = any([self.advance(i) for i in range(self.started * self.per_tile)])
+                self.flush()
+                if self.started < tiles and self.tiles_done() > self.started - self.ex.window:
+                    self.started += 1
+                    moved = True
+            if self.tiles_done() == tiles:
+                break
+            if self.deferred and not self.stalled:
+                waited = self.wait_any(deadline, RECEIVE_PATIENCE)
+                if waited is None:
+                    self.stalled = True
+                else:
+                    deadline = waited
                 continue
-            self.flush()
-            if kind == WAIT:
-                deadline = self.wait(act[1], deadline)
-            else:
-                assert kind == STEP
-                _, i, k, slot = act
-                step = self.tbs[i].steps[k]
-                self.step(i, step, None if slot is None else self.temp(i, slot, step.count))
-        self.flush()
+            self.stalled = False
+            deadline = self.wait_any(deadline)
+        while any(kind == "send" for kind, _ in self.inflight.values()):
+            deadline = self.wait_any(deadline)
+        self.sends.clear()
         for buf in self.temps:  # every operation has completed: no transfer touches them any more
             self.ex.give_buffer(buf)
+        self.temps.clear()
 
-    def post(self, token: int, i: int, send: bool, tensor) -> None:
-        tb = self.tbs[i]
-        peer = tb.send if send else tb.recv
-        self.kept[token] = tensor
-        self.peers[token] = ("send" if send else "recv", peer)
-        if not self.ex.tagged:
-            self.batch.append((token, send, peer, tensor))
-            return
-        tag = tb.channel + CHANNEL_TAGS * (i // self.per_tile)
-        if send:
-            self.ex.sender.submit(partial(self.post_send, token, peer, tag, tensor))
-            return
-        work = self.ex.post(send, peer, tag, tensor)
-        with self.lock:
-            self.works[token] = work
-            self.hand_over()
+    def tiles_done(self) -> int:
+        """How many tiles, from the first, have run every step."""
+        done = 0
+        while done < self.started and all(self.pos[i] == len(self.tbs[i].steps)
+                                          for i in range(done * self.per_tile, (done + 1) * self.per_tile)):
+            done += 1
+        return done
 
-    def post_send(self, token: int, peer: int, tag: int, tensor) -> None:
-        """(On the sending thread.)"""
-        try:
-            work = self.ex.post(True, peer, tag, tensor)
-        except BaseException as e:  # reported to the calling thread, which raises
-            self.done.put((token, e))
-            return
-        with self.lock:
-            self.works[token] = work
-            self.hand_over()
-
-    def flush(self) -> None:
-        if self.batch:
-            works = self.ex.post_batch([(send, peer, t) for _, send, peer, t in self.batch])
-            with self.lock:
-                self.works.update((token, work) for (token, *_), work in zip(self.batch, works))
-                self.hand_over()
-            self.batch = []
-
-    def hand_over(self) -> None:
-        """Give the waiter the posted operations next in the schedule's order of waits."""
-        waits = self.schedule.waits
-        while self.handed < len(waits) and waits[self.handed] in self.works:
-            token = waits[self.handed]
-            self.ex.waiter.submit(self.works.pop(token), token, self.done)
-            self.handed += 1
-
-    def wait(self, token: int, deadline: float) -> float:
-        """Block until operation ``token`` has completed; the new deadline (time without progress)."""
-        while token not in self.finished:
+    def wait_any(self, deadline: float, patience: float | None = None) -> float | None:
+        """Block until an operation completes; the new deadline (time without progress).
+        With ``patience``: None if nothing completes within that many seconds."""
+        if patience is not None:
             try:
-                done, error = self.done.get(timeout=max(0.0, min(ABORT_POLL, deadline - time.monotonic())))
+                token, error = self.done.get(timeout=patience)
+            except queue.Empty:
+                return None
+            self.complete(token, error)
+            return time.monotonic() + self.ex.timeout
+        while True:
+            try:
+                token, error = self.done.get(timeout=max(0.0, min(ABORT_POLL, deadline - time.monotonic())))
+                break
             except queue.Empty:
                 failure = self.ex.failure() if self.ex.failure else None
                 if failure:
@@ -547,40 +613,163 @@ class Run:
                                              f"{failure}") from None
                 if time.monotonic() < deadline:
                     continue
-                kind, peer = self.peers[token]
-                raise CommunicationError(f"rank {self.ex.rank_names[self.ex.rank]}: timed out after "
-                                         f"{self.ex.timeout:g} s waiting for rank {self.ex.rank_names[peer]}") from None
-            kind, peer = self.peers.pop(done)
-            if error is not None:
-                failure = self.ex.failure() if self.ex.failure else None
-                if failure:
-                    raise CommunicationError(f"rank {self.ex.rank_names[self.ex.rank]}: the job was stopped: "
-                                             f"{failure}") from None
-                me, them = self.ex.rank_names[self.ex.rank], self.ex.rank_names[peer]
-                detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                raise CommunicationError(f"rank {me}: rank {them} failed or left while this rank waited for its "
-                                         f"{'message' if kind == 'recv' else 'receipt'} ({detail[:200]})")
-            self.kept.pop(done)
-            self.finished.add(done)
-            deadline = time.monotonic() + self.ex.timeout
-        self.finished.discard(token)
-        return deadline
+            waiting = sorted({self.ex.rank_names[p] for _, p in self.inflight.values()})
+            raise CommunicationError(f"rank {self.ex.rank_names[self.ex.rank]}: timed out after "
+                                     f"{self.ex.timeout:g} s waiting for rank{'s' if len(waiting) > 1 else ''} "
+                                     f"{', '.join(map(str, waiting))}")
+        self.complete(token, error)
+        while True:  # take every other completion that is already there
+            try:
+                token, error = self.done.get_nowait()
+            except queue.Empty:
+                break
+            self.complete(token, error)
+        return time.monotonic() + self.ex.timeout
 
-    def step(self, i: int, step: LoweredStep, data) -> None:
-        """Run a step's reduction or copy; ``data``: its message, when it landed in a temporary."""
+    def complete(self, token: int, error: BaseException | None) -> None:
+        kind, peer = self.inflight.pop(token)
+        self.busy.pop(token, None)
+        if error is not None:
+            me, them = self.ex.rank_names[self.ex.rank], self.ex.rank_names[peer]
+            detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise CommunicationError(f"rank {me}: rank {them} failed or left while this rank waited for its "
+                                     f"{'message' if kind == 'recv' else 'receipt'} ({detail[:200]})")
+        self.finished.add(token)
+        if token in self.sent_temps:  # nothing reads it any more: the next receive may take it (still in cache)
+            self.consumed(self.sent_temps.pop(token))
+
+    def flush(self) -> None:
+        """Issue the operations collected by the last sweep (one batch)."""
+        if not self.new_sends and not self.new_recvs:
+            return
+        sends, recvs = self.new_sends, self.new_recvs
+        self.new_sends, self.new_recvs = [], []
+        posted = []
+        for peer, ch, payload, ranges, origin in sends:
+            token = self.next_token
+            self.next_token += 1
+            self.inflight[token] = ("send", peer)
+            self.sends.append(payload)
+            if any(buf is payload for buf in self.temps):
+                self.sent_temps[token] = payload
+            if ranges:
+                self.busy[token] = (origin, ranges)
+            posted.append((peer, ch, payload, token))
+        self.ex.post(posted, recvs, self.done)
+
+    def send(self, i: int, tb: LoweredThreadBlock, payload, shared: tuple[int, int] | None = None,
+             n: int = 0) -> None:
+        """Send ``payload``; ``shared``: it is the ``n`` chunks at ``shared`` of a buffer
+        that later steps may write, which they then do only once the send has completed."""
+        ranges = None
+        if shared:
+            key = (i // self.per_tile, shared[0])
+            ranges = [(key, a, b) for a, b in self.ranges(i, shared, n)]
+        self.new_sends.append((tb.send, self.channel(i, tb), payload, ranges, (i, self.pos[i])))
+
+    def in_use(self, i: int, where: tuple[int, int], n: int, receiving: bool = False) -> bool:
+        """Whether a send in flight (or about to be issued) reads any of these chunks;
+        ``receiving``: for the message of thread block ``i``'s current step, which the
+        sends that its sender received first cannot be reading any more."""
+        key = (i // self.per_tile, where[0])
+        mine = self.ranges(i, where, n)
+        tile = i - i % self.per_tile
+        exempt = {(tile + t, k) for t, k in self.safe.get((i % self.per_tile, self.pos[i]), ())} if receiving else ()
+        held = [r for origin, rs in self.busy.values() if origin not in exempt for r in rs]
+        held += [r for *_, rs, origin in self.new_sends if rs and origin not in exempt for r in rs]
+        return any(b == key and start < hi and lo < stop for b, start, stop in held for lo, hi in mine)
+
+    def post_recv(self, i: int, tb: LoweredThreadBlock, target, into_dst: bool) -> None:
+        token = self.next_token
+        self.next_token += 1
+        self.inflight[token] = ("recv", tb.recv)
+        self.pending[i] = (token, target, into_dst)
+        self.new_recvs.append((tb.recv, self.channel(i, tb), target, token))
+
+    def dep_met(self, i: int, step: LoweredStep) -> bool:
+        if step.dep is None:
+            return True
+        return self.pos[(i // self.per_tile) * self.per_tile + step.dep[0]] > step.dep[1]
+
+    def advance(self, i: int) -> bool:
+        """Run thread block ``i`` as far as it can; True if it finished a step."""
+        tb = self.tbs[i]
+        moved = False
+        while self.pos[i] < len(tb.steps):
+            step = tb.steps[self.pos[i]]
+            if step.op.receives:
+                pend = self.pending[i]
+                if pend is None:
+                    direct = step.op in (Op.RECV, Op.RECV_COPY_SEND) and self.view(i, step.dst, step.count) is not None
+                    if direct and self.in_use(i, step.dst, step.count, receiving=True):
+                        if not self.stalled:  # wait for that send, then receive in place (no copy)
+                            self.deferred = True
+                            return moved
+                        direct = False
+                    if direct and not self.dep_met(i, step):
+                        return moved
+                    target = self.view(i, step.dst, step.count) if direct else self.temp(i, step.count)
+                    self.post_recv(i, tb, target, direct)
+                    return moved
+                token, data, into_dst = pend
+                if token not in self.finished or not self.dep_met(i, step) or (
+                        not into_dst and step.dst is not None and self.in_use(i, step.dst, step.count, receiving=True)):
+                    return moved
+                self.finished.discard(token)
+                self.pending[i] = None
+                self.receive_step(i, tb, step, data, into_dst)
+            else:
+                if not self.dep_met(i, step) or (step.op in (Op.COPY, Op.REDUCE) and self.in_use(i, step.dst, step.count)):
+                    return moved
+                self.local_step(i, tb, step)
+            self.pos[i] += 1
+            moved = True
+        return moved
+
+    def receive_step(self, i: int, tb: LoweredThreadBlock, step: LoweredStep, data, into_dst: bool) -> None:
         op, n = step.op, step.count
-        if op in (Op.RECV, Op.RECV_COPY_SEND):
-            if data is not None:
+        if op is Op.RECV:
+            if not into_dst:
                 self.write(i, step.dst, n, data)
+                self.consumed(data)
+        elif op is Op.RECV_COPY_SEND:
+            if not into_dst:
+                self.write(i, step.dst, n, data)
+                self.send(i, tb, data)
+            else:
+                self.send(i, tb, data, None if step.private_dst else step.dst, step.count)
         elif op is Op.RECV_REDUCE_SEND:
             self.reduce_fn(self.read(i, step.src, n), data, out=data)
-        elif op in (Op.RECV_REDUCE_COPY, Op.RECV_REDUCE_COPY_SEND):
+            self.send(i, tb, data)
+        elif op is Op.RECV_REDUCE_COPY:
             dst = self.view(i, step.dst, n)
             if dst is not None:
                 self.reduce_fn(self.read(i, step.src, n), data, out=dst)
             else:
                 self.reduce_fn(self.read(i, step.src, n), data, out=data)
                 self.write(i, step.dst, n, data)
+            self.consumed(data)
+        elif op is Op.RECV_REDUCE_COPY_SEND:
+            dst = self.view(i, step.dst, n)
+            if dst is not None:  # reduce into the destination and send it from there (no copy)
+                self.reduce_fn(self.read(i, step.src, n), data, out=dst)
+                self.consumed(data)
+                self.send(i, tb, dst, None if step.private_dst else step.dst, n)
+            else:
+                self.reduce_fn(self.read(i, step.src, n), data, out=data)
+                self.write(i, step.dst, n, data)
+                self.send(i, tb, data)
+        else:
+            raise InputError(f"step type {op.value!r} is not supported by the torch.distributed executor")
+
+    def local_step(self, i: int, tb: LoweredThreadBlock, step: LoweredStep) -> None:
+        op, n = step.op, step.count
+        if op is Op.SEND:
+            v = self.view(i, step.src, n)
+            if v is None:
+                self.send(i, tb, self.read(i, step.src, n))  # gathered into a new tensor
+            else:
+                self.send(i, tb, v, None if step.private_src else step.src, step.count)
         elif op is Op.COPY:
             self.write(i, step.dst, n, self.read(i, step.src, n))
         elif op is Op.REDUCE:
@@ -589,3 +778,6 @@ class Run:
                 self.reduce_fn(dst, self.read(i, step.src, n), out=dst)
             else:
                 self.write(i, step.dst, n, self.reduce_fn(self.read(i, step.dst, n), self.read(i, step.src, n)))
+        elif op is not Op.NOP:
+            raise InputError(f"step type {op.value!r} is not supported by the torch.distributed executor")
+
