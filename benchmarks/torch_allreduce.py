@@ -12,7 +12,8 @@ float32 tensor (sum): ``dist.all_reduce`` on the default group (backend ``arborc
 while gloo runs, free to run on any CPU as in a plain gloo job: :func:`free_threads_group`,
 :func:`unpinned`), and the raw shared-memory runtime (the backend's own
 :class:`arborcc.runtime.Communicator`, called directly, in place as ``dist.all_reduce``).
-For each size the three alternate in rounds; every way is measured as nccl-tests
+For each size the three alternate in rounds (in an order rotated each round, so that
+each way runs once in every position); every way is measured as nccl-tests
 measures: warm-up calls, then samples of a barrier followed by a batch of calls timed
 together (16 up to 1 MB, 16 MB of calls above, one call from 16 MB), the slowest rank's
 sample counts, the table shows medians of samples. busbw = size / time * 2(n-1)/n, as
@@ -173,6 +174,15 @@ class PlainRing:
             torch.add(t[k * block:(k + 1) * block], dst[k * block:(k + 1) * block], out=dst[k * block:(k + 1) * block])
 
 
+def rotated(ways: dict, rnd: int) -> list:
+    """``ways``' items in the order of round ``rnd``: rotated by one each round, so that no
+    way always runs right after the same other one (after gloo's multi-millisecond calls, or
+    first in the round) and each is timed in every position."""
+    items = list(ways.items())
+    k = rnd % len(items)
+    return items[k:] + items[:k]
+
+
 def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
     """On one rank: {way: {size: [seconds per timed call]}}."""
     import torch
@@ -202,7 +212,7 @@ def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
         warmup, iters = iterations(size, quick)
         t = torch.ones(size // 4)
         for rnd in range(ROUNDS):
-            for way, call in ways.items():
+            for way, call in rotated(ways, rnd):
                 times, cpu = time_batches(lambda: call(t), lambda: barrier().wait(), warmup, iters, batch_of(size),
                                           unpinned if way == "gloo" else contextlib.nullcontext)
                 out[way].setdefault(size, []).extend(times)
