@@ -177,16 +177,18 @@ def _check_steps(lim: DialectLimits, r: int, tb, add) -> None:
     pending_nop_deps = 0
     prev_re = None  # (dst_buf, dst_off, src_buf, count) of a reduction a next 're' would fuse with
     chain = 0
+    step_types, max_count, nop, reduce = lim.step_types, lim.max_count_exclusive, Op.NOP, Op.REDUCE
     for i, st in enumerate(tb.steps):
-        if st.op not in lim.step_types:
-            add("type", r, tb.id, i, f"step type '{st.op.value}' is not supported")
-        if st.op is not Op.NOP and st.count >= lim.max_count_exclusive:
-            add("cnt", r, tb.id, i, f"cnt {st.count}; it must be below {lim.max_count_exclusive}")
-        if st.op is Op.NOP:
+        op = st.op
+        if op not in step_types:
+            add("type", r, tb.id, i, f"step type '{op.value}' is not supported")
+        if op is nop:
             if st.dep is not None:
                 pending_nop_deps += 1
             continue
-        if st.op is Op.REDUCE:
+        if st.count >= max_count:
+            add("cnt", r, tb.id, i, f"cnt {st.count}; it must be below {max_count}")
+        if op is reduce:
             key = (st.dst_buf, st.dst_off, st.src_buf)
             if prev_re is not None and prev_re[:3] == key and st.dep is None and chain < MAX_REDUCE_FUSION:
                 chain += 1
