@@ -332,6 +332,7 @@ class Program:
         by_source = self.copy_index_by_source
         simple = self._alias is None
         connected = self.connectivity.why_not if not self._all_connected else None
+        refused: dict[int, bool] = {}  # src rank * ranks + dst rank -> no route between them
         for copy in copies:
             sr, sbuf, s, dr, dbuf, d, n, ch = copy
             if not (simple and type(sr) is int and type(dr) is int and type(s) is int and type(d) is int
@@ -350,10 +351,18 @@ class Program:
                 continue
             src_seqs = all_seqs[sr][scode]
             dst_seqs = all_seqs[dr][dcode]
-            if (s + n > len(src_seqs) or d + n > len(dst_seqs) or min(src_seqs[s:s + n]) < 0
-                    or (connected is not None and connected(sr, dr))):
+            if s + n > len(src_seqs) or d + n > len(dst_seqs) or (
+                    src_seqs[s] < 0 if n == 1 else min(src_seqs[s:s + n]) < 0):
                 self._copy_as_written(*copy)
                 continue
+            if connected is not None:
+                hop = sr * nr + dr
+                no_route = refused.get(hop)
+                if no_route is None:
+                    no_route = refused[hop] = connected(sr, dr) is not None
+                if no_route:
+                    self._copy_as_written(*copy)
+                    continue
             record_operation(self, (T.COPY, sr, scode, s, dr, dcode, d, n, -1, -1, ch, lanes, where), dst_seqs, d, n)
 
     def _copy_as_written(self, sr, sbuf, si, dr, dbuf, di, n, ch) -> None:
