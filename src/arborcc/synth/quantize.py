@@ -72,8 +72,9 @@ def _greedy_counts(groups, weights, chunks: int, per_chunk: np.ndarray) -> list[
     for group in groups:
         group = np.asarray(group)
         neg_weight = (-np.asarray(weights, dtype=float)[group]).tolist()
+        group_used, group_step = used[group], step[group]
         for _ in range(chunks - int(counts[group].sum())):
-            after = np.where(used[group], util[None, :] + step[group], -np.inf).max(axis=1, initial=0.0)
+            after = np.where(group_used, util[None, :] + group_step, -np.inf).max(axis=1, initial=0.0)
             # least (utilisation after, -weight, position): a tuple minimum, not a sort
             t = int(group[min(zip(after.tolist(), neg_weight, range(len(group))))[2]])
             counts[t] += 1
