@@ -2,15 +2,20 @@
 
 Every package of arborcc with a ``csrc`` folder gets one extension module named
 ``arborcc.<package>.native``, built from every .cpp file in that folder (bindings.cpp
-holds the module): today ``arborcc.runtime.native``, the shared-memory data plane. No
+holds the module): ``runtime`` (the shared-memory data plane), ``compiler`` (the
+per-instruction passes), ``verify`` (the structure, pieces and symbolic runs) and
+``synth`` (the packing's arborescence). No
 ``-march=native``: vector kernels carry per-function target attributes and pick them at
-run time (see runtime/csrc/kernels.cpp)."""
+run time (see runtime/csrc/kernels.cpp). The .cpp files compile in parallel, one job per
+CPU (``ARBORCC_BUILD_JOBS`` sets the number)."""
 
 from glob import glob
 from pathlib import Path
 
-from pybind11.setup_helpers import Pybind11Extension
+from pybind11.setup_helpers import ParallelCompile, Pybind11Extension
 from setuptools import setup
+
+ParallelCompile("ARBORCC_BUILD_JOBS").install()
 
 
 def native_extension(csrc: Path) -> Pybind11Extension:
