@@ -174,6 +174,15 @@ class PlainRing:
             torch.add(t[k * block:(k + 1) * block], dst[k * block:(k + 1) * block], out=dst[k * block:(k + 1) * block])
 
 
+def check_sum_of_ones(way: str, call, t, world: int) -> None:
+    """Run ``call`` on ``t`` filled with ones and check that every rank's sum (``world``)
+    arrived at both ends; raises naming the way and the size."""
+    t.fill_(1.0)
+    call(t)
+    if float(t[0]) != world or float(t[-1]) != world:
+        raise RuntimeError(f"{way}: wrong all-reduce result at {t.numel() * t.element_size()} bytes: {float(t[0])}")
+
+
 def rotated(ways: dict, rnd: int) -> list:
     """``ways``' items in the order of round ``rnd``: rotated by one each round, so that no
     way always runs right after the same other one (after gloo's multi-millisecond calls, or
@@ -217,14 +226,10 @@ def rank_timings(sizes: list[int], quick: bool, hosts: int) -> dict:
                                           unpinned if way == "gloo" else contextlib.nullcontext)
                 out[way].setdefault(size, []).extend(times)
                 out[f"{way} cpu"].setdefault(size, []).extend(cpu)
-        t.fill_(1.0)
         for way, call in ways.items():
             if way == "plain ring":  # computes no result
                 continue
-            t.fill_(1.0)
-            call(t)
-            if float(t[0]) != world or float(t[-1]) != world:
-                raise RuntimeError(f"wrong all-reduce result at {size} bytes: {float(t[0])}")
+            check_sum_of_ones(way, call, t, world)
     dist.destroy_process_group()
     return out
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from arborcc.runtime.launch import run_ranks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torch_allreduce import ROOT, free_threads_group, rotated, size_list, time_batches, unpinned  # noqa: E402
+from torch_allreduce import ROOT, check_sum_of_ones, free_threads_group, rotated, size_list, time_batches, unpinned  # noqa: E402
 
 
 def module_of(commit: str, path: str, name: str, directory: str):
@@ -87,10 +87,7 @@ def rank_times(sizes: list[int], rounds: int, commit: str, directory: str, tile_
                                         unpinned if way == "gloo" else contextlib.nullcontext)
                 out[way].setdefault(size, []).append(times)
         for way, call in ways.items():
-            t.fill_(1.0)
-            call(t)
-            if float(t[0]) != world or float(t[-1]) != world:
-                raise RuntimeError(f"{way}: wrong all-reduce result at {size} bytes: {float(t[0])}")
+            check_sum_of_ones(way, call, t, world)
     dist.destroy_process_group()
     return out
 
