@@ -20,6 +20,7 @@ skipped.
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Callable
 
@@ -127,6 +128,21 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
     thread blocks per rank) over faster ones that are not, and ``result.report`` lists
     the returned algorithm's violations of them (``None``: no runtime limits).
     """
+    # the passes allocate hundreds of thousands of small acyclic objects (trees, copies,
+    # steps); the cyclic collector would rescan them again and again, so it pauses for
+    # the whole run as it already does for the trace and the compiler
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _synthesize(topology, collective, strategy, root, links, progress, size, dialect)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _synthesize(topology: Topology, collective: str, strategy: str, root: int, links: str,
+                progress: Callable[[str], None] | None, size: int | None,
+                dialect: str | None) -> SynthesisResult:
     if size is not None and size <= 0:
         raise SynthesisError(f"size must be a positive number of bytes, got {size}")
     if collective not in synthesizable_collectives():
