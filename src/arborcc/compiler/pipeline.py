@@ -16,12 +16,12 @@ References:
 
 from __future__ import annotations
 
-import gc
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from arborcc.collector import collector_paused
 from arborcc.compiler.dag import build_dag, reverse_depths
 from arborcc.compiler.emit import build_algorithm
 from arborcc.compiler.fusion import fuse_instructions, unfuse
@@ -116,13 +116,8 @@ def compile_program(prog, stats: CompileStats | None = None) -> Algorithm:
     missing = [a for a in TRACED_PROGRAM_ATTRIBUTES if not hasattr(prog, a)]
     if missing:
         raise TypeError(f"compile_program needs a traced program; {prog!r} has no {', '.join(missing)}")
-    enabled = gc.isenabled()
-    gc.disable()  # millions of acyclic allocations: see Program.__enter__
-    try:
+    with collector_paused():  # millions of acyclic allocations: see Program.__enter__
         return _compile(prog, stats if stats is not None else CompileStats())
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _compile(prog, stats: CompileStats) -> Algorithm:

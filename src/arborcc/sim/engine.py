@@ -32,12 +32,12 @@ the remaining iterations add one period each (:func:`run` with ``window``);
 from __future__ import annotations
 
 import copy
-import gc
 import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from arborcc.collector import collector_paused
 from arborcc.errors import VerificationError
 from arborcc.sim.fairshare import FairShare
 from arborcc.sim.program import COPY, RECV, REDUCE, SEND, CompiledAlgorithm
@@ -240,13 +240,8 @@ def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: i
     collector paused: a run makes many short-lived objects (flows, events) and no
     cycles, so reference counting frees them all and the collector's passes over the
     sweep's live algorithms would be wasted (about 3% of a ``compare`` sweep)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         return _events(prog, setup, iters, tile, m, record)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _events(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: int,

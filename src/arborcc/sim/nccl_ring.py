@@ -18,9 +18,9 @@ the numpy reference.
 
 from __future__ import annotations
 
-import gc
 from typing import Sequence
 
+from arborcc.collector import collector_paused
 from arborcc.errors import SynthesisError
 from arborcc.ir.model import Algorithm, Buffer, Op, Protocol, RankProgram, Step, ThreadBlock
 
@@ -31,13 +31,8 @@ def ring_allreduce_algorithm(rings: Sequence[Sequence[int]], name: str = "nccl-r
                              protocol: Protocol = Protocol.SIMPLE) -> Algorithm:
     """NCCL's ring all-reduce over ``rings`` (one per channel, each visiting every rank
     once; rank indices 0..n-1), in place, ``len(rings) x n`` chunks."""
-    enabled = gc.isenabled()
-    gc.disable()  # millions of acyclic steps: the cyclic collector would rescan them over and over
-    try:
+    with collector_paused():  # millions of acyclic steps
         return _ring_allreduce(rings, name, protocol)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _ring_allreduce(rings: Sequence[Sequence[int]], name: str, protocol: Protocol) -> Algorithm:

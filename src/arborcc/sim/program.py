@@ -12,11 +12,11 @@ route is the one the strategy chose (``routes``) or :meth:`Topology.route`.
 
 from __future__ import annotations
 
-import gc
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from arborcc.collector import collector_paused
 from arborcc.errors import VerificationError
 from arborcc.ir.model import Algorithm, Op
 from arborcc.topology.model import LinkKind, Topology
@@ -81,13 +81,8 @@ def compile_algorithm(algo: Algorithm, topology: Topology,
     if hit is not None and hit.algorithm is algo and hit.topology is topology:
         _CACHE.move_to_end(key)
         return hit
-    enabled = gc.isenabled()
-    gc.disable()  # a list entry per step, millions on large rings: see nccl_ring
-    try:
+    with collector_paused():  # a list entry per step, millions on large rings: see nccl_ring
         compiled = _compile(algo, topology, routes or {})
-    finally:
-        if enabled:
-            gc.enable()
     _CACHE[key] = compiled
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)

@@ -20,10 +20,10 @@ skipped.
 
 from __future__ import annotations
 
-import gc
 import time
 from typing import Callable
 
+from arborcc.collector import collector_paused
 from arborcc.errors import SynthesisError, VerificationError
 from arborcc.ir.limits import check_dialect_limits, remembering_limits
 from arborcc.limits import raised_default
@@ -128,16 +128,8 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
     thread blocks per rank) over faster ones that are not, and ``result.report`` lists
     the returned algorithm's violations of them (``None``: no runtime limits).
     """
-    # the passes allocate hundreds of thousands of small acyclic objects (trees, copies,
-    # steps); the cyclic collector would rescan them again and again, so it pauses for
-    # the whole run as it already does for the trace and the compiler
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():  # trees, copies and steps: hundreds of thousands, all acyclic
         return _synthesize(topology, collective, strategy, root, links, progress, size, dialect)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _synthesize(topology: Topology, collective: str, strategy: str, root: int, links: str,

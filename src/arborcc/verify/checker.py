@@ -26,11 +26,11 @@ References:
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from bisect import bisect_right
 
+from arborcc.collector import collector_paused
 from arborcc.errors import VerificationError
 from arborcc.ir.aliasing import Mode, declared_modes, rank_layout, with_modes
 from arborcc.ir.collectives import has_signature
@@ -66,14 +66,9 @@ def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int 
     limits aside - is appended to the report's ``modes`` with a note; one that is not
     is left out, and its violations are not the report's.
     """
-    enabled = gc.isenabled()
-    gc.disable()  # the runs allocate a tuple or list per step, all acyclic: see compile_program
-    try:
+    with collector_paused():  # the runs allocate a tuple or list per step, all acyclic: see compile_program
         with encodings.active():  # the structure rules, the proof and the pieces run read one encoding
             return _verify(algo, dialect, slots, check_races, modes, pieces, also)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _verify(algo: Algorithm, dialect: str | None, slots: int, check_races: bool, modes, pieces: bool,
