@@ -16,47 +16,29 @@ References:
 
 from __future__ import annotations
 
-from arborcc.compiler.layout import Layout
-from arborcc.compiler.threadblocks import Assignment
-from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, RankProgram, Step, ThreadBlock
+from dataclasses import fields
 
-_IB = {Buffer.INPUT: 0, Buffer.OUTPUT: 1, Buffer.SCRATCH: 2}
+import arborcc.compiler.native as native
+from arborcc.compiler.instructions import KIND_OP
+from arborcc.compiler.layout import IR_BUFFERS, Layout
+from arborcc.ir.model import Algorithm, Dependency, Op, RankProgram, Step, ThreadBlock
 
-
-def _shifted(steps: list[Step], n: int, i: int, local, send_shift, recv_shift) -> list[Step]:
-    out = []
-    for s in steps:
-        dep = Dependency(s.dep.tb * n + i, s.dep.step) if s.dep is not None else None
-        if s.op is Op.NOP:
-            out.append(Step(Op.NOP, None, -1, None, -1, 0, dep, s.has_dep))
-            continue
-        s_sh = recv_shift if s.op is Op.RECV else local  # a receive names the remote source
-        d_sh = send_shift if s.op is Op.SEND else local  # a send names the remote destination
-        out.append(Step(s.op, s.src_buf, s.src_off + s_sh[_IB[s.src_buf]], s.dst_buf,
-                        s.dst_off + d_sh[_IB[s.dst_buf]], s.count, dep, s.has_dep))
-    return out
+#: the IR classes the compiled code makes, their fields (it sets them as their generated
+#: __init__ does), the Op of each instruction kind and of a nop step, the IR buffers
+_CLASSES = (Step, ThreadBlock, Dependency)
+_FIELDS = tuple(tuple(f.name for f in fields(c)) for c in _CLASSES)
+_OPS = (*KIND_OP, Op.NOP)
 
 
-def build_algorithm(prog, layout: Layout, a: Assignment) -> Algorithm:
+def build_algorithm(prog, layout: Layout, a: native.Assignment, schedule: native.Schedule) -> Algorithm:
+    """The IR of a scheduled program: its thread blocks with their steps, replicated for
+    instances (compiled code, ``arborcc.compiler.native``, csrc/irobjects.cpp)."""
     n = layout.instances
-    width = max((tb.ch for tbs in a.tbs for tb in tbs), default=0) + 1
-    ranks = []
     num_ranks = prog.num_ranks
-    shifts = [[[layout.shift(ib, r, i) for ib in range(3)] for i in range(n)] for r in range(num_ranks)]
-    for r in range(num_ranks):
-        ic, oc, sc = layout.ir_sizes(r)
-        out: list[ThreadBlock] = []
-        for tb in sorted(a.tbs[r], key=lambda x: x.id):
-            if n == 1:
-                out.append(ThreadBlock(tb.id, tb.send, tb.recv, tb.ch, tb.steps))
-                continue
-            for i in range(n):
-                local = shifts[r][i]
-                send_shift = shifts[tb.send][i] if tb.send >= 0 else local
-                recv_shift = shifts[tb.recv][i] if tb.recv >= 0 else local
-                steps = _shifted(tb.steps, n, i, local, send_shift, recv_shift)
-                out.append(ThreadBlock(tb.id * n + i, tb.send, tb.recv, tb.ch + width * i, steps))
-        ranks.append(RankProgram(r, ic, oc, sc, out))
+    shifts = ([layout.shift(ib, r, i) for r in range(num_ranks) for i in range(n) for ib in range(3)]
+              if n > 1 else [])
+    per_rank = native.build_threadblocks(schedule, a, n, shifts, _CLASSES, _FIELDS, _OPS, IR_BUFFERS)
+    ranks = [RankProgram(r, *layout.ir_sizes(r), tbs) for r, tbs in enumerate(per_rank)]
     col = prog.collective
     return Algorithm(
         name=prog.name,

@@ -55,15 +55,7 @@ def unfuse(t: InstrTable, rep: list[int], receives) -> None:
     """Undo the fusion of each of ``receives`` (fused instructions): the receive gets its
     own kind back and the send it absorbed is alive again, right before its receive on
     the next rank. Depths need no update (they are the pre-fusion ones); ``rep`` does.
+    Compiled code (fusion.cpp, which the thread-block assignment also uses); the table's
+    lists and ``rep`` change in place.
     """
-    kind, sbuf, soff, sendtb, ch, speer = t.kind, t.sbuf, t.soff, t.sendtb, t.ch, t.speer
-    msg_in, msg_out, alive, fusions = t.msg_in, t.msg_out, t.alive, t.fusions
-    for r in receives:
-        s, kind[r], sbuf[r], soff[r], sendtb[r], ch[r] = fusions.pop(r)
-        q = msg_out[r]
-        speer[r] = -1
-        msg_out[r] = -1
-        msg_in[q] = s
-        msg_out[s] = q
-        alive[s] = True
-        rep[s] = s
+    native.unfuse(t, rep, list(receives))

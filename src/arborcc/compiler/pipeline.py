@@ -150,11 +150,12 @@ def _compile(prog, stats: CompileStats) -> Algorithm:
     if manual:
         asg = assign_manual(table, order, prog.num_ranks, prog)
     else:
-        asg = assign_auto(table, order, dag.preds, rep, prog.num_ranks, prog)
+        asg = assign_auto(table, order, dag.pred_rows, rep, prog.num_ranks)
     lap("threadblocks")
-    stats.nops = emit_steps(table, order, dag.preds, rep, asg)
+    schedule = emit_steps(table, order, dag.pred_rows, rep, asg)
+    stats.nops = schedule.nops
     lap("sync")
-    algo = build_algorithm(prog, layout, asg)
+    algo = build_algorithm(prog, layout, asg, schedule)
     lap("emit")
     stats.instructions = len(table)
     stats.fused = table.alive.count(False)

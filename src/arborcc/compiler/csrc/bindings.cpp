@@ -1,7 +1,10 @@
 // The Python module arborcc.compiler.native (pybind11): the compiler passes that walk
-// every instruction - the instruction DAG's scan and reverse depths (dag.cpp), the
-// global order's FIFO checks and repair (order.cpp). Columns come in as lists of ints
-// (or int64 arrays); predecessor lists stay here as compressed rows (PredRows).
+// every instruction - instruction generation (instructions.cpp), the instruction DAG's
+// scan and reverse depths (dag.cpp), fusion (fusion.cpp), the global order's FIFO checks
+// and repair (order.cpp), the automatic thread-block assignment (threadblocks.cpp),
+// synchronization (sync.cpp) and the IR objects (irobjects.cpp). Columns come in as
+// lists of ints (or int64 arrays); predecessor lists stay here as compressed rows
+// (PredRows), an assignment and the steps as Assignment and Schedule.
 
 #include <pybind11/pybind11.h>
 
@@ -11,8 +14,11 @@
 #include "dag.hpp"
 #include "fusion.hpp"
 #include "instructions.hpp"
+#include "irobjects.hpp"
 #include "order.hpp"
 #include "pyints.hpp"
+#include "sync.hpp"
+#include "threadblocks.hpp"
 
 namespace py = pybind11;
 
@@ -35,13 +41,71 @@ InstrLinks links(py::handle rank, py::handle lane, py::handle msg_in, py::handle
 
 py::object optional_list(const std::optional<Ints>& v) { return v ? py::object(to_list(*v)) : py::none(); }
 
+// The fusion columns of an instruction table (those unfuse and the thread-block
+// assignment read; dbuf, doff and recvtb are left empty).
+FusionColumns unfuse_columns(py::handle t) {
+  FusionColumns c;
+  const char* names[] = {"kind", "ch", "msg_in", "msg_out", "lane", "sbuf", "soff", "speer", "sendtb", "alive"};
+  Ints* cols[] = {&c.kind, &c.ch, &c.msg_in, &c.msg_out, &c.lane, &c.sbuf, &c.soff, &c.speer, &c.sendtb, &c.alive};
+  for (size_t k = 0; k < 10; ++k) *cols[k] = to_ints(t.attr(names[k]));
+  return c;
+}
+
+// A fused receive's record in the table's fusions: (send, kind, sbuf, soff, sendtb, ch).
+Fused fusion_record(py::handle fusions, int64_t r) {
+  PyObject* rec = PyDict_GetItemWithError(fusions.ptr(), py::int_(r).ptr());
+  if (!rec) {
+    if (PyErr_Occurred()) throw py::error_already_set();
+    throw py::key_error("instruction " + std::to_string(r) + " is not fused");
+  }
+  const Ints f = to_ints(rec);
+  if (f.size() != 6) throw py::value_error("a fusion record has six fields");
+  return Fused{r, f[0], f[1], f[2], f[3], f[4], f[5]};
+}
+
+void set_item(py::handle list, int64_t i, PyObject* value) {  // steals value
+  if (!value || PyList_SetItem(list.ptr(), (Py_ssize_t)i, value) < 0) throw py::error_already_set();
+}
+
+// Writes what unfusing `receives` changed in c and rep back into the table's lists (in
+// place) and rep, and drops their fusion records.
+void write_unfused(py::handle t, const FusionColumns& c, py::handle rep, const Ints& receives) {
+  py::object fusions = t.attr("fusions");
+  py::object kind = t.attr("kind"), sbuf = t.attr("sbuf"), soff = t.attr("soff"), sendtb = t.attr("sendtb"),
+             ch = t.attr("ch"), speer = t.attr("speer"), msg_in = t.attr("msg_in"), msg_out = t.attr("msg_out"),
+             alive = t.attr("alive");
+  for (int64_t r : receives) {
+    const size_t ri = (size_t)r;
+    const int64_t s = fusion_record(fusions, r).send;
+    const size_t si = (size_t)s, qi = (size_t)c.msg_out[si];
+    set_item(kind, r, PyLong_FromLongLong(c.kind[ri]));
+    set_item(sbuf, r, PyLong_FromLongLong(c.sbuf[ri]));
+    set_item(soff, r, PyLong_FromLongLong(c.soff[ri]));
+    set_item(sendtb, r, PyLong_FromLongLong(c.sendtb[ri]));
+    set_item(ch, r, PyLong_FromLongLong(c.ch[ri]));
+    set_item(speer, r, PyLong_FromLongLong(c.speer[ri]));
+    set_item(msg_out, r, PyLong_FromLongLong(c.msg_out[ri]));
+    set_item(msg_in, (int64_t)qi, PyLong_FromLongLong(c.msg_in[qi]));
+    set_item(msg_out, s, PyLong_FromLongLong(c.msg_out[si]));
+    set_item(alive, s, py::bool_(c.alive[si] != 0).release().ptr());
+    set_item(rep, s, PyLong_FromLongLong(s));
+    if (PyDict_DelItem(fusions.ptr(), py::int_(r).ptr()) < 0) throw py::error_already_set();
+  }
+}
+
+// Replaces the items of a list by vals (in place).
+void assign_list(py::handle list, const Ints& vals) {
+  py::list fresh = to_list(vals);
+  if (PyList_SetSlice(list.ptr(), 0, PyList_GET_SIZE(list.ptr()), fresh.ptr()) < 0) throw py::error_already_set();
+}
+
 }  // namespace
 
 }  // namespace compiler
 
 PYBIND11_MODULE(native, m) {
   using namespace compiler;
-  m.doc() = "arborcc's compiler passes over every instruction (C++): instruction generation, the DAG scan and the FIFO-order repair";
+  m.doc() = "arborcc's compiler passes over every instruction (C++): instruction generation, the DAG scan, fusion, the FIFO-order repair, thread blocks, synchronization and the IR objects";
 
   m.attr("SAFE_SLOTS") = SAFE_SLOTS;
 
@@ -154,6 +218,76 @@ PYBIND11_MODULE(native, m) {
       [](py::handle rank, py::handle lane, py::handle msg_in, py::handle msg_out, py::handle alive, py::handle order,
          int64_t slots) { return slot_safe(links(rank, lane, msg_in, msg_out, alive), to_ints(order), slots); },
       "whether no send finds `slots` messages of its pair in flight");
+
+  m.def(
+      "unfuse",
+      [](py::object t, py::handle rep, py::handle receives) {
+        FusionColumns c = unfuse_columns(t);
+        Ints alias = to_ints(rep);
+        py::object fusions = t.attr("fusions");
+        const Ints undo = to_ints(receives);
+        for (int64_t r : undo) unfuse(c, alias, fusion_record(fusions, r));
+        write_unfused(t, c, rep, undo);
+      },
+      "undo the fusion of each of `receives` in the table (its lists changed in place) and in rep");
+
+  py::class_<ThreadBlocks>(m, "Assignment", "every alive instruction's thread block, and the thread blocks")
+      .def(py::init([](py::handle tb_of, py::handle rank, py::handle id, py::handle send, py::handle recv, py::handle ch,
+                       py::handle lane, int64_t num_ranks) {
+             ThreadBlocks a;
+             a.tb_of = to_ints(tb_of);
+             a.of_rank.resize((size_t)num_ranks);
+             const Ints r = to_ints(rank), i = to_ints(id), s = to_ints(send), v = to_ints(recv), c = to_ints(ch),
+                        q = to_ints(lane);
+             for (size_t k = 0; k < r.size(); ++k) {
+               if (r[k] < 0 || r[k] >= num_ranks || i[k] != (int64_t)a.of_rank[(size_t)r[k]].size())
+                 throw py::value_error("Assignment: thread blocks must come per rank in id order from 0");
+               a.add(r[k], s[k], v[k], c[k], q[k]);
+             }
+             return a;
+           }),
+           "from per-instruction thread-block indices and per thread block (rank, id, send, recv, channel, lane)")
+      .def_property_readonly("thread_blocks", [](const ThreadBlocks& a) { return a.size(); });
+
+  m.def(
+      "assign_auto",
+      [](py::object t, py::handle order, const Rows& preds, py::handle rep, int64_t num_ranks, int64_t max_channels) {
+        FusionColumns c = unfuse_columns(t);
+        const Ints rank = to_ints(t.attr("rank")), rpeer = to_ints(t.attr("rpeer"));
+        py::object fusions = t.attr("fusions");
+        AssignInput in{rank, rpeer, preds, num_ranks, max_channels,
+                       [&](int64_t r) { return fusion_record(fusions, r); }};
+        Ints ord = to_ints(order), alias = to_ints(rep), unfused;
+        ThreadBlocks a = assign_auto(c, in, ord, alias, unfused);
+        if (!unfused.empty()) {
+          write_unfused(t, c, rep, unfused);
+          assign_list(order, ord);
+        }
+        return a;
+      },
+      "the automatic thread-block assignment (an Assignment); fusions it undoes are undone in the table, rep and "
+      "order (in place)");
+
+  py::class_<Schedule>(m, "Schedule", "every thread block's steps").def_readonly("nops", &Schedule::nops);
+
+  m.def(
+      "emit_steps",
+      [](py::handle t, py::handle order, const Rows& preds, py::handle rep, const ThreadBlocks& a) {
+        StepColumns c{to_ints(t.attr("kind")), to_ints(t.attr("sbuf")), to_ints(t.attr("soff")),
+                      to_ints(t.attr("dbuf")), to_ints(t.attr("doff")), to_ints(t.attr("cnt"))};
+        return emit_steps(c, to_ints(order), preds, to_ints(rep), a);
+      },
+      "every instruction as a step of its thread block, with dependencies and nop steps (a Schedule)");
+
+  m.def(
+      "build_threadblocks",
+      [](const Schedule& s, const ThreadBlocks& a, int64_t instances, py::handle shifts, py::tuple classes,
+         py::tuple fields, py::tuple ops, py::tuple buffers) {
+        if (classes.size() != 3 || fields.size() != 3) throw py::value_error("three classes and their fields");
+        IrClasses cls{classes[0], classes[1], classes[2], fields[0], fields[1], fields[2], ops, buffers};
+        return build_threadblocks(s, a, instances, to_ints(shifts), cls);
+      },
+      "per rank, its ThreadBlock objects (classes: Step, ThreadBlock, Dependency; fields: theirs)");
 
   py::class_<OrderGraph>(m, "OrderGraph", "the dependency graph and message pairs the FIFO repair schedules")
       .def(py::init([](py::handle rank, py::handle lane, py::handle msg_in, py::handle msg_out, py::handle alive,

@@ -93,4 +93,20 @@ std::vector<Fused> fuse_instructions(FusionColumns& t, const FusionInput& in, In
   return out;
 }
 
+void unfuse(FusionColumns& t, Ints& rep, const Fused& f) {
+  const size_t r = (size_t)f.recv, s = (size_t)f.send;
+  t.kind[r] = f.kind;
+  t.sbuf[r] = f.sbuf;
+  t.soff[r] = f.soff;
+  t.sendtb[r] = f.sendtb;
+  t.ch[r] = f.ch;
+  const size_t q = (size_t)t.msg_out[r];
+  t.speer[r] = -1;
+  t.msg_out[r] = -1;
+  t.msg_in[q] = f.send;
+  t.msg_out[s] = (int64_t)q;
+  t.alive[s] = 1;
+  rep[s] = f.send;
+}
+
 }  // namespace compiler

@@ -29,4 +29,8 @@ struct FusionInput {
 // Fuses in place; returns the fusions made, in order, and fills rep (the alias map).
 std::vector<Fused> fuse_instructions(FusionColumns& t, const FusionInput& in, Ints& rep);
 
+// Undoes fusion f in place (arborcc.compiler.fusion.unfuse): the receive gets its own kind
+// back and the send it absorbed is alive again, right before its receive on the next rank.
+void unfuse(FusionColumns& t, Ints& rep, const Fused& f);
+
 }  // namespace compiler

@@ -1,0 +1,31 @@
+// Synchronization insertion (arborcc.compiler.sync, GC3 section 5.2): every instruction
+// becomes a step of its thread block, in the global order; a processing edge from another
+// thread block of the rank becomes a dependency on that block's latest step not already
+// waited for, extra ones nop steps right before.
+#pragma once
+
+#include "pyints.hpp"
+#include "threadblocks.hpp"
+
+namespace compiler {
+
+constexpr int64_t NOP = 8;  // a step's op beyond the instruction kinds: carries a dependency only
+
+struct StepRow {  // one IR step (offsets of instance 0); dep_tb is a thread block id of the rank
+  int64_t op, sbuf, soff, dbuf, doff, cnt, dep_tb, dep_step;
+  bool has_dep;  // some other step waits on this one
+};
+
+struct StepColumns {  // what becomes of an instruction in its step
+  Ints kind, sbuf, soff, dbuf, doff, cnt;
+};
+
+struct Schedule {
+  std::vector<std::vector<StepRow>> of_tb;  // per thread block (ThreadBlocks' index): its steps
+  int64_t nops = 0;
+};
+
+// preds: the DAG's predecessors (pre-fusion indices, mapped through rep)
+Schedule emit_steps(const StepColumns& t, const Ints& order, const Rows& preds, const Ints& rep, const ThreadBlocks& a);
+
+}  // namespace compiler
