@@ -30,22 +30,47 @@ References:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from functools import cached_property
 
 import arborcc.compiler.native as native
 from arborcc.compiler.instructions import InstrTable
 
 
-@dataclass
 class Dag:
-    preds: list  #: per instruction: sequence of same-rank predecessor instructions
-    depth: list[int]  #: dependency depth
-    readers: list[int]  #: per instruction: how many instructions read what it wrote
-    forwards: dict[int, list[int]]  #: receive -> sends that forward exactly what it wrote
-    final: set[int]  #: the last writer of every slot at the end (-1: a slot nobody wrote)
-    pred_rows: object  #: ``preds`` as the compiled passes read them (``native.PredRows``)
-    multi_forwards: bool = False  #: some receive is forwarded by several sends
-    rdepth: list[int] | None = field(default=None)
+    """The scan's results (:class:`arborcc.compiler.native.DagScan`): the compiled passes
+    read them there; the lists below are made on first use."""
+
+    def __init__(self, scan: native.DagScan) -> None:
+        self.scan = scan
+        self.pred_rows = scan.pred_rows  #: ``preds`` as the compiled passes read them (``native.PredRows``)
+        self.has_forwards: bool = scan.has_forwards  #: some send forwards what a receive wrote
+        self.multi_forwards: bool = scan.multi_forwards  #: some receive is forwarded by several sends
+        self.rdepth: list[int] | None = None  #: reverse dependency depths, once computed
+
+    @cached_property
+    def preds(self) -> list[tuple[int, ...]]:
+        """Per instruction: its same-rank predecessor instructions."""
+        return self.scan.preds
+
+    @cached_property
+    def depth(self) -> list[int]:
+        """Dependency depth of each instruction."""
+        return self.scan.depth
+
+    @cached_property
+    def readers(self) -> list[int]:
+        """Per instruction: how many instructions read what it wrote."""
+        return self.scan.readers
+
+    @cached_property
+    def forwards(self) -> dict[int, list[int]]:
+        """Receive -> the sends that forward exactly what it wrote."""
+        return self.scan.forwards
+
+    @cached_property
+    def final(self) -> set[int]:
+        """The last writer of every slot at the end (-1: a slot nobody wrote)."""
+        return self.scan.final
 
 
 def build_dag(t: InstrTable, sizes: list[tuple[int, int, int]]) -> Dag:
@@ -57,9 +82,8 @@ def build_dag(t: InstrTable, sizes: list[tuple[int, int, int]]) -> Dag:
     readers, its write depends on the last writer and every reader since and becomes
     the last writer; a send reading exactly the atoms a receive wrote forwards it.
     """
-    preds, rows, depth, readers, forwards, final, multi = native.scan_dependencies(
-        t.rank, t.kind, t.sbuf, t.dbuf, t.soff, t.doff, t.cnt, t.msg_in, [s for sz in sizes for s in sz])
-    return Dag(preds, depth, readers, forwards, final, rows, multi)
+    return Dag(native.scan_dependencies(t.rank, t.kind, t.sbuf, t.dbuf, t.soff, t.doff, t.cnt, t.msg_in,
+                                        [s for sz in sizes for s in sz]))
 
 
 def reverse_depths(t: InstrTable, dag: Dag, rep: list[int] | None = None) -> list[int]:

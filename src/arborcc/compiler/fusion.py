@@ -43,12 +43,12 @@ def fuse_instructions(t: InstrTable, dag: Dag, significant: set[int], manual: bo
     forwarding send on the longest path to the end, the table's columns rewritten and
     ``t.fusions`` filled.
     """
-    if not dag.forwards:
+    if not dag.has_forwards:
         return list(range(len(t)))
     rdepth = dag.rdepth
     if rdepth is None and dag.multi_forwards:
         rdepth = reverse_depths(t, dag)
-    return native.fuse_instructions(t, dag.forwards, dag.readers, rdepth, dag.final, significant, manual)
+    return native.fuse_instructions(t, dag.scan, rdepth, significant, manual)
 
 
 def unfuse(t: InstrTable, rep: list[int], receives) -> None:

@@ -137,29 +137,43 @@ PYBIND11_MODULE(native, m) {
       "the instruction columns (rank, kind, sbuf, soff, dbuf, doff, cnt, speer, rpeer, ch, sendtb, recvtb, op as "
       "an int64 array, msg_in, msg_out) of traced operations without parallelize or instances");
 
+  py::class_<DagScan>(m, "DagScan", "the DAG scan's results (arborcc.compiler.dag.Dag reads them on demand)")
+      .def_property_readonly(
+          "pred_rows", [](const DagScan& s) -> const Rows& { return s.preds; }, py::return_value_policy::reference_internal)
+      .def_property_readonly("preds",
+                             [](const DagScan& s) {
+                               py::tuple empty;
+                               const size_t n = s.preds.size();
+                               py::list preds(n);
+                               for (size_t i = 0; i < n; ++i) preds[i] = to_tuple(s.preds.begin(i), s.preds.end(i), empty.ptr());
+                               return preds;
+                             })
+      .def_property_readonly("depth", [](const DagScan& s) { return to_list(s.depth); })
+      .def_property_readonly("readers", [](const DagScan& s) { return to_list(s.readers); })
+      .def_property_readonly("forwards",
+                             [](const DagScan& s) {
+                               py::dict forwards;
+                               for (size_t k = 0; k < s.forwarded.size(); ++k)
+                                 forwards[py::int_(s.forwarded[k])] = to_list(s.forwards[k]);
+                               return forwards;
+                             })
+      .def_property_readonly("final", [](const DagScan& s) { return py::set(to_list(s.final_writers)); })
+      .def_property_readonly("has_forwards", [](const DagScan& s) { return !s.forwarded.empty(); })
+      .def_readonly("multi_forwards", &DagScan::multi_forwards);
+
   m.def(
       "scan_dependencies",
       [](py::handle rank, py::handle kind, py::handle sbuf, py::handle dbuf, py::handle soff, py::handle doff,
          py::handle cnt, py::handle msg_in, py::handle sizes) {
         InstrColumns t{to_ints(rank), to_ints(kind), to_ints(sbuf), to_ints(dbuf), to_ints(soff),
                        to_ints(doff),  to_ints(cnt),  to_ints(msg_in)};
-        DagScan s = scan_dependencies(t, to_ints(sizes));
-        const size_t n = t.rank.size();
-        py::tuple empty;
-        py::list preds(n);
-        for (size_t i = 0; i < n; ++i) preds[i] = to_tuple(s.preds.begin(i), s.preds.end(i), empty.ptr());
-        py::dict forwards;
-        for (size_t k = 0; k < s.forwarded.size(); ++k) forwards[py::int_(s.forwarded[k])] = to_list(s.forwards[k]);
-        return py::make_tuple(preds, std::move(s.preds), to_list(s.depth), to_list(s.readers), forwards,
-                              py::set(to_list(s.final_writers)), s.multi_forwards);
+        return scan_dependencies(t, to_ints(sizes));
       },
-      "the DAG scan: (predecessor tuples, PredRows, depths, readers, forwards, final writers, multi_forwards); "
-      "sizes = flat [rank * 3 + IR buffer] chunk counts");
+      "the DAG scan (a DagScan); sizes = flat [rank * 3 + IR buffer] chunk counts");
 
   m.def(
       "fuse_instructions",
-      [](py::object t, py::dict forwards, py::handle readers, py::handle rdepth, py::handle final,
-         py::handle significant, bool manual) {
+      [](py::object t, const DagScan& scan, py::handle rdepth, py::handle significant, bool manual) {
         FusionColumns c;
         const char* names[] = {"kind", "ch", "msg_in", "msg_out", "lane", "sbuf", "soff", "dbuf", "speer",
                                "sendtb", "recvtb", "doff", "alive"};
@@ -167,16 +181,11 @@ PYBIND11_MODULE(native, m) {
                         &c.sendtb, &c.recvtb, &c.doff, &c.alive};
         for (size_t k = 0; k < 13; ++k) *cols[k] = to_ints(t.attr(names[k]));
         const size_t n = c.kind.size();
-        FusionInput in;
-        for (auto item : forwards) {
-          in.forwarded.push_back(py::cast<int64_t>(item.first));
-          in.forwards.push_back(to_ints(item.second));
-        }
-        in.readers = to_ints(readers);
+        FusionInput in{scan.forwarded, scan.forwards, scan.readers, {}, std::vector<char>(n, 0), {}, manual};
         if (!rdepth.is_none()) in.rdepth = to_ints(rdepth);
-        in.final = to_flags(final, n);
+        for (int64_t w : scan.final_writers)
+          if (w >= 0 && (size_t)w < n) in.final[(size_t)w] = 1;
         in.significant = to_flags(significant, 3);
-        in.manual = manual;
         Ints rep;
         std::vector<Fused> fused = fuse_instructions(c, in, rep);
         py::dict fusions = t.attr("fusions");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 #include <queue>
+#include <unordered_map>
 
 namespace compiler {
 
@@ -40,32 +41,48 @@ Messages messages(const InstrLinks& t) {
 }
 
 Ints global_order(const Ints& alive, const Ints& depth, const Ints& rdepth) {
+  // one key per instruction: depth, then reverse depth descending (then index)
+  const uint64_t span = (uint64_t)max_of(rdepth) + 1;
+  auto key = [&](size_t i) { return (uint64_t)depth[i] * span + (rdepth.empty() ? 0 : span - 1 - (uint64_t)rdepth[i]); };
+  const size_t n = alive.size();
+  const uint64_t keys = ((uint64_t)max_of(depth) + 1) * span;
   Ints order;
-  for (size_t i = 0; i < alive.size(); ++i)
-    if (alive[i]) order.push_back((int64_t)i);
-  auto rd = [&](int64_t i) { return rdepth.empty() ? 0 : rdepth[(size_t)i]; };
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    if (depth[(size_t)a] != depth[(size_t)b]) return depth[(size_t)a] < depth[(size_t)b];
-    if (rd(a) != rd(b)) return rd(a) > rd(b);
-    return a < b;
-  });
+  if (keys <= 4 * (uint64_t)n + 1024) {  // few keys (depths are short): a counting sort, stable by index
+    Ints start(keys + 1, 0);
+    for (size_t i = 0; i < n; ++i)
+      if (alive[i]) ++start[key(i) + 1];
+    for (size_t k = 0; k < keys; ++k) start[k + 1] += start[k];
+    order.resize((size_t)start[keys]);
+    for (size_t i = 0; i < n; ++i)
+      if (alive[i]) order[(size_t)start[key(i)]++] = (int64_t)i;
+    return order;
+  }
+  std::vector<std::pair<uint64_t, int64_t>> keyed;
+  keyed.reserve(n);
+  for (size_t i = 0; i < n; ++i)
+    if (alive[i]) keyed.emplace_back(key(i), (int64_t)i);
+  std::sort(keyed.begin(), keyed.end());
+  order.resize(keyed.size());
+  for (size_t k = 0; k < keyed.size(); ++k) order[k] = keyed[k].second;
   return order;
 }
 
 bool fifo_consistent(const InstrLinks& t, const Ints& order) {
-  const Messages m = messages(t);
+  // per pair, the position of the last receive of the messages sent so far
+  const int64_t nr = max_of(t.rank) + 1, nl = max_of(t.lane) + 1;
   Ints pos(t.rank.size(), -1);
   for (size_t p = 0; p < order.size(); ++p) pos[(size_t)order[p]] = (int64_t)p;
-  std::vector<std::pair<int64_t, int64_t>> sent;  // (pair, send position) of each message
-  std::vector<size_t> idx(m.sender.size());
-  for (size_t k = 0; k < idx.size(); ++k) idx[k] = k;
-  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
-    if (m.pair[a] != m.pair[b]) return m.pair[a] < m.pair[b];
-    return pos[(size_t)m.sender[a]] < pos[(size_t)m.sender[b]];
-  });
-  for (size_t k = 1; k < idx.size(); ++k) {
-    const size_t a = idx[k - 1], b = idx[k];
-    if (m.pair[a] == m.pair[b] && pos[(size_t)m.receiver[b]] <= pos[(size_t)m.receiver[a]]) return false;
+  std::unordered_map<int64_t, int64_t> last;
+  for (int64_t i : order) {
+    const size_t ii = (size_t)i;
+    const int64_t q = t.msg_out[ii];
+    if (q < 0 || !t.alive[ii]) continue;
+    const int64_t key = (t.rank[ii] * nr + t.rank[(size_t)q]) * nl + t.lane[ii];
+    auto [it, fresh] = last.emplace(key, pos[(size_t)q]);
+    if (!fresh) {
+      if (pos[(size_t)q] <= it->second) return false;
+      it->second = pos[(size_t)q];
+    }
   }
   return true;
 }
