@@ -45,7 +45,6 @@ class Dag:
         self.pred_rows = scan.pred_rows  #: ``preds`` as the compiled passes read them (``native.PredRows``)
         self.has_forwards: bool = scan.has_forwards  #: some send forwards what a receive wrote
         self.multi_forwards: bool = scan.multi_forwards  #: some receive is forwarded by several sends
-        self.rdepth: list[int] | None = None  #: reverse dependency depths, once computed
 
     @cached_property
     def preds(self) -> list[tuple[int, ...]]:
@@ -67,6 +66,16 @@ class Dag:
         """Receive -> the sends that forward exactly what it wrote."""
         return self.scan.forwards
 
+    @property
+    def has_rdepth(self) -> bool:
+        """Whether :func:`reverse_depths` computed them."""
+        return self.scan.has_rdepth
+
+    @property
+    def rdepth(self) -> list[int] | None:
+        """Reverse dependency depths, once :func:`reverse_depths` computed them."""
+        return self.scan.rdepth
+
     @cached_property
     def final(self) -> set[int]:
         """The last writer of every slot at the end (-1: a slot nobody wrote)."""
@@ -82,17 +91,15 @@ def build_dag(t: InstrTable, sizes: list[tuple[int, int, int]]) -> Dag:
     readers, its write depends on the last writer and every reader since and becomes
     the last writer; a send reading exactly the atoms a receive wrote forwards it.
     """
-    return Dag(native.scan_dependencies(t.rank, t.kind, t.sbuf, t.dbuf, t.soff, t.doff, t.cnt, t.msg_in,
-                                        [s for sz in sizes for s in sz]))
+    return Dag(native.scan_dependencies(t, [s for sz in sizes for s in sz]))
 
 
-def reverse_depths(t: InstrTable, dag: Dag, rep: list[int] | None = None) -> list[int]:
+def reverse_depths(t: InstrTable, dag: Dag, fused: bool = False) -> None:
     """Longest path from each instruction to the end (GC3 section 5.2, step 3), in
-    compiled code (dag.cpp): reverse program order is reverse-topological.
+    compiled code (dag.cpp): reverse program order is reverse-topological. The result
+    stays with the scan (``dag.rdepth`` reads it; the global order uses it).
 
-    With ``rep`` (the fusion alias map) it is computed on the fused DAG, whose alive
+    With ``fused`` it is computed on the fused DAG (the table's alias map), whose alive
     instructions are fewer: a send fused into a receive counts as that receive.
     """
-    rdepth = native.reverse_depths(dag.pred_rows, t.msg_in, t.alive, rep)
-    dag.rdepth = rdepth
-    return rdepth
+    native.reverse_depths(dag.scan, t, fused)

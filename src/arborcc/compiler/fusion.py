@@ -33,29 +33,27 @@ from arborcc.compiler.dag import Dag, reverse_depths
 from arborcc.compiler.instructions import InstrTable
 
 
-def fuse_instructions(t: InstrTable, dag: Dag, significant: set[int], manual: bool) -> list[int]:
-    """Fuse in place; returns the alias map: ``alias[i]`` is the instruction that now does
-    what ``i`` did (``i`` itself unless ``i`` was a send fused into a receive).
+def fuse_instructions(t: InstrTable, dag: Dag, significant: set[int], manual: bool) -> None:
+    """Fuse in place: the table's columns rewritten, its alias map (``t.rep[i]``: the
+    instruction that now does what ``i`` did - ``i`` itself unless ``i`` was a send fused
+    into a receive) and ``t.fusions`` filled.
 
     ``significant``: IR buffers whose final contents are the collective's result. The
     pass runs in compiled code (``arborcc.compiler.native``, csrc/fusion.cpp): receives
     in the DAG's order (by index when channel hints differ), each fused with its
-    forwarding send on the longest path to the end, the table's columns rewritten and
-    ``t.fusions`` filled.
+    forwarding send on the longest path to the end.
     """
     if not dag.has_forwards:
-        return list(range(len(t)))
-    rdepth = dag.rdepth
-    if rdepth is None and dag.multi_forwards:
-        rdepth = reverse_depths(t, dag)
-    return native.fuse_instructions(t, dag.scan, rdepth, significant, manual)
+        return
+    if not dag.has_rdepth and dag.multi_forwards:
+        reverse_depths(t, dag)
+    native.fuse_instructions(t, dag.scan, significant, manual)
 
 
-def unfuse(t: InstrTable, rep: list[int], receives) -> None:
+def unfuse(t: InstrTable, receives) -> None:
     """Undo the fusion of each of ``receives`` (fused instructions): the receive gets its
     own kind back and the send it absorbed is alive again, right before its receive on
-    the next rank. Depths need no update (they are the pre-fusion ones); ``rep`` does.
-    Compiled code (fusion.cpp, which the thread-block assignment also uses); the table's
-    lists and ``rep`` change in place.
+    the next rank. Depths need no update (they are the pre-fusion ones); the alias map
+    does. Compiled code (fusion.cpp, which the thread-block assignment also uses).
     """
-    native.unfuse(t, rep, list(receives))
+    native.unfuse(t, list(receives))

@@ -5,8 +5,8 @@ a remote reduce becomes a ``send`` and a ``recv-reduce-copy`` (``rrc``); a local
 is a ``cpy`` and a local reduce a ``re``. The two halves of a remote operation are
 joined by a *communication edge* (``msg_out`` of the send, ``msg_in`` of the receive).
 
-Instructions are kept as a table of parallel lists (one entry per instruction) rather
-than objects: programs of 1024 ranks have millions of them.
+Instructions are kept as a table of columns (one entry per instruction) rather than
+objects: programs of 1024 ranks have millions of them.
 
 References:
 
@@ -29,33 +29,18 @@ KIND_OP = (Op.SEND, Op.RECV, Op.RECV_REDUCE_COPY, Op.COPY, Op.REDUCE, Op.RECV_CO
 KIND_NAME = tuple(op.value for op in KIND_OP)
 
 
-class InstrTable:
-    """Instructions as parallel lists; instruction ``i`` is index ``i`` of every list.
-
-    ``sbuf/soff`` and ``dbuf/doff`` are IR buffers (0 input, 1 output, 2 scratch) and
-    physical offsets of instance 0; ``cnt`` physical chunks. ``speer``/``rpeer`` are the
-    ranks sent to / received from (-1: none). ``ch``, ``sendtb``, ``recvtb`` are the
-    program's hints (-1: automatic). ``op`` is the traced operation it comes from.
-    """
-
-    FIELDS = ("rank", "kind", "sbuf", "soff", "dbuf", "doff", "cnt", "speer", "rpeer", "lane",
-              "ch", "sendtb", "recvtb", "op", "msg_in", "msg_out")
-
-    def __init__(self) -> None:
-        for f in self.FIELDS:
-            setattr(self, f, [])
-        self.alive: list[bool] = []
-        #: fused receive -> (send fused into it, and the receive's own kind, sbuf, soff,
-        #: sendtb, ch before fusion): what :func:`~arborcc.compiler.fusion.unfuse` restores
-        self.fusions: dict[int, tuple] = {}
-
-    def __len__(self) -> int:
-        return len(self.rank)
-
-    def describe(self, i: int) -> str:
-        return (f"{KIND_NAME[self.kind[i]]} on rank {self.rank[i]}"
-                + (f" to rank {self.speer[i]}" if self.speer[i] >= 0 else "")
-                + (f" from rank {self.rpeer[i]}" if self.rpeer[i] >= 0 else ""))
+#: Instructions as columns, kept in compiled code between the passes
+#: (``arborcc.compiler.native``, csrc/table.hpp); instruction ``i`` is index ``i`` of every
+#: column, which Python reads as lists (``t.kind``, ... - each read makes a new list).
+#: ``sbuf/soff`` and ``dbuf/doff`` are IR buffers (0 input, 1 output, 2 scratch) and
+#: physical offsets of instance 0; ``cnt`` physical chunks. ``speer``/``rpeer`` are the
+#: ranks sent to / received from (-1: none). ``ch``, ``sendtb``, ``recvtb`` are the
+#: program's hints (-1: automatic). ``op`` is the traced operation it comes from.
+#: ``alive`` is False for a send fused into a receive, ``rep`` the alias map, ``fusions``
+#: fused receive -> (send fused into it, and the receive's own kind, sbuf, soff, sendtb,
+#: ch before fusion): what :func:`~arborcc.compiler.fusion.unfuse` restores.
+#: ``InstrTable(*columns)`` takes one list per name of ``InstrTable.FIELDS``.
+InstrTable = native.InstrTable
 
 
 def lower_operations(prog, layout: Layout) -> InstrTable:
@@ -69,21 +54,16 @@ def _lower_direct(prog, layout: Layout) -> InstrTable:
     """Without parallelize or instances a chunk index is a physical offset: one pass in
     compiled code (``arborcc.compiler.native``, csrc/instructions.cpp) expands the
     operations (named scratch regions shifted into the rank's scratch buffer)."""
-    t = InstrTable()
-    (t.rank, t.kind, t.sbuf, t.soff, t.dbuf, t.doff, t.cnt, t.speer, t.rpeer, t.ch, t.sendtb, t.recvtb, t.op,
-     t.msg_in, t.msg_out) = native.lower_direct(prog.ops, layout.region_offset)
-    n = len(t.rank)
-    t.lane = [0] * n
-    t.alive = [True] * n
-    return t
+    return native.lower_direct(prog.ops, layout.region_offset)
 
 
 def _lower_pieces(prog, layout: Layout) -> InstrTable:
     """The general expansion: operations split into per-lane, per-block pieces."""
-    t = InstrTable()
-    rank, kind, sbuf, soff, dbuf, doff = t.rank, t.kind, t.sbuf, t.soff, t.dbuf, t.doff
-    cnt, speer, rpeer, lane, chl, sendtb, recvtb = t.cnt, t.speer, t.rpeer, t.lane, t.ch, t.sendtb, t.recvtb
-    opl, msg_in, msg_out = t.op, t.msg_in, t.msg_out
+    columns: dict[str, list[int]] = {f: [] for f in InstrTable.FIELDS}
+    rank, kind, sbuf, soff, dbuf, doff = (columns[f] for f in ("rank", "kind", "sbuf", "soff", "dbuf", "doff"))
+    cnt, speer, rpeer, lane, chl, sendtb, recvtb = (columns[f] for f in ("cnt", "speer", "rpeer", "lane", "ch",
+                                                                            "sendtb", "recvtb"))
+    opl, msg_in, msg_out = columns["op"], columns["msg_in"], columns["msg_out"]
     for oi, op in enumerate(prog.ops):
         k, sr, sc, si, dr, dc, di, c, stb, rtb, ch, lanes, _ = op
         for sib, so, dib, do, n, q in op_pieces(op, layout):
@@ -108,5 +88,4 @@ def _lower_pieces(prog, layout: Layout) -> InstrTable:
                 speer.append(-1); rpeer.append(-1); lane.append(q); chl.append(ch)
                 sendtb.append(stb if stb != -1 else rtb); recvtb.append(-1); opl.append(oi)
                 msg_in.append(-1); msg_out.append(-1)
-    t.alive = [True] * len(rank)
-    return t
+    return InstrTable(*columns.values())

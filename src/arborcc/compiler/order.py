@@ -43,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 import arborcc.compiler.native as native
+from arborcc.compiler.dag import Dag
 from arborcc.compiler.instructions import InstrTable
 
 
@@ -52,24 +53,25 @@ from arborcc.compiler.instructions import InstrTable
 SAFE_SLOTS = native.SAFE_SLOTS
 
 
-def global_order(t: InstrTable, depth: list[int], rdepth: list[int] | None) -> list[int]:
+def global_order(t: InstrTable, dag: Dag) -> list[int]:
     """Alive instructions in priority order: by dependency depth, then reverse dependency
-    depth (more hops ahead first), then program order (compiled code, order.cpp)."""
-    return native.global_order(t.alive, depth, rdepth)
+    depth (more hops ahead first; all 0 before :func:`~arborcc.compiler.dag.reverse_depths`
+    computed them), then program order (compiled code, order.cpp)."""
+    return native.global_order(t, dag.scan)
 
 
 def _messages(t: InstrTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pair key, sending instruction, receiving instruction) of every message."""
     n = len(t)
-    msg_out = np.fromiter(t.msg_out, dtype=np.int64, count=n)
-    alive = np.fromiter(t.alive, dtype=bool, count=n)
+    msg_out = np.array(t.msg_out, dtype=np.int64)
+    alive = np.array(t.alive, dtype=bool)
     senders = np.flatnonzero((msg_out >= 0) & alive)
     receivers = msg_out[senders]
-    rank = np.fromiter(t.rank, dtype=np.int64, count=n)
+    rank = np.array(t.rank, dtype=np.int64)
     nr = int(rank.max()) + 1 if n else 1
     pair = rank[senders] * nr + rank[receivers]
-    if any(q != 0 for q in set(t.lane)):
-        lane = np.fromiter(t.lane, dtype=np.int64, count=n)
+    lane = np.array(t.lane, dtype=np.int64)
+    if lane.any():
         pair = pair * (int(lane.max()) + 1) + lane[senders]
     return pair, senders, receivers
 
@@ -77,17 +79,16 @@ def _messages(t: InstrTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def fifo_consistent(t: InstrTable, order: list[int]) -> bool:
     """Whether, for every rank pair, receives follow ``order`` in the order of the sends
     (compiled code, order.cpp)."""
-    return native.fifo_consistent(t.rank, t.lane, t.msg_in, t.msg_out, t.alive, order)
+    return native.fifo_consistent(t, order)
 
 
-def repair_order(t: InstrTable, order: list[int], pred_rows, rep: list[int],
-                 stuck: list[int] | None = None) -> list[int] | None:
+def repair_order(t: InstrTable, order: list[int], pred_rows, stuck: list[int] | None = None) -> list[int] | None:
     """A priority-preserving, slot-safe order in which every pair's receives follow its
     sends, or None when none of the three attempts finds one (the caller then undoes
     fusions: see :func:`fifo_conflicting_fusions`; ``stuck`` receives the fused
     instructions the last attempt was stuck at). ``pred_rows``: the DAG's
     predecessors (:attr:`arborcc.compiler.dag.Dag.pred_rows`)."""
-    graph = native.OrderGraph(t.rank, t.lane, t.msg_in, t.msg_out, t.alive, order, pred_rows, rep)
+    graph = native.OrderGraph(t, order, pred_rows)
     for by_priority in (True, False):  # chain each pair by priority order, then program order
         result = graph.kahn(order, by_priority)
         if result is not None:
@@ -114,7 +115,7 @@ def slot_safe(t: InstrTable, order: list[int], slots: int = SAFE_SLOTS) -> bool:
     messages of its rank pair in flight. Thread blocks following such an order cannot
     deadlock on connections of ``slots`` entries: the first blocked step in the order has
     everything before it done, and the sends of its connection after it not done."""
-    return native.slot_safe(t.rank, t.lane, t.msg_in, t.msg_out, t.alive, order, slots)
+    return native.slot_safe(t, order, slots)
 
 
 def fifo_conflicting_fusions(t: InstrTable) -> list[int]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from arborcc.collector import collector_paused
-from arborcc.compiler.dag import build_dag, reverse_depths
+from arborcc.compiler.dag import Dag, build_dag, reverse_depths
 from arborcc.compiler.emit import build_algorithm
 from arborcc.compiler.fusion import fuse_instructions, unfuse
 from arborcc.compiler.instructions import KIND_NAME, InstrTable, lower_operations
@@ -67,7 +67,7 @@ def _significant_buffers(prog) -> set[int]:
 _UNFUSE_ROUNDS = 8  #: rounds of undoing the fusions a repair got stuck at, before all
 
 
-def _fifo_order(table: InstrTable, dag, rep: list[int], rdepth: list[int], stats: CompileStats) -> list[int]:
+def _fifo_order(table: InstrTable, dag: Dag, stats: CompileStats) -> list[int]:
     """The global order, repaired for FIFO consistency if needed (:mod:`.order`).
 
     When no repaired order keeping every fusion is found, fusions are undone: first those
@@ -76,29 +76,29 @@ def _fifo_order(table: InstrTable, dag, rep: list[int], rdepth: list[int], stats
     in which every message is received right after it was sent, is FIFO-consistent and
     slot-safe by construction.
     """
-    order = global_order(table, dag.depth, rdepth)
+    order = global_order(table, dag)
     if fifo_consistent(table, order):
         return order
     stats.reordered = True
     stuck: list[int] = []
-    repaired = repair_order(table, order, dag.pred_rows, rep, stuck)
+    repaired = repair_order(table, order, dag.pred_rows, stuck)
     if repaired is not None:
         return repaired
     undo = fifo_conflicting_fusions(table) + stuck
     for _ in range(_UNFUSE_ROUNDS):
         if not undo:
             break
-        unfuse(table, rep, set(undo))
-        order = global_order(table, dag.depth, reverse_depths(table, dag, rep))
+        unfuse(table, set(undo))
+        reverse_depths(table, dag, fused=True)
+        order = global_order(table, dag)
         if fifo_consistent(table, order) and slot_safe(table, order):
             return order
         undo = []  # the fused instructions the scheduler got stuck at
-        repaired = repair_order(table, order, dag.pred_rows, rep, undo)
+        repaired = repair_order(table, order, dag.pred_rows, undo)
         if repaired is not None:
             return repaired
-    unfuse(table, rep, list(table.fusions))
-    alive = table.alive
-    return [i for i in range(len(table)) if alive[i]]
+    unfuse(table, list(table.fusions))
+    return [i for i, alive in enumerate(table.alive) if alive]
 
 
 #: what the passes read of a traced program (:class:`arborcc.lang.program.Program` has them)
@@ -138,28 +138,29 @@ def _compile(prog, stats: CompileStats) -> Algorithm:
     dag = build_dag(table, [layout.ir_sizes(r) for r in range(prog.num_ranks)])
     lap("dag")
     manual = prog.threadblock_policy is ThreadblockPolicy.manual
-    rep = (fuse_instructions(table, dag, _significant_buffers(prog), manual) if prog.instr_fusion
-           else list(range(len(table))))
-    fusions = len(table.fusions)
+    if prog.instr_fusion:
+        fuse_instructions(table, dag, _significant_buffers(prog), manual)
+    fusions = table.fusion_count
     lap("fusion")
     # reverse depths of the fused DAG (fusion computed them before if it had to choose)
-    rdepth = dag.rdepth if dag.rdepth is not None else reverse_depths(table, dag, rep)
+    if not dag.has_rdepth:
+        reverse_depths(table, dag, fused=True)
     lap("depths")
-    order = _fifo_order(table, dag, rep, rdepth, stats)
+    order = _fifo_order(table, dag, stats)
     lap("order")
     if manual:
         asg = assign_manual(table, order, prog.num_ranks, prog)
     else:
-        asg = assign_auto(table, order, dag.pred_rows, rep, prog.num_ranks)
+        asg = assign_auto(table, order, dag.pred_rows, prog.num_ranks)
     lap("threadblocks")
-    schedule = emit_steps(table, order, dag.pred_rows, rep, asg)
+    schedule = emit_steps(table, order, dag.pred_rows, asg)
     stats.nops = schedule.nops
     lap("sync")
     algo = build_algorithm(prog, layout, asg, schedule)
     lap("emit")
     stats.instructions = len(table)
     stats.fused = table.alive.count(False)
-    stats.unfused = fusions - len(table.fusions)
+    stats.unfused = fusions - table.fusion_count
     stats.thread_blocks = algo.num_threadblocks
     stats.steps = algo.num_steps
     counts = np.bincount(np.asarray(table.kind, dtype=np.int64)[np.asarray(order, dtype=np.int64)],

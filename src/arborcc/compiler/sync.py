@@ -21,12 +21,12 @@ import arborcc.compiler.native as native
 from arborcc.compiler.instructions import InstrTable
 
 
-def emit_steps(t: InstrTable, order: list[int], pred_rows, rep: list[int], a: native.Assignment) -> native.Schedule:
+def emit_steps(t: InstrTable, order: list[int], pred_rows, a: native.Assignment) -> native.Schedule:
     """Every instruction (and its nops) as a step of its thread block, offsets of instance 0
     (compiled code, ``arborcc.compiler.native``, csrc/sync.cpp); ``nops`` of the result
     counts the nops added. Per instruction in ``order``, the latest step of each other
-    thread block among its predecessors (``pred_rows``, mapped through ``rep``) that its
+    thread block among its predecessors (``pred_rows``, mapped through the alias map) that its
     block has not waited for yet, by thread block id: the last becomes the step's
     dependency, the others nop steps before it; each step waited on gets ``has_dep``.
     """
-    return native.emit_steps(t, order, pred_rows, rep, a)
+    return native.emit_steps(t, order, pred_rows, a)

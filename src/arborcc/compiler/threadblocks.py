@@ -31,6 +31,8 @@ References:
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import arborcc.compiler.native as native
 from arborcc.compiler.instructions import CPY, RE, InstrTable
 from arborcc.ir.limits import MAX_CHANNELS
@@ -50,39 +52,40 @@ class TB:
         return f"TB(rank={self.rank}, id={self.id}, send={self.send}, recv={self.recv}, ch={self.ch})"
 
 
-def assign_auto(t: InstrTable, order: list[int], pred_rows, rep: list[int], num_ranks: int) -> native.Assignment:
+def assign_auto(t: InstrTable, order: list[int], pred_rows, num_ranks: int) -> native.Assignment:
     """Automatic thread-block and channel assignment (see module docstring), in compiled
     code (``arborcc.compiler.native``, csrc/threadblocks.cpp).
 
     Fused instructions are placed first, chain by chain in the global order; then each
     send with its receive, and each local copy or reduce. A fused chain no channel can
-    carry is cut by undoing fusions (:func:`arborcc.compiler.fusion.unfuse`): the table,
-    ``order`` and ``rep`` are then updated in place, each revived send placed right after
+    carry is cut by undoing fusions (:func:`arborcc.compiler.fusion.unfuse`): the table
+    and ``order`` are then updated in place, each revived send placed right after
     the receive it was fused into - the order stays topological and FIFO-consistent, as
     the send goes out where the fused one did. ``pred_rows``: the DAG's predecessors
     (:attr:`arborcc.compiler.dag.Dag.pred_rows`).
     """
-    return native.assign_auto(t, order, pred_rows, rep, num_ranks, MAX_CHANNELS)
+    return native.assign_auto(t, order, pred_rows, num_ranks, MAX_CHANNELS)
 
 
 def assign_manual(t: InstrTable, order: list[int], num_ranks: int, prog) -> native.Assignment:
     """Manual policy: the program's sendtb/recvtb/ch, checked against the rules."""
     tb_of: list[TB | None] = [None] * len(t)
+    c = SimpleNamespace(**{f: getattr(t, f) for f in InstrTable.FIELDS})  # the columns, read once
     ops = prog.ops
-    ch_span = max([c for c in t.ch if c >= 0], default=0) + 1
+    ch_span = max([ch for ch in c.ch if ch >= 0], default=0) + 1
     shared_unnamed = getattr(prog, "unnamed_tb_shared", False)
     by_id: list[dict[tuple[int, int], TB]] = [{} for _ in range(num_ranks)]  # (lane, tb named) -> TB
     send_owner: dict[tuple, TB] = {}
     recv_owner: dict[tuple, TB] = {}
 
     def where(i: int):
-        return ops[t.op[i]][-1]
+        return ops[c.op[i]][-1]
 
     def get_tb(i: int, tbid: int, role: str) -> TB:
-        r, q = t.rank[i], t.lane[i]
+        r, q = c.rank[i], c.lane[i]
         if tbid < 0 and not shared_unnamed:
             raise program_error(
-                f"the manual thread-block policy needs {role}= for this {_verb(t, i)} "
+                f"the manual thread-block policy needs {role}= for this {_verb(c, i)} "
                 f"(rank {r})", where(i))
         tb = by_id[r].get((q, tbid))
         if tb is None:
@@ -90,8 +93,8 @@ def assign_manual(t: InstrTable, order: list[int], num_ranks: int, prog) -> nati
         return tb
 
     def bind(tb: TB, i: int, attr: str, peer: int, owners: dict) -> None:
-        r = t.rank[i]
-        ch = max(t.ch[i], 0) + t.lane[i] * ch_span
+        r = c.rank[i]
+        ch = max(c.ch[i], 0) + c.lane[i] * ch_span
         if tb.ch == -1:
             tb.ch, tb.where["ch"] = ch, i
         elif tb.ch != ch:
@@ -119,19 +122,19 @@ def assign_manual(t: InstrTable, order: list[int], num_ranks: int, prog) -> nati
                 f"{'sending' if attr == 'send' else 'receiving'} thread block", where(i))
 
     for i in order:
-        k = t.kind[i]
+        k = c.kind[i]
         if k == CPY or k == RE:
-            tb = get_tb(i, t.sendtb[i], "sendtb")
-        elif t.speer[i] >= 0 and t.rpeer[i] >= 0:  # fused: sendtb == recvtb by construction
-            tb = get_tb(i, t.recvtb[i], "recvtb")
-            bind(tb, i, "recv", t.rpeer[i], recv_owner)
-            bind(tb, i, "send", t.speer[i], send_owner)
-        elif t.speer[i] >= 0:
-            tb = get_tb(i, t.sendtb[i], "sendtb")
-            bind(tb, i, "send", t.speer[i], send_owner)
+            tb = get_tb(i, c.sendtb[i], "sendtb")
+        elif c.speer[i] >= 0 and c.rpeer[i] >= 0:  # fused: sendtb == recvtb by construction
+            tb = get_tb(i, c.recvtb[i], "recvtb")
+            bind(tb, i, "recv", c.rpeer[i], recv_owner)
+            bind(tb, i, "send", c.speer[i], send_owner)
+        elif c.speer[i] >= 0:
+            tb = get_tb(i, c.sendtb[i], "sendtb")
+            bind(tb, i, "send", c.speer[i], send_owner)
         else:
-            tb = get_tb(i, t.recvtb[i], "recvtb")
-            bind(tb, i, "recv", t.rpeer[i], recv_owner)
+            tb = get_tb(i, c.recvtb[i], "recvtb")
+            bind(tb, i, "recv", c.rpeer[i], recv_owner)
         tb_of[i] = tb
     index: dict[int, int] = {}  # id() of a thread block -> its place in the assignment
     tbs: list[TB] = []
@@ -148,11 +151,11 @@ def assign_manual(t: InstrTable, order: list[int], num_ranks: int, prog) -> nati
                              num_ranks)
 
 
-def _verb(t: InstrTable, i: int) -> str:
-    if t.speer[i] >= 0 and t.rpeer[i] >= 0:
-        return f"forward from rank {t.rpeer[i]} to rank {t.speer[i]}"
-    if t.speer[i] >= 0:
-        return f"send to rank {t.speer[i]}"
-    if t.rpeer[i] >= 0:
-        return f"receive from rank {t.rpeer[i]}"
+def _verb(c: SimpleNamespace, i: int) -> str:
+    if c.speer[i] >= 0 and c.rpeer[i] >= 0:
+        return f"forward from rank {c.rpeer[i]} to rank {c.speer[i]}"
+    if c.speer[i] >= 0:
+        return f"send to rank {c.speer[i]}"
+    if c.rpeer[i] >= 0:
+        return f"receive from rank {c.rpeer[i]}"
     return "local operation"

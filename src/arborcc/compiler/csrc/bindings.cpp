@@ -2,13 +2,13 @@
 // every instruction - instruction generation (instructions.cpp), the instruction DAG's
 // scan and reverse depths (dag.cpp), fusion (fusion.cpp), the global order's FIFO checks
 // and repair (order.cpp), the automatic thread-block assignment (threadblocks.cpp),
-// synchronization (sync.cpp) and the IR objects (irobjects.cpp). Columns come in as
-// lists of ints (or int64 arrays); predecessor lists stay here as compressed rows
-// (PredRows), an assignment and the steps as Assignment and Schedule.
+// synchronization (sync.cpp) and the IR objects (irobjects.cpp). The instruction table
+// (InstrTable), the DAG scan (DagScan, its predecessors as PredRows), an assignment
+// (Assignment) and the steps (Schedule) stay here between the passes; Python sees their
+// columns as lists on demand. Orders come in and go out as lists of ints.
 
 #include <pybind11/pybind11.h>
 
-#include <algorithm>
 #include <string>
 
 #include "dag.hpp"
@@ -18,6 +18,7 @@
 #include "order.hpp"
 #include "pyints.hpp"
 #include "sync.hpp"
+#include "table.hpp"
 #include "threadblocks.hpp"
 
 namespace py = pybind11;
@@ -35,63 +36,15 @@ py::tuple to_tuple(const int64_t* b, const int64_t* e, PyObject* empty) {
   return py::reinterpret_steal<py::tuple>(t);
 }
 
-InstrLinks links(py::handle rank, py::handle lane, py::handle msg_in, py::handle msg_out, py::handle alive) {
-  return InstrLinks{to_ints(rank), to_ints(lane), to_ints(msg_in), to_ints(msg_out), to_ints(alive)};
-}
-
 py::object optional_list(const std::optional<Ints>& v) { return v ? py::object(to_list(*v)) : py::none(); }
 
-// The fusion columns of an instruction table (those unfuse and the thread-block
-// assignment read; dbuf, doff and recvtb are left empty).
-FusionColumns unfuse_columns(py::handle t) {
-  FusionColumns c;
-  const char* names[] = {"kind", "ch", "msg_in", "msg_out", "lane", "sbuf", "soff", "speer", "sendtb", "alive"};
-  Ints* cols[] = {&c.kind, &c.ch, &c.msg_in, &c.msg_out, &c.lane, &c.sbuf, &c.soff, &c.speer, &c.sendtb, &c.alive};
-  for (size_t k = 0; k < 10; ++k) *cols[k] = to_ints(t.attr(names[k]));
-  return c;
-}
-
-// A fused receive's record in the table's fusions: (send, kind, sbuf, soff, sendtb, ch).
-Fused fusion_record(py::handle fusions, int64_t r) {
-  PyObject* rec = PyDict_GetItemWithError(fusions.ptr(), py::int_(r).ptr());
-  if (!rec) {
-    if (PyErr_Occurred()) throw py::error_already_set();
-    throw py::key_error("instruction " + std::to_string(r) + " is not fused");
-  }
-  const Ints f = to_ints(rec);
-  if (f.size() != 6) throw py::value_error("a fusion record has six fields");
-  return Fused{r, f[0], f[1], f[2], f[3], f[4], f[5]};
-}
-
-void set_item(py::handle list, int64_t i, PyObject* value) {  // steals value
-  if (!value || PyList_SetItem(list.ptr(), (Py_ssize_t)i, value) < 0) throw py::error_already_set();
-}
-
-// Writes what unfusing `receives` changed in c and rep back into the table's lists (in
-// place) and rep, and drops their fusion records.
-void write_unfused(py::handle t, const FusionColumns& c, py::handle rep, const Ints& receives) {
-  py::object fusions = t.attr("fusions");
-  py::object kind = t.attr("kind"), sbuf = t.attr("sbuf"), soff = t.attr("soff"), sendtb = t.attr("sendtb"),
-             ch = t.attr("ch"), speer = t.attr("speer"), msg_in = t.attr("msg_in"), msg_out = t.attr("msg_out"),
-             alive = t.attr("alive");
-  for (int64_t r : receives) {
-    const size_t ri = (size_t)r;
-    const int64_t s = fusion_record(fusions, r).send;
-    const size_t si = (size_t)s, qi = (size_t)c.msg_out[si];
-    set_item(kind, r, PyLong_FromLongLong(c.kind[ri]));
-    set_item(sbuf, r, PyLong_FromLongLong(c.sbuf[ri]));
-    set_item(soff, r, PyLong_FromLongLong(c.soff[ri]));
-    set_item(sendtb, r, PyLong_FromLongLong(c.sendtb[ri]));
-    set_item(ch, r, PyLong_FromLongLong(c.ch[ri]));
-    set_item(speer, r, PyLong_FromLongLong(c.speer[ri]));
-    set_item(msg_out, r, PyLong_FromLongLong(c.msg_out[ri]));
-    set_item(msg_in, (int64_t)qi, PyLong_FromLongLong(c.msg_in[qi]));
-    set_item(msg_out, s, PyLong_FromLongLong(c.msg_out[si]));
-    set_item(alive, s, py::bool_(c.alive[si] != 0).release().ptr());
-    set_item(rep, s, PyLong_FromLongLong(s));
-    if (PyDict_DelItem(fusions.ptr(), py::int_(r).ptr()) < 0) throw py::error_already_set();
-  }
-}
+// The table's columns, in the order InstrTable.FIELDS names them and its constructor takes them.
+const char* const FIELDS[] = {"rank", "kind",  "sbuf", "soff",   "dbuf",   "doff", "cnt",    "speer",
+                              "rpeer", "lane", "ch",   "sendtb", "recvtb", "op",   "msg_in", "msg_out"};
+Ints Table::* const TABLE_COLUMNS[] = {&Table::rank,  &Table::kind, &Table::sbuf, &Table::soff,   &Table::dbuf,   &Table::doff,
+                                 &Table::cnt,   &Table::speer, &Table::rpeer, &Table::lane, &Table::ch,     &Table::sendtb,
+                                 &Table::recvtb, &Table::op,  &Table::msg_in, &Table::msg_out};
+constexpr size_t NFIELDS = sizeof(FIELDS) / sizeof(FIELDS[0]);
 
 // Replaces the items of a list by vals (in place).
 void assign_list(py::handle list, const Ints& vals) {
@@ -110,6 +63,44 @@ PYBIND11_MODULE(native, m) {
   m.attr("SAFE_SLOTS") = SAFE_SLOTS;
 
   py::class_<Rows>(m, "PredRows", "per instruction, its same-rank predecessors (compressed rows), for the passes here");
+
+  py::class_<Table> table(m, "InstrTable",
+                          "Instructions as columns; instruction i is index i of every column (arborcc.compiler.instructions)");
+  table
+      .def(py::init([](py::args columns) {
+             if (columns.size() != NFIELDS) throw py::type_error("InstrTable takes one list per field of FIELDS");
+             Table t;
+             for (size_t k = 0; k < NFIELDS; ++k) {
+               t.*TABLE_COLUMNS[k] = to_ints(columns[k]);
+               if ((t.*TABLE_COLUMNS[k]).size() != t.rank.size()) throw py::value_error("InstrTable: columns of different lengths");
+             }
+             t.unfused_start();
+             return t;
+           }),
+           "from one list per field of FIELDS; every instruction alive, none fused")
+      .def("__len__", &Table::size)
+      .def_property_readonly("alive", [](const Table& t) { return to_bool_list(t.alive); },
+                             "per instruction: False for a send fused into a receive")
+      .def_property_readonly("rep", [](const Table& t) { return to_list(t.rep); },
+                             "the alias map: the instruction that now does what i did")
+      .def_property_readonly(
+          "fusions",
+          [](const Table& t) {
+            py::dict out;
+            for (const Fused& f : t.fusions)
+              if (f.recv >= 0) out[py::int_(f.recv)] = py::make_tuple(f.send, f.kind, f.sbuf, f.soff, f.sendtb, f.ch);
+            return out;
+          },
+          "fused receive -> (the send fused into it, and the receive's own kind, sbuf, soff, sendtb, ch before "
+          "fusion), in the order made")
+      .def_property_readonly("fusion_count", &Table::fusion_count);
+  for (size_t k = 0; k < NFIELDS; ++k) {
+    Ints Table::*column = TABLE_COLUMNS[k];
+    table.def_property_readonly(FIELDS[k], [column](const Table& t) { return to_list(t.*column); });
+  }
+  py::tuple fields(NFIELDS);
+  for (size_t k = 0; k < NFIELDS; ++k) fields[k] = py::str(FIELDS[k]);
+  table.attr("FIELDS") = fields;
 
   m.def(
       "lower_direct",
@@ -130,12 +121,15 @@ PYBIND11_MODULE(native, m) {
         std::vector<Ints> regions;
         for (py::handle r : region_offset) regions.push_back(to_ints(r));
         std::vector<Ints> col = lower_direct(traced, regions);
-        py::list out;
-        for (size_t k = 0; k < col.size(); ++k) out.append(k == OP ? py::object(to_array(col[k])) : py::object(to_list(col[k])));
-        return out;
+        Table t;
+        Ints* direct[] = {&t.rank, &t.kind, &t.sbuf, &t.soff, &t.dbuf, &t.doff, &t.cnt, &t.speer,
+                          &t.rpeer, &t.ch, &t.sendtb, &t.recvtb, &t.op, &t.msg_in, &t.msg_out};  // Column's order
+        for (size_t k = 0; k < col.size(); ++k) direct[k]->swap(col[k]);
+        t.lane.assign(t.size(), 0);
+        t.unfused_start();
+        return t;
       },
-      "the instruction columns (rank, kind, sbuf, soff, dbuf, doff, cnt, speer, rpeer, ch, sendtb, recvtb, op as "
-      "an int64 array, msg_in, msg_out) of traced operations without parallelize or instances");
+      "the instruction table of traced operations without parallelize or instances");
 
   py::class_<DagScan>(m, "DagScan", "the DAG scan's results (arborcc.compiler.dag.Dag reads them on demand)")
       .def_property_readonly(
@@ -159,86 +153,51 @@ PYBIND11_MODULE(native, m) {
                              })
       .def_property_readonly("final", [](const DagScan& s) { return py::set(to_list(s.final_writers)); })
       .def_property_readonly("has_forwards", [](const DagScan& s) { return !s.forwarded.empty(); })
+      .def_property_readonly("rdepth", [](const DagScan& s) { return s.rdepth.empty() ? py::object(py::none()) : py::object(to_list(s.rdepth)); })
+      .def_property_readonly("has_rdepth", [](const DagScan& s) { return !s.rdepth.empty() || s.depth.empty(); })
       .def_readonly("multi_forwards", &DagScan::multi_forwards);
 
   m.def(
-      "scan_dependencies",
-      [](py::handle rank, py::handle kind, py::handle sbuf, py::handle dbuf, py::handle soff, py::handle doff,
-         py::handle cnt, py::handle msg_in, py::handle sizes) {
-        InstrColumns t{to_ints(rank), to_ints(kind), to_ints(sbuf), to_ints(dbuf), to_ints(soff),
-                       to_ints(doff),  to_ints(cnt),  to_ints(msg_in)};
-        return scan_dependencies(t, to_ints(sizes));
-      },
+      "scan_dependencies", [](const Table& t, py::handle sizes) { return scan_dependencies(t, to_ints(sizes)); },
       "the DAG scan (a DagScan); sizes = flat [rank * 3 + IR buffer] chunk counts");
 
   m.def(
       "fuse_instructions",
-      [](py::object t, const DagScan& scan, py::handle rdepth, py::handle significant, bool manual) {
-        FusionColumns c;
-        const char* names[] = {"kind", "ch", "msg_in", "msg_out", "lane", "sbuf", "soff", "dbuf", "speer",
-                               "sendtb", "recvtb", "doff", "alive"};
-        Ints* cols[] = {&c.kind, &c.ch, &c.msg_in, &c.msg_out, &c.lane, &c.sbuf, &c.soff, &c.dbuf, &c.speer,
-                        &c.sendtb, &c.recvtb, &c.doff, &c.alive};
-        for (size_t k = 0; k < 13; ++k) *cols[k] = to_ints(t.attr(names[k]));
-        const size_t n = c.kind.size();
-        FusionInput in{scan.forwarded, scan.forwards, scan.readers, {}, std::vector<char>(n, 0), {}, manual};
-        if (!rdepth.is_none()) in.rdepth = to_ints(rdepth);
+      [](Table& t, const DagScan& scan, py::handle significant, bool manual) {
+        const size_t n = t.size();
+        FusionInput in{scan.forwarded, scan.forwards, scan.readers, scan.rdepth, std::vector<char>(n, 0),
+                       to_flags(significant, 3), manual};
         for (int64_t w : scan.final_writers)
           if (w >= 0 && (size_t)w < n) in.final[(size_t)w] = 1;
-        in.significant = to_flags(significant, 3);
-        Ints rep;
-        std::vector<Fused> fused = fuse_instructions(c, in, rep);
-        py::dict fusions = t.attr("fusions");
-        for (const Fused& f : fused)
-          fusions[py::int_(f.recv)] = py::make_tuple(f.send, f.kind, f.sbuf, f.soff, f.sendtb, f.ch);
-        for (const char* name : {"kind", "sbuf", "soff", "speer", "sendtb", "ch", "msg_out", "msg_in"}) {
-          const size_t k = std::find_if(std::begin(names), std::end(names),
-                                        [&](const char* x) { return std::string(x) == name; }) - std::begin(names);
-          t.attr(name) = to_list(*cols[k]);
-        }
-        t.attr("alive") = to_bool_list(c.alive);
-        return to_list(rep);
+        fuse_instructions(t, in);
       },
-      "fuse in place (the table's columns replaced, its fusions filled); returns the alias map");
+      "fuse in place: the table's columns, alias map and fusions");
 
   m.def(
       "reverse_depths",
-      [](const Rows& preds, py::handle msg_in, py::handle alive, py::handle rep) {
-        return to_list(reverse_depths(preds, to_ints(msg_in), rep.is_none() ? Ints() : to_ints(alive),
-                                      rep.is_none() ? Ints() : to_ints(rep)));
+      [](DagScan& scan, const Table& t, bool fused) {
+        const Ints none;
+        scan.rdepth = reverse_depths(scan.preds, t.msg_in, fused ? t.alive : none, fused ? t.rep : none);
       },
-      "longest path from each instruction to the end (fused DAG when rep is not None)");
+      "the longest path from each instruction to the end (of the fused DAG when fused), kept as the scan's rdepth");
 
   m.def(
-      "global_order",
-      [](py::handle alive, py::handle depth, py::handle rdepth) {
-        return to_list(global_order(to_ints(alive), to_ints(depth), rdepth.is_none() ? Ints() : to_ints(rdepth)));
-      },
-      "the alive instructions by depth, then reverse depth (larger first), then index");
+      "global_order", [](const Table& t, const DagScan& scan) { return to_list(global_order(t.alive, scan.depth, scan.rdepth)); },
+      "the alive instructions by depth, then reverse depth (larger first; the scan's), then index");
 
   m.def(
-      "fifo_consistent",
-      [](py::handle rank, py::handle lane, py::handle msg_in, py::handle msg_out, py::handle alive, py::handle order) {
-        return fifo_consistent(links(rank, lane, msg_in, msg_out, alive), to_ints(order));
-      },
+      "fifo_consistent", [](const Table& t, py::handle order) { return fifo_consistent(t, to_ints(order)); },
       "whether every pair's receives follow the order of its sends");
   m.def(
-      "slot_safe",
-      [](py::handle rank, py::handle lane, py::handle msg_in, py::handle msg_out, py::handle alive, py::handle order,
-         int64_t slots) { return slot_safe(links(rank, lane, msg_in, msg_out, alive), to_ints(order), slots); },
+      "slot_safe", [](const Table& t, py::handle order, int64_t slots) { return slot_safe(t, to_ints(order), slots); },
       "whether no send finds `slots` messages of its pair in flight");
 
   m.def(
       "unfuse",
-      [](py::object t, py::handle rep, py::handle receives) {
-        FusionColumns c = unfuse_columns(t);
-        Ints alias = to_ints(rep);
-        py::object fusions = t.attr("fusions");
-        const Ints undo = to_ints(receives);
-        for (int64_t r : undo) unfuse(c, alias, fusion_record(fusions, r));
-        write_unfused(t, c, rep, undo);
+      [](Table& t, py::handle receives) {
+        for (int64_t r : to_ints(receives)) unfuse(t, r);
       },
-      "undo the fusion of each of `receives` in the table (its lists changed in place) and in rep");
+      "undo the fusion of each of `receives` in the table");
 
   py::class_<ThreadBlocks>(m, "Assignment", "every alive instruction's thread block, and the thread blocks")
       .def(py::init([](py::handle tb_of, py::handle rank, py::handle id, py::handle send, py::handle recv, py::handle ch,
@@ -260,31 +219,22 @@ PYBIND11_MODULE(native, m) {
 
   m.def(
       "assign_auto",
-      [](py::object t, py::handle order, const Rows& preds, py::handle rep, int64_t num_ranks, int64_t max_channels) {
-        FusionColumns c = unfuse_columns(t);
-        const Ints rank = to_ints(t.attr("rank")), rpeer = to_ints(t.attr("rpeer"));
-        py::object fusions = t.attr("fusions");
-        AssignInput in{rank, rpeer, preds, num_ranks, max_channels,
-                       [&](int64_t r) { return fusion_record(fusions, r); }};
-        Ints ord = to_ints(order), alias = to_ints(rep), unfused;
-        ThreadBlocks a = assign_auto(c, in, ord, alias, unfused);
-        if (!unfused.empty()) {
-          write_unfused(t, c, rep, unfused);
-          assign_list(order, ord);
-        }
+      [](Table& t, py::handle order, const Rows& preds, int64_t num_ranks, int64_t max_channels) {
+        Ints ord = to_ints(order);
+        const size_t before = ord.size();
+        ThreadBlocks a = assign_auto(t, preds, num_ranks, max_channels, ord);
+        if (ord.size() != before) assign_list(order, ord);
         return a;
       },
-      "the automatic thread-block assignment (an Assignment); fusions it undoes are undone in the table, rep and "
-      "order (in place)");
+      "the automatic thread-block assignment (an Assignment); fusions it undoes are undone in the table, their "
+      "sends inserted in the order (a list, changed in place)");
 
   py::class_<Schedule>(m, "Schedule", "every thread block's steps").def_readonly("nops", &Schedule::nops);
 
   m.def(
       "emit_steps",
-      [](py::handle t, py::handle order, const Rows& preds, py::handle rep, const ThreadBlocks& a) {
-        StepColumns c{to_ints(t.attr("kind")), to_ints(t.attr("sbuf")), to_ints(t.attr("soff")),
-                      to_ints(t.attr("dbuf")), to_ints(t.attr("doff")), to_ints(t.attr("cnt"))};
-        return emit_steps(c, to_ints(order), preds, to_ints(rep), a);
+      [](const Table& t, py::handle order, const Rows& preds, const ThreadBlocks& a) {
+        return emit_steps(t, to_ints(order), preds, a);
       },
       "every instruction as a step of its thread block, with dependencies and nop steps (a Schedule)");
 
@@ -299,10 +249,7 @@ PYBIND11_MODULE(native, m) {
       "per rank, its ThreadBlock objects (classes: Step, ThreadBlock, Dependency; fields: theirs)");
 
   py::class_<OrderGraph>(m, "OrderGraph", "the dependency graph and message pairs the FIFO repair schedules")
-      .def(py::init([](py::handle rank, py::handle lane, py::handle msg_in, py::handle msg_out, py::handle alive,
-                       py::handle order, const Rows& preds, py::handle rep) {
-        return OrderGraph(links(rank, lane, msg_in, msg_out, alive), to_ints(order), preds, to_ints(rep));
-      }))
+      .def(py::init([](const Table& t, py::handle order, const Rows& preds) { return OrderGraph(t, to_ints(order), preds); }))
       .def("kahn", [](const OrderGraph& g, py::handle order, bool by_priority) {
         return optional_list(g.kahn(to_ints(order), by_priority));
       })

@@ -37,7 +37,7 @@ struct Atoms {
   Ints count;                   // per rank * 3 + IR buffer
 };
 
-Atoms atoms_of(const InstrColumns& t, const Ints& sizes) {
+Atoms atoms_of(const Table& t, const Ints& sizes) {
   const size_t n = t.rank.size();
   Atoms a;
   if (std::all_of(t.cnt.begin(), t.cnt.end(), [](int64_t c) { return c == 1; })) {
@@ -86,7 +86,7 @@ Atoms atoms_of(const InstrColumns& t, const Ints& sizes) {
 
 }  // namespace
 
-DagScan scan_dependencies(const InstrColumns& t, const Ints& sizes) {
+DagScan scan_dependencies(const Table& t, const Ints& sizes) {
   const size_t n = t.rank.size();
   const Atoms at_ = atoms_of(t, sizes);
   const Ints& atoms = at_.count;

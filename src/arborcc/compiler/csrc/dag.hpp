@@ -5,12 +5,9 @@
 
 #include "instructions.hpp"
 #include "pyints.hpp"
+#include "table.hpp"
 
 namespace compiler {
-
-struct InstrColumns {  // what the scan reads of the instruction table (offsets in chunks)
-  Ints rank, kind, sbuf, dbuf, soff, doff, cnt, msg_in;
-};
 
 struct DagScan {
   Rows preds;                  // same-rank predecessors, in the order found
@@ -19,10 +16,11 @@ struct DagScan {
   std::vector<Ints> forwards;  // per entry of `forwarded`: the sends forwarding it
   bool multi_forwards = false;
   Ints final_writers;  // what each slot's last writer is at the end (-1: none), sorted, once each
+  Ints rdepth;         // reverse dependency depths once computed (empty before)
 };
 
 // sizes[rank * 3 + IR buffer]: physical chunks of each buffer of each rank
-DagScan scan_dependencies(const InstrColumns& t, const Ints& sizes);
+DagScan scan_dependencies(const Table& t, const Ints& sizes);
 
 // Longest path from each instruction to the end over the (fused, when rep is not empty)
 // DAG: alive[i] == 0 instructions are skipped, predecessors mapped through rep.

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include "instructions.hpp"
 
@@ -42,11 +44,15 @@ class Channels {
 
 }  // namespace
 
-std::vector<Fused> fuse_instructions(FusionColumns& t, const FusionInput& in, Ints& rep) {
-  const size_t n = t.kind.size();
-  rep.resize(n);
-  std::iota(rep.begin(), rep.end(), 0);
-  std::vector<Fused> out;
+const Fused& Table::fusion_of(int64_t recv) const {
+  auto it = fusion_at.find(recv);
+  if (it == fusion_at.end()) throw std::out_of_range("instruction " + std::to_string(recv) + " is not fused");
+  return fusions[it->second];
+}
+
+void fuse_instructions(Table& t, const FusionInput& in) {
+  t.unfused_start();
+  Ints& rep = t.rep;
   // channel hints only matter when they differ; then whole chains must agree
   const bool hinted = std::any_of(t.ch.begin(), t.ch.end(), [&](int64_t c) { return c != t.ch[0]; });
   std::vector<size_t> visit(in.forwarded.size());
@@ -70,7 +76,8 @@ std::vector<Fused> fuse_instructions(FusionColumns& t, const FusionInput& in, In
     }
     const int64_t q = t.msg_out[si];  // the receive on the next rank
     const int64_t k = t.kind[ri];
-    out.push_back(Fused{r, s, k, t.sbuf[ri], t.soff[ri], t.sendtb[ri], t.ch[ri]});
+    t.fusion_at[r] = t.fusions.size();
+    t.fusions.push_back(Fused{r, s, k, t.sbuf[ri], t.soff[ri], t.sendtb[ri], t.ch[ri]});
     if (k == RECV) {
       t.kind[ri] = RCS;
       t.sbuf[ri] = t.dbuf[ri];
@@ -90,10 +97,13 @@ std::vector<Fused> fuse_instructions(FusionColumns& t, const FusionInput& in, In
     t.alive[si] = 0;
     rep[si] = r;
   }
-  return out;
 }
 
-void unfuse(FusionColumns& t, Ints& rep, const Fused& f) {
+int64_t unfuse(Table& t, int64_t recv) {
+  auto at = t.fusion_at.find(recv);
+  if (at == t.fusion_at.end()) throw std::out_of_range("instruction " + std::to_string(recv) + " is not fused");
+  Fused& f = t.fusions[at->second];
+  t.fusion_at.erase(at);
   const size_t r = (size_t)f.recv, s = (size_t)f.send;
   t.kind[r] = f.kind;
   t.sbuf[r] = f.sbuf;
@@ -106,7 +116,9 @@ void unfuse(FusionColumns& t, Ints& rep, const Fused& f) {
   t.msg_in[q] = f.send;
   t.msg_out[s] = (int64_t)q;
   t.alive[s] = 1;
-  rep[s] = f.send;
+  t.rep[s] = f.send;
+  f.recv = -1;  // undone
+  return f.send;
 }
 
 }  // namespace compiler

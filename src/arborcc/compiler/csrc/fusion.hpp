@@ -4,33 +4,28 @@
 #pragma once
 
 #include "pyints.hpp"
+#include "table.hpp"
 
 namespace compiler {
 
 enum FusedKind : int64_t { RCS = 5, RRCS = 6, RRS = 7 };
 
-struct FusionColumns {  // the instruction table's columns fusion reads and rewrites
-  Ints kind, ch, msg_in, msg_out, lane, sbuf, soff, dbuf, speer, sendtb, recvtb, doff, alive;
-};
-
-struct Fused {  // one fusion: the receive, the send it absorbed and what the receive was
-  int64_t recv, send, kind, sbuf, soff, sendtb, ch;
-};
-
 struct FusionInput {
-  Ints forwarded;              // receives with forwarding sends, in the DAG's order
-  std::vector<Ints> forwards;  // their sends
-  Ints readers, rdepth;        // rdepth may be empty when no receive has several sends
-  std::vector<char> final;     // final[i]: i wrote what some slot holds at the end
+  const Ints& forwarded;               // receives with forwarding sends, in the DAG's order
+  const std::vector<Ints>& forwards;   // their sends
+  const Ints& readers;
+  const Ints& rdepth;                  // may be empty when no receive has several sends
+  std::vector<char> final;             // final[i]: i wrote what some slot holds at the end
   std::vector<char> significant;  // per IR buffer: holds the collective's result
   bool manual = false;
 };
 
-// Fuses in place; returns the fusions made, in order, and fills rep (the alias map).
-std::vector<Fused> fuse_instructions(FusionColumns& t, const FusionInput& in, Ints& rep);
+// Fuses in place: the columns rewritten, t.rep, t.fusions and t.fusion_at filled.
+void fuse_instructions(Table& t, const FusionInput& in);
 
-// Undoes fusion f in place (arborcc.compiler.fusion.unfuse): the receive gets its own kind
-// back and the send it absorbed is alive again, right before its receive on the next rank.
-void unfuse(FusionColumns& t, Ints& rep, const Fused& f);
+// Undoes the fusion of receive r in place (arborcc.compiler.fusion.unfuse): it gets its
+// own kind back and the send it absorbed is alive again, right before its receive on the
+// next rank; returns that send.
+int64_t unfuse(Table& t, int64_t r);
 
 }  // namespace compiler

@@ -18,7 +18,7 @@ int64_t max_of(const Ints& v) { return v.empty() ? 0 : *std::max_element(v.begin
 
 }  // namespace
 
-Messages messages(const InstrLinks& t) {
+Messages messages(const Table& t) {
   const size_t n = t.rank.size();
   const int64_t nr = max_of(t.rank) + 1, nl = max_of(t.lane) + 1;
   Messages m;
@@ -67,7 +67,7 @@ Ints global_order(const Ints& alive, const Ints& depth, const Ints& rdepth) {
   return order;
 }
 
-bool fifo_consistent(const InstrLinks& t, const Ints& order) {
+bool fifo_consistent(const Table& t, const Ints& order) {
   // per pair, the position of the last receive of the messages sent so far
   const int64_t nr = max_of(t.rank) + 1, nl = max_of(t.lane) + 1;
   Ints pos(t.rank.size(), -1);
@@ -87,7 +87,7 @@ bool fifo_consistent(const InstrLinks& t, const Ints& order) {
   return true;
 }
 
-bool slot_safe(const InstrLinks& t, const Ints& order, int64_t slots) {
+bool slot_safe(const Table& t, const Ints& order, int64_t slots) {
   const int64_t nr = max_of(t.rank) + 1, nl = max_of(t.lane) + 1;
   std::vector<int64_t> inflight((size_t)(nr * nr * nl), 0);
   for (int64_t i : order) {
@@ -103,8 +103,9 @@ bool slot_safe(const InstrLinks& t, const Ints& order, int64_t slots) {
   return true;
 }
 
-OrderGraph::OrderGraph(const InstrLinks& t, const Ints& order, const Rows& preds, const Ints& rep)
+OrderGraph::OrderGraph(const Table& t, const Ints& order, const Rows& preds)
     : n_(t.rank.size()), msg_out_(t.msg_out), msgs_(messages(t)) {
+  const Ints& rep = t.rep;
   indeg_.assign(n_, 0);
   Ints count(n_, 0);
   std::vector<std::pair<int64_t, int64_t>> edges;  // (before, after), in the order's order

@@ -6,29 +6,26 @@
 #include <optional>
 
 #include "pyints.hpp"
+#include "table.hpp"
 
 namespace compiler {
 
 //: messages per rank pair a repaired order may keep in flight (order.SAFE_SLOTS)
 constexpr int64_t SAFE_SLOTS = 2;
 
-struct InstrLinks {  // what the order passes read of the instruction table
-  Ints rank, lane, msg_in, msg_out, alive;
-};
-
 struct Messages {  // every alive sender's message, and its pair (sender, receiver, lane)
   Ints sender, receiver, pair;
   int64_t npairs = 0;
 };
 
-Messages messages(const InstrLinks& t);
+Messages messages(const Table& t);
 
 // The alive instructions sorted by dependency depth, then reverse depth (larger first;
 // rdepth may be empty: all zero), then index: GC3's priority order.
 Ints global_order(const Ints& alive, const Ints& depth, const Ints& rdepth);
 
-bool fifo_consistent(const InstrLinks& t, const Ints& order);
-bool slot_safe(const InstrLinks& t, const Ints& order, int64_t slots);
+bool fifo_consistent(const Table& t, const Ints& order);
+bool slot_safe(const Table& t, const Ints& order, int64_t slots);
 
 struct KahnFifo {
   std::optional<Ints> order;
@@ -39,8 +36,8 @@ struct KahnFifo {
 class OrderGraph {
  public:
   // Successors and in-degrees of the instructions of `order` (data dependencies through
-  // rep, and each receive after its send), and the messages' pairs.
-  OrderGraph(const InstrLinks& t, const Ints& order, const Rows& preds, const Ints& rep);
+  // the alias map, and each receive after its send), and the messages' pairs.
+  OrderGraph(const Table& t, const Ints& order, const Rows& preds);
 
   // Kahn's algorithm in priority order with each pair's sends, and its receives, chained
   // in priority order (by_priority) or program order; none if stuck or not slot-safe.

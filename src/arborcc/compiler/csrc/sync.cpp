@@ -7,7 +7,8 @@
 
 namespace compiler {
 
-Schedule emit_steps(const StepColumns& t, const Ints& order, const Rows& preds, const Ints& rep, const ThreadBlocks& a) {
+Schedule emit_steps(const Table& t, const Ints& order, const Rows& preds, const ThreadBlocks& a) {
+  const Ints& rep = t.rep;
   Schedule out;
   out.of_tb.resize(a.size());
   Ints step_of(t.kind.size(), 0);

@@ -16,16 +16,12 @@ struct StepRow {  // one IR step (offsets of instance 0); dep_tb is a thread blo
   bool has_dep;  // some other step waits on this one
 };
 
-struct StepColumns {  // what becomes of an instruction in its step
-  Ints kind, sbuf, soff, dbuf, doff, cnt;
-};
-
 struct Schedule {
   std::vector<std::vector<StepRow>> of_tb;  // per thread block (ThreadBlocks' index): its steps
   int64_t nops = 0;
 };
 
-// preds: the DAG's predecessors (pre-fusion indices, mapped through rep)
-Schedule emit_steps(const StepColumns& t, const Ints& order, const Rows& preds, const Ints& rep, const ThreadBlocks& a);
+// preds: the DAG's predecessors (pre-fusion indices, mapped through the alias map)
+Schedule emit_steps(const Table& t, const Ints& order, const Rows& preds, const ThreadBlocks& a);
 
 }  // namespace compiler

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "fusion.hpp"
 #include "instructions.hpp"
 
 namespace compiler {
@@ -32,12 +33,13 @@ namespace {
 
 class AutoAssigner {
  public:
-  AutoAssigner(FusionColumns& t, const AssignInput& in, Ints& rep, Ints& unfused) : t_(t), in_(in), rep_(rep), unfused_(unfused) {
+  AutoAssigner(Table& t, const Rows& preds, int64_t num_ranks, int64_t max_channels)
+      : t_(t), preds_(preds), num_ranks_(num_ranks), max_channels_(max_channels) {
     const size_t n = t.kind.size();
     a_.tb_of.assign(n, -1);
-    a_.of_rank.resize((size_t)in.num_ranks);
+    a_.of_rank.resize((size_t)num_ranks);
     for (int64_t q : t.lane) lanes_ = std::max(lanes_, q + 1);
-    channels_ = in.max_channels;
+    channels_ = max_channels;
     for (int64_t c : t.ch) channels_ = std::max(channels_, c + 1);
   }
 
@@ -65,7 +67,7 @@ class AutoAssigner {
     if (members.size() <= 2) {  // a plain transfer always fits
       chosen = hint != -1 ? hint : 0;
     } else {
-      const int64_t first = hint != -1 ? hint : 0, last = hint != -1 ? hint + 1 : in_.max_channels;
+      const int64_t first = hint != -1 ? hint : 0, last = hint != -1 ? hint + 1 : max_channels_;
       for (int64_t c = first; c < last && chosen < 0; ++c) {
         undo_.clear();
         bool ok = true;
@@ -96,7 +98,7 @@ class AutoAssigner {
     std::vector<Ints> pieces;
     Ints cur{members[0]};
     std::unordered_map<int64_t, int64_t> seen;  // (rank, side, peer) -> the other peer
-    const int64_t nr = in_.num_ranks;
+    const int64_t nr = num_ranks_;
     auto key = [&](int64_t r, int64_t side, int64_t peer) { return (r * 2 + side) * nr + peer; };
     auto differs = [&](int64_t k, int64_t v) {
       auto it = seen.find(k);
@@ -105,7 +107,7 @@ class AutoAssigner {
     for (size_t k = 1; k + 1 < members.size(); ++k) {
       const int64_t m = members[k];
       const size_t mi = (size_t)m;
-      const int64_t r = in_.rank[mi], sp = t_.speer[mi], rp = in_.rpeer[mi];
+      const int64_t r = t_.rank[mi], sp = t_.speer[mi], rp = t_.rpeer[mi];
       if (differs(key(r, 0, sp), rp) || differs(key(r, 1, rp), sp)) {
         const int64_t send = unfuse_at(m);  // m ends this piece as a receive
         cur.push_back(m);
@@ -148,8 +150,8 @@ class AutoAssigner {
   // the rank's local thread block (of its lane).
   void place_local(int64_t i, const Ints& pos) {
     int64_t best = -1, best_pos = -1;
-    for (const int64_t* p = in_.preds.begin((size_t)i); p != in_.preds.end((size_t)i); ++p) {
-      const size_t x = (size_t)rep_[(size_t)*p];
+    for (const int64_t* p = preds_.begin((size_t)i); p != preds_.end((size_t)i); ++p) {
+      const size_t x = (size_t)t_.rep[(size_t)*p];
       if (pos[x] > best_pos) {
         best = a_.tb_of[x];
         best_pos = pos[x];
@@ -157,9 +159,9 @@ class AutoAssigner {
     }
     const size_t ii = (size_t)i;
     if (best < 0) {
-      const int64_t k = in_.rank[ii] * lanes_ + t_.lane[ii];
+      const int64_t k = t_.rank[ii] * lanes_ + t_.lane[ii];
       auto it = local_.find(k);
-      best = it != local_.end() ? it->second : (local_[k] = a_.add(in_.rank[ii], -1, -1, 0, t_.lane[ii]));
+      best = it != local_.end() ? it->second : (local_[k] = a_.add(t_.rank[ii], -1, -1, 0, t_.lane[ii]));
     }
     a_.tb_of[ii] = best;
   }
@@ -177,7 +179,7 @@ class AutoAssigner {
   enum Undo { NEW_TB, SEND_OWNER, RECV_OWNER, SET_SEND, SET_RECV };
 
   int64_t key(int64_t r, int64_t q, int64_t c, int64_t peer) const {
-    return ((r * lanes_ + q) * channels_ + c) * in_.num_ranks + peer;
+    return ((r * lanes_ + q) * channels_ + c) * num_ranks_ + peer;
   }
 
   int64_t new_tb(int64_t r, int64_t s, int64_t v, int64_t c, int64_t q, bool undo) {
@@ -193,7 +195,7 @@ class AutoAssigner {
   // Puts chain member m on channel c; false if its connections cannot take it.
   bool place(int64_t m, int64_t c, bool undo) {
     const size_t mi = (size_t)m;
-    const int64_t r = in_.rank[mi], sp = t_.speer[mi], rp = in_.rpeer[mi], q = t_.lane[mi];
+    const int64_t r = t_.rank[mi], sp = t_.speer[mi], rp = t_.rpeer[mi], q = t_.lane[mi];
     int64_t tb;
     if (sp >= 0 && rp >= 0) {  // fused: one thread block for both connections
       const int64_t ks = key(r, q, c, sp), kr = key(r, q, c, rp);
@@ -253,17 +255,14 @@ class AutoAssigner {
 
   // Undoes the fusion of receive m; returns the revived send.
   int64_t unfuse_at(int64_t m) {
-    const Fused f = in_.fusion_of(m);
-    inserted_[m] = f.send;
-    unfuse(t_, rep_, f);
-    unfused_.push_back(m);
-    return f.send;
+    const int64_t send = unfuse(t_, m);
+    inserted_[m] = send;
+    return send;
   }
 
-  FusionColumns& t_;
-  const AssignInput& in_;
-  Ints& rep_;
-  Ints& unfused_;
+  Table& t_;
+  const Rows& preds_;
+  const int64_t num_ranks_, max_channels_;
   ThreadBlocks a_;
   int64_t lanes_ = 1, channels_ = 1;
   std::unordered_map<int64_t, int64_t> send_owner_, recv_owner_, local_;
@@ -272,8 +271,8 @@ class AutoAssigner {
 
 }  // namespace
 
-ThreadBlocks assign_auto(FusionColumns& t, const AssignInput& in, Ints& order, Ints& rep, Ints& unfused) {
-  AutoAssigner asg(t, in, rep, unfused);
+ThreadBlocks assign_auto(Table& t, const Rows& preds, int64_t num_ranks, int64_t max_channels, Ints& order) {
+  AutoAssigner asg(t, preds, num_ranks, max_channels);
   const Ints& kind = t.kind;
   const Ints& msg_out = t.msg_out;
   // fused instructions first: they decide which peers share a thread block; the chains'

@@ -4,10 +4,8 @@
 // thread block, local copies and reduces with their latest predecessor's.
 #pragma once
 
-#include <functional>
-
-#include "fusion.hpp"
 #include "pyints.hpp"
+#include "table.hpp"
 
 namespace compiler {
 
@@ -21,17 +19,9 @@ struct ThreadBlocks {  // an assignment: every alive instruction's thread block
   size_t size() const { return rank.size(); }
 };
 
-struct AssignInput {  // what the automatic policy reads besides the fusion columns
-  const Ints& rank;
-  const Ints& rpeer;
-  const Rows& preds;  // the DAG's predecessors (pre-fusion indices, mapped through rep)
-  int64_t num_ranks, max_channels;
-  std::function<Fused(int64_t)> fusion_of;  // a fused receive's record (to undo it)
-};
-
-// The automatic assignment. Fusions a chain needs undone are undone in t and rep (their
-// receives appended to `unfused`, in order), each revived send put right after its
-// receive in `order`.
-ThreadBlocks assign_auto(FusionColumns& t, const AssignInput& in, Ints& order, Ints& rep, Ints& unfused);
+// The automatic assignment; preds: the DAG's predecessors (pre-fusion indices, mapped
+// through the alias map). Fusions a chain needs undone are undone in t, each revived send
+// put right after its receive in `order`.
+ThreadBlocks assign_auto(Table& t, const Rows& preds, int64_t num_ranks, int64_t max_channels, Ints& order);
 
 }  // namespace compiler
