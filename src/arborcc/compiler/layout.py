@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import lcm
+from operator import itemgetter
 
 from arborcc.ir.model import Buffer
 from arborcc.lang import trace as T
@@ -91,7 +92,7 @@ def plan_layout(prog) -> Layout:
     """The layout of ``prog`` (a traced :class:`~arborcc.lang.program.Program`)."""
     ops = prog.ops
     sub = 1
-    for p in {op[T.LANES] for op in ops}:
+    for p in set(map(itemgetter(T.LANES), ops)):
         sub = lcm(sub, p)
     n = prog.instances
     col = prog.collective

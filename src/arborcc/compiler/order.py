@@ -95,7 +95,7 @@ def repair_order(t: InstrTable, order: list[int], pred_rows, stuck: list[int] | 
             return result
     result = _kahn_fifo(t, order, graph, stuck)
     if result is None:  # program order as the priority: the greedy gets stuck less often
-        program = sorted(order)
+        program = graph.program_order(order)  # the order's instructions by index
         result = program if _fifo_schedule(t, program, graph) else _kahn_fifo(t, program, graph)
     return result
 
@@ -165,10 +165,7 @@ def _kahn_fifo(t: InstrTable, order: list[int], graph, stuck: list[int] | None =
     is slot-safe (see :func:`slot_safe`). None if it gets stuck (say a head's receive
     waiting for something behind a later message); then the fused instructions among
     those ready but held back go to ``stuck``."""
-    result, blocked, waiting = graph.kahn_fifo(order)
-    if result is None and stuck is not None:
-        fused = t.fusions
-        stuck.extend(i for i in blocked if i in fused)
-        waits = set(waiting)
-        stuck.extend(i for i in fused if i in waits)
+    result, stuck_here = graph.kahn_fifo(order, t)
+    if stuck is not None:
+        stuck.extend(stuck_here)
     return result

@@ -19,8 +19,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from arborcc.collector import collector_paused
 from arborcc.compiler.dag import Dag, build_dag, reverse_depths
 from arborcc.compiler.emit import build_algorithm
@@ -97,7 +95,7 @@ def _fifo_order(table: InstrTable, dag: Dag, stats: CompileStats) -> list[int]:
         repaired = repair_order(table, order, dag.pred_rows, undo)
         if repaired is not None:
             return repaired
-    unfuse(table, list(table.fusions))
+    unfuse(table, table.fused_receives())
     return [i for i, alive in enumerate(table.alive) if alive]
 
 
@@ -161,9 +159,7 @@ def _compile(prog, stats: CompileStats) -> Algorithm:
     stats.instructions = len(table)
     stats.fused = table.alive.count(False)
     stats.unfused = fusions - table.fusion_count
-    stats.thread_blocks = algo.num_threadblocks
-    stats.steps = algo.num_steps
-    counts = np.bincount(np.asarray(table.kind, dtype=np.int64)[np.asarray(order, dtype=np.int64)],
-                         minlength=len(KIND_NAME))
-    stats.kinds = {KIND_NAME[k]: int(v) for k, v in enumerate(counts) if v}
+    stats.thread_blocks = asg.thread_blocks * layout.instances  # as many as algo has
+    stats.steps = schedule.steps * layout.instances
+    stats.kinds = {KIND_NAME[k]: v for k, v in enumerate(schedule.kinds) if v}
     return algo

@@ -93,7 +93,16 @@ PYBIND11_MODULE(native, m) {
           },
           "fused receive -> (the send fused into it, and the receive's own kind, sbuf, soff, sendtb, ch before "
           "fusion), in the order made")
-      .def_property_readonly("fusion_count", &Table::fusion_count);
+      .def_property_readonly("fusion_count", &Table::fusion_count)
+      .def(
+          "fused_receives",
+          [](const Table& t) {
+            Ints out;
+            for (const Fused& f : t.fusions)
+              if (f.recv >= 0) out.push_back(f.recv);
+            return to_list(out);
+          },
+          "the fused receives, in the order fused (the keys of fusions)");
   for (size_t k = 0; k < NFIELDS; ++k) {
     Ints Table::*column = TABLE_COLUMNS[k];
     table.def_property_readonly(FIELDS[k], [column](const Table& t) { return to_list(t.*column); });
@@ -229,7 +238,14 @@ PYBIND11_MODULE(native, m) {
       "the automatic thread-block assignment (an Assignment); fusions it undoes are undone in the table, their "
       "sends inserted in the order (a list, changed in place)");
 
-  py::class_<Schedule>(m, "Schedule", "every thread block's steps").def_readonly("nops", &Schedule::nops);
+  py::class_<Schedule>(m, "Schedule", "every thread block's steps (of one instance)")
+      .def_readonly("nops", &Schedule::nops)
+      .def_property_readonly("kinds", [](const Schedule& s) { return to_list(s.kinds); }, "steps per instruction kind")
+      .def_property_readonly("steps", [](const Schedule& s) {
+        size_t steps = 0;
+        for (const auto& rows : s.of_tb) steps += rows.size();
+        return steps;
+      });
 
   m.def(
       "emit_steps",
@@ -253,9 +269,10 @@ PYBIND11_MODULE(native, m) {
       .def("kahn", [](const OrderGraph& g, py::handle order, bool by_priority) {
         return optional_list(g.kahn(to_ints(order), by_priority));
       })
-      .def("kahn_fifo", [](const OrderGraph& g, py::handle order) {
+      .def("kahn_fifo", [](const OrderGraph& g, py::handle order, const Table& t) {
         KahnFifo r = g.kahn_fifo(to_ints(order));
-        return py::make_tuple(optional_list(r.order), to_list(r.blocked), to_list(r.waiting));
+        return py::make_tuple(optional_list(r.order), to_list(stuck_fusions(r, t)));
       })
+      .def("program_order", [](const OrderGraph& g, py::handle order) { return to_list(g.program_order(to_ints(order))); })
       .def("fifo_schedule", [](const OrderGraph& g, py::handle order) { return g.fifo_schedule(to_ints(order)); });
 }

@@ -44,43 +44,62 @@ Atoms atoms_of(const Table& t, const Ints& sizes) {
     a.soff = t.soff, a.doff = t.doff, a.scnt = t.cnt, a.dcnt = t.cnt, a.count = sizes;  // atoms are chunks
     return a;
   }
-  std::vector<Ints> cuts(sizes.size());
-  for (size_t b = 0; b < sizes.size(); ++b) cuts[b] = {0, sizes[b]};
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t r = t.rank[i], k = t.kind[i], c = t.cnt[i];
-    if (reads_source(k)) {
-      Ints& cut = cuts[(size_t)(r * 3 + t.sbuf[i])];
-      cut.push_back(t.soff[i]);
-      cut.push_back(t.soff[i] + c);
+  // the cut points of each buffer: marked in a bitmap when the buffers are small and every
+  // access lies inside its buffer, else sorted
+  const size_t nb = sizes.size();
+  std::vector<size_t> base(nb + 1, 0);
+  bool inside = true;
+  for (size_t b = 0; b < nb; ++b) base[b + 1] = base[b] + (size_t)std::max<int64_t>(sizes[b], 0) + 1;
+  auto each_access = [&](auto&& visit) {  // visit(buffer, offset, count) of every read and write
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t r = t.rank[i], k = t.kind[i], c = t.cnt[i];
+      if (reads_source(k)) visit(i, true, (size_t)(r * 3 + t.sbuf[i]), t.soff[i], c);
+      if (k != SEND) visit(i, false, (size_t)(r * 3 + t.dbuf[i]), t.doff[i], c);
     }
-    if (k != SEND) {
-      Ints& cut = cuts[(size_t)(r * 3 + t.dbuf[i])];
-      cut.push_back(t.doff[i]);
-      cut.push_back(t.doff[i] + c);
+  };
+  each_access([&](size_t, bool, size_t b, int64_t off, int64_t c) {
+    if (off < 0 || c < 0 || off + c > sizes[b]) inside = false;
+  });
+  a.count.resize(nb);
+  a.soff.assign(n, 0), a.scnt.assign(n, 0), a.doff.assign(n, 0), a.dcnt.assign(n, 0);
+  auto record = [&](size_t i, bool source, int64_t first, int64_t past) {
+    (source ? a.soff : a.doff)[i] = first;
+    (source ? a.scnt : a.dcnt)[i] = past - first;
+  };
+  if (inside && base.back() <= 16 * n + 65536) {
+    std::vector<char> cut(base.back(), 0);
+    for (size_t b = 0; b < nb; ++b) cut[base[b]] = cut[base[b + 1] - 1] = 1;
+    each_access([&](size_t, bool, size_t b, int64_t off, int64_t c) { cut[base[b] + (size_t)off] = cut[base[b] + (size_t)(off + c)] = 1; });
+    Ints atom(base.back(), 0);  // atom[base[b] + x]: cut points of buffer b below x
+    for (size_t b = 0; b < nb; ++b) {
+      int64_t below = 0;
+      for (size_t x = base[b]; x < base[b + 1]; ++x) {
+        atom[x] = below;
+        below += cut[x];
+      }
+      a.count[b] = below - 1;
     }
+    each_access([&](size_t i, bool source, size_t b, int64_t off, int64_t c) {
+      record(i, source, atom[base[b] + (size_t)off], atom[base[b] + (size_t)(off + c)]);
+    });
+    return a;
   }
-  a.count.resize(sizes.size());
-  for (size_t b = 0; b < sizes.size(); ++b) {
+  std::vector<Ints> cuts(nb);
+  for (size_t b = 0; b < nb; ++b) cuts[b] = {0, sizes[b]};
+  each_access([&](size_t, bool, size_t b, int64_t off, int64_t c) {
+    cuts[b].push_back(off);
+    cuts[b].push_back(off + c);
+  });
+  for (size_t b = 0; b < nb; ++b) {
     Ints& cut = cuts[b];
     std::sort(cut.begin(), cut.end());
     cut.erase(std::unique(cut.begin(), cut.end()), cut.end());
     a.count[b] = (int64_t)cut.size() - 1;
   }
-  a.soff.assign(n, 0), a.scnt.assign(n, 0), a.doff.assign(n, 0), a.dcnt.assign(n, 0);
   auto atom = [](const Ints& cut, int64_t off) { return std::lower_bound(cut.begin(), cut.end(), off) - cut.begin(); };
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t r = t.rank[i], k = t.kind[i], c = t.cnt[i];
-    if (reads_source(k)) {
-      const Ints& cut = cuts[(size_t)(r * 3 + t.sbuf[i])];
-      a.soff[i] = atom(cut, t.soff[i]);
-      a.scnt[i] = atom(cut, t.soff[i] + c) - a.soff[i];
-    }
-    if (k != SEND) {
-      const Ints& cut = cuts[(size_t)(r * 3 + t.dbuf[i])];
-      a.doff[i] = atom(cut, t.doff[i]);
-      a.dcnt[i] = atom(cut, t.doff[i] + c) - a.doff[i];
-    }
-  }
+  each_access([&](size_t i, bool source, size_t b, int64_t off, int64_t c) {
+    record(i, source, atom(cuts[b], off), atom(cuts[b], off + c));
+  });
   return a;
 }
 
@@ -94,6 +113,8 @@ DagScan scan_dependencies(const Table& t, const Ints& sizes) {
   for (size_t b = 0; b < atoms.size(); ++b) base[b + 1] = base[b] + (size_t)atoms[b];
   Ints lw(base.back(), -1);  // last writer per atom
   Readers rd(base.back());   // readers since the last write
+  rd.instr.reserve(2 * n);
+  rd.next.reserve(2 * n);
   std::vector<int64_t> fw_slot(n, -1);      // receive -> its entry in forwarded
   DagScan out;
   out.preds.start.assign(1, 0);

@@ -135,7 +135,9 @@ OrderGraph::OrderGraph(const Table& t, const Ints& order, const Rows& preds)
   for (const auto& [u, i] : edges) succs_.flat[(size_t)fill[(size_t)u]++] = i;
   sends_on_.assign(n_, -1);
   receives_on_.assign(n_, -1);
+  message_of_.assign(n_, -1);
   for (size_t k = 0; k < msgs_.sender.size(); ++k) {
+    message_of_[(size_t)msgs_.sender[k]] = (int64_t)k;
     sends_on_[(size_t)msgs_.sender[k]] = msgs_.pair[k];
     receives_on_[(size_t)msgs_.receiver[k]] = msgs_.pair[k];
   }
@@ -149,17 +151,25 @@ Ints OrderGraph::positions(const Ints& order, int64_t missing) const {
 
 std::optional<Ints> OrderGraph::kahn(const Ints& order, bool by_priority) const {
   const Ints pos = positions(order, 0);
+  // the messages by pair, each pair's in the order of their sends: in `order` (by
+  // priority) or by index (messages are numbered in the order of their senders)
   const size_t nm = msgs_.sender.size();
-  std::vector<size_t> idx(nm);
-  for (size_t k = 0; k < nm; ++k) idx[k] = k;
-  auto key = [&](size_t k) { return by_priority ? pos[(size_t)msgs_.sender[k]] : msgs_.sender[k]; };
-  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
-    if (msgs_.pair[a] != msgs_.pair[b]) return msgs_.pair[a] < msgs_.pair[b];
-    return key(a) < key(b);
-  });
+  Ints seq;
+  seq.reserve(nm);
+  if (by_priority) {
+    for (int64_t i : order)
+      if (message_of_[(size_t)i] >= 0) seq.push_back(message_of_[(size_t)i]);
+  } else {
+    for (size_t k = 0; k < nm; ++k) seq.push_back((int64_t)k);
+  }
+  Ints start((size_t)msgs_.npairs + 1, 0);
+  for (int64_t k : seq) ++start[(size_t)msgs_.pair[(size_t)k] + 1];
+  for (size_t p = 0; p < (size_t)msgs_.npairs; ++p) start[p + 1] += start[p];
+  std::vector<size_t> idx(seq.size());
+  for (int64_t k : seq) idx[(size_t)start[(size_t)msgs_.pair[(size_t)k]]++] = (size_t)k;
   // chain edges: each message's send before the pair's next one, and so its receive
   Ints after_send(n_, -1), after_recv(n_, -1), indeg = indeg_;
-  for (size_t k = 1; k < nm; ++k) {
+  for (size_t k = 1; k < idx.size(); ++k) {
     const size_t a = idx[k - 1], b = idx[k];
     if (msgs_.pair[a] != msgs_.pair[b]) continue;
     after_send[(size_t)msgs_.sender[a]] = msgs_.sender[b];
@@ -256,6 +266,28 @@ KahnFifo OrderGraph::kahn_fifo(const Ints& order) const {
   for (size_t i = 0; i < n_; ++i)
     if (waiting[i]) result.waiting.push_back((int64_t)i);
   return result;
+}
+
+Ints stuck_fusions(const KahnFifo& r, const Table& t) {
+  Ints stuck;
+  if (r.order) return stuck;
+  for (int64_t i : r.blocked)
+    if (t.fusion_at.count(i)) stuck.push_back(i);
+  std::vector<char> waits(t.size(), 0);
+  for (int64_t i : r.waiting) waits[(size_t)i] = 1;
+  for (const Fused& f : t.fusions)
+    if (f.recv >= 0 && waits[(size_t)f.recv]) stuck.push_back(f.recv);
+  return stuck;
+}
+
+Ints OrderGraph::program_order(const Ints& order) const {
+  std::vector<char> in(n_, 0);
+  for (int64_t i : order) in[(size_t)i] = 1;
+  Ints out;
+  out.reserve(order.size());
+  for (size_t i = 0; i < n_; ++i)
+    if (in[i]) out.push_back((int64_t)i);
+  return out;
 }
 
 bool OrderGraph::fifo_schedule(const Ints& order) const {

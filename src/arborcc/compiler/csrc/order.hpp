@@ -33,6 +33,10 @@ struct KahnFifo {
   Ints waiting;  // ready receives whose message was not at its pair's head
 };
 
+// The fused instructions a failed kahn_fifo was stuck at: those held back for a slot,
+// then those whose message was not at its pair's head (in the order fused).
+Ints stuck_fusions(const KahnFifo& r, const Table& t);
+
 class OrderGraph {
  public:
   // Successors and in-degrees of the instructions of `order` (data dependencies through
@@ -46,6 +50,8 @@ class OrderGraph {
   KahnFifo kahn_fifo(const Ints& order) const;
   // Whether kahn_fifo(order) would return order itself.
   bool fifo_schedule(const Ints& order) const;
+  // The instructions of `order` in program (index) order.
+  Ints program_order(const Ints& order) const;
 
  private:
   Ints positions(const Ints& order, int64_t missing) const;
@@ -55,6 +61,7 @@ class OrderGraph {
   Ints indeg_, msg_out_;
   Messages msgs_;
   Ints sends_on_, receives_on_;  // per instruction: pair of the message it sends / receives
+  Ints message_of_;              // per instruction: the message it sends (-1: none)
 };
 
 }  // namespace compiler

@@ -58,6 +58,7 @@ Schedule emit_steps(const Table& t, const Ints& order, const Rows& preds, const 
       }
       step_of[ii] = (int64_t)steps.size();
     }
+    ++out.kinds[(size_t)t.kind[ii]];
     steps.push_back(StepRow{t.kind[ii], t.sbuf[ii], t.soff[ii], t.dbuf[ii], t.doff[ii], t.cnt[ii], dep_tb, dep_step, false});
   }
   return out;

@@ -19,6 +19,7 @@ struct StepRow {  // one IR step (offsets of instance 0); dep_tb is a thread blo
 struct Schedule {
   std::vector<std::vector<StepRow>> of_tb;  // per thread block (ThreadBlocks' index): its steps
   int64_t nops = 0;
+  Ints kinds = Ints(NOP, 0);  // steps per instruction kind
 };
 
 // preds: the DAG's predecessors (pre-fusion indices, mapped through the alias map)
