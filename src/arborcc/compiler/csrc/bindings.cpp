@@ -129,14 +129,7 @@ PYBIND11_MODULE(native, m) {
         }
         std::vector<Ints> regions;
         for (py::handle r : region_offset) regions.push_back(to_ints(r));
-        std::vector<Ints> col = lower_direct(traced, regions);
-        Table t;
-        Ints* direct[] = {&t.rank, &t.kind, &t.sbuf, &t.soff, &t.dbuf, &t.doff, &t.cnt, &t.speer,
-                          &t.rpeer, &t.ch, &t.sendtb, &t.recvtb, &t.op, &t.msg_in, &t.msg_out};  // Column's order
-        for (size_t k = 0; k < col.size(); ++k) direct[k]->swap(col[k]);
-        t.lane.assign(t.size(), 0);
-        t.unfused_start();
-        return t;
+        return lower_direct(traced, regions);
       },
       "the instruction table of traced operations without parallelize or instances");
 

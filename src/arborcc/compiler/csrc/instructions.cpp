@@ -12,9 +12,12 @@ namespace {
 constexpr int64_t COPY = 0;  // arborcc.lang.trace.COPY
 constexpr int64_t SCRATCH = 2;  // the IR's scratch buffer
 
+// the columns as the expansion pushes them
+enum Column { RANK, KIND, SBUF, SOFF, DBUF, DOFF, CNT, SPEER, RPEER, CH, SENDTB, RECVTB, OP, MSG_IN, MSG_OUT, COLUMNS };
+
 }  // namespace
 
-std::vector<Ints> lower_direct(const std::vector<TracedOp>& ops, const std::vector<Ints>& region_offset) {
+Table lower_direct(const std::vector<TracedOp>& ops, const std::vector<Ints>& region_offset) {
   size_t width = 0;  // the widest rank's regions: codes beyond a rank's own count as that column
   for (const Ints& r : region_offset) width = std::max(width, r.size());
   auto region = [&](int64_t rank, int64_t code) -> int64_t {
@@ -45,7 +48,13 @@ std::vector<Ints> lower_direct(const std::vector<TracedOp>& ops, const std::vect
             op.sendtb != -1 ? op.sendtb : op.recvtb, -1, o, -1, -1});
     }
   }
-  return col;
+  Table t;
+  Ints* named[] = {&t.rank, &t.kind, &t.sbuf, &t.soff, &t.dbuf, &t.doff, &t.cnt, &t.speer,
+                   &t.rpeer, &t.ch, &t.sendtb, &t.recvtb, &t.op, &t.msg_in, &t.msg_out};  // Column's order
+  for (size_t k = 0; k < COLUMNS; ++k) named[k]->swap(col[k]);
+  t.lane.assign(t.size(), 0);
+  t.unfused_start();
+  return t;
 }
 
 }  // namespace compiler

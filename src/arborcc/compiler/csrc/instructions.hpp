@@ -6,20 +6,18 @@
 #pragma once
 
 #include "pyints.hpp"
+#include "table.hpp"
 
 namespace compiler {
 
 // instruction kinds, as arborcc.compiler.instructions numbers them
 enum Kind : int64_t { SEND = 0, RECV = 1, RRC = 2, CPY = 3, RE = 4 };
 
-// the columns lower_direct returns, in order
-enum Column { RANK, KIND, SBUF, SOFF, DBUF, DOFF, CNT, SPEER, RPEER, CH, SENDTB, RECVTB, OP, MSG_IN, MSG_OUT, COLUMNS };
-
 struct TracedOp {  // the fields of one traced operation the expansion reads
   int64_t kind, src_rank, src_buf, src_idx, dst_rank, dst_buf, dst_idx, count, sendtb, recvtb, ch;
 };
 
 // region_offset[rank]: offset in the rank's scratch buffer of each buffer code (codes >= 2)
-std::vector<Ints> lower_direct(const std::vector<TracedOp>& ops, const std::vector<Ints>& region_offset);
+Table lower_direct(const std::vector<TracedOp>& ops, const std::vector<Ints>& region_offset);
 
 }  // namespace compiler

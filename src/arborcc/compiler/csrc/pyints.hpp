@@ -1,6 +1,6 @@
 // Moving columns of integers between Python and the compiler's native passes: a list of
-// ints (the instruction table's columns) or a 1-d integer array in, a list or an int64
-// array out. One call per column, no per-element pybind11 casts.
+// ints (the instruction table's columns) or a 1-d integer array in, a list out. One call
+// per column, no per-element pybind11 casts.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -77,13 +77,6 @@ inline std::vector<char> to_flags(py::handle iterable, size_t n) {
     if (i >= 0 && (size_t)i < n) flags[(size_t)i] = 1;
   }
   return flags;
-}
-
-// An int64 array (a copy).
-inline py::array_t<int64_t> to_array(const Ints& v) {
-  py::array_t<int64_t> out((py::ssize_t)v.size());
-  if (!v.empty()) std::copy(v.begin(), v.end(), out.mutable_data());
-  return out;
 }
 
 // Compressed rows: row i is flat[start[i] .. start[i + 1]).
