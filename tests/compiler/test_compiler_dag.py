@@ -2,6 +2,8 @@
 chunks: on random programs with overlapping multi-count accesses it must find exactly
 what a plain chunk-by-chunk scan finds."""
 
+from types import SimpleNamespace
+
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from arborcc.compiler.dag import build_dag
@@ -63,8 +65,10 @@ def chunk_by_chunk(t, sizes):
     lw = [[[-1] * s for s in sz] for sz in sizes]
     rd = [[[] for _ in range(s)] for sz in sizes for s in sz]
     rd = [rd[3 * r:3 * r + 3] for r in range(len(sizes))]
-    preds, depth, readers, forwards = [], [], [0] * len(t), {}
-    for i in range(len(t)):
+    n = len(t)
+    t = SimpleNamespace(**{f: getattr(t, f) for f in t.FIELDS})  # the table's columns, read once
+    preds, depth, readers, forwards = [], [], [0] * n, {}
+    for i in range(n):
         r, k, c = t.rank[i], t.kind[i], t.cnt[i]
         src = range(t.soff[i], t.soff[i] + c)
         dst = range(t.doff[i], t.doff[i] + c)

@@ -118,7 +118,7 @@ def test_fusion_prefers_the_longest_path():
 
 
 # --- the numpy interpreter itself must be able to fail ---------------------------------------
-def ring(n=3):
+def ring_program(n=3):
     with Program("ring", AllReduce(n, n, inplace=True)) as prog:
         for i in range(n):
             c = chunk((i + 1) % n, IN, i)
@@ -126,7 +126,11 @@ def ring(n=3):
                 c = chunk((i + step) % n, IN, i).reduce(c)
             for step in range(1, n):
                 c = c.copy((i + step) % n, IN, i)
-    return prog.compile()
+    return prog
+
+
+def ring(n=3):
+    return ring_program(n).compile()
 
 
 def test_interpreter_detects_wrong_offsets():
@@ -169,3 +173,24 @@ def test_vectorized_lowering_matches_the_general_one():
         fast, slow = _lower_direct(prog, layout), _lower_pieces(prog, layout)
         for f in InstrTable.FIELDS:
             assert list(getattr(fast, f)) == list(getattr(slow, f)), f
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_unfusing_every_fusion_restores_the_unfused_table(n):
+    """Fusion and unfuse (compiled code) are inverse: the ring's fused instructions all
+    undone, every column, the alias map and liveness are what lowering produced."""
+    from arborcc.compiler.dag import build_dag
+    from arborcc.compiler.fusion import fuse_instructions, unfuse
+    from arborcc.compiler.instructions import InstrTable, lower_operations
+    from arborcc.compiler.layout import IB_INPUT, plan_layout
+
+    prog = ring_program(n)
+    layout = plan_layout(prog)
+    t = lower_operations(prog, layout)
+    before = {f: getattr(t, f) for f in (*InstrTable.FIELDS, "alive", "rep")}
+    fuse_instructions(t, build_dag(t, [layout.ir_sizes(r) for r in range(n)]), {IB_INPUT}, False)
+    assert t.fusion_count == t.alive.count(False) > 0
+    assert {t.kind[r] for r in t.fusions} - {5, 6, 7} == set()  # rcs, rrcs, rrs
+    unfuse(t, t.fused_receives())
+    assert t.fusion_count == 0 and t.fusions == {}
+    assert {f: getattr(t, f) for f in before} == before
