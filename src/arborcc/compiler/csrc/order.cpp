@@ -30,10 +30,21 @@ Messages messages(const Table& t) {
     m.receiver.push_back(q);
     key.push_back((t.rank[i] * nr + t.rank[(size_t)q]) * nl + t.lane[i]);
   }
-  Ints keys = key;  // pairs numbered in the order of their keys
+  // pairs numbered in the order of their keys: through a table of all keys when there are
+  // few (ranks * ranks * lanes), else by sorting the keys used
+  m.pair.resize(key.size());
+  const uint64_t span = (uint64_t)(nr * nr * nl);
+  if (span <= 4 * (uint64_t)key.size() + 4096) {
+    Ints number(span, -1);
+    for (int64_t k : key) number[(size_t)k] = 0;
+    for (int64_t& x : number)
+      if (x == 0) x = m.npairs++;
+    for (size_t k = 0; k < key.size(); ++k) m.pair[k] = number[(size_t)key[k]];
+    return m;
+  }
+  Ints keys = key;
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  m.pair.resize(key.size());
   for (size_t k = 0; k < key.size(); ++k)
     m.pair[k] = std::lower_bound(keys.begin(), keys.end(), key[k]) - keys.begin();
   m.npairs = (int64_t)keys.size();
