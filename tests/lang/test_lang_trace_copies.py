@@ -1,6 +1,8 @@
 """Program.trace_copies records exactly what chunk(...).copy(...) one after another records,
 and fails with the same error at the same copy."""
 
+import sys
+
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from arborcc.errors import ProgramError
@@ -68,3 +70,66 @@ def test_trace_copies_fast_path_covers_a_tree_broadcast():
     assert error is None
     assert ops == [(T.COPY, 0, 0, 0, 0, 1, 0, 2, -1, -1, -1, 1), (T.COPY, 0, 1, 0, 1, 1, 0, 2, -1, -1, 1, 1),
                    (T.COPY, 1, 1, 0, 2, 1, 0, 2, -1, -1, -1, 1)]
+
+
+def _both(collective, steps, max_ops=None, topology=None):
+    """_record of both ways with the operations limit set to ``max_ops``."""
+    out = []
+    for bulk in (True, False):
+        with Program("p", collective(), topology) as prog:
+            if max_ops is not None:
+                prog.max_ops = max_ops
+            try:
+                if bulk:
+                    prog.trace_copies(steps)
+                else:
+                    for sr, sb, si, dr, db, di, n, ch in steps:
+                        chunk(sr, sb, si, n).copy(dr, db, di, ch=ch)
+                error = None
+            except (ProgramError, AttributeError) as e:
+                error = type(e), str(e).split(": ", 1)[-1]
+        out.append(([op[:T.WHERE] for op in prog.ops], error))
+    return out
+
+
+def test_trace_copies_stops_at_the_operations_limit_as_copy_does():
+    steps = [(r, IN, 0, r, OUT, 2 * r, 2, -1) for r in range(3)]
+    bulk, one_by_one = _both(lambda: AllGather(3, 2), steps, max_ops=2)
+    assert bulk == one_by_one and len(bulk[0]) == 3 and "operations" in bulk[1][1]
+
+
+def test_trace_copies_takes_lists_iterables_and_ints_of_any_size():
+    big = 10**30
+    steps = [[0, IN, 0, 1, OUT, 0, 2, big], (1, IN, 0, 2, OUT, 2, 1, -1), (2, IN, big, 0, OUT, 0, 1, -1)]
+    bulk, one_by_one = _both(lambda: AllGather(3, 2), steps)
+    assert bulk == one_by_one and bulk[0][0][T.CH] == big and "out of range" in bulk[1][1]
+    with Program("p", AllGather(3, 2)) as prog:
+        prog.trace_copies(s for s in steps[:2])
+    assert [op[:T.WHERE] for op in prog.ops] == bulk[0][:2]
+
+
+def test_trace_copies_records_the_line_that_called_it():
+    with Program("p", AllGather(3, 2), LINKS) as prog:
+        line = sys._getframe().f_lineno + 1
+        prog.trace_copies([(0, IN, 0, 1, OUT, 0, 2, -1)])
+    assert prog.ops[0][T.WHERE] == (__file__, line)
+
+
+def test_trace_copies_in_place_aliasing_by_rule():
+    """In-place all-gather names the input, which lives in the output's block of its rank."""
+    steps = [(r, IN, 0, d, IN, 0, 2, -1) for r in range(3) for d in range(3) if d != r]
+    for by_source in (False, True):
+        results = []
+        for bulk in (True, False):
+            with Program("p", AllGather(3, 2, inplace=True), copy_index_by_source=by_source) as prog:
+                try:
+                    if bulk:
+                        prog.trace_copies(steps)
+                    else:
+                        for sr, sb, si, dr, db, di, n, ch in steps:
+                            chunk(sr, sb, si, n).copy(dr, db, di, ch=ch)
+                    error = None
+                except ProgramError as e:
+                    error = str(e).split(": ", 1)[-1]
+            results.append(([op[:T.WHERE] for op in prog.ops], error))
+        assert results[0] == results[1] and results[0][0]

@@ -1,0 +1,31 @@
+// Tracing many chunk copies of a DSL program at once (Program.trace_copies): the common
+// case of each copy - checked and recorded exactly as the Python verbs would - without
+// a Python call per copy. Anything else is handed back to Python (see trace.cpp).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace lang {
+
+namespace py = pybind11;
+
+// What a program's trace_copies reads and writes besides the copies themselves.
+struct TraceTarget {
+  py::list seqs;          // per rank, per buffer code, the list of each slot's last writer
+  py::list ops;           // the traced operations (tuples), appended to
+  Py_ssize_t max_ops;     // operations allowed: the copy that would pass it is handed back
+  Py_ssize_t num_ranks;
+  py::handle input, output;           // the canonical buffer names of codes 0 and 1
+  py::handle named, meant;            // in-place aliasing by a simple rule (named = a sentinel if none)
+  long long shift;                    // index shift per rank of that rule
+  bool by_source;                     // a destination index is mapped with the source rank
+  py::object why_not;                 // connectivity's why_not(src, dst), or None (all connected)
+  py::dict refused;                   // src * ranks + dst -> whether no route joins them
+  py::handle copy_kind, lanes, where; // the operation tuple's kind, lanes and where fields
+};
+
+// Trace copies[start:] while each is the common case; returns the index of the first one
+// that is not (len(copies) when all were traced), for Python to do as written.
+Py_ssize_t trace_copies(TraceTarget& t, py::handle copies, Py_ssize_t start);
+
+}  // namespace lang
