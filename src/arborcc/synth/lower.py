@@ -282,7 +282,9 @@ def heavy_trees_apart(topology: Topology, trees: Sequence[Tree], counts: Sequenc
 
 
 #: inside :func:`within_limits`: :func:`tree_colours` by the identities of its trees (the
-#: copies :func:`balanced_copies` tries are coloured again by :func:`tree_channel_map`)
+#: copies :func:`balanced_copies` tries are coloured again by :func:`tree_channel_map`),
+#: and per tree object its rank pairs and thread blocks (:func:`tree_pair_ids`,
+#: :func:`tree_rank_threadblocks`)
 _COLOURS = CallMemo()
 
 
@@ -299,30 +301,47 @@ def tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
 
 
 def _tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
-    """:func:`tree_colours`, computed."""
+    """:func:`tree_colours`, computed: per rank pair, the channels of its trees so far as
+    the bits of an int; a tree takes the lowest bit none of its pairs has."""
     colour: list[int] = []
-    used: dict[tuple[int, int], set[int]] = {}  # per rank pair, the channels of its trees so far
-    pairs_of: dict[int, set[tuple[int, int]]] = {}  # a tree's copies are the same object
+    used: dict[int, int] = {}
+    get = used.get
     for t in trees:
-        pairs = pairs_of.get(id(t))
-        if pairs is None:
-            pairs = pairs_of[id(t)] = tree_pairs(topology, t, both_ways=True)
-        taken: set[int] = set()
+        pairs = tree_pair_ids(topology, t)
+        taken = 0
         for p in pairs:
-            on_pair = used.get(p)
-            if on_pair:
-                taken |= on_pair
-        c = 0
-        while c in taken:
-            c += 1
+            taken |= get(p, 0)
+        c = (~taken & (taken + 1)).bit_length() - 1
+        bit = 1 << c
+        for p in pairs:
+            used[p] = get(p, 0) | bit
         colour.append(c)
-        for p in pairs:
-            on_pair = used.get(p)
-            if on_pair is None:
-                used[p] = {c}
-            else:
-                on_pair.add(c)
     return colour
+
+
+def rank_index(topology: Topology) -> dict[str, int]:
+    """GPU name -> rank index (kept for the topology object inside :func:`within_limits`)."""
+    index = _COLOURS.get_for(topology, "index")
+    if index is None:
+        index = {g: i for i, g in enumerate(topology.ranks)}
+        _COLOURS.put_for(topology, index, "index")
+    return index
+
+
+def tree_pair_ids(topology: Topology, tree: Tree) -> tuple[int, ...]:
+    """The rank pairs of :func:`tree_pairs` (both ways) as ``src * ranks + dst``, kept
+    per tree object inside :func:`within_limits`."""
+    ids = _COLOURS.get_for(tree, ("pairs", id(topology)))
+    if ids is None:
+        index, n = rank_index(topology), topology.num_ranks
+        ids = set()
+        for h in tree.hops:
+            a, b = index[h.src], index[h.dst]
+            ids.add(a * n + b)
+            ids.add(b * n + a)
+        ids = tuple(ids)
+        _COLOURS.put_for(tree, ids, ("pairs", id(topology)))
+    return ids
 
 
 def own_connections_fit(topology: Topology, trees: Sequence[Tree], colour: Sequence[int], both_ways: bool) -> bool:
@@ -374,19 +393,20 @@ def tree_threadblocks(topology: Topology, trees: Sequence[Tree], both_ways: bool
     out (a fused relay forwards to one child on its receiving thread block, its other
     children need a sending one each), per direction, and one for local copies."""
     need = [0] * topology.num_ranks
-    per_tree: dict[int, list[int]] = {}  # a tree's copies are the same object
     for t in trees:
-        rank_need = per_tree.get(id(t))
-        if rank_need is None:
-            rank_need = per_tree[id(t)] = tree_rank_threadblocks(topology, t, both_ways)
-        for r, k in enumerate(rank_need):
+        for r, k in enumerate(tree_rank_threadblocks(topology, t, both_ways)):
             need[r] += k
     return max(need, default=0) + 1  # and a local thread block (copies)
 
 
-def tree_rank_threadblocks(topology: Topology, tree: Tree, both_ways: bool = False) -> list[int]:
-    """Per rank, the thread blocks ``tree`` needs on its own connections (:func:`tree_threadblocks`)."""
-    index = {g: i for i, g in enumerate(topology.ranks)}
+def tree_rank_threadblocks(topology: Topology, tree: Tree, both_ways: bool = False) -> tuple[int, ...]:
+    """Per rank, the thread blocks ``tree`` needs on its own connections
+    (:func:`tree_threadblocks`); kept per tree object inside :func:`within_limits`."""
+    key = ("threadblocks", id(topology), both_ways)
+    known = _COLOURS.get_for(tree, key)
+    if known is not None:
+        return known
+    index = rank_index(topology)
     need = [0] * topology.num_ranks
     hops = [(h.src, h.dst) for h in tree.hops]
     for pairs in (hops, [(b, a) for a, b in hops]) if both_ways else (hops,):
@@ -396,7 +416,9 @@ def tree_rank_threadblocks(topology: Topology, tree: Tree, both_ways: bool = Fal
             ins[index[b]] += 1
         for r in range(topology.num_ranks):
             need[r] += max(ins[r], outs[r])
-    return need
+    known = tuple(need)
+    _COLOURS.put_for(tree, known, key)
+    return known
 
 
 def tree_children(tree: Tree, index: dict[str, int]) -> tuple[int, dict[int, list[tuple[int, tuple[str, ...]]]]]:
