@@ -281,22 +281,23 @@ def heavy_trees_apart(topology: Topology, trees: Sequence[Tree], counts: Sequenc
     return None
 
 
-#: inside :func:`within_limits`: :func:`tree_colours` by the identities of its trees (the
-#: copies :func:`balanced_copies` tries are coloured again by :func:`tree_channel_map`),
-#: and per tree object its rank pairs and thread blocks (:func:`tree_pair_ids`,
-#: :func:`tree_rank_threadblocks`)
-_COLOURS = CallMemo()
+#: answers kept inside :func:`within_limits` (its versions ask again): :func:`tree_colours`
+#: by the identities of its trees (the copies :func:`balanced_copies` tries are coloured
+#: again by :func:`tree_channel_map`), per tree object its rank pairs and thread blocks
+#: (:func:`tree_pair_ids`, :func:`tree_rank_threadblocks`), :func:`transfer_blocks` by
+#: its arguments (a root's blocks and its rounds' ranges ask for the same)
+_KEPT = CallMemo()
 
 
 def tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
     """Per tree, the lowest channel no earlier tree sharing a rank pair with it (either
     way) has (:func:`tree_channel_map`)."""
     key = (id(topology), *map(id, trees))
-    known = _COLOURS.get(key)
+    known = _KEPT.get(key)
     if known is not None and known[0] is topology and all(a is b for a, b in zip(known[1], trees)):
         return list(known[2])
     colour = _tree_colours(topology, trees)
-    _COLOURS.put(key, (topology, tuple(trees), tuple(colour)))
+    _KEPT.put(key, (topology, tuple(trees), tuple(colour)))
     return colour
 
 
@@ -321,17 +322,17 @@ def _tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
 
 def rank_index(topology: Topology) -> dict[str, int]:
     """GPU name -> rank index (kept for the topology object inside :func:`within_limits`)."""
-    index = _COLOURS.get_for(topology, "index")
+    index = _KEPT.get_for(topology, "index")
     if index is None:
         index = {g: i for i, g in enumerate(topology.ranks)}
-        _COLOURS.put_for(topology, index, "index")
+        _KEPT.put_for(topology, index, "index")
     return index
 
 
 def tree_pair_ids(topology: Topology, tree: Tree) -> tuple[int, ...]:
     """The rank pairs of :func:`tree_pairs` (both ways) as ``src * ranks + dst``, kept
     per tree object inside :func:`within_limits`."""
-    ids = _COLOURS.get_for(tree, ("pairs", id(topology)))
+    ids = _KEPT.get_for(tree, ("pairs", id(topology)))
     if ids is None:
         index, n = rank_index(topology), topology.num_ranks
         ids = set()
@@ -340,7 +341,7 @@ def tree_pair_ids(topology: Topology, tree: Tree) -> tuple[int, ...]:
             ids.add(a * n + b)
             ids.add(b * n + a)
         ids = tuple(ids)
-        _COLOURS.put_for(tree, ids, ("pairs", id(topology)))
+        _KEPT.put_for(tree, ids, ("pairs", id(topology)))
     return ids
 
 
@@ -403,7 +404,7 @@ def tree_rank_threadblocks(topology: Topology, tree: Tree, both_ways: bool = Fal
     """Per rank, the thread blocks ``tree`` needs on its own connections
     (:func:`tree_threadblocks`); kept per tree object inside :func:`within_limits`."""
     key = ("threadblocks", id(topology), both_ways)
-    known = _COLOURS.get_for(tree, key)
+    known = _KEPT.get_for(tree, key)
     if known is not None:
         return known
     index = rank_index(topology)
@@ -417,7 +418,7 @@ def tree_rank_threadblocks(topology: Topology, tree: Tree, both_ways: bool = Fal
         for r in range(topology.num_ranks):
             need[r] += max(ins[r], outs[r])
     known = tuple(need)
-    _COLOURS.put_for(tree, known, key)
+    _KEPT.put_for(tree, known, key)
     return known
 
 
@@ -462,6 +463,16 @@ def transfer_blocks(counts: Sequence[int], rounds: int = 1) -> list[tuple[int, i
     while round i + 1 arrives, and every tree's level costs 1/k of its block -
     Blink's chunked pipelining (section 4.2) inside the runtime's loop.
     """
+    key = ("blocks", tuple(counts), rounds)
+    known = _KEPT.get(key)
+    if known is None:
+        known = _transfer_blocks(counts, rounds)
+        _KEPT.put(key, known)
+    return list(known)
+
+
+def _transfer_blocks(counts: Sequence[int], rounds: int) -> tuple[tuple[int, int, int], ...]:
+    """:func:`transfer_blocks`, computed."""
     per_tree, start = [], 0
     for t, c in enumerate(counts):
         most = min(MAX_COUNT, max(1, -(-c // rounds)))
@@ -470,7 +481,7 @@ def transfer_blocks(counts: Sequence[int], rounds: int = 1) -> list[tuple[int, i
     out = []
     for k in range(max((len(p) for p in per_tree), default=0)):
         out += [p[k] for p in per_tree if k < len(p)]
-    return out
+    return tuple(out)
 
 
 def aligned_blocks(first: Sequence[int], second: Sequence[int], rounds: int = 1
@@ -560,8 +571,11 @@ def broadcast_copies(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer
     """:func:`broadcast_block`'s copies, as :meth:`arborcc.lang.Program.trace_copies` takes them."""
     sb, si = src
     db, di = dst
+    hops = channels.down_tree(root, kids, tree)
+    if sb is db and si == di:  # the root sends from where the others receive (all-gather)
+        return [(parent, db, di, child, db, di, size, ch) for parent, child, ch in hops]
     return [(parent, sb, si, child, db, di, size, ch) if parent == root else (parent, db, di, child, db, di, size, ch)
-            for parent, child, ch in channels.down_tree(root, kids, tree)]
+            for parent, child, ch in hops]
 
 
 def reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc: Buffer,
@@ -797,7 +811,7 @@ def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
     the unfused version is not built when the fused one fused nothing (they are the
     same program)."""
     _APART.clear()  # kept across this call's versions only, not from one synthesis to the next
-    with _COLOURS.active():
+    with _KEPT.active():
         return _search_versions(lower, args, dialect)
 
 
