@@ -133,3 +133,57 @@ def test_trace_copies_in_place_aliasing_by_rule():
                     error = str(e).split(": ", 1)[-1]
             results.append(([op[:T.WHERE] for op in prog.ops], error))
         assert results[0] == results[1] and results[0][0]
+
+
+@st.composite
+def broadcast_blocks(draw):
+    """Blocks of trace_broadcasts: tree hops (now and then a wrong one) over one buffer range."""
+    out = []
+    for _ in range(draw(st.integers(1, 6))):
+        hops = draw(st.lists(st.tuples(st.integers(-1, 3), st.integers(0, 2), st.integers(-2, 1)), max_size=4))
+        hops = tuple(hops) if draw(st.booleans()) else hops
+        out.append((hops, draw(st.sampled_from((IN, OUT, OUT, SC))), draw(st.integers(0, 5)), draw(st.integers(0, 2))))
+    return out
+
+
+def _record_blocks(collective, topology, blocks, bulk: bool):
+    """(operations without their source line, the error or None) of tracing ``blocks``
+    with trace_broadcasts or one chunk(...).copy(...) per hop, after every rank's input
+    is copied to the start of its output."""
+    with Program("p", collective(), topology) as prog:
+        for r in range(3):
+            chunk(r, IN, 0, 2).copy(r, OUT, 0)
+        try:
+            if bulk:
+                prog.trace_broadcasts(blocks)
+            else:
+                for hops, buf, index, size in blocks:
+                    for parent, child, ch in hops:
+                        chunk(parent, buf, index, size).copy(child, buf, index, ch=ch)
+            error = None
+        except (ProgramError, AttributeError) as e:
+            error = type(e), str(e).split(": ", 1)[-1]
+    return [op[:T.WHERE] for op in prog.ops], error
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(range(len(COLLECTIVES))), st.sampled_from((None, LINKS)), broadcast_blocks())
+def test_trace_broadcasts_records_what_chunk_copy_records(which, topology, blocks):
+    assert _record_blocks(COLLECTIVES[which], topology, blocks, True) == \
+        _record_blocks(COLLECTIVES[which], topology, blocks, False)
+
+
+def test_trace_broadcasts_is_trace_copies_of_its_hops():
+    blocks = [(((0, 1, -1), (1, 2, 0)), OUT, 0, 2), ([(1, 0, 1)], OUT, 2, 2), ((), OUT, 0, 1)]
+    results = []
+    for bulk in (True, False):
+        with Program("p", AllGather(3, 2), LINKS) as prog:
+            prog.trace_copies([(r, IN, 0, r, OUT, 2 * r, 2, -1) for r in range(3)])
+            line = sys._getframe().f_lineno + 2
+            if bulk:
+                prog.trace_broadcasts(blocks)
+            else:
+                prog.trace_copies([(p, b, i, c, b, i, n, ch) for hops, b, i, n in blocks for p, c, ch in hops])
+        results.append([op[:T.WHERE] for op in prog.ops])
+        assert all(op[T.WHERE] == (__file__, line + (0 if bulk else 2)) for op in prog.ops[3:])
+    assert results[0] == results[1] and len(results[0]) == 6

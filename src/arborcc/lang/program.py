@@ -328,25 +328,50 @@ class Program:
         buffers, aliasing by function, a copy onto its own chunks, a check that fails)
         takes the path of ``chunk(...).copy(...)``, which does it or reports it.
         ``copies``: a list or tuple (any other iterable is read into a list first)."""
-        f = _getframe(1)
-        name = f.f_code.co_filename
-        where = self.where if name.startswith(PACKAGE_DIR) else (name, f.f_lineno)
-        if type(copies) is not list and type(copies) is not tuple:
-            copies = list(copies)
+        copies = copies if type(copies) is list or type(copies) is tuple else list(copies)
         i, total = 0, len(copies)
         if self._alias is not None:  # aliasing by function: every copy as written
             i = total
             for copy in copies:
                 self._copy_as_written(*_copy_fields(copy))
-        refused: dict[int, bool] = {}  # src rank * ranks + dst rank -> no route between them
-        why_not = None if self._all_connected else self.connectivity.why_not
+        state = self._native_state(_getframe(1))
         while i < total:
-            i = native.trace_copies(copies, i, self._seqs, self.ops, self.max_ops, self.num_ranks, INPUT, OUTPUT,
-                                    self._alias_named, self._alias_meant, self._alias_shift,
-                                    self.copy_index_by_source, why_not, refused, T.COPY, self._lanes, where)
+            i = native.trace_copies(copies, i, *state)
             if i < total:
                 self._copy_as_written(*_copy_fields(copies[i]))
                 i += 1
+
+    def trace_broadcasts(self, blocks) -> None:
+        """Copy chunk ranges down trees, in order: each block ``(hops, buffer, index,
+        size)`` is the copies ``(parent, buffer, index, child, buffer, index, size, ch)``
+        of :meth:`trace_copies` for each ``(parent, child, ch)`` of ``hops`` - a tree
+        broadcast of ``size`` chunks within one buffer (the all-gather lowering's blocks)
+        without a tuple per copy. ``blocks``: a list or tuple (any other iterable is read
+        into a list first) of tuples, each ``hops`` a list or tuple of tuples (other
+        sequences are traced one copy at a time, as written)."""
+        blocks = blocks if type(blocks) is list or type(blocks) is tuple else list(blocks)
+        state = self._native_state(_getframe(1))
+        i, j, total = 0, 0, len(blocks)
+        while i < total:
+            if self._alias is None:
+                i, j = native.trace_broadcasts(blocks, i, j, *state)
+            if i < total:  # block i's hop j as written, then on from the next hop
+                hops, buffer, index, size = blocks[i]
+                if j < len(hops):
+                    parent, child, ch = hops[j]
+                    self._copy_as_written(parent, buffer, index, child, buffer, index, size, ch)
+                i, j = (i, j + 1) if j + 1 < len(hops) else (i + 1, 0)
+
+    def _native_state(self, caller) -> tuple:
+        """What ``arborcc.lang.native``'s tracing reads and writes of this program, the
+        operations recorded at ``caller``'s line (the program's line for arborcc's own code)."""
+        name = caller.f_code.co_filename
+        where = self.where if name.startswith(PACKAGE_DIR) else (name, caller.f_lineno)
+        why_not = None if self._all_connected else self.connectivity.why_not
+        refused: dict[int, bool] = {}  # src rank * ranks + dst rank -> no route between them
+        return (self._seqs, self.ops, self.max_ops, self.num_ranks, INPUT, OUTPUT, self._alias_named,
+                self._alias_meant, self._alias_shift, self.copy_index_by_source, why_not, refused, T.COPY,
+                self._lanes, where)
 
     def _copy_as_written(self, sr, sbuf, si, dr, dbuf, di, n, ch) -> None:
         """One copy of :meth:`trace_copies` the way the DSL's verbs do it."""

@@ -408,16 +408,12 @@ def tree_rank_threadblocks(topology: Topology, tree: Tree, both_ways: bool = Fal
     if known is not None:
         return known
     index = rank_index(topology)
-    need = [0] * topology.num_ranks
-    hops = [(h.src, h.dst) for h in tree.hops]
-    for pairs in (hops, [(b, a) for a, b in hops]) if both_ways else (hops,):
-        ins, outs = [0] * topology.num_ranks, [0] * topology.num_ranks
-        for a, b in pairs:
-            outs[index[a]] += 1
-            ins[index[b]] += 1
-        for r in range(topology.num_ranks):
-            need[r] += max(ins[r], outs[r])
-    known = tuple(need)
+    ins, outs = [0] * topology.num_ranks, [0] * topology.num_ranks
+    for h in tree.hops:
+        outs[index[h.src]] += 1
+        ins[index[h.dst]] += 1
+    # the reversed hops swap a rank's ins and outs: the same larger of the two again
+    known = tuple(map(max, ins, outs)) if not both_ways else tuple(2 * max(a, b) for a, b in zip(ins, outs))
     _KEPT.put_for(tree, known, key)
     return known
 
@@ -693,12 +689,17 @@ def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     for r in range(topology.num_ranks):
         for start, size in round_ranges(root_counts[r], rounds):
             copies += local_copies(r, (INPUT, start), (OUTPUT, r * chunks + start), size)
-    for r, kids, start, size, t in blocks:
-        at = (OUTPUT, r * chunks + start)
-        copies += broadcast_copies(r, kids, at, at, size, channels, t)
     with lowering_program(name, AllGather(topology.num_ranks, chunks), topology, channels, fuse) as prog:
         prog.trace_copies(copies)
+        prog.trace_broadcasts(broadcast_blocks(blocks, chunks, channels))
     return finish(prog, topology, channels, chunks)
+
+
+def broadcast_blocks(blocks, chunks: int, channels: ChannelMap) -> list[tuple]:
+    """The per-root blocks of an all-gather (:func:`_per_root_blocks`) as
+    :meth:`arborcc.lang.Program.trace_broadcasts` takes them: each root's block of
+    ``size`` chunks at its shard's ``start`` sent down its tree within the output."""
+    return [(channels.down_tree(r, kids, t), OUTPUT, r * chunks + start, size) for r, kids, start, size, t in blocks]
 
 
 def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,

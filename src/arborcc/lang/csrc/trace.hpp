@@ -5,6 +5,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <utility>
+
 namespace lang {
 
 namespace py = pybind11;
@@ -27,5 +29,12 @@ struct TraceTarget {
 // Trace copies[start:] while each is the common case; returns the index of the first one
 // that is not (len(copies) when all were traced), for Python to do as written.
 Py_ssize_t trace_copies(TraceTarget& t, py::handle copies, Py_ssize_t start);
+
+// The same for broadcast blocks (hops, buffer, index, size): block i is the copies
+// (parent, buffer, index, child, buffer, index, size, ch) for each (parent, child, ch)
+// of its hops, in order. Starts at hop first_hop of block start; returns (block, hop) of
+// the first copy that is not the common case ((len(blocks), 0) when all were traced).
+std::pair<Py_ssize_t, Py_ssize_t> trace_broadcasts(TraceTarget& t, py::handle blocks, Py_ssize_t start,
+                                                   Py_ssize_t first_hop);
 
 }  // namespace lang
