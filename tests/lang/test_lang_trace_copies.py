@@ -42,19 +42,31 @@ def copies(draw):
     return steps
 
 
-def _record(collective, topology, steps, bulk: bool):
-    """(operations without their source line, the error or None) of tracing ``steps``."""
-    with Program("p", collective(), topology) as prog:
+def _trace(make_program, trace, max_ops=None):
+    """(operations without their source line, the error or None) of ``trace(program)``."""
+    with make_program() as prog:
+        if max_ops is not None:
+            prog.max_ops = max_ops
         try:
-            if bulk:
-                prog.trace_copies(steps)
-            else:
-                for sr, sb, si, dr, db, di, n, ch in steps:
-                    chunk(sr, sb, si, n).copy(dr, db, di, ch=ch)
+            trace(prog)
             error = None
         except (ProgramError, AttributeError) as e:
             error = type(e), str(e).split(": ", 1)[-1]
     return [op[:T.WHERE] for op in prog.ops], error
+
+
+def _one_by_one(steps):
+    """A trace doing ``steps`` as chunk(...).copy(...) one after another."""
+    def trace(prog):
+        for sr, sb, si, dr, db, di, n, ch in steps:
+            chunk(sr, sb, si, n).copy(dr, db, di, ch=ch)
+    return trace
+
+
+def _record(collective, topology, steps, bulk: bool, max_ops=None):
+    """_trace of ``steps`` with trace_copies (``bulk``) or one by one."""
+    trace = (lambda prog: prog.trace_copies(steps)) if bulk else _one_by_one(steps)
+    return _trace(lambda: Program("p", collective(), topology), trace, max_ops)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -74,22 +86,7 @@ def test_trace_copies_fast_path_covers_a_tree_broadcast():
 
 def _both(collective, steps, max_ops=None, topology=None):
     """_record of both ways with the operations limit set to ``max_ops``."""
-    out = []
-    for bulk in (True, False):
-        with Program("p", collective(), topology) as prog:
-            if max_ops is not None:
-                prog.max_ops = max_ops
-            try:
-                if bulk:
-                    prog.trace_copies(steps)
-                else:
-                    for sr, sb, si, dr, db, di, n, ch in steps:
-                        chunk(sr, sb, si, n).copy(dr, db, di, ch=ch)
-                error = None
-            except (ProgramError, AttributeError) as e:
-                error = type(e), str(e).split(": ", 1)[-1]
-        out.append(([op[:T.WHERE] for op in prog.ops], error))
-    return out
+    return [_record(collective, topology, steps, bulk, max_ops) for bulk in (True, False)]
 
 
 def test_trace_copies_stops_at_the_operations_limit_as_copy_does():
@@ -119,19 +116,9 @@ def test_trace_copies_in_place_aliasing_by_rule():
     """In-place all-gather names the input, which lives in the output's block of its rank."""
     steps = [(r, IN, 0, d, IN, 0, 2, -1) for r in range(3) for d in range(3) if d != r]
     for by_source in (False, True):
-        results = []
-        for bulk in (True, False):
-            with Program("p", AllGather(3, 2, inplace=True), copy_index_by_source=by_source) as prog:
-                try:
-                    if bulk:
-                        prog.trace_copies(steps)
-                    else:
-                        for sr, sb, si, dr, db, di, n, ch in steps:
-                            chunk(sr, sb, si, n).copy(dr, db, di, ch=ch)
-                    error = None
-                except ProgramError as e:
-                    error = str(e).split(": ", 1)[-1]
-            results.append(([op[:T.WHERE] for op in prog.ops], error))
+        def program():
+            return Program("p", AllGather(3, 2, inplace=True), copy_index_by_source=by_source)
+        results = [_trace(program, lambda prog: prog.trace_copies(steps)), _trace(program, _one_by_one(steps))]
         assert results[0] == results[1] and results[0][0]
 
 
@@ -147,23 +134,15 @@ def broadcast_blocks(draw):
 
 
 def _record_blocks(collective, topology, blocks, bulk: bool):
-    """(operations without their source line, the error or None) of tracing ``blocks``
-    with trace_broadcasts or one chunk(...).copy(...) per hop, after every rank's input
-    is copied to the start of its output."""
-    with Program("p", collective(), topology) as prog:
-        for r in range(3):
-            chunk(r, IN, 0, 2).copy(r, OUT, 0)
-        try:
-            if bulk:
-                prog.trace_broadcasts(blocks)
-            else:
-                for hops, buf, index, size in blocks:
-                    for parent, child, ch in hops:
-                        chunk(parent, buf, index, size).copy(child, buf, index, ch=ch)
-            error = None
-        except (ProgramError, AttributeError) as e:
-            error = type(e), str(e).split(": ", 1)[-1]
-    return [op[:T.WHERE] for op in prog.ops], error
+    """_trace of ``blocks`` with trace_broadcasts (``bulk``) or one chunk(...).copy(...) per
+    hop, after every rank's input is copied to the start of its output."""
+    first = [(r, IN, 0, r, OUT, 0, 2, -1) for r in range(3)]
+    hops = [(p, b, i, c, b, i, n, ch) for hops, b, i, n in blocks for p, c, ch in hops]
+
+    def bulk_trace(prog):
+        prog.trace_copies(first)
+        prog.trace_broadcasts(blocks)
+    return _trace(lambda: Program("p", collective(), topology), bulk_trace if bulk else _one_by_one(first + hops))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
