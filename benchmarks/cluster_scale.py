@@ -35,6 +35,7 @@ optimum.
     python benchmarks/cluster_scale.py --nodes 8,16 --skip-forestcoll
     python benchmarks/cluster_scale.py --skip-scale --forestcoll /tmp/ForestColl
     python benchmarks/cluster_scale.py --passes dgx1v 1 --repeat-small 21   # where the time goes, every ms
+    python benchmarks/cluster_scale.py --passes dgx1v 1 --repeat-small 21 --baseline /tmp/base/src  # vs another
 """
 
 from __future__ import annotations
@@ -238,13 +239,35 @@ def run_passes(machine: str, nodes: int, collective: str, repeat: int) -> dict:
     return {k: 1000 * statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
 
 
-def _subprocess(args: list[str], timeout: float) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+def _subprocess(args: list[str], timeout: float, src: Path = ROOT / "src") -> dict:
+    env = dict(os.environ, PYTHONPATH=str(src))
     out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=timeout, env=env)
     line = next((l for l in reversed(out.stdout.splitlines()) if l.startswith("{")), None)
     if line is None:
         return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1]}
     return json.loads(line)
+
+
+def passes_side_by_side(machine: str, nodes: str, repeat: int, baseline: Path, rounds: int, timeout: float) -> None:
+    """The ``--passes`` table of this checkout and of ``baseline`` (a checkout's src folder),
+    each run ``rounds`` times in its own process, alternately; per row the median of the
+    runs' medians, and the difference. The table's rows are this checkout's (a function
+    the baseline lacks is left out of its table, so its time falls in the row above)."""
+    runs: dict[str, list[dict]] = {"this": [], "baseline": []}
+    for _ in range(rounds):
+        for name, src in (("this", ROOT / "src"), ("baseline", baseline)):
+            runs[name].append(_subprocess(["--passes-json", machine, nodes, "--repeat-small", str(repeat)], timeout, src))
+    bad = [r["error"] for rs in runs.values() for r in rs if "error" in r]
+    if bad:
+        raise SystemExit(f"a run failed: {bad[0]}")
+    load = os.getloadavg()
+    print(f"all-gather on {machine} x {nodes}: median over {rounds} alternating runs of the median of {repeat} warm "
+          f"runs (ms, wall); load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+    print(f"  {'':<48} {'this':>8} {'baseline':>8} {'diff':>7} {'ratio':>6}")
+    for key, label in pass_rows():
+        a, b = (statistics.median(r.get(key, 0.0) for r in runs[name]) for name in ("this", "baseline"))
+        ratio = f"{a / b:6.2f}" if b > 0.005 else ""
+        print(f"  {label:<48} {a:8.2f} {b:8.2f} {a - b:+7.2f} {ratio}")
 
 
 def scale_table(machines, node_counts, collectives, repeat: int, dialect: str, timeout: float) -> list[dict]:
@@ -397,11 +420,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passes", nargs=2, metavar=("MACHINE", "NODES"),
                     help="only: where a warm all-gather synthesis on MACHINE x NODES spends its time, per pass "
                          "(median of --repeat-small runs)")
+    ap.add_argument("--baseline", type=Path, metavar="SRC",
+                    help="with --passes: the same table for the src folder of another checkout (its extensions "
+                         "built), run alternately with this one --rounds times, side by side")
+    ap.add_argument("--rounds", type=int, default=5, help="with --baseline: alternating runs of each (the median)")
+    ap.add_argument("--passes-json", nargs=2, metavar=("MACHINE", "NODES"), help=argparse.SUPPRESS)
     ap.add_argument("--warm", nargs=4, metavar=("MACHINE", "NODES", "COLLECTIVE", "REPEAT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.warm:
         machine, nodes, coll, repeat = args.warm
         print(json.dumps(run_warm(machine, int(nodes), coll, int(repeat))))
+        return 0
+    if args.passes_json:
+        machine, nodes = args.passes_json
+        print(json.dumps(run_passes(machine, int(nodes), "allgather", args.repeat_small)))
+        return 0
+    if args.passes and args.baseline:
+        passes_side_by_side(*args.passes, args.repeat_small, args.baseline, args.rounds, args.timeout)
         return 0
     if args.passes:
         machine, nodes = args.passes
