@@ -225,9 +225,9 @@ def test_structure_corpus_has_both_answers():
 
 
 def test_an_algorithm_changed_in_place_is_verified_as_it_is_now():
-    """The encoding is remembered within one verify_algorithm call, and handed from a
-    passed pieces check to the next verifier call only: a program changed in place after
-    it was verified (even inside ``remembering_passes``) is encoded again."""
+    """The encoding is remembered within one verify_algorithm call only: a program
+    changed in place after a check (even inside ``remembering_passes``, as a strategy
+    could) is encoded again."""
     from arborcc.verify import verify_algorithm
     from arborcc.verify.pieces import deadlock_free, remembering_passes
 
@@ -237,26 +237,6 @@ def test_an_algorithm_changed_in_place_is_verified_as_it_is_now():
         step = next(st_ for prog in algo.ranks for tb in prog.threadblocks for st_ in tb.steps if st_.op is Op.RECV)
         step.dst_off = (step.dst_off + 1) % algo.ranks[0].output_chunks
         assert not verify_algorithm(algo).ok
-
-
-def test_a_synthesis_encodes_a_checked_algorithm_once(monkeypatch):
-    """Inside ``remembering_passes`` (a synthesis), the encoding of the lowering's pieces
-    check is the verifier's next one: one encoding for both; outside it, each encodes."""
-    from arborcc.verify import verify_algorithm
-    from arborcc.verify.pieces import deadlock_free, remembering_passes
-
-    calls = []
-    encode = native.encode_program
-    monkeypatch.setattr(native, "encode_program", lambda *a: calls.append(1) or encode(*a))
-    algo = private(ring_allgather(4))
-    with remembering_passes():
-        assert deadlock_free(algo) and verify_algorithm(algo).ok
-        assert len(calls) == 1
-        assert verify_algorithm(algo).ok  # the hand-over was taken: encoded again
-        assert len(calls) == 2
-    other = private(ring_allgather(4))
-    assert deadlock_free(other) and verify_algorithm(other).ok
-    assert len(calls) == 4
 
 
 def test_numbers_of_any_size_are_verified_as_the_python_passes_do():

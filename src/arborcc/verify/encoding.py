@@ -9,12 +9,7 @@ count and dependency; per connection its two thread blocks. The structure rules
 (:mod:`.structure`), the pieces run (:mod:`.pieces`) and the symbolic run's proof
 (:mod:`.proof`) read it. Within one :func:`arborcc.verify.verify_algorithm` call an
 algorithm object is encoded once; never across calls, so that an algorithm changed in
-place between two calls is verified as it is now. One hand-over: inside a
-:func:`arborcc.verify.pieces.remembering_passes` block (``synthesize``), the encoding
-an algorithm's passed pieces check made is kept for the next verifier call on that
-same object, which takes it (once: a later call encodes again) - the lowering checks a
-candidate, the synthesis verifies it next, and nothing changes it in between (as the
-pieces check's own answer, remembered in the same block, already assumes).
+place between two calls is verified as it is now.
 """
 
 from __future__ import annotations
@@ -30,9 +25,6 @@ _OP_TABLE = tuple(OPS.items())
 
 #: inside one :func:`arborcc.verify.verify_algorithm` call: the encodings, by algorithm object
 encodings = CallMemo()
-#: inside :func:`arborcc.verify.pieces.remembering_passes`: the encodings
-#: :func:`keep_encoding` kept, each until one :func:`encoded_program` call takes it
-kept = CallMemo()
 
 
 def encoded_program(algo: Algorithm) -> native.Program:
@@ -40,18 +32,6 @@ def encoded_program(algo: Algorithm) -> native.Program:
     dependency on a thread block its rank lacks: check the structure first)."""
     program = encodings.get_for(algo)
     if program is None:
-        program = kept.get_for(algo)
-        if program is not None:
-            kept.put_for(algo, None)  # handed over once
-        else:
-            program = native.encode_program(sorted(algo.ranks, key=lambda p: p.rank), _OP_TABLE, BUFFERS)
+        program = native.encode_program(sorted(algo.ranks, key=lambda p: p.rank), _OP_TABLE, BUFFERS)
         encodings.put_for(algo, program)
     return program
-
-
-def keep_encoding(algo: Algorithm, program: native.Program) -> None:
-    """Keep ``program`` (``algo``'s encoding) for the next :func:`encoded_program` call
-    on ``algo`` in the enclosing :func:`arborcc.verify.pieces.remembering_passes`
-    block, if there is one (module doc) - unless a verifier call is reading it now."""
-    if encodings.get_for(algo) is None:
-        kept.put_for(algo, program)

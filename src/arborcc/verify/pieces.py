@@ -58,7 +58,7 @@ from arborcc.ir.model import Algorithm, Protocol
 from arborcc.ir.report import Violation
 from arborcc.verify.deadlock import TbName, Wait, explain_deadlock
 import arborcc.verify.native as native
-from arborcc.verify.encoding import encoded_program, kept, keep_encoding
+from arborcc.verify.encoding import encoded_program
 from arborcc.verify.semantics import OPS
 
 #: NCCL's FIFO depth per connection, in steps
@@ -180,10 +180,8 @@ def remembering_passes() -> Iterator[None]:
     generator's candidate check (:func:`deadlock_free`) and the verifier's final check
     of the same algorithm then cost one run (``synthesize`` wraps its work in this).
     The same algorithm object is recognised without even rebuilding its schedule
-    (:mod:`arborcc.ir.memo`), and its encoding is kept for the verifier's structure rules
-    and proof (:func:`arborcc.verify.encoding.keep_encoding`): the algorithms of a
-    synthesis are not changed in place."""
-    with _passed.active(), _passed_algorithms.active(), kept.active():
+    (:mod:`arborcc.ir.memo`)."""
+    with _passed.active(), _passed_algorithms.active():
         yield
 
 
@@ -194,11 +192,9 @@ def check_pieces(algo: Algorithm) -> tuple[list[Violation], str]:
     note = _passed_algorithms.get_for(algo)
     if note is not None:
         return [], note
-    schedule = PieceSchedule(algo)
-    found, note = _check_schedule(schedule, piece_model(algo))
+    found, note = _check_schedule(PieceSchedule(algo), piece_model(algo))
     if not found:
         _passed_algorithms.put_for(algo, note)
-        keep_encoding(algo, schedule.program)
     return found, note
 
 
