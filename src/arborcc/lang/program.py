@@ -368,10 +368,8 @@ class Program:
         name = caller.f_code.co_filename
         where = self.where if name.startswith(PACKAGE_DIR) else (name, caller.f_lineno)
         why_not = None if self._all_connected else self.connectivity.why_not
-        refused: dict[int, bool] = {}  # src rank * ranks + dst rank -> no route between them
         return (self._seqs, self.ops, self.max_ops, self.num_ranks, INPUT, OUTPUT, self._alias_named,
-                self._alias_meant, self._alias_shift, self.copy_index_by_source, why_not, refused, T.COPY,
-                self._lanes, where)
+                self._alias_meant, self._alias_shift, self.copy_index_by_source, why_not, T.COPY, self._lanes, where)
 
     def _copy_as_written(self, sr, sbuf, si, dr, dbuf, di, n, ch) -> None:
         """One copy of :meth:`trace_copies` the way the DSL's verbs do it."""

@@ -186,9 +186,8 @@ def tree_channel_map(topology: Topology, trees: Sequence[Tree], spread: int = 0,
     hops = tree_hops(topology, trees, both_ways)
     if spread:
         return ChannelMap(hops, spread)
-    colour = tree_colours(topology, trees)
-    if not own_connections_fit(topology, trees, colour, both_ways):
-        colour = None
+    colour = own_colours(topology, trees, both_ways)
+    if colour is None:
         if counts:
             key = (tuple(topology.ranks), tuple(trees), tuple(counts), both_ways, rounds)
             if key not in _APART:  # the variants of within_limits ask again with other fusion
@@ -352,6 +351,16 @@ def own_connections_fit(topology: Topology, trees: Sequence[Tree], colour: Seque
             and tree_threadblocks(topology, trees, both_ways) <= MAX_THREADBLOCKS)
 
 
+def own_colours(topology: Topology, trees: Sequence[Tree], both_ways: bool) -> list[int] | None:
+    """The channels of :func:`tree_colours` when the trees fit on their own connections
+    (:func:`own_connections_fit`), else None; the thread blocks, which cost less to
+    count, are counted first and the colours worked out only if they fit."""
+    if tree_threadblocks(topology, trees, both_ways) > MAX_THREADBLOCKS:
+        return None
+    colour = tree_colours(topology, trees)
+    return colour if own_connections_fit(topology, trees, colour, both_ways) else None
+
+
 #: copies the heaviest tree is cut into, most first (:func:`balanced_copies`)
 COPIES = (4, 2)
 
@@ -374,7 +383,7 @@ def balanced_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[
         unit = max(counts, default=0) / k
         n = [max(1, min(c, round(c / unit))) if unit else 1 for c in counts]
         expanded = [t for t, m in zip(trees, n) for _ in range(m)]
-        if copies or own_connections_fit(topology, expanded, tree_colours(topology, expanded), both_ways):
+        if copies or own_colours(topology, expanded, both_ways) is not None:
             return n
     return [1] * len(trees)
 

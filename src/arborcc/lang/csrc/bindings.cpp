@@ -14,9 +14,9 @@ PYBIND11_MODULE(native, m) {
       "trace_copies",
       [](py::handle copies, Py_ssize_t start, py::list seqs, py::list ops, Py_ssize_t max_ops, Py_ssize_t num_ranks,
          py::handle input, py::handle output, py::handle named, py::handle meant, long long shift, bool by_source,
-         py::object why_not, py::dict refused, py::handle copy_kind, py::handle lanes, py::handle where) {
+         py::object why_not, py::handle copy_kind, py::handle lanes, py::handle where) {
         lang::TraceTarget t{seqs, ops, max_ops, num_ranks, input, output, named, meant, shift, by_source,
-                            why_not, refused, copy_kind, lanes, where};
+                            why_not, {}, copy_kind, lanes, where};
         return lang::trace_copies(t, copies, start);
       },
       "Trace copies[start:] while each is the common case of Program.trace_copies; the index of the "
@@ -25,10 +25,10 @@ PYBIND11_MODULE(native, m) {
       "trace_broadcasts",
       [](py::handle blocks, Py_ssize_t start, Py_ssize_t first_hop, py::list seqs, py::list ops, Py_ssize_t max_ops,
          Py_ssize_t num_ranks, py::handle input, py::handle output, py::handle named, py::handle meant, long long shift,
-         bool by_source, py::object why_not, py::dict refused, py::handle copy_kind, py::handle lanes,
+         bool by_source, py::object why_not, py::handle copy_kind, py::handle lanes,
          py::handle where) {
         lang::TraceTarget t{seqs, ops, max_ops, num_ranks, input, output, named, meant, shift, by_source,
-                            why_not, refused, copy_kind, lanes, where};
+                            why_not, {}, copy_kind, lanes, where};
         return lang::trace_broadcasts(t, blocks, start, first_hop);
       },
       "Trace the copies of blocks[start:] (from hop first_hop of the first) while each is the common case of "

@@ -101,20 +101,16 @@ bool trace_one(TraceTarget& t, PyObject* const f[8]) {
   long long low;
   if (!min_record(src_seqs, s, n, low) || low < 0) return false;
   if (!t.why_not.is_none()) {
-    py::int_ hop(sr * nr + dr);
-    PyObject* known = PyDict_GetItemWithError(t.refused.ptr(), hop.ptr());
-    if (!known && PyErr_Occurred()) throw py::error_already_set();
-    bool no_route;
-    if (known) {
-      no_route = PyObject_IsTrue(known) == 1;
-    } else {
+    auto [known, fresh] = t.refused.try_emplace(sr * nr + dr, false);
+    if (fresh) {  // the first copy between these ranks asks the topology
       py::object reason = t.why_not(py::reinterpret_borrow<py::object>(f[0]), py::reinterpret_borrow<py::object>(f[3]));
-      no_route = !reason.is_none();
-      t.refused[hop] = py::bool_(no_route);
+      known->second = !reason.is_none();
+      if (known->second) return false;
+      dst_seqs = slot_list(all_seqs, dr, dcode);  // Python ran: look the lists up again
+      if (d + n > PyList_GET_SIZE(dst_seqs)) return false;
+    } else if (known->second) {
+      return false;
     }
-    if (no_route) return false;
-    dst_seqs = slot_list(all_seqs, dr, dcode);  // Python ran: look the lists up again
-    if (d + n > PyList_GET_SIZE(dst_seqs)) return false;
   }
   if (PyList_GET_SIZE(ops) >= t.max_ops) return false;  // Python raises the operations limit's error
   py::tuple op(13);

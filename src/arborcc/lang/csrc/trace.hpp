@@ -5,6 +5,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <unordered_map>
 #include <utility>
 
 namespace lang {
@@ -22,7 +23,7 @@ struct TraceTarget {
   long long shift;                    // index shift per rank of that rule
   bool by_source;                     // a destination index is mapped with the source rank
   py::object why_not;                 // connectivity's why_not(src, dst), or None (all connected)
-  py::dict refused;                   // src * ranks + dst -> whether no route joins them
+  std::unordered_map<long long, bool> refused;  // src * ranks + dst -> no route joins them (this call)
   py::handle copy_kind, lanes, where; // the operation tuple's kind, lanes and where fields
 };
 
