@@ -34,7 +34,8 @@ optimum.
     python benchmarks/cluster_scale.py                       # both tables (about an hour)
     python benchmarks/cluster_scale.py --nodes 8,16 --skip-forestcoll
     python benchmarks/cluster_scale.py --skip-scale --forestcoll /tmp/ForestColl
-    python benchmarks/cluster_scale.py --passes dgx1v 1 --repeat-small 21   # where the time goes
+    python benchmarks/cluster_scale.py --passes dgx1v 1 --repeat-small 21   # where the time goes, every ms
+    python benchmarks/cluster_scale.py --passes dgx1v 1 --repeat-small 21 --baseline /tmp/base/src  # vs another
 """
 
 from __future__ import annotations
@@ -119,37 +120,84 @@ def run_warm(machine: str, nodes: int, collective: str, repeat: int) -> dict:
     return {**med, "strategy": r.strategy, "algbw": r.algbw, "bound": r.bound, "ratio": r.ratio, "exact": r.bound_exact}
 
 
-#: where a synthesis spends its time: (module, public function, label), timed where the
-#: function that calls it looks it up; indented entries are part of the one above them
+#: where a synthesis spends its time: (where, public functions, label), each function timed
+#: where the code that calls it looks it up (``module`` or ``module:Class`` for a method;
+#: a name the checkout lacks is left out, so an older checkout runs the same table);
+#: indented entries are part of the one above them, and every entry with parts gets a
+#: row for the rest of its time (what no part covers), so each level sums to its parent
 PASSES = (
-    ("arborcc.synth.synthesis", "collective_bound", "bound"),
-    ("arborcc.synth.strategies", "pack_allgather", "packing (seeds, column generation)"),
-    ("arborcc.synth.strategies", "apportion", "rounding to chunks"),
-    ("arborcc.synth.lower", "within_limits", "lowering (trace, compile, checks)"),
-    ("arborcc.synth.lower", "balanced_copies", "  tree copies"),
-    ("arborcc.synth.lower", "tree_channel_map", "  channels"),
-    ("arborcc.compiler", "compile_program", "  compiling (all passes)"),
-    ("arborcc.compiler.pipeline", "lower_operations", "    instructions"),
-    ("arborcc.compiler.pipeline", "build_dag", "    DAG"),
-    ("arborcc.compiler.pipeline", "fuse_instructions", "    fusion"),
-    ("arborcc.compiler.pipeline", "repair_order", "    FIFO-order repair"),
-    ("arborcc.compiler.pipeline", "assign_auto", "    thread blocks"),
-    ("arborcc.compiler.pipeline", "emit_steps", "    synchronization"),
-    ("arborcc.synth.lower", "steady_state_bandwidth", "  bandwidth estimate"),
-    ("arborcc.verify.pieces", "deadlock_free", "  pieces deadlock check"),
-    ("arborcc.verify", "verify_algorithm", "verifying"),
-    ("arborcc.verify.checker", "check_structure", "  structure"),
-    ("arborcc.verify.checker", "prove_layouts", "  symbolic run, compiled (both call modes)"),
-    ("arborcc.verify.checker", "simulate_layouts", "  symbolic run in Python (modes not proved)"),
-    ("arborcc.verify.checker", "check_postcondition", "  postconditions in Python (not proved)"),
+    ("arborcc.synth.synthesis", ("collective_bound",), "bound"),
+    ("arborcc.synth.strategies", ("pack_allgather",), "packing (seeds, column generation)"),
+    ("arborcc.synth.strategies", ("apportion",), "rounding to chunks"),
+    ("arborcc.synth.lower", ("within_limits",), "lowering (trace, compile, checks)"),
+    ("arborcc.synth.lower", ("balanced_copies",), "  tree copies"),
+    ("arborcc.synth.lower", ("tree_channel_map",), "  channels"),
+    ("arborcc.synth.lower", ("round_ranges", "broadcast_copies", "broadcast_blocks", "local_copies"),
+     "  transfer list"),
+    ("arborcc.synth.lower", ("lowering_program",), "  program setup"),
+    ("arborcc.lang.program:Program", ("trace_copies", "trace_broadcasts"), "  DSL trace"),
+    ("arborcc.compiler", ("compile_program",), "  compiling (all passes)"),
+    ("arborcc.compiler.pipeline", ("lower_operations",), "    instructions"),
+    ("arborcc.compiler.pipeline", ("build_dag",), "    DAG"),
+    ("arborcc.compiler.pipeline", ("fuse_instructions",), "    fusion"),
+    ("arborcc.compiler.pipeline", ("repair_order",), "    FIFO-order repair"),
+    ("arborcc.compiler.pipeline", ("assign_auto",), "    thread blocks"),
+    ("arborcc.compiler.pipeline", ("emit_steps",), "    synchronization"),
+    ("arborcc.synth.lower", ("steady_state_bandwidth",), "  bandwidth estimate"),
+    ("arborcc.ir.limits", ("check_dialect_limits",), "  dialect limits"),
+    ("arborcc.verify.pieces", ("deadlock_free",), "  pieces deadlock check"),
+    ("arborcc.verify", ("verify_algorithm",), "verifying"),
+    ("arborcc.verify.checker", ("check_structure",), "  structure"),
+    ("arborcc.verify.checker", ("prove_layouts",), "  symbolic run, compiled (both call modes)"),
+    ("arborcc.verify.checker", ("simulate_layouts",), "  symbolic run in Python (modes not proved)"),
+    ("arborcc.verify.checker", ("check_postcondition",), "  postconditions in Python (not proved)"),
 )
+#: the label of the whole synthesis (every top-level entry is part of it)
+WHOLE = "whole synthesize"
+
+
+def pass_parts() -> dict[str, list[str]]:
+    """Label -> labels of its parts (the entries one level deeper right below it; the
+    top-level entries are the parts of :data:`WHOLE`), for every entry that has some."""
+    labels = [label for _, _, label in PASSES]
+    depth = [len(l) - len(l.lstrip()) for l in labels]
+    parts: dict[str, list[str]] = {WHOLE: [l for l, d in zip(labels, depth) if d == 0]}
+    for i, label in enumerate(labels):
+        j = i + 1
+        while j < len(labels) and depth[j] > depth[i]:
+            if depth[j] == depth[i] + 2:
+                parts.setdefault(label, []).append(labels[j])
+            j += 1
+    return parts
+
+
+def pass_rows() -> list[tuple[str, str]]:
+    """(key, label) of every row of the ``--passes`` table in order: the entries of
+    :data:`PASSES`, after the parts of each entry that has some a row for the rest of
+    its time (key ``rest:<label>``), and the whole."""
+    parts = pass_parts()
+    last_part = {ps[-1]: parent for parent, ps in parts.items()}
+    rows: list[tuple[str, str]] = []
+
+    def close(label: str) -> None:  # after the last part of an entry (and of its last part's parts)
+        parent = last_part.get(label)
+        if parent is not None:
+            pad = " " * (len(parts[parent][0]) - len(parts[parent][0].lstrip()))
+            rows.append((f"rest:{parent}", f"{pad}the rest of {parent.strip()}"))
+            close(parent)
+
+    for _, _, label in PASSES:
+        rows.append((label, label))
+        if label not in parts:
+            close(label)
+    rows.append((WHOLE, WHOLE))
+    return rows
 
 
 def run_passes(machine: str, nodes: int, collective: str, repeat: int) -> dict:
-    """Milliseconds per pass (median of ``repeat`` warm syntheses, wall clock), each
-    function of :data:`PASSES` wrapped with a timer where its caller looks it up, and the
-    whole ``synthesize``; the lowering's trace (the DSL calls) is what the strategy's
-    time leaves after the passes under it (the DSL calls: :mod:`arborcc.lang`)."""
+    """Milliseconds per row of :func:`pass_rows` (median of ``repeat`` warm syntheses,
+    wall clock): each function of :data:`PASSES` wrapped with a timer where its caller
+    looks it up, the whole ``synthesize``, and what each entry's parts leave of it."""
     import functools
     import importlib
 
@@ -167,27 +215,59 @@ def run_passes(machine: str, nodes: int, collective: str, repeat: int) -> dict:
                 spent[label] = spent.get(label, 0.0) + time.perf_counter() - t0
         return wrapper
 
-    for module, name, label in PASSES:
-        mod = importlib.import_module(module)
-        setattr(mod, name, timed(getattr(mod, name), label))
+    for where, names, label in PASSES:
+        module, _, cls = where.partition(":")
+        owner = importlib.import_module(module)
+        owner = getattr(owner, cls) if cls else owner
+        for name in names:
+            if hasattr(owner, name):
+                setattr(owner, name, timed(getattr(owner, name), label))
     topology = _topology(machine, nodes)
     synthesize(topology, collective, "auto", dialect="executor")
+    parts = pass_parts()
     runs = []
     for _ in range(repeat):
         spent.clear()
         t0 = time.perf_counter()
         synthesize(topology, collective, "auto", dialect="executor")
-        runs.append(dict(spent, total=time.perf_counter() - t0))
-    return {k: 1000 * statistics.median(r.get(k, 0.0) for r in runs) for k in runs[0]}
+        run = dict(spent)
+        run[WHOLE] = time.perf_counter() - t0
+        for parent, ps in parts.items():
+            run[f"rest:{parent}"] = run.get(parent, 0.0) - sum(run.get(p, 0.0) for p in ps)
+        runs.append(run)
+    keys = {k for run in runs for k in run}
+    return {k: 1000 * statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
 
 
-def _subprocess(args: list[str], timeout: float) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+def _subprocess(args: list[str], timeout: float, src: Path = ROOT / "src") -> dict:
+    env = dict(os.environ, PYTHONPATH=str(src))
     out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=timeout, env=env)
     line = next((l for l in reversed(out.stdout.splitlines()) if l.startswith("{")), None)
     if line is None:
         return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1]}
     return json.loads(line)
+
+
+def passes_side_by_side(machine: str, nodes: str, repeat: int, baseline: Path, rounds: int, timeout: float) -> None:
+    """The ``--passes`` table of this checkout and of ``baseline`` (a checkout's src folder),
+    each run ``rounds`` times in its own process, alternately; per row the median of the
+    runs' medians, and the difference. The table's rows are this checkout's (a function
+    the baseline lacks is left out of its table, so its time falls in the row above)."""
+    runs: dict[str, list[dict]] = {"this": [], "baseline": []}
+    for _ in range(rounds):
+        for name, src in (("this", ROOT / "src"), ("baseline", baseline)):
+            runs[name].append(_subprocess(["--passes-json", machine, nodes, "--repeat-small", str(repeat)], timeout, src))
+    bad = [r["error"] for rs in runs.values() for r in rs if "error" in r]
+    if bad:
+        raise SystemExit(f"a run failed: {bad[0]}")
+    load = os.getloadavg()
+    print(f"all-gather on {machine} x {nodes}: median over {rounds} alternating runs of the median of {repeat} warm "
+          f"runs (ms, wall); load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+    print(f"  {'':<48} {'this':>8} {'baseline':>8} {'diff':>7} {'ratio':>6}")
+    for key, label in pass_rows():
+        a, b = (statistics.median(r.get(key, 0.0) for r in runs[name]) for name in ("this", "baseline"))
+        ratio = f"{a / b:6.2f}" if b > 0.005 else ""
+        print(f"  {label:<48} {a:8.2f} {b:8.2f} {a - b:+7.2f} {ratio}")
 
 
 def scale_table(machines, node_counts, collectives, repeat: int, dialect: str, timeout: float) -> list[dict]:
@@ -340,19 +420,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passes", nargs=2, metavar=("MACHINE", "NODES"),
                     help="only: where a warm all-gather synthesis on MACHINE x NODES spends its time, per pass "
                          "(median of --repeat-small runs)")
+    ap.add_argument("--baseline", type=Path, metavar="SRC",
+                    help="with --passes: the same table for the src folder of another checkout (its extensions "
+                         "built), run alternately with this one --rounds times, side by side")
+    ap.add_argument("--rounds", type=int, default=5, help="with --baseline: alternating runs of each (the median)")
+    ap.add_argument("--passes-json", nargs=2, metavar=("MACHINE", "NODES"), help=argparse.SUPPRESS)
     ap.add_argument("--warm", nargs=4, metavar=("MACHINE", "NODES", "COLLECTIVE", "REPEAT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.warm:
         machine, nodes, coll, repeat = args.warm
         print(json.dumps(run_warm(machine, int(nodes), coll, int(repeat))))
         return 0
+    if args.passes_json:
+        machine, nodes = args.passes_json
+        print(json.dumps(run_passes(machine, int(nodes), "allgather", args.repeat_small)))
+        return 0
+    if args.passes and args.baseline:
+        passes_side_by_side(*args.passes, args.repeat_small, args.baseline, args.rounds, args.timeout)
+        return 0
     if args.passes:
         machine, nodes = args.passes
         times = run_passes(machine, int(nodes), "allgather", args.repeat_small)
-        print(f"all-gather on {machine} x {nodes}, median of {args.repeat_small} warm runs (ms, wall):")
-        for _, _, label in PASSES:
-            print(f"  {label:<44} {times.get(label, 0.0):7.2f}")
-        print(f"  {'whole synthesize':<44} {times['total']:7.2f}")
+        print(f"all-gather on {machine} x {nodes}, median of {args.repeat_small} warm runs (ms, wall; each "
+              f"level sums to its parent, up to the medians):")
+        for key, label in pass_rows():
+            print(f"  {label:<48} {times.get(key, 0.0):7.2f}")
         return 0
     if args.cell:
         machine, nodes, coll, dialect = args.cell

@@ -152,3 +152,32 @@ def test_remembered_answers_are_per_algorithm_object_and_per_block(monkeypatch):
     assert calls == ["executor", "executor", "legacy"]
     check_dialect_limits(algo, "executor")
     assert calls == ["executor", "executor", "legacy", "executor"]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_plain_steps_screen_changes_no_answer(seed, monkeypatch):
+    """check_dialect_limits skips the step rules when no step can break one (no nop, no
+    reduction, every type and count accepted); with steps changed at random to nops,
+    reductions, rejected types and large counts, its answers are those of the full rules."""
+    import random
+
+    import arborcc.ir.limits as limits
+
+    rng = random.Random(seed)
+    algo = copy.deepcopy(rng.choice([ring_allreduce(4), allpairs_allreduce(4)]))
+    steps = [st for prog in algo.ranks for tb in prog.threadblocks for st in tb.steps]
+    for st in rng.sample(steps, rng.randint(0, 3)):
+        change = rng.randint(0, 3)
+        if change == 0:
+            st.op = rng.choice([Op.NOP, Op.REDUCE, Op.RESIDUAL_ADD])
+        elif change == 1:
+            st.count = rng.choice([71, 72, 200])
+        elif change == 2:
+            st.dep = None
+        else:
+            st.has_dep = not st.has_dep
+    for dialect in DIALECTS:
+        screened = check_dialect_limits(algo, dialect)
+        with monkeypatch.context() as m:
+            m.setattr(limits, "_plain_steps", lambda *_: False)
+            assert check_dialect_limits(algo, dialect) == screened

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from operator import attrgetter
 
 from arborcc.ir.memo import CallMemo
 from arborcc.ir.model import Algorithm, Op
@@ -106,6 +107,9 @@ XML_COLLECTIVE_NAMES: dict[str, str] = {
 MAX_REDUCE_FUSION = 16
 
 
+_op_of, _count_of = attrgetter("op"), attrgetter("count")
+
+
 def dialect_limits(dialect: str) -> DialectLimits:
     try:
         return DIALECTS[dialect]
@@ -145,6 +149,7 @@ def _dialect_violations(algo: Algorithm, dialect: str, max_per_rule: int) -> lis
         if seen[rule] <= max_per_rule:
             out.append(Violation(rank, tb, step, "limit", f"{lim.name} dialect: {message}"))
 
+    plain_steps = _plain_steps(algo, lim)
     if algo.collective not in lim.collective_names:
         add("coll", None, None, None,
             f"has no collective named {algo.collective!r} (it knows {', '.join(sorted(lim.collective_names))})")
@@ -169,18 +174,34 @@ def _dialect_violations(algo: Algorithm, dialect: str, max_per_rule: int) -> lis
                 add("chan", r, tb.id, None, f"channel {tb.channel}; channels must be below {lim.max_channels}")
             if tb.channel < 0 and not (lim.negative_channel_without_peers and tb.send < 0 and tb.recv < 0):
                 add("chan", r, tb.id, None, f"channel {tb.channel} is not accepted")
-            _check_steps(lim, r, tb, add)
+            if not plain_steps:
+                _check_steps(lim, r, tb, add)
     return out
+
+
+def _plain_steps(algo: Algorithm, lim: DialectLimits) -> bool:
+    """Whether no step rule can apply: no nop, no reduction, every step type and count
+    accepted (one pass over the steps by identity; an Op hashes in Python)."""
+    steps = [st for prog in algo.ranks for tb in prog.threadblocks for st in tb.steps]
+    if max(map(_count_of, steps), default=0) >= lim.max_count_exclusive:
+        return False
+    ops = set(map(id, map(_op_of, steps)))
+    return not any(id(op) in ops for op in (Op.NOP, Op.REDUCE, *_rejected_types(lim)))
+
+
+def _rejected_types(lim: DialectLimits) -> tuple[Op, ...]:
+    """The step types ``lim`` does not accept, in declaration order."""
+    return tuple(op for op in Op if op not in lim.step_types)
 
 
 def _check_steps(lim: DialectLimits, r: int, tb, add) -> None:
     pending_nop_deps = 0
     prev_re = None  # (dst_buf, dst_off, src_buf, count) of a reduction a next 're' would fuse with
     chain = 0
-    step_types, max_count, nop, reduce = lim.step_types, lim.max_count_exclusive, Op.NOP, Op.REDUCE
+    rejected, max_count, nop, reduce = _rejected_types(lim), lim.max_count_exclusive, Op.NOP, Op.REDUCE
     for i, st in enumerate(tb.steps):
         op = st.op
-        if op not in step_types:
+        if op in rejected:
             add("type", r, tb.id, i, f"step type '{op.value}' is not supported")
         if op is nop:
             if st.dep is not None:

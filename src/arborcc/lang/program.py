@@ -43,7 +43,8 @@ from arborcc.lang.buffers import (
 )
 from arborcc.lang.collectives import Collective
 from arborcc.lang.directives import ThreadblockPolicy, parse_policy, parse_protocol
-from arborcc.lang.ref import Ref, record_operation
+import arborcc.lang.native as native
+from arborcc.lang.ref import Ref
 from arborcc.lang.routes import Connectivity
 from arborcc.lang.values import ReduceChunk
 from arborcc.lang.where import PACKAGE_DIR, format_location, program_error, user_location
@@ -320,50 +321,55 @@ class Program:
         rank, dst buffer, dst index, count, ch)`` does what ``chunk(src rank, src buffer,
         src index, count).copy(dst rank, dst buffer, dst index, ch=ch)`` does - the same
         operation recorded, the same checks - without a reference object per copy: the
-        lowerings of :mod:`arborcc.synth` trace thousands of tree hops this way. Anything
-        beyond the common case (scratch buffers, aliasing by function, a copy onto its
-        own chunks, a check that fails) takes the path of ``chunk(...).copy(...)``, which
-        does it or reports it."""
-        f = _getframe(1)
-        name = f.f_code.co_filename
-        where = self.where if name.startswith(PACKAGE_DIR) else (name, f.f_lineno)
-        all_seqs, nr, lanes = self._seqs, self.num_ranks, self._lanes
-        named, meant, shift = self._alias_named, self._alias_meant, self._alias_shift
-        by_source = self.copy_index_by_source
-        simple = self._alias is None
-        connected = self.connectivity.why_not if not self._all_connected else None
-        refused: dict[int, bool] = {}  # src rank * ranks + dst rank -> no route between them
-        for copy in copies:
-            sr, sbuf, s, dr, dbuf, d, n, ch = copy
-            if not (simple and type(sr) is int and type(dr) is int and type(s) is int and type(d) is int
-                    and type(n) is int and type(ch) is int and 0 <= sr < nr and 0 <= dr < nr and s >= 0
-                    and d >= 0 and n >= 1 and ch >= -1):
-                self._copy_as_written(*copy)
-                continue
-            if sbuf is named:  # in-place aliasing by a simple rule, as chunk() and copy() apply it
-                sbuf, s = meant, s + sr * shift
-            if dbuf is named:
-                dbuf, d = meant, d + (sr if by_source else dr) * shift
-            scode = 0 if sbuf is INPUT else 1 if sbuf is OUTPUT else -1
-            dcode = 0 if dbuf is INPUT else 1 if dbuf is OUTPUT else -1
-            if scode < 0 or dcode < 0 or (dr == sr and scode == dcode and d < s + n and s < d + n):
-                self._copy_as_written(*copy)
-                continue
-            src_seqs = all_seqs[sr][scode]
-            dst_seqs = all_seqs[dr][dcode]
-            if s + n > len(src_seqs) or d + n > len(dst_seqs) or (
-                    src_seqs[s] < 0 if n == 1 else min(src_seqs[s:s + n]) < 0):
-                self._copy_as_written(*copy)
-                continue
-            if connected is not None:
-                hop = sr * nr + dr
-                no_route = refused.get(hop)
-                if no_route is None:
-                    no_route = refused[hop] = connected(sr, dr) is not None
-                if no_route:
-                    self._copy_as_written(*copy)
-                    continue
-            record_operation(self, (T.COPY, sr, scode, s, dr, dcode, d, n, -1, -1, ch, lanes, where), dst_seqs, d, n)
+        lowerings of :mod:`arborcc.synth` trace thousands of tree hops this way. The
+        common case (plain ints in range, the input or output buffer after aliasing by a
+        simple rule, initialized sources, ranks the topology joins) runs compiled
+        (``arborcc.lang.native``, ``lang/csrc/trace.cpp``); anything beyond it (scratch
+        buffers, aliasing by function, a copy onto its own chunks, a check that fails)
+        takes the path of ``chunk(...).copy(...)``, which does it or reports it.
+        ``copies``: a list or tuple (any other iterable is read into a list first)."""
+        copies = copies if type(copies) is list or type(copies) is tuple else list(copies)
+        i, total = 0, len(copies)
+        if self._alias is not None:  # aliasing by function: every copy as written
+            i = total
+            for copy in copies:
+                self._copy_as_written(*_copy_fields(copy))
+        state = self._native_state(_getframe(1))
+        while i < total:
+            i = native.trace_copies(copies, i, *state)
+            if i < total:
+                self._copy_as_written(*_copy_fields(copies[i]))
+                i += 1
+
+    def trace_broadcasts(self, blocks) -> None:
+        """Copy chunk ranges down trees, in order: each block ``(hops, buffer, index,
+        size)`` is the copies ``(parent, buffer, index, child, buffer, index, size, ch)``
+        of :meth:`trace_copies` for each ``(parent, child, ch)`` of ``hops`` - a tree
+        broadcast of ``size`` chunks within one buffer (the all-gather lowering's blocks)
+        without a tuple per copy. ``blocks``: a list or tuple (any other iterable is read
+        into a list first) of tuples, each ``hops`` a list or tuple of tuples (other
+        sequences are traced one copy at a time, as written)."""
+        blocks = blocks if type(blocks) is list or type(blocks) is tuple else list(blocks)
+        state = self._native_state(_getframe(1))
+        i, j, total = 0, 0, len(blocks)
+        while i < total:
+            if self._alias is None:
+                i, j = native.trace_broadcasts(blocks, i, j, *state)
+            if i < total:  # block i's hop j as written, then on from the next hop
+                hops, buffer, index, size = blocks[i]
+                if j < len(hops):
+                    parent, child, ch = hops[j]
+                    self._copy_as_written(parent, buffer, index, child, buffer, index, size, ch)
+                i, j = (i, j + 1) if j + 1 < len(hops) else (i + 1, 0)
+
+    def _native_state(self, caller) -> tuple:
+        """What ``arborcc.lang.native``'s tracing reads and writes of this program, the
+        operations recorded at ``caller``'s line (the program's line for arborcc's own code)."""
+        name = caller.f_code.co_filename
+        where = self.where if name.startswith(PACKAGE_DIR) else (name, caller.f_lineno)
+        why_not = None if self._all_connected else self.connectivity.why_not
+        return (self._seqs, self.ops, self.max_ops, self.num_ranks, INPUT, OUTPUT, self._alias_named,
+                self._alias_meant, self._alias_shift, self.copy_index_by_source, why_not, T.COPY, self._lanes, where)
 
     def _copy_as_written(self, sr, sbuf, si, dr, dbuf, di, n, ch) -> None:
         """One copy of :meth:`trace_copies` the way the DSL's verbs do it."""
@@ -435,6 +441,13 @@ class Program:
 
 #: collectives whose largest buffer holds a block per rank (the others: one block)
 _BLOCK_PER_RANK = frozenset({"allgather", "reducescatter", "alltoall", "gather", "scatter"})
+
+
+def _copy_fields(copy) -> tuple:
+    """The eight fields of one copy of :meth:`Program.trace_copies` (a ValueError names a
+    copy of another length, as unpacking it does)."""
+    sr, sbuf, s, dr, dbuf, d, n, ch = copy
+    return sr, sbuf, s, dr, dbuf, d, n, ch
 
 
 def check_program_size(collective: Collective, loc) -> None:

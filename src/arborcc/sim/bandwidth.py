@@ -49,13 +49,17 @@ def steady_state_bandwidth(algo: Algorithm, topology: Topology,
     # (n blocks) while chunks_per_loop counts one rank's block (MSCCL's convention).
     chunk = 1.0 / (algo.chunks_per_loop * (algo.num_ranks if algo.collective in _ROOT_HOLDS_ALL else 1))
     loads: dict[tuple[str, str], float] = {}
+    routes = routes or {}
     for prog in algo.ranks:
         for tb in prog.threadblocks:
-            sent = sum(s.count for s in tb.steps if s.op.sends)
+            sent = 0
+            for s in tb.steps:  # a plain loop: the hottest line of the estimate
+                if s.op.sends:
+                    sent += s.count
             if not sent:
                 continue
             key = (prog.rank, tb.send, tb.channel)
-            path = (routes or {}).get(key)
+            path = routes.get(key)
             if path is None:
                 path = topology.route(topology.ranks[prog.rank], topology.ranks[tb.send]).path
             for link in zip(path, path[1:]):

@@ -186,9 +186,8 @@ def tree_channel_map(topology: Topology, trees: Sequence[Tree], spread: int = 0,
     hops = tree_hops(topology, trees, both_ways)
     if spread:
         return ChannelMap(hops, spread)
-    colour = tree_colours(topology, trees)
-    if not own_connections_fit(topology, trees, colour, both_ways):
-        colour = None
+    colour = own_colours(topology, trees, both_ways)
+    if colour is None:
         if counts:
             key = (tuple(topology.ranks), tuple(trees), tuple(counts), both_ways, rounds)
             if key not in _APART:  # the variants of within_limits ask again with other fusion
@@ -281,48 +280,68 @@ def heavy_trees_apart(topology: Topology, trees: Sequence[Tree], counts: Sequenc
     return None
 
 
-#: inside :func:`within_limits`: :func:`tree_colours` by the identities of its trees (the
-#: copies :func:`balanced_copies` tries are coloured again by :func:`tree_channel_map`)
-_COLOURS = CallMemo()
+#: answers kept inside :func:`within_limits` (its versions ask again): :func:`tree_colours`
+#: by the identities of its trees (the copies :func:`balanced_copies` tries are coloured
+#: again by :func:`tree_channel_map`), per tree object its rank pairs and thread blocks
+#: (:func:`tree_pair_ids`, :func:`tree_rank_threadblocks`), :func:`transfer_blocks` by
+#: its arguments (a root's blocks and its rounds' ranges ask for the same)
+_KEPT = CallMemo()
 
 
 def tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
     """Per tree, the lowest channel no earlier tree sharing a rank pair with it (either
     way) has (:func:`tree_channel_map`)."""
     key = (id(topology), *map(id, trees))
-    known = _COLOURS.get(key)
+    known = _KEPT.get(key)
     if known is not None and known[0] is topology and all(a is b for a, b in zip(known[1], trees)):
         return list(known[2])
     colour = _tree_colours(topology, trees)
-    _COLOURS.put(key, (topology, tuple(trees), tuple(colour)))
+    _KEPT.put(key, (topology, tuple(trees), tuple(colour)))
     return colour
 
 
 def _tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
-    """:func:`tree_colours`, computed."""
+    """:func:`tree_colours`, computed: per rank pair, the channels of its trees so far as
+    the bits of an int; a tree takes the lowest bit none of its pairs has."""
     colour: list[int] = []
-    used: dict[tuple[int, int], set[int]] = {}  # per rank pair, the channels of its trees so far
-    pairs_of: dict[int, set[tuple[int, int]]] = {}  # a tree's copies are the same object
+    used: dict[int, int] = {}
+    get = used.get
     for t in trees:
-        pairs = pairs_of.get(id(t))
-        if pairs is None:
-            pairs = pairs_of[id(t)] = tree_pairs(topology, t, both_ways=True)
-        taken: set[int] = set()
+        pairs = tree_pair_ids(topology, t)
+        taken = 0
         for p in pairs:
-            on_pair = used.get(p)
-            if on_pair:
-                taken |= on_pair
-        c = 0
-        while c in taken:
-            c += 1
+            taken |= get(p, 0)
+        c = (~taken & (taken + 1)).bit_length() - 1
+        bit = 1 << c
+        for p in pairs:
+            used[p] = get(p, 0) | bit
         colour.append(c)
-        for p in pairs:
-            on_pair = used.get(p)
-            if on_pair is None:
-                used[p] = {c}
-            else:
-                on_pair.add(c)
     return colour
+
+
+def rank_index(topology: Topology) -> dict[str, int]:
+    """GPU name -> rank index (kept for the topology object inside :func:`within_limits`)."""
+    index = _KEPT.get_for(topology, "index")
+    if index is None:
+        index = {g: i for i, g in enumerate(topology.ranks)}
+        _KEPT.put_for(topology, index, "index")
+    return index
+
+
+def tree_pair_ids(topology: Topology, tree: Tree) -> tuple[int, ...]:
+    """The rank pairs of :func:`tree_pairs` (both ways) as ``src * ranks + dst``, kept
+    per tree object inside :func:`within_limits`."""
+    ids = _KEPT.get_for(tree, ("pairs", id(topology)))
+    if ids is None:
+        index, n = rank_index(topology), topology.num_ranks
+        ids = set()
+        for h in tree.hops:
+            a, b = index[h.src], index[h.dst]
+            ids.add(a * n + b)
+            ids.add(b * n + a)
+        ids = tuple(ids)
+        _KEPT.put_for(tree, ids, ("pairs", id(topology)))
+    return ids
 
 
 def own_connections_fit(topology: Topology, trees: Sequence[Tree], colour: Sequence[int], both_ways: bool) -> bool:
@@ -330,6 +349,16 @@ def own_connections_fit(topology: Topology, trees: Sequence[Tree], colour: Seque
     channels and thread blocks per rank."""
     return ((not colour or max(colour) < MAX_CHANNELS)
             and tree_threadblocks(topology, trees, both_ways) <= MAX_THREADBLOCKS)
+
+
+def own_colours(topology: Topology, trees: Sequence[Tree], both_ways: bool) -> list[int] | None:
+    """The channels of :func:`tree_colours` when the trees fit on their own connections
+    (:func:`own_connections_fit`), else None; the thread blocks, which cost less to
+    count, are counted first and the colours worked out only if they fit."""
+    if tree_threadblocks(topology, trees, both_ways) > MAX_THREADBLOCKS:
+        return None
+    colour = tree_colours(topology, trees)
+    return colour if own_connections_fit(topology, trees, colour, both_ways) else None
 
 
 #: copies the heaviest tree is cut into, most first (:func:`balanced_copies`)
@@ -354,7 +383,7 @@ def balanced_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[
         unit = max(counts, default=0) / k
         n = [max(1, min(c, round(c / unit))) if unit else 1 for c in counts]
         expanded = [t for t, m in zip(trees, n) for _ in range(m)]
-        if copies or own_connections_fit(topology, expanded, tree_colours(topology, expanded), both_ways):
+        if copies or own_colours(topology, expanded, both_ways) is not None:
             return n
     return [1] * len(trees)
 
@@ -374,29 +403,28 @@ def tree_threadblocks(topology: Topology, trees: Sequence[Tree], both_ways: bool
     out (a fused relay forwards to one child on its receiving thread block, its other
     children need a sending one each), per direction, and one for local copies."""
     need = [0] * topology.num_ranks
-    per_tree: dict[int, list[int]] = {}  # a tree's copies are the same object
     for t in trees:
-        rank_need = per_tree.get(id(t))
-        if rank_need is None:
-            rank_need = per_tree[id(t)] = tree_rank_threadblocks(topology, t, both_ways)
-        for r, k in enumerate(rank_need):
+        for r, k in enumerate(tree_rank_threadblocks(topology, t, both_ways)):
             need[r] += k
     return max(need, default=0) + 1  # and a local thread block (copies)
 
 
-def tree_rank_threadblocks(topology: Topology, tree: Tree, both_ways: bool = False) -> list[int]:
-    """Per rank, the thread blocks ``tree`` needs on its own connections (:func:`tree_threadblocks`)."""
-    index = {g: i for i, g in enumerate(topology.ranks)}
-    need = [0] * topology.num_ranks
-    hops = [(h.src, h.dst) for h in tree.hops]
-    for pairs in (hops, [(b, a) for a, b in hops]) if both_ways else (hops,):
-        ins, outs = [0] * topology.num_ranks, [0] * topology.num_ranks
-        for a, b in pairs:
-            outs[index[a]] += 1
-            ins[index[b]] += 1
-        for r in range(topology.num_ranks):
-            need[r] += max(ins[r], outs[r])
-    return need
+def tree_rank_threadblocks(topology: Topology, tree: Tree, both_ways: bool = False) -> tuple[int, ...]:
+    """Per rank, the thread blocks ``tree`` needs on its own connections
+    (:func:`tree_threadblocks`); kept per tree object inside :func:`within_limits`."""
+    key = ("threadblocks", id(topology), both_ways)
+    known = _KEPT.get_for(tree, key)
+    if known is not None:
+        return known
+    index = rank_index(topology)
+    ins, outs = [0] * topology.num_ranks, [0] * topology.num_ranks
+    for h in tree.hops:
+        outs[index[h.src]] += 1
+        ins[index[h.dst]] += 1
+    # the reversed hops swap a rank's ins and outs: the same larger of the two again
+    known = tuple(map(max, ins, outs)) if not both_ways else tuple(2 * max(a, b) for a, b in zip(ins, outs))
+    _KEPT.put_for(tree, known, key)
+    return known
 
 
 def tree_children(tree: Tree, index: dict[str, int]) -> tuple[int, dict[int, list[tuple[int, tuple[str, ...]]]]]:
@@ -440,6 +468,16 @@ def transfer_blocks(counts: Sequence[int], rounds: int = 1) -> list[tuple[int, i
     while round i + 1 arrives, and every tree's level costs 1/k of its block -
     Blink's chunked pipelining (section 4.2) inside the runtime's loop.
     """
+    key = ("blocks", tuple(counts), rounds)
+    known = _KEPT.get(key)
+    if known is None:
+        known = _transfer_blocks(counts, rounds)
+        _KEPT.put(key, known)
+    return list(known)
+
+
+def _transfer_blocks(counts: Sequence[int], rounds: int) -> tuple[tuple[int, int, int], ...]:
+    """:func:`transfer_blocks`, computed."""
     per_tree, start = [], 0
     for t, c in enumerate(counts):
         most = min(MAX_COUNT, max(1, -(-c // rounds)))
@@ -448,7 +486,7 @@ def transfer_blocks(counts: Sequence[int], rounds: int = 1) -> list[tuple[int, i
     out = []
     for k in range(max((len(p) for p in per_tree), default=0)):
         out += [p[k] for p in per_tree if k < len(p)]
-    return out
+    return tuple(out)
 
 
 def aligned_blocks(first: Sequence[int], second: Sequence[int], rounds: int = 1
@@ -538,8 +576,11 @@ def broadcast_copies(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer
     """:func:`broadcast_block`'s copies, as :meth:`arborcc.lang.Program.trace_copies` takes them."""
     sb, si = src
     db, di = dst
+    hops = channels.down_tree(root, kids, tree)
+    if sb is db and si == di:  # the root sends from where the others receive (all-gather)
+        return [(parent, db, di, child, db, di, size, ch) for parent, child, ch in hops]
     return [(parent, sb, si, child, db, di, size, ch) if parent == root else (parent, db, di, child, db, di, size, ch)
-            for parent, child, ch in channels.down_tree(root, kids, tree)]
+            for parent, child, ch in hops]
 
 
 def reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc: Buffer,
@@ -657,12 +698,17 @@ def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     for r in range(topology.num_ranks):
         for start, size in round_ranges(root_counts[r], rounds):
             copies += local_copies(r, (INPUT, start), (OUTPUT, r * chunks + start), size)
-    for r, kids, start, size, t in blocks:
-        at = (OUTPUT, r * chunks + start)
-        copies += broadcast_copies(r, kids, at, at, size, channels, t)
     with lowering_program(name, AllGather(topology.num_ranks, chunks), topology, channels, fuse) as prog:
         prog.trace_copies(copies)
+        prog.trace_broadcasts(broadcast_blocks(blocks, chunks, channels))
     return finish(prog, topology, channels, chunks)
+
+
+def broadcast_blocks(blocks, chunks: int, channels: ChannelMap) -> list[tuple]:
+    """The per-root blocks of an all-gather (:func:`_per_root_blocks`) as
+    :meth:`arborcc.lang.Program.trace_broadcasts` takes them: each root's block of
+    ``size`` chunks at its shard's ``start`` sent down its tree within the output."""
+    return [(channels.down_tree(r, kids, t), OUTPUT, r * chunks + start, size) for r, kids, start, size, t in blocks]
 
 
 def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
@@ -775,7 +821,7 @@ def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
     the unfused version is not built when the fused one fused nothing (they are the
     same program)."""
     _APART.clear()  # kept across this call's versions only, not from one synthesis to the next
-    with _COLOURS.active():
+    with _KEPT.active():
         return _search_versions(lower, args, dialect)
 
 

@@ -9,42 +9,42 @@
 
 #include "structure.hpp"
 
-#include <map>
-#include <set>
-#include <tuple>
+#include <vector>
 
 namespace verify {
 
 StructureAnswer check_structure_rules(const Program& p, int num_ranks) {
   StructureAnswer out;
-  using Key = std::tuple<int, int, int>;
-  std::map<Key, int> senders, receivers;  // number of sending / receiving thread blocks
-  std::map<Key, long long> send_steps, recv_steps;
+  // per connection of the encoding (sender rank, receiver rank, channel): sending and
+  // receiving thread blocks (those whose peer is another rank) and their steps
+  const size_t nconn = p.conns.size();
+  std::vector<int> senders(nconn, 0), receivers(nconn, 0);
+  std::vector<long long> send_steps(nconn, 0), recv_steps(nconn, 0);
+  // per step: some step of its rank waits on it (dependencies stay within a rank)
+  std::vector<char> waited(p.num_steps(), 0);
+  std::vector<int> signalling;  // steps with hasdep
   bool dirty = false;
   for (size_t pos = 0; pos < p.rank_id.size(); ++pos) {
     const int r = p.rank_id[pos];
     const long long* sizes = &p.rank_sizes[3 * pos];
     for (int b = 0; b < 3; ++b) dirty |= sizes[b] < 0;  // negative chunk count
-    std::set<std::pair<int, int>> waited;  // (thread block g, step) some step waits on
-    std::vector<std::pair<int, int>> signalling;
     for (int g = p.rank_first_tb[pos]; g < p.rank_first_tb[pos + 1]; ++g)
       dirty |= p.tb_id_bad[g];  // id used twice, negative id
     for (int g = p.rank_first_tb[pos]; g < p.rank_first_tb[pos + 1]; ++g) {
-      const int send = p.tb_send[g], recv = p.tb_recv[g], ch = p.tb_channel[g];
+      const int send = p.tb_send[g], recv = p.tb_recv[g];
       for (int peer : {send, recv}) dirty |= peer == r || peer < -1 || peer >= num_ranks;  // peer not a rank
       dirty |= p.tb_channel_negative[g] && (send >= 0 || recv >= 0);  // negative channel
-      if (send >= 0 && send != r) ++senders[{r, send, ch}];
-      if (recv >= 0 && recv != r) ++receivers[{recv, r, ch}];
+      if (send >= 0 && send != r) ++senders[p.send_conn[g]];
+      if (recv >= 0 && recv != r) ++receivers[p.recv_conn[g]];
       long long nsend = 0, nrecv = 0;
       for (int gid = p.tb_base[g]; gid < p.tb_base[g + 1]; ++gid) {
-        const int i = gid - p.tb_base[g];
         const uint8_t f = p.flags[gid];
-        if (p.has_dep[gid]) signalling.push_back({g, i});
+        if (p.has_dep[gid]) signalling.push_back(gid);
         const int tg = p.dep_tb[gid];
         if (tg >= 0) {  // a dependency: on another thread block's signalling step that is not a nop
           const int k = p.dep_step[gid];
           const bool in_range = 0 <= k && k < p.tb_base[tg + 1] - p.tb_base[tg];
-          if (in_range) waited.insert({tg, k});
+          if (in_range) waited[p.tb_base[tg] + k] = 1;
           dirty |= tg == g || !in_range || !p.has_dep[p.tb_base[tg] + k] || p.flags[p.tb_base[tg] + k] == 0;
         }
         if (f & SENDS) ++nsend, dirty |= send < 0;     // sends without a send peer
@@ -68,18 +68,14 @@ StructureAnswer check_structure_rules(const Program& p, int num_ranks) {
             dirty = true;  // source and destination overlap without being equal
         }
       }
-      if (send >= 0) send_steps[{r, send, ch}] += nsend;
-      if (recv >= 0) recv_steps[{recv, r, ch}] += nrecv;
+      if (send >= 0) send_steps[p.send_conn[g]] += nsend;
+      if (recv >= 0) recv_steps[p.recv_conn[g]] += nrecv;
     }
-    for (const auto& s : signalling) out.unwaited += !waited.count(s);
   }
-  std::set<Key> keys;
-  for (const auto& kv : senders) keys.insert(kv.first);
-  for (const auto& kv : receivers) keys.insert(kv.first);
-  for (const Key& key : keys) {  // exactly one sender and one receiver, as many sends as receives
-    auto s = senders.find(key), r = receivers.find(key);
-    const int ns = s == senders.end() ? 0 : s->second, nr = r == receivers.end() ? 0 : r->second;
-    dirty |= ns != 1 || nr != 1 || send_steps[key] != recv_steps[key];
+  for (int gid : signalling) out.unwaited += !waited[gid];
+  for (size_t c = 0; c < nconn; ++c) {  // exactly one sender and one receiver, as many sends as receives
+    if (!senders[c] && !receivers[c]) continue;  // only thread blocks to themselves use it
+    dirty |= senders[c] != 1 || receivers[c] != 1 || send_steps[c] != recv_steps[c];
   }
   out.clean = !dirty;
   return out;
