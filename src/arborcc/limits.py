@@ -127,9 +127,11 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
           "1,024 chunks per buffer is 2 Mi; 4 Mi chunks are checked in 15.9 s with 31 MB"),
     Limit("operations", 250_000, "operations",
           "per DSL program", "copies and reduces traced (a library algorithm or your program)",
-          "memory grows by about 1.6 kB per operation while compiling: a 354-rank ring all-reduce "
-          "(249,924 operations) compiles in 7.4 s with 389 MB, a 500-rank one (499,000) in 13.7 s with "
-          "778 MB - too close to 1 GB; a 128-rank ring all-reduce is 32,512 operations"),
+          "memory grows by about 1.1 kB per operation while tracing and compiling: a 354-rank ring "
+          "all-reduce (249,924 operations) takes 0.8 s and 291 MB, a 500-rank one (499,000) 1.5 s and "
+          "555 MB, before the verifier and simulator hold it too; a hand-written program far beyond a "
+          "128-rank ring all-reduce (32,512 operations) is more likely a runaway loop, and synthesis "
+          "raises the limit for the large algorithms it builds itself"),
     Limit("local-ranks", 256, "processes",
           "per run, bench or demo", "rank processes started on this machine (arborcc run -n, bench -n)",
           "one process per rank, each mapping its connections' FIFOs; a machine's GPUs (8-16 per node) or "
