@@ -1,10 +1,12 @@
-// The Python module arborcc.synth.native (pybind11): the tree packing's inner oracle,
-// the minimum spanning arborescence (arborescence.cpp).
+// The Python module arborcc.synth.native (pybind11): the tree packing's pricing oracle,
+// the minimum spanning arborescence (arborescence.cpp) and the cheapest routes and
+// trees over relays (routes.cpp).
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include "arborescence.hpp"
+#include "routes.hpp"
 
 namespace py = pybind11;
 
@@ -36,13 +38,49 @@ Costs to_costs(py::handle obj) {
   return out;
 }
 
+std::vector<int64_t> to_ints(py::handle obj) {
+  auto a = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(obj);
+  if (!a || a.ndim() != 1) throw py::type_error("expected a 1-d array of integers");
+  return std::vector<int64_t>(a.data(), a.data() + a.shape(0));
+}
+
+// a 1-d float array of exactly `size` entries (converted if needed)
+py::array_t<double, py::array::c_style | py::array::forcecast> to_doubles(py::handle obj, int64_t size) {
+  auto a = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(obj);
+  if (!a || a.ndim() != 1 || a.shape(0) != size) throw py::value_error("expected one number per arc");
+  return a;
+}
+
+// (root, hops, load): hops as (parent, child, (arc, ...)), load as a float array
+py::object tree_to_python(CheapestTree& t) {
+  py::tuple hops(t.hops.size());
+  for (size_t i = 0; i < t.hops.size(); ++i) {
+    const Hop& h = t.hops[i];
+    py::tuple arcs(h.arcs.size());
+    for (size_t j = 0; j < h.arcs.size(); ++j) arcs[j] = py::int_(h.arcs[j]);
+    hops[i] = py::make_tuple(h.parent, h.child, std::move(arcs));
+  }
+  py::array_t<double> load((py::ssize_t)t.load.size());
+  std::copy(t.load.begin(), t.load.end(), load.mutable_data());
+  return py::make_tuple(t.root, std::move(hops), std::move(load));
+}
+
+// the trees, or (why, root) when some root has none
+py::object trees_to_python(std::vector<CheapestTree>& trees, TreeFailure failure, int64_t root) {
+  if (failure == TreeFailure::reaches_no_rank) return py::make_tuple("reaches no rank", root);
+  if (failure == TreeFailure::some_unreached) return py::make_tuple("some rank unreached", root);
+  py::list out(trees.size());
+  for (size_t i = 0; i < trees.size(); ++i) out[i] = tree_to_python(trees[i]);
+  return std::move(out);
+}
+
 }  // namespace
 
 }  // namespace synth
 
 PYBIND11_MODULE(native, m) {
   using namespace synth;
-  m.doc() = "arborcc's tree packing oracle (C++): the minimum spanning arborescence";
+  m.doc() = "arborcc's tree packing oracle (C++): minimum spanning arborescences, cheapest routes and trees";
   m.def(
       "min_arborescence",
       [](py::handle cost, int64_t root) -> py::object {
@@ -54,4 +92,45 @@ PYBIND11_MODULE(native, m) {
         return std::move(out);
       },
       "parent of every vertex (root: -1), or the number of a vertex that cannot be reached");
+  py::class_<RouteGraph>(m, "RouteGraph",
+                         "a graph split so that ranks receive but do not forward (routes.hpp)")
+      .def(py::init([](int64_t size, int64_t n, py::handle rank_nodes, py::handle src, py::handle head) {
+             return new RouteGraph(size, n, to_ints(rank_nodes), to_ints(src), to_ints(head));
+           }),
+           py::arg("size"), py::arg("n"), py::arg("rank_nodes"), py::arg("src"), py::arg("head"))
+      .def(
+          "routes",
+          [](RouteGraph& g, py::handle length, double tiny) {
+            auto l = to_doubles(length, g.arcs());
+            std::vector<double> dist;
+            std::vector<int32_t> pred;
+            g.routes(l.data(), tiny, dist, pred);
+            const py::ssize_t N = g.ranks(), size = g.nodes();
+            py::array_t<double> D({N, N});
+            std::copy(dist.begin(), dist.end(), D.mutable_data());
+            py::array_t<int32_t> P({N, size});
+            std::copy(pred.begin(), pred.end(), P.mutable_data());
+            return py::make_tuple(std::move(D), std::move(P));
+          },
+          "(D, pred): route costs between ranks under lengths + tiny, predecessors from each rank")
+      .def(
+          "cheapest_trees",
+          [](RouteGraph& g, py::handle length, double tiny, py::handle roots) {
+            auto l = to_doubles(length, g.arcs());
+            TreeFailure failure = TreeFailure::none;
+            int64_t root = -1;
+            auto trees = g.cheapest_trees(l.data(), tiny, to_ints(roots), failure, root);
+            return trees_to_python(trees, failure, root);
+          },
+          "[(root, hops, load)] of each root, or (why, root)")
+      .def(
+          "seed_trees",
+          [](RouteGraph& g, py::handle cap, double tiny, py::handle roots, int64_t per_root) {
+            auto c = to_doubles(cap, g.arcs());
+            TreeFailure failure = TreeFailure::none;
+            int64_t root = -1;
+            auto trees = g.seed_trees(c.data(), tiny, to_ints(roots), per_root, failure, root);
+            return trees_to_python(trees, failure, root);
+          },
+          "per_root rounds of cheapest trees under lengths growing on used links, or (why, root)");
 }
