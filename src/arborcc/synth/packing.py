@@ -194,11 +194,18 @@ class _Master:
         self.add(cols)
 
     def add(self, cols: list[_Column]) -> None:
-        entries = []
-        for c in cols:
-            rows = np.nonzero(c.load)[0]
-            entries.append((np.append(rows, self.E + self.rpos[c.root]), np.append(c.load[rows], -1.0)))
-        self.lp.add_cols(np.zeros(len(cols)), np.zeros(len(cols)), np.full(len(cols), INF), entries)
+        """Add the trees' columns: their arc loads, then -1 in their root's row."""
+        index, value, starts = [], [], np.zeros(len(cols), dtype=np.int32)
+        at = 0
+        for j, c in enumerate(cols):
+            rows = np.flatnonzero(c.load)
+            starts[j] = at
+            at += len(rows) + 1
+            index += (rows, (self.E + self.rpos[c.root],))
+            value += (c.load[rows], (-1.0,))
+        if cols:
+            self.lp.add_packed_cols(np.zeros(len(cols)), np.zeros(len(cols)), np.full(len(cols), INF), starts,
+                                    np.concatenate(index), np.concatenate(value))
         self.cols.extend(cols)
 
     def solve(self, time_limit: float):
@@ -495,15 +502,17 @@ def _lane_unit(topology, g: FlowGraph) -> float:
 
 def _to_trees(g: FlowGraph, cols: list[_Column], w: np.ndarray, scale: float, inward: bool) -> list[Tree]:
     trees = []
-    for c, wt in zip(cols, w):
+    tail = [g.nodes[v] for v in g.src.tolist()]
+    head = [g.nodes[v] for v in g.dst.tolist()]
+    rank = [g.nodes[v] for v in g.ranks.tolist()]
+    for c, wt in zip(cols, w.tolist()):
         if wt <= 1e-12:
             continue
         hops = []
         for p, v, arcs in c.hops:
-            path = [g.nodes[g.src[arcs[0]]]] + [g.nodes[g.dst[a]] for a in arcs]
-            hop = Hop(g.nodes[g.ranks[p]], g.nodes[g.ranks[v]], tuple(path))
-            hops.append(hop.reversed() if inward else hop)
-        trees.append(Tree(g.nodes[g.ranks[c.root]], tuple(hops), float(wt) * scale, inward))
+            path = (tail[arcs[0]], *[head[a] for a in arcs])
+            hops.append(Hop(rank[v], rank[p], path[::-1]) if inward else Hop(rank[p], rank[v], path))
+        trees.append(Tree(rank[c.root], tuple(hops), wt * scale, inward))
     trees.sort(key=lambda t: (t.root, -t.weight))
     return trees
 
