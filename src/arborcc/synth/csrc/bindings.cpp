@@ -1,11 +1,12 @@
 // The Python module arborcc.synth.native (pybind11): the tree packing's pricing oracle,
 // the minimum spanning arborescence (arborescence.cpp) and the cheapest routes and
-// trees over relays (routes.cpp).
+// trees over relays (routes.cpp); and chunk rounding's greedy step (rounding.cpp).
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include "arborescence.hpp"
+#include "rounding.hpp"
 #include "routes.hpp"
 
 namespace py = pybind11;
@@ -92,6 +93,28 @@ PYBIND11_MODULE(native, m) {
         return std::move(out);
       },
       "parent of every vertex (root: -1), or the number of a vertex that cannot be reached");
+  m.def(
+      "hand_out_chunks",
+      [](py::handle members, py::handle starts, py::handle leftover, py::handle weight, py::handle step,
+         py::array_t<int64_t> counts, py::array_t<double> util) {
+        auto w = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(weight);
+        auto s = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(step);
+        if (!w || !s || s.ndim() != 2) throw py::type_error("weight must be 1-d and step 2-d numbers");
+        const int64_t trees = s.shape(0), links = s.shape(1);
+        if (w.ndim() != 1 || w.shape(0) != trees || counts.ndim() != 1 || counts.shape(0) != trees ||
+            util.ndim() != 1 || util.shape(0) != links)
+          throw py::value_error("weight, counts (one per tree) and util (one per link) do not fit step");
+        if (!(counts.flags() & py::array::c_style) || !(util.flags() & py::array::c_style))
+          throw py::value_error("counts and util must be contiguous (they are updated in place)");
+        const std::vector<int64_t> m_ = to_ints(members), st = to_ints(starts), left = to_ints(leftover);
+        if (st.size() != left.size() + 1 || st.empty() || st.front() != 0 || st.back() != (int64_t)m_.size())
+          throw py::value_error("starts must bound every group in members");
+        for (int64_t t : m_)
+          if (t < 0 || t >= trees) throw py::value_error("a group member is not a tree");
+        hand_out_chunks(m_, st, left, w.data(), s.data(), links, counts.mutable_data(), util.mutable_data());
+      },
+      "hand each group's leftover chunks to the trees raising the worst link utilisation least "
+      "(counts and util updated in place)");
   py::class_<RouteGraph>(m, "RouteGraph",
                          "a graph split so that ranks receive but do not forward (routes.hpp)")
       .def(py::init([](int64_t size, int64_t n, py::handle rank_nodes, py::handle src, py::handle head) {
