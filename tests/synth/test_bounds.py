@@ -408,3 +408,39 @@ def test_symmetric_machines_solve_one_root_per_orbit():
     assert len(set(round(v / GB, 6) for v in full.tree_rates.values())) == 1  # vertex-transitive
     assert len(allreduce_bound(dgx1()).tree_rates) <= 2  # DGX-1: two orbits of GPUs at most
     assert len(allreduce_bound(star(8)).tree_rates) <= 1
+
+
+# --- the ratio cut's compiled max-flows -------------------------------------------------------
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 9), st.integers(0, 2**32 - 1))
+def test_native_max_flow_and_cut_side_equal_scipys(n, seed):
+    # random multigraphs with small integer capacities (many minimum cuts): the value and
+    # the source side closest to the source are unique, so they must equal scipy's
+    import numpy as np
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import breadth_first_order, maximum_flow
+
+    import arborcc.synth.native as native
+
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(1, 3 * n))
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    cap = rng.integers(0, 4, len(src))
+    network = native.FlowNetwork(n, src, dst)
+    sinks = list(range(1, n))
+    got = network.cut_sides(cap, 0, sinks, 10**9)
+    matrix = csr_matrix((cap.astype(np.int32), (src, dst)), shape=(n, n))
+    matrix.sum_duplicates()
+    for t, (value, side) in zip(sinks, got):
+        res = maximum_flow(matrix, 0, t)
+        assert value == res.flow_value
+        residual = (matrix - res.flow).tocsr()
+        residual.data = (residual.data > 0).astype(np.int8)
+        residual.eliminate_zeros()
+        want = np.zeros(n, dtype=bool)
+        want[breadth_first_order(residual, 0, directed=True, return_predecessors=False)] = True
+        assert np.array_equal(side, want)
+    assert all(side is None for _, side in network.cut_sides(cap, 0, sinks, 0))

@@ -34,6 +34,7 @@ from typing import Callable, Iterable, Sequence, Union
 
 import numpy as np
 
+import arborcc.synth.native as native
 from arborcc.errors import SolverLimitError, SynthesisError
 from arborcc.synth.symmetry import Orbits, graph_orbits, load_igraph
 from arborcc.topology.model import Link, LinkKind, Topology
@@ -359,22 +360,26 @@ def min_ratio_cut(g: FlowGraph, sources: Sequence[int], sinks: Sequence[int], wh
     s = g.n  # the super source
     src = np.concatenate([g.src, np.full(K, s)])
     dst = np.concatenate([g.dst, np.array(sources)])
+    network = native.FlowNetwork(g.n + 1, src, dst)
     for _ in range(K + 2):
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
             raise SolverLimitError(f"{g.name}: {what} bound not found within {time_limit:g} s")
         p, q = ratio.numerator, ratio.denominator
-        mf = MaxFlow(g.n + 1, src, dst, np.concatenate([icap * q, np.full(K, p, dtype=np.int64)]))
-        improved, last = None, None
-        for t in sinks:
-            val, res = mf.value(s, t)
-            last = res
-            if val < K * p:
-                side = mf.source_side(s, res)[:g.n]
+        cap = np.concatenate([icap * q, np.full(K, p, dtype=np.int64)])
+        if int(cap.max()) > INT32_MAX:
+            raise SynthesisError("internal: capacity exceeds int32 after scaling")
+        improved = None
+        for _, side in network.cut_sides(cap, s, sinks, K * p):
+            if side is not None:
+                side = side[:g.n]
                 cand = Fraction(int(icap[g.leaving(side)].sum()), int((side & is_source).sum()))
                 if cand < ratio and (improved is None or cand < improved[0]):
                     improved = (cand, side)
         if improved is None:
-            flow = MaxFlow.arc_flow(last, g.src, g.dst) if len(sinks) == 1 else None
-            return RatioCut(ratio, members, unit, None if flow is None else np.maximum(flow, 0))
+            flow = None
+            if len(sinks) == 1:  # a flow at the ratio (scipy's: the gather schedule follows it)
+                mf = MaxFlow(g.n + 1, src, dst, cap)
+                flow = np.maximum(MaxFlow.arc_flow(mf.value(s, sinks[0])[1], g.src, g.dst), 0)
+            return RatioCut(ratio, members, unit, flow)
         ratio, members = improved
     raise SolverLimitError(f"{g.name}: {what} bound did not converge")  # pragma: no cover
