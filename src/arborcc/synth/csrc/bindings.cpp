@@ -1,13 +1,15 @@
 // The Python module arborcc.synth.native (pybind11): the tree packing's pricing oracle,
 // the minimum spanning arborescence (arborescence.cpp) and the cheapest routes and
 // trees over relays (routes.cpp); chunk rounding's greedy step (rounding.cpp); the
-// ratio cut's integer max-flows and minimum-cut sides (maxflow.cpp).
+// ratio cut's integer max-flows and minimum-cut sides (maxflow.cpp); orbits from a
+// group's generators (orbits.cpp).
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include "arborescence.hpp"
 #include "maxflow.hpp"
+#include "orbits.hpp"
 #include "rounding.hpp"
 #include "routes.hpp"
 
@@ -117,6 +119,32 @@ PYBIND11_MODULE(native, m) {
       },
       "hand each group's leftover chunks to the trees raising the worst link utilisation least "
       "(counts and util updated in place)");
+  m.def(
+      "orbit_labels",
+      [](int64_t size, py::handle permutations) {
+        OrbitPartition orbits(size);
+        std::vector<int64_t> perm;
+        for (py::handle p : permutations) {
+          perm.clear();
+          if (PyList_Check(p.ptr())) {  // igraph's generators: lists of ints (the fast path)
+            const Py_ssize_t n = PyList_GET_SIZE(p.ptr());
+            perm.reserve((size_t)n);
+            for (Py_ssize_t i = 0; i < n; ++i) {
+              const long long v = PyLong_AsLongLong(PyList_GET_ITEM(p.ptr(), i));
+              if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+              perm.push_back(v);
+            }
+          } else {
+            perm = to_ints(p);
+          }
+          orbits.join_permutation(perm);
+        }
+        std::vector<int64_t> labels = orbits.labels();
+        py::array_t<int64_t> out((py::ssize_t)labels.size());
+        std::copy(labels.begin(), labels.end(), out.mutable_data());
+        return out;
+      },
+      "the smallest member of each point's orbit under the group the permutations generate");
   py::class_<FlowNetwork>(m, "FlowNetwork", "integer max-flows and minimum-cut sides on fixed arcs (maxflow.hpp)")
       .def(py::init([](int64_t nodes, py::handle src, py::handle dst) {
              return new FlowNetwork(nodes, to_ints(src), to_ints(dst));
