@@ -69,9 +69,9 @@ import numpy as np
 
 from arborcc.errors import SolverLimitError, SynthesisError
 from arborcc.ir.collectives import busbw_factor
-from arborcc.synth.flowgraph import (FlowGraph, LinkSelector, MaxFlow, RatioCut, RealMaxFlow, capacity_unit,
+from arborcc.synth.flowgraph import (FlowGraph, LinkSelector, RatioCut, RealMaxFlow, capacity_unit,
                                      check_reachable, check_strongly_connected, flow_graph, integer_capacities,
-                                     min_ratio_cut, root_index)
+                                     min_cut_sides, min_ratio_cut, root_index)
 from arborcc.synth.hosts import Cluster, cluster_of
 from arborcc.synth.lp import INF, GrowingLP
 from arborcc.topology.model import GB, Topology
@@ -198,15 +198,11 @@ def single_source_bound(g: FlowGraph, r: int, collective: str, root_name: str) -
     else:
         check_reachable(g, r, f"{collective} from {root_name}")
     unit = capacity_unit(g.cap, float(g.cap.sum()))
-    mf = MaxFlow(g.n, g.src, g.dst, integer_capacities(g.cap, unit))
-    best_val, best_res = None, None
-    for v in g.orbits(fixed=r).representatives(g.ranks):  # max-flows are equal within an orbit
-        if v == r:
-            continue
-        val, res = mf.value(r, v)
+    sinks = [v for v in g.orbits(fixed=r).representatives(g.ranks) if v != r]  # equal max-flows in an orbit
+    best_val, side = None, None
+    for val, sink_side in min_cut_sides(g.n, g.src, g.dst, integer_capacities(g.cap, unit), r, sinks):
         if best_val is None or val < best_val:
-            best_val, best_res = val, res
-    side = mf.source_side(r, best_res)
+            best_val, side = val, sink_side
     arcs = [i for i in range(len(g.src)) if side[g.src[i]] and not side[g.dst[i]]]
     cut_cap = float(g.cap[arcs].sum())
     cut = frozenset(g.nodes[i] for i in np.nonzero(side)[0])
@@ -527,9 +523,9 @@ def _group_cut(g: FlowGraph, group: list[int], unit: float, icap: np.ndarray) ->
     big = int(icap.sum()) + 1
     src = np.concatenate([g.src, np.full(len(group), s), np.array(others)])
     dst = np.concatenate([g.dst, np.array(group), np.full(len(others), t)])
-    mf = MaxFlow(g.n + 2, src, dst, np.concatenate([icap, np.full(len(group) + len(others), big)]))
-    value, res = mf.value(s, t)
-    return value * unit, mf.source_side(s, res)[:g.n]
+    [(value, side)] = min_cut_sides(g.n + 2, src, dst, np.concatenate([icap, np.full(len(group) + len(others), big)]),
+                                    s, [t])
+    return value * unit, side[:g.n]
 
 
 def alltoall_cut_bound(topology: Topology, links: LinkSelector = "all"):

@@ -6,16 +6,18 @@ The graph is the topology's directed links (optionally filtered by kind, see
 network switch) a relay: it forwards but is not a rank. GPUs outside the job are left
 out (another job's GPUs do not forward this job's data).
 
-Max-flows: :class:`MaxFlow` runs scipy's Dinic (:func:`scipy.sparse.csgraph.maximum_flow`)
-on integer capacities, which makes every bound exact: bandwidths are expressed in
-integer units of 1 MB/s (finer for slow links, coarser if a graph would overflow
-int32, :func:`capacity_unit`), exact for bandwidths quoted in GB/s or MB/s. Minimum cuts
-are read off the residual graph of a maximum flow (the side the source still reaches;
-Ford & Fulkerson, "Maximal flow through a network", Canadian Journal of Mathematics 8,
-1956, https://doi.org/10.4153/CJM-1956-045-5). The one caller whose capacities are
-real numbers - an LP's solution, in the cutting-plane loop of the tree all-reduce
-bound - uses :class:`RealMaxFlow` (igraph's push-relabel on floats), because integer
-units would blur the LP's tolerance.
+Max-flows run on integer capacities, which makes every bound exact: bandwidths are
+expressed in integer units of 1 MB/s (finer for slow links, coarser if a graph would
+overflow int32, :func:`capacity_unit`), exact for bandwidths quoted in GB/s or MB/s.
+:func:`min_cut_sides` (Dinic's algorithm in compiled code, ``arborcc.synth.native``)
+gives max-flow values and minimum cuts, read off the residual graph of a maximum flow
+(the side the source still reaches, the same for every maximum flow; Ford & Fulkerson,
+"Maximal flow through a network", Canadian Journal of Mathematics 8, 1956,
+https://doi.org/10.4153/CJM-1956-045-5); :func:`integer_arc_flow` (scipy's
+:func:`scipy.sparse.csgraph.maximum_flow`) the one flow a schedule follows. The one
+caller whose capacities are real numbers - an LP's solution, in the cutting-plane loop
+of the tree all-reduce bound - uses :class:`RealMaxFlow` (igraph's push-relabel on
+floats), because integer units would blur the LP's tolerance.
 
 :func:`min_ratio_cut` minimises ``cap(out of S) / |S n sources|`` over vertex sets ``S``
 that miss a sink - the bound of all-gather, reduce-scatter, gather and scatter - by
@@ -263,41 +265,30 @@ def integer_capacities(cap: np.ndarray, unit: float) -> np.ndarray:
     return np.maximum(np.rint(cap / unit), 0).astype(np.int64)
 
 
-class MaxFlow:
-    """Max-flows and minimum cuts on one integer-capacitated graph of ``n`` nodes."""
+def integer_arc_flow(n: int, src: np.ndarray, dst: np.ndarray, icap: np.ndarray, s: int, t: int) -> np.ndarray:
+    """A maximum flow from ``s`` to ``t`` on each arc ``src[i] -> dst[i]`` (integer
+    capacities; parallel arcs share one entry): scipy's Dinic, whose flow - one of many
+    maximum flows - a gather schedule follows."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_flow
 
-    def __init__(self, n: int, src: np.ndarray, dst: np.ndarray, icap: np.ndarray):
-        from scipy.sparse import csr_matrix
+    if icap.size and int(icap.max()) > INT32_MAX:
+        raise SynthesisError("internal: capacity exceeds int32 after scaling")
+    matrix = csr_matrix((icap.astype(np.int32), (src, dst)), shape=(n, n))
+    matrix.sum_duplicates()
+    flow = maximum_flow(matrix, int(s), int(t)).flow
+    return np.asarray(flow[src, dst]).ravel().astype(np.int64)
 
-        if icap.size and int(icap.max()) > INT32_MAX:
-            raise SynthesisError("internal: capacity exceeds int32 after scaling")
-        self.n = n
-        self.matrix = csr_matrix((icap.astype(np.int32), (src, dst)), shape=(n, n))
-        self.matrix.sum_duplicates()
 
-    def value(self, s: int, t: int) -> tuple[int, object]:
-        """The max-flow value from ``s`` to ``t`` and the flow (for :meth:`source_side`)."""
-        from scipy.sparse.csgraph import maximum_flow
-
-        res = maximum_flow(self.matrix, int(s), int(t))
-        return int(res.flow_value), res
-
-    def source_side(self, s: int, res) -> np.ndarray:
-        """Boolean mask of the nodes ``s`` reaches in the residual graph of flow ``res``:
-        the source side of a minimum cut (the one closest to ``s``)."""
-        from scipy.sparse.csgraph import breadth_first_order
-
-        residual = (self.matrix - res.flow).tocsr()
-        residual.data = (residual.data > 0).astype(np.int8)
-        residual.eliminate_zeros()
-        seen = np.zeros(self.n, dtype=bool)
-        seen[breadth_first_order(residual, int(s), directed=True, return_predecessors=False)] = True
-        return seen
-
-    @staticmethod
-    def arc_flow(res, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """The flow of ``res`` on each arc ``src[i] -> dst[i]`` (parallel arcs share one entry)."""
-        return np.asarray(res.flow[src, dst]).ravel().astype(np.int64)
+def min_cut_sides(n: int, src: np.ndarray, dst: np.ndarray, icap: np.ndarray, s: int,
+                  sinks: Sequence[int]) -> list[tuple[int, np.ndarray]]:
+    """For each sink ``t``: the max-flow value from ``s`` to ``t`` on the integer-
+    capacitated arcs ``src -> dst`` and the source side of the minimum cut closest to
+    ``s`` (compiled, ``arborcc.synth.native.FlowNetwork``; the side is the same for
+    every maximum flow)."""
+    if icap.size and int(icap.max()) > INT32_MAX:
+        raise SynthesisError("internal: capacity exceeds int32 after scaling")
+    return native.FlowNetwork(n, src, dst).cut_sides(icap, s, sinks, 2**62)
 
 
 class RealMaxFlow:
@@ -377,9 +368,8 @@ def min_ratio_cut(g: FlowGraph, sources: Sequence[int], sinks: Sequence[int], wh
                     improved = (cand, side)
         if improved is None:
             flow = None
-            if len(sinks) == 1:  # a flow at the ratio (scipy's: the gather schedule follows it)
-                mf = MaxFlow(g.n + 1, src, dst, cap)
-                flow = np.maximum(MaxFlow.arc_flow(mf.value(s, sinks[0])[1], g.src, g.dst), 0)
+            if len(sinks) == 1:  # a flow at the ratio (the gather schedule follows it)
+                flow = np.maximum(integer_arc_flow(g.n + 1, src, dst, cap, s, sinks[0])[:len(g.src)], 0)
             return RatioCut(ratio, members, unit, flow)
         ratio, members = improved
     raise SolverLimitError(f"{g.name}: {what} bound did not converge")  # pragma: no cover

@@ -84,7 +84,8 @@ def min_arborescence(cost, root: int) -> list[int]:
     cheapest in-arc (the first of equal ones); every cycle so formed is contracted,
     entering arcs reduced by the in-arc they replace, and the contracted graph solved
     the same way. O(n^2) per contraction, in compiled code (``arborcc.synth.native``,
-    csrc/arborescence.cpp): the column generation calls it for every root in every round.
+    csrc/arborescence.cpp): the oracle below runs it on every cheapest tree, inside
+    the extension; this is its entry point from Python.
     """
     par = native.min_arborescence(cost, root)
     if isinstance(par, int):
