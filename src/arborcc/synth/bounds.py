@@ -272,16 +272,16 @@ def reducescatter_bound(topology: Topology, links: LinkSelector = "all", time_li
 
 # --- gather / scatter ----------------------------------------------------------------
 
-def gather_cut(g: FlowGraph, r: int, collective: str) -> tuple[Bound, RatioCut]:
+def gather_cut(g: FlowGraph, r: int, collective: str, with_flow: bool = True) -> tuple[Bound, RatioCut]:
     """The gather bound into node ``r`` of ``g`` (scatter: ``g`` reversed) and the ratio
-    cut with its single-sink max-flow (module doc): every other rank a source, ``r`` the
-    only sink."""
+    cut with (``with_flow``) its single-sink max-flow (module doc): every other rank a
+    source, ``r`` the only sink."""
     t0 = time.perf_counter()
     if g.reversed_of_original:
         check_reachable(g.reversed(), r, collective)
     else:
         check_reachable(g, r, collective, into=True)
-    cut = min_ratio_cut(g, [int(v) for v in g.ranks if int(v) != r], [r], collective)
+    cut = min_ratio_cut(g, [int(v) for v in g.ranks if int(v) != r], [r], collective, with_flow=with_flow)
     return _cut_bound(g, collective, g.nodes[r], cut, t0), cut
 
 
@@ -290,13 +290,13 @@ def gather_bound(topology: Topology, root: str | int, links: LinkSelector = "all
     rate ``x* = min_A cap(out of A) / |A n ranks|`` over sets ``A`` without the root,
     ``algbw = N x*``. ``cut`` is a minimising ``A``, ``cut_links`` the links leaving it."""
     g = flow_graph(topology, links)
-    return gather_cut(g, root_index(g, root), "gather")[0]
+    return gather_cut(g, root_index(g, root), "gather", with_flow=False)[0]
 
 
 def scatter_bound(topology: Topology, root: str | int, links: LinkSelector = "all") -> Bound:
     """Best scatter from ``root``: gather on the reversed graph (``cut_links`` enter ``cut``)."""
     g = flow_graph(topology, links)
-    return gather_cut(g.reversed(), root_index(g, root), "scatter")[0]
+    return gather_cut(g.reversed(), root_index(g, root), "scatter", with_flow=False)[0]
 
 
 # --- all-reduce -----------------------------------------------------------------------

@@ -312,8 +312,8 @@ class RealMaxFlow:
 class RatioCut:
     """The minimum of ``cap(out of S) / |S n sources|`` over node sets ``S`` missing a
     sink: ``ratio * unit`` B/s per source, attained by ``members`` (a node mask).
-    ``arc_flow``: with one sink, an integer max-flow at that rate in units of
-    ``unit / ratio.denominator`` B/s (each source supplies ``ratio.numerator``)."""
+    ``arc_flow`` (asked for, with one sink): an integer max-flow at that rate in units
+    of ``unit / ratio.denominator`` B/s (each source supplies ``ratio.numerator``)."""
 
     ratio: Fraction
     members: np.ndarray
@@ -322,7 +322,7 @@ class RatioCut:
 
 
 def min_ratio_cut(g: FlowGraph, sources: Sequence[int], sinks: Sequence[int], what: str,
-                  time_limit: float | None = None) -> RatioCut:
+                  time_limit: float | None = None, with_flow: bool = False) -> RatioCut:
     """``x* = min_S cap(out of S) / |S n sources|`` over node sets ``S`` that miss one of
     ``sinks``, exactly (module doc).
 
@@ -332,7 +332,7 @@ def min_ratio_cut(g: FlowGraph, sources: Sequence[int], sinks: Sequence[int], wh
     smallest source's out-capacity, Dinkelbach's iteration replaces ``x`` by the ratio
     of the most violated cut until none is violated; the number of sources in the
     minimising set strictly drops, so it ends within ``|sources|`` rounds, each one
-    integer max-flow per sink.
+    integer max-flow per sink. ``with_flow`` (one sink only): also a flow at the ratio.
     """
     t0 = time.perf_counter()
     K, N = len(sources), len(g.ranks)
@@ -368,7 +368,7 @@ def min_ratio_cut(g: FlowGraph, sources: Sequence[int], sinks: Sequence[int], wh
                     improved = (cand, side)
         if improved is None:
             flow = None
-            if len(sinks) == 1:  # a flow at the ratio (the gather schedule follows it)
+            if with_flow and len(sinks) == 1:  # a flow at the ratio (the gather schedule follows it)
                 flow = np.maximum(integer_arc_flow(g.n + 1, src, dst, cap, s, sinks[0])[:len(g.src)], 0)
             return RatioCut(ratio, members, unit, flow)
         ratio, members = improved
