@@ -69,9 +69,9 @@ import numpy as np
 
 from arborcc.errors import SolverLimitError, SynthesisError
 from arborcc.ir.collectives import busbw_factor
-from arborcc.synth.flowgraph import (FlowGraph, LinkSelector, RatioCut, RealMaxFlow, capacity_unit,
-                                     check_reachable, check_strongly_connected, flow_graph, integer_capacities,
-                                     min_cut_sides, min_ratio_cut, root_index)
+from arborcc.synth.flowgraph import (FlowGraph, IntegerMaxFlow, LinkSelector, RatioCut, RealMaxFlow,
+                                     capacity_unit, check_reachable, check_strongly_connected, flow_graph,
+                                     integer_capacities, min_cut_sides, min_ratio_cut, root_index)
 from arborcc.synth.hosts import Cluster, cluster_of
 from arborcc.synth.lp import INF, GrowingLP
 from arborcc.topology.model import GB, Topology
@@ -514,18 +514,24 @@ def _rank_groups(topology: Topology, g: FlowGraph) -> list[list[int]]:
     return groups
 
 
-def _group_cut(g: FlowGraph, group: list[int], unit: float, icap: np.ndarray) -> tuple[float, np.ndarray]:
-    """The least capacity (B/s) leaving a vertex set that holds ``group`` and no other
-    rank, and that set: a max-flow from the group to the other ranks."""
+def _group_cuts(g: FlowGraph, groups: list[list[int]], icap: np.ndarray, unit: float) -> list[tuple[float, np.ndarray]]:
+    """Per group: the least capacity (B/s) leaving a vertex set that holds the group and
+    no other rank, and that set - a max-flow from the group to the other ranks. One
+    network serves every group: a super source feeding every rank and every rank feeding
+    a super sink, the group's ranks open to the source and the others to the sink (a
+    closed arc has capacity 0, so each cut is the group's own)."""
     s, t = g.n, g.n + 1
-    inside = set(group)
-    others = [int(r) for r in g.ranks if int(r) not in inside]
+    ranks = np.asarray(g.ranks, dtype=np.int64)
     big = int(icap.sum()) + 1
-    src = np.concatenate([g.src, np.full(len(group), s), np.array(others)])
-    dst = np.concatenate([g.dst, np.array(group), np.full(len(others), t)])
-    [(value, side)] = min_cut_sides(g.n + 2, src, dst, np.concatenate([icap, np.full(len(group) + len(others), big)]),
-                                    s, [t])
-    return value * unit, side[:g.n]
+    network = IntegerMaxFlow(g.n + 2, np.concatenate([g.src, np.full(len(ranks), s), ranks]),
+                             np.concatenate([g.dst, ranks, np.full(len(ranks), t)]))
+    cuts = []
+    for group in groups:
+        inside = np.isin(ranks, group)
+        cap = np.concatenate([icap, np.where(inside, big, 0), np.where(inside, 0, big)])
+        [(value, side)] = network.cut_sides(cap, s, [t])
+        cuts.append((value * unit, side[:g.n]))
+    return cuts
 
 
 def alltoall_cut_bound(topology: Topology, links: LinkSelector = "all"):
@@ -535,11 +541,11 @@ def alltoall_cut_bound(topology: Topology, links: LinkSelector = "all"):
     N = len(g.ranks)
     unit = capacity_unit(g.cap, float(g.cap.sum()))
     icap, rcap = integer_capacities(g.cap, unit), integer_capacities(g.reversed().cap, unit)
+    groups = _rank_groups(topology, g)
     best = (math.inf, None)
-    for group in _rank_groups(topology, g):
+    for group, (out_cap, members), (in_cap, _) in zip(groups, _group_cuts(g, groups, icap, unit),
+                                                      _group_cuts(g.reversed(), groups, rcap, unit)):
         k = len(group)
-        out_cap, members = _group_cut(g, group, unit, icap)
-        in_cap, _ = _group_cut(g.reversed(), group, unit, rcap)
         x = min(out_cap, in_cap) / (k * (N - k))
         if x < best[0]:
             best = (x, members)

@@ -9,9 +9,9 @@ out (another job's GPUs do not forward this job's data).
 Max-flows run on integer capacities, which makes every bound exact: bandwidths are
 expressed in integer units of 1 MB/s (finer for slow links, coarser if a graph would
 overflow int32, :func:`capacity_unit`), exact for bandwidths quoted in GB/s or MB/s.
-:func:`min_cut_sides` (Dinic's algorithm in compiled code, ``arborcc.synth.native``)
-gives max-flow values and minimum cuts, read off the residual graph of a maximum flow
-(the side the source still reaches, the same for every maximum flow; Ford & Fulkerson,
+:class:`IntegerMaxFlow` (igraph's push-relabel, on a graph built once per bound) gives
+max-flow values and minimum cuts, read off the residual graph of a maximum flow (the
+side the source still reaches, the same for every maximum flow; Ford & Fulkerson,
 "Maximal flow through a network", Canadian Journal of Mathematics 8, 1956,
 https://doi.org/10.4153/CJM-1956-045-5); :func:`integer_arc_flow` (scipy's
 :func:`scipy.sparse.csgraph.maximum_flow`) the one flow a schedule follows. The one
@@ -36,7 +36,6 @@ from typing import Callable, Iterable, Sequence, Union
 
 import numpy as np
 
-import arborcc.synth.native as native
 from arborcc.errors import SolverLimitError, SynthesisError
 from arborcc.synth.symmetry import Orbits, graph_orbits, load_igraph
 from arborcc.topology.model import Link, LinkKind, Topology
@@ -280,15 +279,66 @@ def integer_arc_flow(n: int, src: np.ndarray, dst: np.ndarray, icap: np.ndarray,
     return np.asarray(flow[src, dst]).ravel().astype(np.int64)
 
 
+#: doubles hold every integer below 2**53 exactly (IEEE 754 binary64: 53-bit significand)
+EXACT_DOUBLE_INTEGERS = 2**53
+
+
+class IntegerMaxFlow:
+    """Integer max-flows and minimum-cut sides on the fixed arcs ``src[i] -> dst[i]``
+    (parallel arcs allowed) of an ``n``-node graph, for capacities that change from call
+    to call: igraph's push-relabel (A. V. Goldberg and R. E. Tarjan, "A new approach to
+    the maximum-flow problem", Journal of the ACM 35(4), 1988,
+    https://doi.org/10.1145/48014.61051) on one igraph graph built here.
+
+    The side: igraph's minimum cut gives the sink's side as the nodes that reach the sink
+    in the residual graph (the sink side closest to the sink). The graph is therefore
+    built with every arc reversed and the flow sent from ``t`` to ``s``: a maximum flow
+    there is a maximum flow of the original turned around, and the nodes that reach
+    ``s`` in its residual graph are the nodes ``s`` reaches in the original's - the source
+    side closest to ``s``, the same for every maximum flow (igraph stops at a maximum
+    preflow; the set that reaches the sink is the same: no residual arc enters it from
+    the nodes holding excess, and sending that excess back does not change it).
+
+    Exactness: igraph computes in doubles. On integer capacities every quantity it
+    forms - residual capacities (an arc's and its reverse's add up to the arc's
+    capacity), excesses and the value (together at most what the source first pushes
+    out) - is an integer between 0 and the sum of all capacities, and only ever added,
+    subtracted and compared; :meth:`cut_sides` refuses capacities summing to
+    :data:`EXACT_DOUBLE_INTEGERS` or more, so every value is exact.
+    """
+
+    def __init__(self, n: int, src: np.ndarray, dst: np.ndarray):
+        igraph = load_igraph()
+        self.n = n
+        self.reversed_graph = igraph.GraphBase(n, list(zip(dst.tolist(), src.tolist())), True)
+
+    def cut_sides(self, cap: np.ndarray, s: int, sinks: Sequence[int],
+                  need: int | None = None) -> list[tuple[int, np.ndarray | None]]:
+        """Per sink ``t``: the max-flow value from ``s`` to ``t`` under the integer
+        capacities ``cap`` (one per arc) and the source side of the minimum cut closest
+        to ``s`` as a node mask - ``None`` instead when the value reaches ``need``."""
+        if cap.size and (int(cap.min()) < 0 or int(cap.sum()) >= EXACT_DOUBLE_INTEGERS):
+            raise SynthesisError("internal: max-flow capacities negative or too large to stay exact")
+        capacity = cap.tolist()
+        out: list[tuple[int, np.ndarray | None]] = []
+        for t in sinks:
+            value, _, _, side_nodes = self.reversed_graph.st_mincut(int(t), int(s), capacity)
+            value = int(value)
+            if need is not None and value >= need:
+                out.append((value, None))
+                continue
+            side = np.zeros(self.n, dtype=bool)
+            side[side_nodes] = True
+            out.append((value, side))
+        return out
+
+
 def min_cut_sides(n: int, src: np.ndarray, dst: np.ndarray, icap: np.ndarray, s: int,
                   sinks: Sequence[int]) -> list[tuple[int, np.ndarray]]:
     """For each sink ``t``: the max-flow value from ``s`` to ``t`` on the integer-
     capacitated arcs ``src -> dst`` and the source side of the minimum cut closest to
-    ``s`` (compiled, ``arborcc.synth.native.FlowNetwork``; the side is the same for
-    every maximum flow)."""
-    if icap.size and int(icap.max()) > INT32_MAX:
-        raise SynthesisError("internal: capacity exceeds int32 after scaling")
-    return native.FlowNetwork(n, src, dst).cut_sides(icap, s, sinks, 2**62)
+    ``s`` (:class:`IntegerMaxFlow`; the side is the same for every maximum flow)."""
+    return IntegerMaxFlow(n, src, dst).cut_sides(icap, s, sinks)
 
 
 class RealMaxFlow:
@@ -351,7 +401,7 @@ def min_ratio_cut(g: FlowGraph, sources: Sequence[int], sinks: Sequence[int], wh
     s = g.n  # the super source
     src = np.concatenate([g.src, np.full(K, s)])
     dst = np.concatenate([g.dst, np.array(sources)])
-    network = native.FlowNetwork(g.n + 1, src, dst)
+    network = IntegerMaxFlow(g.n + 1, src, dst)
     for _ in range(K + 2):
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
             raise SolverLimitError(f"{g.name}: {what} bound not found within {time_limit:g} s")

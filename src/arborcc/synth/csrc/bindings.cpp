@@ -1,14 +1,12 @@
 // The Python module arborcc.synth.native (pybind11): the tree packing's pricing oracle,
 // the minimum spanning arborescence (arborescence.cpp) and the cheapest routes and
-// trees over relays (routes.cpp); chunk rounding's greedy step (rounding.cpp); the
-// ratio cut's integer max-flows and minimum-cut sides (maxflow.cpp); orbits from a
-// group's generators (orbits.cpp).
+// trees over relays (routes.cpp); chunk rounding's greedy step (rounding.cpp); orbits
+// from a group's generators (orbits.cpp).
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include "arborescence.hpp"
-#include "maxflow.hpp"
 #include "orbits.hpp"
 #include "rounding.hpp"
 #include "routes.hpp"
@@ -145,31 +143,6 @@ PYBIND11_MODULE(native, m) {
         return out;
       },
       "the smallest member of each point's orbit under the group the permutations generate");
-  py::class_<FlowNetwork>(m, "FlowNetwork", "integer max-flows and minimum-cut sides on fixed arcs (maxflow.hpp)")
-      .def(py::init([](int64_t nodes, py::handle src, py::handle dst) {
-             return new FlowNetwork(nodes, to_ints(src), to_ints(dst));
-           }),
-           py::arg("nodes"), py::arg("src"), py::arg("dst"))
-      .def(
-          "cut_sides",
-          [](FlowNetwork& net, py::handle cap, int64_t s, py::handle sinks, int64_t need) {
-            auto c = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(cap);
-            if (!c || c.ndim() != 1 || c.shape(0) != net.arcs()) throw py::value_error("expected one capacity per arc");
-            py::list out;
-            for (int64_t t : to_ints(sinks)) {
-              const int64_t value = net.max_flow(c.data(), s, t);
-              if (value >= need) {
-                out.append(py::make_tuple(value, py::none()));
-                continue;
-              }
-              py::array_t<bool> side((py::ssize_t)net.nodes());
-              net.source_side(s, reinterpret_cast<uint8_t*>(side.mutable_data()));
-              out.append(py::make_tuple(value, std::move(side)));
-            }
-            return out;
-          },
-          "per sink t: (max-flow value from s to t, the source side of the minimum cut closest to s "
-          "when the value is below need, else None)");
   py::class_<RouteGraph>(m, "RouteGraph",
                          "a graph split so that ranks receive but do not forward (routes.hpp)")
       .def(py::init([](int64_t size, int64_t n, py::handle rank_nodes, py::handle src, py::handle head) {
