@@ -408,3 +408,105 @@ def test_symmetric_machines_solve_one_root_per_orbit():
     assert len(set(round(v / GB, 6) for v in full.tree_rates.values())) == 1  # vertex-transitive
     assert len(allreduce_bound(dgx1()).tree_rates) <= 2  # DGX-1: two orbits of GPUs at most
     assert len(allreduce_bound(star(8)).tree_rates) <= 1
+
+
+# --- the bounds' integer max-flows (igraph) ----------------------------------------------------
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 9), st.integers(0, 2**32 - 1))
+def test_integer_max_flow_and_cut_side_equal_scipys(n, seed):
+    # random multigraphs with small integer capacities (many minimum cuts): the value and
+    # the source side closest to the source are unique, so they must equal scipy's
+    import numpy as np
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import breadth_first_order, maximum_flow
+
+    from arborcc.synth.flowgraph import IntegerMaxFlow
+
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(1, 3 * n))
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    cap = rng.integers(0, 4, len(src))
+    network = IntegerMaxFlow(n, src, dst)
+    sinks = list(range(1, n))
+    got = network.cut_sides(cap, 0, sinks)
+    matrix = csr_matrix((cap.astype(np.int32), (src, dst)), shape=(n, n))
+    matrix.sum_duplicates()
+    for t, (value, side) in zip(sinks, got):
+        res = maximum_flow(matrix, 0, t)
+        assert value == res.flow_value
+        residual = (matrix - res.flow).tocsr()
+        residual.data = (residual.data > 0).astype(np.int8)
+        residual.eliminate_zeros()
+        want = np.zeros(n, dtype=bool)
+        want[breadth_first_order(residual, 0, directed=True, return_predecessors=False)] = True
+        assert np.array_equal(side, want)
+    assert all(side is None for _, side in network.cut_sides(cap, 0, sinks, 0))
+    assert [side is None for _, side in network.cut_sides(cap, 0, sinks, 2)] == [v >= 2 for v, _ in got]
+
+
+def test_cut_side_is_the_one_closest_to_the_source():
+    # every arc of the path 0 -> 1 -> 2 -> 3 is a minimum cut; the side closest to 0 is {0}
+    # (igraph's own partition is the side closest to the sink, {0, 1, 2})
+    import numpy as np
+
+    from arborcc.synth.flowgraph import min_cut_sides
+
+    [(value, side)] = min_cut_sides(4, np.array([0, 1, 2]), np.array([1, 2, 3]), np.array([1, 1, 1]), 0, [3])
+    assert value == 1 and side.tolist() == [True, False, False, False]
+    [(value, side)] = min_cut_sides(4, np.array([0, 1, 2]), np.array([1, 2, 3]), np.array([2, 2, 1]), 0, [3])
+    assert value == 1 and side.tolist() == [True, True, True, False]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(3, 8), st.integers(0, 2**32 - 1))
+def test_integer_max_flow_is_exact_up_to_2_to_the_53(n, seed):
+    # capacities near 2**48 whose sum stays below 2**53: values and sides equal an exact
+    # integer max-flow's (networkx on Python ints), down to the last unit
+    import numpy as np
+    from networkx.algorithms.flow import edmonds_karp
+
+    from arborcc.synth.flowgraph import IntegerMaxFlow
+
+    rng = np.random.default_rng(seed)
+    m = 30
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    cap = rng.integers(2**47, 2**48, len(src)) | 1
+    assert int(cap.sum()) < 2**53
+    exact = nx.DiGraph()
+    exact.add_nodes_from(range(n))
+    for a, b, c in zip(src.tolist(), dst.tolist(), cap.tolist()):
+        if exact.has_edge(a, b):
+            exact[a][b]["capacity"] += c
+        else:
+            exact.add_edge(a, b, capacity=c)
+    sinks = list(range(1, n))
+    for t, (value, side) in zip(sinks, IntegerMaxFlow(n, src, dst).cut_sides(cap, 0, sinks)):
+        residual = edmonds_karp(exact, 0, t)
+        assert value == residual.graph["flow_value"]
+        reach, stack = {0}, [0]
+        while stack:
+            u = stack.pop()
+            for v, arc in residual[u].items():
+                if arc["capacity"] - arc["flow"] > 0 and v not in reach:
+                    reach.add(v)
+                    stack.append(v)
+        assert side.tolist() == [v in reach for v in range(n)]
+        assert int(cap[side[src] & ~side[dst]].sum()) == value
+
+
+def test_integer_max_flow_refuses_capacities_it_cannot_keep_exact():
+    import numpy as np
+
+    from arborcc.synth.flowgraph import IntegerMaxFlow
+
+    network = IntegerMaxFlow(3, np.array([0, 1, 0]), np.array([1, 2, 2]))
+    assert network.cut_sides(np.array([2**52, 2**52 - 1, 0]), 0, [2])[0][0] == 2**52 - 1
+    with pytest.raises(SynthesisError, match="too large"):
+        network.cut_sides(np.array([2**52, 2**52, 0]), 0, [2])
+    with pytest.raises(SynthesisError, match="negative"):
+        network.cut_sides(np.array([1, -1, 0]), 0, [2])

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_bounds import dgx1, ring, small_topologies, star
 
+import arborcc.synth.native as native
 from arborcc.errors import SolverLimitError, SynthesisError, VerificationError
 from arborcc.synth.bounds import allgather_bound, broadcast_bound, reduce_bound
 from arborcc.synth.packing import (
@@ -67,6 +68,88 @@ def test_min_arborescence_reports_unreachable_vertices():
     cost[0, 1] = 1.0
     with pytest.raises(SynthesisError, match="cannot be reached"):
         min_arborescence(cost, 0)
+
+
+def _random_split_graph(rng, ranks: int, relays: int):
+    """A random digraph over ranks and relays, split as the packing's oracle splits it:
+    arcs into rank k end at node ranks + relays + k (ranks receive but do not forward)."""
+    n = ranks + relays
+    pairs = [(a, b) for a in range(n) for b in range(n) if a != b and rng.random() < 0.4]
+    if not pairs:
+        pairs = [(0, 1)]
+    src = np.array([a for a, _ in pairs])
+    head = np.array([n + b if b < ranks else b for _, b in pairs])
+    return n, src, head
+
+
+def _scipy_routes(size, n, ranks, src, head, length):
+    """Route costs between ranks and predecessors by scipy's Dijkstra (CSR by tail, head)."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import dijkstra
+
+    order = np.lexsort((head, src))
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=size))])
+    csr = sp.csr_matrix((length[order], head[order], indptr), shape=(size, size))
+    dist, pred = dijkstra(csr, directed=True, indices=np.arange(ranks), return_predecessors=True)
+    return dist[:, n:], pred
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 7), st.integers(0, 5), st.booleans(), st.integers(0, 2**32 - 1))
+def test_native_routes_match_scipy_dijkstra_ties_included(ranks, relays, fractional, seed):
+    # small integer lengths make many routes of equal cost: the predecessors chosen on
+    # ties must be scipy's, so that trees (and programs) stay what they were
+    rng = np.random.default_rng(seed)
+    n, src, head = _random_split_graph(rng, ranks, relays)
+    length = rng.integers(1, 4, len(src)).astype(float) * (0.1 if fractional else 1.0)
+    graph = native.RouteGraph(n + ranks, n, np.arange(ranks), src, head)
+    D, pred = graph.routes(length, 0.0)
+    want_D, want_pred = _scipy_routes(n + ranks, n, ranks, src, head, length)
+    assert np.array_equal(D, want_D)
+    assert np.array_equal(pred, want_pred)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 6), st.integers(0, 4), st.integers(0, 2**32 - 1))
+def test_native_seed_trees_match_a_python_reference(ranks, relays, seed):
+    # the seed rounds in Python on scipy's routes: cheapest tree (min arborescence over
+    # route costs), routes of its hops, loads, then lengths grown on the used links
+    rng = np.random.default_rng(seed)
+    n, src, head = _random_split_graph(rng, ranks, relays)
+    for k in range(ranks):  # keep every rank reachable: a ring over the ranks
+        if not ((src == k) & (head == n + (k + 1) % ranks)).any():
+            src, head = np.append(src, k), np.append(head, n + (k + 1) % ranks)
+    cap = rng.integers(1, 5, len(src)).astype(float)
+    graph = native.RouteGraph(n + ranks, n, np.arange(ranks), src, head)
+    arc_of = {(int(a), int(b)): e for e, (a, b) in enumerate(zip(src, head))}
+    got = graph.seed_trees(cap, 1e-9, list(range(ranks)), 2)
+    length, want = 1.0 / cap, []
+    for _ in range(2):
+        for r in range(ranks):
+            D, pred = _scipy_routes(n + ranks, n, ranks, src, head, length + 1e-9)
+            parent = min_arborescence(D, r)
+            hops, load = [], np.zeros(len(src))
+            for v, u in enumerate(parent):
+                if u >= 0:
+                    node, arcs = n + v, []
+                    while node != u:
+                        arcs.append(arc_of[(int(pred[u][node]), node)])
+                        node = int(pred[u][node])
+                    hops.append((u, v, tuple(arcs[::-1])))
+                    load[list(arcs)] += 1.0
+            want.append((r, tuple(hops), load))
+            length = length * (1.0 + load / cap * cap.min())
+    assert len(got) == len(want)
+    for (root, hops, load), (r, h, l) in zip(got, want):
+        assert (root, hops) == (r, h)
+        assert np.array_equal(load, l)
+
+
+def test_native_trees_report_unreachable_ranks():
+    # rank 0 -> rank 1 only: rank 2 is reached by nobody, rank 1 reaches no rank
+    graph = native.RouteGraph(6, 3, np.arange(3), np.array([0]), np.array([4]))
+    assert graph.cheapest_trees(np.ones(1), 0.0, [0]) == ("some rank unreached", 0)
+    assert graph.cheapest_trees(np.ones(1), 0.0, [1]) == ("reaches no rank", 1)
 
 
 # --- acceptance: Blink's DGX-1 numbers -------------------------------------------------------

@@ -42,3 +42,33 @@ def test_direction_matters():
     # a directed 3-cycle: rotations only; with one reversed arc nothing is symmetric
     assert set(orbits([(0, 1), (1, 2), (2, 0)]).node.tolist()) == {0}
     assert len(set(orbits([(0, 1), (1, 2), (0, 2)]).node.tolist())) == 3
+
+
+def test_orbit_labels_are_the_smallest_member_of_each_class():
+    # random permutations (as igraph returns them: lists) against classes found by search
+    import arborcc.synth.native as native
+
+    rng = np.random.default_rng(7)
+    for size in (1, 2, 5, 30):
+        for gens in range(4):
+            perms = []
+            for _ in range(gens):  # permutations that move a few points
+                perm = np.arange(size)
+                moved = rng.choice(size, size=min(size, 3), replace=False)
+                perm[moved] = rng.permutation(moved)
+                perms.append(perm.tolist())
+            seen = {}
+            for start in range(size):
+                if start in seen:
+                    continue
+                todo, members = [start], {start}
+                while todo:
+                    v = todo.pop()
+                    for w in [p[v] for p in perms] + [p.index(v) for p in perms]:
+                        if w not in members:
+                            members.add(w)
+                            todo.append(w)
+                for v in members:
+                    seen[v] = min(members)
+            assert native.orbit_labels(size, perms).tolist() == [seen[v] for v in range(size)]
+    assert native.orbit_labels(3, [np.array([1, 0, 2])]).tolist() == [0, 0, 2]  # arrays too

@@ -69,9 +69,9 @@ import numpy as np
 
 from arborcc.errors import SolverLimitError, SynthesisError
 from arborcc.ir.collectives import busbw_factor
-from arborcc.synth.flowgraph import (FlowGraph, LinkSelector, MaxFlow, RatioCut, RealMaxFlow, capacity_unit,
-                                     check_reachable, check_strongly_connected, flow_graph, integer_capacities,
-                                     min_ratio_cut, root_index)
+from arborcc.synth.flowgraph import (FlowGraph, IntegerMaxFlow, LinkSelector, RatioCut, RealMaxFlow,
+                                     capacity_unit, check_reachable, check_strongly_connected, flow_graph,
+                                     integer_capacities, min_cut_sides, min_ratio_cut, root_index)
 from arborcc.synth.hosts import Cluster, cluster_of
 from arborcc.synth.lp import INF, GrowingLP
 from arborcc.topology.model import GB, Topology
@@ -198,15 +198,11 @@ def single_source_bound(g: FlowGraph, r: int, collective: str, root_name: str) -
     else:
         check_reachable(g, r, f"{collective} from {root_name}")
     unit = capacity_unit(g.cap, float(g.cap.sum()))
-    mf = MaxFlow(g.n, g.src, g.dst, integer_capacities(g.cap, unit))
-    best_val, best_res = None, None
-    for v in g.orbits(fixed=r).representatives(g.ranks):  # max-flows are equal within an orbit
-        if v == r:
-            continue
-        val, res = mf.value(r, v)
+    sinks = [v for v in g.orbits(fixed=r).representatives(g.ranks) if v != r]  # equal max-flows in an orbit
+    best_val, side = None, None
+    for val, sink_side in min_cut_sides(g.n, g.src, g.dst, integer_capacities(g.cap, unit), r, sinks):
         if best_val is None or val < best_val:
-            best_val, best_res = val, res
-    side = mf.source_side(r, best_res)
+            best_val, side = val, sink_side
     arcs = [i for i in range(len(g.src)) if side[g.src[i]] and not side[g.dst[i]]]
     cut_cap = float(g.cap[arcs].sum())
     cut = frozenset(g.nodes[i] for i in np.nonzero(side)[0])
@@ -276,16 +272,16 @@ def reducescatter_bound(topology: Topology, links: LinkSelector = "all", time_li
 
 # --- gather / scatter ----------------------------------------------------------------
 
-def gather_cut(g: FlowGraph, r: int, collective: str) -> tuple[Bound, RatioCut]:
+def gather_cut(g: FlowGraph, r: int, collective: str, with_flow: bool = True) -> tuple[Bound, RatioCut]:
     """The gather bound into node ``r`` of ``g`` (scatter: ``g`` reversed) and the ratio
-    cut with its single-sink max-flow (module doc): every other rank a source, ``r`` the
-    only sink."""
+    cut with (``with_flow``) its single-sink max-flow (module doc): every other rank a
+    source, ``r`` the only sink."""
     t0 = time.perf_counter()
     if g.reversed_of_original:
         check_reachable(g.reversed(), r, collective)
     else:
         check_reachable(g, r, collective, into=True)
-    cut = min_ratio_cut(g, [int(v) for v in g.ranks if int(v) != r], [r], collective)
+    cut = min_ratio_cut(g, [int(v) for v in g.ranks if int(v) != r], [r], collective, with_flow=with_flow)
     return _cut_bound(g, collective, g.nodes[r], cut, t0), cut
 
 
@@ -294,13 +290,13 @@ def gather_bound(topology: Topology, root: str | int, links: LinkSelector = "all
     rate ``x* = min_A cap(out of A) / |A n ranks|`` over sets ``A`` without the root,
     ``algbw = N x*``. ``cut`` is a minimising ``A``, ``cut_links`` the links leaving it."""
     g = flow_graph(topology, links)
-    return gather_cut(g, root_index(g, root), "gather")[0]
+    return gather_cut(g, root_index(g, root), "gather", with_flow=False)[0]
 
 
 def scatter_bound(topology: Topology, root: str | int, links: LinkSelector = "all") -> Bound:
     """Best scatter from ``root``: gather on the reversed graph (``cut_links`` enter ``cut``)."""
     g = flow_graph(topology, links)
-    return gather_cut(g.reversed(), root_index(g, root), "scatter")[0]
+    return gather_cut(g.reversed(), root_index(g, root), "scatter", with_flow=False)[0]
 
 
 # --- all-reduce -----------------------------------------------------------------------
@@ -518,18 +514,24 @@ def _rank_groups(topology: Topology, g: FlowGraph) -> list[list[int]]:
     return groups
 
 
-def _group_cut(g: FlowGraph, group: list[int], unit: float, icap: np.ndarray) -> tuple[float, np.ndarray]:
-    """The least capacity (B/s) leaving a vertex set that holds ``group`` and no other
-    rank, and that set: a max-flow from the group to the other ranks."""
+def _group_cuts(g: FlowGraph, groups: list[list[int]], icap: np.ndarray, unit: float) -> list[tuple[float, np.ndarray]]:
+    """Per group: the least capacity (B/s) leaving a vertex set that holds the group and
+    no other rank, and that set - a max-flow from the group to the other ranks. One
+    network serves every group: a super source feeding every rank and every rank feeding
+    a super sink, the group's ranks open to the source and the others to the sink (a
+    closed arc has capacity 0, so each cut is the group's own)."""
     s, t = g.n, g.n + 1
-    inside = set(group)
-    others = [int(r) for r in g.ranks if int(r) not in inside]
+    ranks = np.asarray(g.ranks, dtype=np.int64)
     big = int(icap.sum()) + 1
-    src = np.concatenate([g.src, np.full(len(group), s), np.array(others)])
-    dst = np.concatenate([g.dst, np.array(group), np.full(len(others), t)])
-    mf = MaxFlow(g.n + 2, src, dst, np.concatenate([icap, np.full(len(group) + len(others), big)]))
-    value, res = mf.value(s, t)
-    return value * unit, mf.source_side(s, res)[:g.n]
+    network = IntegerMaxFlow(g.n + 2, np.concatenate([g.src, np.full(len(ranks), s), ranks]),
+                             np.concatenate([g.dst, ranks, np.full(len(ranks), t)]))
+    cuts = []
+    for group in groups:
+        inside = np.isin(ranks, group)
+        cap = np.concatenate([icap, np.where(inside, big, 0), np.where(inside, 0, big)])
+        [(value, side)] = network.cut_sides(cap, s, [t])
+        cuts.append((value * unit, side[:g.n]))
+    return cuts
 
 
 def alltoall_cut_bound(topology: Topology, links: LinkSelector = "all"):
@@ -539,11 +541,11 @@ def alltoall_cut_bound(topology: Topology, links: LinkSelector = "all"):
     N = len(g.ranks)
     unit = capacity_unit(g.cap, float(g.cap.sum()))
     icap, rcap = integer_capacities(g.cap, unit), integer_capacities(g.reversed().cap, unit)
+    groups = _rank_groups(topology, g)
     best = (math.inf, None)
-    for group in _rank_groups(topology, g):
+    for group, (out_cap, members), (in_cap, _) in zip(groups, _group_cuts(g, groups, icap, unit),
+                                                      _group_cuts(g.reversed(), groups, rcap, unit)):
         k = len(group)
-        out_cap, members = _group_cut(g, group, unit, icap)
-        in_cap, _ = _group_cut(g.reversed(), group, unit, rcap)
         x = min(out_cap, in_cap) / (k * (N - k))
         if x < best[0]:
             best = (x, members)

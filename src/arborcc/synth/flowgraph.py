@@ -6,16 +6,18 @@ The graph is the topology's directed links (optionally filtered by kind, see
 network switch) a relay: it forwards but is not a rank. GPUs outside the job are left
 out (another job's GPUs do not forward this job's data).
 
-Max-flows: :class:`MaxFlow` runs scipy's Dinic (:func:`scipy.sparse.csgraph.maximum_flow`)
-on integer capacities, which makes every bound exact: bandwidths are expressed in
-integer units of 1 MB/s (finer for slow links, coarser if a graph would overflow
-int32, :func:`capacity_unit`), exact for bandwidths quoted in GB/s or MB/s. Minimum cuts
-are read off the residual graph of a maximum flow (the side the source still reaches;
-Ford & Fulkerson, "Maximal flow through a network", Canadian Journal of Mathematics 8,
-1956, https://doi.org/10.4153/CJM-1956-045-5). The one caller whose capacities are
-real numbers - an LP's solution, in the cutting-plane loop of the tree all-reduce
-bound - uses :class:`RealMaxFlow` (igraph's push-relabel on floats), because integer
-units would blur the LP's tolerance.
+Max-flows run on integer capacities, which makes every bound exact: bandwidths are
+expressed in integer units of 1 MB/s (finer for slow links, coarser if a graph would
+overflow int32, :func:`capacity_unit`), exact for bandwidths quoted in GB/s or MB/s.
+:class:`IntegerMaxFlow` (igraph's push-relabel, on a graph built once per bound) gives
+max-flow values and minimum cuts, read off the residual graph of a maximum flow (the
+side the source still reaches, the same for every maximum flow; Ford & Fulkerson,
+"Maximal flow through a network", Canadian Journal of Mathematics 8, 1956,
+https://doi.org/10.4153/CJM-1956-045-5); :func:`integer_arc_flow` (scipy's
+:func:`scipy.sparse.csgraph.maximum_flow`) the one flow a schedule follows. The one
+caller whose capacities are real numbers - an LP's solution, in the cutting-plane loop
+of the tree all-reduce bound - uses :class:`RealMaxFlow` (igraph's push-relabel on
+floats), because integer units would blur the LP's tolerance.
 
 :func:`min_ratio_cut` minimises ``cap(out of S) / |S n sources|`` over vertex sets ``S``
 that miss a sink - the bound of all-gather, reduce-scatter, gather and scatter - by
@@ -262,41 +264,81 @@ def integer_capacities(cap: np.ndarray, unit: float) -> np.ndarray:
     return np.maximum(np.rint(cap / unit), 0).astype(np.int64)
 
 
-class MaxFlow:
-    """Max-flows and minimum cuts on one integer-capacitated graph of ``n`` nodes."""
+def integer_arc_flow(n: int, src: np.ndarray, dst: np.ndarray, icap: np.ndarray, s: int, t: int) -> np.ndarray:
+    """A maximum flow from ``s`` to ``t`` on each arc ``src[i] -> dst[i]`` (integer
+    capacities; parallel arcs share one entry): scipy's Dinic, whose flow - one of many
+    maximum flows - a gather schedule follows."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_flow
 
-    def __init__(self, n: int, src: np.ndarray, dst: np.ndarray, icap: np.ndarray):
-        from scipy.sparse import csr_matrix
+    if icap.size and int(icap.max()) > INT32_MAX:
+        raise SynthesisError("internal: capacity exceeds int32 after scaling")
+    matrix = csr_matrix((icap.astype(np.int32), (src, dst)), shape=(n, n))
+    matrix.sum_duplicates()
+    flow = maximum_flow(matrix, int(s), int(t)).flow
+    return np.asarray(flow[src, dst]).ravel().astype(np.int64)
 
-        if icap.size and int(icap.max()) > INT32_MAX:
-            raise SynthesisError("internal: capacity exceeds int32 after scaling")
+
+#: doubles hold every integer below 2**53 exactly (IEEE 754 binary64: 53-bit significand)
+EXACT_DOUBLE_INTEGERS = 2**53
+
+
+class IntegerMaxFlow:
+    """Integer max-flows and minimum-cut sides on the fixed arcs ``src[i] -> dst[i]``
+    (parallel arcs allowed) of an ``n``-node graph, for capacities that change from call
+    to call: igraph's push-relabel (A. V. Goldberg and R. E. Tarjan, "A new approach to
+    the maximum-flow problem", Journal of the ACM 35(4), 1988,
+    https://doi.org/10.1145/48014.61051) on one igraph graph built here.
+
+    The side: igraph's minimum cut gives the sink's side as the nodes that reach the sink
+    in the residual graph (the sink side closest to the sink). The graph is therefore
+    built with every arc reversed and the flow sent from ``t`` to ``s``: a maximum flow
+    there is a maximum flow of the original turned around, and the nodes that reach
+    ``s`` in its residual graph are the nodes ``s`` reaches in the original's - the source
+    side closest to ``s``, the same for every maximum flow (igraph stops at a maximum
+    preflow; the set that reaches the sink is the same: no residual arc enters it from
+    the nodes holding excess, and sending that excess back does not change it).
+
+    Exactness: igraph computes in doubles. On integer capacities every quantity it
+    forms - residual capacities (an arc's and its reverse's add up to the arc's
+    capacity), excesses and the value (together at most what the source first pushes
+    out) - is an integer between 0 and the sum of all capacities, and only ever added,
+    subtracted and compared; :meth:`cut_sides` refuses capacities summing to
+    :data:`EXACT_DOUBLE_INTEGERS` or more, so every value is exact.
+    """
+
+    def __init__(self, n: int, src: np.ndarray, dst: np.ndarray):
+        igraph = load_igraph()
         self.n = n
-        self.matrix = csr_matrix((icap.astype(np.int32), (src, dst)), shape=(n, n))
-        self.matrix.sum_duplicates()
+        self.reversed_graph = igraph.GraphBase(n, list(zip(dst.tolist(), src.tolist())), True)
 
-    def value(self, s: int, t: int) -> tuple[int, object]:
-        """The max-flow value from ``s`` to ``t`` and the flow (for :meth:`source_side`)."""
-        from scipy.sparse.csgraph import maximum_flow
+    def cut_sides(self, cap: np.ndarray, s: int, sinks: Sequence[int],
+                  need: int | None = None) -> list[tuple[int, np.ndarray | None]]:
+        """Per sink ``t``: the max-flow value from ``s`` to ``t`` under the integer
+        capacities ``cap`` (one per arc) and the source side of the minimum cut closest
+        to ``s`` as a node mask - ``None`` instead when the value reaches ``need``."""
+        if cap.size and (int(cap.min()) < 0 or int(cap.sum()) >= EXACT_DOUBLE_INTEGERS):
+            raise SynthesisError("internal: max-flow capacities negative or too large to stay exact")
+        capacity = cap.tolist()
+        out: list[tuple[int, np.ndarray | None]] = []
+        for t in sinks:
+            value, _, _, side_nodes = self.reversed_graph.st_mincut(int(t), int(s), capacity)
+            value = int(value)
+            if need is not None and value >= need:
+                out.append((value, None))
+                continue
+            side = np.zeros(self.n, dtype=bool)
+            side[side_nodes] = True
+            out.append((value, side))
+        return out
 
-        res = maximum_flow(self.matrix, int(s), int(t))
-        return int(res.flow_value), res
 
-    def source_side(self, s: int, res) -> np.ndarray:
-        """Boolean mask of the nodes ``s`` reaches in the residual graph of flow ``res``:
-        the source side of a minimum cut (the one closest to ``s``)."""
-        from scipy.sparse.csgraph import breadth_first_order
-
-        residual = (self.matrix - res.flow).tocsr()
-        residual.data = (residual.data > 0).astype(np.int8)
-        residual.eliminate_zeros()
-        seen = np.zeros(self.n, dtype=bool)
-        seen[breadth_first_order(residual, int(s), directed=True, return_predecessors=False)] = True
-        return seen
-
-    @staticmethod
-    def arc_flow(res, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """The flow of ``res`` on each arc ``src[i] -> dst[i]`` (parallel arcs share one entry)."""
-        return np.asarray(res.flow[src, dst]).ravel().astype(np.int64)
+def min_cut_sides(n: int, src: np.ndarray, dst: np.ndarray, icap: np.ndarray, s: int,
+                  sinks: Sequence[int]) -> list[tuple[int, np.ndarray]]:
+    """For each sink ``t``: the max-flow value from ``s`` to ``t`` on the integer-
+    capacitated arcs ``src -> dst`` and the source side of the minimum cut closest to
+    ``s`` (:class:`IntegerMaxFlow`; the side is the same for every maximum flow)."""
+    return IntegerMaxFlow(n, src, dst).cut_sides(icap, s, sinks)
 
 
 class RealMaxFlow:
@@ -320,8 +362,8 @@ class RealMaxFlow:
 class RatioCut:
     """The minimum of ``cap(out of S) / |S n sources|`` over node sets ``S`` missing a
     sink: ``ratio * unit`` B/s per source, attained by ``members`` (a node mask).
-    ``arc_flow``: with one sink, an integer max-flow at that rate in units of
-    ``unit / ratio.denominator`` B/s (each source supplies ``ratio.numerator``)."""
+    ``arc_flow`` (asked for, with one sink): an integer max-flow at that rate in units
+    of ``unit / ratio.denominator`` B/s (each source supplies ``ratio.numerator``)."""
 
     ratio: Fraction
     members: np.ndarray
@@ -330,7 +372,7 @@ class RatioCut:
 
 
 def min_ratio_cut(g: FlowGraph, sources: Sequence[int], sinks: Sequence[int], what: str,
-                  time_limit: float | None = None) -> RatioCut:
+                  time_limit: float | None = None, with_flow: bool = False) -> RatioCut:
     """``x* = min_S cap(out of S) / |S n sources|`` over node sets ``S`` that miss one of
     ``sinks``, exactly (module doc).
 
@@ -340,7 +382,7 @@ def min_ratio_cut(g: FlowGraph, sources: Sequence[int], sinks: Sequence[int], wh
     smallest source's out-capacity, Dinkelbach's iteration replaces ``x`` by the ratio
     of the most violated cut until none is violated; the number of sources in the
     minimising set strictly drops, so it ends within ``|sources|`` rounds, each one
-    integer max-flow per sink.
+    integer max-flow per sink. ``with_flow`` (one sink only): also a flow at the ratio.
     """
     t0 = time.perf_counter()
     K, N = len(sources), len(g.ranks)
@@ -359,22 +401,25 @@ def min_ratio_cut(g: FlowGraph, sources: Sequence[int], sinks: Sequence[int], wh
     s = g.n  # the super source
     src = np.concatenate([g.src, np.full(K, s)])
     dst = np.concatenate([g.dst, np.array(sources)])
+    network = IntegerMaxFlow(g.n + 1, src, dst)
     for _ in range(K + 2):
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
             raise SolverLimitError(f"{g.name}: {what} bound not found within {time_limit:g} s")
         p, q = ratio.numerator, ratio.denominator
-        mf = MaxFlow(g.n + 1, src, dst, np.concatenate([icap * q, np.full(K, p, dtype=np.int64)]))
-        improved, last = None, None
-        for t in sinks:
-            val, res = mf.value(s, t)
-            last = res
-            if val < K * p:
-                side = mf.source_side(s, res)[:g.n]
+        cap = np.concatenate([icap * q, np.full(K, p, dtype=np.int64)])
+        if int(cap.max()) > INT32_MAX:
+            raise SynthesisError("internal: capacity exceeds int32 after scaling")
+        improved = None
+        for _, side in network.cut_sides(cap, s, sinks, K * p):
+            if side is not None:
+                side = side[:g.n]
                 cand = Fraction(int(icap[g.leaving(side)].sum()), int((side & is_source).sum()))
                 if cand < ratio and (improved is None or cand < improved[0]):
                     improved = (cand, side)
         if improved is None:
-            flow = MaxFlow.arc_flow(last, g.src, g.dst) if len(sinks) == 1 else None
-            return RatioCut(ratio, members, unit, None if flow is None else np.maximum(flow, 0))
+            flow = None
+            if with_flow and len(sinks) == 1:  # a flow at the ratio (the gather schedule follows it)
+                flow = np.maximum(integer_arc_flow(g.n + 1, src, dst, cap, s, sinks[0])[:len(g.src)], 0)
+            return RatioCut(ratio, members, unit, flow)
         ratio, members = improved
     raise SolverLimitError(f"{g.name}: {what} bound did not converge")  # pragma: no cover

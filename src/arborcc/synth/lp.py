@@ -52,6 +52,25 @@ def quiet_stdout():
         os.close(saved)
 
 
+def _packed(entries, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(starts, index, value)``: ``count`` lines of ``(indices, values)`` pairs (or
+    None, an empty line) laid end to end, as HiGHS takes them."""
+    lengths = np.zeros(count, dtype=np.int64)
+    index: list = []
+    value: list = []
+    for j, line in enumerate(entries or ()):
+        if line is not None:
+            idx, val = line
+            lengths[j] = len(idx)
+            index.append(np.asarray(idx, dtype=np.int32))
+            value.append(np.asarray(val, dtype=float))
+    starts = np.zeros(count, dtype=np.int32)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    if not index:
+        return starts, np.zeros(0, dtype=np.int32), np.zeros(0)
+    return starts, np.concatenate(index), np.concatenate(value)
+
+
 class GrowingLP:
     """``minimize c x`` subject to ``row_lo <= A x <= row_hi`` and column bounds, with
     rows and columns added between solves. Each solve starts from the last basis."""
@@ -69,36 +88,28 @@ class GrowingLP:
     def add_cols(self, cost, lower, upper, entries=None) -> int:
         """Add columns; ``entries[j]`` is ``(row indices, values)`` of column j in the
         existing rows (or None). Returns the index of the first new column."""
-        cost = np.asarray(cost, dtype=float)
+        return self.add_packed_cols(cost, lower, upper, *_packed(entries, len(cost)))
+
+    def add_packed_cols(self, cost, lower, upper, starts, index, value) -> int:
+        """Add columns given compressed: column j's entries are ``index[starts[j]:
+        starts[j + 1]]`` (rows) and ``value[...]``. Returns the index of the first new column."""
         k = len(cost)
         if k == 0:
             return self.num_cols
-        starts, index, value = [0] * k, [], []
-        for j in range(k):
-            starts[j] = len(index)
-            if entries is not None and entries[j] is not None:
-                rows, vals = entries[j]
-                index.extend(int(r) for r in rows)
-                value.extend(float(v) for v in vals)
         first = self.num_cols
-        self._h.addCols(k, cost, np.asarray(lower, dtype=float), np.asarray(upper, dtype=float),
-                        len(index), np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32),
-                        np.array(value, dtype=float))
+        self._h.addCols(k, np.asarray(cost, dtype=float), np.asarray(lower, dtype=float),
+                        np.asarray(upper, dtype=float), len(index), np.asarray(starts, dtype=np.int32),
+                        np.asarray(index, dtype=np.int32), np.asarray(value, dtype=float))
         self.num_cols += k
         return first
 
     def add_rows(self, lower, upper, entries) -> int:
         """Add rows ``lower[i] <= sum entries[i] <= upper[i]``; ``entries[i]`` is
         ``(column indices, values)``. Returns the index of the first new row."""
-        starts, index, value = [], [], []
-        for cols, vals in entries:
-            starts.append(len(index))
-            index.extend(int(c) for c in cols)
-            value.extend(float(v) for v in vals)
+        starts, index, value = _packed(entries, len(lower))
         first = self.num_rows
         self._h.addRows(len(starts), np.asarray(lower, dtype=float), np.asarray(upper, dtype=float), len(index),
-                        np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32),
-                        np.array(value, dtype=float))
+                        starts, index, value)
         self.num_rows += len(starts)
         return first
 

@@ -51,10 +51,9 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.csgraph import dijkstra
 
 import arborcc.synth.native as native
 from arborcc.errors import SolverLimitError, SynthesisError
@@ -85,7 +84,8 @@ def min_arborescence(cost, root: int) -> list[int]:
     cheapest in-arc (the first of equal ones); every cycle so formed is contracted,
     entering arcs reduced by the in-arc they replace, and the contracted graph solved
     the same way. O(n^2) per contraction, in compiled code (``arborcc.synth.native``,
-    csrc/arborescence.cpp): the column generation calls it for every root in every round.
+    csrc/arborescence.cpp): the oracle below runs it on every cheapest tree, inside
+    the extension; this is its entry point from Python.
     """
     par = native.min_arborescence(cost, root)
     if isinstance(par, int):
@@ -94,49 +94,38 @@ def min_arborescence(cost, root: int) -> list[int]:
 
 
 class _RouteOracle:
-    """Cheapest relay-only routes between ranks, and cheapest trees, under arc lengths."""
+    """Cheapest relay-only routes between ranks, and cheapest trees, under arc lengths
+    (in compiled code, ``arborcc.synth.native.RouteGraph``, csrc/routes.cpp: Dijkstra's
+    from every rank, breaking ties as :func:`scipy.sparse.csgraph.dijkstra` does, and
+    the trees' arborescences, routes and arc loads)."""
 
     def __init__(self, g: FlowGraph):
         self.g = g
         n, N = g.n, len(g.ranks)
         self.nodes = n
         self.rank_nodes: list[int] = g.ranks.tolist()
-        self.is_rank = np.zeros(n, dtype=bool)
-        self.is_rank[g.ranks] = True
-        self.rank_pos = {int(v): k for k, v in enumerate(g.ranks)}
+        is_rank = np.zeros(n, dtype=bool)
+        is_rank[g.ranks] = True
+        rank_pos = np.zeros(n, dtype=np.int64)
+        rank_pos[g.ranks] = np.arange(N)
         # split graph: a rank u sends from node u and receives at node n + pos(u)
-        self.head = np.where(self.is_rank[g.dst], n + np.array([self.rank_pos.get(int(v), 0) for v in g.dst]),
-                             g.dst)
-        self.size = n + N
-        self.arc_of = {(int(a), int(b)): e for e, (a, b) in enumerate(zip(g.src, self.head))}
-        self.direct_only = not (~self.is_rank).any()
-        # a CSR skeleton built once; each call only refills its data (arc lengths)
-        order = np.lexsort((self.head, g.src))
-        self._perm = order
-        indptr = np.zeros(self.size + 1, dtype=np.int32)
-        np.add.at(indptr, g.src[order] + 1, 1)
-        self._csr = sp.csr_matrix((np.ones(len(order)), self.head[order].astype(np.int32), np.cumsum(indptr)),
-                                  shape=(self.size, self.size))
+        self.head = np.where(is_rank[g.dst], n + rank_pos[g.dst], g.dst)
+        self.graph = native.RouteGraph(n + N, n, g.ranks, g.src, self.head)
 
-    def routes(self, length: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """``(D, pred)``: ``D[k, j]`` the cheapest route cost from rank k to rank j."""
-        g, N = self.g, len(self.g.ranks)
-        if self.direct_only:
-            D = np.full((N, N), np.inf)
-            D[g.src, g.dst] = length
-            return D, None
-        self._csr.data = np.asarray(length, dtype=float)[self._perm]
-        dist, pred = dijkstra(self._csr, directed=True, indices=g.ranks, return_predecessors=True)
-        D = dist[:, self.g.n:]
-        return D, pred
+    @cached_property
+    def arc_of(self) -> dict[tuple[int, int], int]:
+        """Arc id of each (tail, head) of the split graph."""
+        return {(a, b): e for e, (a, b) in enumerate(zip(self.g.src.tolist(), self.head.tolist()))}
 
-    def path(self, pred, k: int, j: int) -> list[int]:
-        """Arc ids of the route from rank k to rank j (``pred``: the predecessors of
-        :meth:`routes`, as an array or nested lists)."""
-        n, arc_of = self.nodes, self.arc_of
-        if pred is None:
-            return [arc_of[(self.rank_nodes[k], n + j)]]
-        node, arcs = n + j, []
+    def routes(self, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(D, pred)``: ``D[k, j]`` the cheapest route cost from rank k to rank j,
+        ``pred[k]`` the predecessors of every node on the routes from rank k."""
+        return self.graph.routes(length, 0.0)
+
+    def path(self, pred: np.ndarray, k: int, j: int) -> list[int]:
+        """Arc ids of the route from rank k to rank j (``pred``: :meth:`routes`')."""
+        arc_of = self.arc_of
+        node, arcs = self.nodes + j, []
         src = self.rank_nodes[k]
         row = pred[k]
         while node != src:
@@ -152,31 +141,26 @@ class _RouteOracle:
         return self.cheapest_trees(length, [root_pos])[0]
 
     def cheapest_trees(self, length: np.ndarray, roots: list[int]) -> list[tuple[float, "_Column"]]:
-        """The cheapest tree of each root under ``length`` (the routes are shared)."""
-        D, pred = self.routes(length + _TINY)
-        costs, rows = D.tolist(), None if pred is None else pred.tolist()
-        return [self._tree(costs, rows, length, r) for r in roots]
+        """The cheapest tree of each root under ``length`` (the routes are shared), and its cost."""
+        trees = self._columns(self.graph.cheapest_trees(length, _TINY, roots))
+        return [(float(col.load @ length), col) for col in trees]
 
-    def _tree(self, D: list[list[float]], pred, length: np.ndarray, root_pos: int) -> tuple[float, "_Column"]:
-        """The cheapest tree of ``root_pos`` under route costs ``D`` and predecessors
-        ``pred`` (nested lists, :meth:`routes`)."""
-        if len(D) > 1 and all(math.isinf(c) for k, c in enumerate(D[root_pos]) if k != root_pos):
-            raise SynthesisError(f"{self.g.name}: {self.g.nodes[self.g.ranks[root_pos]]} reaches no rank "
-                                 f"over {self.g.links} links")
-        try:
-            par = min_arborescence(D, root_pos)
-        except SynthesisError:
-            raise SynthesisError(f"{self.g.name}: some rank cannot be reached from "
-                                 f"{self.g.nodes[self.g.ranks[root_pos]]} over {self.g.links} links") from None
-        hops, used = [], []
-        for v, u in enumerate(par):
-            if u >= 0:
-                arcs = self.path(pred, u, v)
-                hops.append((u, v, tuple(arcs)))
-                used += arcs
-        load = np.bincount(np.asarray(used, dtype=np.intp), minlength=len(self.g.src)).astype(float)
-        col = _Column(root_pos, tuple(hops), load)
-        return float(load @ length), col
+    def seed_trees(self, cap: np.ndarray, roots: list[int], per_root: int) -> list["_Column"]:
+        """``per_root`` rounds over ``roots`` of the cheapest tree under lengths that
+        start at ``1 / cap`` and grow on the links each tree uses, by the factor
+        ``1 + load / cap * min(cap)`` (duplicates included)."""
+        return self._columns(self.graph.seed_trees(cap, _TINY, roots, per_root))
+
+    def _columns(self, trees) -> list["_Column"]:
+        """Columns of the native oracle's trees, or its failure as a :class:`SynthesisError`."""
+        if isinstance(trees, tuple):
+            why, root = trees
+            g = self.g
+            if why == "reaches no rank":
+                raise SynthesisError(f"{g.name}: {g.nodes[g.ranks[root]]} reaches no rank over {g.links} links")
+            raise SynthesisError(f"{g.name}: some rank cannot be reached from {g.nodes[g.ranks[root]]} "
+                                 f"over {g.links} links")
+        return [_Column(root, hops, load) for root, hops, load in trees]
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,7 +171,7 @@ class _Column:
     hops: tuple[tuple[int, int, tuple[int, ...]], ...]
     load: np.ndarray
 
-    @property
+    @cached_property
     def key(self) -> tuple:
         return (self.root, tuple(sorted(self.hops)))
 
@@ -211,11 +195,18 @@ class _Master:
         self.add(cols)
 
     def add(self, cols: list[_Column]) -> None:
-        entries = []
-        for c in cols:
-            rows = np.nonzero(c.load)[0]
-            entries.append((np.append(rows, self.E + self.rpos[c.root]), np.append(c.load[rows], -1.0)))
-        self.lp.add_cols(np.zeros(len(cols)), np.zeros(len(cols)), np.full(len(cols), INF), entries)
+        """Add the trees' columns: their arc loads, then -1 in their root's row."""
+        index, value, starts = [], [], np.zeros(len(cols), dtype=np.int32)
+        at = 0
+        for j, c in enumerate(cols):
+            rows = np.flatnonzero(c.load)
+            starts[j] = at
+            at += len(rows) + 1
+            index += (rows, (self.E + self.rpos[c.root],))
+            value += (c.load[rows], (-1.0,))
+        if cols:
+            self.lp.add_packed_cols(np.zeros(len(cols)), np.zeros(len(cols)), np.full(len(cols), INF), starts,
+                                    np.concatenate(index), np.concatenate(value))
         self.cols.extend(cols)
 
     def solve(self, time_limit: float):
@@ -261,15 +252,11 @@ def _column_generation(oracle: _RouteOracle, cap: np.ndarray, roots: list[int], 
 
 def _seed_columns(oracle: _RouteOracle, cap: np.ndarray, roots: list[int], per_root: int) -> list[_Column]:
     """A few trees per root, cheapest under lengths that grow on used links (MWU-style)."""
-    length = 1.0 / cap
     cols, keys = [], set()
-    for _ in range(per_root):
-        for r in roots:
-            _, col = oracle.cheapest_tree(length, r)
-            if col.key not in keys:
-                keys.add(col.key)
-                cols.append(col)
-            length = length * (1.0 + col.load / cap * cap.min())
+    for col in oracle.seed_trees(cap, roots, per_root):
+        if col.key not in keys:
+            keys.add(col.key)
+            cols.append(col)
     return cols
 
 
@@ -516,15 +503,17 @@ def _lane_unit(topology, g: FlowGraph) -> float:
 
 def _to_trees(g: FlowGraph, cols: list[_Column], w: np.ndarray, scale: float, inward: bool) -> list[Tree]:
     trees = []
-    for c, wt in zip(cols, w):
+    tail = [g.nodes[v] for v in g.src.tolist()]
+    head = [g.nodes[v] for v in g.dst.tolist()]
+    rank = [g.nodes[v] for v in g.ranks.tolist()]
+    for c, wt in zip(cols, w.tolist()):
         if wt <= 1e-12:
             continue
         hops = []
         for p, v, arcs in c.hops:
-            path = [g.nodes[g.src[arcs[0]]]] + [g.nodes[g.dst[a]] for a in arcs]
-            hop = Hop(g.nodes[g.ranks[p]], g.nodes[g.ranks[v]], tuple(path))
-            hops.append(hop.reversed() if inward else hop)
-        trees.append(Tree(g.nodes[g.ranks[c.root]], tuple(hops), float(wt) * scale, inward))
+            path = (tail[arcs[0]], *[head[a] for a in arcs])
+            hops.append(Hop(rank[v], rank[p], path[::-1]) if inward else Hop(rank[p], rank[v], path))
+        trees.append(Tree(rank[c.root], tuple(hops), wt * scale, inward))
     trees.sort(key=lambda t: (t.root, -t.weight))
     return trees
 

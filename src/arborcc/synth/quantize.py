@@ -19,6 +19,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+import arborcc.synth.native as native
 from arborcc.errors import SynthesisError
 
 
@@ -57,29 +58,24 @@ def _rate(counts, chunks: int, per_chunk: np.ndarray) -> float:
     return 1.0 / worst if worst > 0 else math.inf
 
 
-def _greedy_counts(groups, weights, chunks: int, per_chunk: np.ndarray) -> list[int]:
+def _greedy_counts(groups, weights, chunks: int, per_chunk: np.ndarray, members: np.ndarray,
+                   starts: np.ndarray) -> list[int]:
     """Round every tree's ideal share down, then hand out the remaining chunks one at a
     time to the tree whose extra chunk raises the worst link utilisation least (ties:
-    the heavier tree, then the earlier one)."""
-    counts = np.zeros(len(weights), dtype=np.int64)
-    step = per_chunk / chunks  # utilisation one more chunk of tree t adds to each link
-    used = step > 0
+    the heavier tree, then the earlier one; in compiled code, ``arborcc.synth.native``,
+    csrc/rounding.cpp). ``members``, ``starts``: the groups laid end to end."""
+    counts = [0] * len(weights)
+    leftover = []
     for group in groups:
         total = float(sum(weights[t] for t in group))
         for t in group:
             counts[t] = math.floor(chunks * weights[t] / total)
-    util = counts.astype(float) @ step
-    for group in groups:
-        group = np.asarray(group)
-        neg_weight = (-np.asarray(weights, dtype=float)[group]).tolist()
-        group_used, group_step = used[group], step[group]
-        for _ in range(chunks - int(counts[group].sum())):
-            after = np.where(group_used, util[None, :] + group_step, -np.inf).max(axis=1, initial=0.0)
-            # least (utilisation after, -weight, position): a tuple minimum, not a sort
-            t = int(group[min(zip(after.tolist(), neg_weight, range(len(group))))[2]])
-            counts[t] += 1
-            util += step[t]
-    return counts.tolist()
+        leftover.append(chunks - sum(counts[t] for t in group))
+    step = per_chunk / chunks  # utilisation one more chunk of tree t adds to each link
+    greedy = np.array(counts, dtype=np.int64)
+    util = greedy.astype(float) @ step
+    native.hand_out_chunks(members, starts, leftover, np.asarray(weights, dtype=float), step, greedy, util)
+    return greedy.tolist()
 
 
 def apportion(groups: Sequence[Sequence[int]], weights: Sequence[float], share: Sequence[float],
@@ -100,18 +96,22 @@ def apportion(groups: Sequence[Sequence[int]], weights: Sequence[float], share: 
     col = {l: i for i, l in enumerate(links)}
     # per_chunk[t, l]: utilisation of link l if tree t carried all of its shard
     per_chunk = np.zeros((len(weights), len(links)))
-    for t, u in enumerate(uses):
-        for l, k in u.items():
-            per_chunk[t, col[l]] = share[t] * k / capacity[l]
+    entries = [(t, col[l], share[t] * k / capacity[l]) for t, u in enumerate(uses) for l, k in u.items()]
+    if entries:
+        rows, cols, values = zip(*entries)
+        per_chunk[rows, cols] = values
+    group_weights = [[weights[t] for t in group] for group in groups]
+    members = np.array([t for group in groups for t in group], dtype=np.int64)
+    starts = np.cumsum([0] + [len(group) for group in groups])
     best: Apportionment | None = None
     for chunks in sorted(candidates):
         counts = [0] * len(weights)
-        for group in groups:
-            for t, c in zip(group, largest_remainder([weights[t] for t in group], chunks)):
+        for group, group_weight in zip(groups, group_weights):
+            for t, c in zip(group, largest_remainder(group_weight, chunks)):
                 counts[t] = c
         rate = _rate(counts, chunks, per_chunk)
         if rate < (1 - tolerance) * target_rate:
-            greedy = _greedy_counts(groups, weights, chunks, per_chunk)
+            greedy = _greedy_counts(groups, weights, chunks, per_chunk, members, starts)
             greedy_rate = _rate(greedy, chunks, per_chunk)
             if greedy_rate > rate:
                 counts, rate = greedy, greedy_rate

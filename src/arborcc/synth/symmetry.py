@@ -13,7 +13,7 @@ both to solve one rank or one arc per orbit.
 The group's generators come from bliss (Junttila & Kaski, ALENEX 2007) through igraph.
 bliss colours vertices only, so every arc is subdivided by a vertex coloured by the
 arc's capacity; the generators' action on those vertices is their action on arcs.
-Orbits are the connected components of the generators' permutations (scipy).
+Orbits are the classes of the points the generators' permutations join.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+import arborcc.synth.native as native
 
 
 @dataclass(frozen=True)
@@ -84,18 +86,6 @@ def graph_orbits(n: int, src: np.ndarray, dst: np.ndarray, cap: np.ndarray, rank
 
 def _components(size: int, permutations) -> np.ndarray:
     """Smallest element of each element's orbit under the group the permutations
-    generate: the weakly connected components of the graph ``i -> perm[i]``."""
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    if not permutations:
-        return np.arange(size)
-    perms = np.asarray(permutations, dtype=np.int64)
-    moved = perms != np.arange(size)[None, :]  # generators move few points: only those are edges
-    rows = np.broadcast_to(np.arange(size), perms.shape)[moved]
-    cols = perms[moved]
-    graph = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(size, size))
-    count, label = connected_components(graph, directed=True, connection="weak")
-    smallest = np.full(count, size)
-    np.minimum.at(smallest, label, np.arange(size))
-    return smallest[label]
+    generate: the classes of ``i ~ perm[i]`` (compiled union-find,
+    ``arborcc.synth.native``, csrc/orbits.cpp)."""
+    return native.orbit_labels(size, permutations)
