@@ -7,7 +7,7 @@ from support.execution import assert_executes
 from arborcc.ir.model import Op
 from arborcc.synth.lower import (MAX_THREADBLOCKS, PIPELINE_ROUNDS, aligned_blocks, balanced_copies, expand_copies,
                                  heavy_trees_apart, own_connections_fit, transfer_blocks, tree_channel_map,
-                                 tree_colours, tree_pairs, tree_threadblocks)
+                                 tree_colours, tree_pair_ids, tree_threadblocks)
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.allocation import induced
 from arborcc.topology.machines import build_machine
@@ -87,7 +87,7 @@ def test_every_tree_gets_its_own_connections_when_they_fit():
     assert colour is not None and len(colour) == len(r.trees)
     for a in range(len(r.trees)):
         for b in range(a):
-            if tree_pairs(topo, r.trees[a], True) & tree_pairs(topo, r.trees[b], True):
+            if set(tree_pair_ids(topo, r.trees[a])) & set(tree_pair_ids(topo, r.trees[b])):
                 assert colour[a] != colour[b]
     # too many connections for the runtimes: the compiler's choice (the spreads follow)
     dgx = build_machine("dgx1v")
@@ -158,7 +158,7 @@ def test_when_not_every_tree_fits_the_heaviest_get_their_own_connections():
     heaviest = sorted(range(len(r.trees)), key=lambda i: -r.counts[i])[:5]
     for a in heaviest:
         for b in range(len(r.trees)):
-            if a != b and tree_pairs(dgx, r.trees[a], True) & tree_pairs(dgx, r.trees[b], True):
+            if a != b and set(tree_pair_ids(dgx, r.trees[a])) & set(tree_pair_ids(dgx, r.trees[b])):
                 assert colour[a] != colour[b]
     assert not check_dialect_limits(r.algorithm, "executor") and deadlock_free(r.algorithm)
     rate = attainable_algbw(steady_state_bandwidth(r.algorithm, dgx, r.routes), dgx, fidelity_for(dgx).efficiency)

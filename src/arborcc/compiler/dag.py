@@ -71,11 +71,6 @@ class Dag:
         """Whether :func:`reverse_depths` computed them."""
         return self.scan.has_rdepth
 
-    @property
-    def rdepth(self) -> list[int] | None:
-        """Reverse dependency depths, once :func:`reverse_depths` computed them."""
-        return self.scan.rdepth
-
     @cached_property
     def final(self) -> set[int]:
         """The last writer of every slot at the end (-1: a slot nobody wrote)."""
@@ -97,7 +92,7 @@ def build_dag(t: InstrTable, sizes: list[tuple[int, int, int]]) -> Dag:
 def reverse_depths(t: InstrTable, dag: Dag, fused: bool = False) -> None:
     """Longest path from each instruction to the end (GC3 section 5.2, step 3), in
     compiled code (dag.cpp): reverse program order is reverse-topological. The result
-    stays with the scan (``dag.rdepth`` reads it; the global order uses it).
+    stays with the scan (``dag.has_rdepth`` tells whether it is there; the global order uses it).
 
     With ``fused`` it is computed on the fused DAG (the table's alias map), whose alive
     instructions are fewer: a send fused into a receive counts as that receive.

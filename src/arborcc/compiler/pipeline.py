@@ -157,9 +157,9 @@ def _compile(prog, stats: CompileStats) -> Algorithm:
     algo = build_algorithm(prog, layout, asg, schedule)
     lap("emit")
     stats.instructions = len(table)
-    stats.fused = table.alive.count(False)
+    stats.fused = table.fusion_count  # a fused send is the one dead instruction of its fusion
     stats.unfused = fusions - table.fusion_count
-    stats.thread_blocks = asg.thread_blocks * layout.instances  # as many as algo has
-    stats.steps = schedule.steps * layout.instances
+    stats.thread_blocks = algo.num_threadblocks
+    stats.steps = algo.num_steps
     stats.kinds = {KIND_NAME[k]: v for k, v in enumerate(schedule.kinds) if v}
     return algo

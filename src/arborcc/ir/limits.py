@@ -149,7 +149,8 @@ def _dialect_violations(algo: Algorithm, dialect: str, max_per_rule: int) -> lis
         if seen[rule] <= max_per_rule:
             out.append(Violation(rank, tb, step, "limit", f"{lim.name} dialect: {message}"))
 
-    plain_steps = _plain_steps(algo, lim)
+    rejected = _rejected_types(lim)
+    plain_steps = _plain_steps(algo, lim, rejected)
     if algo.collective not in lim.collective_names:
         add("coll", None, None, None,
             f"has no collective named {algo.collective!r} (it knows {', '.join(sorted(lim.collective_names))})")
@@ -175,18 +176,18 @@ def _dialect_violations(algo: Algorithm, dialect: str, max_per_rule: int) -> lis
             if tb.channel < 0 and not (lim.negative_channel_without_peers and tb.send < 0 and tb.recv < 0):
                 add("chan", r, tb.id, None, f"channel {tb.channel} is not accepted")
             if not plain_steps:
-                _check_steps(lim, r, tb, add)
+                _check_steps(lim, rejected, r, tb, add)
     return out
 
 
-def _plain_steps(algo: Algorithm, lim: DialectLimits) -> bool:
-    """Whether no step rule can apply: no nop, no reduction, every step type and count
+def _plain_steps(algo: Algorithm, lim: DialectLimits, rejected: tuple[Op, ...]) -> bool:
+    """Whether no step rule can apply: no nop, no reduction, no step type of ``rejected``, every count
     accepted (one pass over the steps by identity; an Op hashes in Python)."""
     steps = [st for prog in algo.ranks for tb in prog.threadblocks for st in tb.steps]
     if max(map(_count_of, steps), default=0) >= lim.max_count_exclusive:
         return False
     ops = set(map(id, map(_op_of, steps)))
-    return not any(id(op) in ops for op in (Op.NOP, Op.REDUCE, *_rejected_types(lim)))
+    return not any(id(op) in ops for op in (Op.NOP, Op.REDUCE, *rejected))
 
 
 def _rejected_types(lim: DialectLimits) -> tuple[Op, ...]:
@@ -194,11 +195,11 @@ def _rejected_types(lim: DialectLimits) -> tuple[Op, ...]:
     return tuple(op for op in Op if op not in lim.step_types)
 
 
-def _check_steps(lim: DialectLimits, r: int, tb, add) -> None:
+def _check_steps(lim: DialectLimits, rejected: tuple[Op, ...], r: int, tb, add) -> None:
     pending_nop_deps = 0
     prev_re = None  # (dst_buf, dst_off, src_buf, count) of a reduction a next 're' would fuse with
     chain = 0
-    rejected, max_count, nop, reduce = _rejected_types(lim), lim.max_count_exclusive, Op.NOP, Op.REDUCE
+    max_count, nop, reduce = lim.max_count_exclusive, Op.NOP, Op.REDUCE
     for i, st in enumerate(tb.steps):
         op = st.op
         if op in rejected:

@@ -540,11 +540,11 @@ def alltoall_cut_bound(topology: Topology, links: LinkSelector = "all"):
     g = flow_graph(topology, links)
     N = len(g.ranks)
     unit = capacity_unit(g.cap, float(g.cap.sum()))
-    icap, rcap = integer_capacities(g.cap, unit), integer_capacities(g.reversed().cap, unit)
+    icap = integer_capacities(g.cap, unit)  # the reversed graph's arcs keep their capacities
     groups = _rank_groups(topology, g)
     best = (math.inf, None)
     for group, (out_cap, members), (in_cap, _) in zip(groups, _group_cuts(g, groups, icap, unit),
-                                                      _group_cuts(g.reversed(), groups, rcap, unit)):
+                                                      _group_cuts(g.reversed(), groups, icap, unit)):
         k = len(group)
         x = min(out_cap, in_cap) / (k * (N - k))
         if x < best[0]:

@@ -153,13 +153,6 @@ def tree_hops(topology: Topology, trees: Sequence[Tree], both_ways: bool = False
                 yield index[h.dst], index[h.src], tuple(reversed(h.path))
 
 
-def tree_pairs(topology: Topology, tree: Tree, both_ways: bool = False) -> set[tuple[int, int]]:
-    """The (src index, dst index) rank pairs the hops of ``tree`` use (and reversed)."""
-    index = {g: i for i, g in enumerate(topology.ranks)}
-    pairs = {(index[h.src], index[h.dst]) for h in tree.hops}
-    return pairs | {(b, a) for a, b in pairs} if both_ways else pairs
-
-
 def tree_channel_map(topology: Topology, trees: Sequence[Tree], spread: int = 0,
                      both_ways: bool = False, counts: Sequence[int] | None = None, rounds: int = 1) -> ChannelMap:
     """The channels of a tree lowering. ``spread=0``: every tree on its own connections -
@@ -329,8 +322,8 @@ def rank_index(topology: Topology) -> dict[str, int]:
 
 
 def tree_pair_ids(topology: Topology, tree: Tree) -> tuple[int, ...]:
-    """The rank pairs of :func:`tree_pairs` (both ways) as ``src * ranks + dst``, kept
-    per tree object inside :func:`within_limits`."""
+    """The rank pairs the hops of ``tree`` use, both ways, as ``src index * ranks + dst
+    index``, kept per tree object inside :func:`within_limits`."""
     ids = _KEPT.get_for(tree, ("pairs", id(topology)))
     if ids is None:
         index, n = rank_index(topology), topology.num_ranks
@@ -344,11 +337,15 @@ def tree_pair_ids(topology: Topology, tree: Tree) -> tuple[int, ...]:
     return ids
 
 
+def channels_fit(colour: Sequence[int]) -> bool:
+    """Whether the channels ``colour`` gives trees stay within every runtime's channels."""
+    return not colour or max(colour) < MAX_CHANNELS
+
+
 def own_connections_fit(topology: Topology, trees: Sequence[Tree], colour: Sequence[int], both_ways: bool) -> bool:
     """Whether trees on their own connections (``colour``) stay within every runtime's
     channels and thread blocks per rank."""
-    return ((not colour or max(colour) < MAX_CHANNELS)
-            and tree_threadblocks(topology, trees, both_ways) <= MAX_THREADBLOCKS)
+    return channels_fit(colour) and tree_threadblocks(topology, trees, both_ways) <= MAX_THREADBLOCKS
 
 
 def own_colours(topology: Topology, trees: Sequence[Tree], both_ways: bool) -> list[int] | None:
@@ -358,7 +355,7 @@ def own_colours(topology: Topology, trees: Sequence[Tree], both_ways: bool) -> l
     if tree_threadblocks(topology, trees, both_ways) > MAX_THREADBLOCKS:
         return None
     colour = tree_colours(topology, trees)
-    return colour if own_connections_fit(topology, trees, colour, both_ways) else None
+    return colour if channels_fit(colour) else None
 
 
 #: copies the heaviest tree is cut into, most first (:func:`balanced_copies`)
@@ -704,11 +701,12 @@ def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     return finish(prog, topology, channels, chunks)
 
 
-def broadcast_blocks(blocks, chunks: int, channels: ChannelMap) -> list[tuple]:
-    """The per-root blocks of an all-gather (:func:`_per_root_blocks`) as
+def broadcast_blocks(blocks, chunks: int, channels: ChannelMap, buffer: Buffer = OUTPUT) -> list[tuple]:
+    """The per-root blocks of :func:`_per_root_blocks` as
     :meth:`arborcc.lang.Program.trace_broadcasts` takes them: each root's block of
-    ``size`` chunks at its shard's ``start`` sent down its tree within the output."""
-    return [(channels.down_tree(r, kids, t), OUTPUT, r * chunks + start, size) for r, kids, start, size, t in blocks]
+    ``size`` chunks at its shard's ``start`` sent down its tree within ``buffer`` (the
+    output of an all-gather, the input of an in-place all-reduce)."""
+    return [(channels.down_tree(r, kids, t), buffer, r * chunks + start, size) for r, kids, start, size, t in blocks]
 
 
 def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
@@ -736,9 +734,7 @@ def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Seq
     with lowering_program(name, AllReduce(n, n * chunks, inplace=True), topology, channels, fuse) as prog:
         for r, kids, start, size, t in blocks:
             reduce_block(r, kids, r * chunks + start, size, channels, INPUT, tree=t)
-        for r, kids, start, size, t in blocks:
-            at = (INPUT, r * chunks + start)
-            broadcast_block(r, kids, at, at, size, channels, t)
+        prog.trace_broadcasts(broadcast_blocks(blocks, chunks, channels, INPUT))
     return finish(prog, topology, channels, chunks)
 
 

@@ -155,7 +155,6 @@ PYBIND11_MODULE(native, m) {
                              })
       .def_property_readonly("final", [](const DagScan& s) { return py::set(to_list(s.final_writers)); })
       .def_property_readonly("has_forwards", [](const DagScan& s) { return !s.forwarded.empty(); })
-      .def_property_readonly("rdepth", [](const DagScan& s) { return s.rdepth.empty() ? py::object(py::none()) : py::object(to_list(s.rdepth)); })
       .def_property_readonly("has_rdepth", [](const DagScan& s) { return !s.rdepth.empty() || s.depth.empty(); })
       .def_readonly("multi_forwards", &DagScan::multi_forwards);
 
@@ -216,8 +215,7 @@ PYBIND11_MODULE(native, m) {
              }
              return a;
            }),
-           "from per-instruction thread-block indices and per thread block (rank, id, send, recv, channel, lane)")
-      .def_property_readonly("thread_blocks", [](const ThreadBlocks& a) { return a.size(); });
+           "from per-instruction thread-block indices and per thread block (rank, id, send, recv, channel, lane)");
 
   m.def(
       "assign_auto",
@@ -233,12 +231,7 @@ PYBIND11_MODULE(native, m) {
 
   py::class_<Schedule>(m, "Schedule", "every thread block's steps (of one instance)")
       .def_readonly("nops", &Schedule::nops)
-      .def_property_readonly("kinds", [](const Schedule& s) { return to_list(s.kinds); }, "steps per instruction kind")
-      .def_property_readonly("steps", [](const Schedule& s) {
-        size_t steps = 0;
-        for (const auto& rows : s.of_tb) steps += rows.size();
-        return steps;
-      });
+      .def_property_readonly("kinds", [](const Schedule& s) { return to_list(s.kinds); }, "steps per instruction kind");
 
   m.def(
       "emit_steps",

@@ -44,12 +44,6 @@ class Channels {
 
 }  // namespace
 
-const Fused& Table::fusion_of(int64_t recv) const {
-  auto it = fusion_at.find(recv);
-  if (it == fusion_at.end()) throw std::out_of_range("instruction " + std::to_string(recv) + " is not fused");
-  return fusions[it->second];
-}
-
 void fuse_instructions(Table& t, const FusionInput& in) {
   t.unfused_start();
   Ints& rep = t.rep;

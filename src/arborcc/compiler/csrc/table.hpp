@@ -33,7 +33,6 @@ struct Table {
     fusion_at.clear();
   }
   size_t fusion_count() const { return fusion_at.size(); }
-  const Fused& fusion_of(int64_t recv) const;  // throws std::out_of_range when not fused
 };
 
 }  // namespace compiler

@@ -54,7 +54,7 @@ PyObject* slot_list(PyObject* all_seqs, long long rank, int code) {
   return l;
 }
 
-// The smallest record of slots [s, s + n) (they exist), or -1 if one is not a plain int.
+// The smallest record of slots [s, s + n) (they exist), or false if one is not a plain int.
 bool min_record(PyObject* seqs, long long s, long long n, long long& low) {
   low = LLONG_MAX;
   for (long long k = s; k < s + n; ++k) {

@@ -83,7 +83,7 @@ py::object trees_to_python(std::vector<CheapestTree>& trees, TreeFailure failure
 
 PYBIND11_MODULE(native, m) {
   using namespace synth;
-  m.doc() = "arborcc's tree packing oracle (C++): minimum spanning arborescences, cheapest routes and trees";
+  m.doc() = "arborcc's synthesis loops (C++): minimum spanning arborescences, cheapest routes and trees, the rounding's chunk hand-out, automorphism orbit labels";
   m.def(
       "min_arborescence",
       [](py::handle cost, int64_t root) -> py::object {

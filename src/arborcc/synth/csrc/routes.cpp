@@ -83,23 +83,19 @@ int64_t RouteGraph::arc_between(int64_t tail, int64_t head) const {
   throw std::logic_error("no arc between route nodes");
 }
 
-CheapestTree RouteGraph::tree(const std::vector<double>& dist, const std::vector<int32_t>& pred, int64_t root,
-                              TreeFailure& failure) {
+CheapestTree RouteGraph::tree(const std::vector<int32_t>& pred, int64_t root, TreeFailure& failure) {
   const int64_t N = ranks();
   CheapestTree out;
   out.root = root;
   if (N > 1) {
     bool reaches = false;
     for (int64_t j = 0; j < N; ++j)
-      if (j != root && !std::isinf(dist[(size_t)(root * N + j)])) reaches = true;
+      if (j != root && !std::isinf(costs_[(size_t)root][(size_t)j])) reaches = true;
     if (!reaches) {
       failure = TreeFailure::reaches_no_rank;
       return out;
     }
   }
-  costs_.assign((size_t)N, std::vector<double>((size_t)N));
-  for (int64_t k = 0; k < N; ++k)
-    std::copy(dist.begin() + k * N, dist.begin() + (k + 1) * N, costs_[(size_t)k].begin());
   int64_t unreachable = -1;
   const std::vector<int64_t> parent = min_arborescence(costs_, root, unreachable);
   if (parent.empty()) {
@@ -131,10 +127,14 @@ std::vector<CheapestTree> RouteGraph::cheapest_trees(const double* length, doubl
   std::vector<double> dist;
   std::vector<int32_t> pred;
   routes(length, tiny, dist, pred);
+  const int64_t N = ranks();  // the arborescence's costs: the route lengths, the same for every root
+  costs_.assign((size_t)N, std::vector<double>((size_t)N));
+  for (int64_t k = 0; k < N; ++k)
+    std::copy(dist.begin() + k * N, dist.begin() + (k + 1) * N, costs_[(size_t)k].begin());
   std::vector<CheapestTree> out;
   failure = TreeFailure::none;
   for (int64_t r : roots) {
-    out.push_back(tree(dist, pred, r, failure));
+    out.push_back(tree(pred, r, failure));
     if (failure != TreeFailure::none) {
       failed_root = r;
       return {};

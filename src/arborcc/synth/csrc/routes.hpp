@@ -59,8 +59,8 @@ class RouteGraph {
  private:
   void dijkstra(int64_t source, const std::vector<double>& weight, double* dist, int32_t* pred);
   int64_t arc_between(int64_t tail, int64_t head) const;
-  CheapestTree tree(const std::vector<double>& dist, const std::vector<int32_t>& pred, int64_t root,
-                    TreeFailure& failure);
+  // root's cheapest arborescence under costs_ (the route lengths cheapest_trees set)
+  CheapestTree tree(const std::vector<int32_t>& pred, int64_t root, TreeFailure& failure);
 
   int64_t size_, n_, arcs_;
   std::vector<int64_t> rank_nodes_;
@@ -69,7 +69,7 @@ class RouteGraph {
   // (-distance, node): a max-heap that pops the least distance, ties highest node first
   std::priority_queue<std::pair<double, uint32_t>> heap_;
   std::vector<double> weight_, full_dist_;
-  Costs costs_;
+  Costs costs_;  // rank-to-rank route lengths, set by cheapest_trees for its roots
 };
 
 }  // namespace synth
