@@ -161,6 +161,12 @@ class _YamlReader:
                     if documents > 1:
                         raise self.fail("more than one YAML document (---) in the file", line)
         except yaml.YAMLError as e:
+            # the scanner reads a run of flow brackets ahead of the events, so a parser's own
+            # nesting limit (libyaml's, PyYAML's) can stop it before the events reach ours
+            depth, over = _json_depth(text)
+            if over is not None:
+                raise self.error(limit("nesting").message(depth, "nesting"), source=self.source,
+                                 place=over) from None
             mark = getattr(e, "problem_mark", None)
             problem = getattr(e, "problem", None) or str(e).splitlines()[0]
             raise self.error(f"YAML syntax error: {problem}", source=self.source,

@@ -9,6 +9,7 @@ import pytest
 from torchjobs import launch
 
 TIMEOUT = 10
+KILL_AFTER = 3  # all-reduces the victim completes before it kills itself
 
 KILLED = r"""
 HOSTS = int(os.environ.get("TEST_HOSTS", "1"))
@@ -17,20 +18,26 @@ if HOSTS > 1:  # ranks 0..w/2-1 on one "host", the others on another
     os.environ["ARBORCC_HOST"] = f"host{rank * HOSTS // w}"
 arborcc.torch.init(timeout=TIMEOUT)
 victim = w - 1
+killed_at = os.environ["TEST_KILLED_AT"]  # the victim writes the wall-clock time it dies at
 x = torch.ones(1 << 18)
 dist.barrier()
 start = time.monotonic()
-if rank == victim:
-    threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
 calls = 0
 try:
     while time.monotonic() - start < 60:
+        if rank == victim and calls == KILL_AFTER:  # in the middle of the stream, however slow the machine
+            with open(killed_at + ".tmp", "w") as f:
+                f.write(repr(time.time()))
+            os.replace(killed_at + ".tmp", killed_at)
+            os.kill(os.getpid(), signal.SIGKILL)
         dist.all_reduce(x)
         x.fill_(1.0)
         calls += 1
     report({"error": None})
 except Exception as e:
-    report({"error": f"{type(e).__name__}: {e}", "after_kill": time.monotonic() - start - 1.0, "calls": calls})
+    noticed = time.time()
+    report({"error": f"{type(e).__name__}: {e}", "after_kill": noticed - float(open(killed_at).read()),
+            "calls": calls})
     time.sleep(2)  # stay up while the other ranks report (a rank that left is another failure)
 os._exit(0)
 """
@@ -40,14 +47,18 @@ os._exit(0)
 @pytest.mark.parametrize("hosts", [1, 2])
 def test_killed_rank_is_named_within_the_timeout(tmp_path, hosts):
     world = 3 if hosts == 1 else 4
-    code, said, err = launch(tmp_path, world, KILLED.replace("TIMEOUT", str(TIMEOUT)), hard_timeout=100,
-                             env={"TEST_HOSTS": str(hosts)})
+    killed_at = tmp_path / "killed_at"
+    code, said, err = launch(tmp_path, world, KILLED.replace("TIMEOUT", str(TIMEOUT))
+                             .replace("KILL_AFTER", str(KILL_AFTER)), hard_timeout=100,
+                             env={"TEST_HOSTS": str(hosts), "TEST_KILLED_AT": str(killed_at)})
     victim = world - 1
     assert victim not in said  # killed before it could report
+    assert killed_at.exists(), err[-3000:]
     for rank in range(victim):
         (r,) = said[rank]
         assert r["error"] is not None, f"rank {rank} did not notice"
-        assert r["calls"] > 0
+        # the victim finished KILL_AFTER all-reduces, each of which needs every rank's data
+        assert r["calls"] >= KILL_AFTER - 1, r
         assert r["after_kill"] < TIMEOUT, r
         assert "CommunicationError" in r["error"] and f"rank {victim}" in r["error"], (rank, r["error"])
 
