@@ -32,7 +32,7 @@ import sys
 import time
 
 from arborcc.errors import SynthesisError, VerificationError
-from arborcc.sim.sizes import parse_sizes
+from arborcc.sizes import parse_sizes
 from arborcc.topology.allocation import induced, unique_allocations
 from arborcc.topology.machines import build_machine
 from arborcc.topology.model import GB

@@ -23,7 +23,7 @@ import sys
 from repro_plot import line_plot
 
 from arborcc.sim.blueconnect_model import blueconnect_time, one_level_ring_time, two_level_time
-from arborcc.sim.sizes import parse_size
+from arborcc.sizes import parse_size
 from arborcc.topology.model import GB
 
 GPUS = (12, 16, 24, 32, 48, 64, 96, 128, 192)

@@ -22,7 +22,7 @@ from repro_plot import line_plot
 
 from arborcc.library.allpairs import allpairs_allreduce
 from arborcc.sim.simulate import simulate
-from arborcc.sim.sizes import parse_sizes
+from arborcc.sizes import parse_sizes
 from arborcc.topology.machines import build_machine
 from arborcc.tune.nccl import NcclBaseline
 

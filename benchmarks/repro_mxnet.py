@@ -35,7 +35,7 @@ import sys
 from repro_plot import line_plot
 
 from arborcc.sim.fidelity import fidelity_for
-from arborcc.sim.sizes import parse_sizes
+from arborcc.sizes import parse_sizes
 from arborcc.synth.lower import tree_children
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.machines import build_machine

@@ -67,10 +67,10 @@ def _rank(cpu: int, size: int, reps: int, barrier, queue) -> None:
 
 
 def main() -> int:
-    from arborcc.cli.bench import parse_size
+    from arborcc.sizes import size_argument
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=parse_size, nargs="+", default=SIZES, help="bytes, with K/M suffixes")
+    ap.add_argument("--sizes", type=size_argument, nargs="+", default=SIZES, help="bytes, with K/M suffixes")
     ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args()
     print(f"# {' '.join(['benchmarks/runtime_allgather_copies.py'] + sys.argv[1:])}; load average before: "

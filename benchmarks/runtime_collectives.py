@@ -34,7 +34,7 @@ from arborcc.runtime.bench_protocol import Spec
 from arborcc.runtime.bench_report import plot
 from arborcc.runtime.benchmark import run_backend
 from arborcc.runtime.membw import busbw_bound, copy_bandwidth
-from arborcc.sim.sizes import parse_size
+from arborcc.sizes import parse_size
 
 KB, MB = 1 << 10, 1 << 20
 SIZES = [4 * KB, 16 * KB, 64 * KB, 256 * KB, 1 * MB, 4 * MB, 16 * MB, 64 * MB, 256 * MB]

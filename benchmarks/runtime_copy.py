@@ -30,11 +30,11 @@ class IoVec(ctypes.Structure):
 
 
 def main() -> int:
-    from arborcc.cli.bench import parse_size
+    from arborcc.sizes import size_argument
     import arborcc.runtime.native as native
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=parse_size, nargs="+", default=SIZES, help="bytes, with K/M suffixes")
+    ap.add_argument("--sizes", type=size_argument, nargs="+", default=SIZES, help="bytes, with K/M suffixes")
     args = ap.parse_args()
     libc = ctypes.CDLL(None, use_errno=True)
     libc.process_vm_readv.restype = ctypes.c_ssize_t

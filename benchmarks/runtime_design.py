@@ -51,11 +51,11 @@ ALLGATHER_CONFIGS = [
 
 
 def main() -> int:
-    from arborcc.cli.bench import parse_size
+    from arborcc.sizes import size_argument
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--sizes", type=parse_size, nargs="+", default=SIZES, help="bytes, with K/M suffixes")
+    ap.add_argument("--sizes", type=size_argument, nargs="+", default=SIZES, help="bytes, with K/M suffixes")
     ap.add_argument("--collective", choices=("allreduce", "allgather"), default="allreduce")
     args = ap.parse_args()
     sizes = args.sizes

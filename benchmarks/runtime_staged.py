@@ -131,12 +131,12 @@ def print_rates(sizes: list[int], ranks: list[int]) -> None:
 
 
 def main() -> int:
-    from arborcc.cli.bench import parse_size
+    from arborcc.sizes import size_argument
     from arborcc.runtime.launch import run_ranks
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--sizes", type=parse_size, nargs="+", default=SIZES, help="bytes, with K/M suffixes")
+    ap.add_argument("--sizes", type=size_argument, nargs="+", default=SIZES, help="bytes, with K/M suffixes")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--rates", action="store_true", help="also measure the cross-core copy rates and the bound")
     args = ap.parse_args()

@@ -13,31 +13,20 @@ from __future__ import annotations
 
 import argparse
 
-SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+from arborcc.sizes import size_argument
+
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall")
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8")
 OPS = ("sum", "prod", "min", "max", "avg")
 BACKENDS = ("arborcc", "gloo", "mpi")
 
 
-def parse_size(text: str) -> int:
-    t = text.strip().upper().removesuffix("B")
-    unit = t[-1] if t and t[-1] in SIZE_SUFFIXES else ""
-    try:
-        value = int(float(t[:-1] if unit else t) * SIZE_SUFFIXES[unit])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4096, 64K, 256M)") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"a size must be at least 1 byte, got {text!r}")
-    return value
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark collectives on local ranks (nccl-tests flags), vs gloo and MPICH",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", "--ranks", type=int, default=None, help="local ranks (default 2, or the --xml file's)")
-    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("4K"), help="smallest size (default 4K)")
-    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"), help="largest size (default 64M)")
+    p.add_argument("-b", "--minbytes", type=size_argument, default=4 << 10, help="smallest size (default 4K)")
+    p.add_argument("-e", "--maxbytes", type=size_argument, default=64 << 20, help="largest size (default 64M)")
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between rows (default 2)")
     p.add_argument("-o", "--op", choices=OPS, default="sum")
     p.add_argument("-d", "--datatype", choices=DTYPES, default="float32")
@@ -49,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--xml", metavar="FILE", help="run this algorithm (MSCCL XML or arborcc JSON)")
     p.add_argument("--backend", action="append", choices=BACKENDS,
                    help="back-end to sweep (repeat for several; default arborcc)")
-    p.add_argument("--slice-bytes", type=parse_size, help="arborcc: pipeline slice (default 1M)")
+    p.add_argument("--slice-bytes", type=size_argument, help="arborcc: pipeline slice (default 1M)")
     p.add_argument("--workers", type=int, help="arborcc: 1 = scheduler on the calling thread, 0 = thread per tb")
     p.add_argument("--tune", action="store_true", help="arborcc: tune the slice size online (Blink's MIAD)")
     p.add_argument("--shared-buffers", action="store_true",

@@ -62,7 +62,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from arborcc.cli.output import print_json
     from arborcc.cli.simulate import fidelity_from_args
     from arborcc.cli.topology_args import topology_from_args
-    from arborcc.sim.sizes import parse_sizes
+    from arborcc.sizes import parse_sizes
     from arborcc.tune.compare import compare, comparison_png, comparison_table
 
     sizes = parse_sizes(args.sizes)

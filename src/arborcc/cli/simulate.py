@@ -66,7 +66,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from arborcc.errors import InputError
     from arborcc.ir.load import load_algorithm
     from arborcc.sim.simulate import bus_factor, simulate
-    from arborcc.sim.sizes import parse_sizes
+    from arborcc.sizes import parse_sizes
 
     sizes = parse_sizes(args.sizes)
     algo = load_algorithm(args.algorithm)

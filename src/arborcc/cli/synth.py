@@ -22,6 +22,7 @@ import sys
 from arborcc.cli.output import ALGORITHM_SUFFIXES, check_outputs, print_json, render_algorithm, warn_suffix, write_output
 from arborcc.cli.topology_args import add_topology_arguments, topology_from_args
 from arborcc.synth.registry import strategy_names, synthesizable_collectives
+from arborcc.sizes import size_argument
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strategy", choices=("auto", *strategy_names()), default="auto",
                    help="auto tries every strategy that can do the collective and keeps the fastest")
     p.add_argument("--root", type=int, default=0, help="root rank of broadcast/reduce (default 0)")
-    p.add_argument("--size", type=_size, metavar="BYTES",
+    p.add_argument("--size", type=size_argument, metavar="BYTES",
                    help="buffer size the algorithm is for (e.g. 4MB, 1GiB); binary-trees uses one tree "
                         "below MXNet's threshold (40 MB); default: large buffers")
     p.add_argument("--links", choices=("all", "nvlink"), default="all",
@@ -51,23 +52,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trees-png", metavar="PATH", help="draw the trees to a PNG file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_synth)
-
-
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
-
-
-def _size(text: str) -> int:
-    """``4096``, ``4KB``, ``1.5MB``, ``1GiB`` -> bytes."""
-    t = text.strip().upper()
-    num = t.rstrip("KMGIB")
-    unit = t[len(num):]
-    try:
-        value = float(num) * _UNITS[unit]
-    except (ValueError, KeyError):
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 4096, 4KB, 1.5MB, 1GiB)") from None
-    if not 1 <= value < 2**63:  # the runtimes count bytes in 64-bit integers (also refuses inf, nan)
-        raise argparse.ArgumentTypeError(f"size must be from 1 byte to 2^63 bytes, got {text!r}")
-    return int(value)
 
 
 #: the largest synthesis docs/synthesis.md measures (128 nodes x 8 GPUs, its slowest

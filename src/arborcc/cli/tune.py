@@ -42,8 +42,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from arborcc.cli.simulate import fidelity_from_args
     from arborcc.cli.topology_args import topology_from_args
     from arborcc.errors import InputError
-    from arborcc.sim.sizes import parse_sizes
-    from arborcc.tune.compare import format_size
+    from arborcc.sizes import parse_sizes
+    from arborcc.sizes import format_size
     from arborcc.tune.search import tune
 
     sizes = parse_sizes(args.sizes)

@@ -35,6 +35,7 @@ from arborcc.sim.fidelity import Fidelity, fidelity_for
 from arborcc.sim.protocols import protocol_name
 from arborcc.sim.simulate import SimResult, simulate
 from arborcc.topology.model import GB, Topology
+from arborcc.sizes import format_size
 
 PRUNE = 1.05
 FLOOR_PRUNE = 1.5
@@ -179,14 +180,6 @@ def compare(topology: Topology, collective: str = "allreduce", sizes: Sequence[i
     t2, c2 = time.perf_counter(), time.process_time()
     return Comparison(topology.name, topology.num_ranks, collective, sizes, rows, skipped, t1 - t0, t2 - t1,
                       c2 - c1)
-
-
-def format_size(size: int) -> str:
-    """``1K``, ``64M``, ``1G``: nccl-tests' binary units."""
-    for shift, unit in ((30, "G"), (20, "M"), (10, "K")):
-        if size >= 1 << shift and size % (1 << shift) == 0:
-            return f"{size >> shift}{unit}"
-    return str(size)
 
 
 def comparison_table(cmp: Comparison) -> str:
