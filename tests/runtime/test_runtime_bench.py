@@ -89,7 +89,7 @@ def test_bench_plot_and_bad_flags(capsys, tmp_path):
     bench_json(capsys, "-b", "4K", "-e", "8K", "--plot", str(png))
     assert png.stat().st_size > 1000
     assert main(["bench", "-b", "8K", "-e", "4K"]) == 2
-    assert "the largest size 4096 is below the smallest 8192" in capsys.readouterr().err
+    assert "-b/-e/-f: the largest size 4K is below the smallest 8K" in capsys.readouterr().err
 
 
 def test_bench_mpi_backend(capsys):

@@ -1,27 +1,39 @@
-"""What ``arborcc bench`` does with its flags (the command module only parses them)."""
+"""What ``arborcc bench`` does with its flags (the command module only parses them).
+
+:func:`bench_request` checks every flag and what the back-ends can run, starting
+nothing; :func:`run_bench` then runs the sweep and reports it. The command fails (exit
+status 1, one line on stderr) when a row could not run or a back-end's check found
+wrong values: a table of rows without numbers, or of numbers from a run that is not the
+collective it names, is never the result.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 
-from arborcc.errors import InputError
+from arborcc.errors import InputError, MissingDependencyError
+from arborcc.ir.collectives import ROOTED
 from arborcc.limits import limit
-from arborcc.runtime.bench_report import comparison, json_object, plot, table
-from arborcc.runtime.bench_protocol import Spec
-from arborcc.runtime.benchmark import run_backend
+from arborcc.runtime.bench_protocol import Row, Spec
+from arborcc.runtime.bench_report import Machine, comparison, json_object, plot, table
+from arborcc.runtime.benchmark import check_backend, run_backend
+from arborcc.sizes import parse_factor, sweep
+
+#: seconds an arborcc rank waits without progress (the runtime's ``timeout`` option): this,
+#: or --timeout when shorter
+RANK_TIMEOUT = 120.0
+#: threads per rank ``--workers`` may ask for
+MAX_WORKERS = 1024
 
 
-def sweep_sizes(minbytes: int, maxbytes: int, factor: int) -> list[int]:
-    if maxbytes < minbytes:
-        raise InputError(f"the largest size {maxbytes} is below the smallest {minbytes}", source="-e")
-    if factor < 2:
-        raise InputError(f"the step factor must be at least 2, got {factor}", source="-f")
-    sizes, s = [], minbytes
-    while s <= maxbytes:
-        sizes.append(s)
-        s *= factor
-    return sizes
+@dataclass
+class BenchRequest:
+    """A checked ``arborcc bench`` command line: what to sweep, on which back-ends."""
+
+    spec: Spec
+    backends: list[str]
 
 
 def _check_memory(ranks: int, maxbytes: int) -> None:
@@ -39,58 +51,140 @@ def _check_memory(ranks: int, maxbytes: int) -> None:
                          f"{maxbytes:,} bytes), more than this machine's {physical / 2**30:.1f} GiB", source="-e")
 
 
-def spec_from_args(args) -> Spec:
-    ranks, collective = args.ranks, args.collective
-    if args.xml:
-        from arborcc.ir.load import load_algorithm
-        from arborcc.runtime.plan import require_verified
+def _at_least(value: int, least: int, flag: str, what: str) -> None:
+    if value < least:
+        raise InputError(f"{what} must be at least {least}, got {value}", source=flag)
 
-        algo = require_verified(load_algorithm(args.xml), args.xml)
-        if ranks is not None and ranks != algo.num_ranks:
-            raise InputError(f"the algorithm has {algo.num_ranks} ranks, -n asks for {ranks}", source="-n")
-        ranks, collective = algo.num_ranks, algo.collective
-        root = algo.effective_root  # the file's root, whatever --root says
-        if collective == "custom":
-            raise InputError("custom collectives have no benchmark (no reference result)", source=args.xml)
-    else:
-        root = args.root
+
+def _algorithm_shape(args) -> tuple[int | None, str, int | None]:
+    """(ranks, collective, root) of ``--xml`` (its ranks checked against -n), else (-n,
+    --collective, None)."""
+    if not args.xml:
+        return args.ranks, args.collective, None
+    from arborcc.ir.load import load_algorithm
+    from arborcc.runtime.plan import require_verified
+
+    algo = require_verified(load_algorithm(args.xml), args.xml)
+    if args.ranks is not None and args.ranks != algo.num_ranks:
+        raise InputError(f"the algorithm has {algo.num_ranks} ranks, -n asks for {args.ranks}", source="-n")
+    if algo.collective == "custom":
+        raise InputError("custom collectives have no benchmark (no reference result)", source=args.xml)
+    return algo.num_ranks, algo.collective, algo.effective_root
+
+
+def bench_request(args) -> BenchRequest:
+    """Every flag of ``arborcc bench`` checked (one-line InputError naming it), before any
+    process starts."""
+    from arborcc.runtime.arrays import FLOAT_DTYPES
+    from arborcc.runtime.launch import check_timeout
+
+    ranks, collective, file_root = _algorithm_shape(args)
     ranks = 2 if ranks is None else ranks
-    if ranks < 1:
-        raise InputError(f"at least one rank, got {ranks}", source="-n")
+    _at_least(ranks, 1, "-n", "the rank count")
     limit("local-ranks").check(ranks, "-n", what="local ranks")
-    _check_memory(ranks, args.maxbytes)
+    root = args.root if args.root is not None else file_root or 0
+    if not 0 <= root < ranks:
+        raise InputError(f"root {root} is not a rank of {ranks} (0-{ranks - 1})", source="-r")
+    if file_root is not None:  # an algorithm runs from its own root
+        if collective in ROOTED and root != file_root:
+            raise InputError(f"the algorithm's root is {file_root}, -r asks for {root}", source="-r")
+        root = file_root
+    if args.op == "avg" and args.datatype not in FLOAT_DTYPES:
+        raise InputError(f"avg is defined for floating-point types only, not {args.datatype}",
+                         source=f"-o avg -d {args.datatype}")
+    _at_least(args.warmup_iters, 0, "-w", "the warm-up call count")
+    _at_least(args.iters, 1, "--iters", "the timed call count")
+    check_timeout(args.timeout)
+    if args.workers is not None and not 0 <= args.workers <= MAX_WORKERS:
+        raise InputError(f"threads per rank: 0 (one per thread block) to {MAX_WORKERS}, got {args.workers}",
+                         source="--workers")
+    sizes = sweep(args.minbytes, args.maxbytes, parse_factor(args.stepfactor, "-f"), "-b/-e/-f")
+    _check_memory(ranks, sizes[-1])
     options = {k: v for k, v in (("slice_bytes", args.slice_bytes), ("workers", args.workers),
-                                 ("tune", args.tune or None), ("timeout", min(args.timeout, 120.0)))
+                                 ("tune", args.tune or None), ("timeout", min(args.timeout, RANK_TIMEOUT)))
                if v is not None}
-    return Spec(collective=collective, ranks=ranks, sizes=sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor),
-                dtype=args.datatype, op=args.op, root=root, warmup=args.warmup_iters, iters=args.iters,
-                check=bool(args.check), xml=args.xml, options=options, timeout=args.timeout,
-                shared_buffers=args.shared_buffers)
+    spec = Spec(collective=collective, ranks=ranks, sizes=sizes, dtype=args.datatype, op=args.op, root=root,
+                warmup=args.warmup_iters, iters=args.iters, check=bool(args.check), xml=args.xml, options=options,
+                timeout=args.timeout, shared_buffers=args.shared_buffers)
+    backends = list(dict.fromkeys(args.backend or ["arborcc"]))
+    for backend in backends:
+        check_backend(backend, spec)
+    if args.plot:
+        import importlib.util
+
+        from arborcc.cli.output import check_outputs
+
+        check_outputs(plot=args.plot)
+        if importlib.util.find_spec("matplotlib") is None:
+            raise MissingDependencyError("--plot", "matplotlib", "plot")
+    return BenchRequest(spec, backends)
+
+
+def measure_machine(ranks: int) -> Machine:
+    """The copy bandwidth of ``ranks`` copies at once and the last-level cache."""
+    from arborcc.runtime.membw import copy_bandwidth, last_level_cache
+
+    return Machine(copy_bandwidth(ranks), last_level_cache())
+
+
+def failures(rows: list[Row], backends: list[str]) -> list[str]:
+    """One line per back-end whose rows failed or whose check found wrong values."""
+    lines = []
+    for b in backends:
+        failed = [r for r in rows if r.backend == b and r.failed]
+        if failed:
+            lines.append(f"--backend {b}: {len(failed)} of {sum(r.backend == b for r in rows)} rows did not run: "
+                         f"{failed[0].note}")
+        wrong = sum(r.wrong or 0 for r in rows if r.backend == b)
+        if wrong:
+            lines.append(f"--backend {b}: the check found {wrong:,} wrong values: its timings are not of a correct "
+                         f"collective")
+    return lines
+
+
+def write_plot(path: str, spec: Spec, rows: list[Row], backends: list[str], machine: Machine) -> None:
+    """The plot drawn into a scratch file, then written to ``path`` by the output rules."""
+    import tempfile
+    from pathlib import Path
+
+    from arborcc.cli.output import write_output
+
+    with tempfile.TemporaryDirectory(prefix="arborcc-plot-") as scratch:
+        png = Path(scratch) / "plot.png"
+        plot(spec, rows, backends, str(png), machine.membw)
+        write_output(path, png.read_bytes())
 
 
 def run_bench(args) -> int:
-    spec = spec_from_args(args)
-    backends = list(dict.fromkeys(args.backend or ["arborcc"]))
-    membw = None
-    if not args.no_membw:
-        from arborcc.runtime.membw import copy_bandwidth
-        membw = copy_bandwidth(spec.ranks)
+    from arborcc.cli.output import warn
+    from arborcc.runtime.launch import oversubscription
+
+    request = bench_request(args)
+    spec, backends = request.spec, request.backends
+    crowded = oversubscription(spec.ranks)
+    if crowded:
+        warn(crowded)
+    machine = Machine() if args.no_membw else measure_machine(spec.ranks)
     rows = []
     for b in backends:
         if not args.json:
-            print(f"# running {b} ...", file=sys.stderr, flush=True)
+            print(f"# running {b} ...", flush=True)
         rows += run_backend(b, spec)
     if args.json:
-        print(json.dumps(json_object(spec, rows, membw, backends), indent=1))
+        print(json.dumps(json_object(spec, rows, machine, backends), indent=1, allow_nan=False))
     else:
         for b in backends:
-            print(table(spec, b, rows, membw))
+            print(table(spec, b, rows, machine))
             print()
         text = comparison(spec, rows, backends)
         if text:
             print(text)
     if args.plot:
-        plot(spec, rows, backends, args.plot, membw)
+        write_plot(args.plot, spec, rows, backends, machine)
         if not args.json:
             print(f"# plot: {args.plot}")
-    return 1 if any(r.wrong for r in rows if r.backend == "arborcc") else 0
+    problems = failures(rows, backends)
+    if problems:
+        print(f"arborcc: error: {'; '.join(problems)}", file=sys.stderr)
+        return 1
+    return 0

@@ -2,18 +2,25 @@
 
 ``python -m arborcc.runtime.bench_mpi SPEC.json OUT.json``: the same protocol as the other
 back-ends (barrier, one timed call, slowest rank, median) with MPICH's collectives;
-rank 0 writes every rank's timings to OUT.json.
+rank 0 writes every rank's timings to OUT.json. A rank whose MPI world is not the
+sweep's ``ranks`` (an ``mpiexec`` of another MPI than mpi4py's starts processes that
+each see a world of their own) writes nothing, says so on stderr and exits with status 3.
+``avg`` is MPI's sum, then the result divided by the rank count (as arborcc runs it).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import numpy as np
 
+#: exit status of a rank whose MPI world is not the sweep's
+WRONG_WORLD = 3
 
-def main(spec_path: str, out_path: str) -> None:
+
+def main(spec_path: str, out_path: str) -> int:
     from mpi4py import MPI
 
     from arborcc.ir.collectives import call_blocks
@@ -23,19 +30,20 @@ def main(spec_path: str, out_path: str) -> None:
         spec = Spec(**json.load(f))
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
-    ops = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX}
+    if n != spec.ranks:
+        os.write(2, f"an MPI world of {n} rank{'s' if n > 1 else ''}, not the {spec.ranks} of -n\n".encode())
+        return WRONG_WORLD
+    ops = {"sum": MPI.SUM, "prod": MPI.PROD, "min": MPI.MIN, "max": MPI.MAX, "avg": MPI.SUM}
+    op = ops[spec.op]
     results = {}
     for size in spec.sizes:
         count = block_count(spec, size)
         blocks_in, blocks_out = call_blocks(spec.collective, n)
         for inplace in (False, True):
             key = f"{size}:{int(inplace)}"
-            if spec.dtype == "bfloat16" or spec.op not in ops:
-                results[key] = {"error": f"MPI has no {spec.dtype if spec.dtype == 'bfloat16' else spec.op}"}
-                continue
-            op = ops[spec.op]
             send = np.ones(count * blocks_in, spec.dtype)
             recv = np.zeros(count * blocks_out, spec.dtype)
+            result = _result(spec.collective, inplace, send, recv, count)
 
             def call():
                 if spec.collective == "allreduce":
@@ -61,6 +69,10 @@ def main(spec_path: str, out_path: str) -> None:
                         comm.Reduce(send, send if inplace else recv, op, spec.root)
                 elif spec.collective == "alltoall":
                     comm.Alltoall(MPI.IN_PLACE if inplace else send, send if inplace else recv)
+                else:
+                    raise ValueError(f"no MPI call for {spec.collective}")
+                if spec.op == "avg" and (spec.collective != "reduce" or rank == spec.root):
+                    np.divide(result, n, out=result)
 
             times = time_calls(call, comm.Barrier, spec.warmup, spec.iters)
             wrong = 0
@@ -70,16 +82,25 @@ def main(spec_path: str, out_path: str) -> None:
                     recv[rank * count:(rank + 1) * count] = values
                 send[:] = values
                 call()
-                got = send if inplace and spec.collective in ("allreduce", "broadcast", "alltoall", "reduce") else recv
-                if inplace and spec.collective == "reducescatter":
-                    got = send[:count]
-                wrong = count_wrong(got, spec, count, rank)
+                wrong = count_wrong(result, spec, count, rank)
             results[key] = {"times": times, "wrong": wrong}
     gathered = comm.gather(results, root=0)
     if rank == 0:
-        with open(out_path, "w") as f:
+        partial = out_path + f".{os.getpid()}"
+        with open(partial, "w") as f:
             json.dump(gathered, f)
+        os.replace(partial, out_path)
+    return 0
+
+
+def _result(collective: str, inplace: bool, send: np.ndarray, recv: np.ndarray, count: int) -> np.ndarray:
+    """Where a rank's result lies after the call (the reduce-scatter in place: the first block)."""
+    if not inplace or collective == "allgather":
+        return recv
+    if collective == "reducescatter":
+        return send[:count]
+    return send
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    sys.exit(main(sys.argv[1], sys.argv[2]))

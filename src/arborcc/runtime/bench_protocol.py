@@ -10,6 +10,7 @@ that differ, over all ranks.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -52,6 +53,7 @@ class Row:
     wrong: int | None
     note: str = ""
     requested: int = 0  #: the sweep size this row measures (``size`` is what divides into the ranks)
+    failed: bool = False  #: the row could not run (``note`` says why); a skipped mode is not a failure
 
 
 def item_size(dtype: str) -> int:
@@ -157,13 +159,23 @@ def rows_from_timings(backend: str, spec: Spec, per_rank: list[dict]) -> list[Ro
             key = f"{size}:{int(inplace)}"
             entries = [r.get(key) for r in per_rank]
             root = spec.root if spec.collective in ROOTED else -1
-            if any(e is None or "error" in e for e in entries):
-                note = next((e["error"] for e in entries if e and "error" in e), "not run")
-                rows.append(Row(backend, nbytes, count, spec.dtype, spec.op, root, inplace, None, None, None, None,
-                                note, size))
+
+            def not_run(note: str, failed: bool = True) -> Row:
+                return Row(backend, nbytes, count, spec.dtype, spec.op, root, inplace, None, None, None, None, note,
+                           size, failed)
+
+            skipped = next((e["skipped"] for e in entries if e and "skipped" in e), None)
+            if skipped is not None:
+                rows.append(not_run(skipped, failed=False))
                 continue
-            per_call = np.max(np.array([e["times"] for e in entries]), axis=0)
+            if any(e is None or "error" in e for e in entries):
+                rows.append(not_run(next((e["error"] for e in entries if e and "error" in e), "not run")))
+                continue
+            per_call = np.max(np.array([e["times"] for e in entries], np.float64), axis=0)
             t = float(np.median(per_call))
+            if not (math.isfinite(t) and t > 0):
+                rows.append(not_run(f"the timer measured {t:g} s per call"))
+                continue
             algbw = nbytes / t / 1e9
             wrong = sum(e["wrong"] for e in entries) if spec.check else None
             rows.append(Row(backend, nbytes, count, spec.dtype, spec.op, root, inplace, t * 1e6, algbw,

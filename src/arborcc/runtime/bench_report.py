@@ -1,34 +1,62 @@
 """Benchmark output: the nccl-tests table (plus busbw as a fraction of the machine's copy
-bandwidth and of the memory-bandwidth bound), one JSON object, and a plot of busbw
+bandwidth, and of the busbw at which the call's compulsory memory traffic would move at
+that bandwidth: :mod:`arborcc.runtime.membw`), one JSON object, and a plot of busbw
 against size for every back-end of the run."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from arborcc.runtime.bench_protocol import Row, Spec
-from arborcc.runtime.membw import busbw_bound
+from arborcc.runtime.membw import CACHE_MULTIPLE, MODELLED, beyond_caches, busbw_bound
 
 GB = 1e9
 
 
-def _bound(spec: Spec, row: Row, membw: float | None) -> float | None:
-    if not membw or spec.collective not in ("allreduce", "allgather", "reducescatter", "broadcast"):
+@dataclass(frozen=True)
+class Machine:
+    """What the report compares rows with: the copy bandwidth (bytes/s, None: not measured)
+    and the last-level cache (bytes, None: unknown)."""
+
+    membw: float | None = None
+    cache: int | None = None
+
+
+def memory_busbw(spec: Spec, row: Row, machine: Machine) -> float | None:
+    """GB/s of busbw at which the row's compulsory traffic moves at the copy bandwidth; None
+    unless the row ran, its buffers exceed the caches and the model covers the collective."""
+    if (row.time_us is None or not machine.membw or spec.collective not in MODELLED
+            or not beyond_caches(spec.collective, spec.ranks, row.size, row.inplace, machine.cache)):
         return None
-    return busbw_bound(spec.collective, spec.ranks, row.size, membw, row.inplace) / GB
+    bound = busbw_bound(spec.collective, spec.ranks, row.size, machine.membw, row.inplace) / GB
+    return bound if bound > 0 else None
 
 
-def _half(row: Row | None, membw: float | None, bound: float | None) -> str:
+def _percent(value: float | None, of: float | None) -> str:
+    return f"{100 * value / of:5.1f}%" if value is not None and of else "     -"
+
+
+def _half(spec: Spec, row: Row | None, machine: Machine) -> str:
     if row is None or row.time_us is None:
         return f"{'n/a':>10} {'':>7} {'':>7} {'':>6} {'':>6} {'':>6}"
     wrong = "N/A" if row.wrong is None else str(row.wrong)
-    copy = f"{100 * row.busbw_gbps * GB / membw:5.1f}%" if membw else "     -"
-    of_bound = f"{100 * row.busbw_gbps / bound:5.1f}%" if bound else "     -"
+    copy = _percent(row.busbw_gbps, machine.membw / GB if machine.membw else None)
+    of_memory = _percent(row.busbw_gbps, memory_busbw(spec, row, machine))
     return (f"{row.time_us:10.1f} {row.algbw_gbps:7.2f} {row.busbw_gbps:7.2f} {wrong:>6} {copy:>6} "
-            f"{of_bound:>6}")
+            f"{of_memory:>6}")
 
 
-def table(spec: Spec, backend: str, rows: list[Row], membw: float | None) -> str:
+def _machine_line(machine: Machine) -> str:
+    if not machine.membw:
+        return "#"
+    cache = (f"buffers beyond {CACHE_MULTIPLE} x the {machine.cache / 2**20:g} MB last-level cache"
+             if machine.cache else "no row: the last-level cache size is unknown")
+    return (f"# memory-copy bandwidth: {machine.membw / GB:.1f} GB/s (read + written, one copy per rank at once); "
+            f"%copy = busbw / that; %mem = busbw / the busbw at which the call's compulsory traffic moves at that "
+            f"rate (an estimate, {cache})")
+
+
+def table(spec: Spec, backend: str, rows: list[Row], machine: Machine) -> str:
     """nccl-tests' table for one back-end."""
     lines = [
         f"# {backend}: {spec.collective} on {spec.ranks} ranks, {spec.dtype}, op {spec.op}, warm-up {spec.warmup}, "
@@ -36,12 +64,11 @@ def table(spec: Spec, backend: str, rows: list[Row], membw: float | None) -> str
         + (f", algorithm {spec.xml}" if spec.xml and backend == "arborcc" else "")
         + (", buffers from Communicator.shared_array (communicator-owned shared memory)"
            if spec.shared_buffers and backend == "arborcc" else ""),
-        f"# memory-copy bandwidth: {membw / GB:.1f} GB/s (read + written, one copy per rank at once); "
-        f"%copy = busbw / that, %bound = busbw / the memory-bandwidth bound" if membw else "#",
+        _machine_line(machine),
         "#",
         f"# {'':>46}{'out-of-place':>27}{'':>25}{'in-place':>22}",
         f"# {'size':>10} {'count':>12} {'type':>8} {'redop':>6} {'root':>5}"
-        + f" {'time':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6} {'%copy':>6} {'%bound':>6}" * 2,
+        + f" {'time':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6} {'%copy':>6} {'%mem':>6}" * 2,
         f"# {'(B)':>10} {'(elements)':>12} {'':>8} {'':>6} {'':>5}"
         + f" {'(us)':>10} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6} {'':>6} {'':>6}" * 2,
     ]
@@ -54,15 +81,14 @@ def table(spec: Spec, backend: str, rows: list[Row], membw: float | None) -> str
         if first is None:
             continue
         lines.append(f"  {first.size:>10} {first.count:>12} {first.type:>8} {first.redop:>6} {first.root:>5} "
-                     f"{_half(oop, membw, _bound(spec, oop, membw) if oop else None)} "
-                     f"{_half(ip, membw, _bound(spec, ip, membw) if ip else None)}")
+                     f"{_half(spec, oop, machine)} {_half(spec, ip, machine)}")
         busbws += [r.busbw_gbps for r in (oop, ip) if r is not None and r.busbw_gbps is not None]
     notes = sorted({r.note for r in rows if r.backend == backend and r.note})
     lines += [f"# note: {n}" for n in notes]
     wrong = sum(r.wrong or 0 for r in rows if r.backend == backend)
     lines.append(f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}")
-    avg = sum(busbws) / len(busbws) if busbws else 0.0
-    lines.append(f"# Avg bus bandwidth    : {avg:.4g}")
+    avg = f"{sum(busbws) / len(busbws):.4g}" if busbws else "n/a (no row ran)"
+    lines.append(f"# Avg bus bandwidth    : {avg}")
     return "\n".join(lines)
 
 
@@ -93,13 +119,13 @@ def comparison(spec: Spec, rows: list[Row], backends: list[str]) -> str:
     return "\n".join(lines)
 
 
-def json_object(spec: Spec, rows: list[Row], membw: float | None, backends: list[str]) -> dict:
+def json_object(spec: Spec, rows: list[Row], machine: Machine, backends: list[str]) -> dict:
     results = []
     for r in rows:
         d = asdict(r)
-        bound = _bound(spec, r, membw) if r.time_us is not None else None
-        d["copy_fraction"] = (r.busbw_gbps * GB / membw) if membw and r.busbw_gbps is not None else None
-        d["bound_busbw_gbps"] = bound
+        d["copy_fraction"] = (r.busbw_gbps * GB / machine.membw) if machine.membw and r.busbw_gbps is not None \
+            else None
+        d["memory_busbw_gbps"] = memory_busbw(spec, r, machine)
         results.append(d)
     avg = {}
     for b in backends:
@@ -108,7 +134,8 @@ def json_object(spec: Spec, rows: list[Row], membw: float | None, backends: list
     return {"collective": spec.collective, "ranks": spec.ranks, "dtype": spec.dtype, "op": spec.op,
             "root": spec.root, "warmup": spec.warmup, "iters": spec.iters, "xml": spec.xml,
             "shared_buffers": spec.shared_buffers, "backends": backends,
-            "membw_gbps": membw / GB if membw else None, "avg_busbw_gbps": avg, "results": results}
+            "membw_gbps": machine.membw / GB if machine.membw else None,
+            "last_level_cache_bytes": machine.cache, "avg_busbw_gbps": avg, "results": results}
 
 
 def plot(spec: Spec, rows: list[Row], backends: list[str], path: str, membw: float | None = None) -> None:

@@ -18,9 +18,32 @@ import numpy as np
 
 from arborcc.errors import InputError, MissingDependencyError
 from arborcc.ir.collectives import call_blocks
+from arborcc.runtime.bench_mpi import WRONG_WORLD
 from arborcc.runtime.bench_protocol import Row, Spec, block_count, count_wrong, pattern, rows_from_timings, time_calls
+from arborcc.runtime.errors import CommunicationError
 
 BACKENDS = ("arborcc", "gloo", "mpi")
+#: the collectives gloo and MPI run (gather and scatter run only as an arborcc --xml algorithm)
+BASELINE_COLLECTIVES = frozenset({"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall"})
+
+
+def check_backend(backend: str, spec: Spec) -> None:
+    """Refuse, before any rank starts, a sweep ``backend`` cannot run as ``spec`` asks
+    (one line naming the flags)."""
+    if backend == "arborcc":
+        from arborcc.runtime.native import MAX_RANKS  # the data plane's own limit (segment_layout.hpp)
+
+        if spec.ranks > MAX_RANKS:
+            raise InputError(f"{spec.ranks} ranks: arborcc's shared-memory data plane holds at most {MAX_RANKS}",
+                             source=spec.xml or "-n")
+        return
+    if backend not in ("gloo", "mpi"):
+        raise InputError(f"unknown back-end {backend!r} (known: {', '.join(BACKENDS)})", source="--backend")
+    if spec.collective not in BASELINE_COLLECTIVES:
+        raise InputError(f"{backend} runs {', '.join(sorted(BASELINE_COLLECTIVES))}, not {spec.collective} "
+                         f"(the algorithm of --xml runs on arborcc only)", source=f"--backend {backend}")
+    if backend == "mpi" and spec.dtype == "bfloat16":
+        raise InputError("MPI has no bfloat16 type", source="--backend mpi -d bfloat16")
 
 
 # -- the arborcc back-end ----------------------------------------------------------------
@@ -65,7 +88,7 @@ def _arborcc_rank(spec: Spec) -> dict:
         for inplace in (False, True):
             key = f"{size}:{int(inplace)}"
             if algo is not None and not _mode_supported(algo, inplace):
-                results[key] = {"error": f"the algorithm is not {'in place' if inplace else 'out of place'}"}
+                results[key] = {"skipped": f"the algorithm is not {'in place' if inplace else 'out of place'}"}
                 continue
             base = np.ones(count * max(blocks_in, blocks_out), np_dtype)
             if spec.shared_buffers and memory is None:  # one shared array per size holds both modes' buffers
@@ -152,6 +175,8 @@ def _gloo_rank(spec: Spec) -> dict:
 
     dist.init_process_group("gloo", timeout=__import__("datetime").timedelta(seconds=spec.timeout))
     rank, n = dist.get_rank(), dist.get_world_size()
+    if n != spec.ranks:
+        raise CommunicationError(f"gloo's world has {n} ranks, not the {spec.ranks} of -n")
     tdtype = getattr(torch, spec.dtype)
     red = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
            "max": dist.ReduceOp.MAX, "avg": getattr(dist.ReduceOp, "AVG", None)}[spec.op]
@@ -179,8 +204,12 @@ def _gloo_rank(spec: Spec) -> dict:
                         if not inplace and rank == spec.root:
                             recv.copy_(send)
                         dist.broadcast(recv, spec.root)
-                    else:
-                        raise InputError(f"the gloo back-end does not run {spec.collective}")
+                    elif spec.collective == "reduce":
+                        if not inplace:
+                            recv.copy_(send)  # gloo reduces in place: out of place costs a copy
+                        dist.reduce(recv, spec.root, op=red)
+                    elif spec.collective == "alltoall":  # gloo exchanges between two tensors: in place costs a copy
+                        dist.all_to_all_single(recv, send.clone() if inplace else send)
 
                 try:
                     times = time_calls(call, dist.barrier, spec.warmup, spec.iters)
@@ -236,11 +265,21 @@ def run_mpi(spec: Spec) -> list[Row]:
             proc = subprocess.run(cmd, env=env, timeout=spec.timeout, capture_output=True, text=True)
         except subprocess.TimeoutExpired:
             raise InputError(f"MPI sweep did not finish within {spec.timeout:g} s", source="--backend mpi") from None
+        if proc.returncode == WRONG_WORLD:
+            raise InputError(f"the ranks {cmd[0]} -n {spec.ranks} started do not share one MPI world of "
+                             f"{spec.ranks} (mpiexec and mpi4py of different MPI installations?): not an MPI run "
+                             f"of {spec.ranks} ranks", source="--backend mpi")
         if proc.returncode != 0 or not os.path.exists(out_path):
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise InputError(f"mpiexec failed (status {proc.returncode}): {last}", source="--backend mpi")
-        with open(out_path) as f:
-            per_rank = json.load(f)
+        try:
+            with open(out_path) as f:
+                per_rank = json.load(f)
+        except ValueError:
+            per_rank = None
+    if not (isinstance(per_rank, list) and len(per_rank) == spec.ranks):
+        raise InputError(f"{cmd[0]} -n {spec.ranks} did not report {spec.ranks} ranks of one MPI world: not an MPI "
+                         f"run of {spec.ranks} ranks", source="--backend mpi")
     return rows_from_timings("mpi", spec, per_rank)
 
 

@@ -8,6 +8,7 @@ and both end every rank they started, whatever happens.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import socket
@@ -17,8 +18,33 @@ import time
 import traceback
 from typing import Any, Callable
 
+from arborcc.errors import InputError
 from arborcc.limits import limit
 from arborcc.runtime.errors import CommunicationError
+
+
+def check_timeout(seconds: float | None, source: str = "--timeout") -> None:
+    """Refuse a timeout that is not a finite number of seconds above 0 (None: no timeout)."""
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise InputError(f"a timeout is a finite number of seconds above 0, got {seconds:g}", source=source)
+
+
+def available_cpus() -> int:
+    """The CPU cores this process (and the ranks it starts) may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
+def oversubscription(world_size: int) -> str | None:
+    """A warning when ``world_size`` ranks outnumber the CPU cores available to the job:
+    the ranks then take turns on the cores, and timings measure the scheduler."""
+    cpus = available_cpus()
+    if world_size <= cpus:
+        return None
+    return (f"{world_size} ranks on {cpus} CPU core{'s' if cpus > 1 else ''} available to this job: ranks take "
+            f"turns on the cores, so timings measure the scheduler")
 
 
 def free_port_pair() -> int:
@@ -68,8 +94,8 @@ FAILURE_GRACE = 10.0
 def run_script(world_size: int, argv: list[str], timeout: float | None = None) -> int:
     """Run ``python argv...`` on ``world_size`` local ranks; the first failing rank's exit
     status (0 if all succeed). When a rank fails, the others are stopped as soon as they
-    have all ended, or after :data:`FAILURE_GRACE` seconds (or the timeout) at most."""
-    limit("local-ranks").check(world_size, "-n", what="local ranks")
+    have all ended, or after :data:`FAILURE_GRACE` seconds (or the timeout) at most. The
+    caller (``arborcc run``) has checked ``world_size`` and ``timeout``."""
     port = free_port_pair()
     procs = [subprocess.Popen([sys.executable, *argv], env=rank_env(r, world_size, port))
              for r in range(world_size)]
