@@ -3,6 +3,7 @@ torch's operators and element types."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -11,9 +12,43 @@ import pytest
 from arborcc.torch.hosts import HostLayout, layout_of_topology, machine_name
 
 
-def test_package_imports_without_loading_torch():
-    code = "import sys, arborcc.torch; arborcc.torch.__dir__(); sys.exit('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+#: a Python without torch: every import of torch fails as it does where torch is not installed
+WITHOUT_TORCH = """
+import sys
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NoTorch())
+"""
+
+
+def test_package_imports_without_torch_installed_and_warns_nothing():
+    code = WITHOUT_TORCH + "import arborcc.torch, arborcc.torch.hosts; arborcc.torch.__dir__()"
+    run = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+
+
+def test_importing_arborcc_torch_before_torch_registers_the_backend():
+    code = ("import sys, arborcc.torch\nimport torch.distributed as dist\n"
+            "sys.exit('arborcc' not in dist.Backend.backend_list)")
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}  # not through the entry point, if installed
+    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == 0
+
+
+def test_a_failing_registration_warns_and_never_raises(monkeypatch):
+    pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from arborcc.torch.registration import autoload
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a torch without custom backends")
+
+    monkeypatch.setattr(dist.Backend, "backend_list", [b for b in dist.Backend.backend_list if b != "arborcc"])
+    monkeypatch.setattr(dist.Backend, "register_backend", broken)
+    with pytest.warns(RuntimeWarning, match="'arborcc' was not registered.*a torch without custom backends"):
+        autoload()
 
 
 def test_host_layout_groups_and_peers():

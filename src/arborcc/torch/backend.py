@@ -28,10 +28,10 @@ from arborcc.torch.affinity import remember_affinity
 from arborcc.torch.fallback import GlooFallback
 from arborcc.torch.hierarchical import Transport
 from arborcc.torch.hosts import exchange_layout
+from arborcc.torch.name import NAME
 from arborcc.torch.ops import reduction_name, unsupported
 from arborcc.torch.work import CallQueue
 
-NAME = "arborcc"
 #: all-reduce shapes (type, size, reduction) whose prepared calls a group keeps (a training
 #: loop's gradient buckets are a few)
 PREPARED_SHAPES = 64
@@ -315,15 +315,3 @@ def define_process_group():
 
     return ArborccProcessGroup
 
-
-def create(store, rank: int, size: int, timeout: timedelta):
-    """torch's backend constructor (``register_backend``'s ``func``)."""
-    return process_group_class()(store, rank, size, timeout)
-
-
-def register_backend() -> None:
-    """Make ``"arborcc"`` a torch.distributed backend for CPU tensors (idempotent)."""
-    import torch.distributed as dist
-
-    if NAME not in dist.Backend.backend_list:
-        dist.Backend.register_backend(NAME, create, devices=["cpu"])
