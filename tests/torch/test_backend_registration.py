@@ -1,6 +1,6 @@
 """How a job gets the "arborcc" backend: ``dist.init_process_group("arborcc")`` after
 ``import arborcc.torch``, and after ``import torch`` alone through the ``torch.backends``
-entry point of pyproject.toml."""
+entry point of pyproject.toml; what the backend logs on the ``arborcc.torch`` logger."""
 
 from __future__ import annotations
 
@@ -70,3 +70,29 @@ def test_import_torch_alone_registers_the_backend_through_the_entry_point(tmp_pa
         assert set(loaded["loaded by import torch"]) <= REGISTRATION_MODULES  # the hook stays cheap
         assert result == {"backend": "arborcc", "sum": 3.0}
     assert "Warning" not in err
+
+
+LOGGED = """
+import logging
+logging.basicConfig(level=logging.INFO, format="LOG %(name)s %(levelname)s %(message)s")
+dist.init_process_group("arborcc")
+for _ in range(3):
+    t = torch.ones(8, dtype=torch.int8)
+    dist.all_reduce(t, op=dist.ReduceOp.BOR)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(150)
+def test_every_rank_logs_its_group_and_its_fallbacks_at_info(tmp_path):
+    code, said, err = launch(tmp_path, 2, LOGGED, hard_timeout=120)
+    assert code == 0, err[-3000:]
+    logged = [line for line in err.splitlines() if line.startswith("LOG ")]
+    for rank in range(2):
+        created = [line for line in logged if f"rank {rank}: arborcc group of 2 ranks on 1 host" in line]
+        assert len(created) == 1 and created[0].startswith("LOG arborcc.torch.backend INFO"), logged
+        assert "collectives on shared memory" in created[0]
+        fallbacks = [line for line in logged if f"rank {rank}: all_reduce with op BOR on int8 tensors goes to gloo"
+                     in line]
+        # once per rank and kind, not once per call
+        assert len(fallbacks) == 1 and fallbacks[0].startswith("LOG arborcc.torch.fallback INFO"), logged

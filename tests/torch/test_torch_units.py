@@ -86,6 +86,24 @@ def test_operators_and_dtypes_arborcc_runs():
     assert unsupported([torch.ones(3)], None) == "reduction operator"
 
 
+def test_a_fallback_names_the_call_its_operator_and_element_types():
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from arborcc.torch.fallback import fallback_description
+
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.BAND
+    assert fallback_description("all_reduce", "reduction operator", [torch.ones(2, dtype=torch.int8)],
+                                opts.reduceOp) == \
+        "all_reduce with op BAND on int8 tensors goes to gloo (not in arborcc: reduction operator)"
+    mixed = [torch.ones(2, dtype=torch.int16), torch.ones(2, dtype=torch.bool)]
+    assert fallback_description("broadcast", "dtype int16", mixed) == \
+        "broadcast on bool and int16 tensors goes to gloo (not in arborcc: dtype int16)"
+    assert fallback_description("send", "point-to-point operations") == \
+        "send goes to gloo (not in arborcc: point-to-point operations)"
+
+
 def test_plan_from_a_tuned_directory(tmp_path):
     """ARBORCC_PLAN may name the directory `arborcc tune` writes (XML files and plan.json)."""
     import json

@@ -7,7 +7,7 @@ operators), ``affinity`` (the CPUs of threads started after the rank was pinned)
 ``hosts`` (which ranks share a host: the job's topology), ``executor``
 (IR algorithms over a process group's sends and receives), ``hierarchical`` (shared
 memory inside a host, the executor between hosts), ``fallback`` (gloo for what arborcc
-does not run, with a one-time warning), ``work`` (the Work objects torch expects),
+does not run, warned once per job), ``work`` (the Work objects torch expects),
 ``backend`` (the ``ProcessGroup`` registered as ``"arborcc"``), ``registration`` (the
 name ``"arborcc"``, module ``name``, in torch's table of backends), ``hook`` (DDP's communication hook),
 ``launch`` (``arborcc.init()``).
