@@ -3,11 +3,14 @@ torch's operators and element types."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from arborcc.torch.hosts import HostLayout, layout_of_topology, machine_name
 
@@ -102,6 +105,39 @@ def test_a_fallback_names_the_call_its_operator_and_element_types():
         "broadcast on bool and int16 tensors goes to gloo (not in arborcc: dtype int16)"
     assert fallback_description("send", "point-to-point operations") == \
         "send goes to gloo (not in arborcc: point-to-point operations)"
+
+
+FALLBACK_CALLS = st.tuples(
+    st.sampled_from(["all_reduce", "reduce", "broadcast", "all_to_all_single", "send", "gather"]),
+    st.sampled_from(["dtype int8", "reduction operator", "unequal splits", "point-to-point operations"]),
+    st.lists(st.sampled_from(["float32", "float16", "bfloat16", "int8", "int16", "int64", "uint8", "bool",
+                              "complex64"]), max_size=3),
+    st.none() | st.sampled_from(["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"]))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+@settings(max_examples=150, deadline=None, database=None)
+@given(FALLBACK_CALLS, FALLBACK_CALLS)
+def test_distinct_fallbacks_are_described_apart(a, b):
+    """The description is the key a fallback is warned under once per job: two fallbacks
+    share it only when they are the same call, reason, element types and operator."""
+    import torch
+    import torch.distributed as dist
+
+    from arborcc.torch.fallback import fallback_description
+
+    def described(call):
+        collective, reason, dtypes, op = call
+        tensors = [torch.empty(0, dtype=getattr(torch, name)) for name in dtypes]
+        kind = None if op is None else getattr(dist.ReduceOp.RedOpType, op)
+        text = fallback_description(collective, reason, tensors, kind)
+        assert all(name in text for name in dtypes) and (op is None or f"with op {op} " in text)
+        return text
+
+    def key(call):
+        return call[0], call[1], frozenset(call[2]), call[3]
+
+    assert (described(a) == described(b)) == (key(a) == key(b))
 
 
 def test_plan_from_a_tuned_directory(tmp_path):
