@@ -1,6 +1,6 @@
 """Every collective through the "arborcc" backend equals gloo's result, for every element
 type torch has on CPU and every reduction; what arborcc does not run goes to gloo with
-one warning per kind of call; async_op and Work futures; DDP unchanged on the backend."""
+one warning per job for each kind of call; async_op and Work futures; DDP unchanged on the backend."""
 
 from __future__ import annotations
 
@@ -148,13 +148,15 @@ def test_every_collective_dtype_and_op_equals_gloo(tmp_path):
         assert r["async"] == [64.0, 4.0, 64.0, True]
         w = 4
         assert r["prepared"] == [v for k in range(3) for v in (w * k + 6.0, k + 3.0, (w * k + 6.0) / w)] + [6.0, 60.0]
-        # what arborcc lacks went to gloo, each kind warned about once
-        assert r["repeated"] == 1
-        joined = " ".join(r["fallback"])
-        for reason in ("dtype int8", "dtype bool", "reduction operator", "unequal splits"):
-            assert reason in joined
-        assert "dtype float32" not in joined and "dtype bfloat16" not in joined
-    assert any("point-to-point" in m for m in said[0][0]["fallback"])
+    # what arborcc lacks went to gloo, each kind warned about once in the job (by one rank)
+    warned = [m for rank in range(4) for m in said[rank][0]["fallback"]]
+    assert all(said[rank][0]["repeated"] <= 1 for rank in range(4))
+    described = [m.split("; warned once per job")[0] for m in warned]
+    assert len(described) == len(set(described)), described
+    joined = " ".join(warned)
+    for reason in ("dtype int8", "dtype bool", "reduction operator", "unequal splits", "point-to-point"):
+        assert reason in joined
+    assert "dtype float32" not in joined and "dtype bfloat16" not in joined
 
 
 EXECUTOR = r"""

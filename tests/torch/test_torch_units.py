@@ -3,17 +3,55 @@ torch's operators and element types."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from arborcc.torch.hosts import HostLayout, layout_of_topology, machine_name
 
 
-def test_package_imports_without_loading_torch():
-    code = "import sys, arborcc.torch; arborcc.torch.__dir__(); sys.exit('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+#: a Python without torch: every import of torch fails as it does where torch is not installed
+WITHOUT_TORCH = """
+import sys
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NoTorch())
+"""
+
+
+def test_package_imports_without_torch_installed_and_warns_nothing():
+    code = WITHOUT_TORCH + "import arborcc.torch, arborcc.torch.hosts; arborcc.torch.__dir__()"
+    run = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+
+
+def test_importing_arborcc_torch_before_torch_registers_the_backend():
+    code = ("import sys, arborcc.torch\nimport torch.distributed as dist\n"
+            "sys.exit('arborcc' not in dist.Backend.backend_list)")
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}  # not through the entry point, if installed
+    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == 0
+
+
+def test_a_failing_registration_warns_and_never_raises(monkeypatch):
+    pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from arborcc.torch.registration import autoload
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a torch without custom backends")
+
+    monkeypatch.setattr(dist.Backend, "backend_list", [b for b in dist.Backend.backend_list if b != "arborcc"])
+    monkeypatch.setattr(dist.Backend, "register_backend", broken)
+    with pytest.warns(RuntimeWarning, match="'arborcc' was not registered.*a torch without custom backends"):
+        autoload()
 
 
 def test_host_layout_groups_and_peers():
@@ -49,6 +87,57 @@ def test_operators_and_dtypes_arborcc_runs():
     assert unsupported([torch.ones(3, dtype=torch.int8)]) == "dtype int8"
     assert unsupported([torch.ones(4, 4).t()]) == "non-contiguous tensor"
     assert unsupported([torch.ones(3)], None) == "reduction operator"
+
+
+def test_a_fallback_names_the_call_its_operator_and_element_types():
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from arborcc.torch.fallback import fallback_description
+
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.BAND
+    assert fallback_description("all_reduce", "reduction operator", [torch.ones(2, dtype=torch.int8)],
+                                opts.reduceOp) == \
+        "all_reduce with op BAND on int8 tensors goes to gloo (not in arborcc: reduction operator)"
+    mixed = [torch.ones(2, dtype=torch.int16), torch.ones(2, dtype=torch.bool)]
+    assert fallback_description("broadcast", "dtype int16", mixed) == \
+        "broadcast on bool and int16 tensors goes to gloo (not in arborcc: dtype int16)"
+    assert fallback_description("send", "point-to-point operations") == \
+        "send goes to gloo (not in arborcc: point-to-point operations)"
+
+
+FALLBACK_CALLS = st.tuples(
+    st.sampled_from(["all_reduce", "reduce", "broadcast", "all_to_all_single", "send", "gather"]),
+    st.sampled_from(["dtype int8", "reduction operator", "unequal splits", "point-to-point operations"]),
+    st.lists(st.sampled_from(["float32", "float16", "bfloat16", "int8", "int16", "int64", "uint8", "bool",
+                              "complex64"]), max_size=3),
+    st.none() | st.sampled_from(["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"]))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+@settings(max_examples=150, deadline=None, database=None)
+@given(FALLBACK_CALLS, FALLBACK_CALLS)
+def test_distinct_fallbacks_are_described_apart(a, b):
+    """The description is the key a fallback is warned under once per job: two fallbacks
+    share it only when they are the same call, reason, element types and operator."""
+    import torch
+    import torch.distributed as dist
+
+    from arborcc.torch.fallback import fallback_description
+
+    def described(call):
+        collective, reason, dtypes, op = call
+        tensors = [torch.empty(0, dtype=getattr(torch, name)) for name in dtypes]
+        kind = None if op is None else getattr(dist.ReduceOp.RedOpType, op)
+        text = fallback_description(collective, reason, tensors, kind)
+        assert all(name in text for name in dtypes) and (op is None or f"with op {op} " in text)
+        return text
+
+    def key(call):
+        return call[0], call[1], frozenset(call[2]), call[3]
+
+    assert (described(a) == described(b)) == (key(a) == key(b))
 
 
 def test_plan_from_a_tuned_directory(tmp_path):

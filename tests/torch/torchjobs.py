@@ -29,12 +29,12 @@ def report(value):  # one write per line: lines of different ranks never interle
 
 
 def launch(tmp_path, nranks: int, body: str, hard_timeout: float = 150,
-           env: dict | None = None) -> tuple[int, dict[int, list], str]:
-    """Run ``body`` on ``nranks`` local ranks (torchrun's environment; unlike ``arborcc
-    run``, a failing rank does not stop the others, so each reports what it saw); (the
-    first non-zero exit status or 0, each rank's reports, the ranks' stderr)."""
+           env: dict | None = None, prelude: str = PRELUDE) -> tuple[int, dict[int, list], str]:
+    """Run ``body`` after ``prelude`` on ``nranks`` local ranks (torchrun's environment;
+    unlike ``arborcc run``, a failing rank does not stop the others, so each reports what
+    it saw); (the first non-zero exit status or 0, each rank's reports, the ranks' stderr)."""
     script = tmp_path / "job.py"
-    script.write_text(PRELUDE + textwrap.dedent(body))
+    script.write_text(prelude + textwrap.dedent(body))
     port = free_port_pair()
     procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, cwd=ROOT, env=rank_env(r, nranks, port, {**os.environ, **(env or {})}))

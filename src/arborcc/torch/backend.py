@@ -6,7 +6,7 @@ collectives run on arborcc (:class:`~arborcc.torch.hierarchical.Transport`: the
 shared-memory runtime inside a host, the torch.distributed executor between hosts):
 all_reduce, broadcast, reduce, all_gather, all_gather_into_tensor, reduce_scatter,
 reduce_scatter_tensor, all_to_all_single (equal splits), barrier, and their coalesced
-forms. What arborcc does not run goes to gloo with a one-time warning
+forms. What arborcc does not run goes to gloo with one warning per job
 (:mod:`arborcc.torch.fallback`). Work objects and ``async_op``: :mod:`arborcc.torch.work`.
 
 Start-up, on every rank: the hosts of the job (:mod:`arborcc.torch.hosts`), a gloo group
@@ -20,6 +20,7 @@ writes) when set, else the runtime's built-in default; runtime options from ``AR
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import weakref
 from datetime import timedelta
@@ -28,10 +29,11 @@ from arborcc.torch.affinity import remember_affinity
 from arborcc.torch.fallback import GlooFallback
 from arborcc.torch.hierarchical import Transport
 from arborcc.torch.hosts import exchange_layout
+from arborcc.torch.name import NAME
 from arborcc.torch.ops import reduction_name, unsupported
 from arborcc.torch.work import CallQueue
 
-NAME = "arborcc"
+log = logging.getLogger(__name__)  # under "arborcc.torch"
 #: all-reduce shapes (type, size, reduction) whose prepared calls a group keeps (a training
 #: loop's gradient buckets are a few)
 PREPARED_SHAPES = 64
@@ -57,6 +59,20 @@ def plan_from_env(env: dict | None = None):
         source = str(Path(path) / entry.file)
         plan.add(load_algorithm(source), source)
     return plan
+
+
+def group_summary(size: int, layout, local_ranks) -> str:
+    """One line on a new group: its ranks and hosts, the path its collectives take and
+    the plan (``ARBORCC_PLAN`` or the runtime's default)."""
+    hosts = len(layout.hosts)
+    if hosts == 1:
+        path = "shared memory"
+    else:
+        path = "shared memory inside each host, arborcc algorithms over gloo between hosts"
+    plan = os.environ.get("ARBORCC_PLAN") or "the runtime's default"
+    return (f"arborcc group of {size} ranks on {hosts} host{'s' * (hosts != 1)} "
+            f"(ranks per host: {', '.join(str(len(r)) for r in layout.hosts)}; this host's ranks: "
+            f"{', '.join(map(str, local_ranks))}); collectives on {path}; plan: {plan}")
 
 
 def shutdown_at_exit(group_ref) -> None:
@@ -98,6 +114,7 @@ def define_process_group():
             self.prepared: dict = {}  #: (dtype, numel, RedOpType) -> prepared all-reduce or None
             self.closed = False
             atexit.register(shutdown_at_exit, weakref.ref(self))
+            log.info("rank %d: %s", rank, group_summary(size, self.layout, self.transport.local_ranks))
 
         # -- identity ----------------------------------------------------------------
 
@@ -140,7 +157,8 @@ def define_process_group():
             op = reduction_name(opts.reduceOp)
             why = unsupported(tensors, op)
             if why:
-                return self.fallback.call("all_reduce", why, tensors, opts, method="allreduce")
+                return self.fallback.call("all_reduce", why, tensors, opts, method="allreduce", tensors=tensors,
+                                          reduce_op=opts.reduceOp)
 
             if len(tensors) == 1:  # the common call, without a closure
                 if not opts.asyncOp and not self.calls.queued:
@@ -173,7 +191,7 @@ def define_process_group():
             opts = opts or dist.BroadcastOptions()
             why = unsupported(tensors)
             if why:
-                return self.fallback.call("broadcast", why, tensors, opts)
+                return self.fallback.call("broadcast", why, tensors, opts, tensors=tensors)
 
             def run():
                 for t in tensors:
@@ -185,7 +203,7 @@ def define_process_group():
             op = reduction_name(opts.reduceOp)
             why = unsupported(tensors, op)
             if why:
-                return self.fallback.call("reduce", why, tensors, opts)
+                return self.fallback.call("reduce", why, tensors, opts, tensors=tensors, reduce_op=opts.reduceOp)
 
             def run():
                 for t in tensors:
@@ -199,7 +217,8 @@ def define_process_group():
                             for lst, i in zip(output_lists, inputs))
             why = unsupported(list(inputs) + outs) or (None if shapes_ok else "outputs unlike the input")
             if why:
-                return self.fallback.call("all_gather", why, output_lists, inputs, opts, method="allgather")
+                return self.fallback.call("all_gather", why, output_lists, inputs, opts, method="allgather",
+                                          tensors=inputs)
 
             def run():
                 for lst, inp in zip(output_lists, inputs):
@@ -214,7 +233,8 @@ def define_process_group():
             why = unsupported([output, input]) or (
                 None if output.numel() == self._size * input.numel() else "an output not world_size inputs")
             if why:
-                return self.fallback.call("all_gather_into_tensor", why, output, input, opts, method="_allgather_base")
+                return self.fallback.call("all_gather_into_tensor", why, output, input, opts, method="_allgather_base",
+                                          tensors=[input])
             return self._run(lambda: self.transport.allgather(input.view(-1), output.view(-1)), [output], opts)
 
         _allgather_base = all_gather_single
@@ -224,7 +244,7 @@ def define_process_group():
             why = unsupported(list(outputs) + list(inputs))
             if why:
                 return self.fallback.call("all_gather_into_tensor (coalesced)", why, outputs, inputs, opts,
-                                          method="allgather_into_tensor_coalesced")
+                                          method="allgather_into_tensor_coalesced", tensors=inputs)
 
             def run():
                 for o, i in zip(outputs, inputs):
@@ -239,7 +259,8 @@ def define_process_group():
             ins = [t for lst in input_lists for t in lst]
             why = unsupported(list(outputs) + ins, op)
             if why:
-                return self.fallback.call("reduce_scatter", why, outputs, input_lists, opts)
+                return self.fallback.call("reduce_scatter", why, outputs, input_lists, opts, tensors=outputs,
+                                          reduce_op=opts.reduceOp)
 
             def run():
                 for out, lst in zip(outputs, input_lists):
@@ -253,7 +274,8 @@ def define_process_group():
             why = unsupported([output, input], op) or (
                 None if input.numel() == self._size * output.numel() else "an input not world_size outputs")
             if why:
-                return self.fallback.call("reduce_scatter_tensor", why, output, input, opts, method="_reduce_scatter_base")
+                return self.fallback.call("reduce_scatter_tensor", why, output, input, opts, method="_reduce_scatter_base",
+                                          tensors=[input], reduce_op=opts.reduceOp)
             return self._run(lambda: self.transport.reduce_scatter(input.view(-1), output.view(-1), op), [output],
                              opts)
 
@@ -265,7 +287,8 @@ def define_process_group():
             why = unsupported(list(outputs) + list(inputs), op)
             if why:
                 return self.fallback.call("reduce_scatter_tensor (coalesced)", why, outputs, inputs, opts,
-                                          method="reduce_scatter_tensor_coalesced")
+                                          method="reduce_scatter_tensor_coalesced", tensors=inputs,
+                                          reduce_op=opts.reduceOp)
 
             def run():
                 for o, i in zip(outputs, inputs):
@@ -283,7 +306,7 @@ def define_process_group():
                 None if even and n % self._size == 0 and output.numel() == n else "unequal splits")
             if why:
                 return self.fallback.call("all_to_all_single", why, output, input, output_splits, input_splits, opts,
-                                          method="alltoall_base")
+                                          method="alltoall_base", tensors=[input])
             return self._run(lambda: self.transport.alltoall(input.view(-1), output.view(-1)), [output], opts)
 
         alltoall_base = all_to_all_single
@@ -304,10 +327,10 @@ def define_process_group():
             return self.fallback.call("recv_anysource", "point-to-point operations", tensors, tag)
 
         def gather(self, outputs, inputs, opts=None):
-            return self.fallback.call("gather", "gather", outputs, inputs, opts or dist.GatherOptions())
+            return self.fallback.call("gather", "gather and scatter", outputs, inputs, opts or dist.GatherOptions())
 
         def scatter(self, outputs, inputs, opts=None):
-            return self.fallback.call("scatter", "scatter", outputs, inputs, opts or dist.ScatterOptions())
+            return self.fallback.call("scatter", "gather and scatter", outputs, inputs, opts or dist.ScatterOptions())
 
         def alltoall(self, outputs, inputs, opts=None):
             return self.fallback.call("all_to_all", "lists of tensors", outputs, inputs, opts or dist.AllToAllOptions(),
@@ -315,15 +338,3 @@ def define_process_group():
 
     return ArborccProcessGroup
 
-
-def create(store, rank: int, size: int, timeout: timedelta):
-    """torch's backend constructor (``register_backend``'s ``func``)."""
-    return process_group_class()(store, rank, size, timeout)
-
-
-def register_backend() -> None:
-    """Make ``"arborcc"`` a torch.distributed backend for CPU tensors (idempotent)."""
-    import torch.distributed as dist
-
-    if NAME not in dist.Backend.backend_list:
-        dist.Backend.register_backend(NAME, create, devices=["cpu"])

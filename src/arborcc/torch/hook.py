@@ -18,7 +18,7 @@ def hook_state(group=None):
     ``group`` (default: every rank). Every rank must call it, as ``dist.new_group``."""
     import torch.distributed as dist
 
-    from arborcc.torch.backend import register_backend
+    from arborcc.torch.registration import register_backend
 
     register_backend()
     ranks = None if group is None else dist.get_process_group_ranks(group)

@@ -14,7 +14,7 @@ def init(backend: str = "arborcc", timeout: float | None = None) -> None:
     seconds (default torch's). Does nothing if the default group already exists."""
     import torch.distributed as dist
 
-    from arborcc.torch.backend import register_backend
+    from arborcc.torch.registration import register_backend
 
     missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
     if missing:

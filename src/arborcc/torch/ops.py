@@ -37,6 +37,19 @@ def reduction_name(reduce_op) -> str | None:
     return tables()["ops"].get(int(kind))
 
 
+def reduction_label(reduce_op) -> str:
+    """torch's name of a ``ReduceOp`` (or ``RedOpType``): ``SUM``, ``BAND``, ``PREMUL_SUM``..."""
+    import torch.distributed as dist
+
+    kind = getattr(reduce_op, "op", reduce_op)
+    return dist.ReduceOp.RedOpType(int(kind)).name
+
+
+def dtype_label(dtype) -> str:
+    """``int8`` for ``torch.int8``."""
+    return str(dtype).removeprefix("torch.")
+
+
 def unsupported(tensors, op: str | None = "sum") -> str | None:
     """Why arborcc cannot run a collective on ``tensors`` with reduction ``op`` (None: it can).
 
@@ -49,7 +62,7 @@ def unsupported(tensors, op: str | None = "sum") -> str | None:
             return f"device {t.device.type}"
         name = dtypes.get(t.dtype)
         if name is None:
-            return f"dtype {str(t.dtype).replace('torch.', '')}"
+            return f"dtype {dtype_label(t.dtype)}"
         if op == "avg" and name not in FLOAT_NAMES:
             return f"avg of {name}"
         if not t.is_contiguous():
