@@ -22,10 +22,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     import os
 
     from arborcc.errors import InputError
-    from arborcc.runtime.launch import run_script
+    from arborcc.runtime.environment import runtime_settings
+    from arborcc.runtime.launch import rank_env, run_script
+    from arborcc.runtime.plan import Plan
 
     if args.nproc < 1:
         raise InputError(f"at least one rank, got {args.nproc}", source="-n")
     if not os.path.isfile(args.script):
         raise InputError("no such file", source=args.script)
+    # the variables every rank will read, and the plan ARBORCC_PLAN names, checked once before any rank starts
+    Plan.load(runtime_settings(rank_env(0, args.nproc, 29500)).plan)
     return run_script(args.nproc, [args.script, *args.args], timeout=args.timeout)

@@ -62,6 +62,10 @@ def spec_from_args(args) -> Spec:
     options = {k: v for k, v in (("slice_bytes", args.slice_bytes), ("workers", args.workers),
                                  ("tune", args.tune or None), ("timeout", min(args.timeout, 120.0)))
                if v is not None}
+    from arborcc.runtime.communicator import Options
+    from arborcc.runtime.launch import rank_env
+
+    Options.from_env(rank_env(0, ranks, 29500), **options)  # what every rank will read, checked once before
     return Spec(collective=collective, ranks=ranks, sizes=sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor),
                 dtype=args.datatype, op=args.op, root=root, warmup=args.warmup_iters, iters=args.iters,
                 check=bool(args.check), xml=args.xml, options=options, timeout=args.timeout,
