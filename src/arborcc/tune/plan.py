@@ -145,7 +145,7 @@ def read_index(directory: str | os.PathLike) -> PlanIndex:
 
     if not isinstance(doc, dict):
         raise fail((), f"not an {FORMAT} index: a JSON object expected")
-    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
+    if doc.get("format") != FORMAT or type(doc.get("version")) is not int or doc.get("version") != VERSION:
         raise fail((), f"not an {FORMAT} version {VERSION} index (format {doc.get('format')!r}, "
                        f"version {doc.get('version')!r})")
     collective = field(doc, (), "collective", str, "the collective the plan is for")
