@@ -138,7 +138,7 @@ class Plan:
                      "min_bytes": (algo.min_bytes, entry.min_bytes), "max_bytes": (algo.max_bytes, entry.max_bytes)}
             for what, (have, want) in found.items():
                 if have != want:
-                    where = f"algorithms[{i}]" if what.endswith("bytes") else what
+                    where = f"algorithms[{i}].{what}" if what.endswith("bytes") else what
                     raise InputError(f"{where}: {want!r}, but {entry.file} says {have!r}", source=str(index.path))
             plan.add(algo, source)
         return plan
