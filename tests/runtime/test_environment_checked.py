@@ -108,6 +108,12 @@ def test_options_given_in_code_follow_the_same_rules(name, value):
         Options.from_env({}, **{name: value})
 
 
+def test_options_constructed_directly_are_checked_too():
+    with pytest.raises(InputError, match=r"^slot_bytes: '100' is out of range"):
+        Options(slot_bytes=100)
+    assert Options(timeout=30).timeout == 30.0
+
+
 def test_an_unknown_option_is_named():
     with pytest.raises(InputError, match=r"^colour: unknown runtime option"):
         check_option("colour", "red")

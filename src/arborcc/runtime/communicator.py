@@ -114,6 +114,11 @@ class Options:
     #: size run staged (0: never)
     staged_slice_bytes: int = STAGED_SLICE_BYTES  #: slice of a staged all-reduce (one staging ring slot)
 
+    def __post_init__(self) -> None:
+        """Every value checked by its variable's rules (:func:`arborcc.runtime.environment.check_option`)."""
+        for f in fields(self):
+            setattr(self, f.name, check_option(f.name, getattr(self, f.name)))
+
     @classmethod
     def from_env(cls, env: dict | None = None, **overrides) -> "Options":
         """Defaults, then ``ARBORCC_TIMEOUT``, ``ARBORCC_SLICE_BYTES``, ..., then ``overrides``
@@ -123,9 +128,10 @@ class Options:
     @classmethod
     def from_settings(cls, settings: Settings, **overrides) -> "Options":
         """Defaults, then the ``ARBORCC_<OPTION>`` values of ``settings``, then ``overrides``."""
-        values = dict(settings.options)
-        values.update({k: check_option(k, v) for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        given = {k: v for k, v in overrides.items() if v is not None}
+        for name in given:
+            check_option(name, given[name])  # an unknown name is refused by name
+        return cls(**{**settings.options, **given})
 
 
 def check_start(world_size: int, options: Options, source: str) -> None:
