@@ -154,7 +154,8 @@ def values_for(name: str):
     sizes = st.builds(lambda n, u: f"{n}{u}", st.one_of(st.integers(-10, 2**66), st.floats(-1e3, 1e22)),
                       st.sampled_from(["", "K", "M", "G", "T", "KB", "MiB", "X"]))
     switches = st.sampled_from(["1", "0", "on", "off", "TRUE", "no", "2", "maybe", "yes "])
-    return st.one_of(st.text(max_size=30), numbers, sizes, switches)
+    addresses = st.sampled_from(["localhost", "127.0.0.1", "::1", "10.1.2.3"])
+    return st.one_of(st.text(max_size=30), numbers, sizes, switches, addresses)
 
 
 @pytest.mark.parametrize("name", [v.name for v in VARIABLES if v.name not in ("ARBORCC_PLAN", "ARBORCC_TOPOLOGY")])
@@ -171,6 +172,8 @@ def test_random_values_give_settings_or_one_error_naming_the_variable(name, data
         assert str(e).startswith(f"${name}: ") and "\n" not in str(e), str(e)
         return
     opts = Options.from_settings(settings_)
+    if name == "MASTER_ADDR" and value.strip() not in ("localhost", "127.0.0.1", "::1", "10.1.2.3"):
+        return  # local_launch would ask the resolver about random names
     try:
         check_start(2, opts, "$WORLD_SIZE")
         settings_.local_launch()
