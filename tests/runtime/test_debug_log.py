@@ -13,6 +13,7 @@ import pytest
 from arborcc.cli.main import main
 from arborcc.debuglog import LOGGER, StderrHandler, configure_debug_logging, debug_level
 from support.cli_runs import arborcc
+from support.segments import leftovers, segments
 
 #: all-reduces in place and out of place at sizes of two of the default plan's ranges
 #: (below 64K: one-shot; 64K to 1M: owner, staged), each repeated, and all-gathers
@@ -36,9 +37,11 @@ START = re.compile(r"^arborcc\.runtime INFO: rank (\d)/2: communicator on /dev/s
 
 def run_two_ranks(tmp_path, env: dict):
     (tmp_path / "train.py").write_text(SCRIPT)
+    before = segments()
     run = arborcc("run", "-n", "2", "--timeout", "120", "train.py", cwd=tmp_path, env=env, seconds=150,
                   address_space=None)
     assert run.code == 0, run.err
+    assert not leftovers(before)
     return run
 
 
