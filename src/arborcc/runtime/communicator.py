@@ -53,8 +53,8 @@ from arborcc.runtime.lowering import LoweredRank, algorithm_call, call_mode, chu
 from arborcc.runtime.miad import MIADTuner
 from arborcc.runtime.plan import DEFAULT_STAGED_BYTES, Choice, Plan, call_bytes, fallback_algorithm, require_verified
 from arborcc.runtime.rendezvous import LaunchEnv, NameServer, fetch_name
-from arborcc.sizes import format_size
 from arborcc.runtime.windows import SharedArrays
+from arborcc.sizes import format_size
 
 #: with more ranks than CPUs, calls of at least this many bytes run a thread per thread
 #: block (by default): while one waits for a peer, another copies, where the one

@@ -19,7 +19,10 @@ persistent staging area in the communicator's segment, read by the peers with pl
 loads, instead of step by step through the FIFOs and cross-memory attach.
 
 Every algorithm is verified (:func:`arborcc.verify.verify_algorithm`) before it can run;
-one that does not verify is refused with the verifier's first finding.
+one that does not verify is refused with the verifier's first finding. :meth:`Plan.load`
+reads what ``ARBORCC_PLAN`` names (a file, a directory, or ``arborcc tune``'s directory
+through its checked ``plan.json``); :meth:`Plan.choose` says why a call runs what it runs
+(the matching entry, or the default's rule) and over which range of sizes that holds.
 """
 
 from __future__ import annotations
