@@ -124,7 +124,7 @@ def test_array_checks():
 def test_options_from_environment():
     opts = Options.from_env({"ARBORCC_TIMEOUT": "2.5", "ARBORCC_SLICE_BYTES": "65536", "ARBORCC_TUNE": "1"})
     assert (opts.timeout, opts.slice_bytes, opts.tune) == (2.5, 65536, True)
-    with pytest.raises(InputError, match=r"\$ARBORCC_SLOTS: not a number"):
+    with pytest.raises(InputError, match=r"\$ARBORCC_SLOTS: .many. is not a whole number"):
         Options.from_env({"ARBORCC_SLOTS": "many"})
     with pytest.raises(InputError, match="unknown runtime option"):
         Options.from_env({}, colour="red")

@@ -27,7 +27,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from arborcc.cli.output import warn
     from arborcc.errors import InputError
     from arborcc.limits import limit
-    from arborcc.runtime.launch import check_timeout, oversubscription, run_script
+    from arborcc.runtime.environment import runtime_settings
+    from arborcc.runtime.launch import check_timeout, oversubscription, rank_env, run_script
+    from arborcc.runtime.plan import Plan
 
     if args.nproc < 1:
         raise InputError(f"at least one rank, got {args.nproc}", source="-n")
@@ -35,6 +37,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_timeout(args.timeout)
     if not os.path.isfile(args.script):
         raise InputError("no such file", source=args.script)
+    # the variables every rank will read, and the plan ARBORCC_PLAN names, checked once before any rank starts
+    Plan.load(runtime_settings(rank_env(0, args.nproc, 29500)).plan)
     crowded = oversubscription(args.nproc)
     if crowded:
         warn(crowded)

@@ -103,6 +103,10 @@ def bench_request(args) -> BenchRequest:
     options = {k: v for k, v in (("slice_bytes", args.slice_bytes), ("workers", args.workers),
                                  ("tune", args.tune or None), ("timeout", min(args.timeout, RANK_TIMEOUT)))
                if v is not None}
+    from arborcc.runtime.communicator import Options
+    from arborcc.runtime.launch import rank_env
+
+    Options.from_env(rank_env(0, ranks, 29500), **options)  # what every rank will read, checked once before
     spec = Spec(collective=collective, ranks=ranks, sizes=sizes, dtype=args.datatype, op=args.op, root=root,
                 warmup=args.warmup_iters, iters=args.iters, check=bool(args.check), xml=args.xml, options=options,
                 timeout=args.timeout, shared_buffers=args.shared_buffers)

@@ -31,32 +31,39 @@ whatever way the processes end.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 import numpy as np
 
+from arborcc.debuglog import LOGGER, configure_debug_logging
 from arborcc.errors import InputError
 from arborcc.ir.aliasing import Mode
 from arborcc.ir.collectives import ROOTED
 from arborcc.ir.model import Algorithm
 import arborcc.runtime.native as native
 from arborcc.runtime.arrays import DTYPES, ArrayRef, array_ref, check_op
+from arborcc.runtime.environment import MAX_RANKS, Settings, check_option, check_segment, runtime_settings
 from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.lowering import LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
 from arborcc.runtime.miad import MIADTuner
-from arborcc.runtime.plan import DEFAULT_STAGED_BYTES, Plan, call_bytes, fallback_algorithm, require_verified
-from arborcc.runtime.rendezvous import LaunchEnv, NameServer, fetch_name, launch_env
+from arborcc.runtime.plan import DEFAULT_STAGED_BYTES, Choice, Plan, call_bytes, fallback_algorithm, require_verified
+from arborcc.runtime.rendezvous import LaunchEnv, NameServer, fetch_name
 from arborcc.runtime.windows import SharedArrays
+from arborcc.sizes import format_size
 
 #: with more ranks than CPUs, calls of at least this many bytes run a thread per thread
 #: block (by default): while one waits for a peer, another copies, where the one
 #: scheduler thread gave its CPU away (4 ranks on 2 CPUs: 4 MB all-reduce 1.5 ms instead
 #: of 4-6 ms with other programs on the CPUs; 1 MB 490 us instead of 380-440 us)
 THREADS_BYTES = 2 << 20
+
+#: what the runtime logs (``ARBORCC_DEBUG=INFO``: :mod:`arborcc.debuglog`)
+log = logging.getLogger(f"{LOGGER}.runtime")
 
 #: prefix of every arborcc shared-memory segment (under /dev/shm)
 SEGMENT_PREFIX = "arborcc-"
@@ -107,27 +114,34 @@ class Options:
     #: size run staged (0: never)
     staged_slice_bytes: int = STAGED_SLICE_BYTES  #: slice of a staged all-reduce (one staging ring slot)
 
+    def __post_init__(self) -> None:
+        """Every value checked by its variable's rules (:func:`arborcc.runtime.environment.check_option`)."""
+        for f in fields(self):
+            setattr(self, f.name, check_option(f.name, getattr(self, f.name)))
+
     @classmethod
     def from_env(cls, env: dict | None = None, **overrides) -> "Options":
-        """Defaults, then ``ARBORCC_TIMEOUT``, ``ARBORCC_SLICE_BYTES``, ..., then ``overrides``."""
-        env = os.environ if env is None else env
-        values = {}
-        for name, spec in cls.__dataclass_fields__.items():
-            raw = env.get(f"ARBORCC_{name.upper()}")
-            if raw is None:
-                continue
-            if spec.type == "bool":
-                values[name] = raw.strip().lower() not in ("", "0", "false", "no")
-                continue
-            try:
-                values[name] = float(raw) if spec.type == "float" else int(raw)
-            except ValueError:
-                raise InputError(f"not a number: {raw!r}", source=f"$ARBORCC_{name.upper()}") from None
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        unknown = set(values) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise InputError(f"unknown runtime option(s): {', '.join(sorted(unknown))}")
-        return cls(**values)
+        """Defaults, then ``ARBORCC_TIMEOUT``, ``ARBORCC_SLICE_BYTES``, ..., then ``overrides``
+        (every value checked: :mod:`arborcc.runtime.environment`)."""
+        return cls.from_settings(runtime_settings(env), **overrides)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides) -> "Options":
+        """Defaults, then the ``ARBORCC_<OPTION>`` values of ``settings``, then ``overrides``."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        for name in given:
+            check_option(name, given[name])  # an unknown name is refused by name
+        return cls(**{**settings.options, **given})
+
+
+def check_start(world_size: int, options: Options, source: str) -> None:
+    """Refuse, before any rank waits for another, a communicator the data plane cannot
+    make: more than :data:`MAX_RANKS` ranks, or a segment too large for the address space."""
+    if not 1 <= world_size <= MAX_RANKS:
+        raise InputError(f"{world_size} ranks: the shared-memory runtime runs 1 to {MAX_RANKS} ranks on one machine",
+                         source=source)
+    given = {f.name for f in fields(Options) if getattr(options, f.name) != f.default}
+    check_segment({f.name: getattr(options, f.name) for f in fields(Options)}, world_size, given)
 
 
 def pin_to_cpu(rank: int, world_size: int) -> bool:
@@ -181,6 +195,7 @@ class Communicator:
         #: per collective, its last call: (send, recv, op or root, plan size, prepared calls, send ref, recv ref)
         self._last_calls: dict[str, tuple] = {}
         self._closed = False
+        self._logged: set[tuple] = set()  #: the (collective, size range) whose choice this rank has logged
         try:
             self._native = native.Communicator(segment, rank, create, world_size, options.channels, options.slots,
                                                options.slot_bytes)
@@ -200,13 +215,20 @@ class Communicator:
 
     @classmethod
     def from_env(cls, plan: Plan | None = None, env: dict | None = None, **options) -> "Communicator":
-        """Join the communicator of the ranks launched by ``arborcc run`` or torchrun."""
-        return cls.create(launch_env(env), plan, Options.from_env(env, **options))
+        """Join the communicator of the ranks launched by ``arborcc run`` or torchrun; the
+        plan, when None, is ``ARBORCC_PLAN``'s (:meth:`Plan.load`). Every variable is checked
+        first (:mod:`arborcc.runtime.environment`)."""
+        settings = runtime_settings(env)
+        where = LaunchEnv(*settings.local_launch())
+        opts = Options.from_settings(settings, **options)
+        configure_debug_logging(env)
+        return cls.create(where, plan if plan is not None else Plan.load(settings.plan), opts)
 
     @classmethod
     def create(cls, where: LaunchEnv, plan: Plan | None = None, options: Options | None = None) -> "Communicator":
         """Rendezvous at ``where`` (rank 0 creates the segment, the others attach)."""
         options = options or Options()
+        check_start(where.world_size, options, "$WORLD_SIZE")
         name = None
         try:
             if where.rank == 0:
@@ -225,16 +247,22 @@ class Communicator:
         finally:
             if name is not None:
                 native.unlink(name)  # every rank has mapped it (or start-up failed): remove the name
+        comm.log_start(name)
         return comm
 
     @classmethod
     def from_store(cls, store, rank: int, world_size: int, plan: Plan | None = None, key: str = "arborcc/segment",
                    **options) -> "Communicator":
         """Join through a key-value store (``set(key, bytes)``, and ``get(key)`` waiting for
-        the key, as torch.distributed's ``Store``): rank 0 publishes the segment's name.
+        the key, as torch.distributed's ``Store``): rank 0 publishes the segment's name. The
+        plan, when None, is ``ARBORCC_PLAN``'s; every variable is checked first.
 
         This is how a torch.distributed backend joins: its creator receives the store."""
-        opts = Options.from_env(None, **options)
+        settings = runtime_settings()
+        opts = Options.from_settings(settings, **options)
+        check_start(world_size, opts, "world_size")
+        plan = plan if plan is not None else Plan.load(settings.plan)
+        configure_debug_logging()
         name = None
         try:
             if rank == 0:
@@ -250,6 +278,7 @@ class Communicator:
         finally:
             if name is not None:
                 native.unlink(name)
+        comm.log_start(name)
         return comm
 
     # -- properties --------------------------------------------------------------------
@@ -325,6 +354,13 @@ class Communicator:
         if mode is Mode.OUTOFPLACE and address < r.address + r.nbytes and r.address < address + nbytes:
             raise InputError("overlaps the send buffer without being in place", source="recv")
         workers = self._workers(collective, count, DTYPES[s.dtype][1])
+        if log.isEnabledFor(logging.INFO) and (collective, "shared arrays") not in self._logged:
+            self._logged.add((collective, "shared arrays"))
+            log.info("%s %s: on shared arrays, any size: no algorithm, the peers' blocks read with plain loads "
+                     "(streaming stores from %s, push %s, %s)", self._who(), collective,
+                     format_size(self.options.stream_bytes) if self.options.stream_bytes else "never",
+                     "on" if self.options.push else "off",
+                     "a thread per peer" if workers == 0 else f"{workers} thread(s)")
         return WindowCall(found[0], found[1], nbytes, root if collective == "broadcast" else -1,
                           self.world_size - 1 if workers == 0 else workers)
 
@@ -350,8 +386,7 @@ class Communicator:
         check_op(op, dtype)
         if self.options.tune or count <= 0:
             return None
-        algo = self.plan.select("allreduce", self.world_size, Mode.INPLACE, count, DTYPES[dtype][1], 0,
-                                self.options.staged_bytes)
+        algo = self._choose("allreduce", Mode.INPLACE, count, DTYPES[dtype][1], 0)
         scratch = []  # the call's own scratch memory, so that its address is fixed
         calls = []
         for handle, uses_in, uses_out, scratch_bytes, divide in self._prepare(algo, Mode.INPLACE, count, dtype,
@@ -450,6 +485,10 @@ class Communicator:
             raise InputError(f"the algorithm is for {algo.num_ranks} ranks, the communicator has {self.world_size}",
                              source=algo.name)
         require_verified(algo)
+        if log.isEnabledFor(logging.INFO) and (algo.collective, "caller", algo.name) not in self._logged:
+            self._logged.add((algo.collective, "caller", algo.name))
+            log.info("%s %s: %s (protocol %s), chosen by the caller (run_algorithm), whatever the plan says",
+                     self._who(), algo.collective, algo.name, algo.protocol.value)
         s = array_ref(send, "send")
         r = s if recv is None else array_ref(recv, "recv")
         if s.dtype != r.dtype:
@@ -526,9 +565,59 @@ class Communicator:
         key = (collective, mode, count, s.dtype, root, len(self.plan.entries))
         algo = self._selected.get(key)
         if algo is None:
-            algo = self._selected[key] = self.plan.select(collective, self.world_size, mode, count,
-                                                          DTYPES[s.dtype][1], root, self.options.staged_bytes)
+            algo = self._selected[key] = self._choose(collective, mode, count, DTYPES[s.dtype][1], root)
         return self._execute(algo, mode, s, r, count, op, root)
+
+    def _choose(self, collective: str, mode: Mode, count: int, itemsize: int, root: int) -> Algorithm:
+        """The plan's algorithm for a call; logged once per (collective, size range) when
+        the "arborcc.runtime" logger is at INFO."""
+        choice = self.plan.choose(collective, self.world_size, mode, count, itemsize, root, self.options.staged_bytes)
+        if log.isEnabledFor(logging.INFO):
+            bucket = (collective, choice.entry, choice.low, choice.high)
+            if bucket not in self._logged:
+                self._logged.add(bucket)
+                log.info("%s %s: %s", self._who(), collective, self._explain(choice, collective, count, itemsize))
+        return choice.algorithm
+
+    def _who(self) -> str:
+        return f"rank {self.rank}/{self.world_size}"
+
+    def _explain(self, choice: Choice, collective: str, count: int, itemsize: int) -> str:
+        """A plan decision in words: sizes, algorithm, protocol, why, route, slice."""
+        o, algo = self.options, choice.algorithm
+        sizes = f"{format_size(choice.low)}-{format_size(choice.high)}" if choice.high is not None \
+            else f"{format_size(choice.low)} and up"
+        size = call_bytes(collective, self.world_size, count, itemsize)
+        if self.plan.runs_staged(algo, size, o.staged_bytes):
+            route = f"staged (the staging ring, slice {format_size(o.staged_slice_bytes)})"
+        else:
+            cma = (f"cross-memory attach from {format_size(o.cma_threshold)} (copies) / "
+                   f"{format_size(o.reduce_cma_threshold)} (reductions)" if self.cross_memory_attach
+                   else "no cross-memory attach")
+            threads = self._workers(collective, count, itemsize)
+            route = (f"not staged: steps through the FIFOs ({o.slots} slots of {format_size(o.slot_bytes)}), {cma}, "
+                     f"slice {'tuned online (MIAD)' if o.tune else format_size(o.slice_bytes)}, "
+                     f"{'a thread per thread block' if threads == 0 else f'{threads} thread(s)'}")
+        return (f"bytes {sizes}: {algo.name} (protocol {algo.protocol.value}); {choice.reason}; {route}")
+
+    def log_start(self, segment: str | None) -> None:
+        """Log (at INFO) who this rank is, its segment, cross-memory attach, the plan and
+        every option in force."""
+        if not log.isEnabledFor(logging.INFO):
+            return
+        o = self.options
+        shown = []
+        for f in fields(Options):
+            value = getattr(o, f.name)
+            if isinstance(value, bool):
+                shown.append(f"{f.name}={int(value)}")
+            elif f.name.endswith(("bytes", "threshold")) and value:
+                shown.append(f"{f.name}={format_size(value)}")
+            else:
+                shown.append(f"{f.name}={value:g}" if isinstance(value, float) else f"{f.name}={value}")
+        log.info("%s: communicator on /dev/shm%s (removed once every rank mapped it), cross-memory attach %s, "
+                 "plan: %s; options: %s", self._who(), segment, "on" if self.cross_memory_attach else "off",
+                 self.plan.describe(), " ".join(shown))
 
     def _program(self, algo: Algorithm, mode: Mode) -> tuple[int, LoweredRank]:
         key = (id(algo), mode)

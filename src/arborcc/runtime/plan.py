@@ -19,7 +19,10 @@ persistent staging area in the communicator's segment, read by the peers with pl
 loads, instead of step by step through the FIFOs and cross-memory attach.
 
 Every algorithm is verified (:func:`arborcc.verify.verify_algorithm`) before it can run;
-one that does not verify is refused with the verifier's first finding.
+one that does not verify is refused with the verifier's first finding. :meth:`Plan.load`
+reads what ``ARBORCC_PLAN`` names (a file, a directory, or ``arborcc tune``'s directory
+through its checked ``plan.json``); :meth:`Plan.choose` says why a call runs what it runs
+(the matching entry, or the default's rule) and over which range of sizes that holds.
 """
 
 from __future__ import annotations
@@ -81,6 +84,17 @@ class PlanEntry:
     source: str
 
 
+@dataclass(frozen=True)
+class Choice:
+    """Which algorithm a call runs, and why (:meth:`Plan.choose`)."""
+
+    algorithm: Algorithm
+    entry: int | None  #: the index of the plan entry that matched; None: the built-in default
+    low: int  #: the call sizes (bytes) the same decision covers: from low ...
+    high: int | None  #: ... to high (None: no limit)
+    reason: str
+
+
 @dataclass
 class Plan:
     """Algorithms to try, in order, before the built-in default."""
@@ -106,6 +120,39 @@ class Plan:
             plan.add(load_algorithm(f), str(f))
         return plan
 
+    @classmethod
+    def load(cls, path: str | os.PathLike | None) -> "Plan":
+        """The plan ``ARBORCC_PLAN`` names: None or empty, the built-in default; a
+        directory ``arborcc tune -o`` wrote, its ``plan.json`` entries in order (each file
+        checked against its entry: collective, ranks, size range); else
+        :meth:`from_path`. Every file is read within the limits and verified."""
+        if not path:
+            return cls()
+        from arborcc.tune.plan import INDEX, read_index
+
+        if not (Path(path) / INDEX).is_file():
+            return cls.from_path(path)
+        index = read_index(path)
+        plan = cls()
+        for i, entry in enumerate(index.entries):
+            source = str(index.file(entry))
+            algo = load_algorithm(source)
+            found = {"collective": (algo.collective, index.collective), "ranks": (algo.num_ranks, index.ranks),
+                     "min_bytes": (algo.min_bytes, entry.min_bytes), "max_bytes": (algo.max_bytes, entry.max_bytes)}
+            for what, (have, want) in found.items():
+                if have != want:
+                    where = f"algorithms[{i}].{what}" if what.endswith("bytes") else what
+                    raise InputError(f"{where}: {want!r}, but {entry.file} says {have!r}", source=str(index.path))
+            plan.add(algo, source)
+        return plan
+
+    def describe(self) -> str:
+        """The plan in a few words: the built-in default, or its entries' files."""
+        if not self.entries:
+            return "built-in default"
+        names = [e.source for e in self.entries[:3]] + (["..."] if len(self.entries) > 3 else [])
+        return f"{len(self.entries)} algorithm(s) ({', '.join(names)}), then the built-in default"
+
     def add(self, algo: Algorithm, source: str | None = None) -> None:
         """Append ``algo`` (verified first)."""
         require_verified(algo, source)
@@ -115,14 +162,51 @@ class Plan:
                root: int = 0, staged_bytes: int = 0) -> Algorithm:
         """The algorithm for a call (MSCCL's rules over the entries, then the default;
         all-reduces up to ``staged_bytes`` may run staged)."""
+        return self.choose(collective, num_ranks, mode, count, itemsize, root, staged_bytes).algorithm
+
+    def choose(self, collective: str, num_ranks: int, mode: Mode, count: int, itemsize: int,
+               root: int = 0, staged_bytes: int = 0) -> "Choice":
+        """:meth:`select`'s algorithm with why: the entry that matched, or the built-in
+        default's rule, and the range of call sizes the same decision covers."""
         size = call_bytes(collective, num_ranks, count, itemsize)
-        for e in self.entries:
+        for i, e in enumerate(self.entries):
             if matches(e.algorithm, collective, num_ranks, mode, count, size, root):
-                return e.algorithm
+                a = e.algorithm
+                return Choice(a, i, a.min_bytes, a.max_bytes or None,
+                              f"plan entry {i + 1} of {len(self.entries)} ({e.source}), "
+                              f"{a.min_bytes}-{a.max_bytes or 'any'} bytes")
         small = self.small_bytes
         if collective == "allreduce" and size <= staged_bytes:
             small = min(small, self.staged_small_bytes)
-        return default_algorithm(collective, num_ranks, mode, size, root, small)
+        low, high, reason = self.default_rule(collective, num_ranks, size, staged_bytes)
+        return Choice(default_algorithm(collective, num_ranks, mode, size, root, small), None, low, high,
+                      "built-in default: " + reason)
+
+    def default_rule(self, collective: str, num_ranks: int, size: int, staged_bytes: int) \
+            -> tuple[int, int | None, str]:
+        """The built-in default's rule for a call of ``size`` bytes: the range of sizes it
+        covers (low, high or None: no limit) and what it says (see the module doc)."""
+        if collective == "reducescatter" and num_ranks > 1 and self.staged_small_bytes <= staged_bytes:
+            lo, hi = max(1, self.staged_small_bytes), staged_bytes
+            if size < lo:
+                return 1, lo - 1, f"the direct algorithm (below staged_small_bytes={lo})"
+            if size <= hi:
+                return lo, hi, f"the direct algorithm, staged from staged_small_bytes={lo} to staged_bytes={hi}"
+            return hi + 1, None, f"the direct algorithm (above staged_bytes={hi})"
+        if collective != "allreduce" or num_ranks < 2:
+            return 1, None, "the direct algorithm"
+        if size <= staged_bytes:
+            small = min(self.small_bytes, self.staged_small_bytes)
+            name = "staged_small_bytes" if small == self.staged_small_bytes else "small_bytes"
+            if size < small:
+                return 1, small - 1, f"one-shot (every rank reduces everything) below {name}={small}"
+            return small, staged_bytes, (f"reduce-scatter + all-gather, one owner rank per chunk, from {name}={small} "
+                                         f"to staged_bytes={staged_bytes}")
+        low = staged_bytes + 1
+        if size < self.small_bytes:
+            return low, self.small_bytes - 1, f"one-shot (every rank reduces everything) below small_bytes={self.small_bytes}"
+        return max(low, self.small_bytes), None, ("reduce-scatter + all-gather, one owner rank per chunk, from "
+                                                 f"small_bytes={self.small_bytes}")
 
     def runs_staged(self, algo: Algorithm, size: int, staged_bytes: int) -> bool:
         """Does a call of ``size`` bytes (:func:`call_bytes`) that selected ``algo`` run

@@ -7,59 +7,29 @@ torch.distributed's store, so a script may use both; arborcc listens on
 ``ARBORCC_MASTER_PORT`` if set, else ``MASTER_PORT + 1``. Rank 0 accepts one connection
 per other rank, each says its rank, and rank 0 answers with the name of the
 communicator's shared-memory segment. The data plane is shared memory, so every rank
-must be on this machine: ``MASTER_ADDR`` must be a loopback address.
+must be on this machine: ``MASTER_ADDR`` must be a loopback address. The variables are
+read and checked by :mod:`arborcc.runtime.environment` (:meth:`Settings.local_launch`).
 """
 
 from __future__ import annotations
 
-import ipaddress
-import os
 import socket
 import struct
 import time
 from dataclasses import dataclass
 
-from arborcc.errors import InputError
 from arborcc.runtime.errors import CommunicationError
 
 
 @dataclass(frozen=True)
 class LaunchEnv:
+    """Where this rank meets the others (:meth:`arborcc.runtime.environment.Settings.local_launch`)."""
+
     rank: int
     world_size: int
     local_rank: int
     address: str
     port: int
-
-
-def _int_var(env: dict, name: str, default: int | None = None) -> int:
-    raw = env.get(name)
-    if raw is None:
-        if default is None:
-            raise InputError("not set (launch with `arborcc run -n N` or torchrun)", source=f"${name}")
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise InputError(f"not an integer: {raw!r}", source=f"${name}") from None
-
-
-def launch_env(env: dict | None = None) -> LaunchEnv:
-    """The rank, world size and rendezvous address from torchrun's variables."""
-    env = os.environ if env is None else env
-    rank, world = _int_var(env, "RANK"), _int_var(env, "WORLD_SIZE")
-    if world < 1 or not 0 <= rank < world:
-        raise InputError(f"rank {rank} is not in a world of {world}", source="$RANK")
-    address = env.get("MASTER_ADDR", "127.0.0.1")
-    try:
-        loopback = ipaddress.ip_address(socket.gethostbyname(address)).is_loopback
-    except (OSError, ValueError):
-        loopback = False
-    if not loopback:
-        raise InputError(f"{address!r} is not a loopback address; the shared-memory runtime runs on one machine",
-                         source="$MASTER_ADDR")
-    port = _int_var(env, "ARBORCC_MASTER_PORT", _int_var(env, "MASTER_PORT", 29500) + 1)
-    return LaunchEnv(rank, world, _int_var(env, "LOCAL_RANK", rank), address, port)
 
 
 class NameServer:

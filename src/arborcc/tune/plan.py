@@ -23,9 +23,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from arborcc.errors import InputError, VerificationError
-from arborcc.tune.search import TuneResult
+
+if TYPE_CHECKING:
+    from arborcc.tune.search import TuneResult
 
 INDEX = "plan.json"
 FORMAT = "arborcc-plan"
@@ -48,7 +51,7 @@ class PlanEntry:
         return self.min_bytes <= size and (self.max_bytes == 0 or size <= self.max_bytes)
 
 
-def write_plan(result: TuneResult, directory: str | os.PathLike) -> list[Path]:
+def write_plan(result: "TuneResult", directory: str | os.PathLike) -> list[Path]:
     """Write one verified MSCCL XML per bucket and ``plan.json`` into ``directory``."""
     from arborcc.files import write_output
     from arborcc.ir.msccl_xml import write_msccl_xml
@@ -78,29 +81,111 @@ def write_plan(result: TuneResult, directory: str | os.PathLike) -> list[Path]:
     return written
 
 
+@dataclass(frozen=True)
+class PlanIndex:
+    """A plan directory's ``plan.json``: what the plan is for and its entries."""
+
+    path: Path  #: the plan.json file
+    collective: str
+    ranks: int
+    entries: list[PlanEntry]
+
+    def file(self, entry: PlanEntry) -> Path:
+        """The algorithm file of ``entry`` (in the plan's folder)."""
+        return self.path.parent / entry.file
+
+
 def read_plan(directory: str | os.PathLike) -> list[PlanEntry]:
-    """The entries of a plan directory: from ``plan.json`` when there is one, else from
-    the ``minBytes``/``maxBytes`` of every XML file in it (any MSCCL algorithm directory)."""
+    """The entries of a plan directory: from ``plan.json`` when there is one
+    (:func:`read_index`), else from the ``minBytes``/``maxBytes`` of every XML file in it
+    (any MSCCL algorithm directory)."""
     from arborcc.ir.msccl_xml import read_msccl_xml
 
     d = Path(directory)
     if not d.is_dir():
         raise InputError("is not a directory", source=str(d))
-    index = d / INDEX
-    if index.exists():
-        try:
-            data = json.loads(index.read_text(encoding="utf-8"))
-            if data.get("format") != FORMAT or data.get("version") != VERSION:
-                raise InputError(f"not an {FORMAT} version {VERSION} index", source=str(index))
-            return [PlanEntry(a["file"], int(a["min_bytes"]), int(a["max_bytes"]), a.get("strategy", ""),
-                              int(a.get("instances", 1)), a.get("protocol", "")) for a in data["algorithms"]]
-        except (ValueError, KeyError, TypeError) as e:
-            raise InputError(f"malformed plan index ({e})", source=str(index)) from None
+    if (d / INDEX).exists():
+        return read_index(d).entries
     entries = []
     for path in sorted(d.glob("*.xml")):
         algo = read_msccl_xml(path)
         entries.append(PlanEntry(path.name, algo.min_bytes, algo.max_bytes, protocol=algo.protocol.value))
     return entries
+
+
+def read_index(directory: str | os.PathLike) -> PlanIndex:
+    """``plan.json`` of a plan directory, read within the limits (input bytes, nesting:
+    :func:`arborcc.files.read_input_bytes`, :func:`arborcc.documents.load_json`) and checked
+    entry by entry: one InputError naming plan.json, the line and the entry."""
+    from arborcc.documents import load_json, path_text
+    from arborcc.files import read_input_bytes
+    from arborcc.ir.collectives import COLLECTIVES
+    from arborcc.limits import limit
+    from arborcc.sizes import MAX_BYTES
+
+    path = Path(directory) / INDEX
+    source = str(path)
+    doc, locate = load_json(read_input_bytes(path), source)
+
+    def fail(place: tuple, problem: str) -> InputError:
+        return InputError(f"{path_text(place)}: {problem}" if place else problem, source=source,
+                          place=locate(place) if place else None)
+
+    def field(obj: dict, place: tuple, key: str, kind, what: str, required: bool = True, default=None):
+        if key not in obj:
+            if required:
+                raise fail(place, f"the field {key!r} is missing ({what})")
+            return default
+        value = obj[key]
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise fail(place + (key,), f"{value!r} is not a whole number ({what})")
+        if kind is str and not isinstance(value, str):
+            raise fail(place + (key,), f"{value!r} is not a string ({what})")
+        return value
+
+    if not isinstance(doc, dict):
+        raise fail((), f"not an {FORMAT} index: a JSON object expected")
+    if doc.get("format") != FORMAT or type(doc.get("version")) is not int or doc.get("version") != VERSION:
+        raise fail((), f"not an {FORMAT} version {VERSION} index (format {doc.get('format')!r}, "
+                       f"version {doc.get('version')!r})")
+    collective = field(doc, (), "collective", str, "the collective the plan is for")
+    if collective not in COLLECTIVES:
+        raise fail(("collective",), f"unknown collective {collective!r} (known: {', '.join(COLLECTIVES)})")
+    ranks = field(doc, (), "ranks", int, "the number of ranks")
+    max_ranks = limit("ranks").value
+    if not 1 <= ranks <= max_ranks:
+        raise fail(("ranks",), f"{ranks} ranks is out of range: from 1 to {max_ranks}")
+    algorithms = doc.get("algorithms")
+    if not isinstance(algorithms, list) or not algorithms:
+        raise fail(("algorithms",) if "algorithms" in doc else (),
+                   "'algorithms' must be a non-empty list of {file, min_bytes, max_bytes}")
+    entries = []
+    for i, a in enumerate(algorithms):
+        place = ("algorithms", i)
+        if not isinstance(a, dict):
+            raise fail(place, "not an object {file, min_bytes, max_bytes}")
+        name = field(a, place, "file", str, "an algorithm file in the plan's folder")
+        if name in ("", ".", "..") or "/" in name or "\\" in name or not name.isprintable():
+            raise fail(place + ("file",), f"{name!r} is not a file name inside the plan's folder")
+        if Path(name).suffix.lower() not in (".xml", ".json"):
+            raise fail(place + ("file",), f"{name!r} is not an algorithm file (.xml or .json)")
+        if not (path.parent / name).is_file():
+            raise fail(place + ("file",), f"{name!r}: no such file in {path.parent}")
+        bounds = []
+        for key in ("min_bytes", "max_bytes"):
+            value = field(a, place, key, int, "bytes, 0 to 2^63 - 1")
+            if not 0 <= value <= MAX_BYTES:
+                raise fail(place + (key,), f"{value} is out of range: bytes from 0 to 2^63 - 1")
+            bounds.append(value)
+        low, high = bounds
+        if high and low > high:
+            raise fail(place, f"min_bytes {low} is above max_bytes {high} (0: no upper limit)")
+        instances = field(a, place, "instances", int, "instance count, from 1", required=False, default=1)
+        if instances < 1:
+            raise fail(place + ("instances",), f"{instances} is out of range: an instance count from 1")
+        entries.append(PlanEntry(name, low, high, field(a, place, "strategy", str, "a strategy name", False, ""),
+                                 instances, field(a, place, "protocol", str, "a protocol name", False, "")))
+    return PlanIndex(path, collective, ranks, entries)
 
 
 def select(entries: list[PlanEntry], size: int) -> PlanEntry | None:
