@@ -40,25 +40,15 @@ PREPARED_SHAPES = 64
 
 
 def plan_from_env(env: dict | None = None):
-    """The plan named by ``ARBORCC_PLAN``, or None (the built-in default): an algorithm
-    file, a directory of them, or a directory ``arborcc tune`` wrote (its ``plan.json``
-    lists the files, one per size bucket)."""
-    from pathlib import Path
-
-    from arborcc.ir.load import load_algorithm
+    """The plan named by ``ARBORCC_PLAN`` (checked with every other variable the runtime
+    reads: :func:`arborcc.runtime.environment.runtime_settings`), or None (the built-in
+    default): an algorithm file, a directory of them, or a directory ``arborcc tune``
+    wrote (its ``plan.json`` lists the files, one per size bucket)."""
+    from arborcc.runtime.environment import runtime_settings
     from arborcc.runtime.plan import Plan
-    from arborcc.tune.plan import INDEX, read_plan
 
-    path = (os.environ if env is None else env).get("ARBORCC_PLAN")
-    if not path:
-        return None
-    if not (Path(path) / INDEX).is_file():
-        return Plan.from_path(path)
-    plan = Plan()
-    for entry in read_plan(path):
-        source = str(Path(path) / entry.file)
-        plan.add(load_algorithm(source), source)
-    return plan
+    path = runtime_settings(env).plan
+    return Plan.load(path) if path else None
 
 
 def group_summary(size: int, layout, local_ranks) -> str:

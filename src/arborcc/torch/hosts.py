@@ -16,7 +16,6 @@ communicator; ranks with the same position on their hosts form the inter-host gr
 from __future__ import annotations
 
 import json
-import os
 import socket
 from dataclasses import dataclass, replace
 
@@ -48,11 +47,13 @@ class HostLayout:
 
 def machine_name(env: dict | None = None) -> str:
     """The name this rank's machine is known by (see the module docstring)."""
-    env = os.environ if env is None else env
-    if env.get("ARBORCC_HOST"):
-        return env["ARBORCC_HOST"]
-    node = env.get("GROUP_RANK")
-    return socket.gethostname() + (f"/node{node}" if node not in (None, "", "0") else "")
+    from arborcc.runtime.environment import runtime_settings
+
+    settings = runtime_settings(env)
+    if settings.host:
+        return settings.host
+    node = settings.group_rank
+    return socket.gethostname() + (f"/node{node}" if node else "")
 
 
 def layout_of_topology(topo) -> HostLayout:
@@ -67,7 +68,8 @@ def exchange_layout(store, rank: int, size: int, env: dict | None = None):
     """Every rank's host through ``store``; the job's topology and its :class:`HostLayout`."""
     from arborcc.topology.sysfs import CpuHost, cpu_topology, read_cpu_host
 
-    env = os.environ if env is None else env
+    from arborcc.runtime.environment import runtime_settings
+
     name = machine_name(env)
     store.set(f"{KEY}/name/{rank}", f"{socket.gethostname()}\n{name}".encode())
     machines, names = zip(*(bytes(store.get(f"{KEY}/name/{r}")).decode().split("\n", 1) for r in range(size)))
@@ -81,7 +83,7 @@ def exchange_layout(store, rank: int, size: int, env: dict | None = None):
         host = read_cpu_host(by_name[name], name)
         store.set(f"{KEY}/host/{mine}", json.dumps(host.to_dict()).encode())
     hosts = [CpuHost.from_dict(json.loads(bytes(store.get(f"{KEY}/host/{h}")))) for h in range(len(groups))]
-    path = env.get("ARBORCC_TOPOLOGY")
+    path = runtime_settings(env).topology
     if path:
         from arborcc.topology.readers import read_topology
 

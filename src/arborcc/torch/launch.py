@@ -14,12 +14,14 @@ def init(backend: str = "arborcc", timeout: float | None = None) -> None:
     seconds (default torch's). Does nothing if the default group already exists."""
     import torch.distributed as dist
 
+    from arborcc.runtime.environment import runtime_settings
     from arborcc.torch.registration import register_backend
 
     missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
     if missing:
         raise InputError(f"{', '.join(missing)} not set: launch with torchrun or `arborcc run`",
                          source="environment")
+    runtime_settings()  # every variable the backend and the runtime read, checked before any rank waits
     register_backend()
     if dist.is_initialized():
         return
