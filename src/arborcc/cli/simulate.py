@@ -9,8 +9,12 @@
 Prints an nccl-tests-like table (size, count and type as float32 sum, time in us,
 algbw and busbw in GB/s); ``--json`` prints one object whose ``results`` are rows with
 ``size``, ``time_us``, ``algbw_gbps``, ``busbw_gbps``. Sizes use nccl-tests' units
-(K = 1024). ``--timeline`` draws link utilization over time for the largest size;
-``--critical-path`` and ``--links`` describe that size too.
+(K = 1024). ``--timeline`` draws link utilization over time for the largest size
+(``.png``, ``.svg`` or ``.pdf``); ``--critical-path`` and ``--links`` describe that size too.
+
+The algorithm is verified first (as ``arborcc verify`` does, without a dialect's
+runtime limits): one the verifier rejects is refused with its first finding, exit
+status 2 like every bad input, and nothing is simulated.
 """
 
 from __future__ import annotations
@@ -26,13 +30,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("algorithm", metavar="ALGO", help="algorithm file (.xml MSCCL, .json arborcc)")
     add_topology_arguments(p)
     add_simulation_arguments(p)
-    p.add_argument("--instances", type=int, default=1, metavar="N",
-                   help="run N copies side by side on 1/N of the data each (default 1)")
-    p.add_argument("--timeline", metavar="PNG", help="draw link utilization over time (largest size)")
+    p.add_argument("--instances", type=instance_count, default=1, metavar="N",
+                   help="run N copies side by side on 1/N of the data each (default 1; the copies' "
+                        "channels together at most MSCCL's 32)")
+    p.add_argument("--timeline", metavar="PNG", help="draw link utilization over time (largest size) "
+                                                     "to a .png, .svg or .pdf file")
     p.add_argument("--critical-path", action="store_true", help="print the critical path (largest size)")
     p.add_argument("--links", action="store_true", help="print per-link utilization (largest size)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_simulate)
+
+
+def instance_count(text: str) -> int:
+    """``--instances N`` as an argparse ``type=``: an integer from 1 to MSCCL's channel count."""
+    from arborcc.ir.limits import MAX_CHANNELS
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 1 <= value <= MAX_CHANNELS:
+        raise argparse.ArgumentTypeError(f"an instance count is from 1 to {MAX_CHANNELS} (MSCCL's channels), "
+                                         f"got {value}")
+    return value
+
+
+def require_correct(algo, source: str) -> None:
+    """Refuse (:class:`~arborcc.errors.InputError` naming ``source``) an algorithm the
+    verifier rejects, with its first finding: a wrong algorithm has no meaningful time."""
+    from arborcc.errors import InputError
+    from arborcc.verify import verify_algorithm
+
+    report = verify_algorithm(algo)
+    if report.ok:
+        return
+    first = report.violations[0] if report.violations else "not correct"
+    kind = f" [{first.kind}]" if getattr(first, "kind", None) else ""
+    wrong = f" {' and '.join(report.failed_modes)}" if report.failed_modes else ""
+    raise InputError(f"not a correct algorithm{wrong}, nothing simulated: {first}{kind} "
+                     f"(arborcc verify lists every finding)", source=source)
 
 
 def add_simulation_arguments(p: argparse.ArgumentParser, protocol_default: str | None = None) -> None:
@@ -61,20 +97,27 @@ def fidelity_from_args(args: argparse.Namespace, topology):
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from arborcc.cli.output import print_json
+    from arborcc.cli.output import check_image_outputs, print_json
     from arborcc.cli.topology_args import topology_from_args
     from arborcc.errors import InputError
+    from arborcc.ir.limits import MAX_CHANNELS
     from arborcc.ir.load import load_algorithm
     from arborcc.sim.simulate import bus_factor, simulate
     from arborcc.sizes import parse_sizes
 
+    check_image_outputs(timeline=args.timeline)
     sizes = parse_sizes(args.sizes)
     algo = load_algorithm(args.algorithm)
     topology = topology_from_args(args)
     if algo.num_ranks != topology.num_ranks:
         raise InputError(f"{algo.name} has {algo.num_ranks} ranks but {topology.name} has {topology.num_ranks} "
                          f"GPUs (pick {algo.num_ranks} with --gpus)", source=args.algorithm)
+    if algo.num_channels * args.instances > MAX_CHANNELS:
+        raise InputError(f"{args.instances} instances of {algo.num_channels} channels each need "
+                         f"{algo.num_channels * args.instances}, more than MSCCL's {MAX_CHANNELS}",
+                         source="--instances")
     fidelity = fidelity_from_args(args, topology)
+    require_correct(algo, args.algorithm)
     protocol = None if args.protocol in (None, "auto") else args.protocol
     results = []
     for i, size in enumerate(sizes):

@@ -8,7 +8,9 @@ as MSCCL XML files with ``minBytes``/``maxBytes`` plus a ``plan.json`` index.
 
 Every strategy that builds the collective is tried with each instance count and each
 protocol (``--protocol`` fixes one); the winners of consecutive sizes form buckets. Point
-a runtime at the directory (``MSCCL_ALGO_DIR=plan/``) and it picks by size.
+a runtime at the directory (``MSCCL_ALGO_DIR=plan/``) and it picks by size. ``-o`` names a
+folder (created when missing); an existing file there, ``/dev/null`` or ``-`` is refused
+before anything is simulated.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--collective", choices=COLLECTIVES, default="allreduce")
     p.add_argument("--root", type=int, default=0, help="root rank of rooted collectives (default 0)")
     p.add_argument("--strategies", metavar="LIST", help="comma list of strategies (default: all that apply)")
-    p.add_argument("--instances", default="1,2,4", metavar="LIST", help="instance counts to try (default 1,2,4)")
+    p.add_argument("--instances", default="1,2,4", metavar="LIST",
+                   help="instance counts to try, each from 1 to MSCCL's 32 channels (default 1,2,4)")
     add_simulation_arguments(p, protocol_default="auto")
     p.add_argument("--dialect", choices=("executor", "legacy"), default="executor",
                    help="MSCCL XML dialect whose runtime limits every file must meet")
@@ -37,27 +40,33 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from arborcc.cli.compare import chatter_to_stderr, progress
+    from arborcc.cli.compare import chatter_to_stderr, check_root, progress, strategies_from_args
     from arborcc.cli.output import print_json
     from arborcc.cli.simulate import fidelity_from_args
     from arborcc.cli.topology_args import topology_from_args
     from arborcc.errors import InputError
-    from arborcc.sizes import parse_sizes
-    from arborcc.sizes import format_size
+    from arborcc.files import check_output_folder
+    from arborcc.ir.limits import MAX_CHANNELS
+    from arborcc.sizes import format_size, parse_sizes
     from arborcc.tune.search import tune
 
+    if args.output is not None:
+        check_output_folder(args.output, "-o")
     sizes = parse_sizes(args.sizes)
     try:
         counts = sorted({int(x) for x in args.instances.split(",") if x.strip()})
     except ValueError:
         raise InputError(f"expected a comma list of integers, got {args.instances!r}", source="--instances") from None
-    if not counts or counts[0] < 1:
-        raise InputError(f"instance counts must be integers >= 1, got {args.instances!r}", source="--instances")
+    if not counts or counts[0] < 1 or counts[-1] > MAX_CHANNELS:
+        raise InputError(f"instance counts are integers from 1 to {MAX_CHANNELS} (MSCCL's channels), "
+                         f"got {args.instances!r}", source="--instances")
+    strategies = strategies_from_args(args.strategies)
     topology = topology_from_args(args)
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
+    check_root(args.root, topology)
+    fidelity = fidelity_from_args(args, topology)
     with chatter_to_stderr():
         result = tune(topology, args.collective, sizes, strategies, counts, args.protocol, args.root, args.dialect,
-                      fidelity_from_args(args, topology), progress)
+                      fidelity, progress)
     written = []
     if args.output:
         from arborcc.tune.plan import write_plan

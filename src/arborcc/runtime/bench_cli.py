@@ -69,6 +69,10 @@ def spec_from_args(args) -> Spec:
 
 
 def run_bench(args) -> int:
+    if args.plot is not None:  # refused before any rank starts, not after the sweep
+        from arborcc.plotting import check_image_output
+
+        check_image_output(args.plot, "--plot")
     spec = spec_from_args(args)
     backends = list(dict.fromkeys(args.backend or ["arborcc"]))
     membw = None
