@@ -111,11 +111,12 @@ def ring_file(tmp_path_factory):
 
 
 @FUZZ
-@given(topology=topology_flags(), sizes=sizes_text, protocol=PROTOCOLS, instances=INSTANCES, fidelity=FIDELITIES)
+@given(topology=topology_flags(), sizes=sizes_text, protocol=PROTOCOLS, instances=INSTANCES, fidelity=FIDELITIES,
+       details=st.lists(st.sampled_from(["--critical-path", "--links", "--json"]), unique=True, max_size=3))
 def test_simulate_with_random_flags_is_a_result_or_one_line(capsys, ring_file, topology, sizes, protocol,
-                                                            instances, fidelity):
+                                                            instances, fidelity, details):
     run(capsys, ["simulate", ring_file, *topology, *flag("--sizes", sizes), *flag("--protocol", protocol),
-                 *flag("--instances", instances), *flag("--fidelity", fidelity)])
+                 *flag("--instances", instances), *flag("--fidelity", fidelity), *details])
 
 
 @FUZZ

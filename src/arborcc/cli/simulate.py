@@ -11,6 +11,9 @@ algbw and busbw in GB/s); ``--json`` prints one object whose ``results`` are row
 ``size``, ``time_us``, ``algbw_gbps``, ``busbw_gbps``. Sizes use nccl-tests' units
 (K = 1024). ``--timeline`` draws link utilization over time for the largest size
 (``.png``, ``.svg`` or ``.pdf``); ``--critical-path`` and ``--links`` describe that size too.
+The timeline and the critical path come from a run that keeps every pipeline iteration:
+one of more than :data:`MAX_RECORDED_PIECES` pieces (steps x iterations) is refused
+before it starts, with the largest size that fits.
 
 The algorithm is verified first (as ``arborcc verify`` does, without a dialect's
 runtime limits): one the verifier rejects is refused with its first finding, exit
@@ -53,6 +56,38 @@ def instance_count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"an instance count is from 1 to {MAX_CHANNELS} (MSCCL's channels), "
                                          f"got {value}")
     return value
+
+
+#: pipeline pieces (steps x iterations) a recorded run (``--timeline``, ``--critical-path``)
+#: may hold: it keeps every one, with its flows; 500,000 took 5.7 s and 400 MB (a 2-rank
+#: ring at 166G) and 7.9 s and 600 MB (a 64-rank ring at 3.9G, with the drawing) on 2 cores
+MAX_RECORDED_PIECES = 500_000
+
+
+def check_recording(algo, size: int, protocol: str | None, instances: int, flags: str) -> None:
+    """Refuse (naming ``flags``) a recorded run of ``size`` bytes that would hold more than
+    :data:`MAX_RECORDED_PIECES` pieces, before it starts: the plain run extrapolates the
+    pipeline's steady period, a recorded one simulates and keeps every iteration."""
+    from arborcc.errors import InputError
+    from arborcc.sim.engine import pipelining
+    from arborcc.sim.protocols import PROTOCOL_MODELS, protocol_name
+    from arborcc.sim.simulate import chunk_bytes
+    from arborcc.sizes import format_size
+
+    slice_bytes = PROTOCOL_MODELS[protocol_name(protocol or algo.protocol)].slice_bytes
+    iterations = pipelining(chunk_bytes(algo, size) / instances, slice_bytes)[0]
+    steps = max(1, algo.num_steps)
+    if iterations * steps <= MAX_RECORDED_PIECES:
+        return
+    most = MAX_RECORDED_PIECES // steps
+    if most < 1:
+        hint = "the algorithm's steps alone are more than that"
+    else:
+        largest = int(most * slice_bytes * instances * size / chunk_bytes(algo, size))
+        hint = f"end --sizes at {format_size(1 << (largest.bit_length() - 1))} or below"
+    raise InputError(f"records every pipeline iteration of the largest size ({format_size(size)}: {iterations:,} "
+                     f"iteration{'s' if iterations > 1 else ''} of {algo.num_steps:,} steps), more than the "
+                     f"{MAX_RECORDED_PIECES:,} pieces a recording holds within 30 s and 1 GB; {hint}", source=flags)
 
 
 def require_correct(algo, source: str) -> None:
@@ -117,8 +152,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                          f"{algo.num_channels * args.instances}, more than MSCCL's {MAX_CHANNELS}",
                          source="--instances")
     fidelity = fidelity_from_args(args, topology)
-    require_correct(algo, args.algorithm)
     protocol = None if args.protocol in (None, "auto") else args.protocol
+    if args.timeline or args.critical_path:
+        check_recording(algo, sizes[-1], protocol, args.instances,
+                        " and ".join(f for f, on in (("--timeline", args.timeline),
+                                                     ("--critical-path", args.critical_path)) if on))
+    require_correct(algo, args.algorithm)
     results = []
     for i, size in enumerate(sizes):
         detail = i == len(sizes) - 1 and bool(args.timeline or args.critical_path)
