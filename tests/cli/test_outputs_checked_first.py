@@ -157,3 +157,21 @@ def test_an_unknown_plot_suffix_is_one_line_as_a_command(tmp_path):
     refused(arborcc("compare", "--machine", "dgx1v", "--gpus", "0,1,2,3", "--sizes", "1K:1G", "--plot", "out.txt",
                     cwd=tmp_path), r"^arborcc: error: --plot: out\.txt: '\.txt' is not an image suffix")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("held", ["plan.json", "allreduce-0-ring-x1-Simple.xml", "mine.XML"])
+def test_tune_output_into_a_folder_holding_a_plan_is_refused_before_any_simulation(tmp_path, capsys, no_work, held):
+    """An MSCCL runtime loads every .xml file of its folder: the old files would be chosen among the new."""
+    (tmp_path / "plan").mkdir()
+    (tmp_path / "plan" / held).write_text("old")
+    code = main(["tune", "--machine", "dgx1v", "--gpus", "0,1,2,3", "--sizes", "1M", "-o", str(tmp_path / "plan")])
+    line = one_line_refusal(capsys, code, f"{tmp_path / 'plan'}: already holds", held, "new or empty folder")
+    assert (tmp_path / "plan" / held).read_text() == "old" and line
+
+
+def test_tune_output_into_an_empty_or_unrelated_folder_is_written(tmp_path, capsys):
+    (tmp_path / "plan").mkdir()
+    (tmp_path / "plan" / "notes.txt").write_text("mine")
+    assert main(["tune", "--machine", "dgx1v", "--gpus", "0,1,2,3", "--sizes", "1M", "--strategies", "ring",
+                 "--instances", "1", "-o", str(tmp_path / "plan")]) == 0
+    assert (tmp_path / "plan" / "plan.json").is_file() and (tmp_path / "plan" / "notes.txt").read_text() == "mine"
