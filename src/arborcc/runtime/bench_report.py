@@ -139,6 +139,7 @@ def plot(spec: Spec, rows: list[Row], backends: list[str], path: str, membw: flo
     busbw_axis(ax, values)
     ax.set_title(f"{spec.collective}, {spec.ranks} ranks, {spec.dtype} {spec.op}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # no series (every row failed): no empty legend box
+        ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)

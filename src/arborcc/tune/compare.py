@@ -219,7 +219,8 @@ def comparison_png(cmp: Comparison, path: str) -> None:
     busbw_axis(ax, values)
     ax.set_title(f"{cmp.collective} on {cmp.topology} ({cmp.ranks} GPUs), simulated")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # no series (every row failed): no empty legend box
+        ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
 
