@@ -20,7 +20,10 @@ Writing (:func:`write_output`), the same rules for every output flag (``-o``,
 * missing folders are created; a directory, or a path under a file, is refused.
 
 :func:`check_output_path` applies the refusals before any work starts, so a command
-with a bad ``-o`` fails in a moment instead of after the synthesis.
+with a bad ``-o`` fails in a moment instead of after the synthesis;
+:func:`check_output_folder` does the same for an output that is a folder of files
+(``tune -o DIR``): an existing file or device there (``/dev/null``), ``-``, or a path
+under a file is refused, a missing folder is created when the files are written.
 """
 
 from __future__ import annotations
@@ -83,6 +86,26 @@ def check_output_path(path: str | os.PathLike, flag: str = "-o", error: type[Inp
         if parent.exists():
             if not parent.is_dir():
                 raise error(f"cannot create the folder: {parent} is a file", source=str(path))
+            break
+
+
+def check_output_folder(path: str | os.PathLike, flag: str = "-o", error: type[InputError] = InputError) -> None:
+    """Refuse, before any work, a folder output that can never be written: ``-``, an
+    existing file, device or pipe, a path under a file; creates nothing."""
+    text = str(path)
+    if text == "":
+        raise error("an empty path", source=flag)
+    if text == STDOUT:
+        raise error("this output is a folder of files, not a stream: name a folder", source=flag)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise error("is not a folder (this output is a folder of files: name a new or existing folder)",
+                    source=text)
+    for folder in (Path(os.path.realpath(path)), *Path(os.path.realpath(path)).parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise error(f"cannot create the folder: {folder} is a file", source=text)
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise error(f"cannot write into the folder {folder}: permission denied", source=text)
             break
 
 

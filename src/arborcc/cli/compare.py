@@ -10,6 +10,7 @@ Prints busbw (GB/s) per size and algorithm, the fastest marked; ``nccl`` is what
 runs (its rings and protocol choice, NVLS where the switch reduces), ``nccl-model``
 NCCL's own closed-form prediction. ``--json`` prints one object whose ``results`` are
 rows with ``strategy``, ``size``, ``protocol``, ``time_us``, ``algbw_gbps``, ``busbw_gbps``.
+``--plot`` draws busbw against size into a ``.png``, ``.svg`` or ``.pdf`` file.
 """
 
 from __future__ import annotations
@@ -33,9 +34,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--root", type=int, default=0, help="root rank of rooted collectives (default 0)")
     p.add_argument("--strategies", metavar="LIST", help="comma list of strategies (default: all that apply)")
     add_simulation_arguments(p, protocol_default="auto")
-    p.add_argument("--plot", metavar="PNG", help="draw busbw against size")
+    p.add_argument("--plot", metavar="PNG", help="draw busbw against size to a .png, .svg or .pdf file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_compare)
+
+
+def strategies_from_args(text: str | None) -> list[str] | None:
+    """``--strategies a,b`` (shared with tune): the names, each a known strategy; None
+    when the flag is not given (every strategy that applies)."""
+    from arborcc.errors import InputError
+    from arborcc.synth.registry import strategy_names
+
+    if text is None:
+        return None
+    names = list(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+    known = strategy_names()
+    if not names:
+        raise InputError(f"no strategy named (known: {', '.join(known)})", source="--strategies")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise InputError(f"unknown strateg{'ies' if len(unknown) > 1 else 'y'} {', '.join(map(repr, unknown))} "
+                         f"(known: {', '.join(known)})", source="--strategies")
+    return names
+
+
+def check_root(root: int, topology) -> None:
+    """``--root`` (compare, tune, synth) must be a rank of the topology."""
+    from arborcc.errors import InputError
+
+    if not 0 <= root < topology.num_ranks:
+        raise InputError(f"root {root} is not a rank of {topology.name} (ranks 0-{topology.num_ranks - 1})",
+                         source="--root")
 
 
 def progress(message: str) -> None:
@@ -59,18 +88,21 @@ def chatter_to_stderr():
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from arborcc.cli.output import print_json
+    from arborcc.cli.output import check_image_outputs, print_json
     from arborcc.cli.simulate import fidelity_from_args
     from arborcc.cli.topology_args import topology_from_args
     from arborcc.sizes import parse_sizes
     from arborcc.tune.compare import compare, comparison_png, comparison_table
 
+    check_image_outputs(plot=args.plot)
     sizes = parse_sizes(args.sizes)
+    strategies = strategies_from_args(args.strategies)
     topology = topology_from_args(args)
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
+    check_root(args.root, topology)
+    fidelity = fidelity_from_args(args, topology)
     with chatter_to_stderr():
-        result = compare(topology, args.collective, sizes, args.protocol, args.root, strategies,
-                         fidelity_from_args(args, topology), progress=progress)
+        result = compare(topology, args.collective, sizes, args.protocol, args.root, strategies, fidelity,
+                         progress=progress)
     if args.plot:
         comparison_png(result, args.plot)
     if args.json:

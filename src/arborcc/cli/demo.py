@@ -53,9 +53,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from arborcc.topology.model import GB
     from arborcc.topology.render import matrix_text
 
-    from arborcc.cli.output import check_outputs
+    from arborcc.cli.output import check_image_outputs
 
-    check_outputs(plot=args.plot)  # a bad --plot path is refused before anything runs
+    check_image_outputs(plot=args.plot)  # a bad --plot path is refused before anything runs
     out = _Report(args.json)
     gpus_flag, args.gpus = args.gpus, None
     machine = topology_from_args(args)

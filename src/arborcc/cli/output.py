@@ -2,7 +2,9 @@
 files by the rules of :mod:`arborcc.files` (``-`` and ``/dev/stdout`` print, symbolic
 links are written through, regular files replaced atomically with the umask's mode,
 missing folders created), checked before the work starts, and a warning when an
-output's suffix names another format than the one written."""
+output's suffix names another format than the one written. Image outputs (``--plot``,
+``--timeline``, ``--trees-png``) follow :mod:`arborcc.plotting`: their suffix picks the
+format, and one it cannot write is refused before the work too."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Any
 
 from arborcc.files import check_output_path, suffix_mismatch, write_output
 
-__all__ = ["ALGORITHM_SUFFIXES", "check_outputs", "print_json", "render_algorithm", "warn", "warn_suffix",
+__all__ = ["ALGORITHM_SUFFIXES", "check_image_outputs", "check_outputs", "print_json", "render_algorithm", "warn", "warn_suffix",
            "write_output"]
 
 #: algorithm file suffixes -> the format they name
@@ -36,6 +38,16 @@ def check_outputs(**paths: str | os.PathLike | None) -> None:
     for flag, path in paths.items():
         if path is not None:
             check_output_path(path, "--" + flag.replace("_", "-"))
+
+
+def check_image_outputs(**paths: str | os.PathLike | None) -> None:
+    """:func:`check_outputs` for images (``plot=args.plot``): also refuses, before any
+    work, a suffix no image format has, and ``-``."""
+    from arborcc.plotting import check_image_output
+
+    for flag, path in paths.items():
+        if path is not None:
+            check_image_output(path, "--" + flag.replace("_", "-"))
 
 
 def warn_suffix(path: str | os.PathLike | None, fmt: str, suffixes: dict[str, str]) -> None:

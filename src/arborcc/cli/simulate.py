@@ -9,8 +9,15 @@
 Prints an nccl-tests-like table (size, count and type as float32 sum, time in us,
 algbw and busbw in GB/s); ``--json`` prints one object whose ``results`` are rows with
 ``size``, ``time_us``, ``algbw_gbps``, ``busbw_gbps``. Sizes use nccl-tests' units
-(K = 1024). ``--timeline`` draws link utilization over time for the largest size;
-``--critical-path`` and ``--links`` describe that size too.
+(K = 1024). ``--timeline`` draws link utilization over time for the largest size
+(``.png``, ``.svg`` or ``.pdf``); ``--critical-path`` and ``--links`` describe that size too.
+The timeline and the critical path come from a run that keeps every pipeline iteration:
+one of more than :data:`MAX_RECORDED_PIECES` pieces (steps x iterations) is refused
+before it starts, with the largest size that fits.
+
+The algorithm is verified first (as ``arborcc verify`` does, without a dialect's
+runtime limits): one the verifier rejects is refused with its first finding, exit
+status 2 like every bad input, and nothing is simulated.
 """
 
 from __future__ import annotations
@@ -26,13 +33,77 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("algorithm", metavar="ALGO", help="algorithm file (.xml MSCCL, .json arborcc)")
     add_topology_arguments(p)
     add_simulation_arguments(p)
-    p.add_argument("--instances", type=int, default=1, metavar="N",
-                   help="run N copies side by side on 1/N of the data each (default 1)")
-    p.add_argument("--timeline", metavar="PNG", help="draw link utilization over time (largest size)")
+    p.add_argument("--instances", type=instance_count, default=1, metavar="N",
+                   help="run N copies side by side on 1/N of the data each (default 1; the copies' "
+                        "channels together at most MSCCL's 32)")
+    p.add_argument("--timeline", metavar="PNG", help="draw link utilization over time (largest size) "
+                                                     "to a .png, .svg or .pdf file")
     p.add_argument("--critical-path", action="store_true", help="print the critical path (largest size)")
     p.add_argument("--links", action="store_true", help="print per-link utilization (largest size)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_simulate)
+
+
+def instance_count(text: str) -> int:
+    """``--instances N`` as an argparse ``type=``: an integer from 1 to MSCCL's channel count."""
+    from arborcc.ir.limits import MAX_CHANNELS
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 1 <= value <= MAX_CHANNELS:
+        raise argparse.ArgumentTypeError(f"an instance count is from 1 to {MAX_CHANNELS} (MSCCL's channels), "
+                                         f"got {value}")
+    return value
+
+
+#: pipeline pieces (steps x iterations) a recorded run (``--timeline``, ``--critical-path``)
+#: may hold: it keeps every one, with its flows; 500,000 took 5.7 s and 400 MB (a 2-rank
+#: ring at 166G) and 7.9 s and 600 MB (a 64-rank ring at 3.9G, with the drawing) on 2 cores
+MAX_RECORDED_PIECES = 500_000
+
+
+def check_recording(algo, size: int, protocol: str | None, instances: int, flags: str) -> None:
+    """Refuse (naming ``flags``) a recorded run of ``size`` bytes that would hold more than
+    :data:`MAX_RECORDED_PIECES` pieces, before it starts: the plain run extrapolates the
+    pipeline's steady period, a recorded one simulates and keeps every iteration."""
+    from arborcc.errors import InputError
+    from arborcc.sim.engine import pipelining
+    from arborcc.sim.protocols import PROTOCOL_MODELS, protocol_name
+    from arborcc.sim.simulate import chunk_bytes
+    from arborcc.sizes import format_size
+
+    slice_bytes = PROTOCOL_MODELS[protocol_name(protocol or algo.protocol)].slice_bytes
+    iterations = pipelining(chunk_bytes(algo, size) / instances, slice_bytes)[0]
+    steps = max(1, algo.num_steps)
+    if iterations * steps <= MAX_RECORDED_PIECES:
+        return
+    most = MAX_RECORDED_PIECES // steps
+    if most < 1:
+        hint = "the algorithm's steps alone are more than that"
+    else:
+        largest = int(most * slice_bytes * instances * size / chunk_bytes(algo, size))
+        hint = f"end --sizes at {format_size(1 << (largest.bit_length() - 1))} or below"
+    raise InputError(f"records every pipeline iteration of the largest size ({format_size(size)}: {iterations:,} "
+                     f"iteration{'s' if iterations > 1 else ''} of {algo.num_steps:,} steps), more than the "
+                     f"{MAX_RECORDED_PIECES:,} pieces a recording holds within 30 s and 1 GB; {hint}", source=flags)
+
+
+def require_correct(algo, source: str) -> None:
+    """Refuse (:class:`~arborcc.errors.InputError` naming ``source``) an algorithm the
+    verifier rejects, with its first finding: a wrong algorithm has no meaningful time."""
+    from arborcc.errors import InputError
+    from arborcc.verify import verify_algorithm
+
+    report = verify_algorithm(algo)
+    if report.ok:
+        return
+    first = report.violations[0] if report.violations else "not correct"
+    kind = f" [{first.kind}]" if getattr(first, "kind", None) else ""
+    wrong = f" {' and '.join(report.failed_modes)}" if report.failed_modes else ""
+    raise InputError(f"not a correct algorithm{wrong}, nothing simulated: {first}{kind} "
+                     f"(arborcc verify lists every finding)", source=source)
 
 
 def add_simulation_arguments(p: argparse.ArgumentParser, protocol_default: str | None = None) -> None:
@@ -61,21 +132,32 @@ def fidelity_from_args(args: argparse.Namespace, topology):
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from arborcc.cli.output import print_json
+    from arborcc.cli.output import check_image_outputs, print_json
     from arborcc.cli.topology_args import topology_from_args
     from arborcc.errors import InputError
+    from arborcc.ir.limits import MAX_CHANNELS
     from arborcc.ir.load import load_algorithm
     from arborcc.sim.simulate import bus_factor, simulate
     from arborcc.sizes import parse_sizes
 
+    check_image_outputs(timeline=args.timeline)
     sizes = parse_sizes(args.sizes)
     algo = load_algorithm(args.algorithm)
     topology = topology_from_args(args)
     if algo.num_ranks != topology.num_ranks:
         raise InputError(f"{algo.name} has {algo.num_ranks} ranks but {topology.name} has {topology.num_ranks} "
                          f"GPUs (pick {algo.num_ranks} with --gpus)", source=args.algorithm)
+    if algo.num_channels * args.instances > MAX_CHANNELS:
+        raise InputError(f"{args.instances} instances of {algo.num_channels} channels each need "
+                         f"{algo.num_channels * args.instances}, more than MSCCL's {MAX_CHANNELS}",
+                         source="--instances")
     fidelity = fidelity_from_args(args, topology)
     protocol = None if args.protocol in (None, "auto") else args.protocol
+    if args.timeline or args.critical_path:
+        check_recording(algo, sizes[-1], protocol, args.instances,
+                        " and ".join(f for f, on in (("--timeline", args.timeline),
+                                                     ("--critical-path", args.critical_path)) if on))
+    require_correct(algo, args.algorithm)
     results = []
     for i, size in enumerate(sizes):
         detail = i == len(sizes) - 1 and bool(args.timeline or args.critical_path)

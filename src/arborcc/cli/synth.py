@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from arborcc.cli.output import ALGORITHM_SUFFIXES, check_outputs, print_json, render_algorithm, warn_suffix, write_output
+from arborcc.cli.output import (ALGORITHM_SUFFIXES, check_image_outputs, check_outputs, print_json, render_algorithm,
+                                warn_suffix, write_output)
 from arborcc.cli.topology_args import add_topology_arguments, topology_from_args
 from arborcc.synth.registry import strategy_names, synthesizable_collectives
 from arborcc.sizes import size_argument
@@ -49,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--outofplace", dest="mode", action="store_const", const="out-of-place",
                       help="require an algorithm correct with separate input and output buffers")
     p.add_argument("--show-trees", action="store_true", help="draw the trees as text")
-    p.add_argument("--trees-png", metavar="PATH", help="draw the trees to a PNG file")
+    p.add_argument("--trees-png", metavar="PATH", help="draw the trees to a PNG file (or .svg, .pdf)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_synth)
 
@@ -67,11 +68,14 @@ def _progress(message: str) -> None:
 def cmd_synth(args: argparse.Namespace) -> int:
     from arborcc.synth import synthesize
 
-    check_outputs(output=args.output, trees_png=args.trees_png)
+    from arborcc.cli.compare import check_root
+
+    check_outputs(output=args.output)
+    check_image_outputs(trees_png=args.trees_png)
     fmt = args.format or ("json" if (args.output or "").lower().endswith(".json") else "xml")
     warn_suffix(args.output, fmt, ALGORITHM_SUFFIXES)
-    warn_suffix(args.trees_png, "png", {**ALGORITHM_SUFFIXES, ".png": "png"})
     topology = topology_from_args(args)
+    check_root(args.root, topology)
     if topology.num_ranks > MEASURED_RANKS:
         from arborcc.cli.output import warn
 

@@ -8,7 +8,10 @@ as MSCCL XML files with ``minBytes``/``maxBytes`` plus a ``plan.json`` index.
 
 Every strategy that builds the collective is tried with each instance count and each
 protocol (``--protocol`` fixes one); the winners of consecutive sizes form buckets. Point
-a runtime at the directory (``MSCCL_ALGO_DIR=plan/``) and it picks by size.
+a runtime at the directory (``MSCCL_ALGO_DIR=plan/``) and it picks by size. ``-o`` names a
+new or empty folder (created when missing): an existing file there, ``/dev/null``, ``-``,
+or a folder that already holds a plan or other ``.xml`` files (a runtime pointed at it
+would load those with the new ones) is refused before anything is simulated.
 """
 
 from __future__ import annotations
@@ -27,37 +30,65 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--collective", choices=COLLECTIVES, default="allreduce")
     p.add_argument("--root", type=int, default=0, help="root rank of rooted collectives (default 0)")
     p.add_argument("--strategies", metavar="LIST", help="comma list of strategies (default: all that apply)")
-    p.add_argument("--instances", default="1,2,4", metavar="LIST", help="instance counts to try (default 1,2,4)")
+    p.add_argument("--instances", default="1,2,4", metavar="LIST",
+                   help="instance counts to try, each from 1 to MSCCL's 32 channels (default 1,2,4)")
     add_simulation_arguments(p, protocol_default="auto")
     p.add_argument("--dialect", choices=("executor", "legacy"), default="executor",
                    help="MSCCL XML dialect whose runtime limits every file must meet")
-    p.add_argument("-o", "--output", metavar="DIR", help="write the plan (XML files and plan.json) here")
+    p.add_argument("-o", "--output", metavar="DIR", help="write the plan (XML files and plan.json) into this new "
+                                                          "or empty folder")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_tune)
 
 
+def check_plan_folder(path: str) -> None:
+    """``-o DIR``, before the work: a folder that can be written and holds no plan or
+    algorithm file yet (MSCCL runtimes load every ``.xml`` file of ``MSCCL_ALGO_DIR``, so
+    an earlier plan's files would be chosen among the new ones)."""
+    import os
+
+    from arborcc.errors import InputError
+    from arborcc.files import check_output_folder
+    from arborcc.tune.plan import INDEX
+
+    check_output_folder(path, "-o")
+    if not os.path.isdir(path):
+        return
+    held = sorted(name for name in os.listdir(path) if name == INDEX or name.lower().endswith(".xml"))
+    if held:
+        what = "an earlier plan" if INDEX in held else "algorithm files"
+        raise InputError(f"already holds {what} ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}), which a "
+                         f"runtime pointed at the folder would load with the new files; name a new or empty folder",
+                         source=path)
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
-    from arborcc.cli.compare import chatter_to_stderr, progress
+    from arborcc.cli.compare import chatter_to_stderr, check_root, progress, strategies_from_args
     from arborcc.cli.output import print_json
     from arborcc.cli.simulate import fidelity_from_args
     from arborcc.cli.topology_args import topology_from_args
     from arborcc.errors import InputError
-    from arborcc.sizes import parse_sizes
-    from arborcc.sizes import format_size
+    from arborcc.ir.limits import MAX_CHANNELS
+    from arborcc.sizes import format_size, parse_sizes
     from arborcc.tune.search import tune
 
+    if args.output is not None:
+        check_plan_folder(args.output)
     sizes = parse_sizes(args.sizes)
     try:
         counts = sorted({int(x) for x in args.instances.split(",") if x.strip()})
     except ValueError:
         raise InputError(f"expected a comma list of integers, got {args.instances!r}", source="--instances") from None
-    if not counts or counts[0] < 1:
-        raise InputError(f"instance counts must be integers >= 1, got {args.instances!r}", source="--instances")
+    if not counts or counts[0] < 1 or counts[-1] > MAX_CHANNELS:
+        raise InputError(f"instance counts are integers from 1 to {MAX_CHANNELS} (MSCCL's channels), "
+                         f"got {args.instances!r}", source="--instances")
+    strategies = strategies_from_args(args.strategies)
     topology = topology_from_args(args)
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()] if args.strategies else None
+    check_root(args.root, topology)
+    fidelity = fidelity_from_args(args, topology)
     with chatter_to_stderr():
         result = tune(topology, args.collective, sizes, strategies, counts, args.protocol, args.root, args.dialect,
-                      fidelity_from_args(args, topology), progress)
+                      fidelity, progress)
     written = []
     if args.output:
         from arborcc.tune.plan import write_plan

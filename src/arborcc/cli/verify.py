@@ -20,6 +20,11 @@ import argparse
 from arborcc.ir.limits import DEFAULT_SLOTS, DIALECTS
 
 
+#: the most FIFO slots per connection: the verifier counts them in 32-bit integers (a
+#: connection never holds more messages than it sends, so more slots change nothing)
+MAX_SLOTS = 2**31 - 1
+
+
 def _slots(text: str) -> int:
     try:
         value = int(text)
@@ -27,6 +32,8 @@ def _slots(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError("a connection has at least 1 slot")
+    if value > MAX_SLOTS:
+        raise argparse.ArgumentTypeError(f"{value:,} slots is over the limit of {MAX_SLOTS:,} (2^31 - 1)")
     return value
 
 

@@ -116,9 +116,9 @@ def bench_request(args) -> BenchRequest:
     if args.plot:
         import importlib.util
 
-        from arborcc.cli.output import check_outputs
+        from arborcc.cli.output import check_image_outputs
 
-        check_outputs(plot=args.plot)
+        check_image_outputs(plot=args.plot)
         if importlib.util.find_spec("matplotlib") is None:
             raise MissingDependencyError("--plot", "matplotlib", "plot")
     return BenchRequest(spec, backends)
@@ -147,16 +147,8 @@ def failures(rows: list[Row], backends: list[str]) -> list[str]:
 
 
 def write_plot(path: str, spec: Spec, rows: list[Row], backends: list[str], machine: Machine) -> None:
-    """The plot drawn into a scratch file, then written to ``path`` by the output rules."""
-    import tempfile
-    from pathlib import Path
-
-    from arborcc.cli.output import write_output
-
-    with tempfile.TemporaryDirectory(prefix="arborcc-plot-") as scratch:
-        png = Path(scratch) / "plot.png"
-        plot(spec, rows, backends, str(png), machine.membw)
-        write_output(path, png.read_bytes())
+    """The plot, written to ``path`` by the output rules in the format its suffix names (:mod:`arborcc.plotting`)."""
+    plot(spec, rows, backends, path, machine.membw)
 
 
 def run_bench(args) -> int:

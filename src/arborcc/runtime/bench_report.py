@@ -139,33 +139,34 @@ def json_object(spec: Spec, rows: list[Row], machine: Machine, backends: list[st
 
 
 def plot(spec: Spec, rows: list[Row], backends: list[str], path: str, membw: float | None = None) -> None:
-    """busbw against size (log2) for every back-end, out of place solid, in place dashed."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        from arborcc.errors import MissingDependencyError
-        raise MissingDependencyError("--plot", "matplotlib", "plot") from None
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for b in backends:
+    """busbw against size (log2, labelled 4K/1M/1G) for every back-end: a marker and a
+    colour per back-end, out of place solid, in place dashed; busbw on a log axis when it
+    spans more than a decade; the file's suffix picks the format (:mod:`arborcc.plotting`)."""
+    from arborcc.plotting import busbw_axis, new_figure, save_figure, series_style, size_axis
+
+    fig = new_figure("--plot", (7.5, 4.5))
+    ax = fig.add_subplot()
+    values: list[float] = []
+    for i, b in enumerate(backends):
+        marker = series_style(i)["marker"]
         for inplace, style in ((False, "-"), (True, "--")):
             pts = [(r.size, r.busbw_gbps) for r in rows if r.backend == b and r.inplace == inplace
                    and r.busbw_gbps is not None]
             if pts:
                 xs, ys = zip(*sorted(pts))
-                line, = ax.plot(xs, ys, style, marker="o", markersize=3,
-                                label=f"{b} {'in-place' if inplace else 'out-of-place'}")
+                values += ys
+                ax.plot(xs, ys, linestyle=style, marker=marker, markersize=4, color=f"C{i}",
+                        label=f"{b} {'in-place' if inplace else 'out-of-place'}")
+    sizes = sorted({r.size for r in rows})
     if membw and spec.collective in ("allreduce", "allgather", "reducescatter", "broadcast"):
-        sizes = sorted({r.size for r in rows})
-        ax.plot(sizes, [busbw_bound(spec.collective, spec.ranks, s, membw) / GB for s in sizes], ":", color="gray",
-                label="memory-bandwidth bound")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("size (bytes)")
-    ax.set_ylabel("busbw (GB/s)")
+        bound = [busbw_bound(spec.collective, spec.ranks, s, membw) / GB for s in sizes]
+        values += bound
+        ax.plot(sizes, bound, ":", color="gray", label="memory-bandwidth bound")
+    size_axis(ax, sizes)
+    busbw_axis(ax, values)
     ax.set_title(f"{spec.collective}, {spec.ranks} ranks, {spec.dtype} {spec.op}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # no series (every row failed): no empty legend box
+        ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from arborcc.errors import MissingDependencyError
 from arborcc.sim.simulate import SimResult
+from arborcc.sizes import format_size
 from arborcc.topology.model import Topology
 
 
@@ -38,23 +38,19 @@ def utilization_grid(result: SimResult, topology: Topology, bins: int = 200) -> 
 
 
 def timeline_png(result: SimResult, topology: Topology, path: str, bins: int = 200) -> None:
-    """Draw :func:`utilization_grid` as a heat map into ``path``."""
-    try:
-        import matplotlib
+    """Draw :func:`utilization_grid` as a heat map into ``path`` (its suffix picks the
+    format: :mod:`arborcc.plotting`)."""
+    from arborcc.plotting import new_figure, save_figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MissingDependencyError("--timeline", "matplotlib", "plot") from None
     links, grid = utilization_grid(result, topology, bins)
-    fig, ax = plt.subplots(figsize=(10, max(2.5, 0.22 * len(links) + 1.5)))
+    fig = new_figure("--timeline", (10, max(2.5, 0.22 * len(links) + 1.5)))
+    ax = fig.add_subplot()
     im = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis", vmin=0, vmax=1,
                    extent=(0, result.time * 1e6, len(links), 0))
     ax.set_yticks(np.arange(len(links)) + 0.5)
     ax.set_yticklabels([f"{a}->{b}" for a, b in links], fontsize=7)
     ax.set_xlabel("time (us)")
-    ax.set_title(f"{result.algorithm}: link utilization, {result.size} bytes, {result.protocol}")
+    ax.set_title(f"{result.algorithm}: link utilization at {format_size(result.size)}, {result.protocol}")
     fig.colorbar(im, ax=ax, label="share of nominal bandwidth")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)

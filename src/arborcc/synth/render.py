@@ -13,19 +13,19 @@ apportioned from (:mod:`.quantize`).
 :func:`trees_png` draws the trees with matplotlib (an optional dependency, imported
 only when called, through its object-oriented API and Agg canvas so no global backend
 is touched): one panel per tree, GPUs on a circle in rank order, relays as small
-squares inside it, arrows colored by link kind. The file is written atomically.
+squares inside it, arrows colored by link kind. The file is written atomically, in the
+format its suffix names (:mod:`arborcc.plotting`: PNG, SVG or PDF).
 """
 
 from __future__ import annotations
 
-import io
 import math
 import os
 from pathlib import Path
 from typing import Any, Sequence
 
 from arborcc.errors import InputError, MissingDependencyError
-from arborcc.files import write_output
+from arborcc.plotting import save_figure
 from arborcc.synth.trees import Hop, Tree
 from arborcc.topology.model import GB, DeviceKind, LinkKind, Topology
 
@@ -268,7 +268,7 @@ def figure_inches(num_trees: int, max_trees: int = MAX_PNG_TREES) -> tuple[float
 def trees_png(trees: Any, topology: Topology, path: str | os.PathLike, max_trees: int = MAX_PNG_TREES,
               dpi: int = 100, figsize: tuple[float, float] | None = None, title: str | None = None) -> Path:
     """Draw up to ``max_trees`` trees (one panel each, at most :data:`MAX_COLUMNS` per row)
-    into the PNG file ``path``, written atomically; returns the path.
+    into ``path`` (PNG, or SVG or PDF by its suffix), written atomically; returns the path.
 
     ``trees``: anything :func:`trees_text` accepts. The image is ``figsize`` inches
     (default :func:`figure_inches`) at ``dpi``. Raises
@@ -333,12 +333,5 @@ def trees_png(trees: Any, topology: Topology, path: str | os.PathLike, max_trees
                           markeredgecolor="#555555", label="relay"))
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=7, frameon=False,
                bbox_to_anchor=(0.5, 1.0 - 0.45 * HEADER_INCHES / h))
-    return _save_atomically(fig, Path(path), dpi)
-
-
-def _save_atomically(fig, path: Path, dpi: int) -> Path:
-    """The PNG through :func:`arborcc.files.write_output` (the rules of every output flag)."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
-    write_output(path, buffer.getvalue())
-    return path
+    save_figure(fig, path, dpi)
+    return Path(path)

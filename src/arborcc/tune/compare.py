@@ -177,6 +177,8 @@ def compare(topology: Topology, collective: str = "allreduce", sizes: Sequence[i
                          "busbw_gbps": round(bus / GB, 4)})
     elif baselines:
         skipped.append(f"nccl: the NCCL baseline covers {', '.join(NCCL_COLLECTIVES)}, not {collective}")
+    if not rows:
+        raise SynthesisError(f"nothing to compare for {collective} on {topology.name}: " + "; ".join(skipped))
     t2, c2 = time.perf_counter(), time.process_time()
     return Comparison(topology.name, topology.num_ranks, collective, sizes, rows, skipped, t1 - t0, t2 - t1,
                       c2 - c1)
@@ -202,29 +204,25 @@ def comparison_table(cmp: Comparison) -> str:
 
 
 def comparison_png(cmp: Comparison, path: str) -> None:
-    """busbw against log2 size, one line per strategy (nccl-tests' plot)."""
-    from arborcc.errors import MissingDependencyError
+    """busbw against log2 size, one line per strategy (nccl-tests' plot), each with its
+    own marker and line style; the file's suffix picks the format (:mod:`arborcc.plotting`)."""
+    from arborcc.plotting import busbw_axis, new_figure, save_figure, series_style, size_axis
 
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MissingDependencyError("plotting", "matplotlib", "plot") from None
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    for name in cmp.names():
-        style = "--" if name.startswith("nccl") else "-"
-        ax.plot(cmp.sizes, cmp.busbw(name), style, marker=".", label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("size (bytes)")
-    ax.set_ylabel("busbw (GB/s)")
+    fig = new_figure("--plot", (8, 4.8))
+    ax = fig.add_subplot()
+    values: list[float] = []
+    for i, name in enumerate(cmp.names()):
+        ys = cmp.busbw(name)
+        values += ys
+        ax.plot(cmp.sizes, ys, markersize=4, label=name, **series_style(i))
+    size_axis(ax, cmp.sizes)
+    busbw_axis(ax, values)
     ax.set_title(f"{cmp.collective} on {cmp.topology} ({cmp.ranks} GPUs), simulated")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:  # no series (every row failed): no empty legend box
+        ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def demo_comparison(topology: Topology, plot: str | None = None,

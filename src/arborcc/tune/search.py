@@ -127,6 +127,9 @@ def tune(topology: Topology, collective: str, sizes: Sequence[int], strategies: 
             for r in protocol_sweep(cand.algorithm, topology, sizes, protocol, fidelity, cand.routes, n):
                 if r.size not in best or r.time < best[r.size][0]:
                     best[r.size] = (r.time, Choice(cand.name, n, r.protocol))
+    if not best:
+        raise SynthesisError(f"no configuration of {collective} on {topology.name} is within the {dialect} "
+                             f"dialect's limits: " + "; ".join(skipped))
     buckets: list[Bucket] = []
     for s in sizes:
         t, choice = best[s]
