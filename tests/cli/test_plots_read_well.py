@@ -78,7 +78,7 @@ def test_bench_plot_has_a_labelled_log2_size_axis_and_a_marker_per_backend(tmp_p
     sizes = [4 << 10 << k for k in range(0, 15)]  # 4K ... 64M
     rows = bench_rows({"arborcc": [0.01 * 2**k for k in range(15)], "gloo": [0.02 * 2**k for k in range(15)]}, sizes)
     spec = Spec(sizes=sizes)
-    plot(spec, rows, ["arborcc", "gloo"], str(tmp_path / "b.png"), membw=None)
+    plot(spec, rows, ["arborcc", "gloo"], str(tmp_path / "b.png"))
     assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
     ax = saved[0].axes[0]
     assert ax.get_xscale() == "log" and {"4K", "1M"} <= set(tick_labels(ax))
@@ -107,3 +107,20 @@ def test_bench_plot_keeps_a_linear_busbw_axis_within_a_decade(tmp_path, saved):
 ])
 def test_size_ticks_are_powers_of_two_labelled_by_format_size(sweep, expected):
     assert [format_size(t) for t in size_ticks(parse_sizes(sweep))] == expected
+
+
+def test_bench_plot_draws_the_memory_reference_only_where_the_table_has_one(tmp_path, saved):
+    """The gray %mem line is the table's number (memory_busbw): calls whose traffic fits
+    the last-level cache have none, so the line starts beyond it."""
+    from arborcc.runtime.bench_report import Machine, memory_busbw, plot
+
+    sizes = [4 << 10 << k for k in range(0, 15)]  # 4K ... 64M
+    rows = bench_rows({"arborcc": [0.01 * 2**k for k in range(15)]}, sizes)
+    machine = Machine(membw=10e9, cache=1 << 20)
+    spec = Spec(sizes=sizes)
+    plot(spec, rows, ["arborcc"], str(tmp_path / "b.png"), machine)
+    (reference,) = [line for line in saved[0].axes[0].get_lines() if line.get_linestyle() == ":"]
+    expected = [(r.size, memory_busbw(spec, r, machine)) for r in rows if not r.inplace]
+    expected = [(s, bw) for s, bw in expected if bw is not None]
+    assert 0 < len(expected) < len(sizes)  # some sizes fit the cache, some do not
+    assert list(zip(reference.get_xdata(), reference.get_ydata())) == expected

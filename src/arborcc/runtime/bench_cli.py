@@ -148,7 +148,7 @@ def failures(rows: list[Row], backends: list[str]) -> list[str]:
 
 def write_plot(path: str, spec: Spec, rows: list[Row], backends: list[str], machine: Machine) -> None:
     """The plot, written to ``path`` by the output rules in the format its suffix names (:mod:`arborcc.plotting`)."""
-    plot(spec, rows, backends, path, machine.membw)
+    plot(spec, rows, backends, path, machine)
 
 
 def run_bench(args) -> int:

@@ -138,7 +138,7 @@ def json_object(spec: Spec, rows: list[Row], machine: Machine, backends: list[st
             "last_level_cache_bytes": machine.cache, "avg_busbw_gbps": avg, "results": results}
 
 
-def plot(spec: Spec, rows: list[Row], backends: list[str], path: str, membw: float | None = None) -> None:
+def plot(spec: Spec, rows: list[Row], backends: list[str], path: str, machine: Machine = Machine()) -> None:
     """busbw against size (log2, labelled 4K/1M/1G) for every back-end: a marker and a
     colour per back-end, out of place solid, in place dashed; busbw on a log axis when it
     spans more than a decade; the file's suffix picks the format (:mod:`arborcc.plotting`)."""
@@ -158,10 +158,13 @@ def plot(spec: Spec, rows: list[Row], backends: list[str], path: str, membw: flo
                 ax.plot(xs, ys, linestyle=style, marker=marker, markersize=4, color=f"C{i}",
                         label=f"{b} {'in-place' if inplace else 'out-of-place'}")
     sizes = sorted({r.size for r in rows})
-    if membw and spec.collective in ("allreduce", "allgather", "reducescatter", "broadcast"):
-        bound = [busbw_bound(spec.collective, spec.ranks, s, membw) / GB for s in sizes]
-        values += bound
-        ax.plot(sizes, bound, ":", color="gray", label="memory-bandwidth bound")
+    # the table's %mem reference: only where the calls run from memory, not from cache
+    reference = sorted({(r.size, bw) for r in rows
+                        if not r.inplace and (bw := memory_busbw(spec, r, machine)) is not None})
+    if reference:
+        xs, ys = zip(*reference)
+        values += ys
+        ax.plot(xs, ys, ":", color="gray", label="compulsory traffic at copy speed (%mem)")
     size_axis(ax, sizes)
     busbw_axis(ax, values)
     ax.set_title(f"{spec.collective}, {spec.ranks} ranks, {spec.dtype} {spec.op}")
