@@ -82,9 +82,13 @@ def _algorithms(dialect):
                       st.lists(tbs, max_size=3))
     names = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Cn")), max_size=12) | st.sampled_from(
         ['a"b', "x&y<z>", "tab\there", "line\nbreak", "  spaces  "])
-    return st.builds(Algorithm, names, st.sampled_from(colls), st.integers(1, 6), st.integers(1, 16),
-                     st.lists(ranks, max_size=3), st.sampled_from(list(Protocol)), st.booleans(), st.booleans(),
-                     st.integers(0, 2**40), st.integers(0, 2**40), st.none() | st.integers(0, 5))
+    # (minBytes, maxBytes): maxBytes 0 (no limit) or at least minBytes, as the reader requires
+    byte_ranges = st.integers(0, 2**40).flatmap(
+        lambda low: st.tuples(st.just(low), st.just(0) | st.integers(low, 2**63 - 1)))
+    return byte_ranges.flatmap(lambda sizes: st.builds(
+        Algorithm, names, st.sampled_from(colls), st.integers(1, 6), st.integers(1, 16),
+        st.lists(ranks, max_size=3), st.sampled_from(list(Protocol)), st.booleans(), st.booleans(),
+        st.just(sizes[0]), st.just(sizes[1]), st.none() | st.integers(0, 5)))
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))

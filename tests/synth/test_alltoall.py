@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from arborcc.errors import SynthesisError
 from arborcc.ir.limits import DEFAULT_SLOTS, check_dialect_limits, dialect_limits
+from arborcc.lang.program import OWN_PROGRAM_OPERATIONS
 from arborcc.limits import limit
 from arborcc.synth import synthesize
 from arborcc.synth.alltoall import HostPairing
@@ -128,11 +129,11 @@ def test_three_step_on_dgx_a100_hosts_reaches_the_bound():
 def test_synthesis_budget_raises_the_operations_limit_only_when_the_user_set_none(monkeypatch):
     lim = limit("operations")
     monkeypatch.delenv(lim.variable, raising=False)
-    with operations_budget(1024):
-        assert lim.value == OPERATIONS_PER_RANK_SQUARED * 1024 ** 2
+    with operations_budget(64):  # up to 1024 ranks, the budget of every program arborcc builds itself
+        assert lim.value == OWN_PROGRAM_OPERATIONS
+    with operations_budget(2048):
+        assert lim.value == OPERATIONS_PER_RANK_SQUARED * 2048 ** 2
     assert lim.value == lim.default and lim.variable not in os.environ
-    with operations_budget(64):  # small jobs keep the default
-        assert lim.value == lim.default
     monkeypatch.setenv(lim.variable, "1000")
     with operations_budget(1024):
         assert lim.value == 1000

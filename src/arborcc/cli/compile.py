@@ -156,9 +156,12 @@ def _compile_library(spec, argv: list[str], args):
     if "inplace" in params and opts.mode is not None:
         params["inplace"] = opts.mode == "inplace"
     _check_output_options(opts)
+    from arborcc.lang.program import own_program_budget
+
     start = time.perf_counter()
     try:
-        algo, _prog = spec.build(**params)
+        with own_program_budget():  # arborcc's own program: the budget its size needs (a user's file keeps the default)
+            algo, _prog = spec.build(**params)
     except ProgramError as e:  # its place is arborcc's library code: name the command instead
         raise InputError(e.problem, source=f"arborcc compile {spec.name}") from None
     opts.compile_seconds = time.perf_counter() - start

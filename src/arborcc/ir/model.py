@@ -16,6 +16,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from arborcc.sizes import MAX_BYTES
+
 
 class Buffer(str, enum.Enum):
     INPUT = "i"
@@ -140,3 +142,58 @@ class Algorithm:
     def num_channels(self) -> int:
         chans = [tb.channel for r in self.ranks for tb in r.threadblocks]
         return max(chans) + 1 if chans else 1
+
+
+# --- what an algorithm file may hold: the integer ranges both readers check -------------
+#: thread block ids, channels and step indices: what the runtimes hold in a 32-bit int
+MAX_INDEX = 2**31 - 1
+
+#: integer fields of an algorithm file by kind -> (lowest, highest or the limit that sets
+#: it, what the values mean). ``ranks``: below the ranks limit; ``chunks``: at most the
+#: chunks limit (an offset or count beyond it lies outside every buffer). Within these
+#: ranges a value may still be wrong for its algorithm (a peer that is not one of its
+#: ranks, an offset past its buffer): that is the verifier's to say, with the step.
+FIELD_RANGES: dict[str, tuple[int, int | str, str]] = {
+    "rank": (0, "ranks", "a rank"),
+    "peer": (-1, "ranks", "-1 (none) or a rank"),
+    "threadblock": (0, MAX_INDEX, "a thread block id"),
+    "channel": (-1, MAX_INDEX, "a channel"),
+    "channels": (0, MAX_INDEX, "a number of channels"),
+    "step": (0, MAX_INDEX, "a step index"),
+    "dependency": (-1, MAX_INDEX, "-1 (none) or a thread block id"),
+    "dependency step": (-1, MAX_INDEX, "-1 (none) or a step index"),
+    "offset": (-1, "chunks", "-1 (none) or a chunk offset"),
+    "count": (0, "chunks", "a chunk count"),
+    "bytes": (0, MAX_BYTES, "a size in bytes (0: no limit)"),
+}
+
+
+def field_problem(value: int, kind: str) -> str | None:
+    """Why the integer ``value`` cannot be a field of ``kind`` (:data:`FIELD_RANGES`), or
+    None: ``expected -1 (none) or a rank from -1 to 32,767 (ARBORCC_MAX_RANKS ...), got 40000``."""
+    from arborcc.limits import limit
+
+    low, high, meaning = FIELD_RANGES[kind]
+    note = ""
+    if isinstance(high, str):
+        lim = limit(high)
+        high = lim.value - 1 if high == "ranks" else lim.value
+        note = f" (the {lim.name} limit; {lim.variable} or --limit {lim.name}=N raises it)"
+    if low <= value <= high:
+        return None
+    digits = len(str(abs(value)))
+    shown = f"{value:,}" if digits <= 30 else f"{'-' if value < 0 else ''}a {digits}-digit number"
+    return f"expected {meaning} from {low:,} to {high:,}{note}, got {shown}"
+
+
+def check_written_size(text: str, items: int, algo: Algorithm, form: str) -> None:
+    """Refuse (one :class:`~arborcc.errors.InputError` line) the ``form`` text (``JSON``,
+    ``MSCCL XML``) of ``algo``, of ``items`` items, when it is over the ``algorithm-bytes``
+    or ``algorithm-items`` limit the readers hold every algorithm file to: arborcc writes no
+    algorithm file it would not read back."""
+    from arborcc.limits import limit
+
+    source = f"algorithm {algo.name!r}"
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    limit("algorithm-bytes").check(size, source=source, what=f"its {form} text")
+    limit("algorithm-items").check(items, source=source, what=f"its {form} text")

@@ -40,6 +40,7 @@ import re
 from pathlib import Path
 from xml.parsers import expat
 
+from arborcc.documents import clipped
 from arborcc.errors import IRFormatError
 from arborcc.files import read_input_bytes
 from arborcc.ir.limits import (
@@ -58,7 +59,10 @@ from arborcc.ir.model import (
     Protocol,
     RankProgram,
     Step,
+    MAX_INDEX,
     ThreadBlock,
+    check_written_size,
+    field_problem,
 )
 from arborcc.limits import limit
 
@@ -77,7 +81,9 @@ _ATTR_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&qu
 
 # ------------------------------------------------------------------------------ writing
 def write_msccl_xml(algo: Algorithm, dialect: str = "executor") -> str:
-    """The MSCCL XML text of ``algo`` in ``dialect`` ("executor" or "legacy")."""
+    """The MSCCL XML text of ``algo`` in ``dialect`` ("executor" or "legacy"); refused
+    when it is over the ``algorithm-bytes`` limit (arborcc writes no algorithm file it
+    would not read back)."""
     lim = dialect_limits(dialect)
     coll = lim.collective_names.get(algo.collective)
     if coll is None:
@@ -122,7 +128,17 @@ def write_msccl_xml(algo: Algorithm, dialect: str = "executor") -> str:
             lines.append("    </tb>")
         lines.append("  </gpu>")
     lines.append("</algo>")
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    check_written_size(text, xml_items(text), algo, "MSCCL XML")
+    return text
+
+
+def xml_items(text: str | bytes) -> int:
+    """The elements of XML ``text`` at most (start and empty-element tags; a ``<`` in a
+    comment counts too): what the ``algorithm-items`` limit bounds, counted before parsing."""
+    if isinstance(text, bytes):
+        return text.count(b"<") - text.count(b"</")
+    return text.count("<") - text.count("</")
 
 
 def _value(v) -> str:
@@ -161,6 +177,7 @@ def read_msccl_xml(text_or_path: str | bytes | os.PathLike, source: str | None =
     naming the line, the element and the attribute.
     """
     text, source = _read_source(text_or_path, source)
+    limit("algorithm-items").check(xml_items(text), source, what="elements", error=IRFormatError)
     if dialect is not None:
         dialect_limits(dialect)
     return _Reader(source, dialect).parse(text)
@@ -192,6 +209,7 @@ class _Reader:
         self.tb: ThreadBlock | None = None
         self.gpu: RankProgram | None = None
         self.max_channel = -1
+        self.max_chunks = limit("chunks").value  #: the highest offset or count a step may name
 
     # -- errors -----------------------------------------------------------------------
     def _fail(self, what: str, problem: str):
@@ -204,16 +222,32 @@ class _Reader:
             if key not in attrs:
                 self._fail(f"{what}: attribute {key}", f"missing (required by the {self.dialect} dialect)")
 
-    def _int(self, attrs: dict, key: str, what: str, default: int | None = None) -> int:
+    def _int(self, attrs: dict, key: str, what: str, default: int | None = None, kind: str | None = None) -> int:
+        """The integer attribute ``key`` (``default`` when absent; missing when that is None);
+        with ``kind``, within that kind's range (:data:`arborcc.ir.model.FIELD_RANGES`)."""
         raw = attrs.get(key)
         if raw is None:
             if default is None:
                 self._fail(f"{what}: attribute {key}", "missing")
             return default
         try:
-            return int(raw)
+            value = int(raw)
         except ValueError:
-            self._fail(f"{what}: attribute {key}", f"{raw!r} is not an integer")
+            self._fail(f"{what}: attribute {key}", f"{clipped(raw)!r} is not an integer")
+        if kind is not None:
+            problem = field_problem(value, kind)
+            if problem:
+                self._fail(f"{what}: attribute {key}", problem)
+        return value
+
+    def _flag(self, attrs: dict, key: str, what: str, default: bool) -> bool:
+        """A 0/1 attribute (inplace, outofplace)."""
+        raw = attrs.get(key)
+        if raw is None:
+            return default
+        if raw not in ("0", "1"):
+            self._fail(f"{what}: attribute {key}", f"expected 0 or 1, got {clipped(raw)!r}")
+        return raw == "1"
 
     def _count(self, attrs: dict, key: str, what: str, limit_name: str, default: int | None = None) -> int:
         """A count (chunks, ranks): not negative and within its limit (:mod:`arborcc.limits`),
@@ -278,41 +312,40 @@ class _Reader:
         coll = XML_COLLECTIVE_NAMES.get(coll_raw)
         if coll is None:
             self._fail(f"{what}: attribute coll",
-                       f"unknown collective {coll_raw!r} (known: {', '.join(sorted(XML_COLLECTIVE_NAMES))})")
+                       f"unknown collective {clipped(coll_raw)!r} (known: {', '.join(sorted(XML_COLLECTIVE_NAMES))})")
         if self.lim is not None and self.lim.collective_names.get(coll) != coll_raw:
             self._fail(f"{what}: attribute coll",
-                       f"{coll_raw!r} is not a collective of the {self.dialect} dialect "
+                       f"{clipped(coll_raw)!r} is not a collective of the {self.dialect} dialect "
                        f"({', '.join(sorted(self.lim.collective_names.values()))})")
         proto_raw = attrs.get("proto", "Simple")
         proto = _PROTOCOLS.get(proto_raw)
         if proto is None:
-            self._fail(f"{what}: attribute proto", f"unknown protocol {proto_raw!r} (Simple, LL or LL128)")
+            self._fail(f"{what}: attribute proto", f"unknown protocol {clipped(proto_raw)!r} (Simple, LL or LL128)")
         redop = attrs.get("redop")
         if redop is not None and redop not in _REDOPS:
-            self._fail(f"{what}: attribute redop", f"unknown reduction {redop!r} ({', '.join(sorted(_REDOPS))})")
-        inplace = self._int(attrs, "inplace", what, 0)
+            self._fail(f"{what}: attribute redop", f"unknown reduction {clipped(redop)!r} ({', '.join(sorted(_REDOPS))})")
+        inplace = self._flag(attrs, "inplace", what, False)
         values = {
             "name": attrs.get("name", ""),
             "collective": coll,
             "protocol": proto,
             "chunks_per_loop": self._count(attrs, "nchunksperloop", what, "chunks"),
-            "nchannels": self._int(attrs, "nchannels", what, -1),
+            "nchannels": self._int(attrs, "nchannels", what, -1, "channels") if "nchannels" in attrs else -1,
             "num_ranks": self._count(attrs, "ngpus", what, "ranks") if "ngpus" in attrs else -1,
-            "inplace": bool(inplace),
-            "outofplace": bool(self._int(attrs, "outofplace", what, 0 if inplace else 1)),
-            "min_bytes": self._int(attrs, "minBytes", what, 0),
-            "max_bytes": self._int(attrs, "maxBytes", what, 0),
-            "root": self._int(attrs, "root", what) if "root" in attrs else None,
+            "inplace": inplace,
+            "outofplace": self._flag(attrs, "outofplace", what, not inplace),
+            "min_bytes": self._int(attrs, "minBytes", what, 0, "bytes"),
+            "max_bytes": self._int(attrs, "maxBytes", what, 0, "bytes"),
+            "root": self._int(attrs, "root", what, kind="rank") if "root" in attrs else None,
         }
-        for key in ("min_bytes", "max_bytes"):
-            if values[key] < 0:
-                self._fail(f"{what}: attribute {'minBytes' if key == 'min_bytes' else 'maxBytes'}",
-                           "must not be negative")
+        if values["max_bytes"] and values["min_bytes"] > values["max_bytes"]:
+            self._fail(f"{what}: attribute minBytes", f"{values['min_bytes']:,} is above maxBytes "
+                                                      f"{values['max_bytes']:,} (0 means no upper limit)")
         self.algo_attrs = values
 
     def _gpu(self, attrs: dict) -> None:
         what = f"<gpu> #{len(self.ranks)}"
-        rank = self._int(attrs, "id", what)
+        rank = self._int(attrs, "id", what, kind="rank")
         what = f"<gpu> {rank}"
         self._need(attrs, REQUIRED_GPU_ATTRIBUTES, what)
         sizes = [self._count(attrs, key, what, "chunks", 0) for key in ("i_chunks", "o_chunks", "s_chunks")]
@@ -322,11 +355,11 @@ class _Reader:
     def _threadblock(self, attrs: dict) -> None:
         gpu = self.gpu
         what = f"<tb> of gpu {gpu.rank} #{len(gpu.threadblocks)}"
-        tb_id = self._int(attrs, "id", what)
+        tb_id = self._int(attrs, "id", what, kind="threadblock")
         what = f"<tb> of gpu {gpu.rank} tb {tb_id}"
         self._need(attrs, REQUIRED_TB_ATTRIBUTES, what)
-        tb = ThreadBlock(tb_id, self._int(attrs, "send", what, -1), self._int(attrs, "recv", what, -1),
-                         self._int(attrs, "chan", what, 0))
+        tb = ThreadBlock(tb_id, self._int(attrs, "send", what, -1, "peer"), self._int(attrs, "recv", what, -1, "peer"),
+                         self._int(attrs, "chan", what, 0, "channel"))
         if tb.channel > self.max_channel:
             self.max_channel = tb.channel
         gpu.threadblocks.append(tb)
@@ -346,8 +379,10 @@ class _Reader:
             depid = int(attrs["depid"])
             deps = int(attrs["deps"])
             hasdep = attrs["hasdep"]
-            if (int(attrs["s"]) != i or hasdep not in ("0", "1") or srcoff < -1 or dstoff < -1 or cnt < 0
-                    or (depid >= 0 and deps < 0)):
+            top, most = self.max_chunks, MAX_INDEX
+            if (int(attrs["s"]) != i or hasdep not in ("0", "1") or not -1 <= srcoff <= top
+                    or not -1 <= dstoff <= top or not 0 <= cnt <= top or not -1 <= depid <= most
+                    or not (0 if depid >= 0 else -1) <= deps <= most):
                 raise LookupError
             step = Step(_OPS[attrs["type"]],
                         None if srcoff == -1 else srcbuf, srcoff,
@@ -371,33 +406,29 @@ class _Reader:
         op = _OPS.get(type_raw)
         if op is None:
             self._fail(f"{what}: attribute type",
-                       f"unknown step type {type_raw!r} (known: {', '.join(sorted(_OPS))})")
+                       f"unknown step type {clipped(type_raw)!r} (known: {', '.join(sorted(_OPS))})")
         bufs = []
         for bkey, okey in (("srcbuf", "srcoff"), ("dstbuf", "dstoff")):
-            off = self._int(attrs, okey, what, -1)
+            off = self._int(attrs, okey, what, -1, "offset")
             raw = attrs.get(bkey)
             buf = None
             if raw is not None:
                 buf = _BUFFERS.get(raw)
                 if buf is None:
-                    self._fail(f"{what}: attribute {bkey}", f"unknown buffer {raw!r} (i, o or s)")
+                    self._fail(f"{what}: attribute {bkey}", f"expected one of i, o, s, got {clipped(raw)!r}")
             if off == -1:
                 buf = None
-            elif off < -1:
-                self._fail(f"{what}: attribute {okey}", f"{off} is negative")
             elif buf is None:
                 self._fail(f"{what}: attribute {bkey}", f"missing, but {okey}={off} names a chunk")
             bufs.append((buf, off))
-        cnt = self._int(attrs, "cnt", what, 1)
-        if cnt < 0:
-            self._fail(f"{what}: attribute cnt", f"{cnt} is negative")
-        depid = self._int(attrs, "depid", what, -1)
-        deps = self._int(attrs, "deps", what, -1)
+        cnt = self._int(attrs, "cnt", what, 1, "count")
+        depid = self._int(attrs, "depid", what, -1, "dependency")
+        deps = self._int(attrs, "deps", what, -1, "dependency step")
         if depid >= 0 and deps < 0:
             self._fail(f"{what}: attribute deps", f"{deps} but depid={depid} names a thread block")
         hasdep_raw = attrs.get("hasdep", "0")
         if hasdep_raw not in ("0", "1"):
-            self._fail(f"{what}: attribute hasdep", f"{hasdep_raw!r}; the runtimes accept only 0 or 1")
+            self._fail(f"{what}: attribute hasdep", f"{clipped(hasdep_raw)!r}; the runtimes accept only 0 or 1")
         return Step(op, bufs[0][0], bufs[0][1], bufs[1][0], bufs[1][1], cnt,
                     Dependency(depid, deps) if depid >= 0 else None, hasdep_raw == "1")
 

@@ -48,7 +48,25 @@ from arborcc.lang.ref import Ref
 from arborcc.lang.routes import Connectivity
 from arborcc.lang.values import ReduceChunk
 from arborcc.lang.where import PACKAGE_DIR, format_location, program_error, user_location
-from arborcc.limits import limit
+from arborcc.limits import limit, raised_default
+
+#: operations a DSL program arborcc builds itself (a synthesized algorithm, a library
+#: algorithm named on the command line) may trace when no operations limit was set: what
+#: its largest library algorithm traces at 1024 ranks, the largest scale arborcc measures
+#: (benchmarks/cluster_scale.py, compile_time.py) - an all-pairs all-reduce, 3 n (n - 1)
+#: = 3,142,656 copies and reduces (a ring all-reduce 2 n (n - 1) = 2,095,104); a user's
+#: program keeps the default
+OWN_PROGRAM_OPERATIONS = 3 * 1024**2
+
+
+def own_program_budget(operations: int = OWN_PROGRAM_OPERATIONS):
+    """A block within which DSL programs may trace ``operations`` (at least
+    :data:`OWN_PROGRAM_OPERATIONS`) when that is above the default operations limit and
+    the user set none (``--limit operations=N`` or ``ARBORCC_MAX_OPERATIONS`` wins): for
+    the programs arborcc builds itself, whose size follows from their ranks, never for a
+    user's program."""
+    return raised_default("operations", max(operations, OWN_PROGRAM_OPERATIONS))
+
 
 #: a buffer name no program uses (no aliasing rule)
 _NOTHING = object()

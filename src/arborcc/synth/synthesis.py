@@ -26,7 +26,7 @@ from typing import Callable
 from arborcc.collector import collector_paused
 from arborcc.errors import SynthesisError, VerificationError
 from arborcc.ir.limits import check_dialect_limits, remembering_limits
-from arborcc.limits import raised_default
+from arborcc.lang.program import own_program_budget
 from arborcc.sim.simulate import predict_time
 from arborcc.synth.bounds import collective_bound
 from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
@@ -63,18 +63,19 @@ def _candidates(strategy: str, collective: str, num_ranks: int, clusters: bool) 
     return names, skipped
 
 
-#: operations a synthesized program may trace per rank squared when no operations limit
-#: was set (``--limit operations=N`` or ``ARBORCC_MAX_OPERATIONS`` wins): an all-to-all
-#: moves its n^2 blocks one by one (the three-step traces about 1.24 n^2 operations, 1.3
-#: million at 1024 ranks, in 1.7 GB), and a DSL program's default budget of 250,000
-#: would stop synthesis at about 350 ranks, below the 1024 the ranks limit allows
+#: operations a synthesized program may trace per rank squared beyond 1024 ranks, when no
+#: operations limit was set (``--limit operations=N`` or ``ARBORCC_MAX_OPERATIONS`` wins):
+#: an all-to-all moves its n^2 blocks one by one (the three-step traces about 1.24 n^2
+#: operations, 1.3 million at 1024 ranks, in 1.7 GB); up to 1024 ranks the budget of
+#: every program arborcc builds itself holds (:data:`arborcc.lang.program.OWN_PROGRAM_OPERATIONS`)
 OPERATIONS_PER_RANK_SQUARED = 2
 
 
 def operations_budget(num_ranks: int):
-    """A block within which DSL programs may trace ``OPERATIONS_PER_RANK_SQUARED * n^2``
-    operations when that is above the default operations limit and the user set none."""
-    return raised_default("operations", OPERATIONS_PER_RANK_SQUARED * num_ranks ** 2)
+    """A block within which a synthesized program for ``num_ranks`` ranks may trace what
+    arborcc's own programs may (:func:`arborcc.lang.program.own_program_budget`), or
+    ``OPERATIONS_PER_RANK_SQUARED * n^2`` operations when that is more."""
+    return own_program_budget(OPERATIONS_PER_RANK_SQUARED * num_ranks ** 2)
 
 
 #: algorithms of more steps claim only the mode their lowering declares: proving the other

@@ -1,0 +1,55 @@
+"""arborcc's own algorithms at scale never trip the limits meant for hostile input: what it
+synthesizes, compiles from its library and simulates as NCCL's baseline runs, and every
+algorithm file it writes it reads back with the default limits. These are the largest
+cases the suite runs (each a subprocess with a hard timeout, a hang guard only; the times
+and memory measured for docs/limits.md are not asserted)."""
+
+from __future__ import annotations
+
+import json
+
+from support.cli_runs import arborcc
+
+#: hard timeouts of the large cases: far above what they take on a loaded 2-core machine
+LARGE_SECONDS = 600
+#: the 1024-rank compile peaks near 2.3 GB resident; the cap only stops a runaway
+LARGE_ADDRESS_SPACE = 12 * 2**30
+
+
+def test_compare_on_16_dgx_a100_nodes_simulates_the_nccl_ring_candidate(tmp_path):
+    # the NCCL-ring candidate traces 2 x 8 rings x 128 x 127 = 260,096 operations, over a
+    # user program's default of 250,000
+    run = arborcc("compare", "--machine", "dgx-a100", "--nodes", "16", "--collective", "allreduce",
+                  "--strategies", "nccl-ring", "--sizes", "1M", "--json", cwd=tmp_path, seconds=LARGE_SECONDS)
+    assert run.code == 0, run.err[-2000:]
+    rows = json.loads(run.out)["results"]
+    assert {r["strategy"] for r in rows} >= {"nccl-ring", "nccl"}
+    assert all(r["busbw_gbps"] > 0 for r in rows)
+
+
+def test_a_library_algorithm_over_the_user_default_compiles(tmp_path):
+    # 2 x 400 x 399 = 319,200 operations
+    run = arborcc("compile", "ring-allreduce", "--ranks", "400", "--format", "json", "-o", "r.json",
+                  cwd=tmp_path, seconds=LARGE_SECONDS)
+    assert run.code == 0, run.err[-2000:]
+    assert arborcc("show", "r.json", cwd=tmp_path, seconds=LARGE_SECONDS).code == 0
+
+
+def test_a_1024_rank_ring_allreduce_compiles_and_reads_back(tmp_path):
+    # 2,095,104 operations, 2.1 million steps: a 230 MiB JSON file, the largest arborcc writes
+    run = arborcc("compile", "ring-allreduce", "--ranks", "1024", "--format", "json", "-o", "r.json",
+                  cwd=tmp_path, seconds=LARGE_SECONDS, address_space=LARGE_ADDRESS_SPACE)
+    assert run.code == 0, run.err[-2000:]
+    show = arborcc("show", "r.json", "--json", cwd=tmp_path, seconds=LARGE_SECONDS,
+                   address_space=LARGE_ADDRESS_SPACE)
+    assert show.code == 0, show.err[-2000:]
+    assert json.loads(show.out)["num_ranks"] == 1024
+
+
+def test_what_synth_writes_for_128_dgx_a100_nodes_reads_back(tmp_path):
+    run = arborcc("synth", "--machine", "dgx-a100", "--nodes", "128", "-o", "big.xml", cwd=tmp_path,
+                  seconds=LARGE_SECONDS, address_space=LARGE_ADDRESS_SPACE)
+    assert run.code == 0, run.err[-2000:]
+    for command in ("verify", "show"):
+        read = arborcc(command, "big.xml", cwd=tmp_path, seconds=LARGE_SECONDS, address_space=LARGE_ADDRESS_SPACE)
+        assert read.code == 0, (command, read.err[-2000:])
