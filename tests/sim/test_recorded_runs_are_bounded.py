@@ -24,21 +24,6 @@ def ring_xml(tmp_path):
     return str(path)
 
 
-@pytest.fixture
-def no_simulation(monkeypatch):
-    import importlib
-
-    import arborcc.sim.simulate as simulate_module
-
-    for module in ("arborcc.tune.compare", "arborcc.tune.nccl", "arborcc.synth.synthesis"):
-        importlib.import_module(module)  # loaded first: they import simulate by name, and must not keep the stand-in
-
-    def forbid(*args, **kwargs):
-        raise AssertionError("a recording over the limit was started")
-
-    monkeypatch.setattr(simulate_module, "simulate", forbid)
-
-
 @pytest.mark.parametrize("flags, named", [(["--timeline", "t.png"], "--timeline"),
                                           (["--critical-path"], "--critical-path"),
                                           (["--timeline", "t.png", "--critical-path"], "--timeline and --critical-path")])
