@@ -11,6 +11,8 @@ runs (its rings and protocol choice, NVLS where the switch reduces), ``nccl-mode
 NCCL's own closed-form prediction. ``--json`` prints one object whose ``results`` are
 rows with ``strategy``, ``size``, ``protocol``, ``time_us``, ``algbw_gbps``, ``busbw_gbps``.
 ``--plot`` draws busbw against size into a ``.png``, ``.svg`` or ``.pdf`` file.
+Strategies whose synthesis or simulation explodes at the topology's rank count are left
+out, each with a ``not compared`` line saying why (``--strategies`` runs them).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_topology_arguments(p)
     p.add_argument("--collective", choices=COLLECTIVES, default="allreduce")
     p.add_argument("--root", type=int, default=0, help="root rank of rooted collectives (default 0)")
-    p.add_argument("--strategies", metavar="LIST", help="comma list of strategies (default: all that apply)")
+    p.add_argument("--strategies", metavar="LIST",
+                   help="comma list of strategies (default: all that apply, less those too slow to synthesize or "
+                        "simulate at the topology's rank count, each named in a 'not compared' line)")
     add_simulation_arguments(p, protocol_default="auto")
     p.add_argument("--plot", metavar="PNG", help="draw busbw against size to a .png, .svg or .pdf file")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -231,15 +231,91 @@ def check_strongly_connected(g: FlowGraph, what: str) -> None:
 def check_routable(topology: Topology, hub: int | None = None) -> None:
     """Raise :class:`SynthesisError` unless the topology's routes join the ranks: every
     ordered pair of ranks, or (``hub`` given, a rank index) the hub and every rank both
-    ways - what strategies that send along :meth:`Topology.route` need."""
+    ways - what strategies that send along :meth:`Topology.route` need. The first pair
+    without a route (ranks in order, sources first) is named.
+
+    Every pair: a route leaves its host at most once, runs through the network (devices
+    without a host) and enters one other host, which it does not leave
+    (:mod:`arborcc.topology.routing`). So a rank reaches a rank of another host exactly
+    when some device it reaches in its own host or the network has a link into that
+    host at a device from which the rank is reached inside the host, through devices
+    that forward (not GPUs). The devices a rank reaches in its host and the network are
+    :meth:`Topology.can_route`'s answer (one search per rank instead of one per rank and
+    host); what each entry device reaches inside its host is searched once per device.
+    """
     ranks = topology.ranks
     if hub is not None:
-        pairs = ((a, b) for g in ranks if g != ranks[hub] for a, b in ((ranks[hub], g), (g, ranks[hub])))
-    else:
-        pairs = ((a, b) for a in ranks for b in ranks if a != b)
-    for a, b in pairs:
-        if not topology.can_route(a, b):
+        for g in ranks:
+            if g != ranks[hub]:
+                for a, b in ((ranks[hub], g), (g, ranks[hub])):
+                    if not topology.can_route(a, b):
+                        raise SynthesisError(f"{topology.name}: GPUs {a} and {b} cannot reach each other")
+        return
+    reached = RankReach(topology)
+    everyone = (1 << len(ranks)) - 1
+    for i, a in enumerate(ranks):
+        missing = everyone & ~reached.ranks_from(a) & ~(1 << i)
+        if missing:
+            b = ranks[(missing & -missing).bit_length() - 1]
             raise SynthesisError(f"{topology.name}: GPUs {a} and {b} cannot reach each other")
+
+
+class RankReach:
+    """Which ranks each device's transfers reach along the topology's routes, as a bit
+    set over rank positions (:func:`check_routable`)."""
+
+    def __init__(self, topology: Topology):
+        self.topology = topology
+        self.bit = {r: 1 << i for i, r in enumerate(topology.ranks)}
+        self.entered: dict[str, int] = {}  #: device -> the ranks reached inside its host from it
+        self.leaving: dict[frozenset, int] = {}  #: devices -> the ranks reached from them in other hosts
+        self.home_and_network: dict[object, list[str]] = {}  #: host -> its devices and the network's
+        for d, dev in topology.devices.items():
+            self.home_and_network.setdefault(dev.host, []).append(d)
+        network = self.home_and_network.get(None, [])
+        for host in self.home_and_network:
+            if host is not None:
+                self.home_and_network[host] = self.home_and_network[host] + network
+
+    def ranks_from(self, a: str) -> int:
+        """The ranks a transfer from rank ``a`` reaches (``a`` itself not included)."""
+        topology, devices = self.topology, self.topology.devices
+        home = devices[a].host
+        near = [a] + [d for d in self.home_and_network[home] if d != a and topology.can_route(a, d)]
+        out = 0
+        for d in near[1:]:
+            out |= self.bit.get(d, 0)
+        forwarders = frozenset(d for d in near if d == a or not devices[d].is_gpu)
+        across = self.leaving.get(forwarders)
+        if across is None:
+            across = 0
+            for d in forwarders:
+                for link in topology.out_links(d):
+                    host = devices[link.dst].host
+                    if host is not None and host != home:
+                        across |= self.inside(link.dst)
+            self.leaving[forwarders] = across
+        return out | across
+
+    def inside(self, entry: str) -> int:
+        """The ranks reached from ``entry`` without leaving its host, through devices that
+        forward (``entry`` itself included)."""
+        known = self.entered.get(entry)
+        if known is not None:
+            return known
+        devices, host = self.topology.devices, self.topology.devices[entry].host
+        seen, todo, out = {entry}, [entry], 0
+        while todo:
+            u = todo.pop()
+            out |= self.bit.get(u, 0)
+            if devices[u].is_gpu:
+                continue  # a GPU ends a path (an entry GPU too)
+            for link in self.topology.out_links(u):
+                if link.dst not in seen and devices[link.dst].host == host:
+                    seen.add(link.dst)
+                    todo.append(link.dst)
+        self.entered[entry] = out
+        return out
 
 
 # --- integer max-flow -------------------------------------------------------------------

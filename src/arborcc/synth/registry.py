@@ -28,8 +28,11 @@ class Strategy:
     ``f(request: SynthesisRequest) -> SynthesisResult`` (:mod:`arborcc.synth.result`);
     ``auto_rank_limits[collective]``: ``auto`` leaves the strategy out above this many
     ranks for that collective, where its cost explodes while others reach the bound
-    (asking for it by name still runs it); ``clusters_first``: on a job spanning several
-    hosts ``auto`` tries it before the others.
+    (asking for it by name still runs it); ``simulated_rank_limits[collective]``: where
+    synthesizing it is fine but its algorithm is too large to simulate in time, so
+    ``compare`` and ``tune``, which simulate every candidate, leave it out above this
+    many ranks (:meth:`left_out`); ``clusters_first``: on a job spanning several hosts
+    ``auto`` tries it before the others.
     """
 
     name: str
@@ -38,6 +41,17 @@ class Strategy:
     description: str
     auto_rank_limits: Mapping[str, int] = field(default_factory=dict)
     clusters_first: bool = False
+    simulated_rank_limits: Mapping[str, int] = field(default_factory=dict)
+
+    def left_out(self, collective: str, num_ranks: int, simulated: bool = False) -> int | None:
+        """The rank limit above which ``auto`` (``simulated``: ``compare`` and ``tune``)
+        leaves the strategy out for ``collective`` on ``num_ranks`` ranks; None when it
+        runs."""
+        limits = [self.auto_rank_limits.get(collective)]
+        if simulated:
+            limits.append(self.simulated_rank_limits.get(collective))
+        passed = [limit for limit in limits if limit is not None and num_ranks > limit]
+        return min(passed) if passed else None
 
     def load(self) -> Callable:
         """The strategy's function (imports its module)."""
@@ -51,6 +65,11 @@ class Strategy:
 #: 1.2 s at 32, 10 s at 64, 194 s at 128; three-phase 3.8 s at 128, 28 s at 256;
 #: nccl-ring 4.3 s at 128 and minutes at 1024, where its rings hold millions of steps,
 #: as the plain ring's two million.
+#: Simulated (``compare``, ``tune``; ``arborcc compare --machine dgx-a100 --nodes N
+#: --sizes 1M``): at 1024 ranks blueconnect takes 20 s and 2.7 GB to synthesize and 65 s to
+#: simulate, hierarchical 25 s and 74 s, composed over 2 minutes to simulate, while
+#: double-binary-tree (6 s + 3 s) and halving-doubling (2 s + 5 s) stay fast.
+SIMULATED_RANKS = 128
 STRATEGIES: tuple[Strategy, ...] = (
     Strategy("trees", TREE_COLLECTIVES, "arborcc.synth.strategies:synth_trees",
              "Blink tree packing (MLSys 2020, 3.1-3.3), ForestColl per-root packings; gather/scatter as a "
@@ -58,12 +77,14 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("binary-trees", ALLREDUCE, "arborcc.synth.strategies:synth_binary_trees",
              "MXNet tree all-reduce proposal: balanced max-weight binary trees, one per root", {"allreduce": 32}),
     Strategy("blueconnect", ALLREDUCE, "arborcc.synth.strategies:synth_blueconnect",
-             "BlueConnect (SysML 2019) section 3, Algorithm 1: stages along the hierarchy"),
+             "BlueConnect (SysML 2019) section 3, Algorithm 1: stages along the hierarchy",
+             simulated_rank_limits={"allreduce": SIMULATED_RANKS}),
     Strategy("composed", TREE_COLLECTIVES, "arborcc.synth.strategies:synth_composed",
              "clusters of equal hosts: per-host one-hop trees composed with balanced rail schedules across hosts",
-             clusters_first=True),
+             clusters_first=True, simulated_rank_limits={"allreduce": SIMULATED_RANKS}),
     Strategy("hierarchical", ALLREDUCE, "arborcc.synth.strategies:synth_hierarchical",
-             "two-level reduce-scatter / all-gather (in each node, then across nodes)", clusters_first=True),
+             "two-level reduce-scatter / all-gather (in each node, then across nodes)", clusters_first=True,
+             simulated_rank_limits={"allreduce": SIMULATED_RANKS}),
     Strategy("three-phase", ALLREDUCE, "arborcc.synth.strategies:synth_three_phase",
              "Blink section 3.5: per-server trees, cross-server one-hop trees", {"allreduce": 128}),
     Strategy("nccl-ring", ALLREDUCE, "arborcc.synth.strategies:synth_nccl_ring",

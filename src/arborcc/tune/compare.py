@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from arborcc.errors import SynthesisError
 from arborcc.ir.model import Algorithm
@@ -89,20 +89,34 @@ class Comparison:
 def strategy_candidates(topology: Topology, collective: str, root: int = 0, strategies: Sequence[str] | None = None,
                         progress: Callable[[str], None] | None = None) -> tuple[list[Candidate], list[str]]:
     """The algorithms of every strategy that builds ``collective`` on ``topology``
-    (``strategies`` picks some); the rest with the reason they were left out. Without an
-    explicit list, strategies whose synthesis explodes on many ranks are left out as
-    ``auto`` leaves them out."""
+    (``strategies`` picks some); the rest with the reason they were left out
+    (:func:`each_candidate`)."""
+    skipped: list[str] = []
+    return list(each_candidate(topology, collective, root, strategies, progress, skipped)), skipped
+
+
+def each_candidate(topology: Topology, collective: str, root: int = 0, strategies: Sequence[str] | None = None,
+                   progress: Callable[[str], None] | None = None,
+                   skipped: list[str] | None = None) -> Iterator[Candidate]:
+    """Each strategy's candidate in turn, synthesized when asked for (so a caller that
+    simulates one and drops it holds one algorithm at a time); those left out, with the
+    reason, are appended to ``skipped``. Without an explicit list, strategies are left
+    out above the rank counts where their synthesis or their simulation explodes
+    (:meth:`arborcc.synth.registry.Strategy.left_out`, the limits ``auto`` uses too)."""
     from arborcc.synth.registry import BY_NAME, STRATEGIES
     from arborcc.synth.synthesis import synthesize
 
+    skipped = [] if skipped is None else skipped
     names = list(strategies) if strategies else [s.name for s in STRATEGIES if collective in s.collectives]
-    out, skipped = [], []
     for name in names:
         if name not in BY_NAME:
             raise SynthesisError(f"unknown strategy {name!r} (known: {', '.join(BY_NAME)})")
-        limit = BY_NAME[name].auto_rank_limits.get(collective)
-        if not strategies and limit is not None and topology.num_ranks > limit:
-            skipped.append(f"{name}: left out above {limit} ranks (name it with --strategies to run it)")
+        entry = BY_NAME[name]
+        limit = None if strategies else entry.left_out(collective, topology.num_ranks, simulated=True)
+        if limit is not None:
+            work = "synthesis" if entry.left_out(collective, topology.num_ranks) == limit else "simulation"
+            skipped.append(f"{name}: left out above {limit} ranks, where its {work} takes too long "
+                           f"(name it with --strategies to run it)")
             continue
         if progress:
             progress(f"synthesizing {collective} with {name}")
@@ -111,8 +125,10 @@ def strategy_candidates(topology: Topology, collective: str, root: int = 0, stra
         except SynthesisError as e:
             skipped.append(f"{name}: {str(e).split(': ', 1)[-1] if name in str(e) else e}")
             continue
-        out.append(Candidate(name, r.algorithm, r.routes, "; ".join(r.notes[:1])))
-    return out, skipped
+        candidate = Candidate(name, r.algorithm, r.routes, "; ".join(r.notes[:1]))
+        del r
+        yield candidate
+        del candidate  # resumed: the caller is done with it, not held through the next synthesis
 
 
 def protocol_sweep(algo: Algorithm, topology: Topology, sizes: Sequence[int], protocol: str = "auto",
@@ -150,15 +166,24 @@ def compare(topology: Topology, collective: str = "allreduce", sizes: Sequence[i
 
     fidelity = fidelity or fidelity_for(topology)
     sizes = sorted(set(int(s) for s in sizes))
-    t0 = time.perf_counter()
-    cands, skipped = strategy_candidates(topology, collective, root, strategies, progress)
-    t1, c1 = time.perf_counter(), time.process_time()
+    skipped: list[str] = []
     rows: list[dict] = []
-    for c in cands:
+    synth_seconds = sim_seconds = sim_cpu_seconds = 0.0
+    t0 = time.perf_counter()
+    # each candidate simulated as soon as it is built, then dropped: one algorithm held at a time
+    for c in each_candidate(topology, collective, root, strategies, progress, skipped):
+        t1, c1 = time.perf_counter(), time.process_time()
+        synth_seconds += t1 - t0
         if progress:
             progress(f"simulating {c.name} at {len(sizes)} sizes")
         for r in protocol_sweep(c.algorithm, topology, sizes, protocol, fidelity, c.routes):
             rows.append({"strategy": c.name, **r.row()})
+        del c
+        t0 = time.perf_counter()
+        sim_seconds += t0 - t1
+        sim_cpu_seconds += time.process_time() - c1
+    synth_seconds += time.perf_counter() - t0
+    t1, c1 = time.perf_counter(), time.process_time()
     if baselines and collective in NCCL_COLLECTIVES:
         if progress:
             progress("simulating the NCCL baseline")
@@ -179,9 +204,10 @@ def compare(topology: Topology, collective: str = "allreduce", sizes: Sequence[i
         skipped.append(f"nccl: the NCCL baseline covers {', '.join(NCCL_COLLECTIVES)}, not {collective}")
     if not rows:
         raise SynthesisError(f"nothing to compare for {collective} on {topology.name}: " + "; ".join(skipped))
-    t2, c2 = time.perf_counter(), time.process_time()
-    return Comparison(topology.name, topology.num_ranks, collective, sizes, rows, skipped, t1 - t0, t2 - t1,
-                      c2 - c1)
+    sim_seconds += time.perf_counter() - t1
+    sim_cpu_seconds += time.process_time() - c1
+    return Comparison(topology.name, topology.num_ranks, collective, sizes, rows, skipped, synth_seconds,
+                      sim_seconds, sim_cpu_seconds)
 
 
 def comparison_table(cmp: Comparison) -> str:
