@@ -47,21 +47,51 @@ def oversubscription(world_size: int) -> str | None:
             f"turns on the cores, so timings measure the scheduler")
 
 
+#: where the launcher looks for its ports: below the kernel's ephemeral range, so that no
+#: other process's outgoing connection (or bind to port 0) can take a port between the
+#: moment it is found free and the moment rank 0 listens on it
+LAUNCH_PORTS = range(20000, 32767)
+
+
+def ephemeral_ports() -> range:
+    """The kernel's ephemeral port range (``ip_local_port_range``; Linux's default if unreadable)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+        return range(lo, hi + 1)
+    except (OSError, ValueError):
+        return range(32768, 61000)
+
+
 def free_port_pair() -> int:
-    """A loopback port ``p`` with ``p + 1`` free as well (MASTER_PORT and arborcc's)."""
-    for _ in range(100):
+    """A loopback port ``p`` with ``p + 1`` free as well (MASTER_PORT and arborcc's), outside
+    the ephemeral range where possible (:data:`LAUNCH_PORTS`)."""
+    import random
+
+    ephemeral = ephemeral_ports()
+    candidates = [p for p in random.Random(os.getpid() ^ time.time_ns()).sample(LAUNCH_PORTS, 200)
+                  if p not in ephemeral and p + 1 not in ephemeral]
+    for port in candidates:
+        if all(port_is_free(p) for p in (port, port + 1)):
+            return port
+    for _ in range(100):  # the ephemeral range covers ours: any free pair
         with socket.socket() as a:
             a.bind(("127.0.0.1", 0))
             port = a.getsockname()[1]
-            if port >= 65535:
-                continue
-            try:
-                with socket.socket() as b:
-                    b.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
+        if port < 65535 and all(port_is_free(p) for p in (port, port + 1)):
             return port
     raise CommunicationError("no free pair of loopback ports")
+
+
+def port_is_free(port: int) -> bool:
+    """Whether a listening socket can be bound to ``port`` on loopback now."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def rank_env(rank: int, world_size: int, port: int, base: dict | None = None) -> dict:
