@@ -26,7 +26,9 @@ the same rules and identical results.
 
 For many iterations the run can stop early: short runs measure the steady period and
 the remaining iterations add one period each (:func:`run` with ``window``);
-``docs/simulator.md`` shows how close this comes to simulating every iteration.
+``docs/simulator.md`` shows how close this comes to simulating every iteration. Beyond
+``whole_up_to`` iterations the work is bounded (:data:`MAX_PROBED_STEPS`) whether or
+not the period estimates settle.
 """
 
 from __future__ import annotations
