@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import arborcc.runtime.bench_cli as bench_cli
 from arborcc.cli.main import build_parser, main
 from arborcc.errors import InputError
+from arborcc.sizes import MAX_SIZES
 from arborcc.runtime.bench_protocol import Row, Spec, rows_from_timings
 from arborcc.runtime.bench_report import Machine, json_object, memory_busbw, table
 from arborcc.runtime.membw import CACHE_MULTIPLE, busbw_bound, last_level_cache, min_traffic
@@ -99,7 +100,7 @@ def test_bench_refuses_a_timeout_that_is_not_finite_and_positive(value):
 
 
 def test_bench_refuses_a_step_factor_that_makes_too_many_sizes():
-    with pytest.raises(InputError, match=r"-b/-e/-f: .*more than 4096"):
+    with pytest.raises(InputError, match=rf"-b/-e/-f: .*more than {MAX_SIZES}"):
         request("-b", "1", "-e", "1T", "-f", "1.0001")
 
 

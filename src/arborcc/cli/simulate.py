@@ -189,6 +189,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(f"  {r.size:>12} {r.size // 4:>12} {'float':>6} {'sum':>6} {root:>5} {r.protocol:>7} "
               f"{r.time_us:10.2f} {r.algbw / 1e9:8.2f} {r.busbw / 1e9:8.2f}")
     print(f"# Avg bus bandwidth    : {sum(r.busbw for r in results) / len(results) / 1e9:.4f}")
+    for r in results:
+        if r.unsettled:
+            print(f"# {r.size} B: extrapolated from {r.simulated_iterations:,} of {r.iterations:,} pipeline "
+                  f"iterations whose period did not settle, uncertain by {r.uncertainty:.1%} (the largest "
+                  f"of the last period estimates)")
     if args.critical_path:
         s = last.critical_path.summary()
         print(f"\ncritical path at {last.size} bytes ({last.time_us:.2f} us): launch {s['launch'] * 1e6:.2f} us, "

@@ -26,7 +26,9 @@ the same rules and identical results.
 
 For many iterations the run can stop early: short runs measure the steady period and
 the remaining iterations add one period each (:func:`run` with ``window``);
-``docs/simulator.md`` shows how close this comes to simulating every iteration.
+``docs/simulator.md`` shows how close this comes to simulating every iteration. Beyond
+``whole_up_to`` iterations the work is bounded (:data:`MAX_PROBED_STEPS`) whether or
+not the period estimates settle.
 """
 
 from __future__ import annotations
@@ -56,6 +58,14 @@ EXACTLY = 1e-9
 #: a program whose period estimates did not settle at N iterations is simulated whole,
 #: without probes, at up to this many times N iterations of other slice sizes
 UNSETTLED_REACH = 16
+#: beyond its ``whole_up_to`` iterations a call is never simulated whole: its probes stop
+#: at the longest run of at most this many steps x iterations (but at least three period
+#: estimates: 16 iterations with probes of 2, 4, 8, 16), and the period is extrapolated
+#: from them whether or not the estimates settled. A contended run costs about 25 us per
+#: step x iteration on the 2-core reference machine (DGX-1V trees, 5,414 steps: 32
+#: iterations 4.2 s), so the probes, about twice the longest, stay near 3 s; uncontended
+#: ones are about 40x cheaper
+MAX_PROBED_STEPS = 1 << 16
 #: runs simulated so far, by everything a run depends on but its iteration count
 _RUNS: dict[tuple, tuple] = {}
 #: (program, N) by everything a run depends on but its slice and iteration count: the
@@ -106,7 +116,8 @@ class Piece:
 class EngineResult:
     """``makespan`` in seconds from the first step to the last; ``iterations`` the
     iterations the algorithm runs, ``simulated`` how many were simulated (the rest
-    extrapolated at ``period`` seconds each); ``link_bytes`` payload bytes per link."""
+    extrapolated at ``period`` seconds each); ``link_bytes`` payload bytes per link;
+    ``uncertainty`` how far the extrapolated makespan may be off, relative (below)."""
 
     makespan: float
     iterations: int
@@ -118,6 +129,9 @@ class EngineResult:
     flow_segments: list[tuple[int, float, float, float]] = field(default_factory=list)  #: (link, t0, t1, B/s)
     pieces: list[Piece] = field(default_factory=list)
     tb_finish: list[float] = field(default_factory=list)
+    #: the spread of the last period estimates times the iterations extrapolated, as a
+    #: share of the makespan (0 when every iteration was simulated)
+    uncertainty: float = 0.0
 
 
 def pipelining(chunk_bytes: float, slice_bytes: float) -> tuple[int, float, int]:
@@ -131,7 +145,7 @@ def pipelining(chunk_bytes: float, slice_bytes: float) -> tuple[int, float, int]
 
 
 def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
-        record: bool = False) -> EngineResult:
+        record: bool = False, whole_up_to: int | None = None) -> EngineResult:
     """Simulate ``prog`` (module doc).
 
     With ``window`` = K, runs of K, 2K, 4K, ... iterations are simulated instead of all
@@ -149,6 +163,13 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
     probes would not settle either, and would cost up to as much as the whole run.
     ``None`` (or ``record``, which keeps every flow's rate periods and every piece of
     work for the timeline and the critical path) simulates every iteration.
+
+    ``whole_up_to`` bounds the work: a call of more iterations than that and than the
+    longest probe (:func:`probe_limit`) is never simulated whole - its probes stop at the
+    longest one and the makespan is extrapolated at the largest of the last three
+    estimates (an upper estimate: a prediction that does not favour a candidate whose
+    period could not be pinned down), with their spread over the iterations left as its
+    ``uncertainty``. ``None``: no bound.
     """
     iters, tile, m = pipelining(setup.chunk_bytes, setup.slice_bytes)
     if record:
@@ -163,14 +184,21 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
 
     if window is None or iters <= 4 * window or iters in done:
         return simulated(iters)
+    longest = probe_limit(prog, window)
+    bounded = whole_up_to is not None and iters > max(whole_up_to, longest)
     unsettled = _UNSETTLED.get(family)
-    if unsettled is not None and unsettled[0] is prog and iters <= UNSETTLED_REACH * unsettled[1]:
+    if (not bounded and unsettled is not None and unsettled[0] is prog
+            and iters <= UNSETTLED_REACH * unsettled[1]):
         return simulated(iters)
     probes = [simulated(window)]
     spent, estimates = window, []
 
     def whole() -> EngineResult:
-        """Every iteration simulated, the estimates so far remembered if they did not settle."""
+        """Every iteration simulated, the estimates so far remembered if they did not
+        settle; beyond the bound, the longest probe extrapolated at the largest estimate."""
+        if bounded:
+            recent = estimates[-3:]
+            return _extrapolate(probes[-1], max(recent), iters, max(recent) - min(recent))
         if len(estimates) >= 3 and max(estimates[-3:]) - min(estimates[-3:]) > EXACTLY * estimates[-1]:
             _UNSETTLED[family] = (prog, iters)
             if len(_UNSETTLED) > 64:
@@ -179,7 +207,9 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
 
     while True:
         length = 2 * probes[-1].simulated
-        if spent + length >= iters and length not in done:  # probing would cost more than doing it all
+        if bounded and length > longest:
+            return whole()
+        if not bounded and spent + length >= iters and length not in done:  # probing would cost more
             return whole()
         probes.append(simulated(length))
         spent += length
@@ -193,11 +223,22 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
             if len(estimates) >= 3 or spread <= EXACTLY * q:
                 total = b.makespan + (iters - b.simulated) * q
                 if spread * (iters - b.simulated) <= EXTRAPOLATION_TOLERANCE * total:
-                    return _extrapolate(b, q, iters)
-            if len(estimates) >= 3 and abs(q - estimates[-2]) > UNSTEADY * q:  # far from periodic
+                    return _extrapolate(b, q, iters, spread)
+            if len(estimates) >= 3 and abs(q - estimates[-2]) > UNSTEADY * q and not bounded:  # far from periodic
                 return whole()
         if length >= iters:
             return whole()
+
+
+def probe_limit(prog: CompiledAlgorithm, window: int) -> int:
+    """The longest probe (iterations) of a bounded run (:func:`run`): ``window`` doubled
+    while it stays within :data:`MAX_PROBED_STEPS` steps x iterations, and at least
+    three times (three period estimates)."""
+    most = max(8 * window, MAX_PROBED_STEPS // max(1, prog.num_steps))
+    longest = window
+    while 2 * longest <= most:
+        longest *= 2
+    return longest
 
 
 def _family(prog: CompiledAlgorithm, setup: RunSetup, m: int) -> tuple:
@@ -225,12 +266,14 @@ def forget_runs() -> None:
     _UNSETTLED.clear()
 
 
-def _extrapolate(run: EngineResult, period: float, iters: int) -> EngineResult:
-    """``run`` (of fewer iterations) stretched to ``iters`` at ``period`` per iteration."""
+def _extrapolate(run: EngineResult, period: float, iters: int, spread: float) -> EngineResult:
+    """``run`` (of fewer iterations) stretched to ``iters`` at ``period`` per iteration;
+    ``spread``: how far apart the last period estimates were (seconds)."""
     run.link_bytes = [x * iters / run.simulated for x in run.link_bytes]
     run.makespan += (iters - run.simulated) * period
     run.period = period
     run.iterations = iters
+    run.uncertainty = spread * (iters - run.simulated) / run.makespan if run.makespan > 0 else 0.0
     return run
 
 

@@ -35,6 +35,11 @@ from arborcc.topology.model import GB, Topology
 Routes = Mapping[tuple[int, int, int], tuple[str, ...]]
 #: collectives whose nccl-tests size is the root's whole buffer, n blocks of one rank's
 _ROOT_HOLDS_ALL = ("gather", "scatter")
+#: calls of up to this many bytes are simulated as without a bound on the engine's work;
+#: larger ones need more iterations than the same call at this size and are
+#: extrapolated from at most ``engine.MAX_PROBED_STEPS`` steps x iterations when their
+#: period estimates do not settle (``SimResult.uncertainty``)
+WHOLE_UP_TO_BYTES = 1 << 30
 
 
 @dataclass
@@ -57,6 +62,16 @@ class SimResult:
     link_utilization: dict[tuple[str, str], float]
     critical_path: CriticalPath | None = None
     flow_segments: list[tuple[tuple[str, str], float, float, float]] = field(default_factory=list)
+    #: how far ``makespan`` may be off where iterations were extrapolated, relative: the
+    #: spread of the last period estimates over the iterations extrapolated (0 when every
+    #: iteration was simulated; at most ``engine.EXTRAPOLATION_TOLERANCE`` unless the
+    #: estimates never settled within the engine's bound)
+    uncertainty: float = 0.0
+
+    @property
+    def unsettled(self) -> bool:
+        """Whether the time was extrapolated from period estimates that did not settle."""
+        return self.uncertainty > engine.EXTRAPOLATION_TOLERANCE
 
     @property
     def algbw(self) -> float:
@@ -71,10 +86,14 @@ class SimResult:
         return self.time * 1e6
 
     def row(self) -> dict:
-        """The JSON row the CLI prints (nccl-tests units: us and GB/s)."""
-        return {"size": self.size, "protocol": self.protocol, "instances": self.instances,
-                "time_us": round(self.time_us, 3), "algbw_gbps": round(self.algbw / GB, 4),
-                "busbw_gbps": round(self.busbw / GB, 4)}
+        """The JSON row the CLI prints (nccl-tests units: us and GB/s), with the time's
+        relative ``uncertainty`` where it is above the extrapolation's tolerance."""
+        row = {"size": self.size, "protocol": self.protocol, "instances": self.instances,
+               "time_us": round(self.time_us, 3), "algbw_gbps": round(self.algbw / GB, 4),
+               "busbw_gbps": round(self.busbw / GB, 4)}
+        if self.unsettled:
+            row["uncertainty"] = round(self.uncertainty, 4)
+        return row
 
 
 def bus_factor(collective: str, ranks: int) -> float:
@@ -125,7 +144,8 @@ def simulate(algo: Algorithm, topology: Topology, size: float, protocol: str | N
     fidelity = fidelity or fidelity_for(topology)
     prog = compile_algorithm(algo, topology, routes)
     setup = run_setup(algo, prog, size, proto, fidelity, instances)
-    out = engine.run(prog, setup, None if exact else 2, record)
+    whole_up_to = engine.pipelining(setup.chunk_bytes * WHOLE_UP_TO_BYTES / size, setup.slice_bytes)[0]
+    out = engine.run(prog, setup, None if exact else 2, record, whole_up_to)
     base = proto.base_latency + fidelity.launch_latency
     time = base + out.makespan
     util = {}
@@ -136,7 +156,7 @@ def simulate(algo: Algorithm, topology: Topology, size: float, protocol: str | N
                 for l, a, b, rate in out.flow_segments]
     path = critical_path(prog, out, base) if record else None
     return SimResult(algo.name, algo.collective, algo.num_ranks, int(size), proto.name, instances, time, base,
-                     out.makespan, out.iterations, out.simulated, util, path, segments)
+                     out.makespan, out.iterations, out.simulated, util, path, segments, out.uncertainty)
 
 
 def predict_time(algo: Algorithm, topology: Topology, size: float, protocol: str | None = None,
