@@ -28,7 +28,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from arborcc.errors import InputError
     from arborcc.limits import limit
     from arborcc.runtime.environment import runtime_settings
-    from arborcc.runtime.launch import check_timeout, oversubscription, rank_env, run_script
+    from arborcc.runtime.launch import check_timeout, oversubscription, ranks_environment, run_script
     from arborcc.runtime.plan import Plan
 
     if args.nproc < 1:
@@ -38,7 +38,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.script):
         raise InputError("no such file", source=args.script)
     # the variables every rank will read, and the plan ARBORCC_PLAN names, checked once before any rank starts
-    Plan.load(runtime_settings(rank_env(0, args.nproc, 29500)).plan)
+    Plan.load(runtime_settings(ranks_environment(args.nproc)).plan)
     crowded = oversubscription(args.nproc)
     if crowded:
         warn(crowded)

@@ -104,9 +104,9 @@ def bench_request(args) -> BenchRequest:
                                  ("tune", args.tune or None), ("timeout", min(args.timeout, RANK_TIMEOUT)))
                if v is not None}
     from arborcc.runtime.communicator import Options
-    from arborcc.runtime.launch import rank_env
+    from arborcc.runtime.launch import ranks_environment
 
-    Options.from_env(rank_env(0, ranks, 29500), **options)  # what every rank will read, checked once before
+    Options.from_env(ranks_environment(ranks), **options)  # what every rank will read, checked once before
     spec = Spec(collective=collective, ranks=ranks, sizes=sizes, dtype=args.datatype, op=args.op, root=root,
                 warmup=args.warmup_iters, iters=args.iters, check=bool(args.check), xml=args.xml, options=options,
                 timeout=args.timeout, shared_buffers=args.shared_buffers)

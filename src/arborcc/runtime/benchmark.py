@@ -31,7 +31,7 @@ def check_backend(backend: str, spec: Spec) -> None:
     """Refuse, before any rank starts, a sweep ``backend`` cannot run as ``spec`` asks
     (one line naming the flags)."""
     if backend == "arborcc":
-        from arborcc.runtime.native import MAX_RANKS  # the data plane's own limit (segment_layout.hpp)
+        from arborcc.runtime.environment import MAX_RANKS
 
         if spec.ranks > MAX_RANKS:
             raise InputError(f"{spec.ranks} ranks: arborcc's shared-memory data plane holds at most {MAX_RANKS}",

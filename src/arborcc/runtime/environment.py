@@ -26,16 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from arborcc.errors import InputError
+# the data plane's own limits (segment_layout.hpp): ranks of one communicator, FIFO slots per connection
+from arborcc.runtime.native import MAX_RANKS, MAX_SLOTS
 from arborcc.sizes import MAX_BYTES, format_size, parse_size
 
-#: ranks of one communicator (the data plane's segment has a control block for 64)
-MAX_RANKS = 64
 #: the longest timeout (a socket's timeout must fit the platform's time_t; a year is plenty)
 MAX_TIMEOUT = 365 * 24 * 3600.0
+#: MASTER_PORT when unset (torch.distributed's default)
+DEFAULT_MASTER_PORT = 29500
 #: the longest spin or yield phase of a waiting rank (10 s: longer is sleeping with the CPU busy)
 MAX_WAIT_US = 10_000_000.0
-#: FIFO slots per connection (the data plane's connection record holds 16)
-MAX_SLOTS = 16
 #: channels per pair of ranks (MSCCL's maximum)
 MAX_CHANNELS = 32
 #: the largest FIFO slot, pipeline slice and staging slice (larger changes nothing but the mapping)
@@ -190,7 +190,7 @@ VARIABLES: tuple[Variable, ...] = (
              "torchrun's node rank, part of the machine name the torch backend groups ranks by", reader="torch"),
     Variable("MASTER_ADDR", host_name, "a host name or address; the runtime's own rendezvous: a loopback one",
              "127.0.0.1", "rank 0's address", reader="both"),
-    Variable("MASTER_PORT", port, "1 to 65535; the runtime's own rendezvous: to 65534", "29500",
+    Variable("MASTER_PORT", port, "1 to 65535; the runtime's own rendezvous: to 65534", str(DEFAULT_MASTER_PORT),
              "torch.distributed's store port; the runtime's rendezvous listens on the next one", reader="both"),
     Variable("ARBORCC_MASTER_PORT", port, "1 to 65535", "MASTER_PORT + 1", "the port of the runtime's rendezvous"),
     Variable("ARBORCC_PLAN", existing_path, "an existing file or directory", "(built-in default)",
@@ -283,7 +283,7 @@ class Settings:
         if self.arborcc_master_port is not None:
             listen = self.arborcc_master_port
         else:
-            base = 29500 if self.master_port is None else self.master_port
+            base = DEFAULT_MASTER_PORT if self.master_port is None else self.master_port
             if base >= 65535:
                 raise InputError(f"{base} leaves no port for the runtime's rendezvous (MASTER_PORT + 1); "
                                  "set ARBORCC_MASTER_PORT", source="$MASTER_PORT")

@@ -103,6 +103,14 @@ def rank_env(rank: int, world_size: int, port: int, base: dict | None = None) ->
     return env
 
 
+
+def ranks_environment(world_size: int) -> dict:
+    """The environment every rank of a local launch reads (rank 0's, this process's
+    variables with the launcher's), for checking it once before any rank starts."""
+    from arborcc.runtime.environment import DEFAULT_MASTER_PORT
+
+    return rank_env(0, world_size, DEFAULT_MASTER_PORT)
+
 def _stop(procs: list, grace: float = 2.0) -> None:
     for p in procs:
         if p.poll() is None:
