@@ -2,9 +2,10 @@
 
 Every package of arborcc with a ``csrc`` folder gets one extension module named
 ``arborcc.<package>.native``, built from every .cpp file in that folder (bindings.cpp
-holds the module): ``runtime`` (the shared-memory data plane), ``compiler`` (the
-per-instruction passes), ``verify`` (the structure, pieces and symbolic runs) and
-``synth`` (the packing's arborescence). No
+holds the module), five of them: ``runtime`` (the shared-memory data plane),
+``compiler`` (the per-instruction passes), ``lang`` (the DSL's bulk copy and broadcast
+traces), ``verify`` (the structure, pieces and symbolic runs) and ``synth`` (the
+packing's routes, arborescence oracle, rounding and orbits). No
 ``-march=native``: vector kernels carry per-function target attributes and pick them at
 run time (see runtime/csrc/kernels.cpp). The .cpp files compile in parallel, one job per
 CPU (``ARBORCC_BUILD_JOBS`` sets the number)."""
