@@ -10,7 +10,7 @@ bandwidth model against the bound (and whether the bound is the exact optimum), 
 the verifier proves it correct, whether it fits the dialect's runtime limits, its IR
 steps and the peak memory of the process. Every cell runs in its own process.
 
-Targets (issue 15): under 60 s at 128 nodes and under 10 s at 16 nodes, verified, algbw at
+Targets: under 60 s at 128 nodes and under 10 s at 16 nodes, verified, algbw at
 least 95% of the exact bound (99% where the topology is symmetric, as these clusters
 are), memory under 4 GB at 1024 GPUs.
 

@@ -3,7 +3,7 @@ every strategy ``compare`` runs, and memory against the number of steps.
 
     .venv/bin/python benchmarks/sim_performance.py [--repeat 3] [--skip-1024 | --only-1024]
 
-Targets (issue 14): the 1024-rank ring in under 5 s, the 8-GPU sweep (8 B to 1 GB,
+Targets: the 1024-rank ring in under 5 s, the 8-GPU sweep (8 B to 1 GB,
 factor 2) in under 2 s, memory linear in steps. The machine is shared and noisy, so
 every timing is a median of ``--repeat`` runs and is printed next to a fixed reference
 workload (a pure-Python heap loop of 2 million push/pop pairs, the simulator's own

@@ -1,6 +1,6 @@
 """Start-up time of the ``arborcc`` command, against a bare interpreter in the same run.
 
-Targets (issue 9): ``arborcc --help`` under 0.25 s and ``arborcc compile ring-allreduce
+Targets: ``arborcc --help`` under 0.25 s and ``arborcc compile ring-allreduce
 --ranks 128 --dialect legacy -o r.xml`` under 0.8 s wall, medians of 5 runs. Each run is
 a fresh process; the baseline rows (``python -c pass``, ``python -c "import numpy"``) show
 what the machine gives any Python program right now, so a slow row on a busy machine can

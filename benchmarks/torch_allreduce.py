@@ -47,7 +47,7 @@ the reductions, no algorithm, no result); with the CPU time per call
 of each process (all threads), which decides on an idle machine where 4 ranks share 2
 cores.
 
-Targets (issue 13): arborcc >= 10x gloo's busbw from 64 KB to 1 MB and >= 1.2x from
+Targets: arborcc >= 10x gloo's busbw from 64 KB to 1 MB and >= 1.2x from
 16 MB up; arborcc's time <= 1.3x the raw runtime's at every size; two hosts: the
 backend (and the executor) no slower than gloo at 64 MB. The machine is shared:
 compare within one run and rerun when other work was running (load shown). ``--runs K``

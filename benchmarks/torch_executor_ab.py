@@ -7,10 +7,10 @@ default all-reduce over one gloo group of all 4 ranks.
                                                      [--tile-bytes 4M]
 
 The other executor is ``src/arborcc/torch/executor.py`` as of ``--against`` (default:
-session 9's executor on a schedule fixed before the call, with its
+3ba9240, an executor on a schedule fixed before the call, with its
 ``arborcc/torch/schedule.py``), read with ``git show`` into a temporary directory and
 imported from there (the schedule module under its own name, which that executor
-imports); it must run on today's other ``arborcc`` modules. ``--tile-bytes`` sets the
+imports); it must run on this checkout's other ``arborcc`` modules. ``--tile-bytes`` sets the
 other executor's tile size. Per round every way is timed as the two-host table times it (a
 barrier, one call; 1 warm-up call and 3 samples, the slowest rank's sample counts) in
 an order rotated each round; the table shows per way the median over rounds of each

@@ -86,7 +86,7 @@ def test_synth_inplace_writes_a_file_verified_in_place(tmp_path, capsys):
 
 
 def test_synth_inplace_refused_when_the_verifier_cannot_prove_it(tmp_path, capsys):
-    # (the trees all-gather is proved in place since session 7; the trees broadcast is not)
+    # (the trees all-gather is proved in place; the trees broadcast is not)
     out = tmp_path / "broadcast.xml"
     assert main(["synth", "--machine", "dgx1v", "--gpus", "1,4,5,6", "--collective", "broadcast",
                  "--strategy", "trees", "--inplace", "-o", str(out)]) == 2

@@ -1,4 +1,4 @@
-"""Every command and code block of README.md and docs/ runs as written (issue 11).
+"""Every command and code block of README.md and docs/ runs as written.
 
 The steps are read from the Markdown when the tests are collected
 (:mod:`docblocks`), so a doc added or changed later is covered without touching this

@@ -40,8 +40,8 @@ def test_dgx1v_allreduce_is_pipelined_and_fused():
 
 @pytest.mark.parametrize("gpus", [("0", "1", "2", "6"), ("0", "3", "6", "7"), ("0", "1", "2", "3", "4")])
 def test_allocations_that_deadlocked_at_large_sizes_are_free_of_deadlock(gpus):
-    """Session 4: these all-reduces deadlocked in the simulator from 64 MiB on (steps of
-    more pieces than FIFO slots) while the message-level verifier passed them."""
+    """These all-reduces are where steps of more pieces than FIFO slots deadlock from 64 MiB
+    on, which a message-level check alone does not see."""
     topo = induced(build_machine("dgx1v"), [f"gpu{g}" for g in gpus])
     algo = synthesize(topo, "allreduce", "trees", 0).algorithm
     assert deadlock_free(algo)
@@ -108,8 +108,8 @@ def test_trees_on_their_own_connections_verify_and_execute(gpus, collective):
 
 def test_simulated_broadcast_reaches_its_packing_rate():
     """DGX-1V GPUs 0-3, 500 MiB: with one thread block per tree and connection the trees
-    run side by side (session 6: 0.45 of the attainable rate when the compiler put two
-    trees on one thread block, which moved one tree's every round before the other's)."""
+    run side by side (two trees on one thread block would move one tree's every round before
+    the other's: 0.45 of the attainable rate)."""
     from arborcc.sim.bandwidth import attainable_algbw, steady_state_bandwidth
     from arborcc.sim.fidelity import fidelity_for
     from arborcc.sim.simulate import simulate
@@ -144,8 +144,8 @@ def test_heavy_trees_are_cut_into_copies_in_proportion_to_their_counts():
 def test_when_not_every_tree_fits_the_heaviest_get_their_own_connections():
     """DGX-1V, 8 GPUs, all-reduce (37 trees, about 92 thread blocks per rank on their own
     connections): the heaviest trees apart, the light ones on a few shared channels, within
-    the runtimes' limits; simulated at 0.77 of the attainable rate in session 6 (0.61 with
-    the spread over 8 channels that fitted before)."""
+    the runtimes' limits (simulated at about 0.78 of the attainable rate, where a spread over
+    8 channels reaches 0.61)."""
     from arborcc.ir.limits import check_dialect_limits
     from arborcc.sim.bandwidth import attainable_algbw, steady_state_bandwidth
     from arborcc.sim.fidelity import fidelity_for
