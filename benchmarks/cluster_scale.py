@@ -301,7 +301,7 @@ def _scale_line(row: dict) -> str:
 
 
 def print_targets(rows: list[dict]) -> None:
-    print("\ntargets (issue 15): < 60 s at 128 nodes, < 10 s at 16 nodes, verified, algbw >= 99% of the bound "
+    print("\ntargets: < 60 s at 128 nodes, < 10 s at 16 nodes, verified, algbw >= 99% of the bound "
           "(symmetric clusters), memory < 4 GB")
     for nodes, limit in ((16, 10.0), (128, 60.0)):
         cells = [r for r in rows if r["nodes"] == nodes]

@@ -1,4 +1,4 @@
-"""Fuzzing every reader (issue 11): random mutations of valid files end in a result or
+"""Fuzzing every reader: random mutations of valid files end in a result or
 in one line naming the input - never another exception, a hang or gigabytes.
 
 Each example mutates a valid sample (hostile numbers, aliases, brackets, deleted and

@@ -200,7 +200,7 @@ def _store_rank():
 
 
 def test_join_through_a_torch_store():
-    """How a torch.distributed backend (issue 13) joins: through the store it is given."""
+    """How a torch.distributed backend joins: through the store it is given."""
     pytest.importorskip("torch")
     for x in run_ranks(_store_rank, 3, timeout=120):
         assert x == [6.0] * 10

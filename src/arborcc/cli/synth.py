@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 #: the largest synthesis docs/synthesis.md measures (128 nodes x 8 GPUs, its slowest
 #: collective and its peak memory): what a larger request is estimated against
-MEASURED_RANKS, MEASURED_SECONDS, MEASURED_GB = 1024, 46, 1.7
+MEASURED_RANKS, MEASURED_SECONDS, MEASURED_GB = 1024, 10.2, 1.5
 
 
 def _progress(message: str) -> None:
