@@ -66,12 +66,6 @@ def test_console_script_reports_errors_without_traceback():
     assert p.returncode == 2 and "Traceback" not in p.stderr and "--gpus" in p.stderr
 
 
-def test_demo_runs_on_the_default(capsys):
-    assert main(["demo"]) == 0
-    out = capsys.readouterr().out
-    assert "dgx1v[1,4,5,6]" in out and "46 classes" in out
-
-
 @pytest.mark.parametrize("suffix", [".yaml", ".json", ".xml"])
 def test_export_then_read_back_gives_the_same_topology(tmp_path, capsys, suffix):
     path = tmp_path / f"a100{suffix}"

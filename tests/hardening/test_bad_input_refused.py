@@ -203,7 +203,11 @@ def test_demo_json_is_one_object_and_leaves_nothing_behind(tmp_path):
     work.mkdir()
     run = arborcc("demo", "--json", cwd=work, env={"TMPDIR": str(tmp)}, seconds=DEMO_SECONDS, address_space=None)
     assert run.code == 0, run.err[-2000:]
-    assert {"topology", "allocation", "best", "winner"} <= set(json.loads(run.out))
+    report = json.loads(run.out)
+    assert {"topology", "allocation", "best", "winner"} <= set(report)
+    # the embedded default: DGX-1V, the allocation 1,4,5,6, its 46 classes; the winner verified and run
+    assert report["allocation"]["name"] == "dgx1v[1,4,5,6]" and report["classes"]["count"] == 46
+    assert report["winner"]["verified"] and report["winner"]["max_error"] < 1e-6
     assert list(tmp.iterdir()) == [] and list(work.iterdir()) == []
     within_budget(run)
 
