@@ -3,6 +3,8 @@
 import copy
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from support.algorithms import allpairs_allreduce, ring_allreduce
 from arborcc.ir.limits import DIALECTS, EXECUTOR, LEGACY, check_dialect_limits
@@ -154,7 +156,8 @@ def test_remembered_answers_are_per_algorithm_object_and_per_block(monkeypatch):
     assert calls == ["executor", "executor", "legacy", "executor"]
 
 
-@pytest.mark.parametrize("seed", range(30))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
 def test_the_plain_steps_screen_changes_no_answer(seed, monkeypatch):
     """check_dialect_limits skips the step rules when no step can break one (no nop, no
     reduction, every type and count accepted); with steps changed at random to nops,

@@ -9,6 +9,8 @@ section 5) answer.
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from arborcc.verify.memory import RankMemory
 from arborcc.verify.postconditions import expected_runs
@@ -50,7 +52,8 @@ def random_runs(rng, total):
     return runs
 
 
-@pytest.mark.parametrize("seed", range(200))
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
 def test_run_operations_match_slot_by_slot_values(seed):
     rng = random.Random(seed)
     total = rng.randint(1, 12)
@@ -129,7 +132,8 @@ def first_seen(pairs):
     return out
 
 
-@pytest.mark.parametrize("seed", range(150))
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
 def test_segments_find_what_slots_find(seed):
     rng = random.Random(seed)
     start, size = rng.randrange(5), rng.randint(1, 20)
@@ -165,7 +169,8 @@ def test_segments_find_what_slots_find(seed):
     assert got_values == ref.mem[lo - start:hi - start] and got_writers == ref.last[lo - start:hi - start]
 
 
-@pytest.mark.parametrize("seed", range(60))
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
 def test_known_steps_are_the_dependency_paths(seed):
     """known/ordered_locally against a search over program order and dependencies."""
     rng = random.Random(seed)
