@@ -157,7 +157,7 @@ class NameServer:
             selector.register(server, selectors.EVENT_READ)
             while len(self.conns) < where.world_size - 1:
                 now = time.monotonic()
-                for conn in [c for c, p in pending.items() if p.deadline <= now]:
+                for conn in [c for c, p in pending.items() if p.deadline <= now]:  # all of them at the deadline
                     self._refuse(selector, pending, conn, SILENT)
                 if now >= self.deadline:
                     error = self.missing()  # before anything is closed
