@@ -280,19 +280,62 @@ def test_ranks_started_by_hand_without_an_identity_still_meet():
 
 
 def test_another_program_on_the_port_is_named():
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(1)
-
-        def answer() -> None:
-            conn, _ = server.accept()
-            conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
-            conn.close()
-
-        threading.Thread(target=answer, daemon=True).start()
+    server, thread = serve_once(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    with server:
         where = LaunchEnv(1, 2, 1, "127.0.0.1", server.getsockname()[1], b"ours")
         with pytest.raises(CommunicationError, match=r"^rank 1: 127\.0\.0\.1:\d+ is not an arborcc rendezvous"):
             fetch_name(where, 30)
+        thread.join(HARD_TIMEOUT)
+
+
+def serve_once(reply: bytes) -> tuple[socket.socket, threading.Thread]:
+    """A listening socket whose first connection gets ``reply``, then is closed."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        conn.sendall(reply)
+        conn.close()
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    return server, thread
+
+
+def test_a_rank_0_of_another_rendezvous_version_is_named():
+    server, thread = serve_once(GREETING.pack(MAGIC, VERSION + 1, bytes(16)))
+    with server:
+        where = LaunchEnv(1, 2, 1, "127.0.0.1", server.getsockname()[1], b"ours")
+        with pytest.raises(CommunicationError, match=rf"^rank 1: rank 0 at 127\.0\.0\.1:\d+ speaks rendezvous "
+                                                     rf"version {VERSION + 1}, this rank {VERSION} "):
+            fetch_name(where, 30)
+        thread.join(HARD_TIMEOUT)
+
+
+def test_a_rank_whose_rank_0_never_listens_says_so_after_its_timeout():
+    port = free_port_pair() + 1  # nothing listens there
+    with pytest.raises(CommunicationError, match=rf"^rank 1: rank 0 did not answer at 127\.0\.0\.1:{port} within "
+                                                 r"0\.3 s \(Connection refused\)$"):
+        fetch_name(LaunchEnv(1, 2, 1, "127.0.0.1", port, b"ours"), 0.3)
+
+
+def test_an_admitted_rank_that_leaves_frees_its_rank():
+    rdv = Rendezvous(3)
+    with socket.create_connection(("127.0.0.1", rdv.port), timeout=HARD_TIMEOUT) as gone:
+        _, _, nonce = GREETING.unpack(gone.recv(GREETING.size, socket.MSG_WAITALL))
+        gone.sendall(HELLO.pack(MAGIC, VERSION, 1, 3, proof(b"ours", nonce, 1, 3)))
+        deadline = time.monotonic() + HARD_TIMEOUT
+        while 1 not in rdv.server.conns:  # admitted as rank 1 ...
+            assert time.monotonic() < deadline and rdv.thread.is_alive(), rdv.error
+            time.sleep(0.01)
+    while 1 in rdv.server.conns:  # ... and freed when it closes
+        assert time.monotonic() < deadline and rdv.thread.is_alive(), rdv.error
+        time.sleep(0.01)
+    got = [rdv.join(1), rdv.join(2)]  # the rank's next process is admitted in its place
+    rdv.finish()
+    assert rdv.error is None and got == [["/arborcc-name"]] * 2
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
