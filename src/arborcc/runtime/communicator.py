@@ -52,7 +52,7 @@ from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.lowering import LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
 from arborcc.runtime.miad import MIADTuner
 from arborcc.runtime.plan import DEFAULT_STAGED_BYTES, Choice, Plan, call_bytes, fallback_algorithm, require_verified
-from arborcc.runtime.rendezvous import LaunchEnv, NameServer, fetch_name
+from arborcc.runtime.rendezvous import LaunchEnv, NameServer, fetch_name, job_identity
 from arborcc.runtime.windows import SharedArrays
 from arborcc.sizes import format_size
 
@@ -219,14 +219,16 @@ class Communicator:
         plan, when None, is ``ARBORCC_PLAN``'s (:meth:`Plan.load`). Every variable is checked
         first (:mod:`arborcc.runtime.environment`)."""
         settings = runtime_settings(env)
-        where = LaunchEnv(*settings.local_launch())
+        where = LaunchEnv(*settings.local_launch(),
+                          identity=job_identity(settings.job_secret, settings.run_id, settings.restart_count))
         opts = Options.from_settings(settings, **options)
         configure_debug_logging(env)
         return cls.create(where, plan if plan is not None else Plan.load(settings.plan), opts)
 
     @classmethod
     def create(cls, where: LaunchEnv, plan: Plan | None = None, options: Options | None = None) -> "Communicator":
-        """Rendezvous at ``where`` (rank 0 creates the segment, the others attach)."""
+        """Rendezvous at ``where`` (:mod:`arborcc.runtime.rendezvous`: only ranks that
+        prove ``where.identity`` are admitted; rank 0 creates the segment, the others attach)."""
         options = options or Options()
         check_start(where.world_size, options, "$WORLD_SIZE")
         name = None
@@ -234,12 +236,14 @@ class Communicator:
             if where.rank == 0:
                 server = NameServer(where, options.timeout)
                 server.accept()
-                remove_stale_segments()
-                name = f"/{SEGMENT_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
                 try:
+                    remove_stale_segments()
+                    name = f"/{SEGMENT_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
                     comm = cls(0, where.world_size, name, True, options, plan)
-                finally:
-                    server.send(name)
+                except BaseException as e:
+                    server.give_up(str(e).removeprefix("rank 0: ") or type(e).__name__)
+                    raise
+                server.send(name)
             else:
                 name = fetch_name(where, options.timeout)
                 comm = cls(where.rank, where.world_size, name, False, options, plan)

@@ -11,7 +11,9 @@ Sizes are written as everywhere in arborcc (:mod:`arborcc.sizes`: ``4096``, ``64
 ``1.5M``); switches as ``1``/``0``, ``true``/``false``, ``yes``/``no``, ``on``/``off``.
 
 The runtime's own rendezvous (:meth:`Settings.local_launch`) further needs ``RANK`` and
-``WORLD_SIZE``, a loopback ``MASTER_ADDR`` and a free port above ``MASTER_PORT``;
+``WORLD_SIZE``, a loopback ``MASTER_ADDR`` and a free port above ``MASTER_PORT``, and
+takes the job's identity from ``ARBORCC_JOB_SECRET`` or torchrun's ``TORCHELASTIC_RUN_ID``
+and ``TORCHELASTIC_RESTART_COUNT`` (:func:`arborcc.runtime.rendezvous.job_identity`);
 torch.distributed reads those itself and only needs them well formed.
 """
 
@@ -50,6 +52,8 @@ MIN_STAGED_SLICE_BYTES = 4096
 MAX_SEGMENT_BYTES = 1 << 46
 #: the most worker threads per rank
 MAX_WORKERS = 1024
+#: the longest job secret or torchrun run id (the job's identity in the rendezvous)
+MAX_IDENTITY_CHARS = 1024
 
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
@@ -147,6 +151,21 @@ def existing_path(raw: str, source: str) -> str:
     return raw
 
 
+def job_secret(raw: str, source: str) -> str:
+    text = raw.strip()  # never quoted back: it is a secret
+    if len(text) > MAX_IDENTITY_CHARS or not text.isprintable() or any(c.isspace() for c in text):
+        raise InputError(f"not a job secret: {len(text)} characters, at most {MAX_IDENTITY_CHARS} printable ones "
+                         "without spaces", source=source)
+    return text
+
+
+def run_id(raw: str, source: str) -> str:
+    text = raw.strip()
+    if len(text) > MAX_IDENTITY_CHARS or not text.isprintable():
+        raise InputError(f"{raw!r} is not a run id (at most {MAX_IDENTITY_CHARS} printable characters)", source=source)
+    return text
+
+
 def debug_value(raw: str, source: str) -> str:
     return raw.strip()  # any value turns debugging on (arborcc.debuglog)
 
@@ -193,6 +212,15 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("MASTER_PORT", port, "1 to 65535; the runtime's own rendezvous: to 65534", str(DEFAULT_MASTER_PORT),
              "torch.distributed's store port; the runtime's rendezvous listens on the next one", reader="both"),
     Variable("ARBORCC_MASTER_PORT", port, "1 to 65535", "MASTER_PORT + 1", "the port of the runtime's rendezvous"),
+    Variable("ARBORCC_JOB_SECRET", job_secret, f"up to {MAX_IDENTITY_CHARS} printable characters, no spaces",
+             "(none; `arborcc run` sets a random one)",
+             "the job's identity in the runtime's rendezvous, the same on every rank; a rank that cannot prove it is "
+             "refused (see \"Faults\")"),
+    Variable("TORCHELASTIC_RUN_ID", run_id, f"up to {MAX_IDENTITY_CHARS} printable characters", "none",
+             "torchrun's run id: with TORCHELASTIC_RESTART_COUNT, the job's identity when ARBORCC_JOB_SECRET is unset "
+             "(`none`: no identity)"),
+    Variable("TORCHELASTIC_RESTART_COUNT", integer_in(0, 2**31 - 1, "torchrun's restarts so far"), "0 or more", "0",
+             "torchrun's restarts so far: a restarted job's ranks never join the one before"),
     Variable("ARBORCC_PLAN", existing_path, "an existing file or directory", "(built-in default)",
              "which algorithm each call runs: an MSCCL XML or arborcc JSON file, a directory of them, or a "
              "directory `arborcc tune -o` wrote (read through its plan.json)", reader="both"),
@@ -256,6 +284,9 @@ class Settings:
     master_addr: str | None = None
     master_port: int | None = None
     arborcc_master_port: int | None = None
+    job_secret: str | None = None  #: ARBORCC_JOB_SECRET
+    run_id: str | None = None  #: TORCHELASTIC_RUN_ID
+    restart_count: int | None = None  #: TORCHELASTIC_RESTART_COUNT
     plan: str | None = None  #: ARBORCC_PLAN
     host: str | None = None  #: ARBORCC_HOST
     topology: str | None = None  #: ARBORCC_TOPOLOGY
@@ -294,7 +325,9 @@ class Settings:
 
 FIELDS = {"RANK": "rank", "WORLD_SIZE": "world_size", "LOCAL_RANK": "local_rank",
           "LOCAL_WORLD_SIZE": "local_world_size", "GROUP_RANK": "group_rank", "MASTER_ADDR": "master_addr",
-          "MASTER_PORT": "master_port", "ARBORCC_MASTER_PORT": "arborcc_master_port", "ARBORCC_PLAN": "plan",
+          "MASTER_PORT": "master_port", "ARBORCC_MASTER_PORT": "arborcc_master_port",
+          "ARBORCC_JOB_SECRET": "job_secret", "TORCHELASTIC_RUN_ID": "run_id",
+          "TORCHELASTIC_RESTART_COUNT": "restart_count", "ARBORCC_PLAN": "plan",
           "ARBORCC_HOST": "host", "ARBORCC_TOPOLOGY": "topology", "ARBORCC_DEBUG": "debug"}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -94,13 +95,24 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def rank_env(rank: int, world_size: int, port: int, base: dict | None = None) -> dict:
-    """torchrun's variables for ``rank`` (on top of ``base``, default this environment)."""
+def rank_env(rank: int, world_size: int, port: int, base: dict | None = None, secret: str | None = None) -> dict:
+    """torchrun's variables for ``rank`` (on top of ``base``, default this environment),
+    and the launch's job secret (``ARBORCC_JOB_SECRET``: :func:`job_secret`; None: none,
+    not even one ``base`` has)."""
     env = dict(os.environ if base is None else base)
     env.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
                GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     env.pop("ARBORCC_MASTER_PORT", None)
+    env.pop("ARBORCC_JOB_SECRET", None)
+    if secret is not None:
+        env["ARBORCC_JOB_SECRET"] = secret
     return env
+
+
+def job_secret() -> str:
+    """A new random secret for one launch: its ranks prove it in the rendezvous
+    (:mod:`arborcc.runtime.rendezvous`), so no other job's rank joins them."""
+    return secrets.token_hex(16)
 
 
 
@@ -134,8 +146,8 @@ def run_script(world_size: int, argv: list[str], timeout: float | None = None) -
     status (0 if all succeed). When a rank fails, the others are stopped as soon as they
     have all ended, or after :data:`FAILURE_GRACE` seconds (or the timeout) at most. The
     caller (``arborcc run``) has checked ``world_size`` and ``timeout``."""
-    port = free_port_pair()
-    procs = [subprocess.Popen([sys.executable, *argv], env=rank_env(r, world_size, port))
+    port, secret = free_port_pair(), job_secret()
+    procs = [subprocess.Popen([sys.executable, *argv], env=rank_env(r, world_size, port, secret=secret))
              for r in range(world_size)]
     deadline = None if timeout is None else time.monotonic() + timeout
     status = 0
@@ -165,8 +177,8 @@ def run_script(world_size: int, argv: list[str], timeout: float | None = None) -
     return status if status >= 0 else 128 - status
 
 
-def _child(fn, rank: int, world_size: int, port: int, args: tuple, queue) -> None:
-    os.environ.update(rank_env(rank, world_size, port, {}))
+def _child(fn, rank: int, world_size: int, port: int, secret: str, args: tuple, queue) -> None:
+    os.environ.update(rank_env(rank, world_size, port, {}, secret))
     try:
         result = fn(*args)
         queue.put((rank, True, result))
@@ -183,8 +195,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, args: tuple = (), timeout
     limit("local-ranks").check(world_size, "-n", what="local ranks")
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
-    port = free_port_pair()
-    procs = [ctx.Process(target=_child, args=(fn, r, world_size, port, args, queue), daemon=True)
+    port, secret = free_port_pair(), job_secret()
+    procs = [ctx.Process(target=_child, args=(fn, r, world_size, port, secret, args, queue), daemon=True)
              for r in range(world_size)]
     for p in procs:
         p.start()
