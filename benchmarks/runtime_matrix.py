@@ -33,6 +33,7 @@ from dataclasses import asdict
 from arborcc.errors import ArborccError, InputError
 from arborcc.runtime.bench_protocol import Spec
 from arborcc.runtime.benchmark import check_backend, run_backend
+from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.launch import available_cpus, oversubscription
 from arborcc.sizes import format_size, parse_factor, size_argument, sweep
 
@@ -166,7 +167,10 @@ def run(args: argparse.Namespace) -> int:
             rows = []
             for backend in BACKENDS:
                 print(f"# {c} on {n} ranks: {backend} ...", file=sys.stderr, flush=True)
-                rows += run_backend(backend, specs[(c, n)])
+                try:
+                    rows += run_backend(backend, specs[(c, n)])
+                except CommunicationError as e:  # a sweep whose ranks failed: the matrix goes on
+                    failed.append(f"{backend} {c} {n} ranks: {e}")
             results[(c, n)] = rows
             failed += [f"{r.backend} {c} {n} ranks {format_size(r.requested)}: {r.note}" for r in rows if r.failed]
             failed += [f"{r.backend} {c} {n} ranks {format_size(r.requested)}: {r.wrong} wrong values"
