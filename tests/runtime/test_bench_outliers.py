@@ -6,7 +6,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from dataclasses import asdict
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pytest import approx
 from unittest import mock
 
@@ -75,3 +78,19 @@ def test_bench_json_rows_carry_p99_and_max():
         assert main(["bench", "-b", "4K", "-e", "16K", "--json", "--no-membw"]) == 0
     for row in json.loads(out.getvalue())["results"]:
         assert row["time_us"] == approx(10.0) and row["max_us"] == approx(1000.0) and 10.0 < row["p99_us"] <= 1000.0
+
+
+@settings(max_examples=80, deadline=None)
+@given(ranks=st.integers(1, 16), iters=st.integers(1, 30), data=st.data())
+def test_any_call_times_give_ordered_finite_columns_or_a_failed_row(ranks, iters, data):
+    """Median <= p99 <= max, all finite, for any times the ranks report; a row whose median
+    is not a positive time fails instead (the JSON never holds NaN)."""
+    spec = Spec(ranks=ranks, sizes=[4096], iters=iters)
+    times = st.lists(st.floats(0.0, 10.0, allow_nan=False), min_size=iters, max_size=iters)
+    per_rank = [{f"4096:{m}": {"times": data.draw(times), "wrong": 0} for m in (0, 1)} for _ in range(ranks)]
+    for row in rows_from_timings("arborcc", spec, per_rank):
+        json.dumps(asdict(row), allow_nan=False)
+        if row.failed:
+            assert row.time_us is None and row.max_us is None
+        else:
+            assert 0 < row.time_us <= row.p99_us * (1 + 1e-12) and row.p99_us <= row.max_us
