@@ -296,5 +296,7 @@ def rank_placement(layout: CpuLayout, world_size: int, allowed: Sequence[int] | 
 
 
 def this_machine_placement(world_size: int, root: str | os.PathLike = SYSTEM_ROOT) -> RankPlacement:
-    """:func:`rank_placement` of this machine's layout over this process's CPU affinity."""
+    """:func:`rank_placement` of this machine's layout over this process's CPU affinity.
+    (The runtime pins only when that affinity is not restricted; under ``taskset`` or a
+    cpuset its ranks float over these CPUs, and this is where pinning would put them.)"""
     return rank_placement(read_cpu_layout(root), world_size, sorted(os.sched_getaffinity(0)))
