@@ -208,3 +208,42 @@ def test_any_file_content_gives_a_layout_or_one_error(tmp_path_factory, damage):
     assert layout.cpus and all(c.socket >= 0 for c in layout.cpus)
     placement = rank_placement(layout, 8)
     assert sorted(r for g in placement.socket_groups for r in g) == list(range(8))
+
+
+def test_topo_show_detect_prints_the_cpus_then_the_detected_gpus(tmp_path, capsys, monkeypatch):
+    from arborcc.topology import detect
+    from arborcc.topology.machines import build_machine
+
+    monkeypatch.setattr(detect, "detect_topology", lambda: build_machine("dgx1v"))
+    root = write_sysfs(tmp_path)
+    assert main(["topo", "show", "--detect", "--sysfs-root", str(root), "--gpus", "0,1"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("CPUs (sysfs ") < out.index(": 2 GPUs, ") and "none detected" not in out
+    assert main(["topo", "show", "--detect", "--sysfs-root", str(root), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert len(result["gpus"]) == 8 and result["cpus"]["cpus"] == 8 and result["gpus_not_detected"] is None
+
+
+@pytest.mark.parametrize("failure", [TopologyError("NVML could not be initialised (no driver)"),
+                                     TopologyError("NVML reports no GPU", source="NVML")])
+def test_topo_show_detect_without_gpus_says_why_and_asking_for_gpus_is_refused(tmp_path, capsys, monkeypatch,
+                                                                               failure):
+    from arborcc.topology import detect
+
+    def no_gpus():
+        raise failure
+
+    monkeypatch.setattr(detect, "detect_topology", no_gpus)
+    root = write_sysfs(tmp_path)
+    assert main(["topo", "show", "--detect", "--sysfs-root", str(root)]) == 0
+    assert f"GPUs (NVML): none detected: {failure}" in capsys.readouterr().out
+    assert main(["topo", "show", "--detect", "--sysfs-root", str(root), "--gpus", "0,1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "NVML" in err
+
+
+def test_topo_show_detect_still_refuses_flags_that_do_not_go_with_it(tmp_path, capsys):
+    root = write_sysfs(tmp_path)
+    assert main(["topo", "show", "--detect", "--sysfs-root", str(root), "--nodes", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--nodes" in err
