@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                            description="The link matrix (like nvidia-smi topo -m; left out above the "
                                        "matrix-gpus limit, see docs/limits.md) and the link table.")
     add_topology_arguments(show)
+    show.add_argument("--sysfs-root", metavar="DIR",
+                      help="with --detect: read the CPUs from DIR/cpu and DIR/node instead of /sys/devices/system "
+                           "(a copy of it, or a tree written by hand)")
     show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(func=cmd_show)
 
@@ -50,20 +53,80 @@ def register(sub: argparse._SubParsersAction) -> None:
     export.set_defaults(func=cmd_export)
 
 
+def _detected_gpus(args: argparse.Namespace):
+    """(the GPU topology, None), or (None, why no GPU was detected) when NVML is missing or
+    finds none and no ``--gpus`` asks for some; errors of the flags stay errors."""
+    from arborcc.errors import MissingDependencyError, TopologyError
+    from arborcc.topology.detect import SOURCE
+
+    try:
+        return topology_from_args(args), None
+    except (MissingDependencyError, TopologyError) as e:
+        detection = isinstance(e, MissingDependencyError) or e.source in (None, SOURCE)
+        if not detection or args.gpus is not None:
+            raise
+        return None, str(e)
+
+
+def _cpu_layout_text(layout, root: str) -> str:
+    from arborcc.topology.cpus import format_cpu_list
+
+    def plural(n: int, word: str) -> str:
+        return f"{n} {word}{'' if n == 1 else 's'}"
+
+    cache = f"L{layout.cache_level}" if layout.cache_level else "last-level cache"
+    size = f" of {layout.cache_bytes / 2**20:g} MB" if layout.cache_bytes else ""
+    threads = sorted({len(v) for v in layout.cores.values()})
+    lines = [f"CPUs (sysfs {root}): {plural(len(layout.cpus), 'online CPU')}, {plural(len(layout.cores), 'core')} "
+             f"({'/'.join(map(str, threads))} thread{'' if threads == [1] else 's'} each), "
+             f"{plural(len(layout.sockets), 'socket')}, {plural(len(layout.numa_nodes), 'NUMA node')}, "
+             + (f"{plural(len(layout.cache_domains), cache + ' domain')}{size}" if layout.cache_domains
+                else "cache domains unknown")]
+    for title, groups in (("socket", layout.sockets), ("NUMA node", layout.numa_nodes),
+                          (f"{cache} domain", layout.cache_domains)):
+        for key, cpus in groups.items():
+            lines.append(f"  {title} {key}: CPUs {format_cpu_list(cpus)}")
+    lines += [f"  not in sysfs: {m}" for m in layout.missing]
+    return "\n".join(lines)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from arborcc.cli.output import print_json
     from arborcc.limits import limit
     from arborcc.topology.render import link_table_text, matrix_text, topology_summary
 
-    t = topology_from_args(args)
+    if args.sysfs_root is not None and not args.detect:
+        raise InputError("goes with --detect (it says where to read this machine's CPUs)", source="--sysfs-root")
+    layout = root = None
+    if args.detect:
+        from arborcc.topology.cpus import SYSTEM_ROOT, read_cpu_layout
+
+        root = args.sysfs_root or SYSTEM_ROOT
+        layout = read_cpu_layout(root)
+        t, why = _detected_gpus(args)
+        if t is None:
+            if args.json:
+                print_json({"cpus": layout.to_dict(), "gpus": [], "gpus_not_detected": why})
+            else:
+                print(_cpu_layout_text(layout, root))
+                print()
+                print(f"GPUs (NVML): none detected: {why}")
+            return 0
+    else:
+        t = topology_from_args(args)
     matrix_gpus = limit("matrix-gpus")
     with_matrix = t.num_ranks <= matrix_gpus.value
     if args.json:
         summary = topology_summary(t, with_matrix)
         if not with_matrix:
             summary["matrix_left_out"] = matrix_gpus.message(t.num_ranks)
+        if layout is not None:
+            summary.update(cpus=layout.to_dict(), gpus_not_detected=None)
         print_json(summary)
         return 0
+    if layout is not None:
+        print(_cpu_layout_text(layout, root))
+        print()
     print(f"{t.name}: {t.num_ranks} GPUs, {len(t.devices)} devices, {len(t.links)} directed links, "
           f"{len(t.hosts)} host(s)")
     print()

@@ -5,7 +5,9 @@ Every back-end runs the same protocol: for each size, out of place then in place
 alone on every rank; a call's time is the slowest rank's, and a row reports the median
 over the calls. With ``check``, one more call on a known pattern (small integers, exact
 in every dtype) is compared with the expected result; ``#wrong`` counts the elements
-that differ, over all ranks.
+that differ, over all ranks. Besides the median, a row keeps the slowest calls: the 99th
+percentile and the maximum over the calls of the slowest rank's time, so that a call many
+times slower than its neighbours (a rank descheduled, a page touched first) shows.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class Row:
     note: str = ""
     requested: int = 0  #: the sweep size this row measures (``size`` is what divides into the ranks)
     failed: bool = False  #: the row could not run (``note`` says why); a skipped mode is not a failure
+    p99_us: float | None = None  #: the 99th percentile over the calls of the slowest rank's time
+    max_us: float | None = None  #: the slowest call (the slowest rank's time)
 
 
 def item_size(dtype: str) -> int:
@@ -150,7 +154,8 @@ def time_calls(call, barrier, warmup: int, iters: int) -> list[float]:
 
 
 def rows_from_timings(backend: str, spec: Spec, per_rank: list[dict]) -> list[Row]:
-    """Combine every rank's timings into rows: slowest rank per call, median over calls."""
+    """Combine every rank's timings into rows: slowest rank per call; the median, the 99th
+    percentile and the maximum over the calls."""
     rows = []
     for size in spec.sizes:
         count = block_count(spec, size)
@@ -179,5 +184,6 @@ def rows_from_timings(backend: str, spec: Spec, per_rank: list[dict]) -> list[Ro
             algbw = nbytes / t / 1e9
             wrong = sum(e["wrong"] for e in entries) if spec.check else None
             rows.append(Row(backend, nbytes, count, spec.dtype, spec.op, root, inplace, t * 1e6, algbw,
-                            algbw * busbw_factor(spec.collective, spec.ranks), wrong, "", size))
+                            algbw * busbw_factor(spec.collective, spec.ranks), wrong, "", size,
+                            p99_us=float(np.percentile(per_call, 99)) * 1e6, max_us=float(np.max(per_call)) * 1e6))
     return rows

@@ -38,12 +38,22 @@ def _percent(value: float | None, of: float | None) -> str:
 
 def _half(spec: Spec, row: Row | None, machine: Machine) -> str:
     if row is None or row.time_us is None:
-        return f"{'n/a':>10} {'':>7} {'':>7} {'':>6} {'':>6} {'':>6}"
+        return f"{'n/a':>10} " + " ".join(f"{'':>{w}}" for w in HALF_WIDTHS[1:])
     wrong = "N/A" if row.wrong is None else str(row.wrong)
     copy = _percent(row.busbw_gbps, machine.membw / GB if machine.membw else None)
     of_memory = _percent(row.busbw_gbps, memory_busbw(spec, row, machine))
-    return (f"{row.time_us:10.1f} {row.algbw_gbps:7.2f} {row.busbw_gbps:7.2f} {wrong:>6} {copy:>6} "
-            f"{of_memory:>6}")
+    return (f"{row.time_us:10.1f} {_us(row.p99_us):>9} {_us(row.max_us):>9} {row.algbw_gbps:7.2f} "
+            f"{row.busbw_gbps:7.2f} {wrong:>6} {copy:>6} {of_memory:>6}")
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+#: the columns of one half (out of place, in place) of a row: name, unit, width
+HALF_COLUMNS = (("time", "(us)", 10), ("p99", "(us)", 9), ("max", "(us)", 9), ("algbw", "(GB/s)", 7),
+                ("busbw", "(GB/s)", 7), ("#wrong", "", 6), ("%copy", "", 6), ("%mem", "", 6))
+HALF_WIDTHS = tuple(w for _, _, w in HALF_COLUMNS)
 
 
 def _machine_line(machine: Machine) -> str:
@@ -58,19 +68,21 @@ def _machine_line(machine: Machine) -> str:
 
 def table(spec: Spec, backend: str, rows: list[Row], machine: Machine) -> str:
     """nccl-tests' table for one back-end."""
+    half = sum(w + 1 for w in HALF_WIDTHS)
     lines = [
         f"# {backend}: {spec.collective} on {spec.ranks} ranks, {spec.dtype}, op {spec.op}, warm-up {spec.warmup}, "
-        f"{spec.iters} timed calls (median of the slowest rank), check {int(spec.check)}"
+        f"{spec.iters} timed calls (time: median of the slowest rank; p99, max: the slowest calls), "
+        f"check {int(spec.check)}"
         + (f", algorithm {spec.xml}" if spec.xml and backend == "arborcc" else "")
         + (", buffers from Communicator.shared_array (communicator-owned shared memory)"
            if spec.shared_buffers and backend == "arborcc" else ""),
         _machine_line(machine),
         "#",
-        f"# {'':>46}{'out-of-place':>27}{'':>25}{'in-place':>22}",
+        f"# {'':>46}{'out-of-place':^{half}}{'in-place':^{half}}",
         f"# {'size':>10} {'count':>12} {'type':>8} {'redop':>6} {'root':>5}"
-        + f" {'time':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6} {'%copy':>6} {'%mem':>6}" * 2,
+        + "".join(f" {name:>{w}}" for name, _, w in HALF_COLUMNS) * 2,
         f"# {'(B)':>10} {'(elements)':>12} {'':>8} {'':>6} {'':>5}"
-        + f" {'(us)':>10} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6} {'':>6} {'':>6}" * 2,
+        + "".join(f" {unit:>{w}}" for _, unit, w in HALF_COLUMNS) * 2,
     ]
     busbws = []
     for size in spec.sizes:

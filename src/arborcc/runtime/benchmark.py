@@ -108,12 +108,26 @@ def _arborcc_rank(spec: Spec) -> dict:
                     wrong = count_wrong(got, spec, count, rank)
                 results[key] = {"times": times, "wrong": wrong}
             except Exception as e:  # a row that cannot run says why; the sweep goes on
-                results[key] = {"error": str(e)}
-                if "aborted" in str(e) or "died" in str(e) or "timed out" in str(e):
-                    raise
+                results[key] = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
+                if isinstance(e, CommunicationError) and _communicator_lost(str(e)):
+                    return _not_run_after(results, spec, f"not run: an earlier call ended the communicator ({e})")
         if memory is not None:
             comm.free_shared(memory)
             send = recv = memory = None
+    return results
+
+
+def _communicator_lost(message: str) -> bool:
+    """Whether a failed call leaves the communicator unusable (aborted, a peer dead or late):
+    the sweep's later calls would fail the same way, or wait for the timeout each."""
+    return any(word in message for word in ("aborted", "died", "timed out"))
+
+
+def _not_run_after(results: dict, spec: Spec, note: str) -> dict:
+    """``results`` with every size and mode not yet measured marked as not run (``note``)."""
+    for size in spec.sizes:
+        for inplace in (False, True):
+            results.setdefault(f"{size}:{int(inplace)}", {"error": note.splitlines()[0]})
     return results
 
 
@@ -163,7 +177,10 @@ def _from_bf16_bits(bits: np.ndarray) -> np.ndarray:
 def run_arborcc(spec: Spec) -> list[Row]:
     from arborcc.runtime.launch import run_ranks
 
-    per_rank = run_ranks(_arborcc_rank, spec.ranks, (spec,), timeout=spec.timeout)
+    try:
+        per_rank = run_ranks(_arborcc_rank, spec.ranks, (spec,), timeout=spec.timeout)
+    except CommunicationError as e:  # the launcher's report ends with the rank's traceback: its first line says it
+        raise CommunicationError(f"--backend arborcc: {str(e).splitlines()[0]}") from None
     return rows_from_timings("arborcc", spec, per_rank)
 
 
@@ -236,7 +253,10 @@ def run_gloo(spec: Spec) -> list[Row]:
         raise MissingDependencyError("--backend gloo", "torch", "torch")
     from arborcc.runtime.launch import run_ranks
 
-    per_rank = run_ranks(_gloo_rank, spec.ranks, (spec,), timeout=spec.timeout)
+    try:
+        per_rank = run_ranks(_gloo_rank, spec.ranks, (spec,), timeout=spec.timeout)
+    except CommunicationError as e:
+        raise CommunicationError(f"--backend gloo: {str(e).splitlines()[0]}") from None
     return rows_from_timings("gloo", spec, per_rank)
 
 

@@ -29,7 +29,6 @@ cheaper than writes on most machines) may exceed it even there.
 
 from __future__ import annotations
 
-import glob
 import math
 import multiprocessing
 import os
@@ -97,42 +96,22 @@ def copy_bandwidth(processes: int = 1, nbytes: int | None = None, repeats: int =
 
 def last_level_cache(cpus: set[int] | None = None) -> int | None:
     """Bytes of last-level cache serving ``cpus`` (default: the CPUs this process may run
-    on): every instance of the highest cache level counted once, from sysfs. None when
-    sysfs does not say."""
+    on): every domain of the highest cache level counted once, from sysfs
+    (:func:`arborcc.topology.cpus.read_cpu_layout`). None when sysfs does not say."""
+    from arborcc.errors import TopologyError
+    from arborcc.topology.cpus import read_cpu_layout
+
     if cpus is None:
         try:
             cpus = os.sched_getaffinity(0)
         except (AttributeError, OSError):
             return None
-    instances: dict[tuple[int, str], int] = {}
-    for cpu in cpus:
-        for index in glob.glob(f"/sys/devices/system/cpu/cpu{cpu}/cache/index*"):
-            try:
-                level = int(_read(index, "level"))
-                kind = _read(index, "type")
-                size = _parse_cache_size(_read(index, "size"))
-                shared = _read(index, "shared_cpu_list")
-            except (OSError, ValueError):
-                continue
-            if kind in ("Unified", "Data"):
-                instances[(level, shared)] = size
-    if not instances:
+    try:
+        layout = read_cpu_layout()
+    except TopologyError:
         return None
-    top = max(level for level, _ in instances)
-    return sum(size for (level, _), size in instances.items() if level == top)
-
-
-def _read(folder: str, name: str) -> str:
-    with open(os.path.join(folder, name)) as f:
-        return f.read().strip()
-
-
-def _parse_cache_size(text: str) -> int:
-    """sysfs' ``32768K`` (or ``8M``, ``1G``) in bytes."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    if text[-1:].upper() in units:
-        return int(text[:-1]) * units[text[-1].upper()]
-    return int(text)
+    domains = {c.cache for c in layout.cpus if c.id in cpus and c.cache is not None}
+    return layout.cache_bytes * len(domains) if layout.cache_bytes and domains else None
 
 
 def min_traffic(collective: str, num_ranks: int, size: int, inplace: bool = False) -> float:
