@@ -49,6 +49,7 @@ import arborcc.runtime.native as native
 from arborcc.runtime.arrays import DTYPES, ArrayRef, array_ref, check_op
 from arborcc.runtime.environment import MAX_RANKS, Settings, check_option, check_segment, runtime_settings
 from arborcc.runtime.errors import CommunicationError
+from arborcc.runtime.launch import available_cpus
 from arborcc.runtime.lowering import LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
 from arborcc.runtime.miad import MIADTuner
 from arborcc.runtime.plan import DEFAULT_STAGED_BYTES, Choice, Plan, call_bytes, fallback_algorithm, require_verified
@@ -105,7 +106,7 @@ class Options:
     slot_bytes: int = 4 << 20  #: bytes per FIFO slot (an upper bound on one message; pages are touched only when used)
     channels: int = 32  #: channels per pair of ranks (MSCCL's maximum)
     tune: bool = False  #: adjust slice_bytes per call shape online (Blink's MIAD)
-    pin: bool = True  #: run rank r on CPU r modulo the CPU count (when its affinity is not already set)
+    pin: bool = True  #: run rank r on the r-th CPU it may run on, modulo their count (one it is bound to: stays)
     stream_bytes: int = STREAM_BYTES  #: collectives on shared arrays write outputs this large with streaming
     #: stores (0: never)
     push: bool = True  #: an all-gather with streaming stores into a shared array: each rank writes its block
@@ -144,18 +145,22 @@ def check_start(world_size: int, options: Options, source: str) -> None:
     check_segment({f.name: getattr(options, f.name) for f in fields(Options)}, world_size, given)
 
 
-def pin_to_cpu(rank: int, world_size: int) -> bool:
-    """Run this process on one CPU if nobody restricted it: rank ``r`` on CPU ``r`` modulo
-    the CPU count (with more ranks than CPUs, ranks ``r`` and ``r + cpus`` share one).
+def pin_to_cpu(rank: int) -> bool:
+    """Run this process on one CPU: rank ``r`` on the ``r``-th CPU it may run on, modulo
+    their count (:func:`arborcc.topology.cpus.pinned_cpu`; with more ranks than CPUs, ranks
+    ``r`` and ``r + cpus`` share one). A process a launcher already bound to one CPU stays
+    there; a job restricted to some CPUs (``taskset``, a cpuset) is pinned within them.
+    Returns whether the process now runs on one CPU.
 
     Waiting ranks spin, then yield, then sleep; Linux's load balancer then tends to pack
     them onto one CPU, where every wait costs a context switch and the other CPUs idle
     (4 ranks on 2 CPUs: all four on one CPU in about half the runs, at twice the time
     per call). A fixed CPU per rank (as MPI launchers bind) keeps them spread."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < (os.cpu_count() or 1):
-        return False
-    os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+    from arborcc.topology.cpus import pinned_cpu
+
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) > 1:
+        os.sched_setaffinity(0, {pinned_cpu(rank, cpus)})
     return True
 
 
@@ -201,14 +206,18 @@ class Communicator:
                                                options.slot_bytes)
         except native.NativeCommError as e:
             raise CommunicationError(f"rank {rank}: {e}") from None
-        spare_cpus = world_size <= (os.cpu_count() or 1)
+        self._cpus = available_cpus()  # the CPUs the job may run on (its affinity), before pinning
+        pinned = pin_to_cpu(rank) if options.pin else len(os.sched_getaffinity(0)) == 1
+        # the long spin and yield only where every rank has a CPU of its own: ranks that share
+        # one (more ranks than CPUs, or unpinned ranks the scheduler packs together) would
+        # spin away the CPU the rank they wait for needs (a 4 KB all-reduce of 2 ranks under
+        # `taskset -c 0`: 1 ms instead of 15 us; docs/runtime.md "Many ranks")
+        spare_cpus = world_size <= self._cpus and pinned
         if options.spin_us < 0:
             options.spin_us = 500.0 if spare_cpus else 2.0
         if options.yield_us < 0:
             options.yield_us = 5000.0 if spare_cpus else 100.0
         self._native.set_waiting(options.spin_us * 1e-6, options.yield_us * 1e-6)
-        if options.pin:
-            pin_to_cpu(rank, world_size)
         self._shared = SharedArrays(self._native, "/" + SEGMENT_PREFIX, segment.rsplit("-", 1)[-1], options.timeout)
 
     # -- construction ----------------------------------------------------------------
@@ -715,7 +724,7 @@ class Communicator:
         """Threads per rank for a call (``Options.workers``, -1 resolved by the call's size)."""
         if self.options.workers >= 0:
             return self.options.workers
-        oversubscribed = self.world_size > (os.cpu_count() or 1)
+        oversubscribed = self.world_size > self._cpus
         return 0 if oversubscribed and call_bytes(collective, self.world_size, count, itemsize) >= THREADS_BYTES else 1
 
     # -- online slice tuning (Blink's MIAD) --------------------------------------------

@@ -255,7 +255,7 @@ VARIABLES: tuple[Variable, ...] = (
     option("channels", integer_in(1, MAX_CHANNELS, "channels per pair of ranks"), f"1 to {MAX_CHANNELS}", "32",
            "channels per pair of ranks (an algorithm may use channels 0 to this - 1)"),
     option("tune", switch, SWITCH, "0", "adjust the slice per call shape online (Blink's MIAD)"),
-    option("pin", switch, SWITCH, "1", "run rank r on CPU r modulo the CPU count (when its affinity is not set)"),
+    option("pin", switch, SWITCH, "1", "run rank r on the r-th CPU the job may use, modulo their count (a rank bound to one CPU stays)"),
     option("stream_bytes", size_in(1, MAX_BYTES, "never"), "a size, or 0: never", "4M",
            "collectives on shared arrays write outputs this large with streaming stores"),
     option("push", switch, SWITCH, "1",

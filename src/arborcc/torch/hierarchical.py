@@ -46,7 +46,9 @@ def shared_machine_options(colocated: int, env: dict | None = None) -> dict:
     that yields at once, as the runtime does when its own ranks outnumber the CPUs; the
     ``ARBORCC_*`` variables still win."""
     env = os.environ if env is None else env
-    if colocated <= (os.cpu_count() or 1):
+    from arborcc.runtime.launch import available_cpus
+
+    if colocated <= available_cpus():
         return {}
     wanted = {"pin": False, "spin_us": 2.0, "yield_us": 1000.0}
     return {k: v for k, v in wanted.items() if f"ARBORCC_{k.upper()}" not in env}
