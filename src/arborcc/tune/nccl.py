@@ -1,24 +1,31 @@
-"""The NCCL baseline: what NCCL itself runs for an all-reduce or a broadcast on a
-topology, per size, timed by the simulator.
+"""The NCCL baseline: what NCCL itself runs for each of its collectives (all-reduce,
+all-gather, reduce-scatter, broadcast, reduce) on a topology, per size, timed by the
+simulator.
 
 NCCL (2.18, NVIDIA/nccl ``src/graph``, ``src/enqueue.cc``):
 
-* builds its rings (:func:`arborcc.synth.nccl_rings.nccl_rings`: NVLink-only when it can)
-  and runs every ring twice (``ncclTopoPostset`` duplicates the channels); on NVSwitch
-  machines its search finds many rings of the same order - 24 channels on DGX A100,
-  32 on DGX H100 (the fidelity profile's ``nccl_channels``);
-* picks algorithm and protocol per call with its alpha-beta model
-  (:func:`arborcc.sim.nccl_model.nccl_estimate`; LL128 only where the rings stay on
-  NVLink); across nodes it may pick its double binary tree;
+* builds its rings (:func:`arborcc.synth.nccl_rings.nccl_rings`: NVLink-only when it can;
+  across nodes one channel per NIC, leaving a node by PXN) and runs every ring twice
+  (``ncclTopoPostset`` duplicates the channels); on NVSwitch machines its search finds
+  many rings of the same order - 24 channels on DGX A100, 32 on DGX H100 (the fidelity
+  profile's ``nccl_channels``);
+* picks the protocol per call with its alpha-beta model
+  (:func:`arborcc.sim.nccl_model.nccl_estimate`, the same model for all five
+  collectives with their step counts; LL128 only where the rings stay on NVLink);
 * uses fewer channels for small calls: while ``bytes < channels x threads x
   threshold`` it drops a channel (thresholds 64 bytes per thread for Simple, 8 for
   LL128 and 8 x ranks for LL, 512 threads, 640 for LL128);
-* on machines that reduce in the switch it may run NVLS (:mod:`arborcc.sim.nvls`); the
-  baseline takes it when the model says it is faster than the ring.
+* on machines that reduce in the switch it runs NVLS all-reduce (:mod:`arborcc.sim.nvls`;
+  NCCL 2.18, the version of the tuning constants and of the published figures, has no
+  NVLS kernel for the other collectives); the baseline takes it when it is faster than
+  the ring.
 
-The rings run as NCCL's ring kernel (:func:`arborcc.sim.nccl_ring.ring_allreduce_algorithm`)
-on the device paths the ring search chose; identical channels are simulated as
-instances (exact, see :mod:`arborcc.sim.simulate`).
+The rings run as NCCL's ring kernels (:func:`arborcc.sim.nccl_ring.ring_algorithm`) on
+the device paths the ring search chose; identical channels are simulated as instances
+(exact, see :mod:`arborcc.sim.simulate`). :meth:`NcclBaseline.options` lists every
+algorithm x protocol NCCL could run for a collective, :meth:`NcclBaseline.simulate_option`
+times one with a given channel count (what a tuner plugin may force,
+:mod:`arborcc.tune.nccl_tuner_config`).
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from arborcc.errors import SynthesisError
-from arborcc.ir.model import Algorithm, Protocol
+from arborcc.ir.model import Algorithm
 from arborcc.sim.fidelity import Fidelity, fidelity_for
-from arborcc.sim.nccl_ring import ring_allreduce_algorithm, ring_broadcast_algorithm
+from arborcc.ir.collectives import busbw_factor
+from arborcc.sim.nccl_ring import RING_COLLECTIVES, ring_algorithm
 from arborcc.sim.nvls import nvls_allreduce_time
 from arborcc.sim.simulate import SimResult, simulate
 from arborcc.topology.model import LinkKind, Topology
@@ -37,8 +45,8 @@ from arborcc.topology.model import LinkKind, Topology
 #: (threads per channel, bytes per thread below which a channel is dropped)
 CHANNEL_THRESHOLDS = {"Simple": (512, 64), "LL128": (640, 8), "LL": (512, 8)}
 MAX_CHANNELS = 32
-#: the collectives the baseline covers
-COLLECTIVES = ("allreduce", "broadcast")
+#: the collectives the baseline covers: every one NCCL runs
+COLLECTIVES = RING_COLLECTIVES
 
 
 @dataclass
@@ -92,10 +100,7 @@ class NcclBaseline:
         key = (collective, root, distinct)
         if key not in self._algorithms:
             rings = self.schedule.rings[:distinct]
-            if collective == "allreduce":
-                algo = ring_allreduce_algorithm(rings, f"nccl-ring-allreduce-{distinct}")
-            else:
-                algo = ring_broadcast_algorithm(rings, root, f"nccl-ring-broadcast-{distinct}")
+            algo = ring_algorithm(collective, rings, root, f"nccl-ring-{collective}-{distinct}")
             routes = {}
             for c, ring in enumerate(rings):
                 hops = self.schedule.hops[c] if self.schedule.hops else []
@@ -117,20 +122,56 @@ class NcclBaseline:
         """The ring protocol NCCL's alpha-beta model picks for ``size``."""
         return min(self.protocols, key=lambda p: self.schedule.nccl_estimate(collective, p, size).time)
 
+    def nvls_time(self, size: float, collective: str) -> float | None:
+        """Seconds NVLS takes for ``collective`` of ``size`` bytes; None where NCCL cannot run it."""
+        return nvls_allreduce_time(self.topology, size, self.fidelity) if collective == "allreduce" else None
+
+    def options(self, collective: str) -> list[tuple[str, str]]:
+        """Every (algorithm, protocol) NCCL may run for ``collective`` here."""
+        check_collective(collective)
+        out = [("ring", p) for p in self.protocols]
+        if self.nvls_time(1.0, collective) is not None:
+            out.append(("nvls", "Simple"))
+        return out
+
+    def simulate_option(self, size: float, collective: str, algorithm: str, protocol: str,
+                        channels: int | None = None, root: int = 0) -> SimResult:
+        """``collective`` of ``size`` bytes run as ``algorithm``/``protocol`` on ``channels``
+        channels (default: NCCL's count for the size; NVLS has no ring channels)."""
+        if algorithm == "nvls":
+            t = self.nvls_time(size, collective)
+            if t is None:
+                raise SynthesisError(f"NCCL cannot run NVLS {collective} on {self.topology.name}")
+            return SimResult("nccl-nvls", collective, self.topology.num_ranks, int(size), "Simple", 1, t, t, 0.0,
+                             1, 1, {})
+        return self.simulate_ring(size, protocol, channels, collective, root)
+
     def call(self, size: float, collective: str = "allreduce", root: int = 0,
              protocol: str | None = None) -> NcclCall:
-        """What NCCL runs for ``collective`` (allreduce or broadcast) of ``size`` bytes;
-        ``protocol`` forces one (and rules NVLS out)."""
-        if collective not in COLLECTIVES:
-            raise SynthesisError(f"the NCCL baseline covers {', '.join(COLLECTIVES)}, not {collective}")
+        """What NCCL runs for ``collective`` of ``size`` bytes; ``protocol`` forces one (and
+        rules NVLS out)."""
+        check_collective(collective)
         proto = protocol or self.model_choice(size, collective)
         nc = self.channels_for(size, proto)
         ring = NcclCall("ring", proto, nc, self.simulate_ring(size, proto, nc, collective, root))
-        if protocol is None and collective == "allreduce":
-            nvls = nvls_allreduce_time(self.topology, size, self.fidelity)
+        if protocol is None:
+            nvls = self.nvls_time(size, collective)
             if nvls is not None and nvls < ring.result.time:
-                r = ring.result
-                nvls_result = SimResult("nccl-nvls", "allreduce", r.ranks, r.size, "Simple", 1, nvls, nvls, 0.0,
-                                        1, 1, {})
-                return NcclCall("nvls", "Simple", 0, nvls_result)
+                return NcclCall("nvls", "Simple", 0, self.simulate_option(size, collective, "nvls", "Simple"))
         return ring
+
+    def model_row(self, size: int, collective: str, protocol: str | None = None) -> dict:
+        """NCCL's closed-form prediction for its rings at ``size`` (``compare``'s
+        ``nccl-model`` row): the protocol the model picks (or ``protocol``) and its time."""
+        p = protocol or self.model_choice(size, collective)
+        t = self.schedule.nccl_estimate(collective, p, size).time
+        algbw = size / t
+        return {"size": size, "protocol": p, "instances": 1, "time_us": round(t * 1e6, 3),
+                "algbw_gbps": round(algbw / 1e9, 4),
+                "busbw_gbps": round(algbw * busbw_factor(collective, self.topology.num_ranks) / 1e9, 4)}
+
+
+def check_collective(collective: str) -> None:
+    """Refuse a collective NCCL does not run (the baseline covers :data:`COLLECTIVES`)."""
+    if collective not in COLLECTIVES:
+        raise SynthesisError(f"the NCCL baseline covers {', '.join(COLLECTIVES)}, not {collective}")
