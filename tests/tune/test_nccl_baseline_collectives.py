@@ -49,3 +49,55 @@ def test_the_baseline_refuses_a_collective_nccl_does_not_run(dgx_h100):
     with pytest.raises(SynthesisError, match="not gather"):
         dgx_h100.call(1 << 20, "gather")
     assert "gather" not in COLLECTIVES
+
+
+def small_cluster():
+    from arborcc.topology.allocation import induced
+    from arborcc.topology.cluster import build_cluster
+
+    t = build_cluster("dgx-a100", 2)
+    return induced(t, ["n0.gpu0", "n0.gpu1", "n0.gpu2", "n1.gpu0", "n1.gpu1", "n1.gpu2"])
+
+
+def test_nccl_tree_allreduce_is_verified_and_matches_numpy():
+    import numpy as np
+
+    from arborcc.runtime.reference import make_inputs, reference, run
+    from arborcc.verify import verify_algorithm
+
+    base = NcclBaseline(small_cluster())
+    algo, routes = base.tree_algorithm(2 * len(base.schedule.rings))
+    report = verify_algorithm(algo, "legacy")
+    assert report.ok, report.violations[:3]
+    inputs = make_inputs(algo, elems=2, seed=3)
+    for out, want in zip(run(algo, inputs), reference(algo, inputs)):
+        np.testing.assert_allclose(out, want, rtol=1e-5)
+    assert routes
+
+
+def test_nccl_trees_pair_both_node_trees_on_each_channels_nic():
+    from arborcc.tune.nccl import nccl_trees
+
+    t = small_cluster()
+    base = NcclBaseline(t)
+    trees = nccl_trees(t, base.schedule)
+    assert len(trees) == 2 * len(base.schedule.rings)
+    for a, b in zip(trees[::2], trees[1::2]):
+        nics = {d for tree in (a, b) for h in tree.hops for d in h.path if "nic" in d}
+        assert len(nics) == 2  # one NIC per node: the channel's, for both trees
+
+
+def test_across_nodes_the_model_picks_the_tree_for_small_all_reduce_and_the_ring_for_large():
+    from arborcc.topology.cluster import build_cluster
+
+    base = NcclBaseline(build_cluster("dgx-h100", 2))
+    small, large = base.call(1 << 16, "allreduce"), base.call(1 << 27, "allreduce")
+    assert (small.algorithm, large.algorithm) == ("tree", "ring")
+    assert ("tree", "LL") not in base.options("allgather")
+
+
+def test_a_single_node_has_no_tree():
+    base = NcclBaseline(build_machine("dgx1v"))
+    assert all(a == "ring" for a, _ in base.options("allreduce"))
+    with pytest.raises(SynthesisError, match="tree"):
+        base.simulate_option(1 << 20, "allreduce", "tree", "LL")
