@@ -71,7 +71,7 @@ def rows(quick: bool = False, progress=None) -> list[dict]:
             if call.algorithm == "nvls":
                 note = "NVLS: in-switch reduction (closed form, sim/nvls.py)"
             else:
-                note = f"rings' bus bandwidth {bound:.0f} GB/s nominal"
+                note = f"channels' bus bandwidth {bound:.0f} GB/s nominal"
             out.append({"machine": topology.name, "gpus": topology.num_ranks, "collective": coll, "size": size,
                         "forced": forced or "", "nccl": f"{call.algorithm}/{call.protocol}/{call.channels}ch",
                         "busbw_gbps": round(busbw, 3), "published_gbps": pub,

@@ -6,10 +6,10 @@ Rows, per size:
 * each synthesis strategy that can build the collective (``synth.strategies``), its
   algorithm simulated on its own routes;
 * ``nccl``: what NCCL runs for all-reduce, all-gather, reduce-scatter, broadcast and
-  reduce (:mod:`arborcc.tune.nccl`: its rings and protocol choice, NVLS all-reduce where
-  the switch reduces), simulated;
-* ``nccl-model``: NCCL's closed-form alpha-beta prediction for its rings (the second,
-  independent predictor).
+  reduce (:mod:`arborcc.tune.nccl`: its rings, its tree for all-reduce across nodes, its
+  protocol choice, NVLS all-reduce where the switch reduces), simulated;
+* ``nccl-model``: NCCL's closed-form alpha-beta prediction for its rings or tree (the
+  second, independent predictor).
 
 With ``protocol="auto"`` every strategy runs with the fastest protocol for each size.
 Sizes are taken in increasing order, and a protocol that is more than :data:`PRUNE`

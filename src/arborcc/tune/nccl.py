@@ -47,7 +47,7 @@ from arborcc.sim.nccl_model import nccl_estimate
 from arborcc.sim.nccl_ring import RING_COLLECTIVES, ring_algorithm
 from arborcc.sim.nvls import nvls_allreduce_time
 from arborcc.sim.simulate import SimResult, simulate
-from arborcc.synth.nccl_rings import RingSchedule, link_class, nic_path
+from arborcc.synth.nccl_rings import RingSchedule, link_class, nccl_rings, nic_path
 from arborcc.topology.model import LinkKind, Topology
 
 #: (threads per channel, bytes per thread below which a channel is dropped)
@@ -79,8 +79,6 @@ class NcclBaseline:
     """NCCL on ``topology`` (module doc); :meth:`call` gives one call."""
 
     def __init__(self, topology: Topology, fidelity: Fidelity | None = None):
-        from arborcc.synth.nccl_rings import nccl_rings
-
         if topology.num_ranks < 2:
             raise SynthesisError(f"{topology.name} has {topology.num_ranks} GPU; a collective needs at least 2")
         self.topology = topology
@@ -89,7 +87,7 @@ class NcclBaseline:
         rings = len(self.schedule.rings)
         wanted = self.fidelity.nccl_channels if rings == 1 and self.fidelity.nccl_channels else 2 * rings
         self.channels = max(1, min(MAX_CHANNELS, wanted))
-        self._algorithms: dict[int, tuple[Algorithm, dict]] = {}
+        self._algorithms: dict[tuple[str, int, int], tuple[Algorithm, dict]] = {}
 
     @cached_property
     def protocols(self) -> tuple[str, ...]:
