@@ -8,7 +8,7 @@ from arborcc.topology.cluster import build_cluster
 from arborcc.topology.model import DeviceKind
 
 
-@pytest.mark.parametrize("machine", ["dgx-h100", "dgx-a100", "dgx2"])
+@pytest.mark.parametrize("machine", ["dgx-h100", "dgx-a100", "dgx2", "dgx1v", "dgx1p"])
 def test_no_ring_hop_between_nodes_passes_a_cpu(machine):
     t = build_cluster(machine, 2)
     s = nccl_rings(t)

@@ -3,6 +3,7 @@
 import math
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from arborcc.errors import SynthesisError
 from arborcc.topology.machines import build_machine
@@ -101,3 +102,20 @@ def test_a_single_node_has_no_tree():
     assert all(a == "ring" for a, _ in base.options("allreduce"))
     with pytest.raises(SynthesisError, match="tree"):
         base.simulate_option(1 << 20, "allreduce", "tree", "LL")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gpus=st.lists(st.integers(0, 7), min_size=2, max_size=8, unique=True),
+       collective=st.sampled_from(COLLECTIVES), size=st.integers(1, 1 << 34), root=st.integers(0, 7))
+def test_random_allocations_collectives_and_sizes_give_a_sane_nccl_call(gpus, collective, size, root):
+    from arborcc.topology.allocation import induced
+
+    t = build_machine("dgx1v")
+    t = induced(t, [t.ranks[g] for g in gpus])
+    base = NcclBaseline(t)
+    call = base.call(size, collective, root % len(gpus))
+    busbw = call.result.busbw
+    assert math.isfinite(call.result.time) and call.result.time > 0
+    # no faster than the rings' links allow at nominal rates
+    assert 0 < busbw <= base.schedule.bus_bandwidth * (1 + 1e-9)
+    assert (call.algorithm, call.protocol) in base.options(collective)
