@@ -7,8 +7,9 @@ side by side over a range of sizes.
     arborcc compare --machine dgx-a100 --sizes 8:1G --strategies trees,nccl-ring --json
 
 Prints busbw (GB/s) per size and algorithm, the fastest marked; ``nccl`` is what NCCL
-runs (its rings and protocol choice, NVLS where the switch reduces), ``nccl-model``
-NCCL's own closed-form prediction. ``--json`` prints one object whose ``results`` are
+runs for allreduce, allgather, reducescatter, broadcast and reduce (its rings, its tree
+for all-reduce across nodes, its protocol choice, NVLS all-reduce where the switch
+reduces), ``nccl-model`` NCCL's own closed-form prediction. ``--json`` prints one object whose ``results`` are
 rows with ``strategy``, ``size``, ``protocol``, ``time_us``, ``algbw_gbps``, ``busbw_gbps``.
 ``--plot`` draws busbw against size into a ``.png``, ``.svg`` or ``.pdf`` file.
 Strategies whose synthesis or simulation explodes at the topology's rank count are left

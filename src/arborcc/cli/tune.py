@@ -12,6 +12,13 @@ a runtime at the directory (``MSCCL_ALGO_DIR=plan/``) and it picks by size. ``-o
 new or empty folder (created when missing): an existing file there, ``/dev/null``, ``-``,
 or a folder that already holds a plan or other ``.xml`` files (a runtime pointed at it
 would load those with the new ones) is refused before anything is simulated.
+
+``--nccl-tuner-config FILE`` tunes stock NCCL instead: it simulates NCCL's own algorithms,
+protocols and channel counts per size and writes rules for NCCL's example tuner plugin
+(``NCCL_TUNER_CONFIG_FILE``, NCCL >= 2.27.5), printing what each rule is predicted to gain
+over NCCL's default choice::
+
+    arborcc tune --machine dgx-h100 --collective allgather --sizes 1K:1G --nccl-tuner-config nccl_tuner.conf
 """
 
 from __future__ import annotations
@@ -30,11 +37,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--collective", choices=COLLECTIVES, default="allreduce")
     p.add_argument("--root", type=int, default=0, help="root rank of rooted collectives (default 0)")
     p.add_argument("--strategies", metavar="LIST", help="comma list of strategies (default: all that apply)")
-    p.add_argument("--instances", default="1,2,4", metavar="LIST",
+    p.add_argument("--instances", metavar="LIST",
                    help="instance counts to try, each from 1 to MSCCL's 32 channels (default 1,2,4)")
     add_simulation_arguments(p, protocol_default="auto")
-    p.add_argument("--dialect", choices=("executor", "legacy"), default="executor",
-                   help="MSCCL XML dialect whose runtime limits every file must meet")
+    p.add_argument("--dialect", choices=("executor", "legacy"),
+                   help="MSCCL XML dialect whose runtime limits every file must meet (default executor)")
+    p.add_argument("--nccl-tuner-config", metavar="FILE",
+                   help="tune stock NCCL instead: write per-size rules for NCCL's example tuner plugin "
+                        "(NCCL_TUNER_CONFIG_FILE) to FILE")
     p.add_argument("-o", "--output", metavar="DIR", help="write the plan (XML files and plan.json) into this new "
                                                           "or empty folder")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -63,6 +73,12 @@ def check_plan_folder(path: str) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    if args.nccl_tuner_config is not None:
+        return cmd_nccl_tuner_config(args)
+    return cmd_msccl_plan(args)
+
+
+def cmd_msccl_plan(args: argparse.Namespace) -> int:
     from arborcc.cli.compare import chatter_to_stderr, check_root, progress, strategies_from_args
     from arborcc.cli.output import print_json
     from arborcc.cli.simulate import fidelity_from_args
@@ -75,19 +91,21 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.output is not None:
         check_plan_folder(args.output)
     sizes = parse_sizes(args.sizes)
+    instances = "1,2,4" if args.instances is None else args.instances
+    dialect = args.dialect or "executor"
     try:
-        counts = sorted({int(x) for x in args.instances.split(",") if x.strip()})
+        counts = sorted({int(x) for x in instances.split(",") if x.strip()})
     except ValueError:
-        raise InputError(f"expected a comma list of integers, got {args.instances!r}", source="--instances") from None
+        raise InputError(f"expected a comma list of integers, got {instances!r}", source="--instances") from None
     if not counts or counts[0] < 1 or counts[-1] > MAX_CHANNELS:
         raise InputError(f"instance counts are integers from 1 to {MAX_CHANNELS} (MSCCL's channels), "
-                         f"got {args.instances!r}", source="--instances")
+                         f"got {instances!r}", source="--instances")
     strategies = strategies_from_args(args.strategies)
     topology = topology_from_args(args)
     check_root(args.root, topology)
     fidelity = fidelity_from_args(args, topology)
     with chatter_to_stderr():
-        result = tune(topology, args.collective, sizes, strategies, counts, args.protocol, args.root, args.dialect,
+        result = tune(topology, args.collective, sizes, strategies, counts, args.protocol, args.root, dialect,
                       fidelity, progress)
     written = []
     if args.output:
@@ -120,4 +138,71 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print(f"  {result.seconds:.1f} s")
     for w in written:
         print(f"  wrote {w}")
+    return 0
+
+
+def cmd_nccl_tuner_config(args: argparse.Namespace) -> int:
+    """``--nccl-tuner-config FILE``: rules for NCCL's example tuner plugin
+    (:mod:`arborcc.tune.nccl_tuner_config`); the file is checked before anything is
+    simulated, the MSCCL plan's flags are refused."""
+    import sys
+
+    from arborcc.cli.compare import chatter_to_stderr, check_root, progress
+    from arborcc.cli.output import check_outputs, print_json, write_output
+    from arborcc.cli.simulate import fidelity_from_args
+    from arborcc.cli.topology_args import topology_from_args
+    from arborcc.errors import InputError
+    from arborcc.files import STDOUT
+    from arborcc.sizes import format_size, parse_sizes
+    from arborcc.tune import nccl_tuner_config as ntc
+
+    path = args.nccl_tuner_config
+    check_outputs(nccl_tuner_config=path)
+    for flag, value in (("-o", args.output), ("--strategies", args.strategies), ("--instances", args.instances),
+                        ("--dialect", args.dialect)):
+        if value is not None:
+            raise InputError("belongs to an MSCCL plan; --nccl-tuner-config tunes NCCL's own algorithms "
+                             "(run tune twice for both)", source=flag)
+    ntc.check_tuner_collective(args.collective)
+    sizes = parse_sizes(args.sizes)
+    topology = topology_from_args(args)
+    check_root(args.root, topology)
+    source = args.file or ("--gpus" if args.gpus is not None else "--detect" if args.detect else "--machine")
+    nodes, ranks = ntc.job_shape(topology, source)
+    fidelity = fidelity_from_args(args, topology)
+    from arborcc.tune.nccl import NcclBaseline
+
+    with chatter_to_stderr():
+        baseline = NcclBaseline(topology, fidelity)
+        protocols = None if args.protocol == "auto" else [args.protocol]
+        choices = ntc.tuner_choices(baseline, args.collective, sizes, args.root, protocols, progress)
+    rules = ntc.tuner_rules(choices, args.collective, nodes, ranks)
+    write_output(path, ntc.tuner_config_text(rules, topology.name, fidelity.name))
+    if args.json:
+        print_json({"topology": topology.name, "nodes": nodes, "ranks": ranks, "collective": args.collective,
+                    "fidelity": fidelity.name, "file": path,
+                    "rules": [{"line": r.line(), "gains": r.gains,
+                               "sizes": [{"size": c.size, "nccl_default": c.default.key(),
+                                          "nccl_default_us": round(c.default.time * 1e6, 3),
+                                          "rule_us": round(c.chosen.time * 1e6, 3),
+                                          "gain": round(c.gain if c.gains else 0.0, 4)} for c in r.choices]}
+                              for r in rules]})
+        return 0
+    out = sys.stderr if path == STDOUT else sys.stdout
+    gaining = sum(r.gains for r in rules)
+    print(f"{args.collective} on {topology.name} ({nodes} node(s), {ranks} GPUs), {fidelity.name} profile: "
+          f"{len(rules)} rules, {gaining} gaining over NCCL's default choice", file=out)
+    print(f"  {'min bytes':>12} {'max bytes':>20}  {'rule':<22} {'NCCL default':<22}  predicted gain over NCCL's "
+          f"default at the tuned sizes",
+          file=out)
+    for r in rules:
+        o = r.option
+        d = r.choices[0].default
+        rule = f"{o.algorithm}/{o.protocol}/{o.channels}ch"
+        default = f"{d.algorithm}/{d.protocol}/{d.channels}ch"
+        gain = r.gain_text(format_size) if r.gains else \
+            "none: restates NCCL's choice (a size no rule matches would run on 1 channel)"
+        print(f"  {r.min_bytes:>12} {r.max_bytes:>20}  {rule:<22} {default:<22}  {gain}", file=out)
+    if path != STDOUT:
+        print(f"  wrote {path} (NCCL_TUNER_CONFIG_FILE={path})", file=out)
     return 0

@@ -13,7 +13,10 @@ https://github.com/NVIDIA/nccl). The constants below are that file's:
 * tree (all-reduce only) latency = base + 2 ((ranks per node - 1) x intra-node hop +
   log2(nodes) x inter-node hop);
 * bus bandwidth = the channels' bandwidths summed, times the protocol's share of the
-  wire (LL carries 8 bytes of data per 16, LL128 120 per 128 - about 92%);
+  wire (LL carries 8 bytes of data per 16, LL128 120 per 128 - about 92%); a tree's is
+  its channels' times 0.92, and then 1/3.8 with LL, 120/128 with LL128 across nodes
+  (7/9 within one) (``ncclTopoTuneModel``'s "model refinements"; its per-size tree
+  correction factors and per-channel caps are not modelled);
   ring algorithm bandwidth = bus x n / (2(n-1)) for all-reduce, bus x n / (n-1) for
   reduce-scatter / all-gather, bus for broadcast / reduce; a tree halves the bus;
 * time = latency + bytes / algorithm bandwidth.
@@ -47,6 +50,9 @@ HOP_LATENCY_US = {
 }
 #: share of the wire each protocol delivers
 PROTOCOL_EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
+#: a tree's bus bandwidth factor, and then its protocol's (LL128: across nodes, within one)
+TREE_EFFICIENCY = 0.92
+TREE_PROTOCOL_EFFICIENCY = {"LL": 1 / 3.8, "LL128": (120 / 128, 7 / 9), "Simple": 1.0}
 
 _SOURCE = "NCCL model"
 
@@ -83,7 +89,13 @@ def nccl_estimate(collective: str, algorithm: str, protocol: str, n_bytes: float
     intra = HOP_LATENCY_US[intra_link][algorithm][protocol]
     inter = HOP_LATENCY_US["network"][algorithm][protocol]
     base = BASE_LATENCY_US[algorithm][protocol]
-    bus = bus_bandwidth * PROTOCOL_EFFICIENCY[protocol]
+    if algorithm == "tree":
+        share = TREE_PROTOCOL_EFFICIENCY[protocol]
+        if isinstance(share, tuple):
+            share = share[0] if nodes > 1 else share[1]
+        bus = bus_bandwidth * TREE_EFFICIENCY * share
+    else:
+        bus = bus_bandwidth * PROTOCOL_EFFICIENCY[protocol]
     n = ranks
     if n == 1:
         return NcclEstimate(0.0, bus, math.inf, 0.0)

@@ -1,4 +1,5 @@
-"""NCCL's ring all-reduce and broadcast kernels written out as MSCCL steps, built directly.
+"""NCCL's ring kernels (all-reduce, all-gather, reduce-scatter, broadcast, reduce)
+written out as MSCCL steps, built directly.
 
 Per channel NCCL runs one ring; every rank's thread block sends to the next rank of the
 ring and receives from the previous one, and the buffer is cut into one chunk per rank
@@ -9,11 +10,17 @@ Position p of a ring owns chunk p; at reduce-scatter step s it sends chunk p-s-1
 Broadcast (``runRing`` of ``broadcast.h``) sends each channel's share down the ring
 from the root, which the runtime's slice loop pipelines: the root sends, every other
 rank receives and forwards, the rank before the root only receives.
+All-gather (``all_gather.h``) sends the rank's own block and then receives and forwards
+n-2 blocks, keeping each, and receives the last one; reduce-scatter
+(``reduce_scatter.h``) sends the block of the rank before it, receives, adds its own
+and forwards n-2 partial sums, and adds the last into its own block; reduce
+(``reduce.h``) starts at the rank after the root, every rank adds its own and forwards,
+and the root adds the sum into its output. Per channel each rank's block is one chunk.
 
 Written step by step here (no DSL, no compiler) because the simulator needs it at
 thousands of ranks, where the ring holds millions of steps; the result is an ordinary
-in-place all-reduce Algorithm, which the tests prove with the verifier and run against
-the numpy reference.
+Algorithm (in place; reduce-scatter and reduce also out of place), which the tests
+prove with the verifier and run against the numpy reference.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from arborcc.errors import SynthesisError
 from arborcc.ir.model import Algorithm, Buffer, Op, Protocol, RankProgram, Step, ThreadBlock
 
 _I = Buffer.INPUT
+_O = Buffer.OUTPUT
 
 
 def ring_allreduce_algorithm(rings: Sequence[Sequence[int]], name: str = "nccl-ring-allreduce",
@@ -90,3 +98,100 @@ def ring_broadcast_algorithm(rings: Sequence[Sequence[int]], root: int = 0, name
             programs[rank].threadblocks.append(tb)
     return Algorithm(name, "broadcast", n, k, programs, protocol=protocol, inplace=True, outofplace=False,
                      root=root)
+
+
+def _check_rings(rings: Sequence[Sequence[int]], what: str) -> int:
+    if not rings:
+        raise SynthesisError(f"a ring {what} needs at least one ring")
+    n = len(rings[0])
+    for c, ring in enumerate(rings):
+        if sorted(ring) != list(range(n)):
+            raise SynthesisError(f"ring {c} {list(ring)} does not visit every rank 0..{n - 1} exactly once")
+    if n < 2:
+        raise SynthesisError(f"a ring {what} needs at least two ranks")
+    return n
+
+
+def ring_allgather_algorithm(rings: Sequence[Sequence[int]], name: str = "nccl-ring-allgather",
+                             protocol: Protocol = Protocol.SIMPLE) -> Algorithm:
+    """NCCL's ring all-gather over ``rings`` (one per channel), in place: rank r's block
+    is output chunks ``r x C .. r x C + C - 1`` for C rings, channel c moving chunk c of
+    every block."""
+    n = _check_rings(rings, "all-gather")
+    k = len(rings)
+    programs = [RankProgram(r, k, n * k) for r in range(n)]
+    for c, ring in enumerate(rings):
+        for p, rank in enumerate(ring):
+            def block(q: int) -> int:
+                return ring[q % n] * k + c
+            steps = [Step(Op.SEND, _O, block(p), _O, block(p))]
+            steps += [Step(Op.RECV_COPY_SEND, _O, block(p - 1 - j), _O, block(p - 1 - j)) for j in range(n - 2)]
+            steps.append(Step(Op.RECV, _O, block(p + 1), _O, block(p + 1)))
+            programs[rank].threadblocks.append(
+                ThreadBlock(c, send=ring[(p + 1) % n], recv=ring[(p - 1) % n], channel=c, steps=steps))
+    return Algorithm(name, "allgather", n, n * k, programs, protocol=protocol, inplace=True, outofplace=False)
+
+
+def ring_reducescatter_algorithm(rings: Sequence[Sequence[int]], name: str = "nccl-ring-reducescatter",
+                                 protocol: Protocol = Protocol.SIMPLE) -> Algorithm:
+    """NCCL's ring reduce-scatter over ``rings`` (one per channel): rank r's block is
+    input chunks ``r x C .. r x C + C - 1`` for C rings, its output chunk c the sum of
+    every rank's input chunk ``r x C + c``."""
+    n = _check_rings(rings, "reduce-scatter")
+    k = len(rings)
+    programs = [RankProgram(r, n * k, k) for r in range(n)]
+    for c, ring in enumerate(rings):
+        for p, rank in enumerate(ring):
+            def block(q: int) -> int:
+                return ring[q % n] * k + c
+            steps = [Step(Op.SEND, _I, block(p - 1), _I, block(p - 1))]
+            steps += [Step(Op.RECV_REDUCE_SEND, _I, block(p - 2 - j), _I, block(p - 2 - j)) for j in range(n - 2)]
+            steps.append(Step(Op.RECV_REDUCE_COPY, _I, block(p), _O, c))
+            programs[rank].threadblocks.append(
+                ThreadBlock(c, send=ring[(p + 1) % n], recv=ring[(p - 1) % n], channel=c, steps=steps))
+    return Algorithm(name, "reducescatter", n, n * k, programs, protocol=protocol, inplace=True, outofplace=True)
+
+
+def ring_reduce_algorithm(rings: Sequence[Sequence[int]], root: int = 0, name: str = "nccl-ring-reduce",
+                          protocol: Protocol = Protocol.SIMPLE) -> Algorithm:
+    """NCCL's ring reduce to ``root`` over ``rings`` (one chunk per channel): the rank after
+    the root sends, the others add their own and forward, the root adds into its output."""
+    n = _check_rings(rings, "reduce")
+    if not 0 <= root < n:
+        raise SynthesisError(f"root {root} is not a rank (0-{n - 1})")
+    k = len(rings)
+    programs = [RankProgram(r, k, k) for r in range(n)]
+    for c, ring in enumerate(rings):
+        start = list(ring).index(root)
+        chain = [ring[(start + 1 + j) % n] for j in range(n)]  # ends at the root
+        for j, rank in enumerate(chain):
+            if j == 0:
+                tb = ThreadBlock(c, send=chain[1], channel=c, steps=[Step(Op.SEND, _I, c, _I, c)])
+            elif j == n - 1:
+                tb = ThreadBlock(c, recv=chain[j - 1], channel=c, steps=[Step(Op.RECV_REDUCE_COPY, _I, c, _O, c)])
+            else:
+                tb = ThreadBlock(c, send=chain[j + 1], recv=chain[j - 1], channel=c,
+                                 steps=[Step(Op.RECV_REDUCE_SEND, _I, c, _I, c)])
+            programs[rank].threadblocks.append(tb)
+    return Algorithm(name, "reduce", n, k, programs, protocol=protocol, inplace=True, outofplace=True, root=root)
+
+
+#: NCCL's collectives, each with its ring kernel's builder
+RING_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
+
+
+def ring_algorithm(collective: str, rings: Sequence[Sequence[int]], root: int = 0, name: str | None = None,
+                   protocol: Protocol = Protocol.SIMPLE) -> Algorithm:
+    """NCCL's ring kernel of ``collective`` (one of :data:`RING_COLLECTIVES`) over ``rings``."""
+    name = name or f"nccl-ring-{collective}"
+    if collective == "allreduce":
+        return ring_allreduce_algorithm(rings, name, protocol)
+    if collective == "allgather":
+        return ring_allgather_algorithm(rings, name, protocol)
+    if collective == "reducescatter":
+        return ring_reducescatter_algorithm(rings, name, protocol)
+    if collective == "broadcast":
+        return ring_broadcast_algorithm(rings, root, name, protocol)
+    if collective == "reduce":
+        return ring_reduce_algorithm(rings, root, name, protocol)
+    raise SynthesisError(f"NCCL has no ring kernel for {collective} (it has: {', '.join(RING_COLLECTIVES)})")

@@ -19,7 +19,11 @@ exists, else through PCIe - and gives each ring (channel) a share of the links' 
   NVSwitch box one ring in rank order already fills every port.
 * Across nodes a ring enters and leaves every node once: per channel a NIC of each
   node, a chain through the node's GPUs from a GPU next to that NIC to another one next
-  to it, and the chains of the nodes joined in node order.
+  to it, and the chains of the nodes joined in node order. Where no other GPU is next
+  to the NIC (DGX H100: one NIC per GPU) the chain's last GPU sends to the NIC as
+  NCCL's PXN does (:func:`nic_path`: over NVLink to the NIC's GPU, then PCIe), not
+  through the CPUs; every channel is searched at one speed, down to a shared port's
+  bandwidth over the channel count (DGX-2: 8 channels over 6 NVLinks).
 
 :meth:`RingSchedule.nccl_estimate` asks NCCL's own cost model
 (:mod:`arborcc.sim.nccl_model`) what NCCL would predict for the rings.
@@ -36,7 +40,7 @@ from arborcc.errors import SynthesisError
 from arborcc.sim.nccl_model import NcclEstimate, nccl_estimate
 from arborcc.synth.flowgraph import check_routable
 from arborcc.synth.hosts import hop_distance, host_groups, host_nics
-from arborcc.topology.model import LinkKind, Topology
+from arborcc.topology.model import DeviceKind, LinkKind, Topology
 
 #: limit of depth-first search steps per ring (keeps pathological inputs bounded)
 DFS_BUDGET = 20_000
@@ -369,6 +373,36 @@ def nccl_rings(topology: Topology, max_rings: int = DEFAULT_MAX_RINGS) -> RingSc
     return _multi_node_rings(topology, hosts, max_rings)
 
 
+def _through_cpu(topology: Topology, path: Sequence[str]) -> bool:
+    """Whether a device path passes a CPU (NCCL's PHB/SYS: worse than PXB)."""
+    return any(topology.devices[d].kind is DeviceKind.CPU for d in path[1:-1])
+
+
+def nic_path(topology: Topology, gpu: str, nic: str, members: Sequence[int]) -> tuple[str, ...]:
+    """The device path by which ``gpu`` sends to ``nic``, as NCCL routes it (PXN,
+    ``src/graph/paths.cc``, on by default since NCCL 2.12): when the direct route passes
+    a CPU and a GPU of ``members`` (rank indices of the host) reaches the NIC without one
+    and is joined to ``gpu`` by NVLink alone, the data goes over NVLink to that GPU and
+    from it through its PCIe switch to the NIC. On DGX H100 every GPU has its own NIC: a
+    ring's chain through a node ends at another GPU than the one next to the channel's
+    NIC, and without PXN every channel leaving a node would share the inter-socket link."""
+    direct = topology.route(gpu, nic).path
+    if not _through_cpu(topology, direct):
+        return direct
+    best = None
+    for r in members:
+        peer = topology.ranks[r]
+        if peer == gpu or not _nvlink_only(topology, gpu, peer):
+            continue
+        tail = topology.route(peer, nic).path
+        if _through_cpu(topology, tail):
+            continue
+        key = (len(tail), topology.route(peer, nic).bandwidth * -1, r)
+        if best is None or key < best[0]:
+            best = (key, topology.route(gpu, peer).path + tail[1:])
+    return direct if best is None else best[1]
+
+
 def _node_ends(topology: Topology, members: list[int], nic: str | None, channel: int) -> tuple[int, list[int], list[int]]:
     """Where channel ``channel``'s chain through a node starts and may end: at GPUs
     nearest (fewest hops) to the channel's NIC, rotating with the channel so the GPUs
@@ -391,7 +425,9 @@ def _multi_node_rings(topology: Topology, hosts: list[list[int]], max_rings: int
     nics = [nics_of(topology, h) for h in hosts]
     channels = max(1, min(max_rings, min(len(x) for x in nics))) if all(nics) else 1
     for kind, allowed in _tiers(topology):
-        speeds = sorted({s for h in hosts for s in _candidate_speeds(topology, h, allowed)}, reverse=True)
+        lanes = {s for h in hosts for s in _candidate_speeds(topology, h, allowed)}
+        # a port shared by every channel (DGX-2: 8 channels over 6 lanes) fits them at 1/channels
+        speeds = sorted(lanes | {s / channels for s in lanes}, reverse=True)
         for speed in speeds or [1.0]:
             res = _Residual(topology)
             chains: list[list[list[int]]] = []
@@ -425,7 +461,7 @@ def _multi_node_rings(topology: Topology, hosts: list[list[int]], max_rings: int
                                 if not topology.can_route(x, y):
                                     raise SynthesisError(f"{topology.name}: ring channel {c} cannot route {x} -> {y} "
                                                          "(the channel's NIC is out of reach)")
-                            forced[(c, pos - 1)] = (topology.route(a, na).path + topology.route(na, nb).path[1:]
+                            forced[(c, pos - 1)] = (nic_path(topology, a, na, hosts[h]) + topology.route(na, nb).path[1:]
                                                     + topology.route(nb, b).path[1:])
                 return _make_schedule(topology, rings, LinkKind.NETWORK, kind, len(hosts), forced)
     raise SynthesisError(f"{topology.name}: no chain through the GPUs of some node")  # pragma: no cover

@@ -5,10 +5,11 @@ Rows, per size:
 
 * each synthesis strategy that can build the collective (``synth.strategies``), its
   algorithm simulated on its own routes;
-* ``nccl``: what NCCL runs (:mod:`arborcc.tune.nccl`: its rings and protocol choice,
-  NVLS where the switch reduces), simulated;
-* ``nccl-model``: NCCL's closed-form alpha-beta prediction for its rings (the second,
-  independent predictor).
+* ``nccl``: what NCCL runs for all-reduce, all-gather, reduce-scatter, broadcast and
+  reduce (:mod:`arborcc.tune.nccl`: its rings, its tree for all-reduce across nodes, its
+  protocol choice, NVLS all-reduce where the switch reduces), simulated;
+* ``nccl-model``: NCCL's closed-form alpha-beta prediction for its rings or tree (the
+  second, independent predictor).
 
 With ``protocol="auto"`` every strategy runs with the fastest protocol for each size.
 Sizes are taken in increasing order, and a protocol that is more than :data:`PRUNE`
@@ -192,14 +193,7 @@ def compare(topology: Topology, collective: str = "allreduce", sizes: Sequence[i
         for s in sizes:
             rows.append({"strategy": "nccl", **base.call(s, collective, root, forced).row()})
         for s in sizes:
-            protos = [forced] if forced else list(base.protocols)
-            p = min(protos, key=lambda q: base.schedule.nccl_estimate(collective, q, s).time)
-            t = base.schedule.nccl_estimate(collective, p, s).time
-            algbw = s / t
-            bus = algbw * (2 * (topology.num_ranks - 1) / topology.num_ranks if collective == "allreduce" else 1.0)
-            rows.append({"strategy": MODEL, "size": s, "protocol": p, "instances": 1,
-                         "time_us": round(t * 1e6, 3), "algbw_gbps": round(algbw / GB, 4),
-                         "busbw_gbps": round(bus / GB, 4)})
+            rows.append({"strategy": MODEL, **base.model_row(s, collective, forced)})
     elif baselines:
         skipped.append(f"nccl: the NCCL baseline covers {', '.join(NCCL_COLLECTIVES)}, not {collective}")
     if not rows:
