@@ -47,6 +47,7 @@ from arborcc.ir.collectives import ROOTED
 from arborcc.ir.model import Algorithm
 import arborcc.runtime.native as native
 from arborcc.runtime.arrays import DTYPES, ArrayRef, array_ref, check_op
+from arborcc.runtime.call_descriptor import call_descriptor
 from arborcc.runtime.environment import MAX_RANKS, Settings, check_option, check_segment, runtime_settings
 from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.lowering import LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
@@ -86,6 +87,8 @@ class WindowCall(NamedTuple):
     nbytes: int  #: one rank's send buffer
     root: int  #: a broadcast's root; -1: all-gather
     threads: int  #: threads that copy the peers' blocks (``Options.workers``: 0 is one per peer)
+    what: int  #: the call's descriptor (:mod:`arborcc.runtime.call_descriptor`) ...
+    count: int  #: ... compared with the peers'
 
 
 @dataclass
@@ -362,7 +365,8 @@ class Communicator:
                      "on" if self.options.push else "off",
                      "a thread per peer" if workers == 0 else f"{workers} thread(s)")
         return WindowCall(found[0], found[1], nbytes, root if collective == "broadcast" else -1,
-                          self.world_size - 1 if workers == 0 else workers)
+                          self.world_size - 1 if workers == 0 else workers,
+                          *call_descriptor(collective, s.dtype, "sum", count, root, "on shared arrays"))
 
     # -- collectives -------------------------------------------------------------------
 
@@ -657,7 +661,8 @@ class Communicator:
             if type(prepared) is WindowCall:
                 self._native.window_collective(prepared.window, prepared.offset, prepared.nbytes, r.address,
                                                prepared.root, self.options.stream_bytes, prepared.threads,
-                                               self.options.timeout, self.options.push)
+                                               self.options.timeout, self.options.push, prepared.what,
+                                               prepared.count)
                 return
             for handle, uses_in, uses_out, scratch_bytes, divide in prepared:
                 if divide is None:
@@ -678,7 +683,8 @@ class Communicator:
                                  self.options.staged_bytes):
             scatter = algo.collective == "reducescatter"
             handle = self._call(self._native.prepare_staged, count, DTYPES[dtype][0], op_code,
-                                self.options.staged_slice_bytes, self.options.timeout, scatter)
+                                self.options.staged_slice_bytes, self.options.timeout, scatter,
+                                *call_descriptor(algo.collective, dtype, op, count, root, ""))
             if handle >= 0:  # -1: the segment's slots leave no room for a staging ring
                 in_input = scatter and mode is Mode.INPLACE  # the result: the rank's block of the input
                 divide = (0, self.rank * count * esize, count) if in_input else (1, 0, count)
@@ -690,6 +696,7 @@ class Communicator:
             raise InputError(f"{count} elements do not divide into the {low.chunks_per_block} chunks of a custom "
                              f"collective", source=algo.name)
         steps = []
+        desc = call_descriptor(algo.collective, dtype, op, count, root, mode)
         parts = [(pid, low, chunk, 0)] if chunk else []
         if tail:
             fpid, flow = self._program(fallback_algorithm(algo.collective, self.world_size, mode, root), mode)
@@ -699,7 +706,7 @@ class Communicator:
             handle = self._call(self._native.prepare, p, [per, per, 0], [base, base, 0], count, c, DTYPES[dtype][0],
                                 op_code, max(1, slice_bytes // esize), self.options.timeout,
                                 self.options.cma_threshold, self.options.reduce_cma_threshold,
-                                self._workers(algo.collective, count, esize))
+                                self._workers(algo.collective, count, esize), *desc)
             steps.append((handle, bool(lw.input_chunks), bool(lw.output_chunks), lw.scratch_chunks * c * esize,
                           None))
         if op == "avg" and low.result_checked:  # divide the rank's result (where the layout puts it)
