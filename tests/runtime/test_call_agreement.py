@@ -139,3 +139,110 @@ def test_the_ranks_that_read_from_the_differing_rank_fail_in_that_call(outcomes,
             if case.startswith("root"):
                 continue
             assert call == 1, (case, rank, message)
+
+
+# -- random calls: the same call gives the right result, any field that differs a mismatch --
+
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
+
+
+def _random_call(comm, spec: tuple) -> bool:
+    """Make the call ``spec`` (collective, dtype, op, count, root) with input rank + 1;
+    whether this rank's result is right."""
+    collective, dtype, op, count, root = spec
+    n, rank = comm.world_size, comm.rank
+    x = np.full(count * (n if collective == "reducescatter" else 1), rank + 1, dtype)
+    reduced = n * (n + 1) // 2 if op == "sum" else n
+    if collective == "allreduce":
+        comm.allreduce(x, op=op)
+        return bool((x == reduced).all())
+    if collective == "allgather":
+        out = np.zeros(count * n, dtype)
+        comm.allgather(x, out)
+        return bool((out == np.repeat(np.arange(1, n + 1), count).astype(dtype)).all())
+    if collective == "reducescatter":
+        out = np.zeros(count, dtype)
+        comm.reduce_scatter(x, out, op=op)
+        return bool((out == reduced).all())
+    if collective == "broadcast":
+        comm.broadcast(x, root=root)
+        return bool((x == root + 1).all())
+    out = np.zeros(count, dtype)
+    comm.reduce(x, out, root=root, op=op)
+    return rank != root or bool((out == reduced).all())
+
+
+def _run_random(pairs: list[tuple[tuple, tuple]]) -> list[str]:
+    import os
+
+    from arborcc.runtime import Communicator, CommunicationError
+
+    rank = int(os.environ["RANK"])
+    said = []
+    for everyone, rank_1 in pairs:
+        comm = Communicator.from_env(timeout=20)
+        outcome = "no error"
+        try:
+            right = _random_call(comm, rank_1 if rank == 1 else everyone)
+            comm.allreduce(np.ones(1, np.float32))  # a rank that only sent fails here at the latest
+            outcome = "right" if right else "wrong"
+        except CommunicationError as e:
+            outcome = str(e)
+        comm.close()
+        said.append(outcome)
+    return said
+
+
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, 3])
+def test_random_calls_agree_or_fail_on_every_rank_naming_the_field(world):
+    from hypothesis import given, settings, strategies as st
+
+    values = {0: st.sampled_from(COLLECTIVES), 1: st.sampled_from(("float32", "float64", "int32")),
+              2: st.sampled_from(("sum", "max")), 3: st.sampled_from((1, 7, 256, 1024, 70_000, 300_000)),
+              4: st.integers(0, world - 1)}
+    names = {0: ("calls",), 1: ("float32", "float64", "int32"), 2: ("reduces with",), 3: ("elements",),
+             4: ("root",)}
+
+    @st.composite
+    def pairs(draw):
+        spec = tuple(draw(values[f]) for f in range(5))
+        # the fields the call has: an all-gather has no operator, only rooted calls a root
+        fields = [0, 1, 3] + ([2] if spec[0] in ("allreduce", "reducescatter", "reduce") else []) \
+            + ([4] if spec[0] in ("broadcast", "reduce") else [])
+        field = draw(st.sampled_from([None] + fields))
+        if field is None:
+            return spec, spec, None
+        other = list(spec)
+        while tuple(other) == spec:
+            other[field] = draw(values[field])
+        return spec, tuple(other), field
+
+    # a few lists of calls, each run in one set of forked ranks (the first list hypothesis
+    # draws is its simplest: the same small all-reduce throughout)
+    @settings(max_examples=4, deadline=None, database=None, derandomize=True)
+    @given(st.lists(pairs(), min_size=10, max_size=10))
+    def check(cases):
+        before = segments()
+        said = run_ranks(_run_random, world, ([(a, b) for a, b, _ in cases],), timeout=240)
+        assert leftovers(before) == set()
+        for i, (a, b, field) in enumerate(cases):
+            for rank in range(world):
+                message = said[rank][i]
+                if field is None:
+                    assert message == "right", (a, rank, message)
+                else:
+                    mismatch = message.partition("call mismatch: ")[2]
+                    assert mismatch and any(w in mismatch for w in names[field]), (a, b, rank, message)
+
+    check()
+
+
+@pytest.mark.timeout(120)
+def test_a_reduce_whose_other_ranks_only_send_is_cut_into_the_same_slices():
+    # 1.2 MB out of place: the root reduces, the other ranks' programs only copy; they used
+    # to send each chunk whole while the root expected slices (found by the random calls)
+    said = run_ranks(_run_random, 2, ([(("reduce", "float32", "sum", 300_000, 0),) * 2],), timeout=60)
+    assert said == [["right"], ["right"]]

@@ -8,14 +8,15 @@ naming the rank and the field (docs/runtime.md, "Calls and stopped ranks")."""
 from __future__ import annotations
 
 from arborcc.ir.aliasing import Mode
-from arborcc.ir.collectives import ROOTED
+from arborcc.ir.collectives import REDUCING, ROOTED
 import arborcc.runtime.native as native
 
 COLLECTIVE_CODES = {name: code for code, name in enumerate(native.CALL_COLLECTIVES)}
 DTYPE_CODES = {name: code for code, name in enumerate(native.CALL_DTYPES)}
 OP_CODES = {name: code for code, name in enumerate(native.CALL_OPS)}
-#: collectives whose operator is part of the call (the others ignore the one passed)
-REDUCING = frozenset({"allreduce", "reducescatter", "reduce", "custom"})
+#: collectives whose operator is part of the call (the others ignore the one passed; a
+#: custom collective's algorithm may reduce)
+WITH_OPERATOR = REDUCING | {"custom"}
 #: how a rank passes its buffers: in place, out of place, on shared arrays (the runtime's
 #: collectives on them); "" where it does not matter (the staged all-reduce and reduce-scatter)
 MODE_CODES = {name: code for code, name in enumerate(native.CALL_MODES)}
@@ -26,6 +27,6 @@ def call_descriptor(collective: str, dtype: str, op: str, count: int, root: int,
     :data:`MODE_CODES` (a :class:`~arborcc.ir.aliasing.Mode` names the first two)."""
     mode = {Mode.INPLACE: "in place", Mode.OUTOFPLACE: "out of place"}.get(mode, mode)
     what = (COLLECTIVE_CODES[collective] | DTYPE_CODES[dtype] << 8
-            | (OP_CODES[op] if collective in REDUCING else 0) << 16 | MODE_CODES[mode] << 24
+            | (OP_CODES[op] if collective in WITH_OPERATOR else 0) << 16 | MODE_CODES[mode] << 24
             | ((root + 1) if collective in ROOTED else 0) << 32)
     return what, count

@@ -16,7 +16,9 @@ Arrays are numpy arrays or torch CPU tensors, contiguous, read and written where
 are (no copies). A call is in place when the receive buffer is omitted or is the same
 memory (NCCL's rule: for all-gather the input is the rank's block of the output, for
 reduce-scatter the output is the rank's block of the input). Every rank must make the
-same calls in the same order with the same sizes.
+same calls in the same order with the same sizes: a call that differs (collective, type,
+operator, count, root, in place or not) fails on every rank, naming the rank and the field
+(:mod:`arborcc.runtime.call_descriptor`).
 
 Repeated calls on the same numpy arrays (a training loop's buckets) skip the Python-side
 work after the first: the communicator remembers the last all-reduce's, all-gather's,
@@ -628,7 +630,10 @@ class Communicator:
         hit = self._programs.get(key)
         if hit is None or hit[0] is not algo:
             lowered = lower_rank(algo, self.rank, mode)
-            pid = self._call(self._native.register_program, lowered.threadblocks, lowered.steps)
+            # whether any rank's steps reduce: every rank must cut a call into the same slices
+            reduces = any(step.op.reduces for program in algo.ranks for tb in program.threadblocks
+                          for step in tb.steps)
+            pid = self._call(self._native.register_program, lowered.threadblocks, lowered.steps, not reduces)
             hit = (algo, pid, lowered)
             self._programs[key] = hit
         return hit[1], hit[2]

@@ -66,7 +66,9 @@ class Communicator {
   void abort(const std::string& msg);
   std::string abort_message() const;
 
-  int register_program(const std::vector<std::vector<int>>& tbs, const std::vector<std::vector<int>>& steps);
+  // One rank's program of an algorithm; `algorithm_copies_only`: no rank's steps reduce.
+  int register_program(const std::vector<std::vector<int>>& tbs, const std::vector<std::vector<int>>& steps,
+                       bool algorithm_copies_only);
 
   // Everything about a call except its buffers, stored once per call shape.
   // `what` and `count`: the call's descriptor (call_descriptor.hpp), compared with the

@@ -11,8 +11,10 @@
 
 namespace dataplane {
 
-int Communicator::register_program(const std::vector<std::vector<int>>& tbs, const std::vector<std::vector<int>>& steps) {
+int Communicator::register_program(const std::vector<std::vector<int>>& tbs, const std::vector<std::vector<int>>& steps,
+                                   bool algorithm_copies_only) {
   Program p;
+  p.algorithm_copies_only = algorithm_copies_only;
   for (auto& t : tbs) {
     if (t.size() != 5) throw CommError("thread block rows have 5 fields");
     p.tbs.push_back({t[0], t[1], t[2], t[3], t[4]});
@@ -66,7 +68,6 @@ void Communicator::run(int program, uint64_t in_addr, uint64_t out_addr, uint64_
          int64_t tile_elems, double timeout, uint64_t cma_threshold, int workers, const CallDesc& desc) {
   const Program& prog = programs_.at(program);
   if (dtype < 0 || dtype > DT_U8) throw CommError("unknown dtype code");
-  check_abort();
   begin_call(desc);
   Geometry g;
   g.addr[0] = in_addr;
@@ -94,8 +95,9 @@ void Communicator::run(int program, uint64_t in_addr, uint64_t out_addr, uint64_
     extent(prog, g, 1, out_lo, out_hi);
     bool apart = in_lo == in_hi || out_lo == out_hi || in_hi <= out_lo || out_hi <= in_lo;
     // a program that only copies original data gains nothing from slices (no step
-    // feeds another rank's next one, nothing to keep in cache): one message per chunk
-    if (apart && prog.copy_only) tile = chunk_elems;
+    // feeds another rank's next one, nothing to keep in cache): one message per chunk -
+    // when no rank reduces, else a rank that reduces slices what this one would send whole
+    if (apart && prog.copy_only && prog.algorithm_copies_only) tile = chunk_elems;
     if (!apart) tile = std::min(tile, max_tile);
   } else {
     tile = std::min(tile, max_tile);
