@@ -42,7 +42,10 @@ bool Communicator::record_of(int q, uint64_t seq, CallDesc* desc) const {
 }
 
 bool Communicator::agrees(int q) {
-  if (seg_.hdr()->state[q].calls.load(std::memory_order_acquire) < calls_) return false;
+  // one cache line of the peer's: its record of this call number's slot
+  const CallRecord& r = seg_.hdr()->state[q].call[calls_ % CALL_HISTORY];
+  const uint64_t at = r.seq.load(std::memory_order_acquire);
+  if (at != calls_) return at > calls_;  // 0 or an earlier call: not begun; a later one: far ahead, gone
   CallDesc theirs;
   if (record_of(q, calls_, &theirs) && theirs != desc_) fail(call_mismatch(q, theirs, rank_, desc_));
   return true;
