@@ -1,6 +1,6 @@
 """A rank that stops (SIGSTOP) is named by every rank that waits for it, directly or
 through others, as stopped: never a healthy rank, never a thread block of the waiting
-rank. Rank 2 of 3 stops itself after its second call; ranks 0 and 1 make a third and
+rank; so is a rank that blocks outside its calls. Rank 2 of 3 stops itself after its second call; ranks 0 and 1 make a third and
 report its error; the parent then kills rank 2. Four repetitions over the paths a call
 can take (the staged all-reduce, an interpreted all-reduce with a thread per thread
 block, an interpreted all-gather, shared arrays), since a wrong name came in about one
@@ -36,7 +36,7 @@ CALLS = [
 ]
 
 
-def _rank(rank: int, port: int, which: int, conn) -> None:
+def _rank(rank: int, port: int, which: int, conn, stop: bool = True) -> None:
     os.environ.update(rank_env(rank, 3, port, {}))
     from arborcc.runtime import Communicator, CommunicationError
 
@@ -47,7 +47,12 @@ def _rank(rank: int, port: int, which: int, conn) -> None:
         call(comm)
     if rank == 2:
         conn.send("stopping")
-        os.kill(os.getpid(), signal.SIGSTOP)
+        if stop:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        else:  # blocked outside the data plane until the parent kills it
+            import threading
+
+            threading.Event().wait()
         return
     try:
         call(comm)
@@ -56,11 +61,11 @@ def _rank(rank: int, port: int, which: int, conn) -> None:
         conn.send(str(e))
 
 
-def _stop_rank_2(which: int) -> list[str]:
+def _stop_rank_2(which: int, stop: bool = True) -> list[str]:
     ctx = multiprocessing.get_context("fork")
     port = free_port_pair()
     pipes = [ctx.Pipe(duplex=False) for _ in range(3)]
-    procs = [ctx.Process(target=_rank, args=(r, port, which, pipes[r][1]), daemon=True) for r in range(3)]
+    procs = [ctx.Process(target=_rank, args=(r, port, which, pipes[r][1], stop), daemon=True) for r in range(3)]
     for p in procs:
         p.start()
     try:
@@ -85,4 +90,14 @@ def test_a_stopped_rank_is_named_by_every_rank_that_waits_for_it():
         for rank in (0, 1):
             assert re.search(r"waiting for rank 2 \(rank 2 made no progress for [\d.]+ s; it is alive, process \d+, "
                              r"but not running: stopped\?", said[rank]), (which, rank, said[rank])
+    assert leftovers(before) == set(), "an arborcc shared-memory segment was left in /dev/shm"
+
+
+@pytest.mark.timeout(2 * HARD_TIMEOUT)
+def test_a_rank_blocked_outside_its_calls_is_named_by_every_rank_that_waits_for_it():
+    before = segments()
+    said = _stop_rank_2(0, stop=False)
+    for rank in (0, 1):
+        assert re.search(r"waiting for rank 2 \(rank 2 made no progress for [\d.]+ s; it is alive, process \d+, "
+                         r"sleeping outside its collective calls", said[rank]), (rank, said[rank])
     assert leftovers(before) == set(), "an arborcc shared-memory segment was left in /dev/shm"

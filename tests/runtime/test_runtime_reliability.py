@@ -297,7 +297,7 @@ def test_rank_killed_during_shared_allgather_is_named(tmp_path, shm_unchanged):
 
 def test_shared_array_on_one_rank_only_is_a_call_mismatch_naming_the_peer(tmp_path, shm_unchanged):
     code, said = launch(tmp_path, 2, """
-        comm = Communicator.from_env(timeout=2 if rank == 0 else 8)  # rank 0 times out first
+        comm = Communicator.from_env(timeout=2 if rank == 0 else 8)  # found before either times out
         shared = comm.shared_array(1000, "float32")
         send = shared if rank == 0 else np.ones(1000, np.float32)  # rank 1 passes its own array
         try:
