@@ -97,7 +97,7 @@ class WindowCall(NamedTuple):
 class Options:
     """Tuning knobs of the data plane (all have working defaults)."""
 
-    timeout: float = 120.0  #: seconds a rank waits without progress before failing (names the rank waited for)
+    timeout: float = 120.0  #: seconds a rank waits without progress before failing (names the rank that stopped)
     slice_bytes: int = 1 << 20  #: pipeline slice per chunk and step (GC3's tile)
     cma_threshold: int = 16 * 1024  #: messages this large are read from the sender's memory (one copy) ...
     reduce_cma_threshold: int = 512 * 1024  #: ... or this large in programs that reduce (smaller ones: slots)

@@ -265,9 +265,10 @@ class Communicator {
   // sleep on the futex for at most `nanos`.
   void wait_change(uint32_t s, long nanos);
   // Wait (wait_change) until ready() holds, for rank q. Every 0.1 s the call fails on an
-  // abort, when q's process is gone ("rank q died (process P is gone) " + ending(true)) or
-  // `timeout` s after t0 ("timed out after T s waiting for rank q " + ending(false)); the
-  // ending is only built when the call fails.
+  // abort, when q's process is gone ("rank q died (process P is gone) " + ending(true)),
+  // when q is found in another call (check_calls), or `timeout` s after t0 (fail_timeout:
+  // "... this rank waits for rank q " + ending(false)); the ending is only built when the
+  // call fails.
   void wait_for_peer(const std::function<bool()>& ready, int q, std::chrono::steady_clock::time_point t0,
                      double timeout, const std::function<std::string(bool)>& ending);
   void sleep_on_seq(uint32_t s, long nanos);
