@@ -16,7 +16,9 @@ Arrays are numpy arrays or torch CPU tensors, contiguous, read and written where
 are (no copies). A call is in place when the receive buffer is omitted or is the same
 memory (NCCL's rule: for all-gather the input is the rank's block of the output, for
 reduce-scatter the output is the rank's block of the input). Every rank must make the
-same calls in the same order with the same sizes.
+same calls in the same order with the same sizes: a call that differs (collective, type,
+operator, count, root, in place or not) fails on every rank, naming the rank and the field
+(:mod:`arborcc.runtime.call_descriptor`).
 
 Repeated calls on the same numpy arrays (a training loop's buckets) skip the Python-side
 work after the first: the communicator remembers the last all-reduce's, all-gather's,
@@ -47,6 +49,7 @@ from arborcc.ir.collectives import ROOTED
 from arborcc.ir.model import Algorithm
 import arborcc.runtime.native as native
 from arborcc.runtime.arrays import DTYPES, ArrayRef, array_ref, check_op
+from arborcc.runtime.call_descriptor import call_descriptor
 from arborcc.runtime.environment import MAX_RANKS, Settings, check_option, check_segment, runtime_settings
 from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.launch import available_cpus
@@ -87,13 +90,15 @@ class WindowCall(NamedTuple):
     nbytes: int  #: one rank's send buffer
     root: int  #: a broadcast's root; -1: all-gather
     threads: int  #: threads that copy the peers' blocks (``Options.workers``: 0 is one per peer)
+    what: int  #: the call's descriptor (:mod:`arborcc.runtime.call_descriptor`) ...
+    count: int  #: ... compared with the peers'
 
 
 @dataclass
 class Options:
     """Tuning knobs of the data plane (all have working defaults)."""
 
-    timeout: float = 120.0  #: seconds a rank waits without progress before failing (names the rank waited for)
+    timeout: float = 120.0  #: seconds a rank waits without progress before failing (names the rank that stopped)
     slice_bytes: int = 1 << 20  #: pipeline slice per chunk and step (GC3's tile)
     cma_threshold: int = 16 * 1024  #: messages this large are read from the sender's memory (one copy) ...
     reduce_cma_threshold: int = 512 * 1024  #: ... or this large in programs that reduce (smaller ones: slots)
@@ -375,7 +380,8 @@ class Communicator:
                      "on" if self.options.push else "off",
                      "a thread per peer" if workers == 0 else f"{workers} thread(s)")
         return WindowCall(found[0], found[1], nbytes, root if collective == "broadcast" else -1,
-                          self.world_size - 1 if workers == 0 else workers)
+                          self.world_size - 1 if workers == 0 else workers,
+                          *call_descriptor(collective, s.dtype, "sum", count, root, "on shared arrays"))
 
     # -- collectives -------------------------------------------------------------------
 
@@ -637,7 +643,10 @@ class Communicator:
         hit = self._programs.get(key)
         if hit is None or hit[0] is not algo:
             lowered = lower_rank(algo, self.rank, mode)
-            pid = self._call(self._native.register_program, lowered.threadblocks, lowered.steps)
+            # whether any rank's steps reduce: every rank must cut a call into the same slices
+            reduces = any(step.op.reduces for program in algo.ranks for tb in program.threadblocks
+                          for step in tb.steps)
+            pid = self._call(self._native.register_program, lowered.threadblocks, lowered.steps, not reduces)
             hit = (algo, pid, lowered)
             self._programs[key] = hit
         return hit[1], hit[2]
@@ -670,7 +679,8 @@ class Communicator:
             if type(prepared) is WindowCall:
                 self._native.window_collective(prepared.window, prepared.offset, prepared.nbytes, r.address,
                                                prepared.root, self.options.stream_bytes, prepared.threads,
-                                               self.options.timeout, self.options.push)
+                                               self.options.timeout, self.options.push, prepared.what,
+                                               prepared.count)
                 return
             for handle, uses_in, uses_out, scratch_bytes, divide in prepared:
                 if divide is None:
@@ -691,7 +701,8 @@ class Communicator:
                                  self.options.staged_bytes):
             scatter = algo.collective == "reducescatter"
             handle = self._call(self._native.prepare_staged, count, DTYPES[dtype][0], op_code,
-                                self.options.staged_slice_bytes, self.options.timeout, scatter)
+                                self.options.staged_slice_bytes, self.options.timeout, scatter,
+                                *call_descriptor(algo.collective, dtype, op, count, root, ""))
             if handle >= 0:  # -1: the segment's slots leave no room for a staging ring
                 in_input = scatter and mode is Mode.INPLACE  # the result: the rank's block of the input
                 divide = (0, self.rank * count * esize, count) if in_input else (1, 0, count)
@@ -703,6 +714,7 @@ class Communicator:
             raise InputError(f"{count} elements do not divide into the {low.chunks_per_block} chunks of a custom "
                              f"collective", source=algo.name)
         steps = []
+        desc = call_descriptor(algo.collective, dtype, op, count, root, mode)
         parts = [(pid, low, chunk, 0)] if chunk else []
         if tail:
             fpid, flow = self._program(fallback_algorithm(algo.collective, self.world_size, mode, root), mode)
@@ -712,7 +724,7 @@ class Communicator:
             handle = self._call(self._native.prepare, p, [per, per, 0], [base, base, 0], count, c, DTYPES[dtype][0],
                                 op_code, max(1, slice_bytes // esize), self.options.timeout,
                                 self.options.cma_threshold, self.options.reduce_cma_threshold,
-                                self._workers(algo.collective, count, esize))
+                                self._workers(algo.collective, count, esize), *desc)
             steps.append((handle, bool(lw.input_chunks), bool(lw.output_chunks), lw.scratch_chunks * c * esize,
                           None))
         if op == "avg" and low.result_checked:  # divide the rank's result (where the layout puts it)

@@ -41,6 +41,10 @@ PYBIND11_MODULE(native, m) {
   m.attr("HAVE_AVX2") = HAVE_AVX2;
   m.attr("MAX_RANKS") = MAX_RANKS;
   m.attr("MAX_SLOTS") = MAX_SLOTS;
+  m.attr("CALL_COLLECTIVES") = std::vector<std::string>(std::begin(CALL_COLLECTIVES), std::end(CALL_COLLECTIVES));
+  m.attr("CALL_DTYPES") = std::vector<std::string>(std::begin(CALL_DTYPES), std::end(CALL_DTYPES));
+  m.attr("CALL_OPS") = std::vector<std::string>(std::begin(CALL_OPS), std::end(CALL_OPS));
+  m.attr("CALL_MODES") = std::vector<std::string>(std::begin(CALL_MODES), std::end(CALL_MODES));
   m.def("buffer_address", &buffer_address, "address and size in bytes of a contiguous writable buffer");
   m.def("unlink", [](const std::string& name) { return shm_unlink(name.c_str()) == 0; });
   m.def("divide", &divide_array, "divide a floating-point array in place (address, count, dtype code, divisor)");
@@ -63,7 +67,7 @@ PYBIND11_MODULE(native, m) {
       .def_property_readonly("staged_calls", &Communicator::staged_calls)
       .def_property_readonly("staged_shared_calls", &Communicator::staged_shared_calls)
       .def("prepare_staged", &Communicator::prepare_staged, py::arg("count"), py::arg("dtype"), py::arg("op"),
-           py::arg("slot_bytes"), py::arg("timeout"), py::arg("scatter") = false)
+           py::arg("slot_bytes"), py::arg("timeout"), py::arg("scatter"), py::arg("what"), py::arg("call_count"))
       .def("wait_attached", &Communicator::wait_attached, py::call_guard<py::gil_scoped_release>())
       .def("abort", &Communicator::abort)
       .def("abort_message", &Communicator::abort_message)
@@ -78,5 +82,6 @@ PYBIND11_MODULE(native, m) {
       .def("unmap_window", &Communicator::unmap_window)
       .def("window_collective", &Communicator::window_collective, py::arg("id"), py::arg("send_off"),
            py::arg("bytes"), py::arg("out_addr"), py::arg("root"), py::arg("stream_bytes"), py::arg("threads"),
-           py::arg("timeout"), py::arg("push") = true, py::call_guard<py::gil_scoped_release>());
+           py::arg("timeout"), py::arg("push"), py::arg("what"), py::arg("count"),
+           py::call_guard<py::gil_scoped_release>());
 }

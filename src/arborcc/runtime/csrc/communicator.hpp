@@ -1,6 +1,7 @@
 // A rank's communicator: the class declaration; its methods are in one .cpp file per
 // concern (communicator.cpp start-up, abort and tear-down; waiting.cpp waiting, barrier
-// and published values; interpreter.cpp registering and running programs, the
+// and published values; agreement.cpp the calls' descriptors that the ranks compare;
+// blame.cpp which rank a timed-out wait blames; interpreter.cpp registering and running programs, the
 // scheduler; steps.cpp one step and its messages; pool.cpp the worker threads;
 // windows.cpp shared arrays and their collectives).
 //
@@ -37,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "call_descriptor.hpp"
 #include "os_calls.hpp"
 #include "program.hpp"
 #include "segment.hpp"
@@ -64,12 +66,16 @@ class Communicator {
   void abort(const std::string& msg);
   std::string abort_message() const;
 
-  int register_program(const std::vector<std::vector<int>>& tbs, const std::vector<std::vector<int>>& steps);
+  // One rank's program of an algorithm; `algorithm_copies_only`: no rank's steps reduce.
+  int register_program(const std::vector<std::vector<int>>& tbs, const std::vector<std::vector<int>>& steps,
+                       bool algorithm_copies_only);
 
   // Everything about a call except its buffers, stored once per call shape.
+  // `what` and `count`: the call's descriptor (call_descriptor.hpp), compared with the
+  // peers' at every call.
   int prepare(int program, std::vector<int64_t> cpb, std::vector<int64_t> base, int64_t block_stride,
               int64_t chunk_elems, int dtype, int op, int64_t tile_elems, double timeout, uint64_t cma_threshold,
-              uint64_t reduce_cma_threshold, int workers);
+              uint64_t reduce_cma_threshold, int workers, uint64_t what, uint64_t count);
 
   // How a rank waits: spin for `spin_seconds`, then yield the CPU for `yield_seconds`,
   // then sleep on its futex.
@@ -83,7 +89,7 @@ class Communicator {
   // Run a registered program once over the buffers (called with the GIL released).
   void run(int program, uint64_t in_addr, uint64_t out_addr, uint64_t scratch_addr, const std::vector<int64_t>& cpb,
            const std::vector<int64_t>& base, int64_t block_stride, int64_t chunk_elems, int dtype, int op,
-           int64_t tile_elems, double timeout, uint64_t cma_threshold, int workers);
+           int64_t tile_elems, double timeout, uint64_t cma_threshold, int workers, const CallDesc& desc);
 
   // rank 0 publishes `value` for call `seq`; the other ranks wait for it.
   void publish(uint64_t seq, int64_t value);
@@ -98,7 +104,8 @@ class Communicator {
   // run_prepared (a reduce-scatter in place passes no output: the rank's block of the
   // input), or -1 when the segment leaves no room for a staging ring. The ring takes its
   // shape at the first call and keeps it.
-  int prepare_staged(int64_t count, int dtype, int op, uint64_t slot_bytes, double timeout, bool scatter);
+  int prepare_staged(int64_t count, int dtype, int op, uint64_t slot_bytes, double timeout, bool scatter,
+                     uint64_t what, uint64_t call_count);
 
   // ---- shared arrays: windows of memory that every rank maps ---------------------------
   //
@@ -121,8 +128,10 @@ class Communicator {
   // that lies in this rank's shared arrays has the peers write their blocks there (each
   // rank reads its own block once and writes it into every such output). A call returns
   // once every peer is done with this rank's block and output.
+  // `what` and `count`: the call's descriptor (call_descriptor.hpp).
   void window_collective(int64_t id, uint64_t send_off, uint64_t bytes, uint64_t out_addr, int root,
-                         uint64_t stream_bytes, int threads, double timeout, bool push);
+                         uint64_t stream_bytes, int threads, double timeout, bool push, uint64_t what,
+                         uint64_t count);
 
  private:
   static constexpr uint64_t PROBE = 0x5ca1ab1e0ddba11ULL;
@@ -136,6 +145,7 @@ class Communicator {
     double timeout;
     uint64_t cma_threshold;
     int workers;
+    CallDesc desc;
     int staged = 0;  // 1: a staged all-reduce, 2: a staged reduce-scatter (staged.cpp) of chunk_elems elements
   };
 
@@ -147,7 +157,7 @@ class Communicator {
     double timeout;
     bool cma;
     uint64_t cma_threshold;
-    uint64_t id;
+    uint64_t id;  // this rank's call number (calls_)
     // inline messages of this call whose bytes others may share: what they hold (the
     // sender's pieces) and where (scheduler mode only: one thread per rank)
     bool share;
@@ -158,6 +168,8 @@ class Communicator {
       uint64_t msg;
       SlotDesc* desc;
     } shared[8];
+    CallDesc desc;
+    std::atomic<uint64_t> checked{0};  // bit q: rank q's call was found to be this one
   };
 
   // Per thread block state during a call.
@@ -188,12 +200,49 @@ class Communicator {
   // `own_dst` and into the output of every peer whose output lies in its shared arrays
   // (streaming stores; split over `nthreads` threads).
   void push_own_block(const char* own, char* own_dst, uint64_t bytes, uint64_t seq, int nthreads,
-                      const std::function<void(int)>& check_size, double timeout);
+                      const std::function<void(int)>& check_call, double timeout);
   // Wait until the `field` word of one of the ranks `peers` reaches `value` (spin, yield,
   // sleep: wait_change); remove that rank from `peers` and return it. Fails when a peer
-  // dies, the communicator is aborted or `timeout` passes.
+  // dies, is found in another call, the communicator is aborted or `timeout` passes.
   int wait_any(std::vector<int>& peers, std::atomic<uint64_t> RankCell::*field, uint64_t value, const char* what,
                double timeout);
+
+  // ---- the calls' descriptors (agreement.cpp)
+  // Begin data-plane call calls_ + 1 described by `desc`: publish it for the peers.
+  void begin_call(const CallDesc& desc);
+  // Rank q's descriptor of call `seq`, if q has begun it and its record is still kept.
+  bool record_of(int q, uint64_t seq, CallDesc* desc) const;
+  // Fails the communicator when rank q has begun this rank's current call as another call
+  // (naming the field); true when q is at this call (or past it, its record gone), false
+  // when q has not begun it yet.
+  bool agrees(int q);
+  // Rank q is in a call of this rank's kind (its staging ring or shared-array counters
+  // say so) but at another call number: fails, naming what differs.
+  [[noreturn]] void fail_diverged(int q);
+  // For a wait that has lasted: fails when a rank in `peers` (bit q: rank q) is found in
+  // another call, or behind this rank and waiting for it in a call that differs.
+  void check_calls(uint64_t peers);
+  // A message of rank q that does not belong to this call (`id`, `desc`): fails, naming
+  // what differs.
+  [[noreturn]] void fail_message(int q, uint64_t id, const CallDesc& theirs, const Call& call, int channel);
+
+  // ---- who a timed-out wait blames (blame.cpp)
+  // What a rank sees of its peers while it waits: when each one's progress or waiting
+  // beat last moved.
+  struct Watch {
+    std::chrono::steady_clock::time_point since;
+    bool started = false, published = false;
+    uint64_t progress[MAX_RANKS], beats[MAX_RANKS];
+    std::chrono::steady_clock::time_point moved[MAX_RANKS];
+  };
+  // Every ~0.1 s of a wait for the ranks `peers`: publish them as this rank's waiting and
+  // beat, note which ranks moved, check their calls (check_calls).
+  void watch(Watch& w, uint64_t peers);
+  // A wait ended: this rank is no longer waiting and has moved.
+  void unwatch(Watch& w);
+  // A wait for `peers` timed out after `timeout` s: fail, naming the rank that stopped
+  // (following who waits for whom) and how; `detail` says where this rank waited.
+  [[noreturn]] void fail_timeout(Watch& w, uint64_t peers, double timeout, const std::string& detail);
 
   // ---- waiting and failing (waiting.cpp, communicator.cpp)
   static double elapsed(std::chrono::steady_clock::time_point t0) {
@@ -216,9 +265,10 @@ class Communicator {
   // sleep on the futex for at most `nanos`.
   void wait_change(uint32_t s, long nanos);
   // Wait (wait_change) until ready() holds, for rank q. Every 0.1 s the call fails on an
-  // abort, when q's process is gone ("rank q died (process P is gone) " + ending(true)) or
-  // `timeout` s after t0 ("timed out after T s waiting for rank q " + ending(false)); the
-  // ending is only built when the call fails.
+  // abort, when q's process is gone ("rank q died (process P is gone) " + ending(true)),
+  // when q is found in another call (check_calls), or `timeout` s after t0 (fail_timeout:
+  // "... this rank waits for rank q " + ending(false)); the ending is only built when the
+  // call fails.
   void wait_for_peer(const std::function<bool()>& ready, int q, std::chrono::steady_clock::time_point t0,
                      double timeout, const std::function<std::string(bool)>& ending);
   void sleep_on_seq(uint32_t s, long nanos);
@@ -253,13 +303,16 @@ class Communicator {
   // Why thread block t cannot move (for timeout messages): the rank it waits for, or -1.
   std::string blocked_reason(const Call& call, std::vector<TBState>& st, int t, int* peer);
   void check_stalled(const Call& call, std::vector<TBState>& st, std::chrono::steady_clock::time_point since,
-                     const std::vector<int>& mine);
+                     Watch& w);
   // Interpret the thread blocks in `mine` until all are done.
   void schedule(Call& call, std::vector<TBState>& st, const std::vector<int>& mine, std::vector<char>& bounce);
   // Wait until receivers have read every REMOTE message of this call: the caller may
   // reuse its buffers once we return.
   void drain(Call& call, std::vector<TBState>& st);
   void execute(Call& call, int workers);
+  // After a call: compare the call of each peer this rank sent to but never read from, if
+  // that peer has begun it (no waiting).
+  void check_unread(Call& call);
 
   // ---- worker threads (pool.cpp)
   // Run work(0) on the calling thread and work(1 .. nworkers - 1) on the pool's worker
@@ -271,7 +324,8 @@ class Communicator {
   Segment seg_;
   int rank_, n_;
   bool cma_ = false;
-  uint64_t call_id_ = 0;
+  uint64_t calls_ = 0;  // data-plane calls begun (every path: the sequence the ranks compare)
+  CallDesc desc_;       // the current call's descriptor
   uint64_t barrier_gen_ = 0;
   uint64_t win_calls_ = 0;              // collectives on shared arrays so far
   staged::Ring ring_;                   // the staging ring of staged all-reduces

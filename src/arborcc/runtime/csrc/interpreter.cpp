@@ -11,8 +11,10 @@
 
 namespace dataplane {
 
-int Communicator::register_program(const std::vector<std::vector<int>>& tbs, const std::vector<std::vector<int>>& steps) {
+int Communicator::register_program(const std::vector<std::vector<int>>& tbs, const std::vector<std::vector<int>>& steps,
+                                   bool algorithm_copies_only) {
   Program p;
+  p.algorithm_copies_only = algorithm_copies_only;
   for (auto& t : tbs) {
     if (t.size() != 5) throw CommError("thread block rows have 5 fields");
     p.tbs.push_back({t[0], t[1], t[2], t[3], t[4]});
@@ -35,7 +37,7 @@ int Communicator::register_program(const std::vector<std::vector<int>>& tbs, con
 
 int Communicator::prepare(int program, std::vector<int64_t> cpb, std::vector<int64_t> base, int64_t block_stride,
             int64_t chunk_elems, int dtype, int op, int64_t tile_elems, double timeout, uint64_t cma_threshold,
-            uint64_t reduce_cma_threshold, int workers) {
+            uint64_t reduce_cma_threshold, int workers, uint64_t what, uint64_t count) {
   if (dtype < 0 || dtype > DT_U8) throw CommError("unknown dtype code");
   if (op < 0 || op > OP_MAX) throw CommError("unknown op code");
   // Programs that reduce read messages below reduce_cma_threshold from the slots: the
@@ -46,7 +48,7 @@ int Communicator::prepare(int program, std::vector<int64_t> cpb, std::vector<int
   const Program& prog = programs_.at(program);
   Prepared p{program, {cpb.at(0), cpb.at(1), cpb.at(2)}, {base.at(0), base.at(1), base.at(2)}, block_stride,
              chunk_elems, dtype, op, tile_elems, timeout,
-             prog.copy_only ? cma_threshold : reduce_cma_threshold, workers};
+             prog.copy_only ? cma_threshold : reduce_cma_threshold, workers, CallDesc{what, count}};
   prepared_.push_back(p);
   return (int)prepared_.size() - 1;
 }
@@ -58,14 +60,15 @@ void Communicator::run_prepared(int handle, uint64_t in_addr, uint64_t out_addr,
     return;
   }
   run(p.program, in_addr, out_addr, scratch_addr, p.cpb, p.base, p.block_stride, p.chunk_elems, p.dtype, p.op,
-      p.tile_elems, p.timeout, p.cma_threshold, p.workers);
+      p.tile_elems, p.timeout, p.cma_threshold, p.workers, p.desc);
 }
 
 void Communicator::run(int program, uint64_t in_addr, uint64_t out_addr, uint64_t scratch_addr, const std::vector<int64_t>& cpb,
          const std::vector<int64_t>& base, int64_t block_stride, int64_t chunk_elems, int dtype, int op,
-         int64_t tile_elems, double timeout, uint64_t cma_threshold, int workers) {
+         int64_t tile_elems, double timeout, uint64_t cma_threshold, int workers, const CallDesc& desc) {
   const Program& prog = programs_.at(program);
   if (dtype < 0 || dtype > DT_U8) throw CommError("unknown dtype code");
+  begin_call(desc);
   Geometry g;
   g.addr[0] = in_addr;
   g.addr[1] = out_addr;
@@ -92,63 +95,73 @@ void Communicator::run(int program, uint64_t in_addr, uint64_t out_addr, uint64_
     extent(prog, g, 1, out_lo, out_hi);
     bool apart = in_lo == in_hi || out_lo == out_hi || in_hi <= out_lo || out_hi <= in_lo;
     // a program that only copies original data gains nothing from slices (no step
-    // feeds another rank's next one, nothing to keep in cache): one message per chunk
-    if (apart && prog.copy_only) tile = chunk_elems;
+    // feeds another rank's next one, nothing to keep in cache): one message per chunk -
+    // when no rank reduces, else a rank that reduces slices what this one would send whole
+    if (apart && prog.copy_only && prog.algorithm_copies_only) tile = chunk_elems;
     if (!apart) tile = std::min(tile, max_tile);
   } else {
     tile = std::min(tile, max_tile);
   }
   Call call{prog, g, dtype, op, tile, (chunk_elems + tile - 1) / tile, timeout, use_cma, cma_threshold,
-            ++call_id_, workers == 1};
+            calls_, workers == 1};
+  call.desc = desc;
   execute(call, workers);
 }
 
 std::string Communicator::blocked_reason(const Call& call, std::vector<TBState>& st, int t, int* peer) {
+  // reads only what other worker threads publish atomically: steps done, FIFO heads and tails
   const TB& tb = call.prog.tbs[t];
-  TBState& s = st[t];
+  const int64_t pc = st[t].done.load(std::memory_order_acquire);
   *peer = -1;
-  if (s.pc >= (int64_t)tb.nsteps * call.ntiles) return "";
-  int idx = (int)(s.pc % tb.nsteps);
+  if (pc >= (int64_t)tb.nsteps * call.ntiles) return "";
+  int idx = (int)(pc % tb.nsteps);
   const Step& step = call.prog.steps[tb.first + idx];
   std::string where = "tb " + std::to_string(t) + " step " + std::to_string(idx) + " of tile " +
-                      std::to_string(s.pc / tb.nsteps);
+                      std::to_string(pc / tb.nsteps);
   if (step.dep_tb >= 0) {
     const TB& dep = call.prog.tbs[step.dep_tb];
-    if (st[step.dep_tb].done.load() < (s.pc / tb.nsteps) * dep.nsteps + step.dep_step + 1)
+    if (st[step.dep_tb].done.load() < (pc / tb.nsteps) * dep.nsteps + step.dep_step + 1)
       return where + " waits for tb " + std::to_string(step.dep_tb);
   }
   bool receives = step.op == S_RECV || step.op == S_RRC || step.op == S_RRS || step.op == S_RCS ||
                   step.op == S_RRCS;
-  if (receives && seg_.conn(tb.recv, rank_, tb.channel)->head.load() <= s.consumed) {
-    *peer = tb.recv;
-    return where + " waits for a message from rank " + std::to_string(tb.recv);
+  if (receives) {
+    ConnCtl* in = seg_.conn(tb.recv, rank_, tb.channel);
+    if (in->head.load() <= in->tail.load()) {
+      *peer = tb.recv;
+      return where + " waits for a message from rank " + std::to_string(tb.recv);
+    }
   }
+  if (tb.send < 0) return where + " waits";
   *peer = tb.send;
   return where + " waits for rank " + std::to_string(tb.send) + " to take a message";
 }
 
 void Communicator::check_stalled(const Call& call, std::vector<TBState>& st, std::chrono::steady_clock::time_point since,
-                   const std::vector<int>& mine) {
+                                 Watch& w) {
   check_abort();
-  // a dead peer fails the call at once; a silent one after the timeout
+  // every thread block of the rank, also those of other worker threads: a dependency on
+  // one of them leads to the rank it waits for. A dead peer fails the call at once; a
+  // silent one after the timeout.
   std::string reason;
   int peer = -1;
-  for (int t : mine) {
+  uint64_t peers = 0;
+  for (int t = 0; t < (int)call.prog.tbs.size(); ++t) {
     int p;
     std::string r = blocked_reason(call, st, t, &p);
     if (r.empty()) continue;
     if (p >= 0 && !process_alive(seg_.hdr()->ranks[p].pid.load()))
       fail("rank " + std::to_string(p) + " died (process " + std::to_string(seg_.hdr()->ranks[p].pid.load()) +
            " is gone); " + r);
+    if (p >= 0) peers |= 1ULL << p;
     if (reason.empty() || (peer < 0 && p >= 0)) {
       reason = r;
       peer = p;
     }
   }
+  watch(w, peers);
   if (elapsed(since) > call.timeout) {
-    if (peer >= 0)
-      fail("timed out after " + fmt(call.timeout) + " s waiting for rank " + std::to_string(peer) + " (" + reason +
-           ")");
+    if (peers) fail_timeout(w, peers, call.timeout, reason);
     fail("timed out after " + fmt(call.timeout) + " s (" + reason + ")");
   }
 }
@@ -158,6 +171,7 @@ void Communicator::schedule(Call& call, std::vector<TBState>& st, const std::vec
   auto last_progress = std::chrono::steady_clock::now();
   auto last_check = last_progress;
   std::vector<int> active(mine);
+  Watch w;
   while (!active.empty()) {
     uint32_t seq = me.seq.load(std::memory_order_seq_cst);
     bool progress = false;
@@ -173,6 +187,7 @@ void Communicator::schedule(Call& call, std::vector<TBState>& st, const std::vec
     if (progress) {
       if (pool_size_ > 1) wake(rank_);  // dependencies of other workers' thread blocks
       last_progress = std::chrono::steady_clock::now();
+      unwatch(w);
       continue;
     }
     if (active.empty()) break;
@@ -182,9 +197,10 @@ void Communicator::schedule(Call& call, std::vector<TBState>& st, const std::vec
     if (std::chrono::duration<double>(now - last_check).count() > 0.1 ||
         std::chrono::duration<double>(now - last_progress).count() > call.timeout) {
       last_check = now;
-      check_stalled(call, st, last_progress, active);
+      check_stalled(call, st, last_progress, w);
     }
   }
+  unwatch(w);
 }
 
 void Communicator::drain(Call& call, std::vector<TBState>& st) {
@@ -220,6 +236,7 @@ void Communicator::execute(Call& call, int workers) {
     }
     schedule(call, st, call.prog.order, bounce_for(0));
     drain(call, st);
+    check_unread(call);
     return;
   }
   // one worker thread per group of thread blocks; the calling thread runs group 0
@@ -227,6 +244,16 @@ void Communicator::execute(Call& call, int workers) {
   for (int t = 0; t < ntb; ++t) groups[t % nworkers].push_back(t);
   on_pool(nworkers, [&](int w) { schedule(call, st, groups[w], bounce_for(w)); });
   drain(call, st);
+  check_unread(call);
+}
+
+void Communicator::check_unread(Call& call) {
+  // a rank that only sent to a peer (a broadcast's root) compares that peer's call now if
+  // the peer has begun it, without waiting; else the peer finds the mismatch in the
+  // message, aborts, and this rank fails at its next call
+  const uint64_t checked = call.checked.load(std::memory_order_relaxed);
+  for (const TB& tb : call.prog.tbs)
+    if (tb.send >= 0 && tb.send != rank_ && !(checked >> tb.send & 1)) agrees(tb.send);
 }
 
 }  // namespace dataplane

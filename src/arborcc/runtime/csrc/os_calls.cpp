@@ -1,4 +1,4 @@
-// process_alive (os_calls.hpp): kill(pid, 0), then the state letter of /proc/<pid>/stat.
+// process_alive and process_state (os_calls.hpp): kill(pid, 0), then the state letter of /proc/<pid>/stat.
 
 #include "os_calls.hpp"
 
@@ -11,20 +11,24 @@
 namespace dataplane {
 
 bool process_alive(int pid) {
-  if (pid <= 0) return false;
-  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char state = process_state(pid);
+  return state != 0 && state != 'Z' && state != 'X';
+}
+
+char process_state(int pid) {
+  if (pid <= 0) return 0;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
   FILE* f = fopen(path, "r");
-  if (!f) return false;
+  if (!f) return 0;
   char buf[512];
   size_t n = fread(buf, 1, sizeof buf - 1, f);
   fclose(f);
   buf[n] = 0;
   const char* p = strrchr(buf, ')');
-  if (!p || p[1] != ' ') return true;
-  char state = p[2];
-  return state != 'Z' && state != 'X';
+  if (!p || p[1] != ' ') return '?';
+  return p[2];
 }
 
 }  // namespace dataplane

@@ -19,4 +19,8 @@ inline long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const struc
 // The process exists and is not a zombie (reads /proc: tens of microseconds).
 bool process_alive(int pid);
 
+// The state letter of /proc/<pid>/stat (R running, S sleeping, T stopped, Z zombie, ...);
+// 0 when the process is gone.
+char process_state(int pid);
+
 }  // namespace dataplane

@@ -30,6 +30,9 @@ struct Program {
   bool sends_unwritten = false;
   // No step reduces: nothing gains from cache-sized slices.
   bool copy_only = true;
+  // No step of any rank's program reduces (the caller says): a rank cuts a call into
+  // slices as its peers do, so only then may it send one message per chunk.
+  bool algorithm_copies_only = false;
   // Lowest and highest chunk index each call buffer's steps touch (-1: none).
   int lo_chunk[3] = {-1, -1, -1}, hi_chunk[3] = {-1, -1, -1};
   // The order in which the scheduler visits thread blocks: those that send first (a

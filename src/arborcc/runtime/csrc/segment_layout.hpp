@@ -10,7 +10,7 @@
 
 namespace dataplane {
 
-constexpr uint64_t MAGIC = 0x61726230726363ULL + 5;  // bump when the layout changes
+constexpr uint64_t MAGIC = 0x61726230726363ULL + 6;  // bump when the layout changes
 constexpr int MAX_RANKS = 64;
 constexpr int MAX_SLOTS = 16;
 constexpr int MAX_PIECES = 80;  // a step moves at most 72 chunks (MSCCL's cnt limit)
@@ -30,6 +30,8 @@ struct SlotDesc {
   uint64_t data_off;
   uint64_t owner_off;
   std::atomic<uint32_t> sharers;
+  // the sender's call (call_descriptor.hpp): a receiver compares it with its own
+  uint64_t what, count;
   uint64_t addrs[MAX_PIECES];
 };
 
@@ -64,6 +66,28 @@ struct alignas(64) RankCell {
   std::atomic<uint64_t> win_out_off;
 };
 
+// A rank's calls and progress, which only that rank writes and its peers read: the
+// descriptor of each of its last CALL_HISTORY calls (call_descriptor.hpp) under a sequence
+// lock (`seq` 0 while it is written), the calls it has begun, and for a peer that times
+// out, whether it is moving: `progress` moves whenever it begins a call or a wait of it
+// ends; while it waits, `waiting` has bit q set for each rank q it waits for and `beats`
+// moves about every 0.1 s. A process stopped (SIGSTOP) or stuck outside the data plane
+// moves neither.
+constexpr int CALL_HISTORY = 32;
+
+struct CallRecord {
+  std::atomic<uint64_t> seq;
+  std::atomic<uint64_t> what, count;
+};
+
+struct alignas(64) RankState {
+  std::atomic<uint64_t> calls;
+  std::atomic<uint64_t> progress;
+  std::atomic<uint64_t> waiting;
+  std::atomic<uint64_t> beats;
+  CallRecord call[CALL_HISTORY];
+};
+
 struct Header {
   uint64_t magic;
   uint32_t nranks, channels, slots, pad;
@@ -72,6 +96,7 @@ struct Header {
                                     // abort_msg); 0 none
   char abort_msg[480];
   RankCell ranks[MAX_RANKS];
+  RankState state[MAX_RANKS];
   // values rank 0 publishes for a numbered call (the slice size chosen by online tuning)
   std::atomic<uint64_t> published_seq[64];
   std::atomic<int64_t> published_val[64];

@@ -13,7 +13,7 @@
 namespace dataplane {
 
 int Communicator::prepare_staged(int64_t count, int dtype, int op, uint64_t slot_bytes, double timeout,
-                                 bool scatter) {
+                                 bool scatter, uint64_t what, uint64_t call_count) {
   if (dtype < 0 || dtype > DT_U8) throw CommError("unknown dtype code");
   if (op < 0 || op > OP_MAX) throw CommError("unknown op code");
   if (count < 1) throw CommError("a staged all-reduce moves at least one element");
@@ -24,7 +24,7 @@ int Communicator::prepare_staged(int64_t count, int dtype, int op, uint64_t slot
     staged::shape_ring(ring_, (uint64_t)seg_.slots() * seg_.slot_bytes(), slot_bytes);
   }
   if (ring_.slots < staged::MIN_SLOTS) return -1;
-  Prepared p{-1, {0, 0, 0}, {0, 0, 0}, 0, count, dtype, op, 0, timeout, 0, 1};
+  Prepared p{-1, {0, 0, 0}, {0, 0, 0}, 0, count, dtype, op, 0, timeout, 0, 1, CallDesc{what, call_count}};
   p.staged = scatter ? 2 : 1;
   prepared_.push_back(p);
   return (int)prepared_.size() - 1;
@@ -32,6 +32,7 @@ int Communicator::prepare_staged(int64_t count, int dtype, int op, uint64_t slot
 
 void Communicator::run_staged(const Prepared& p, uint64_t in_addr, uint64_t out_addr) {
   check_abort();
+  begin_call(p.desc);
   const auto t0 = std::chrono::steady_clock::now();
   const bool scatter = p.staged == 2;
   const std::string kind = scatter ? " (staged reduce-scatter)" : " (staged all-reduce)";
@@ -43,6 +44,9 @@ void Communicator::run_staged(const Prepared& p, uint64_t in_addr, uint64_t out_
   auto wake_peers = [&]() {
     for (int r = 0; r < n_; ++r)
       if (r != rank_) wake(r);
+  };
+  auto agree = [&](int q) {
+    if (!agrees(q)) fail_diverged(q);  // in a staged call of this number, but not this call
   };
   auto mismatch = [&](const std::string& msg) { fail(msg); };
   // an input in one of this rank's shared arrays is read by the peers from there
@@ -65,7 +69,7 @@ void Communicator::run_staged(const Prepared& p, uint64_t in_addr, uint64_t out_
   };
   staged::run(ring_, scatter, (const char*)(uintptr_t)in_addr, (char*)(uintptr_t)out_addr, (uint64_t)p.chunk_elems,
               DTYPE_SIZE[p.dtype], p.dtype, p.op, in_window, in_offset, reduce_fn, window_of, wait, wake_peers,
-              mismatch);
+              agree, mismatch);
 }
 
 }  // namespace dataplane

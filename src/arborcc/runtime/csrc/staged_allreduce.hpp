@@ -49,11 +49,10 @@ struct Header {
   Counter copied;    // slices whose peer shares are in the ring (over all staged calls)
   Counter reduced;   // slices whose own share is reduced into the ring
   Counter gathered;  // slices this rank has gathered from every peer
-  Counter call;      // staged calls started; what call c is, at [c % 2] (a rank finishes a
-                     // reduce-scatter without waiting for its peers, so it may start call
-                     // c + 1 before they read call c's; it cannot start c + 2 before they
-                     // started c + 1):
-  std::atomic<uint64_t> call_bytes[2];    // twice its input's size, plus 1 for a reduce-scatter
+  Counter call;      // staged calls started; where call c's input is, at [c % 2] (a rank
+                     // finishes a reduce-scatter without waiting for its peers, so it may
+                     // start call c + 1 before they read call c's; it cannot start c + 2
+                     // before they started c + 1):
   std::atomic<int64_t> input_window[2];   // the shared array that holds its input (-1: none, the ring does)
   std::atomic<uint64_t> input_offset[2];  // and where in it
 };
@@ -135,20 +134,20 @@ struct Shares {
 // q's shared array `id` holds `offset` in this process (nullptr if not mapped here or
 // shorter than `offset + bytes`). `wait(peer, ready, what)` returns once `ready()` holds
 // (or throws); `wake()` tells every peer that a counter of this rank moved;
-// `fail(message)` throws (and fails the peers' calls); `reduce` is the kernel dispatch
-// (dtype, op, dst, a, b, n).
-template <class WindowOf, class Wait, class Wake, class Fail>
+// `agree(peer)` throws (and fails the peers' calls) unless the peer, found in its staged
+// call of this number, makes the same call as this rank; `fail(message)` throws (and
+// fails the peers' calls); `reduce` is the kernel dispatch (dtype, op, dst, a, b, n).
+template <class WindowOf, class Wait, class Wake, class Agree, class Fail>
 void run(Ring& ring, bool scatter, const char* in, char* out, uint64_t count, size_t esize, int dtype, int op,
-         int64_t in_window, uint64_t in_offset, Reduce reduce, WindowOf window_of, Wait wait, Wake wake, Fail fail) {
+         int64_t in_window, uint64_t in_offset, Reduce reduce, WindowOf window_of, Wait wait, Wake wake, Agree agree,
+         Fail fail) {
   const int n = ring.nranks, me = ring.rank;
   const Shares sh{scatter, n, count, std::max<uint64_t>(1, ring.slot_bytes / esize / (scatter ? n : 1)), esize};
   const uint64_t nslices = sh.slices(), in_bytes = count * esize * (scatter ? n : 1);
   const uint64_t g0 = ring.slices, seq = ++ring.calls;
-  const char* what = scatter ? "reduce-scatters" : "all-reduces";
   ring.slices += nslices;
   Header* mine = ring.header(me);
   const int which = (int)(seq % 2);
-  mine->call_bytes[which].store(in_bytes * 2 + scatter, std::memory_order_relaxed);
   mine->input_window[which].store(in_window, std::memory_order_relaxed);
   mine->input_offset[which].store(in_offset, std::memory_order_relaxed);
   mine->call.value.store(seq, std::memory_order_release);
@@ -188,11 +187,7 @@ void run(Ring& ring, bool scatter, const char* in, char* out, uint64_t count, si
         }, "to stage its data");
         if (k > 0) continue;
         // the peer is in this call or the next (not further before this rank reduced): the same call?
-        uint64_t theirs = h->call_bytes[which].load(std::memory_order_relaxed);
-        if (theirs != in_bytes * 2 + scatter)
-          fail("call mismatch: rank " + std::to_string(q) + " " + (theirs & 1 ? "reduce-scatters " : "all-reduces ") +
-               std::to_string(theirs / 2) + " bytes where this rank " + what + " " + std::to_string(in_bytes) +
-               " (do all ranks make the same calls with the same sizes?)");
+        agree(q);
         int64_t id = h->input_window[which].load(std::memory_order_relaxed);
         if (id >= 0 &&
             !(peer_input[q] = window_of(q, id, h->input_offset[which].load(std::memory_order_relaxed), in_bytes)))

@@ -181,13 +181,17 @@ bool Communicator::try_step(Call& call, std::vector<TBState>& st, int t, std::ve
     } else {
       while (md->state.load(std::memory_order_acquire) == DEMOTING) _mm_pause();
     }
-    if (md->call_id != call.id || (uint64_t)md->npieces * md->piece_bytes != msg_bytes ||
-        (int)md->npieces != step.cnt) {
+    // the sender's call must be this one (call_descriptor.hpp) ...
+    if (md->call_id != call.id || md->what != call.desc.what || md->count != call.desc.count)
+      fail_message(tb.recv, md->call_id, CallDesc{md->what, md->count}, call, tb.channel);
+    const uint64_t bit = 1ULL << tb.recv;
+    if (!(call.checked.load(std::memory_order_relaxed) & bit)) call.checked.fetch_or(bit, std::memory_order_relaxed);
+    // ... and run the same program
+    if ((uint64_t)md->npieces * md->piece_bytes != msg_bytes || (int)md->npieces != step.cnt) {
       fail("message mismatch from rank " + std::to_string(tb.recv) + " on channel " +
            std::to_string(tb.channel) + ": got " + std::to_string(md->npieces) + " x " +
-           std::to_string(md->piece_bytes) + " bytes of call " + std::to_string(md->call_id) + ", expected " +
-           std::to_string(step.cnt) + " chunks of call " + std::to_string(call.id) +
-           " (do all ranks make the same calls with the same sizes?)");
+           std::to_string(md->piece_bytes) + " bytes, expected " + std::to_string(step.cnt) +
+           " chunks of the same call (do all ranks run the same plan?)");
     }
     if (!remote_in) inline_pieces(seg_.base() + md->data_off, dst.n ? dst : src, recvd);
   }
@@ -273,6 +277,8 @@ bool Communicator::try_step(Call& call, std::vector<TBState>& st, int t, std::ve
   if (sends) {
     const Pieces& payload = step.op == S_SEND ? src : dst;
     od->call_id = call.id;
+    od->what = call.desc.what;
+    od->count = call.desc.count;
     od->npieces = (uint32_t)step.cnt;
     od->piece_bytes = step.op == S_RRS ? src.len : payload.len;
     od->data_off = seg_.offset(out_data);

@@ -33,21 +33,24 @@ void Communicator::wait_for_peer(const std::function<bool()>& ready, int q,
   if (ready()) return;
   RankCell& me = seg_.hdr()->ranks[rank_];
   auto last_check = std::chrono::steady_clock::now();
+  Watch w;
   for (;;) {
     uint32_t s = me.seq.load(std::memory_order_seq_cst);
-    if (ready()) return;
+    if (ready()) break;
     wait_change(s, 20000000);  // 20 ms slices between checks
-    if (ready()) return;
+    if (ready()) break;
     if (elapsed(last_check) > 0.1) {  // reading /proc costs tens of microseconds: not at every wake-up
       last_check = std::chrono::steady_clock::now();
       check_abort();
       int pid = seg_.hdr()->ranks[q].pid.load();
       if (!process_alive(pid))
         fail("rank " + std::to_string(q) + " died (process " + std::to_string(pid) + " is gone) " + ending(true));
+      watch(w, 1ULL << q);
       if (elapsed(t0) > timeout)
-        fail("timed out after " + fmt(timeout) + " s waiting for rank " + std::to_string(q) + " " + ending(false));
+        fail_timeout(w, 1ULL << q, timeout, "this rank waits for rank " + std::to_string(q) + " " + ending(false));
     }
   }
+  unwatch(w);
 }
 
 void Communicator::sleep_on_seq(uint32_t s, long nanos) {
@@ -92,6 +95,7 @@ void Communicator::barrier(double timeout) {
   for (int r = 0; r < n_; ++r) wake(r);
   auto t0 = std::chrono::steady_clock::now();
   auto last_check = t0;
+  Watch w;
   for (int r = 0; r < n_; ++r) {
     while ((uint32_t)seg_.hdr()->ranks[r].barrier_gen.load() < (uint32_t)gen) {
       check_abort();
@@ -102,12 +106,14 @@ void Communicator::barrier(double timeout) {
         if (!process_alive(seg_.hdr()->ranks[r].pid.load()))
           fail("rank " + std::to_string(r) + " died (process " + std::to_string(seg_.hdr()->ranks[r].pid.load()) +
                " is gone) before the barrier");
+        watch(w, 1ULL << r);
         if (elapsed(t0) > timeout)
-          fail("barrier timed out after " + fmt(timeout) + " s waiting for rank " + std::to_string(r));
+          fail_timeout(w, 1ULL << r, timeout, "in a barrier, which rank " + std::to_string(r) + " has not reached");
       }
       wait_change(s, 2000000);
     }
   }
+  unwatch(w);
 }
 
 }  // namespace dataplane

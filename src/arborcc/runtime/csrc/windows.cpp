@@ -60,8 +60,10 @@ void Communicator::unmap_window(int64_t id) {
 }
 
 void Communicator::window_collective(int64_t id, uint64_t send_off, uint64_t bytes, uint64_t out_addr, int root,
-                                     uint64_t stream_bytes, int threads, double timeout, bool push) {
+                                     uint64_t stream_bytes, int threads, double timeout, bool push, uint64_t what,
+                                     uint64_t count) {
   check_abort();
+  begin_call(CallDesc{what, count});
   auto it = windows_.find(id);
   if (it == windows_.end()) throw CommError("rank " + std::to_string(rank_) + ": no shared array " + std::to_string(id));
   if (send_off + bytes > it->second.bytes)
@@ -88,19 +90,14 @@ void Communicator::window_collective(int64_t id, uint64_t send_off, uint64_t byt
     if (r != rank_) wake(r);
   char* out = (char*)(uintptr_t)out_addr;
   const char* own = it->second.base[rank_] + send_off;
-  // A posted peer's call: the same size as this rank's, or the call fails.
-  auto check_size = [&](int p) {
-    RankCell& peer = h->ranks[p];
-    uint64_t pbytes = peer.win_bytes.load(std::memory_order_relaxed);
-    if (pbytes != bytes)
-      fail("rank " + std::to_string(p) + " sent " + std::to_string(pbytes) + " bytes of shared array " +
-           std::to_string(peer.win_id.load(std::memory_order_relaxed)) + ", this rank expected " +
-           std::to_string(bytes) + " bytes (do all ranks make the same calls with the same sizes?)");
+  // A posted peer's call: the same call as this rank's (call_descriptor.hpp), or the call fails.
+  auto check_call = [&](int p) {
+    if (!agrees(p)) fail_diverged(p);  // in a shared-array call of this number, but not this call
   };
   const int nthreads = std::max(1, std::min<int>(threads, n_ - 1));
   const bool push_first = gather && streaming && push;
   if (push_first) {
-    push_own_block(own, out + (uint64_t)rank_ * bytes, bytes, seq, nthreads, check_size, timeout);
+    push_own_block(own, out + (uint64_t)rank_ * bytes, bytes, seq, nthreads, check_call, timeout);
   } else if (gather || root == rank_) {
     copy_bytes(gather ? out + (uint64_t)rank_ * bytes : out, own, bytes, streaming);
   }
@@ -112,7 +109,7 @@ void Communicator::window_collective(int64_t id, uint64_t send_off, uint64_t byt
   auto read_peers = [&](std::vector<int> peers) {
     while (!peers.empty()) {
       int p = wait_any(peers, &RankCell::win_posted, seq, "to post its send buffer", timeout);
-      check_size(p);
+      check_call(p);
       RankCell& peer = h->ranks[p];
       int64_t pid = peer.win_id.load(std::memory_order_relaxed);
       uint64_t off = peer.win_off.load(std::memory_order_relaxed);
@@ -152,7 +149,7 @@ void Communicator::window_collective(int64_t id, uint64_t send_off, uint64_t byt
 }
 
 void Communicator::push_own_block(const char* own, char* own_dst, uint64_t bytes, uint64_t seq, int nthreads,
-                                  const std::function<void(int)>& check_size, double timeout) {
+                                  const std::function<void(int)>& check_call, double timeout) {
   Header* h = seg_.hdr();
   std::vector<char*> dsts;
   if (own_dst != own) dsts.push_back(own_dst);  // in place the own block is where it belongs
@@ -162,7 +159,7 @@ void Communicator::push_own_block(const char* own, char* own_dst, uint64_t bytes
   for (int k = 1; k < n_; ++k) peers.push_back((rank_ + k) % n_);
   while (!peers.empty()) {
     int p = wait_any(peers, &RankCell::win_posted, seq, "to post its send buffer", timeout);
-    check_size(p);
+    check_call(p);
     if (h->ranks[p].win_out_id.load(std::memory_order_relaxed) >= 0) dsts.push_back(peer_output(p, bytes));
   }
   // with `threads` > 1 the block is split over that many threads, in whole pages; each
@@ -232,24 +229,34 @@ int Communicator::wait_any(std::vector<int>& peers, std::atomic<uint64_t> RankCe
   };
   auto t0 = std::chrono::steady_clock::now();
   auto last_check = t0;
+  Watch w;
   for (;;) {
     int p = ready();
-    if (p >= 0) return p;
+    if (p >= 0) {
+      unwatch(w);
+      return p;
+    }
     uint32_t s = me.seq.load(std::memory_order_seq_cst);
-    if ((p = ready()) >= 0) return p;
+    if ((p = ready()) >= 0) {
+      unwatch(w);
+      return p;
+    }
     wait_change(s, 20000000);
     if (elapsed(last_check) > 0.1) {
       last_check = std::chrono::steady_clock::now();
       check_abort();
+      uint64_t mask = 0;
       for (int q : peers) {
         int pid = h->ranks[q].pid.load();
         if (!process_alive(pid))
           fail("rank " + std::to_string(q) + " died (process " + std::to_string(pid) + " is gone) while this rank "
                "waited for it " + what);
+        mask |= 1ULL << q;
       }
+      watch(w, mask);
       if (elapsed(t0) > timeout)
-        fail("timed out after " + fmt(timeout) + " s waiting for rank " + std::to_string(peers[0]) + " " + what +
-             " (do all ranks pass shared arrays to the same calls?)");
+        fail_timeout(w, mask, timeout, "this rank waits for rank " + std::to_string(peers[0]) + " " + what +
+                     "; do all ranks pass shared arrays to the same calls?");
     }
   }
 }
