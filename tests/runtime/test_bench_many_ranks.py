@@ -35,8 +35,6 @@ def test_allreduce_checks_out_on_16_ranks():
     assert len(rows) == 4 and all(r["wrong"] == 0 and r["time_us"] > 0 for r in rows), rows
 
 
-@pytest.mark.xfail(strict=True, reason="the data plane's direct reduce of 2 MB or more fails on 2 and more ranks "
-                                       "('message mismatch ... expected 1 chunks'); remove this mark when fixed")
 def test_a_reduce_larger_than_a_slice_checks_out():
     rows = bench_rows("-n", "2", "--collective", "reduce", "-b", "2M", "-e", "2M")
     assert all(r["wrong"] == 0 for r in rows)
