@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from arborcc.synth import bounds as B
 from arborcc.synth import lower as L
-from arborcc.synth.flowgraph import flow_graph
+from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
 from arborcc.synth.packing import pack_allgather, pack_broadcast, pack_reduce, pack_reducescatter
 from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE, apportion
 from arborcc.synth.result import SynthesisRequest, SynthesisResult
@@ -156,6 +156,13 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
     # all-reduce: reduce-scatter + all-gather on per-root trees, or reduce + broadcast
     # over trees from one root on a split of the links. The family with the higher
     # bound is built; the other only if rounding left the first short of 99%.
+    result = _tree_allreduce_family(request, name)
+    return _nvlink_trees_if_faster(request, result, name)
+
+
+def _tree_allreduce_family(request: SynthesisRequest, name: str) -> SynthesisResult:
+    """The all-reduce family with the higher bound (reduce-scatter + all-gather, or reduce
+    + broadcast through one root); the other only if rounding left the first short of 99%."""
     families = [lambda: _rs_ag_allreduce(request, name), lambda: _tree_allreduce(request, name)]
     if request.bound.best == "tree":
         families.reverse()
@@ -163,6 +170,61 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
     if result.ratio < 1 - 2 * TOLERANCE:
         result = max(result, families[1](), key=lambda c: c.algbw)
     return result
+
+
+#: the call size the all-links and the NVLink-only tree all-reduces are timed at when the
+#: request gives none (:func:`_nvlink_trees_if_faster`)
+TREES_REFERENCE_SIZE = 256 << 20
+#: how much faster (simulated) the NVLink-only trees must be to replace the all-links ones
+NVLINK_MARGIN = 0.9
+#: NVLink-only trees are tried only where a call of this size runs the all-links
+#: program's loop once (at most one Simple slice per chunk)
+LOOPED_CALL = 1 << 30
+
+
+def _nvlink_trees_if_faster(request: SynthesisRequest, result: SynthesisResult, name: str) -> SynthesisResult:
+    """The all-reduce on NVLink-only trees instead of ``result`` (trees over every link)
+    when ``result`` needs so many chunks per loop that a 1 GiB call runs its loop once
+    (:data:`LOOPED_CALL`) and the simulator times the NVLink-only trees at least 10% faster (:data:`NVLINK_MARGIN`) at the
+    request's size (:data:`TREES_REFERENCE_SIZE` without one).
+
+    The PCIe trees add a few percent to the rate the links allow (8% on DGX A100) but
+    their small weights need many chunks per loop to apportion (128 per rank on DGX
+    A100, 1024 in all): a 1 GiB call then runs the program's loop once, so every tree
+    level and every reduction chained into one slot waits for a whole step of the level
+    before it - store and forward, within the runtimes' 64 steps per thread block. The
+    NVLink-only trees of a switch machine are one star per root with one chunk each:
+    the loop runs once per 1 MiB slice and pipelines every level (simulated busbw at
+    1 GiB: DGX A100 129.5 -> 237.3 GB/s, DGX H100 250.5 -> 373.7, DGX-2 39.5 -> 125.0,
+    DGX-1P 31.8 -> 48.2). Its steady-state rate stays below the bound of every link,
+    which the result's ratio reports."""
+    from arborcc.errors import SynthesisError
+    from arborcc.sim.protocols import PROTOCOL_MODELS
+    from arborcc.sim.simulate import predict_time
+    from arborcc.topology.model import LinkKind
+
+    topology = request.topology
+    kinds = {l.kind for l in topology.links.values()}
+    if request.links != "all" or LinkKind.NVLINK not in kinds or kinds <= {LinkKind.NVLINK}:
+        return result
+    if result.algorithm.chunks_per_loop * PROTOCOL_MODELS["Simple"].slice_bytes < LOOPED_CALL:
+        return result  # a large call runs the loop more than once: it pipelines over the loop
+    try:
+        check_strongly_connected(flow_graph(topology, "nvlink"), request.collective)
+        bound = B.collective_bound(topology, request.collective, request.root, "nvlink")
+        nvlink = _tree_allreduce_family(replace(request, links="nvlink", bound=bound), name)
+    except SynthesisError:
+        return result
+    size = request.size or TREES_REFERENCE_SIZE
+    before = predict_time(result.algorithm, topology, size, routes=result.routes)
+    after = predict_time(nvlink.algorithm, topology, size, routes=nvlink.routes)
+    if after > NVLINK_MARGIN * before:
+        return result
+    nvlink.bound = request.bound.algbw
+    nvlink.notes.append(f"NVLink-only trees: simulated {after * 1e6:.0f} us at {size} bytes against "
+                        f"{before * 1e6:.0f} us for the trees over every link (their small PCIe trees need "
+                        f"{result.chunks} chunks per loop, too few loop iterations to pipeline)")
+    return nvlink
 
 
 def synth_binary_trees(request: SynthesisRequest) -> SynthesisResult:
