@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     print("all-reduce busbw GB/s, simulated (Simple protocol, the strategy's own routes); "
           "bound = proven algbw bound x 2(n-1)/n; adjusted = the bound at the calibrated link efficiencies")
     head = (f"{'topology':<20} {'strategy':<9} {'64M before':>10} {'64M after':>9} {'1G before':>9} {'1G after':>8} "
-            f"{'bound':>6} {'adjusted':>8} {'64M/adj':>7} {'1G/adj':>6} {'1G after/before':>15} {'synth s':>7}")
+            f"{'bound':>6} {'adjusted':>8} {'64M/adj':>7} {'1G/adj':>6} {'1G after/before':>15} {'synth s before':>14} "
+            f"{'after':>5}")
     print(head)
     for row in after:
         label, strategy = row["label"], row["strategy"]
@@ -137,9 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         old = before.get((label, strategy)) if before else None
         b64, b1g = (f"{old['busbw'][0]:.1f}", f"{old['busbw'][1]:.1f}") if old else ("-", "-")
         gain = f"{row['busbw'][1] / old['busbw'][1]:.2f}x" if old else "-"
+        synth_before = f"{old['synth_s']:.2f}" if old else "-"
         print(f"{label:<20} {strategy:<9} {b64:>10} {row['busbw'][0]:>9.1f} {b1g:>9} {row['busbw'][1]:>8.1f} "
               f"{bound:>6.1f} {adjusted:>8.1f} {row['busbw'][0] / adjusted:>7.2f} {row['busbw'][1] / adjusted:>6.2f} "
-              f"{gain:>15} {row['synth_s']:>7.2f}")
+              f"{gain:>15} {synth_before:>14} {row['synth_s']:>5.2f}")
     return 0
 
 
