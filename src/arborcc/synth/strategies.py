@@ -198,7 +198,7 @@ COARSE_LOOP = 256
 def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name: str) -> SynthesisResult:
     """``result`` (the trees apportioned to within 0.5% of the packing's rate), or the
     candidate the simulator times at least 10% faster (:data:`PIPELINED_MARGIN`) at the
-    request's size (:data:`TREES_REFERENCE_SIZE` without one), when ``result`` needs so
+    request's size (at most 1 GiB; :data:`TREES_REFERENCE_SIZE` without one), when ``result`` needs so
     many chunks per loop that a 1 GiB call runs its loop once (:data:`LOOPED_CALL`).
 
     The candidates pipeline where ``result`` cannot. Its many light trees need many
@@ -238,7 +238,7 @@ def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name:
             out.bound = request.bound.algbw
             return out
         builders.append(("NVLink-only trees", nvlink))
-    size = request.size or TREES_REFERENCE_SIZE
+    size = min(request.size or TREES_REFERENCE_SIZE, LOOPED_CALL)  # larger calls pipeline as 1 GiB does
     best_time = PIPELINED_MARGIN * predict_time(result.algorithm, topology, size, routes=result.routes)
     best, how = result, ""
     for label, build in builders:
