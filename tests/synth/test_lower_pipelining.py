@@ -3,6 +3,8 @@ and NVLink-only trees where the simulator says the all-links trees cannot pipeli
 
 import re
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.execution import assert_executes
 
 from arborcc.ir.limits import check_dialect_limits
@@ -92,3 +94,27 @@ def test_no_candidate_is_tried_where_the_loop_pipelines():
     assert r.algorithm.chunks_per_loop == 512
     assert not any("full precision" in n for n in r.notes)
     assert r.ratio >= 0.99
+
+
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(1, 48), min_size=1, max_size=4), st.sampled_from([1, 2, 8]))
+def test_raised_rounds_of_any_counts_fit_and_compute_the_broadcast(counts, rounds):
+    """Whatever the trees' counts and the starting rounds, the version more_rounds returns
+    fits the executor's limits, is free of deadlock and broadcasts what the root holds."""
+    topo = induced(build_machine("dgx1v"), ["gpu0", "gpu1", "gpu2", "gpu3"])
+    trees = list(broadcast_trees(topo))[:len(counts)]
+    counts = counts[:len(trees)]
+    fitting = lower_broadcast(topo, trees, counts, "b", rounds=rounds)
+    if check_dialect_limits(fitting.algorithm, "executor") or not deadlock_free(fitting.algorithm):
+        return  # more_rounds starts from a version that fits
+    kept, more = more_rounds(lower_broadcast, (topo, trees, counts, "b"), fitting, rounds, 0, None, "executor")
+    assert more >= rounds
+    assert not check_dialect_limits(kept.algorithm, "executor") and deadlock_free(kept.algorithm)
+    assert_executes(kept.algorithm, elems=1)
+
+
+def broadcast_trees(topo, kept={}):
+    """The broadcast trees of ``topo`` (synthesized once per test session)."""
+    if "trees" not in kept:
+        kept["trees"] = synthesize(topo, "broadcast", "trees", 0).trees
+    return kept["trees"]
