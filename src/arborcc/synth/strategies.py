@@ -198,8 +198,9 @@ COARSE_LOOP = 256
 def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name: str) -> SynthesisResult:
     """``result`` (the trees apportioned to within 0.5% of the packing's rate), or the
     candidate the simulator times at least 10% faster (:data:`PIPELINED_MARGIN`) at the
-    request's size (at most 1 GiB; :data:`TREES_REFERENCE_SIZE` without one), when ``result`` needs so
-    many chunks per loop that a 1 GiB call runs its loop once (:data:`LOOPED_CALL`).
+    request's size (at most 1 GiB; :data:`TREES_REFERENCE_SIZE` without one), when
+    ``result`` needs so many chunks per loop that a 1 GiB call runs its loop once
+    (:data:`LOOPED_CALL`).
 
     The candidates pipeline where ``result`` cannot. Its many light trees need many
     chunks per loop to apportion (DGX A100: 28 trees, 1024 chunks per loop), so a large
@@ -208,8 +209,8 @@ def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name:
     another thread block's step waits for all of it (a root broadcasting what it
     reduced, a rank reducing several children into one slot), and the 64 steps per
     thread block leave room for a few rounds only - and none once the trees' thread
-    blocks must share channels. The candidates: the same packing apportioned to 1, 2
-    or 4 chunks per shard (:data:`COARSE_CHUNKS`: the heavy trees only, a few percent
+    blocks must share channels. The candidates: the same packing apportioned to 1 or 2
+    chunks per shard (:data:`COARSE_CHUNKS`: the heavy trees only, a few percent
     below the packing's rate), every count multiplied so the loop holds about
     :data:`COARSE_LOOP` chunks, which the rounds cut into single-chunk transfers; and,
     where the machine has links besides NVLink, the trees over NVLink alone (one star
@@ -222,7 +223,8 @@ def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name:
     from arborcc.sim.simulate import predict_time
     from arborcc.topology.model import LinkKind
 
-    if request.links != "all" or result.algorithm.chunks_per_loop * PROTOCOL_MODELS["Simple"].slice_bytes < LOOPED_CALL:
+    looped = result.algorithm.chunks_per_loop * PROTOCOL_MODELS["Simple"].slice_bytes >= LOOPED_CALL
+    if request.links != "all" or not looped:
         return result  # a large call runs the loop more than once: it pipelines over the loop
     topology = request.topology
     shards = result.algorithm.chunks_per_loop // max(1, result.chunks)  # 1 for reduce + broadcast, else ranks
