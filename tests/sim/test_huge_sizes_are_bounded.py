@@ -90,7 +90,10 @@ BEFORE_THE_BOUND = [
 
 @pytest.mark.parametrize("machine,strategy,protocol,size,before,iterations", BEFORE_THE_BOUND)
 def test_sizes_up_to_1_gib_give_the_same_time_as_before_the_bound(machine, strategy, protocol, size, before,
-                                                                   iterations):
+                                                                   iterations, monkeypatch):
+    # the trees over every link, as recorded (on DGX A100 the all-reduce now takes the
+    # candidates that pipeline, which simulate faster: never, with a margin of 0)
+    monkeypatch.setattr("arborcc.synth.strategies.PIPELINED_MARGIN", 0.0)
     topology = build_machine(machine)
     candidate = strategy_candidates(topology, "allreduce", strategies=[strategy])[0][0]
     engine.forget_runs()

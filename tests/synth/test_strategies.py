@@ -55,7 +55,7 @@ def test_dgx1v_nvlink_broadcast_is_six_trees_of_one_lane():
 def test_dgx1v_allreduce_trees_beat_nccl_rings():
     t = dgx1v()
     trees, rings = synthesize(t, "allreduce", "trees"), synthesize(t, "allreduce", "nccl-ring")
-    assert trees.ratio >= 0.99
+    assert trees.ratio >= 0.95  # 2 chunks per shard, which pipeline (the full precision reaches 99%)
     assert rings.algbw == pytest.approx(6 * 25 * GB * 8 / 14)  # 6 NVLink rings: busbw 150
     assert trees.algbw > rings.algbw
     assert_executes(trees.algorithm)
@@ -153,7 +153,9 @@ def test_random_topologies_broadcast_reaches_the_max_flow_bound(t):
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_box())
 def test_random_topologies_allreduce_is_correct_and_near_the_bound(t):
-    r = synthesize(t, "allreduce", "trees")
+    with pytest.MonkeyPatch.context() as mp:  # the trees at full precision (the candidates: test_lower_pipelining)
+        mp.setattr("arborcc.synth.strategies.PIPELINED_MARGIN", 0.0)
+        r = synthesize(t, "allreduce", "trees")
     assert r.ratio >= 0.99
     assert verify_algorithm(r.algorithm).ok
     assert_executes(r.algorithm)

@@ -821,6 +821,48 @@ def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
         return _search_versions(lower, args, dialect)
 
 
+#: the share of the dialect's steps per thread block :func:`more_rounds` aims at (the
+#: steps grow a little faster than the rounds where chunk ranges split unevenly)
+ROUNDS_HEADROOM = 0.9
+#: the most rounds :func:`more_rounds` tries, and how many times it raises them
+MAX_ROUNDS, ROUND_RAISES = 64, 2
+
+
+def more_rounds(lower, args, fitting: Lowered, rounds: int, spread: int, fuse, dialect: str) -> tuple[Lowered, int]:
+    """``fitting`` (a version with ``rounds`` rounds within ``dialect``'s limits) with
+    as many more rounds as its longest thread block leaves room for: the steps per
+    thread block grow about in proportion to the rounds, so ``rounds x limit / steps``
+    (with :data:`ROUNDS_HEADROOM`) is tried at the same spread and fusion, up to
+    :data:`ROUND_RAISES` times; the last version within the limits and free of deadlock
+    is returned with its rounds.
+
+    Rounds are the pipelining depth: a relay whose receive and send are on different
+    thread blocks, a root that broadcasts what it reduced and a rank that reduces
+    several children's data into one slot wait for a whole step of the step they
+    depend on, so every tree level holds a round back; with k rounds that costs about
+    1/k of a tree's block per level. The fixed 8 rounds left most of the runtimes'
+    64 steps per thread block unused (16 on DGX-1V GPUs 1,4,5,6, simulated 57.8 GB/s
+    busbw at 1 GiB; 59 steps with 64 rounds, 61.3 GB/s)."""
+    from arborcc.ir.limits import check_dialect_limits, dialect_limits
+    from arborcc.verify.pieces import deadlock_free
+
+    limit = dialect_limits(dialect).max_steps_per_threadblock
+    extra = {"fuse": fuse} if fuse is not None else {}
+    for _ in range(ROUND_RAISES):
+        steps = max((len(tb.steps) for r in fitting.algorithm.ranks for tb in r.threadblocks), default=0)
+        more = min(MAX_ROUNDS, int(rounds * limit * ROUNDS_HEADROOM / max(1, steps)))
+        if more <= rounds:
+            break
+        lowered = lower(*args, spread=spread, rounds=more, **extra)
+        longest = max((len(tb.steps) for r in lowered.algorithm.ranks for tb in r.threadblocks), default=0)
+        if longest <= steps:
+            break  # no tree block has more chunks than it already had transfers
+        if check_dialect_limits(lowered.algorithm, dialect) or not deadlock_free(lowered.algorithm):
+            break
+        fitting, rounds = lowered, more
+    return fitting, rounds
+
+
 def _search_versions(lower, args, dialect: str) -> Lowered:
     """:func:`within_limits`' search over the versions."""
     from arborcc.ir.limits import check_dialect_limits, dialect_limits
@@ -849,6 +891,8 @@ def _search_versions(lower, args, dialect: str) -> Lowered:
                 continue
             lowered = lower(*args, spread=spread, **extra)
             if not check_dialect_limits(lowered.algorithm, dialect) and deadlock_free(lowered.algorithm):
+                if rounds:
+                    lowered, rounds = more_rounds(lower, args, lowered, rounds, spread, fuse, dialect)
                 if spread:
                     lowered.notes.append(f"trees spread over {spread} channels to meet the {dialect} runtime's "
                                          "limits without deadlock")

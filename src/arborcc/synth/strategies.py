@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from arborcc.synth import bounds as B
 from arborcc.synth import lower as L
-from arborcc.synth.flowgraph import flow_graph
+from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
 from arborcc.synth.packing import pack_allgather, pack_broadcast, pack_reduce, pack_reducescatter
 from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE, apportion
 from arborcc.synth.result import SynthesisRequest, SynthesisResult
@@ -62,12 +62,15 @@ def _with_capacities(topology: Topology, capacity: dict[tuple[str, str], float])
     return b.build(ranks=topology.ranks)
 
 
-def _tree_allreduce(request: SynthesisRequest, name: str) -> SynthesisResult:
+def _tree_allreduce(request: SynthesisRequest, name: str, chunks: int | None = None,
+                    scale: int = 1) -> SynthesisResult:
     """Reduce into one root and broadcast from it at once (Blink section 3.3): the LP of
     :func:`bounds.tree_allreduce_split` divides every link between the two halves, each
     half is packed on its share, and each chunk is reduced along a reduce tree then
     broadcast along a broadcast tree. The root is the bound's best one (rank 0 when
-    the bound solved no tree LP because reduce-scatter + all-gather is better)."""
+    the bound solved no tree LP because reduce-scatter + all-gather is better).
+    ``chunks``: apportion exactly that many (default: the fewest that keep the rate),
+    then give every tree ``scale`` times its count (:func:`_fastest_pipelined`)."""
     topology, bound, links = request.topology, request.bound, request.links
     g = flow_graph(topology, links)
     if bound.tree_split is not None:
@@ -83,11 +86,11 @@ def _tree_allreduce(request: SynthesisRequest, name: str) -> SynthesisResult:
     bcast = pack_broadcast(half_b, r, links, threshold=TOLERANCE, minimize_trees=False)
     red = pack_reduce(half_r, r, links, threshold=TOLERANCE, minimize_trees=False)
     # one shard: reduce trees and broadcast trees each carry the whole buffer once
-    a_r = _apportion(half_r, list(red.trees), red.rate)
-    a_b = _apportion(half_b, list(bcast.trees), bcast.rate)
+    a_r = _apportion(half_r, list(red.trees), red.rate, chunks=chunks)
+    a_b = _apportion(half_b, list(bcast.trees), bcast.rate, chunks=chunks)
     # both halves need the same chunk count: the first count where both keep their rate
-    best = None
-    for chunks in (c for c in CHUNK_COUNTS if c >= max(a_r.chunks, a_b.chunks)):
+    best = (a_r, a_b) if chunks else None
+    for chunks in () if chunks else (c for c in CHUNK_COUNTS if c >= max(a_r.chunks, a_b.chunks)):
         r_, b_ = (_apportion(half_r, list(red.trees), red.rate, chunks=chunks),
                   _apportion(half_b, list(bcast.trees), bcast.rate, chunks=chunks))
         if best is None or min(r_.rate, b_.rate) > min(best[0].rate, best[1].rate):
@@ -96,7 +99,7 @@ def _tree_allreduce(request: SynthesisRequest, name: str) -> SynthesisResult:
             best = (r_, b_)
             break
     a_r, a_b = best
-    chunks, counts_r, counts_b = a_r.chunks, list(a_r.counts), list(a_b.counts)
+    chunks, counts_r, counts_b = a_r.chunks * scale, [c * scale for c in a_r.counts], [c * scale for c in a_b.counts]
     used_r = [(t, c) for t, c in zip(red.trees, counts_r) if c]
     used_b = [(t, c) for t, c in zip(bcast.trees, counts_b) if c]
     lowered = L.within_limits(L.lower_allreduce_reduce_broadcast, topology, used_r, used_b, name)
@@ -107,18 +110,21 @@ def _tree_allreduce(request: SynthesisRequest, name: str) -> SynthesisResult:
         [t for t, _ in used_r + used_b], [c for _, c in used_r + used_b])
 
 
-def _rs_ag_allreduce(request: SynthesisRequest, name: str) -> SynthesisResult:
+def _rs_ag_allreduce(request: SynthesisRequest, name: str, chunks: int | None = None,
+                     scale: int = 1) -> SynthesisResult:
     """All-reduce as reduce-scatter on reversed per-root trees + all-gather on the
-    per-root out-trees of one all-gather packing (ForestColl)."""
+    per-root out-trees of one all-gather packing (ForestColl). ``chunks``, ``scale``: as
+    :func:`_tree_allreduce` takes them, per rank."""
     topology = request.topology
     packing = pack_allgather(topology, request.links, threshold=TOLERANCE)
-    a = _apportion(topology, list(packing.trees), packing.algbw / 2, both_ways=True)
+    a = _apportion(topology, list(packing.trees), packing.algbw / 2, both_ways=True, chunks=chunks)
     used = [t for t, c in zip(packing.trees, a.counts) if c]
-    lowered = L.within_limits(L.lower_allreduce_rs_ag, topology, used, [c for c in a.counts if c], name)
+    counts = [c * scale for c in a.counts if c]
+    lowered = L.within_limits(L.lower_allreduce_rs_ag, topology, used, counts, name)
     return SynthesisResult.from_lowered(
         "trees", request, lowered,
-        [f"reduce-scatter + all-gather on {len(used)} per-root trees, {a.chunks} chunks per rank"],
-        used, [c for c in a.counts if c])
+        [f"reduce-scatter + all-gather on {len(used)} per-root trees, {a.chunks * scale} chunks per rank"],
+        used, counts)
 
 
 def synth_trees(request: SynthesisRequest) -> SynthesisResult:
@@ -156,13 +162,100 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
     # all-reduce: reduce-scatter + all-gather on per-root trees, or reduce + broadcast
     # over trees from one root on a split of the links. The family with the higher
     # bound is built; the other only if rounding left the first short of 99%.
-    families = [lambda: _rs_ag_allreduce(request, name), lambda: _tree_allreduce(request, name)]
+    result = _tree_allreduce_family(request, name)
+    return _fastest_pipelined(request, result, name)
+
+
+def _tree_allreduce_family(request: SynthesisRequest, name: str, chunks: int | None = None,
+                           scale: int = 1) -> SynthesisResult:
+    """The all-reduce family with the higher bound (reduce-scatter + all-gather, or reduce
+    + broadcast through one root); the other only if rounding left the first short of
+    99%. ``chunks``, ``scale``: as :func:`_tree_allreduce` takes them."""
+    families = [lambda: _rs_ag_allreduce(request, name, chunks, scale),
+                lambda: _tree_allreduce(request, name, chunks, scale)]
     if request.bound.best == "tree":
         families.reverse()
     result = families[0]()
     if result.ratio < 1 - 2 * TOLERANCE:
         result = max(result, families[1](), key=lambda c: c.algbw)
     return result
+
+
+#: the call size the tree all-reduce's candidates are timed at when the request gives
+#: none (:func:`_fastest_pipelined`)
+TREES_REFERENCE_SIZE = 64 << 20
+#: how much faster (simulated) a candidate must be to replace the trees at full precision
+PIPELINED_MARGIN = 0.9
+#: the candidates are built only where a call of this size runs the program's loop once
+#: (at most one Simple slice per chunk)
+LOOPED_CALL = 1 << 30
+#: chunks per shard the coarse candidates apportion ...
+COARSE_CHUNKS = (1, 2)
+#: ... each tree's count then multiplied until the loop holds about this many chunks
+COARSE_LOOP = 256
+
+
+def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name: str) -> SynthesisResult:
+    """``result`` (the trees apportioned to within 0.5% of the packing's rate), or the
+    candidate the simulator times at least 10% faster (:data:`PIPELINED_MARGIN`) at the
+    request's size (at most 1 GiB; :data:`TREES_REFERENCE_SIZE` without one), when
+    ``result`` needs so many chunks per loop that a 1 GiB call runs its loop once
+    (:data:`LOOPED_CALL`).
+
+    The candidates pipeline where ``result`` cannot. Its many light trees need many
+    chunks per loop to apportion (DGX A100: 28 trees, 1024 chunks per loop), so a large
+    call runs the program's loop once and all pipelining has to come from its steps: a
+    relay's fused receive-send forwards piece by piece, but a step that waits on
+    another thread block's step waits for all of it (a root broadcasting what it
+    reduced, a rank reducing several children into one slot), and the 64 steps per
+    thread block leave room for a few rounds only - and none once the trees' thread
+    blocks must share channels. The candidates: the same packing apportioned to 1 or 2
+    chunks per shard (:data:`COARSE_CHUNKS`: the heavy trees only, a few percent
+    below the packing's rate), every count multiplied so the loop holds about
+    :data:`COARSE_LOOP` chunks, which the rounds cut into single-chunk transfers; and,
+    where the machine has links besides NVLink, the trees over NVLink alone (one star
+    per root on a switch machine). Simulated busbw at 1 GiB (64 MiB), before -> after:
+    DGX A100 129.5 (135.2) -> 239.4 (217.8), DGX-1V 105.1 (86.4) -> 124.8 (107.1); the
+    rest in ``benchmarks/tree_pipelining.py``. A candidate's steady-state rate is below
+    the packing's, which the result's ratio reports."""
+    from arborcc.errors import SynthesisError
+    from arborcc.sim.protocols import PROTOCOL_MODELS
+    from arborcc.sim.simulate import predict_time
+    from arborcc.topology.model import LinkKind
+
+    looped = result.algorithm.chunks_per_loop * PROTOCOL_MODELS["Simple"].slice_bytes >= LOOPED_CALL
+    if request.links != "all" or not looped:
+        return result  # a large call runs the loop more than once: it pipelines over the loop
+    topology = request.topology
+    shards = result.algorithm.chunks_per_loop // max(1, result.chunks)  # 1 for reduce + broadcast, else ranks
+    builders = [(f"{c} chunk{'s' if c > 1 else ''} per shard x {max(1, COARSE_LOOP // (shards * c))}",
+                 lambda c=c: _tree_allreduce_family(request, name, c, max(1, COARSE_LOOP // (shards * c))))
+                for c in COARSE_CHUNKS]
+    kinds = {l.kind for l in topology.links.values()}
+    if LinkKind.NVLINK in kinds and not kinds <= {LinkKind.NVLINK}:
+        def nvlink() -> SynthesisResult:
+            check_strongly_connected(flow_graph(topology, "nvlink"), request.collective)
+            bound = B.collective_bound(topology, request.collective, request.root, "nvlink")
+            out = _tree_allreduce_family(replace(request, links="nvlink", bound=bound), name)
+            out.bound = request.bound.algbw
+            return out
+        builders.append(("NVLink-only trees", nvlink))
+    size = min(request.size or TREES_REFERENCE_SIZE, LOOPED_CALL)  # larger calls pipeline as 1 GiB does
+    best_time = PIPELINED_MARGIN * predict_time(result.algorithm, topology, size, routes=result.routes)
+    best, how = result, ""
+    for label, build in builders:
+        try:
+            candidate = build()
+        except SynthesisError:
+            continue
+        t = predict_time(candidate.algorithm, topology, size, routes=candidate.routes)
+        if t < best_time:
+            best, best_time, how = candidate, t, label
+    if best is not result:
+        best.notes.append(f"{how}: simulated {best_time * 1e6:.0f} us at {size} bytes, more than 10% faster than "
+                          f"the trees at full precision ({result.chunks} chunks per shard, a loop too long to "
+                          "pipeline at large sizes)")
+    return best
 
 
 def synth_binary_trees(request: SynthesisRequest) -> SynthesisResult:
