@@ -15,6 +15,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 HARD_TIMEOUT = 90  # a hang guard, not a performance check
 
@@ -113,3 +115,18 @@ def test_too_little_shm_is_one_clear_error_on_every_rank(tmp_path, size, what):
 def test_enough_shm_runs(tmp_path, what):
     code, said = run_with_shm(tmp_path, "64m", CALLS if what == "calls" else SHARED_ARRAY)
     assert (code, said) == (0, {0: "ok", 1: "ok"})
+
+
+#: what a rank may report on a /dev/shm of any size: success, the space error (its own or
+#: a peer's, through the abort), or, when rank 0 could not even make the segment, that
+SANE = re.compile(r"^ok$|not enough shared memory: /dev/shm has \d+ bytes free|rank 0 could not make it")
+
+
+@settings(max_examples=4, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kilobytes=st.integers(min_value=4, max_value=48 << 10))
+def test_any_shm_size_runs_or_fails_clearly_on_every_rank(tmp_path, kilobytes):
+    code, said = run_with_shm(tmp_path, f"{kilobytes}k", CALLS)
+    assert code in (0, 1), (kilobytes, code, said)  # 135 would be a SIGBUS
+    assert sorted(said) == [0, 1], (kilobytes, said)
+    assert all(SANE.search(text) for text in said.values()), (kilobytes, said)
+    assert code == 1 or set(said.values()) == {"ok"}

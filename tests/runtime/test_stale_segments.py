@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from arborcc.runtime.communicator import SEGMENT_PREFIX, STALE_AGE, process_start_time, remove_stale_segments
 
@@ -100,3 +103,32 @@ def test_other_names_and_links_are_kept(tmp_path):
     assert remove_stale_segments(str(tmp_path)) == []
     assert all((tmp_path / name).exists() for name in names)
     assert (tmp_path / f"{SEGMENT_PREFIX}{gone}-link").is_symlink()
+
+
+
+@settings(max_examples=30, deadline=None, database=None)
+@given(files=st.lists(st.tuples(st.sampled_from(["gone", "alive", "text", "empty"]),
+                                st.text(alphabet="-abcw0123456789", max_size=12),
+                                st.sampled_from([0.0, 5.0, 2 * STALE_AGE, 100 * STALE_AGE])),
+                      max_size=6, unique_by=lambda f: f[:2]))
+def test_only_old_files_of_gone_creators_are_removed(files):
+    gone = GONE_PID
+    pids = {"gone": str(gone), "alive": str(os.getpid()), "text": "x1", "empty": ""}
+    with tempfile.TemporaryDirectory() as where:
+        # this process's pid on a file made before it started names a reused pid
+        running_for = time.time() - process_start_time(os.getpid())
+        expected, either = set(), set()  # either: made within seconds of this process's start
+        for kind, tail, age in files:
+            name = f"{SEGMENT_PREFIX}{pids[kind]}-{tail}"
+            make(where, name, age)
+            if age > STALE_AGE and (kind == "gone" or (kind == "alive" and age > running_for + 5)):
+                expected.add(name)
+            elif age > STALE_AGE and kind == "alive" and age > running_for - 5:
+                either.add(name)
+        removed = set(remove_stale_segments(where))
+        assert removed - either == expected
+        assert not removed & set(os.listdir(where))
+
+
+#: a pid whose process has exited, for the property test (found once)
+GONE_PID = dead_pid()
