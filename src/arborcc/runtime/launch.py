@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -95,13 +96,24 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def rank_env(rank: int, world_size: int, port: int, base: dict | None = None) -> dict:
-    """torchrun's variables for ``rank`` (on top of ``base``, default this environment)."""
+def rank_env(rank: int, world_size: int, port: int, base: dict | None = None, secret: str | None = None) -> dict:
+    """torchrun's variables for ``rank`` (on top of ``base``, default this environment),
+    and the launch's job secret (``ARBORCC_JOB_SECRET``: :func:`job_secret`; None: none,
+    not even one ``base`` has)."""
     env = dict(os.environ if base is None else base)
     env.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
                GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     env.pop("ARBORCC_MASTER_PORT", None)
+    env.pop("ARBORCC_JOB_SECRET", None)
+    if secret is not None:
+        env["ARBORCC_JOB_SECRET"] = secret
     return env
+
+
+def job_secret() -> str:
+    """A new random secret for one launch: its ranks prove it in the rendezvous
+    (:mod:`arborcc.runtime.rendezvous`), so no other job's rank joins them."""
+    return secrets.token_hex(16)
 
 
 
@@ -199,7 +211,7 @@ def run_script(world_size: int, argv: list[str], timeout: float | None = None) -
     seconds to end before they are killed; the status is then 128 + the signal (130 for
     SIGINT). Every rank gets SIGKILL when the launcher dies (:func:`die_with_parent`).
     The caller (``arborcc run``) has checked ``world_size`` and ``timeout``."""
-    port = free_port_pair()
+    port, secret = free_port_pair(), job_secret()
     procs: list[subprocess.Popen] = []
     deadline = None if timeout is None else time.monotonic() + timeout
     status = 0
@@ -209,8 +221,8 @@ def run_script(world_size: int, argv: list[str], timeout: float | None = None) -
             for r in range(world_size):
                 if signals.received:
                     break
-                procs.append(subprocess.Popen([sys.executable, *argv], env=rank_env(r, world_size, port),
-                                              preexec_fn=arm))
+                env = rank_env(r, world_size, port, secret=secret)
+                procs.append(subprocess.Popen([sys.executable, *argv], env=env, preexec_fn=arm))
             while not signals.received and any(p.poll() is None for p in procs):
                 failed = [p for p in procs if p.poll() not in (None, 0)]
                 if failed:
@@ -237,9 +249,10 @@ def run_script(world_size: int, argv: list[str], timeout: float | None = None) -
     return status if status >= 0 else 128 - status
 
 
-def _child(fn, rank: int, world_size: int, port: int, args: tuple, queue, arm: Callable[[], None]) -> None:
+def _child(fn, rank: int, world_size: int, port: int, secret: str, args: tuple, queue,
+           arm: Callable[[], None]) -> None:
     arm()  # killed when the process that runs run_ranks dies
-    os.environ.update(rank_env(rank, world_size, port, {}))
+    os.environ.update(rank_env(rank, world_size, port, {}, secret))
     try:
         result = fn(*args)
         queue.put((rank, True, result))
@@ -256,9 +269,9 @@ def run_ranks(fn: Callable[..., Any], world_size: int, args: tuple = (), timeout
     limit("local-ranks").check(world_size, "-n", what="local ranks")
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
-    port = free_port_pair()
+    port, secret = free_port_pair(), job_secret()
     arm = die_with_parent()
-    procs = [ctx.Process(target=_child, args=(fn, r, world_size, port, args, queue, arm), daemon=True)
+    procs = [ctx.Process(target=_child, args=(fn, r, world_size, port, secret, args, queue, arm), daemon=True)
              for r in range(world_size)]
     for p in procs:
         p.start()

@@ -98,7 +98,7 @@ std::string space_message(uint64_t needed, const std::string& what, const std::s
          (remedy.empty() ? "" : " or " + remedy);
 }
 
-// what makes the slots, and so the messages and the staging rings, smaller
+// what makes the slots, and so the messages in them, smaller
 static const char* const SMALLER_SLOTS = "make the slots smaller (ARBORCC_SLOT_BYTES)";
 
 std::string Segment::reserve(const std::vector<std::pair<uint64_t, uint64_t>>& ranges, const std::string& what,
