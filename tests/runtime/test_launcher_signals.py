@@ -109,7 +109,9 @@ def test_a_signal_to_the_launcher_ends_every_rank_and_sets_the_status(tmp_path, 
         proc.kill()
         code = proc.wait()
     assert wait_gone(pids) == []
-    assert code == status, (tmp_path / "out.txt").read_text()[-2000:]
+    said = (tmp_path / "out.txt").read_text()
+    assert code == status, said[-2000:]
+    assert f"arborcc run: {sig.name}: passed on to every rank" in said
 
 
 def test_ranks_die_with_a_launcher_killed_by_sigkill(tmp_path, shm_unchanged):

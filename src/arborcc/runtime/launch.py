@@ -241,6 +241,9 @@ def run_script(world_size: int, argv: list[str], timeout: float | None = None) -
                     break
                 time.sleep(0.02)
         finally:  # a signal is passed on; a failure or the timeout stops the rest with SIGTERM
+            if signals.received:
+                name = signal.Signals(signals.received[0]).name
+                print(f"arborcc run: {name}: passed on to every rank (killed after {STOP_GRACE:g} s)", file=sys.stderr)
             _stop(procs, signals.received[0] if signals.received else signal.SIGTERM, received=signals.received)
     if signals.received:
         return 128 + signals.received[0]
