@@ -158,3 +158,55 @@ def test_a_child_whose_parent_died_before_it_armed_ends_at_once():
             os.killpg(helper.pid, signal.SIGKILL)  # the child, were it still running
     assert helper.returncode == 0
     assert "survived" not in out
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every process below ``pid`` (pid -> command line)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = {}, [pid]
+    while frontier:
+        here = frontier.pop()
+        for child, parent in parents.items():
+            if parent == here and child not in found:
+                try:
+                    with open(f"/proc/{child}/cmdline", "rb") as f:
+                        found[child] = f.read().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    found[child] = ""
+                frontier.append(child)
+    return found
+
+
+def test_mpiexec_and_its_ranks_end_with_a_killed_bench(tmp_path):
+    pytest.importorskip("mpi4py", reason="arborcc bench --backend mpi needs mpi4py")
+    from arborcc.errors import MissingDependencyError
+    from arborcc.runtime.benchmark import mpiexec_path
+
+    try:
+        mpiexec_path()
+    except MissingDependencyError:
+        pytest.skip("no mpiexec")
+    bench = subprocess.Popen([sys.executable, "-m", "arborcc.cli.main", "bench", "-n", str(NRANKS), "--backend", "mpi",
+                              "-b", "1K", "-e", "1K", "--iters", "100000000"], cwd=tmp_path,
+                             env={**os.environ, "TMPDIR": str(tmp_path)},  # its spec file, left when it is killed
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + HARD_TIMEOUT
+    below: dict[int, str] = {}
+    while sum("bench_mpi" in line for line in below.values()) < NRANKS:
+        if bench.poll() is not None or time.monotonic() > deadline:
+            bench.kill()
+            bench.wait()
+            wait_gone(list(descendants(bench.pid)))
+            pytest.fail("the MPI ranks did not start")
+        time.sleep(0.1)
+        below = descendants(bench.pid)
+    bench.kill()
+    bench.wait()
+    assert wait_gone(list(below)) == []

@@ -130,3 +130,10 @@ def test_any_shm_size_runs_or_fails_clearly_on_every_rank(tmp_path, kilobytes):
     assert sorted(said) == [0, 1], (kilobytes, said)
     assert all(SANE.search(text) for text in said.values()), (kilobytes, said)
     assert code == 1 or set(said.values()) == {"ok"}
+
+
+def test_too_little_shm_for_the_header_names_it_on_rank_0_and_points_the_others_there(tmp_path):
+    code, said = run_with_shm(tmp_path, "8k", CALLS)
+    assert code == 1, said
+    assert SPACE.search(said[0]) and "for the communicator's header" in said[0], said
+    assert "rank 0 could not make it: see its error" in said[1], said
