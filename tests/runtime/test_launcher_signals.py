@@ -184,6 +184,15 @@ def descendants(pid: int) -> dict[int, str]:
     return found
 
 
+def mpich_segments(pid: int) -> set[str]:
+    """The /dev/shm files of MPICH that process ``pid`` maps (it is past MPI_Init)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return {line.split()[-1] for line in f if "/dev/shm/mpich_shm" in line and "(deleted)" not in line}
+    except OSError:
+        return set()
+
+
 def test_mpiexec_and_its_ranks_end_with_a_killed_bench(tmp_path):
     pytest.importorskip("mpi4py", reason="arborcc bench --backend mpi needs mpi4py")
     from arborcc.errors import MissingDependencyError
@@ -199,14 +208,25 @@ def test_mpiexec_and_its_ranks_end_with_a_killed_bench(tmp_path):
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + HARD_TIMEOUT
     below: dict[int, str] = {}
-    while sum("bench_mpi" in line for line in below.values()) < NRANKS:
+    # wait until every MPI rank is past MPI_Init: its MPICH segment (which MPICH leaves in
+    # /dev/shm when its ranks are killed) is then known, and removed after the test
+    segments: set[str] = set()
+    while sum(bool(mpich_segments(pid)) for pid, line in below.items() if "bench_mpi" in line) < NRANKS:
         if bench.poll() is not None or time.monotonic() > deadline:
+            below = descendants(bench.pid)
             bench.kill()
             bench.wait()
-            wait_gone(list(descendants(bench.pid)))
+            wait_gone(list(below))
             pytest.fail("the MPI ranks did not start")
         time.sleep(0.1)
         below = descendants(bench.pid)
+    for pid in below:
+        segments |= mpich_segments(pid)
     bench.kill()
     bench.wait()
-    assert wait_gone(list(below)) == []
+    try:
+        assert wait_gone(list(below)) == []
+    finally:
+        for path in segments:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
