@@ -13,7 +13,6 @@ import textwrap
 import pytest
 from support.segments import leftovers, segments
 
-from arborcc.runtime.communicator import SEGMENT_PREFIX
 
 HARD_TIMEOUT = 60
 
@@ -174,20 +173,6 @@ def test_mismatched_calls_are_reported(tmp_path, shm_unchanged):
             report(str(e))
     """)
     assert any("mismatch" in s or "timed out" in s for s in said.values()), said
-
-
-def test_stale_segment_of_a_dead_creator_is_removed(shm_unchanged):
-    from arborcc.runtime import native
-    from arborcc.runtime.communicator import remove_stale_segments
-
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
-    name = f"{SEGMENT_PREFIX}{dead}-deadbeef"
-    with open(f"/dev/shm/{name}", "wb") as f:
-        f.write(b"x")
-    assert name in remove_stale_segments()
-    assert not os.path.exists(f"/dev/shm/{name}")
-    assert not native.unlink("/" + name)
 
 
 def test_messages_larger_than_a_slot(tmp_path, shm_unchanged):

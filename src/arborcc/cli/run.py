@@ -1,7 +1,9 @@
 """``arborcc run -n N script.py [args...]``: start N local ranks of a Python script with the
 environment torchrun gives its workers (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 MASTER_ADDR=127.0.0.1, MASTER_PORT), so the same script runs under torchrun. The exit
-status is the first failing rank's; a failing rank stops the others. With more ranks than
+status is the first failing rank's; a failing rank stops the others. SIGINT, SIGTERM and
+SIGHUP are passed on to the ranks (killed 10 s later if still running; exit status 128 +
+the signal), and the ranks die with the launcher if it is killed. With more ranks than
 CPU cores available to the job, one warning line says so (timings then measure the
 scheduler)."""
 

@@ -274,6 +274,10 @@ def mpiexec_path() -> str:
 def run_mpi(spec: Spec) -> list[Row]:
     if importlib.util.find_spec("mpi4py") is None:
         raise MissingDependencyError("--backend mpi", "mpi4py", "mpi")
+    import signal
+
+    from arborcc.runtime.launch import die_with_parent
+
     with tempfile.TemporaryDirectory(prefix="arborcc-bench-") as tmp:
         spec_path, out_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "out.json")
         with open(spec_path, "w") as f:
@@ -282,7 +286,8 @@ def run_mpi(spec: Spec) -> list[Row]:
         cmd = [mpiexec_path(), "-n", str(spec.ranks), sys.executable, "-m", "arborcc.runtime.bench_mpi", spec_path,
                out_path]
         try:
-            proc = subprocess.run(cmd, env=env, timeout=spec.timeout, capture_output=True, text=True)
+            proc = subprocess.run(cmd, env=env, timeout=spec.timeout, capture_output=True, text=True,
+                                  preexec_fn=die_with_parent(signal.SIGTERM))  # mpiexec ends its ranks
         except subprocess.TimeoutExpired:
             raise InputError(f"MPI sweep did not finish within {spec.timeout:g} s", source="--backend mpi") from None
         if proc.returncode == WRONG_WORLD:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import stat
 import time
 from dataclasses import dataclass, fields
 from typing import NamedTuple
@@ -169,21 +170,59 @@ def pin_to_cpu(rank: int) -> bool:
     return True
 
 
-def remove_stale_segments(directory: str = "/dev/shm") -> list[str]:
-    """Unlink arborcc segments whose creating process is gone (left by a rank killed during
-    the microseconds of start-up when a segment has a name); returns their names."""
+#: a segment or shared-array file younger than this is never removed as stale: its
+#: creator may live in another pid namespace (a container sharing /dev/shm), where its
+#: pid looks gone from here; a live one exists only during a start-up or an allocation
+#: (its name is unlinked once every rank has mapped it), which take milliseconds
+STALE_AGE = 60.0
+
+
+def process_start_time(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch, to the clock tick), or None
+    if there is no such process or it is a zombie (its /proc/<pid>/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/stat") as f:
+            boot = next(float(line.split()[1]) for line in f if line.startswith("btime "))
+    except (OSError, IndexError, StopIteration, ValueError):
+        return None
+    if fields[0] in ("Z", "X"):
+        return None
+    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def remove_stale_segments(directory: str = "/dev/shm", min_age: float = STALE_AGE) -> list[str]:
+    """Unlink arborcc segments and shared-array objects (``arborcc-<pid>-...``) left by a
+    process killed during the moments they have a name (a start-up, an allocation);
+    returns their names. A file is removed only when this user owns it (never another
+    user's, even as root), it is older than ``min_age`` seconds, and its creator is gone:
+    no process ``pid``, or one that started after the file was made (the pid was reused)."""
     removed = []
     try:
         names = os.listdir(directory)
     except OSError:
         return removed
+    me, now = os.geteuid(), time.time()
     for entry in names:
-        if not entry.startswith(SEGMENT_PREFIX):
-            continue
         pid = entry[len(SEGMENT_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-            if native.unlink("/" + entry):
-                removed.append(entry)
+        if not entry.startswith(SEGMENT_PREFIX) or not pid.isdigit():
+            continue
+        path = os.path.join(directory, entry)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != me or now - st.st_mtime < min_age:
+            continue
+        started = process_start_time(int(pid))
+        if started is not None and started <= st.st_mtime + 1.0:  # btime is whole seconds
+            continue  # its creator (or an older process with its pid) still runs
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(entry)
     return removed
 
 

@@ -12,6 +12,7 @@ import math
 import multiprocessing
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -123,17 +124,78 @@ def ranks_environment(world_size: int) -> dict:
 
     return rank_env(0, world_size, DEFAULT_MASTER_PORT)
 
-def _stop(procs: list, grace: float = 2.0) -> None:
+
+#: the signals ``arborcc run`` passes on to its ranks (then it exits with 128 + the signal)
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+#: seconds ranks get to end after the launcher passed a signal on (or after a failure or
+#: the timeout, SIGTERM) before they are killed (torchrun gives 30)
+STOP_GRACE = 10.0
+
+
+#: prctl's option that names the signal a child gets when its parent (thread) ends
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None]:
+    """A function for a child process to call before it execs (``preexec_fn``) or first
+    thing after a fork: the child gets ``sig`` when the thread that started it ends (Linux
+    ``prctl(PR_SET_PDEATHSIG)``, so a launcher killed with SIGKILL leaves no orphans), and
+    ends at once if that parent already died before the call (its pid is then no longer
+    the parent's). Elsewhere than Linux it does nothing."""
+    if not sys.platform.startswith("linux"):
+        return lambda: None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded before the fork: nothing to load in the child
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl: nobody will send sig
+            os.kill(os.getpid(), sig)
+            os._exit(128 + int(sig))
+
+    return arm
+
+
+def _stop(procs: list, sig: int, grace: float = STOP_GRACE, received: list | None = None) -> None:
+    """Send ``sig`` to every rank still running, give them ``grace`` seconds, then kill
+    the rest; a second signal to the launcher (``received`` grows) kills them at once."""
     for p in procs:
         if p.poll() is None:
-            p.terminate()
+            p.send_signal(sig)
+    seen = len(received) if received is not None else 0
     deadline = time.monotonic() + grace
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        if received is not None and len(received) > seen:
+            break
+        time.sleep(0.02)
     for p in procs:
-        try:
-            p.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        if p.poll() is None:
             p.kill()
-            p.wait()
+        p.wait()
+
+
+class SignalsReceived:
+    """While in use, the :data:`FORWARDED_SIGNALS` this process receives are recorded in
+    ``received`` instead of ending it (main thread only: elsewhere nothing is caught)."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._before: dict[int, Any] = {}
+
+    def __enter__(self) -> "SignalsReceived":
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in FORWARDED_SIGNALS:
+                self._before[sig] = signal.signal(sig, lambda signum, frame: self.received.append(signum))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._before.items():
+            signal.signal(sig, handler)
 
 
 #: seconds the other ranks get to end by themselves after one failed (a rank waiting on
@@ -144,40 +206,55 @@ FAILURE_GRACE = 10.0
 def run_script(world_size: int, argv: list[str], timeout: float | None = None) -> int:
     """Run ``python argv...`` on ``world_size`` local ranks; the first failing rank's exit
     status (0 if all succeed). When a rank fails, the others are stopped as soon as they
-    have all ended, or after :data:`FAILURE_GRACE` seconds (or the timeout) at most. The
-    caller (``arborcc run``) has checked ``world_size`` and ``timeout``."""
+    have all ended, or after :data:`FAILURE_GRACE` seconds (or the timeout) at most.
+    SIGINT, SIGTERM and SIGHUP are passed on to the ranks, which get :data:`STOP_GRACE`
+    seconds to end before they are killed; the status is then 128 + the signal (130 for
+    SIGINT). Every rank gets SIGKILL when the launcher dies (:func:`die_with_parent`).
+    The caller (``arborcc run``) has checked ``world_size`` and ``timeout``."""
     port, secret = free_port_pair(), job_secret()
-    procs = [subprocess.Popen([sys.executable, *argv], env=rank_env(r, world_size, port, secret=secret))
-             for r in range(world_size)]
+    procs: list[subprocess.Popen] = []
     deadline = None if timeout is None else time.monotonic() + timeout
     status = 0
-    try:
-        while any(p.poll() is None for p in procs):
-            failed = [p for p in procs if p.poll() not in (None, 0)]
-            if failed:
-                status = failed[0].returncode
-                # let the others find the failure and report their view of it
-                grace_end = time.monotonic() + FAILURE_GRACE
-                if deadline is not None:
-                    grace_end = min(grace_end, deadline)
-                while any(p.poll() is None for p in procs) and time.monotonic() < grace_end:
-                    time.sleep(0.02)
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                print(f"arborcc run: timed out after {timeout:g} s; stopping every rank", file=sys.stderr)
-                status = 124
-                break
-            time.sleep(0.02)
-    except KeyboardInterrupt:
-        status = 130
-    finally:
-        _stop(procs)
+    with SignalsReceived() as signals:
+        try:
+            arm = die_with_parent()
+            for r in range(world_size):
+                if signals.received:
+                    break
+                env = rank_env(r, world_size, port, secret=secret)
+                procs.append(subprocess.Popen([sys.executable, *argv], env=env, preexec_fn=arm))
+            while not signals.received and any(p.poll() is None for p in procs):
+                failed = [p for p in procs if p.poll() not in (None, 0)]
+                if failed:
+                    status = failed[0].returncode
+                    # let the others find the failure and report their view of it
+                    grace_end = time.monotonic() + FAILURE_GRACE
+                    if deadline is not None:
+                        grace_end = min(grace_end, deadline)
+                    while (not signals.received and any(p.poll() is None for p in procs)
+                           and time.monotonic() < grace_end):
+                        time.sleep(0.02)
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    print(f"arborcc run: timed out after {timeout:g} s; stopping every rank", file=sys.stderr)
+                    status = 124
+                    break
+                time.sleep(0.02)
+        finally:  # a signal is passed on; a failure or the timeout stops the rest with SIGTERM
+            if signals.received:
+                name = signal.Signals(signals.received[0]).name
+                print(f"arborcc run: {name}: passed on to every rank (killed after {STOP_GRACE:g} s)", file=sys.stderr)
+            _stop(procs, signals.received[0] if signals.received else signal.SIGTERM, received=signals.received)
+    if signals.received:
+        return 128 + signals.received[0]
     if status == 0:
         status = next((p.returncode for p in procs if p.returncode), 0)
     return status if status >= 0 else 128 - status
 
 
-def _child(fn, rank: int, world_size: int, port: int, secret: str, args: tuple, queue) -> None:
+def _child(fn, rank: int, world_size: int, port: int, secret: str, args: tuple, queue,
+           arm: Callable[[], None]) -> None:
+    arm()  # killed when the process that runs run_ranks dies
     os.environ.update(rank_env(rank, world_size, port, {}, secret))
     try:
         result = fn(*args)
@@ -196,7 +273,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int, args: tuple = (), timeout
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     port, secret = free_port_pair(), job_secret()
-    procs = [ctx.Process(target=_child, args=(fn, r, world_size, port, secret, args, queue), daemon=True)
+    arm = die_with_parent()
+    procs = [ctx.Process(target=_child, args=(fn, r, world_size, port, secret, args, queue, arm), daemon=True)
              for r in range(world_size)]
     for p in procs:
         p.start()

@@ -9,7 +9,9 @@ call and no page pinning per call, as cross-memory attach (``process_vm_readv``)
 for caller-owned memory.
 
 Allocation is collective: every rank allocates the same sizes in the same order. The
-object's name ``/dev/shm/arborcc-<pid>-<communicator tag>w<id>`` is unlinked as soon as
+object's memory is reserved in /dev/shm when it is made (too little space is an error
+that every rank reports, never a SIGBUS later). Its name
+``/dev/shm/arborcc-<pid>-<communicator tag>w<id>`` is unlinked as soon as
 every rank has mapped it (also when that fails), so nothing stays in ``/dev/shm``; the
 memory is returned when every rank has freed the array (:meth:`SharedArrays.free`, or
 closing the communicator) and dropped its last reference to it.
@@ -17,11 +19,14 @@ closing the communicator) and dropped its last reference to it.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from typing import NamedTuple
 
 import numpy as np
+
+from arborcc.runtime.errors import CommunicationError
 
 
 class Window(NamedTuple):
@@ -52,6 +57,7 @@ class SharedArrays:
         try:
             try:
                 os.ftruncate(fd, nbytes)
+                self._reserve(fd, nbytes)
                 memory = mmap.mmap(fd, nbytes)  # MAP_SHARED; unmapped when the last array on it is gone
             finally:
                 os.close(fd)
@@ -61,6 +67,24 @@ class SharedArrays:
             os.unlink(path)  # every rank has mapped it (or allocation failed)
         self.windows.append(Window(wid, array.ctypes.data, nbytes))
         return array
+
+    def _reserve(self, fd: int, nbytes: int) -> None:
+        """Give the array its memory in /dev/shm now: a page that tmpfs cannot give when it
+        is first touched kills the process with SIGBUS. Too little space fails the
+        communicator (every rank reports it) with the bytes needed and free."""
+        try:
+            os.posix_fallocate(fd, 0, nbytes)
+        except OSError as e:
+            if e.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):  # nothing to reserve with
+                return
+            if e.errno == errno.ENOSPC:
+                import arborcc.runtime.native as data_plane
+
+                why = data_plane.space_message(nbytes, f"a shared array of {nbytes} bytes", "")
+            else:
+                why = f"cannot reserve shared memory for a shared array of {nbytes} bytes: {e.strerror}"
+            self._native.abort(why)
+            raise CommunicationError(f"rank {self._native.rank}: {why}") from None
 
     def find(self, address: int, nbytes: int) -> tuple[int, int] | None:
         """(window id, byte offset) of the buffer ``[address, address + nbytes)`` if it lies

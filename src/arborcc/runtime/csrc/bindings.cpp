@@ -47,6 +47,7 @@ PYBIND11_MODULE(native, m) {
   m.attr("CALL_MODES") = std::vector<std::string>(std::begin(CALL_MODES), std::end(CALL_MODES));
   m.def("buffer_address", &buffer_address, "address and size in bytes of a contiguous writable buffer");
   m.def("unlink", [](const std::string& name) { return shm_unlink(name.c_str()) == 0; });
+  m.def("space_message", &space_message, "why memory of /dev/shm could not be reserved (needed bytes, for what, remedy)");
   m.def("divide", &divide_array, "divide a floating-point array in place (address, count, dtype code, divisor)");
   m.def("copy", &copy_array, "copy n bytes between addresses that do not overlap, with streaming stores if asked "
         "(and the CPU has AVX2)");

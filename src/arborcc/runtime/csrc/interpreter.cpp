@@ -102,6 +102,7 @@ void Communicator::run(int program, uint64_t in_addr, uint64_t out_addr, uint64_
   } else {
     tile = std::min(tile, max_tile);
   }
+  if (std::string e = seg_.reserve_call(rank_, prog, g.esize, tile, use_cma, cma_threshold); !e.empty()) fail(e);
   Call call{prog, g, dtype, op, tile, (chunk_elems + tile - 1) / tile, timeout, use_cma, cma_threshold,
             calls_, workers == 1};
   call.desc = desc;

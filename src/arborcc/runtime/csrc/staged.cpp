@@ -23,6 +23,7 @@ int Communicator::prepare_staged(int64_t count, int dtype, int op, uint64_t slot
     for (int q = 0; q < n_; ++q) ring_.area[q] = seg_.slot_data(q, q, 0, 0);
     staged::shape_ring(ring_, (uint64_t)seg_.slots() * seg_.slot_bytes(), slot_bytes);
   }
+  if (std::string e = ring_.slots < staged::MIN_SLOTS ? "" : seg_.reserve_staging(rank_, staged::HEADER_BYTES, ring_.slots, ring_.slot_bytes, scatter ? ring_.slot_bytes : count * DTYPE_SIZE[dtype]); !e.empty()) fail(e);
   if (ring_.slots < staged::MIN_SLOTS) return -1;
   Prepared p{-1, {0, 0, 0}, {0, 0, 0}, 0, count, dtype, op, 0, timeout, 0, 1, CallDesc{what, call_count}};
   p.staged = scatter ? 2 : 1;

@@ -48,6 +48,7 @@ bool Communicator::unpin(const Call& call, const Pieces& dst) {
       if (s == CLAIMED) return false;
       if ((uint64_t)d.npieces * d.piece_bytes > seg_.slot_bytes())  // excluded by run()'s choice of tile
         fail("internal error: a message larger than a slot would need demoting");
+      if (std::string e = seg_.reserve_demotion(rank_, tb.send, tb.channel, m % slots, (uint64_t)d.npieces * d.piece_bytes); !e.empty()) fail(e);
       uint32_t expect = REMOTE;
       if (!d.state.compare_exchange_strong(expect, DEMOTING)) return false;
       char* out = seg_.slot_data(rank_, tb.send, tb.channel, m % slots);
