@@ -1,8 +1,11 @@
-"""Load an algorithm file, whatever its form: ``.xml`` (MSCCL, either dialect) or ``.json``.
+"""Load an algorithm file, whatever its form: ``.xml`` (MSCCL, either dialect) or ``.json``
+(arborcc's own JSON, or an MSCCL++ execution plan: a JSON document with ``gpus`` is a
+plan, read by :mod:`arborcc.ir.mscclpp.plan` and translated to the IR by
+:mod:`arborcc.ir.mscclpp.translate`).
 
-Every failure - missing file, unknown extension, malformed content - is an
-:class:`~arborcc.errors.IRFormatError` naming the file (the CLI turns it into one
-line and exit status 2).
+Every failure - missing file, unknown extension, malformed content, a plan whose
+operations have no IR form - is an :class:`~arborcc.errors.IRFormatError` naming the
+file (the CLI turns it into one line and exit status 2).
 """
 
 from __future__ import annotations
@@ -11,11 +14,9 @@ import os
 from pathlib import Path
 
 from arborcc.errors import IRFormatError
-from arborcc.ir.json_io import algorithm_from_json
 from arborcc.ir.model import Algorithm
-from arborcc.ir.msccl_xml import read_msccl_xml
 
-READERS = {".xml": "MSCCL XML", ".json": "arborcc JSON"}
+READERS = {".xml": "MSCCL XML", ".json": "arborcc JSON or an MSCCL++ execution plan"}
 
 
 def load_algorithm(path: str | os.PathLike, dialect: str | None = None) -> Algorithm:
@@ -28,5 +29,27 @@ def load_algorithm(path: str | os.PathLike, dialect: str | None = None) -> Algor
     if not p.is_file():
         raise IRFormatError("no such file" if not p.exists() else "not a regular file", source=str(p))
     if suffix == ".xml":
+        from arborcc.ir.msccl_xml import read_msccl_xml
+
         return read_msccl_xml(p, source=str(p), dialect=dialect)
-    return algorithm_from_json(p, source=str(p))
+    return load_json_algorithm(p)
+
+
+def load_json_algorithm(path: Path) -> Algorithm:
+    """An algorithm from a ``.json`` file: arborcc's JSON form or an MSCCL++ plan (the
+    content decides; the file is read and parsed once)."""
+    from arborcc.documents import load_json
+    from arborcc.files import read_input_bytes
+    from arborcc.ir.json_io import algorithm_from_dict, json_items
+    from arborcc.ir.mscclpp.plan import is_mscclpp_plan, plan_from_document
+    from arborcc.limits import limit
+
+    source = str(path)
+    text = read_input_bytes(path, IRFormatError, "algorithm-bytes")
+    limit("algorithm-items").check(json_items(text), source, what="objects and arrays", error=IRFormatError)
+    doc, _ = load_json(text, source, IRFormatError, exact=False)
+    if is_mscclpp_plan(doc):
+        from arborcc.ir.mscclpp.translate import plan_to_algorithm
+
+        return plan_to_algorithm(plan_from_document(doc, source), source)
+    return algorithm_from_dict(doc, source)
