@@ -21,6 +21,13 @@ READERS = {".xml": "MSCCL XML", ".json": "arborcc JSON or an MSCCL++ execution p
 
 def load_algorithm(path: str | os.PathLike, dialect: str | None = None) -> Algorithm:
     """Read ``path``; ``dialect`` (XML only) enforces that dialect's required attributes."""
+    return load_algorithm_file(path, dialect)[0]
+
+
+def load_algorithm_file(path: str | os.PathLike, dialect: str | None = None) -> tuple[Algorithm, str]:
+    """The algorithm of ``path`` and the form it was read from: ``"xml"``, ``"json"`` (arborcc)
+    or ``"mscclpp"`` (a plan: MSCCL XML's runtime limits do not apply to it; MSCCL++'s were
+    checked as it was read)."""
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in READERS:
@@ -31,11 +38,11 @@ def load_algorithm(path: str | os.PathLike, dialect: str | None = None) -> Algor
     if suffix == ".xml":
         from arborcc.ir.msccl_xml import read_msccl_xml
 
-        return read_msccl_xml(p, source=str(p), dialect=dialect)
+        return read_msccl_xml(p, source=str(p), dialect=dialect), "xml"
     return load_json_algorithm(p)
 
 
-def load_json_algorithm(path: Path) -> Algorithm:
+def load_json_algorithm(path: Path) -> tuple[Algorithm, str]:
     """An algorithm from a ``.json`` file: arborcc's JSON form or an MSCCL++ plan (the
     content decides; the file is read and parsed once)."""
     from arborcc.documents import load_json
@@ -51,5 +58,5 @@ def load_json_algorithm(path: Path) -> Algorithm:
     if is_mscclpp_plan(doc):
         from arborcc.ir.mscclpp.translate import plan_to_algorithm
 
-        return plan_to_algorithm(plan_from_document(doc, source), source)
-    return algorithm_from_dict(doc, source)
+        return plan_to_algorithm(plan_from_document(doc, source), source), "mscclpp"
+    return algorithm_from_dict(doc, source), "json"

@@ -19,20 +19,25 @@ rewrites one into the other:
   is sent by the writer and received, in the writer's order, by the thread block whose
   packet read (``upkt repkt respkt recpkt recspkt rppkt``) first needs it;
 * local operations become ``cpy``/``re`` steps (``dst := a + b + c`` as a copy and
-  additions); ``barrier`` becomes dependencies on every other member's last step;
+  additions);
 * a thread block's operations keep their order: the IR thread blocks one plan thread
   block becomes (one per link it sends or receives on, one for local work) are chained
   by dependencies.
 
+* ``sem_release``/``sem_acquire`` of a semaphore one thread block releases and one other
+  acquires: the ``n``-th acquire depends on release ``n - init_value``.
+
 What does not map raises :class:`PlanNotTranslatable` naming the operation: NVLS
 (``glres gstore gstorepkt``, switch channels), ``pipeline``, thread-block groups
-(``tbg_info``), ``sem_acquire``/``sem_release``, a read with no wait before it, a write
-no signal publishes, two thread blocks on one side of a link. The result is not proved
+(``tbg_info``), ``barrier``, a semaphore several thread blocks release or acquire, a read
+with no wait before it, a write no signal publishes, two thread blocks on one side of a
+link. The result is not proved
 correct here - the verifier says whether it is.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -40,12 +45,11 @@ from arborcc.errors import IRFormatError
 from arborcc.ir.collectives import COLLECTIVES, signature
 from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, Protocol, RankProgram, Step, ThreadBlock
 from arborcc.ir.mscclpp import rules
-from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, Operation
+from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, Operation, PlanGpu, PlanThreadBlock
 
 UNMAPPED = {
     "glres": "NVLS multimem operations", "gstore": "NVLS multimem operations", "gstorepkt": "NVLS multimem operations",
     "pipeline": "pipelines (iterations over byte units within a chunk)",
-    "sem_acquire": "cross-thread-block semaphores", "sem_release": "cross-thread-block semaphores",
 }
 SIGNALS = ("signal", "rlxsignal", "pws", "pwsf")
 WAITS = ("wait", "rlxwait")
@@ -86,6 +90,8 @@ _BUF = {"i": Buffer.INPUT, "o": Buffer.OUTPUT, "s": Buffer.SCRATCH}
 
 class _Translator:
     def __init__(self, plan: ExecutionPlan, source: str):
+        self.places: dict[tuple[int, int, int], str] = {}  # (rank, tb, op) after merging -> where in the file
+        plan = dataclasses.replace(plan, gpus=[self.merge_continuations(g) for g in plan.gpus])
         self.plan, self.source = plan, source
         self.n = plan.num_ranks
         self.ranks = [_Rank(g.id, g.scratch_chunks) for g in plan.gpus]
@@ -97,6 +103,56 @@ class _Translator:
         self.reads: dict[tuple[int, int, int, int], tuple[Buffer, int, int]] = {}  # op of a read -> shadow
         self.packet_writer: dict[tuple[int, int], tuple[int, int]] = {}  # (rank, scratch chunk) -> (rank, tb)
         self.packet_sends: dict[tuple, list[tuple[int, tuple]]] = defaultdict(list)  # pkt link -> chunks in order
+
+    def place(self, rank: int, tb: int, op: int) -> str:
+        return self.places.get((rank, tb, op), f"gpus[{rank}].threadblocks[{tb}].ops[{op}]")
+
+    def merge_continuations(self, gpu: PlanGpu) -> PlanGpu:
+        """Thread blocks that continue another one become part of it: ``Y`` continues ``X``
+        when ``Y``'s first operation acquires a semaphore (init 0) that only ``X``'s last
+        operation releases and nothing else uses, and both list the same channels and
+        remote buffers (the writer splits thread blocks beyond 64 operations so; MSCCL++
+        keeps a channel's counters in device memory, so the parts share it in order)."""
+        uses: dict[int, list[tuple[int, int, str]]] = defaultdict(list)  # sem -> (tb, op index, kind)
+        for tb in gpu.threadblocks:
+            for o, op in enumerate(tb.ops):
+                if op.name in ("sem_acquire", "sem_release"):
+                    for sem in op.semaphore_ids:
+                        uses[sem].append((tb.id, o, op.name))
+        by_id = {tb.id: tb for tb in gpu.threadblocks}
+        follows: dict[int, int] = {}  # head tb -> its continuation
+        for sem, events in uses.items():
+            if gpu.semaphores[sem] != 0 or len(events) != 2:
+                continue
+            (a, ao, akind), (b, bo, bkind) = sorted(events, key=lambda e: e[2] != "sem_release")
+            head, tail = by_id[a], by_id[b]
+            if (akind, bkind) != ("sem_release", "sem_acquire") or a == b or bo != 0 \
+                    or ao != len(head.ops) - 1 or head.ops[ao].semaphore_ids != (sem,) \
+                    or tail.ops[0].semaphore_ids != (sem,) or head.channels != tail.channels \
+                    or head.buffer_refs != tail.buffer_refs or a in follows:
+                continue
+            follows[a] = b
+        continued = set(follows.values())
+        merged = []
+        for tb in gpu.threadblocks:
+            if tb.id in continued:
+                continue
+            ops, places, cur = [], [], tb
+            while True:
+                skip_first = cur.id in continued
+                skip_last = cur.id in follows
+                for o, op in enumerate(cur.ops):
+                    if (skip_first and o == 0) or (skip_last and o == len(cur.ops) - 1):
+                        continue
+                    ops.append(op)
+                    places.append(f"gpus[{gpu.id}].threadblocks[{cur.id}].ops[{o}]")
+                if cur.id not in follows:
+                    break
+                cur = by_id[follows[cur.id]]
+            for o, where in enumerate(places):
+                self.places[(gpu.id, tb.id, o)] = where
+            merged.append(PlanThreadBlock(tb.id, tb.channels, tb.buffer_refs, ops))
+        return dataclasses.replace(gpu, threadblocks=merged)
 
     def fail(self, where: str, problem: str):
         raise PlanNotTranslatable(problem, source=self.source, place=where)
@@ -131,7 +187,7 @@ class _Translator:
                 last_wait: dict[int, tuple] = {}  # peer -> (link, ordinal) of the last wait on a link from it
                 counts: dict[tuple, int] = defaultdict(int)
                 for o, op in enumerate(tb.ops):
-                    where = f"gpus[{r}].threadblocks[{tb.id}].ops[{o}]"
+                    where = self.place(r, tb.id, o)
                     self.check_mappable(op, where)
                     for k, ref in enumerate(op.src):  # remote reads: served at the signal that released the last wait
                         if ref.kind != "R":
@@ -270,7 +326,7 @@ class _Translator:
             r = gpu.id
             for tb in gpu.threadblocks:
                 for o, op in enumerate(tb.ops):
-                    where = f"gpus[{r}].threadblocks[{tb.id}].ops[{o}]"
+                    where = self.place(r, tb.id, o)
                     self.operation(r, tb, o, op, where, consumers, received, ordinals)
 
     def operation(self, r, tb, o, op, where, consumers, received, ordinals) -> None:
@@ -324,6 +380,14 @@ class _Translator:
                 for m in msgs:
                     self.emit(r, ptb, ("send", lk[2], channel), Step(Op.SEND, m.src[0], m.src[1], m.dst[0], m.dst[1],
                                                                      m.src[2]))
+        if name == "sem_release":
+            for sem in op.semaphore_ids:
+                self.sem_releases[(r, sem)].append((ptb, self.ranks[r].last.get(ptb), where))
+        if name == "sem_acquire":
+            for sem in op.semaphore_ids:
+                nop = Step(Op.NOP, None, -1, None, -1, 0)  # placed before this tb's next step
+                self.deferred[(r, ptb)].append(nop)
+                self.sem_acquires[(r, sem)].append((ptb, nop, where))
         if name in WAITS:
             for lk in self.channel_links(r, tb, op, where, False):
                 msgs = self.batch(lk, ordinals[("w",) + lk])
@@ -347,10 +411,13 @@ class _Translator:
         self.packet_writer_local: dict[tuple[int, int], int] = {}  # (rank, chunk) -> plan tb writing its packets
         self.pending_deps: list[tuple[Step, tuple[int, int]]] = []
         self.deferred: dict[tuple[int, int], list[Step]] = defaultdict(list)
+        self.sem_releases: dict[tuple[int, int], list] = defaultdict(list)  # (rank, sem) -> (tb, IR step, where)
+        self.sem_acquires: dict[tuple[int, int], list] = defaultdict(list)  # (rank, sem) -> (tb, nop, where)
         self.check_barriers()
         self.first_pass()
         self.packet_plan()
         self.second_pass()
+        self.match_semaphores()
         for nop, key in self.pending_deps:  # a packet read waits for the local write of its packets
             target = self.local_packets.get(key)
             if target is not None:
@@ -373,6 +440,28 @@ class _Translator:
                          outofplace=not plan.inplace,
                          min_bytes=min(plan.min_message_size, 2**63 - 1),
                          max_bytes=0 if plan.max_message_size >= 2**63 - 1 else plan.max_message_size)
+
+    def match_semaphores(self) -> None:
+        """A semaphore released by one thread block and acquired by one other: the n-th
+        acquire waits for release n - init_value (a dependency on the step before it)."""
+        for (r, sem), acquires in self.sem_acquires.items():
+            releases = self.sem_releases.get((r, sem), [])
+            for what, events in (("released", releases), ("acquired", acquires)):
+                tbs = sorted({e[0] for e in events})
+                if len(tbs) > 1:
+                    self.fail(events[1][2], f"semaphore {sem} of rank {r} is {what} by thread blocks {tbs}: their "
+                                            f"order is not defined")
+            init = self.plan.gpus[r].semaphores[sem]
+            for n, (_tb, nop, where) in enumerate(acquires):
+                if n < init:
+                    continue
+                if n - init >= len(releases):
+                    self.fail(where, f"sem_acquire of semaphore {sem}: acquired {len(acquires)} times, released "
+                                     f"{len(releases)} times from init_value {init}: it waits forever")
+                target = releases[n - init][1]
+                if target is not None:
+                    nop.dep = Dependency(*target)
+                    self.ranks[r].tbs[target[0]].steps[target[1]].has_dep = True
 
     def packet_plan(self) -> None:
         """The order in which each writer thread block sends packets to each consumer."""
@@ -407,7 +496,7 @@ class _Translator:
             for tb in gpu.threadblocks:
                 for o, op in enumerate(tb.ops):
                     if op.name == "barrier":
-                        self.fail(f"gpus[{gpu.id}].threadblocks[{tb.id}].ops[{o}]",
+                        self.fail(self.place(gpu.id, tb.id, o),
                                   "barrier: barriers between thread blocks are not translated yet")
 
     def chunks_per_loop(self, collective: str) -> int:
