@@ -25,11 +25,12 @@ rewrites one into the other:
   by dependencies.
 
 * ``sem_release``/``sem_acquire`` of a semaphore one thread block releases and one other
-  acquires: the ``n``-th acquire depends on release ``n - init_value``.
+  acquires: the ``n``-th acquire depends on release ``n - init_value``;
+* thread-block groups (``tbg_info``): every chunk cut into as many parts as the groups
+  need, each member's operation on its part (:meth:`_Translator.refine_for_groups`).
 
 What does not map raises :class:`PlanNotTranslatable` naming the operation: NVLS
-(``glres gstore gstorepkt``, switch channels), ``pipeline``, thread-block groups
-(``tbg_info``), ``barrier``, a semaphore several thread blocks release or acquire, a read
+(``glres gstore gstorepkt``, switch channels), ``pipeline``, ``barrier``, a semaphore several thread blocks release or acquire, a read
 with no wait before it, a write no signal publishes, two thread blocks on one side of a
 link. The result is not proved
 correct here - the verifier says whether it is.
@@ -38,6 +39,7 @@ correct here - the verifier says whether it is.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -91,8 +93,10 @@ _BUF = {"i": Buffer.INPUT, "o": Buffer.OUTPUT, "s": Buffer.SCRATCH}
 class _Translator:
     def __init__(self, plan: ExecutionPlan, source: str):
         self.places: dict[tuple[int, int, int], str] = {}  # (rank, tb, op) after merging -> where in the file
+        self.source = source
         plan = dataclasses.replace(plan, gpus=[self.merge_continuations(g) for g in plan.gpus])
-        self.plan, self.source = plan, source
+        plan = self.refine_for_groups(plan)
+        self.plan = plan
         self.n = plan.num_ranks
         self.ranks = [_Rank(g.id, g.scratch_chunks) for g in plan.gpus]
         self.link_ids: dict[tuple, int] = {}  # (type, r, p, k) or ("pkt", r, tb, p, tb) -> IR channel
@@ -153,6 +157,42 @@ class _Translator:
                 self.places[(gpu.id, tb.id, o)] = where
             merged.append(PlanThreadBlock(tb.id, tb.channels, tb.buffer_refs, ops))
         return dataclasses.replace(gpu, threadblocks=merged)
+
+    def refine_for_groups(self, plan: ExecutionPlan) -> ExecutionPlan:
+        """Thread-block groups (``tbg_info``) split an operation's chunks among ``tbg_size``
+        thread blocks, member ``tb_id`` taking the ``tb_id``-th of ``tbg_size`` equal parts
+        (the executor's ``calcOffset``). With every chunk cut into ``R`` (the least common
+        multiple of the group sizes) the parts are whole chunks: the IR sees ``R`` times
+        the chunks, each operation on its member's part, and no group."""
+        sizes = {op.tbg[1] for g in plan.gpus for tb in g.threadblocks for op in tb.ops if op.tbg}
+        cut = math.lcm(*sizes) if sizes else 1
+        if cut == 1:
+            return plan
+        from arborcc.limits import limit
+
+        most = max(max(g.input_chunks, g.output_chunks, g.scratch_chunks) for g in plan.gpus)
+        if most * cut > limit("chunks").value:
+            self.fail("gpus", f"thread-block groups of sizes {sorted(sizes)} cut {most} chunks into {most * cut}, "
+                              f"beyond the chunks limit ({limit('chunks').value:,})")
+
+        def part(ref: BufferRef, tbg) -> BufferRef:
+            start, length = ref.index * cut, ref.size * cut
+            if tbg is not None:
+                member, size = tbg
+                length //= size
+                start += member * length
+            return dataclasses.replace(ref, index=start, size=length)
+
+        def refine(op: Operation) -> Operation:
+            return dataclasses.replace(op, src=tuple(part(b, op.tbg) for b in op.src),
+                                       dst=tuple(part(b, op.tbg) for b in op.dst), tbg=None,
+                                       ops=[refine(o) for o in op.ops])
+
+        gpus = [dataclasses.replace(g, input_chunks=g.input_chunks * cut, output_chunks=g.output_chunks * cut,
+                                    scratch_chunks=g.scratch_chunks * cut,
+                                    threadblocks=[dataclasses.replace(tb, ops=[refine(o) for o in tb.ops])
+                                                  for tb in g.threadblocks]) for g in plan.gpus]
+        return dataclasses.replace(plan, gpus=gpus)
 
     def fail(self, where: str, problem: str):
         raise PlanNotTranslatable(problem, source=self.source, place=where)
@@ -240,8 +280,6 @@ class _Translator:
         if op.name in UNMAPPED:
             self.fail(where, f"{op.name}: {UNMAPPED[op.name]} have no arborcc IR form; the plan cannot be verified, "
                              f"simulated or run here")
-        if op.tbg is not None:
-            self.fail(where, f"{op.name} with tbg_info: thread-block groups split a chunk below the IR's unit")
         if op.name in rules.PACKET_READS and self.plan.protocol != "LL":
             self.fail(where, f"{op.name} reads packets in a {self.plan.protocol} plan")
 
