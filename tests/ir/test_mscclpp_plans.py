@@ -173,12 +173,13 @@ def _run_plan(name: str):
         comm.close()
 
 
-@pytest.mark.parametrize("name", ["official__execution-files__allreduce.json",
-                                  "official__execution-files__allreduce_packet.json"])
-def test_official_plans_run_on_the_shared_memory_runtime(name):
+@pytest.mark.parametrize("name,ranks", [("official__execution-files__allreduce.json", 2),
+                                        ("official__execution-files__allreduce_packet.json", 2),
+                                        ("dsl__allreduce_pkt_4.json", 4)])
+def test_plans_run_on_the_shared_memory_runtime(name, ranks):
     from arborcc.runtime.launch import run_ranks
 
-    results = run_ranks(_run_plan, 2, (name,), timeout=120)
-    want = sum(np.arange(4096, dtype=np.float32) + 1000 * r for r in range(2))
+    results = run_ranks(_run_plan, ranks, (name,), timeout=180)
+    want = sum(np.arange(4096, dtype=np.float32) + 1000 * r for r in range(ranks))
     for got in results:
         np.testing.assert_array_equal(got, want)

@@ -20,19 +20,20 @@ rewrites one into the other:
   packet read (``upkt repkt respkt recpkt recspkt rppkt``) first needs it;
 * local operations become ``cpy``/``re`` steps (``dst := a + b + c`` as a copy and
   additions);
+* ``sem_release``/``sem_acquire`` of a semaphore one thread block releases and one other
+  acquires: the ``n``-th acquire depends on release ``n - init_value``; a thread block
+  that starts by acquiring what another releases as its last operation continues it (the
+  writer's split of long thread blocks) and is merged into it;
+* thread-block groups (``tbg_info``): every chunk cut into as many parts as the groups
+  need, each member's operation on its part (:meth:`_Translator.refine_for_groups`);
 * a thread block's operations keep their order: the IR thread blocks one plan thread
   block becomes (one per link it sends or receives on, one for local work) are chained
   by dependencies.
 
-* ``sem_release``/``sem_acquire`` of a semaphore one thread block releases and one other
-  acquires: the ``n``-th acquire depends on release ``n - init_value``;
-* thread-block groups (``tbg_info``): every chunk cut into as many parts as the groups
-  need, each member's operation on its part (:meth:`_Translator.refine_for_groups`).
-
 What does not map raises :class:`PlanNotTranslatable` naming the operation: NVLS
-(``glres gstore gstorepkt``, switch channels), ``pipeline``, ``barrier``, a semaphore several thread blocks release or acquire, a read
-with no wait before it, a write no signal publishes, two thread blocks on one side of a
-link. The result is not proved
+(``glres gstore gstorepkt``, switch channels), ``pipeline``, ``barrier``, a semaphore
+several thread blocks release or acquire, a read with no wait before it, a write no
+signal publishes, two thread blocks on one side of a link. The result is not proved
 correct here - the verifier says whether it is.
 """
 
@@ -49,9 +50,13 @@ from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, Protocol, RankPr
 from arborcc.ir.mscclpp import rules
 from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, Operation, PlanGpu, PlanThreadBlock
 
+#: operations without a translation -> why
 UNMAPPED = {
-    "glres": "NVLS multimem operations", "gstore": "NVLS multimem operations", "gstorepkt": "NVLS multimem operations",
-    "pipeline": "pipelines (iterations over byte units within a chunk)",
+    "glres": "NVLS multimem operations have no arborcc IR form",
+    "gstore": "NVLS multimem operations have no arborcc IR form",
+    "gstorepkt": "NVLS multimem operations have no arborcc IR form",
+    "pipeline": "pipelines (iterations over byte units within a chunk) have no arborcc IR form",
+    "barrier": "barriers between thread blocks are not translated yet",
 }
 SIGNALS = ("signal", "rlxsignal", "pws", "pwsf")
 WAITS = ("wait", "rlxwait")
@@ -278,8 +283,7 @@ class _Translator:
 
     def check_mappable(self, op: Operation, where: str) -> None:
         if op.name in UNMAPPED:
-            self.fail(where, f"{op.name}: {UNMAPPED[op.name]} have no arborcc IR form; the plan cannot be verified, "
-                             f"simulated or run here")
+            self.fail(where, f"{op.name}: {UNMAPPED[op.name]}; the plan cannot be verified, simulated or run here")
         if op.name in rules.PACKET_READS and self.plan.protocol != "LL":
             self.fail(where, f"{op.name} reads packets in a {self.plan.protocol} plan")
 
@@ -350,14 +354,7 @@ class _Translator:
                     break
 
     def second_pass(self) -> None:
-        consumers: dict[tuple[int, int], int] = {}  # (rank, scratch chunk) -> plan tb reading its packets
-        for gpu in self.plan.gpus:
-            for tb in gpu.threadblocks:
-                for op in tb.ops:
-                    if op.name in rules.PACKET_READS:
-                        for ref in op.src[rules.PACKET_READS[op.name]:]:
-                            for j in range(ref.size):
-                                consumers.setdefault((gpu.id, ref.index + j), tb.id)
+        consumers = self.consumers
         received: set = set()
         ordinals: dict[tuple, int] = defaultdict(int)
         for gpu in self.plan.gpus:
@@ -451,7 +448,6 @@ class _Translator:
         self.deferred: dict[tuple[int, int], list[Step]] = defaultdict(list)
         self.sem_releases: dict[tuple[int, int], list] = defaultdict(list)  # (rank, sem) -> (tb, IR step, where)
         self.sem_acquires: dict[tuple[int, int], list] = defaultdict(list)  # (rank, sem) -> (tb, nop, where)
-        self.check_barriers()
         self.first_pass()
         self.packet_plan()
         self.second_pass()
@@ -502,8 +498,10 @@ class _Translator:
                     self.ranks[r].tbs[target[0]].steps[target[1]].has_dep = True
 
     def packet_plan(self) -> None:
-        """The order in which each writer thread block sends packets to each consumer."""
-        consumers: dict[tuple[int, int], int] = {}
+        """Which thread block first reads each packet chunk, and the order in which each
+        writer thread block sends packets to each such reader."""
+        self.consumers: dict[tuple[int, int], int] = {}  # (rank, scratch chunk) -> plan tb reading its packets
+        consumers = self.consumers
         for gpu in self.plan.gpus:
             for tb in gpu.threadblocks:
                 for op in tb.ops:
@@ -528,14 +526,6 @@ class _Translator:
                             consumer = consumers.get((owner, ref.index + j))
                             if consumer is not None:
                                 self.packet_sends[(gpu.id, tb.id, owner, consumer)].append((ref.index + j, None))
-
-    def check_barriers(self) -> None:
-        for gpu in self.plan.gpus:
-            for tb in gpu.threadblocks:
-                for o, op in enumerate(tb.ops):
-                    if op.name == "barrier":
-                        self.fail(self.place(gpu.id, tb.id, o),
-                                  "barrier: barriers between thread blocks are not translated yet")
 
     def chunks_per_loop(self, collective: str) -> int:
         g = self.plan.gpus[0]
