@@ -135,10 +135,10 @@ class _Writer:
         prog = self.by_rank[rank]
         own = prog.scratch_chunks
         if self.packets:
-            own += self.trash_chunks(prog)
+            own += self.spare_chunks(prog)
         return own
 
-    def trash_chunks(self, prog) -> int:
+    def spare_chunks(self, prog) -> int:
         return sum(max((s.count for s in tb.steps if s.op is Op.RECV_REDUCE_SEND), default=0)
                    for tb in prog.threadblocks)
 
@@ -167,8 +167,9 @@ class _Writer:
         max_size = min(budget_max, algo.max_bytes) if algo.max_bytes else budget_max
         if max_size < max(algo.min_bytes, 1):
             kind = "packets, double-buffered" if self.packets else "slots"
-            self.fail(f"needs {scratch} scratch chunks per rank ({kind}): no message size from min_bytes {algo.min_bytes:,} fits MSCCL++'s 64 MB scratch; "
-                      f"use fewer slots (--slots) or fewer chunks")
+            self.fail(f"needs {scratch} scratch chunks per rank ({kind}): no message size from min_bytes "
+                      f"{algo.min_bytes:,} fits MSCCL++'s 64 MB scratch; fewer slots per connection or fewer chunks "
+                      f"would")
         return {
             "name": self.name, "collective": algo.collective, "protocol": "LL" if self.packets else "Simple",
             "inplace": self.mode is Mode.INPLACE, "reuse_resources": False,
@@ -233,7 +234,7 @@ class _Writer:
                 channel_ids.append(self.channel_index(r, peer, c.pair_index))
         ops: list[dict] = []
         counters = {"send": 0, "recv": 0}
-        trash = self.by_rank[r].scratch_chunks + sum(
+        spare_base = self.by_rank[r].scratch_chunks + sum(
             max((s.count for s in t.steps if s.op is Op.RECV_REDUCE_SEND), default=0)
             for t in self.by_rank[r].threadblocks if t.id < tb.id)
 
@@ -259,7 +260,7 @@ class _Writer:
                 for extra in range(16, len(self.acquires[(tb.id, i)]), 16):
                     ops.append({"name": "sem_acquire", "semaphore_ids": self.acquires[(tb.id, i)][extra:extra + 16]})
                 nop()
-            self.step(st, send, recv, counters, sync, nop, buf, slot, ops, trash)
+            self.step(st, send, recv, counters, sync, nop, buf, slot, ops, spare_base)
             if self.releases.get((tb.id, i)):
                 nop()
                 sems = self.releases[(tb.id, i)]
@@ -305,7 +306,7 @@ class _Writer:
         self.next_tb_id += 1
         return self.next_tb_id - 1
 
-    def step(self, st: Step, send, recv, counters, sync, nop, buf, slot, ops, trash: int) -> None:
+    def step(self, st: Step, send, recv, counters, sync, nop, buf, slot, ops, spare_base: int) -> None:
         op = st.op
         count = max(st.count, 1)
         if op is Op.NOP:
@@ -316,7 +317,8 @@ class _Writer:
             return
         if op in (Op.REDUCE, Op.RESIDUAL_ADD):
             ops.append({"name": "re", "src_buff": [buf(st.dst_buf, st.dst_off, count),
-                                                   buf(st.src_buf, st.src_off, count)], "dst_buff": [buf(st.dst_buf, st.dst_off, count)], "reduce_op": "sum"})
+                                                   buf(st.src_buf, st.src_off, count)],
+                        "dst_buff": [buf(st.dst_buf, st.dst_off, count)], "reduce_op": "sum"})
             return
         m_in = m_out = None
         if op.receives:
@@ -340,7 +342,7 @@ class _Writer:
         src = buf(st.src_buf, st.src_off, count) if st.src_buf is not None else None
         dst = buf(st.dst_buf, st.dst_off, count) if st.dst_buf is not None else None
         if self.packets:
-            self.packet_step(op, src, dst, got, out_remote, ops, trash, count)
+            self.packet_step(op, src, dst, got, out_remote, ops, spare_base, count)
         elif op is Op.SEND:
             ops.append({"name": "put", "src_buff": [src], "dst_buff": [out_remote], "channel_type": "memory"})
         elif op is Op.RECV:
@@ -366,7 +368,7 @@ class _Writer:
                 nop()
                 sync("signal", "recv")
 
-    def packet_step(self, op: Op, src, dst, got, out_remote, ops, trash: int, count: int) -> None:
+    def packet_step(self, op: Op, src, dst, got, out_remote, ops, spare_base: int, count: int) -> None:
         if op is Op.SEND:
             ops.append({"name": "ppkt", "src_buff": [src], "dst_buff": [out_remote], "channel_type": "memory"})
         elif op is Op.RECV:
@@ -374,7 +376,7 @@ class _Writer:
         elif op is Op.RECV_REDUCE_COPY:
             ops.append({"name": "repkt", "src_buff": [src, got], "dst_buff": [dst], "reduce_op": "sum"})
         elif op is Op.RECV_REDUCE_SEND:  # the sum's plain copy goes to this thread block's spare scratch
-            spare = {"type": "s", "index": trash, "size": count}
+            spare = {"type": "s", "index": spare_base, "size": count}
             ops.append({"name": "respkt", "src_buff": [src, got], "dst_buff": [spare, out_remote],
                         "channel_type": "memory", "reduce_op": "sum"})
         elif op is Op.RECV_COPY_SEND:
