@@ -66,6 +66,14 @@ def run(args: argparse.Namespace) -> int:
     algo, form = load_algorithm_file(args.algorithm, dialect=args.dialect)
     report = verify_algorithm(algo, args.dialect, slots=args.slots)
     dialects = [args.dialect] if args.dialect else sorted(DIALECTS)
+    if form == "mscclpp":  # races in the plan's own semantics (a put landing where a peer still reads)
+        from arborcc.ir.mscclpp.plan import read_mscclpp_plan
+        from arborcc.ir.mscclpp.races import plan_races
+
+        races = plan_races(read_mscclpp_plan(args.algorithm), str(args.algorithm))
+        if races:
+            report.violations[:0] = races
+            report.ok = False
     if form == "mscclpp" and not args.dialect:  # MSCCL++'s own limits were checked as it was read
         dialects, accepted, outside = [], [], {}
     elif args.dialect:

@@ -6,7 +6,8 @@
 * :mod:`.translate` - a plan as an :class:`~arborcc.ir.model.Algorithm`, where the
   one-sided operations map onto sends and receives;
 * :mod:`.writer` - an Algorithm as a plan (puts into the peer's scratch with signal/wait
-  and semaphore credits, or LL packets).
+  and semaphore credits, or LL packets);
+* :mod:`.races` - races in a plan's own semantics (a put landing where a peer still reads).
 
 See ``docs/mscclpp.md``.
 """

@@ -92,6 +92,14 @@ def plan_to_algorithm(plan: ExecutionPlan, source: str) -> Algorithm:
     return _Translator(plan, source).run()
 
 
+def normalize_plan(plan: ExecutionPlan, source: str) -> tuple[ExecutionPlan, dict[tuple[int, int, int], str]]:
+    """``plan`` with continuation thread blocks merged into the ones they continue and
+    thread-block groups cut into finer chunks (as the translation sees it), and where each
+    operation of it is in the file: ``(rank, tb, op) -> "gpus[r].threadblocks[t].ops[o]"``."""
+    t = _Translator(plan, source)
+    return t.plan, t.places
+
+
 _BUF = {"i": Buffer.INPUT, "o": Buffer.OUTPUT, "s": Buffer.SCRATCH}
 
 
