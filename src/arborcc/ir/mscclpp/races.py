@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import numpy as np
-
 from arborcc.ir.mscclpp import rules
 from arborcc.ir.mscclpp.plan import ExecutionPlan
 from arborcc.ir.report import Violation
@@ -131,15 +129,17 @@ def _describe(plan: ExecutionPlan, places: dict, event: tuple[int, int, int]) ->
     return f"{places.get(event, f'gpus[{r}].threadblocks[{t}].ops[{o}]')} ({tb.ops[o].name})"
 
 
-def _before(clocks: np.ndarray, events, columns, a: int, b: int) -> bool:
+def _before(clocks, events, columns, a: int, b: int) -> bool:
     """Whether event ``a`` happens before event ``b``."""
     r, t, o = events[a]
     return clocks[b, columns[(r, t)]] >= o + 1
 
 
-def _vector_clocks(events, columns, edges) -> np.ndarray | None:
-    """Per event, how many operations of each thread block happen before or at it; None
-    when the order has a cycle."""
+def _vector_clocks(events, columns, edges):
+    """Per event (a numpy array's rows), how many operations of each thread block happen
+    before or at it; None when the order has a cycle."""
+    import numpy as np
+
     n, width = len(events), len(columns)
     clocks = np.zeros((n, width), dtype=np.int32)
     preds: list[list[int]] = [[] for _ in range(n)]
