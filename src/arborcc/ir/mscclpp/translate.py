@@ -24,14 +24,23 @@ rewrites one into the other:
   acquires: the ``n``-th acquire depends on release ``n - init_value``; a thread block
   that starts by acquiring what another releases as its last operation continues it (the
   writer's split of long thread blocks) and is merged into it;
+* ``barrier``: the operations after the ``n``-th barrier of an id in each member thread
+  block depend on every member's operations before it, and writes a member has not
+  published before it are published by the first member's first signal to that peer
+  after it;
 * thread-block groups (``tbg_info``): every chunk cut into as many parts as the groups
   need, each member's operation on its part (:meth:`_Translator.refine_for_groups`);
 * a thread block's operations keep their order: the IR thread blocks one plan thread
   block becomes (one per link it sends or receives on, one for local work) are chained
-  by dependencies.
+  by dependencies - except receives, which a put lands whenever the sender makes it (a
+  put never waits for the receiver): they are ordered by their link and by what the
+  writer waited for (a put after a wait on the receiver's signal lands after the
+  receiver's steps before that signal - the writer's credits), and the receiver's step
+  after the wait (or the packet read) depends on them.
 
 What does not map raises :class:`PlanNotTranslatable` naming the operation: NVLS
-(``glres gstore gstorepkt``, switch channels), ``pipeline``, ``barrier``, a semaphore
+(``glres gstore gstorepkt``, switch channels), ``pipeline``, a barrier fewer or more
+thread blocks reach than it waits for, a semaphore
 several thread blocks release or acquire, a read with no wait before it, a write no
 signal publishes, two thread blocks on one side of a link. The result is not proved
 correct here - the verifier says whether it is.
@@ -56,7 +65,6 @@ UNMAPPED = {
     "gstore": "NVLS multimem operations have no arborcc IR form",
     "gstorepkt": "NVLS multimem operations have no arborcc IR form",
     "pipeline": "pipelines (iterations over byte units within a chunk) have no arborcc IR form",
-    "barrier": "barriers between thread blocks are not translated yet",
 }
 SIGNALS = ("signal", "rlxsignal", "pws", "pwsf")
 WAITS = ("wait", "rlxwait")
@@ -76,6 +84,9 @@ class _Message:
 
     src: tuple[Buffer, int, int]
     dst: tuple[Buffer, int, int]
+    #: (link, ordinal) of the writer's last wait on a signal of the receiver before the write:
+    #: the data cannot land before the receiver's steps that precede that signal
+    after: tuple | None = None
 
 
 @dataclass
@@ -115,6 +126,9 @@ class _Translator:
         self.link_ids: dict[tuple, int] = {}  # (type, r, p, k) or ("pkt", r, tb, p, tb) -> IR channel
         self.pair_links: dict[tuple[int, int], int] = defaultdict(int)  # (sender, receiver) -> links so far
         self.messages: dict[tuple, list[list[_Message]]] = defaultdict(list)  # link -> per signal
+        self.handed: dict[tuple, dict[int, list[_Message]]] = defaultdict(lambda: defaultdict(list))
+        self.handed_where: dict[tuple, str] = {}  # ((rank, barrier, n), peer) -> the barrier handing writes over
+        self.after_barrier: dict[tuple, tuple] = {}  # ((rank, barrier, n), tb, peer) -> (link, signal ordinal)
         self.signalers: dict[tuple, int] = {}
         self.waiters: dict[tuple, int] = {}
         self.reads: dict[tuple[int, int, int, int], tuple[Buffer, int, int]] = {}  # op of a read -> shadow
@@ -239,6 +253,8 @@ class _Translator:
                 pending: dict[int, list[_Message]] = defaultdict(list)  # peer -> writes not yet published
                 last_wait: dict[int, tuple] = {}  # peer -> (link, ordinal) of the last wait on a link from it
                 counts: dict[tuple, int] = defaultdict(int)
+                barriers_seen: dict[int, int] = defaultdict(int)
+                passed: list[tuple] = []  # barriers this tb has passed: (rank, id, n)
                 for o, op in enumerate(tb.ops):
                     where = self.place(r, tb.id, o)
                     self.check_mappable(op, where)
@@ -265,11 +281,21 @@ class _Translator:
                         # a put writes its d-th source; res/rres write the result they leave in dst[0]
                         src = op.src[min(d, len(op.src) - 1)] if op.name in ("put", "pws", "pwsf") else op.dst[0]
                         pending[owner].append(_Message((_BUF[src.type], src.index, ref.size),
-                                                       (btype, ref.index, ref.size)))
+                                                       (btype, ref.index, ref.size), last_wait.get(owner)))
+                    if op.name == "barrier":  # writes not yet published: any member's later signal may
+                        key = (r, op.barrier_id, barriers_seen[op.barrier_id])
+                        barriers_seen[op.barrier_id] += 1
+                        passed.append(key)
+                        for peer, msgs in pending.items():
+                            self.handed[key][peer].extend(msgs)
+                            self.handed_where[(key, peer)] = where
+                        pending.clear()
                     if op.name in SIGNALS:
                         links = (self.channel_links(r, tb, op, where, True) if op.channel_ids else [])
                         for lk in links:
                             self.own(self.signalers, lk, tb.id, where, "signal")
+                            for key in passed:  # the first signal to this peer after each barrier passed
+                                self.after_barrier.setdefault((key, tb.id, lk[2]), (lk, len(self.messages[lk])))
                             self.messages[lk].append(pending.pop(lk[2], []))
                     if op.name in WAITS:
                         for lk in self.channel_links(r, tb, op, where, False):
@@ -280,6 +306,16 @@ class _Translator:
                     if msgs:
                         self.fail(f"gpus[{r}].threadblocks[{tb.id}]", f"writes into rank {peer}'s buffer that no "
                                                                       f"later signal to rank {peer} publishes")
+        for key, by_peer in self.handed.items():  # writes before a barrier: the first member's signal after it
+            for peer, msgs in by_peer.items():
+                if not msgs:
+                    continue
+                carriers = sorted((tb, at) for (k, tb, p), at in self.after_barrier.items() if k == key and p == peer)
+                if not carriers:
+                    self.fail(self.handed_where[(key, peer)], f"writes into rank {peer}'s buffer that no signal to "
+                                                              f"rank {peer} after barrier {key[1]} publishes")
+                lk, ordinal = carriers[0][1]
+                self.messages[lk][ordinal].extend(msgs)
 
     def serve(self, lk: tuple, ordinal: int, msg: _Message) -> None:
         self.serves[(lk, ordinal)].append(msg)
@@ -317,6 +353,18 @@ class _Translator:
             rk.tbs[prev[0]].steps[prev[1]].has_dep = True
         tb.steps.append(step)
         rk.last[ptb] = (tb.id, len(tb.steps) - 1)
+
+    def land(self, r: int, ptb: int, role: tuple, step: Step) -> tuple[int, int]:
+        """A receive: in its link's IR thread block, ordered only by the link (MSCCL++'s
+        data lands in the receiver's memory whenever the sender puts it - the sender never
+        waits for the receiver, so the receive is not chained to the receiver's program);
+        the receiver's next step depends on it (the wait, or the packet read)."""
+        tb = self.ir_tb(r, ptb, role)
+        tb.steps.append(step)
+        at = (tb.id, len(tb.steps) - 1)
+        step.has_dep = True
+        self.deferred[(r, ptb)].append(Step(Op.NOP, None, -1, None, -1, 0, dep=Dependency(*at)))
+        return at
 
     def channel_of(self, lk: tuple) -> int:
         """The IR channel of a link: numbered among the links between the same two ranks."""
@@ -356,8 +404,8 @@ class _Translator:
                 if (r, chunk) in received:
                     continue
                 received.add((r, chunk))
-                self.emit(r, ptb, ("recv", writer[0], channel), Step(Op.RECV, None, -1, Buffer.SCRATCH, chunk, 1))
-                self.local_packets[(r, chunk)] = self.ranks[r].last[ptb]  # other readers wait for it
+                at = self.land(r, ptb, ("recv", writer[0], channel), Step(Op.RECV, None, -1, Buffer.SCRATCH, chunk, 1))
+                self.local_packets[(r, chunk)] = at  # other readers wait for it
                 if chunk == j:
                     break
 
@@ -417,12 +465,22 @@ class _Translator:
                               Step(Op.SEND, src[0], src[1] + j, Buffer.SCRATCH, ref.index + j, 1))
         if name in SIGNALS and op.channel_ids:
             for lk in self.channel_links(r, tb, op, where, True):
+                self.signal_at[(lk, ordinals[("s",) + lk])] = self.ranks[r].last.get(ptb)
                 msgs = self.batch(lk, ordinals[("s",) + lk])
                 ordinals[("s",) + lk] += 1
                 channel = self.channel_of(lk)
                 for m in msgs:
                     self.emit(r, ptb, ("send", lk[2], channel), Step(Op.SEND, m.src[0], m.src[1], m.dst[0], m.dst[1],
                                                                      m.src[2]))
+        if name == "barrier":  # after it, this tb waits for every other member's steps before it
+            key = (r, op.barrier_id, self.barrier_counts[(r, ptb, op.barrier_id)])
+            self.barrier_counts[(r, ptb, op.barrier_id)] += 1
+            self.barrier_arrivals[key][ptb] = self.ranks[r].last.get(ptb)
+            for other in self.barrier_members[key]:
+                if other != ptb:
+                    nop = Step(Op.NOP, None, -1, None, -1, 0)
+                    self.deferred[(r, ptb)].append(nop)
+                    self.barrier_waits.append((nop, key, other))
         if name == "sem_release":
             for sem in op.semaphore_ids:
                 self.sem_releases[(r, sem)].append((ptb, self.ranks[r].last.get(ptb), where))
@@ -437,11 +495,27 @@ class _Translator:
                 ordinals[("w",) + lk] += 1
                 channel = self.channel_of(lk)
                 for m in msgs:
-                    self.emit(r, ptb, ("recv", lk[1], channel), Step(Op.RECV, None, -1, m.dst[0], m.dst[1], m.dst[2]))
+                    step = Step(Op.RECV, None, -1, m.dst[0], m.dst[1], m.dst[2])
+                    self.land(r, ptb, ("recv", lk[1], channel), step)
+                    if m.after is not None:
+                        self.landing_deps.append((step, m.after, r))
 
     def batch(self, lk: tuple, ordinal: int) -> list[_Message]:
+        """What the ``ordinal``-th signal on link ``lk`` carries, in order; messages that
+        continue each other (both ends contiguous) travel as one, so that a signal carries
+        as few IR messages as the plan's puts allow (the IR's FIFOs hold a few only)."""
         writes = self.messages[lk][ordinal] if ordinal < len(self.messages[lk]) else []
-        return writes + self.serves.get((lk, ordinal), [])
+        merged: list[_Message] = []
+        for m in writes + self.serves.get((lk, ordinal), []):
+            if merged:
+                last = merged[-1]
+                if (last.src[0], last.src[1] + last.src[2]) == m.src[:2] and \
+                        (last.dst[0], last.dst[1] + last.dst[2]) == m.dst[:2] and last.after == m.after:
+                    merged[-1] = _Message((last.src[0], last.src[1], last.src[2] + m.src[2]),
+                                          (last.dst[0], last.dst[1], last.dst[2] + m.dst[2]), m.after)
+                    continue
+            merged.append(m)
+        return merged
 
     # --- the whole ------------------------------------------------------------------------
     def run(self) -> Algorithm:
@@ -454,12 +528,28 @@ class _Translator:
         self.packet_writer_local: dict[tuple[int, int], int] = {}  # (rank, chunk) -> plan tb writing its packets
         self.pending_deps: list[tuple[Step, tuple[int, int]]] = []
         self.deferred: dict[tuple[int, int], list[Step]] = defaultdict(list)
+        self.signal_at: dict[tuple, tuple[int, int] | None] = {}  # (link, ordinal) -> last step before the signal
+        self.landing_deps: list[tuple[Step, tuple, int]] = []  # (receive, (link, ordinal), rank)
+        self.barrier_counts: dict[tuple[int, int, int], int] = defaultdict(int)  # (rank, tb, barrier) -> seen
+        self.barrier_arrivals: dict[tuple, dict] = defaultdict(dict)  # (rank, barrier, n) -> tb -> its last step
+        self.barrier_waits: list[tuple[Step, tuple, int]] = []  # (nop, (rank, barrier, n), the tb it waits for)
+        self.barrier_members = self.find_barrier_members()
         self.sem_releases: dict[tuple[int, int], list] = defaultdict(list)  # (rank, sem) -> (tb, IR step, where)
         self.sem_acquires: dict[tuple[int, int], list] = defaultdict(list)  # (rank, sem) -> (tb, nop, where)
         self.first_pass()
         self.packet_plan()
         self.second_pass()
         self.match_semaphores()
+        for step, key, r in self.landing_deps:  # a put lands after what the receiver did before its signal
+            target = self.signal_at.get(key)
+            if target is not None:
+                step.dep = Dependency(*target)
+                self.ranks[r].tbs[target[0]].steps[target[1]].has_dep = True
+        for nop, key, other in self.barrier_waits:
+            target = self.barrier_arrivals[key].get(other)
+            if target is not None:
+                nop.dep = Dependency(*target)
+                self.ranks[key[0]].tbs[target[0]].steps[target[1]].has_dep = True
         for nop, key in self.pending_deps:  # a packet read waits for the local write of its packets
             target = self.local_packets.get(key)
             if target is not None:
@@ -482,6 +572,28 @@ class _Translator:
                          outofplace=not plan.inplace,
                          min_bytes=min(plan.min_message_size, 2**63 - 1),
                          max_bytes=0 if plan.max_message_size >= 2**63 - 1 else plan.max_message_size)
+
+    def find_barrier_members(self) -> dict[tuple[int, int, int], list[int]]:
+        """(rank, barrier id, n) -> the thread blocks whose n-th barrier of that id it is;
+        their number must be the barrier's ``num_threadblocks`` (else it never opens)."""
+        members: dict[tuple[int, int, int], list[int]] = defaultdict(list)
+        expected: dict[tuple[int, int, int], tuple[int, str]] = {}
+        for gpu in self.plan.gpus:
+            for tb in gpu.threadblocks:
+                seen: dict[int, int] = defaultdict(int)
+                for o, op in enumerate(tb.ops):
+                    if op.name != "barrier":
+                        continue
+                    key = (gpu.id, op.barrier_id, seen[op.barrier_id])
+                    seen[op.barrier_id] += 1
+                    members[key].append(tb.id)
+                    expected.setdefault(key, (op.num_threadblocks, self.place(gpu.id, tb.id, o)))
+        for key, tbs in members.items():
+            want, where = expected[key]
+            if want != len(tbs):
+                self.fail(where, f"barrier {key[1]} waits for {want} thread blocks but {len(tbs)} of rank {key[0]} "
+                                 f"reach it (thread blocks {tbs}): it never opens")
+        return members
 
     def match_semaphores(self) -> None:
         """A semaphore released by one thread block and acquired by one other: the n-th
