@@ -7,13 +7,13 @@ the old contents (the slot reuse that the writer's semaphore credits prevent). T
 check works on the plan itself: every operation is an event; *happens-before* is program
 order within a thread block, the ``n``-th signal on a link before the ``n``-th wait on it,
 a semaphore's release before the acquire it satisfies, and a packet write before the
-packet read of the same scratch chunk (the flag). Two accesses to one chunk of one rank's
+packet read of the same scratch chunk (the flag), and a barrier. Two accesses to one chunk of one rank's
 buffer, at least one a write, from different thread blocks and ordered neither way, are
 a race. Vector clocks give the order (one column per thread block).
 
 Approximations, both on the side of reporting less: relaxed signals (``rlxsignal``) order
-like signals, and an in-place plan's input and output buffers are not aliased. Plans with
-``barrier`` are not checked (the translation does not take them either).
+like signals, and an in-place plan's input and output buffers are not aliased. A
+``barrier`` orders every member's operations before it before every member's after it.
 """
 
 from __future__ import annotations
@@ -37,8 +37,6 @@ def plan_races(plan: ExecutionPlan, source: str, most: int = 10) -> list[Violati
     original = plan.gpus[0].input_chunks or plan.gpus[0].output_chunks
     plan, places = normalize_plan(plan, source)
     cut = (plan.gpus[0].input_chunks or plan.gpus[0].output_chunks) // original
-    if any(op.name == "barrier" for g in plan.gpus for tb in g.threadblocks for op in tb.ops):
-        return []
     columns = {(g.id, tb.id): c for c, (g, tb) in enumerate((g, tb) for g in plan.gpus for tb in g.threadblocks)}
     events = [(g.id, tb.id, o) for g in plan.gpus for tb in g.threadblocks for o in range(len(tb.ops))]
     if len(events) * max(len(columns), 1) > MAX_CLOCK_ENTRIES:
@@ -52,10 +50,15 @@ def plan_races(plan: ExecutionPlan, source: str, most: int = 10) -> list[Violati
     packet_writes: dict[tuple[int, int], list[int]] = defaultdict(list)
     packet_reads: list[tuple[int, int, int]] = []  # (event, rank, chunk)
     accesses: dict[tuple[int, str, int], list[tuple[int, bool]]] = defaultdict(list)
+    barriers: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)  # (rank, id, n) -> (event, op)
     for g in plan.gpus:
         for tb in g.threadblocks:
+            seen: dict[int, int] = defaultdict(int)
             for o, op in enumerate(tb.ops):
                 e = index[(g.id, tb.id, o)]
+                if op.name == "barrier":
+                    barriers[(g.id, op.barrier_id, seen[op.barrier_id])].append((e, o))
+                    seen[op.barrier_id] += 1
                 ctype = op.channel_type or "memory"
                 peers = g.channel_peers(ctype) if ctype in ("memory", "port") else []
                 for c in op.channel_ids if op.name in SIGNALS + WAITS else ():
@@ -93,6 +96,9 @@ def plan_races(plan: ExecutionPlan, source: str, most: int = 10) -> list[Violati
         for n, a in enumerate(acq):
             if 0 <= n - init < len(rel):
                 edges[a].append(rel[n - init])
+    for members in barriers.values():  # a member passes its barrier after every member's operations before it
+        for e, _ in members:
+            edges[e].extend(f - 1 for f, o in members if f != e and o > 0)
     for e, rank, j in packet_reads:
         edges[e].extend(w for w in packet_writes.get((rank, j), []) if w != e)
     clocks = _vector_clocks(events, columns, edges)
@@ -116,7 +122,7 @@ def plan_races(plan: ExecutionPlan, source: str, most: int = 10) -> list[Violati
                                                         f"chunk {j}{finer} of rank {rank}, which "
                                                         f"{_describe(plan, places, events[second])} {verb}, and "
                                                         f"neither is ordered before the other (no signal/wait, "
-                                                        f"semaphore or packet path between them)"))
+                                                        f"semaphore, barrier or packet path between them)"))
                 if len(found) >= most:
                     return found
     return found
