@@ -51,7 +51,7 @@ from arborcc.errors import ArborccError, InputError, ProgramError
 from arborcc.ir.limits import DIALECTS
 from arborcc.library.catalog import LIBRARY
 
-FORMATS = ("xml", "json")
+FORMATS = ("xml", "json", "mscclpp")
 
 
 def _epilog() -> str:
@@ -70,7 +70,8 @@ def _common_options(p: argparse.ArgumentParser, suppress: bool) -> None:
     p.add_argument("--dialect", choices=sorted(DIALECTS), default=default,
                    help="MSCCL XML dialect and runtime limits to verify against (default: executor)")
     p.add_argument("--format", choices=FORMATS, default=default,
-                   help="xml (MSCCL) or json (arborcc); default: from the output file's extension, else xml")
+                   help="xml (MSCCL), json (arborcc) or mscclpp (an MSCCL++ execution plan); default: from the "
+                        "output file's extension, else xml")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS if suppress else False,
                    help="print the summary as one JSON object")
     mode = p.add_mutually_exclusive_group()
@@ -276,7 +277,8 @@ def _check_output_options(opts) -> None:
         raise InputError("--json prints the summary on stdout: name the algorithm file with -o",
                          source="arborcc compile")
     check_outputs(output=opts.output)
-    warn_suffix(opts.output, _output_format(opts), ALGORITHM_SUFFIXES)
+    warn_suffix(opts.output, "json" if _output_format(opts) == "mscclpp" else _output_format(opts),
+                ALGORITHM_SUFFIXES)
 
 
 def _verify_and_write(algo, name: str, opts) -> int:
@@ -330,7 +332,8 @@ def _verify_and_write(algo, name: str, opts) -> int:
                          f"{' and '.join(m.label for m in modes)} only"
                          + (f" ({why[0]})" if why else ""), source=name)
     summary.update(modes=[m.label for m in modes], verify_seconds=round(verify_seconds, 4))
-    text = render_algorithm(algo, fmt, dialect)  # may refuse (e.g. a custom collective in the executor dialect)
+    # may refuse (e.g. a custom collective in the executor dialect, a plan that does not verify)
+    text = render_algorithm(algo, fmt, dialect, opts.mode)
     if opts.output:
         write_output(opts.output, text)
     else:

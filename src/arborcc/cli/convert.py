@@ -1,5 +1,5 @@
-"""``arborcc convert IN.xml [--dialect legacy|executor] [--inplace|--outofplace] -o OUT.xml``:
-rewrite an algorithm file for another MSCCL runtime.
+"""``arborcc convert IN.xml [--dialect legacy|executor] [--format xml|json|mscclpp] [--inplace|--outofplace]
+-o OUT``: rewrite an algorithm file for another MSCCL runtime, or as an MSCCL++ execution plan.
 
 The output has every attribute the target runtime requires (the executors fail at
 communicator start without ``outofplace``, ``minBytes`` and ``maxBytes``), the
@@ -9,7 +9,8 @@ blocks within its limits - too long ones are spread over more channels
 which call the output is for (default: the calls the input claims); the algorithm must
 be correct in it. The output is verified in the target dialect before it is written;
 when there is no correct conversion the command says why, exits with status 2 and
-writes nothing.
+writes nothing. ``--format mscclpp`` writes an MSCCL++ execution plan (``docs/mscclpp.md``)
+for one call form, read back and verified in it before it is written.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import argparse
 
 from arborcc.ir.limits import DIALECTS
+
+FORMATS = ("xml", "json", "mscclpp")
 
 
 def register(subparsers) -> None:
@@ -28,6 +31,10 @@ def register(subparsers) -> None:
                                                           "default: standard output, XML)")
     p.add_argument("--dialect", choices=sorted(DIALECTS), default="executor",
                    help="runtime to write for (default executor: the MSCCL executor for NCCL and RCCL)")
+    p.add_argument("--format", choices=FORMATS,
+                   help="xml (MSCCL), json (arborcc) or mscclpp (an MSCCL++ execution plan, JSON; one call "
+                        "form: in-place unless --outofplace or the input claims only that); default: from "
+                        "the suffix of -o, else xml")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--inplace", dest="mode", action="store_const", const="inplace",
                       help="the output is for in-place calls (send and receive buffers are the same memory)")
@@ -60,8 +67,10 @@ def run(args: argparse.Namespace) -> int:
     if not before.ok:
         raise ConversionError(f"cannot be converted: the algorithm is not correct {' and '.join(before.failed_modes)}"
                               f": {before.violations[0]}", source=source)
+    fmt = args.format or ("json" if (args.output or "").lower().endswith(".json") else "xml")
+    if fmt == "mscclpp":
+        return _write_plan(args, algo, modes, source)
     out = with_modes(convert_for_dialect(algo, args.dialect, source), modes)
-    fmt = "json" if (args.output or "").lower().endswith(".json") else "xml"
     after = verify_algorithm(out, args.dialect if fmt == "xml" else None)
     if not after.ok:
         raise ConversionError(f"cannot be converted: rewritten for the {args.dialect} runtimes it is not correct: "
@@ -84,5 +93,33 @@ def run(args: argparse.Namespace) -> int:
              if out.num_threadblocks != algo.num_threadblocks else "")
     print(f"{source} -> {args.output or 'stdout'}: {out.collective} on {out.num_ranks} ranks for the "
           f"{args.dialect} runtimes, {after.modes_text}{grown}; verified",
+          file=sys.stderr if is_stream(args.output) else sys.stdout)
+    return 0
+
+
+def _write_plan(args: argparse.Namespace, algo, modes, source: str) -> int:
+    """``convert --format mscclpp``: one plan, for the in-place call when it is among ``modes``."""
+    import sys
+
+    from arborcc.cli.output import print_json, write_output
+    from arborcc.files import is_stream
+    from arborcc.ir.aliasing import Mode
+
+    from arborcc.cli.plan_output import mscclpp_plan_text
+
+    mode = Mode.INPLACE if Mode.INPLACE in modes else Mode.OUTOFPLACE
+    text = mscclpp_plan_text(algo, mode, source)
+    if args.output:
+        write_output(args.output, text)
+    else:
+        sys.stdout.write(text)
+    summary = {"input": source, "output": args.output, "format": "mscclpp", "dialect": None,
+               "modes": [mode.label], "collective": algo.collective, "ranks": algo.num_ranks,
+               "thread_blocks_before": algo.num_threadblocks, "steps": algo.num_steps}
+    if args.json:
+        print_json(summary)
+        return 0
+    print(f"{source} -> {args.output or 'stdout'}: {algo.collective} on {algo.num_ranks} ranks as an MSCCL++ "
+          f"execution plan for {mode.label} calls; read back and verified",
           file=sys.stderr if is_stream(args.output) else sys.stdout)
     return 0

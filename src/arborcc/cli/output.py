@@ -58,8 +58,13 @@ def warn_suffix(path: str | os.PathLike | None, fmt: str, suffixes: dict[str, st
             warn(message)
 
 
-def render_algorithm(algo, fmt: str, dialect: str = "executor") -> str:
-    """An Algorithm as MSCCL XML of ``dialect`` (``fmt="xml"``) or as arborcc JSON."""
+def render_algorithm(algo, fmt: str, dialect: str = "executor", mode=None) -> str:
+    """An Algorithm as MSCCL XML of ``dialect`` (``fmt="xml"``), as arborcc JSON, or as an
+    MSCCL++ execution plan for calls in ``mode`` (``fmt="mscclpp"``, checked as it reads back)."""
+    if fmt == "mscclpp":
+        from arborcc.cli.plan_output import mscclpp_plan_text
+
+        return mscclpp_plan_text(algo, mode)
     if fmt == "json":
         from arborcc.ir.json_io import algorithm_to_json
 

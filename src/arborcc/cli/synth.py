@@ -39,8 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "below MXNet's threshold (40 MB); default: large buffers")
     p.add_argument("--links", choices=("all", "nvlink"), default="all",
                    help="links the trees may use (nvlink: Blink's NVLink-only trees)")
-    p.add_argument("-o", "--output", metavar="PATH", help="algorithm file (.xml MSCCL, .json arborcc)")
-    p.add_argument("--format", choices=("xml", "json"), help="default: from the suffix of -o, else xml")
+    p.add_argument("-o", "--output", metavar="PATH", help="algorithm file (.xml MSCCL, .json arborcc or MSCCL++)")
+    p.add_argument("--format", choices=("xml", "json", "mscclpp"),
+                   help="xml (MSCCL), json (arborcc) or mscclpp (an MSCCL++ execution plan); default: from the "
+                        "suffix of -o, else xml")
     p.add_argument("--dialect", choices=("executor", "legacy"), default="executor",
                    help="MSCCL XML dialect whose runtime limits the algorithm must meet")
     mode = p.add_mutually_exclusive_group()
@@ -73,7 +75,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
     check_outputs(output=args.output)
     check_image_outputs(trees_png=args.trees_png)
     fmt = args.format or ("json" if (args.output or "").lower().endswith(".json") else "xml")
-    warn_suffix(args.output, fmt, ALGORITHM_SUFFIXES)
+    warn_suffix(args.output, "json" if fmt == "mscclpp" else fmt, ALGORITHM_SUFFIXES)
     topology = topology_from_args(args)
     check_root(args.root, topology)
     if topology.num_ranks > MEASURED_RANKS:
@@ -117,7 +119,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
                   f"{violations[0]}{hint}", file=sys.stderr)
         return 1
     if args.output:
-        write_output(args.output, render_algorithm(algo, fmt, args.dialect))
+        write_output(args.output, render_algorithm(algo, fmt, args.dialect, args.mode))
     if (args.trees_png or args.show_trees) and not result.trees:
         print(f"arborcc: {result.strategy} built no trees to draw for {result.collective}", file=sys.stderr)
     if args.trees_png and result.trees:

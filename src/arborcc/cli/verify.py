@@ -60,13 +60,23 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from arborcc.cli.output import print_json
     from arborcc.ir.limits import check_dialect_limits
-    from arborcc.ir.load import load_algorithm
+    from arborcc.ir.load import load_algorithm_file
     from arborcc.verify import verify_algorithm
 
-    algo = load_algorithm(args.algorithm, dialect=args.dialect)
+    algo, form = load_algorithm_file(args.algorithm, dialect=args.dialect)
     report = verify_algorithm(algo, args.dialect, slots=args.slots)
     dialects = [args.dialect] if args.dialect else sorted(DIALECTS)
-    if args.dialect:
+    if form == "mscclpp":  # races in the plan's own semantics (a put landing where a peer still reads)
+        from arborcc.ir.mscclpp.plan import read_mscclpp_plan
+        from arborcc.ir.mscclpp.races import plan_races
+
+        races = plan_races(read_mscclpp_plan(args.algorithm), str(args.algorithm))
+        if races:
+            report.violations[:0] = races
+            report.ok = False
+    if form == "mscclpp" and not args.dialect:  # MSCCL++'s own limits were checked as it was read
+        dialects, accepted, outside = [], [], {}
+    elif args.dialect:
         accepted = [] if any(v.kind == "limit" for v in report.violations) else [args.dialect]
         outside: dict = {}
     else:  # both runtimes' limits: correct when within one of them
@@ -83,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         proven = "postcondition holds" if report.postcondition_checked else "no postcondition known (custom)"
         if args.dialect:
             limits = f"within {args.dialect} limits"
+        elif not dialects:
+            limits = "within MSCCL++'s limits"
         elif len(accepted) == len(dialects):
             limits = "within the limits of both MSCCL dialects"
         else:

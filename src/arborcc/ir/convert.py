@@ -58,6 +58,17 @@ def convert_for_dialect(algo: Algorithm, dialect: str, source: str | None = None
     return out
 
 
+def convert_for_mscclpp(algo: Algorithm) -> Algorithm:
+    """An equivalent of ``algo`` for :func:`arborcc.ir.mscclpp.writer.write_mscclpp_plan`:
+    thread blocks renumbered ``0..T-1`` (MSCCL++ indexes them by id), ``nop`` runs fixed
+    and ``ra`` as ``re``, as :func:`convert_for_dialect` does for the MSCCL executors (a
+    new object; ``algo`` is kept). Thread blocks are not spread: the writer splits long
+    ones into continuation thread blocks."""
+    out = copy.deepcopy(algo)
+    _tidy(out, dialect_limits("executor"))
+    return out
+
+
 def _tidy(algo: Algorithm, lim: DialectLimits) -> None:
     """Renumber thread blocks ``0..T-1``, fix ``nop`` runs the parsers mishandle, and
     replace step types the target lacks (see the module docstring); in place."""

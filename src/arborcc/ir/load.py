@@ -1,8 +1,11 @@
-"""Load an algorithm file, whatever its form: ``.xml`` (MSCCL, either dialect) or ``.json``.
+"""Load an algorithm file, whatever its form: ``.xml`` (MSCCL, either dialect) or ``.json``
+(arborcc's own JSON, or an MSCCL++ execution plan: a JSON document with ``gpus`` is a
+plan, read by :mod:`arborcc.ir.mscclpp.plan` and translated to the IR by
+:mod:`arborcc.ir.mscclpp.translate`).
 
-Every failure - missing file, unknown extension, malformed content - is an
-:class:`~arborcc.errors.IRFormatError` naming the file (the CLI turns it into one
-line and exit status 2).
+Every failure - missing file, unknown extension, malformed content, a plan whose
+operations have no IR form - is an :class:`~arborcc.errors.IRFormatError` naming the
+file (the CLI turns it into one line and exit status 2).
 """
 
 from __future__ import annotations
@@ -11,15 +14,20 @@ import os
 from pathlib import Path
 
 from arborcc.errors import IRFormatError
-from arborcc.ir.json_io import algorithm_from_json
 from arborcc.ir.model import Algorithm
-from arborcc.ir.msccl_xml import read_msccl_xml
 
-READERS = {".xml": "MSCCL XML", ".json": "arborcc JSON"}
+READERS = {".xml": "MSCCL XML", ".json": "arborcc JSON or an MSCCL++ execution plan"}
 
 
 def load_algorithm(path: str | os.PathLike, dialect: str | None = None) -> Algorithm:
     """Read ``path``; ``dialect`` (XML only) enforces that dialect's required attributes."""
+    return load_algorithm_file(path, dialect)[0]
+
+
+def load_algorithm_file(path: str | os.PathLike, dialect: str | None = None) -> tuple[Algorithm, str]:
+    """The algorithm of ``path`` and the form it was read from: ``"xml"``, ``"json"`` (arborcc)
+    or ``"mscclpp"`` (a plan: MSCCL XML's runtime limits do not apply to it; MSCCL++'s were
+    checked as it was read)."""
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix not in READERS:
@@ -28,5 +36,27 @@ def load_algorithm(path: str | os.PathLike, dialect: str | None = None) -> Algor
     if not p.is_file():
         raise IRFormatError("no such file" if not p.exists() else "not a regular file", source=str(p))
     if suffix == ".xml":
-        return read_msccl_xml(p, source=str(p), dialect=dialect)
-    return algorithm_from_json(p, source=str(p))
+        from arborcc.ir.msccl_xml import read_msccl_xml
+
+        return read_msccl_xml(p, source=str(p), dialect=dialect), "xml"
+    return load_json_algorithm(p)
+
+
+def load_json_algorithm(path: Path) -> tuple[Algorithm, str]:
+    """An algorithm from a ``.json`` file: arborcc's JSON form or an MSCCL++ plan (the
+    content decides; the file is read and parsed once)."""
+    from arborcc.documents import load_json
+    from arborcc.files import read_input_bytes
+    from arborcc.ir.json_io import algorithm_from_dict, json_items
+    from arborcc.ir.mscclpp.plan import is_mscclpp_plan, plan_from_document
+    from arborcc.limits import limit
+
+    source = str(path)
+    text = read_input_bytes(path, IRFormatError, "algorithm-bytes")
+    limit("algorithm-items").check(json_items(text), source, what="objects and arrays", error=IRFormatError)
+    doc, _ = load_json(text, source, IRFormatError, exact=False)
+    if is_mscclpp_plan(doc):
+        from arborcc.ir.mscclpp.translate import plan_to_algorithm
+
+        return plan_to_algorithm(plan_from_document(doc, source), source), "mscclpp"
+    return algorithm_from_dict(doc, source), "json"
