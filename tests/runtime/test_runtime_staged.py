@@ -5,13 +5,12 @@ interpreted owner all-reduce agree bit for bit; failures name the rank."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 from arborcc.runtime.launch import run_ranks
 from arborcc.runtime.plan import Plan
+from support.segments import leftovers, segments
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8")
 #: 1 element; fewer than the ranks' 64-byte units; odd; a 4 KB slice's many multiples
@@ -102,7 +101,7 @@ def _staged_rank(options: dict) -> dict:
     (4, dict(staged_slice_bytes=4096, slots=1, slot_bytes=64 << 10)),  # a ring of 15 slots
 ], ids=["2-ranks", "3-ranks-4K-slices", "4-ranks-small-ring"])
 def test_staged_allreduce_matches_numpy(ranks, options):
-    before = {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")}
+    before = segments()
     # every size below runs staged: the built-in plan's owner all-reduce from 1 byte
     options = dict(options, staged_bytes=1 << 30)
     results = run_ranks(_staged_rank, ranks, (options,), timeout=240)
@@ -111,7 +110,7 @@ def test_staged_allreduce_matches_numpy(ranks, options):
         assert res["wrong"] == []
         assert res["cases"] == cases
         assert res["staged_calls"] == cases * 3 // 2  # out of place runs twice
-    assert {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")} - before == set()
+    assert leftovers(before) == set()
 
 
 def _report(comm, wrong: list, cases: int) -> dict:
@@ -152,13 +151,13 @@ def _shared_rank(options: dict) -> dict:
 @pytest.mark.parametrize("ranks, options", [(2, {}), (3, dict(staged_slice_bytes=4096))],
                          ids=["2-ranks", "3-ranks-4K-slices"])
 def test_staged_allreduce_of_shared_arrays_matches_numpy(ranks, options):
-    before = {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")}
+    before = segments()
     results = run_ranks(_shared_rank, ranks, (dict(options, staged_bytes=1 << 30),), timeout=240)
     cases = 3 * sum(1 for _ in _cases(ranks, [d for d in DTYPES if d != "bfloat16"]))
     for res in results:
         assert res["wrong"] == []
         assert res["cases"] == res["calls"] == res["shared"] == cases
-    assert {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")} - before == set()
+    assert leftovers(before) == set()
 
 
 def _agree_rank(count: int) -> dict:
@@ -240,14 +239,14 @@ def _scatter_rank(options: dict) -> dict:
 @pytest.mark.parametrize("ranks, options", [(2, {}), (3, dict(staged_slice_bytes=4096)), (4, {})],
                          ids=["2-ranks", "3-ranks-4K-slices", "4-ranks"])
 def test_staged_reduce_scatter_matches_numpy(ranks, options):
-    before = {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")}
+    before = segments()
     results = run_ranks(_scatter_rank, ranks, (dict(options, staged_bytes=1 << 30),), timeout=240)
     cases = 4 * sum(1 for _ in _cases(ranks, [d for d in DTYPES if d != "bfloat16"]))
     for res in results:
         assert res["wrong"] == []
         assert res["cases"] == res["calls"] == cases
         assert res["shared"] == cases // 2
-    assert {e for e in os.listdir("/dev/shm") if e.startswith("arborcc-")} - before == set()
+    assert leftovers(before) == set()
 
 
 def _mixed_rank() -> dict:
