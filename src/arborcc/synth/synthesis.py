@@ -89,9 +89,42 @@ def _ranks_by_time(strategy: str, num_ranks: int) -> bool:
     return strategy == "auto" and num_ranks <= SIMULATED_RANKS
 
 
+def _simulated_times(results: list[SynthesisResult], fits: dict, topology: Topology, size: int,
+                     progress: Callable[[str], None] | None) -> dict[int, float]:
+    """id(result) -> the simulated time of a call of ``size`` bytes as written, for each
+    candidate that can still win. Candidates go in the order of the least time their
+    link loads allow (``attainable_algbw`` of the written routes, at the fidelity
+    profile's link efficiencies: no simulation beats it); one whose least time is
+    already above the time of a simulated candidate at least as preferred (within the
+    dialect's limits, ``fits``) cannot win and is not simulated (``inf``)."""
+    from arborcc.sim.bandwidth import attainable_algbw, steady_state_bandwidth
+    from arborcc.sim.fidelity import fidelity_for
+
+    efficiency = fidelity_for(topology).efficiency
+    least = {id(r): size / attainable_algbw(steady_state_bandwidth(r.algorithm, topology), topology, efficiency)
+             for r in results}
+    times: dict[int, float] = {}
+    for r in sorted(results, key=lambda r: least[id(r)]):
+        fit = fits.get(id(r), True)
+        if any(times[id(q)] <= least[id(r)] for q in results if id(q) in times and fits.get(id(q), True) >= fit):
+            times[id(r)] = float("inf")
+            continue
+        if progress:
+            progress(f"simulating the {r.strategy} algorithm at {format_size(size)}")
+        times[id(r)] = predict_time(r.algorithm, topology, size)
+    return times
+
+
 #: the planned time (the strategy's own routes) is reported where it beats the written
 #: file's by more than this fraction
 PLANNED_MARGIN = 0.01
+
+
+def _relays(routes: dict, topology: Topology) -> bool:
+    """Whether some of a strategy's ``routes`` ((src rank, dst rank, channel) -> devices)
+    differ from the route a file's connection takes (:meth:`Topology.route`)."""
+    return any(tuple(path) != topology.route(topology.ranks[a], topology.ranks[b]).path
+               for (a, b, _), path in routes.items())
 
 
 def _time_as_written(result: SynthesisResult, topology: Topology, size: int, size_is_default: bool,
@@ -110,12 +143,13 @@ def _time_as_written(result: SynthesisResult, topology: Topology, size: int, siz
                             f"minutes (arborcc simulate FILE does it)")
         return
     result.time = known if known is not None else predict_time(result.algorithm, topology, size)
-    if result.routes:
+    if _relays(result.routes, topology):
         planned = predict_time(result.algorithm, topology, size, routes=result.routes)
         if planned < result.time * (1 - PLANNED_MARGIN):
             result.planned_time = planned
             result.notes.append(f"planned {planned * 1e6:.1f} us at {format_size(size)} with relays the file cannot "
-                                f"express (MSCCL XML names no route: the runtime takes each pair's own route, its direct link where there is one); "
+                                f"express (MSCCL XML names no route: the runtime takes each pair's own route, its direct "
+                                f"link where there is one); "
                                 f"as written {result.time * 1e6:.1f} us")
 
 
@@ -258,12 +292,8 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
         # ranked by the simulated time of a call of ``ranked_size`` bytes as the written
         # file runs (latency, pipelining and contention included); above
         # SIMULATED_RANKS, by the steady-state model (module doc)
-        predicted = {}
-        if by_time and len(results) > 1:
-            for r in results:
-                if progress:
-                    progress(f"simulating the {r.strategy} algorithm ({time.perf_counter() - t0:.1f} s)")
-                predicted[id(r)] = predict_time(r.algorithm, topology, ranked_size)
+        predicted = (_simulated_times(results, fits, topology, ranked_size, progress)
+                     if by_time and len(results) > 1 else {})
         ranked = sorted(results, key=lambda r: (fits.get(id(r), True), -predicted.get(id(r), 0.0), r.algbw),
                         reverse=True)
         best = next((r for r in ranked if id(r) in verified or proven(r)), None)
@@ -288,10 +318,13 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
         ranked_by = (f" us simulated for {at}" if by_time else
                      f" GB/s steady-state algbw (above {SIMULATED_RANKS} ranks simulating every candidate takes "
                      f"minutes)" if len(results) > 1 and topology.num_ranks > SIMULATED_RANKS else " GB/s")
+        listed = [r for r in results if predicted.get(id(r), 0.0) != float("inf")]
+        unsimulated = [r.strategy for r in results if predicted.get(id(r), 0.0) == float("inf")]
         best.notes.append(f"auto chose {best.strategy} ({why}) among " + ", ".join(
             (f"{r.strategy} {predicted[id(r)] * 1e6:.1f}" if by_time else f"{r.strategy} {r.algbw / 1e9:.1f}")
             + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
-            for r in results) + ranked_by
+            for r in listed) + ranked_by
+            + (f"; not simulated, their link loads alone take longer: {', '.join(unsimulated)}" if unsimulated else "")
             + ("; skipped " + "; ".join(skipped) if skipped else ""))
         best.strategy = f"auto:{best.strategy}"
     return best
