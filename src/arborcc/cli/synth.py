@@ -6,7 +6,10 @@
     arborcc synth --machine dgx-a100 --nodes 2 --strategy trees --json -o a.xml
 
 Prints the bound the links allow, the algbw the emitted algorithm reaches in the
-steady-state bandwidth model, the number of trees and the strategy. The algorithm is
+steady-state bandwidth model (a property of the schedule, not its speed), the simulated
+time of a call of ``--size`` bytes (without it, 64 MiB: the size ``auto`` ranks at) of
+the file as written - the number ``arborcc simulate FILE`` gives - against NCCL's
+(saying so when NCCL is faster), the number of trees and the strategy. The algorithm is
 verified (and, for XML, checked against the dialect's runtime limits) before anything
 is written: exit 1 when it fails that check, 2 for bad input. The file claims exactly
 the calls (in-place, out-of-place) in which the verifier proves it correct;
@@ -35,8 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="auto tries every strategy that can do the collective and keeps the fastest")
     p.add_argument("--root", type=int, default=0, help="root rank of broadcast/reduce (default 0)")
     p.add_argument("--size", type=size_argument, metavar="BYTES",
-                   help="buffer size the algorithm is for (e.g. 4MB, 1GiB); binary-trees uses one tree "
-                        "below MXNet's threshold (40 MB); default: large buffers")
+                   help="buffer size the algorithm is for (e.g. 4MB, 1GiB): auto picks the fastest simulated "
+                        "call of this size, binary-trees uses one tree below MXNet's threshold (40 MB); default: "
+                        "large buffers, ranked and reported at 64MiB")
     p.add_argument("--links", choices=("all", "nvlink"), default="all",
                    help="links the trees may use (nvlink: Blink's NVLink-only trees)")
     p.add_argument("-o", "--output", metavar="PATH", help="algorithm file (.xml MSCCL, .json arborcc)")

@@ -90,13 +90,15 @@ def _ranks_by_time(strategy: str, num_ranks: int) -> bool:
 
 
 def _simulated_times(results: list[SynthesisResult], fits: dict, topology: Topology, size: int,
-                     progress: Callable[[str], None] | None) -> dict[int, float]:
+                     progress: Callable[[str], None] | None) -> dict[int, float | None]:
     """id(result) -> the simulated time of a call of ``size`` bytes as written, for each
     candidate that can still win. Candidates go in the order of the least time their
     link loads allow (``attainable_algbw`` of the written routes, at the fidelity
     profile's link efficiencies: no simulation beats it); one whose least time is
     already above the time of a simulated candidate at least as preferred (within the
-    dialect's limits, ``fits``) cannot win and is not simulated (``inf``)."""
+    dialect's limits, ``fits``) cannot win and is not simulated (``inf``); one the
+    simulator cannot compile (steps that do not pair up) gets None, for the verifier to
+    reject with its reason."""
     from arborcc.sim.bandwidth import attainable_algbw, steady_state_bandwidth
     from arborcc.sim.fidelity import fidelity_for
 
@@ -106,12 +108,16 @@ def _simulated_times(results: list[SynthesisResult], fits: dict, topology: Topol
     times: dict[int, float] = {}
     for r in sorted(results, key=lambda r: least[id(r)]):
         fit = fits.get(id(r), True)
-        if any(times[id(q)] <= least[id(r)] for q in results if id(q) in times and fits.get(id(q), True) >= fit):
+        if any(times[id(q)] is not None and times[id(q)] <= least[id(r)]
+               for q in results if id(q) in times and fits.get(id(q), True) >= fit):
             times[id(r)] = float("inf")
             continue
         if progress:
             progress(f"simulating the {r.strategy} algorithm at {format_size(size)}")
-        times[id(r)] = predict_time(r.algorithm, topology, size)
+        try:
+            times[id(r)] = predict_time(r.algorithm, topology, size)
+        except VerificationError:  # its connections do not pair up: not a candidate
+            times[id(r)] = None
     return times
 
 
@@ -294,6 +300,10 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
         # SIMULATED_RANKS, by the steady-state model (module doc)
         predicted = (_simulated_times(results, fits, topology, ranked_size, progress)
                      if by_time and len(results) > 1 else {})
+        for r in results:  # malformed beyond simulating: the verifier says why
+            if id(r) in predicted and predicted[id(r)] is None and proven(r):
+                predicted[id(r)] = float("inf")
+        results = [r for r in results if id(r) not in rejected]
         ranked = sorted(results, key=lambda r: (fits.get(id(r), True), -predicted.get(id(r), 0.0), r.algbw),
                         reverse=True)
         best = next((r for r in ranked if id(r) in verified or proven(r)), None)
