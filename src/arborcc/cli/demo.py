@@ -160,12 +160,19 @@ def _synthesize_and_check(alloc, out: _Report):
             rows.append({"strategy": name, "not_applicable": why})
             out.line(f"  {name:<18} n/a: {why}")
             continue
+        if r.time is None:  # beyond the ranks synthesis simulates: its note says so
+            why = r.notes[-1]
+            rows.append({"strategy": name, "not_simulated": why})
+            out.line(f"  {name:<18} {why}")
+            continue
         results.append(r)
         rows.append({"strategy": r.strategy, "time_us": r.time * 1e6, "bound_gbps": r.bound / 1e9,
                      "algbw_gbps": r.algbw / 1e9, "ratio": r.ratio, "trees": len(r.trees),
                      "steps": r.algorithm.num_steps})
         out.line(f"  {r.strategy:<18} {r.time * 1e6:9.1f} {r.bound / 1e9:10.2f} {r.algbw / 1e9:11.2f} "
                  f"{100 * r.ratio:7.1f}% {len(r.trees):5d} {r.algorithm.num_steps:6d}")
+    if not results:
+        raise SynthesisError(f"no strategy built and simulated an all-reduce on {alloc.name}")
     best = min(results, key=lambda r: r.time)
     nccl = nccl_time(alloc, "allreduce", size)
     out.line(f"  {format_size(size)}: the size auto ranks at without --size (bandwidth-bound, and quick to "
