@@ -148,15 +148,15 @@ def _time_as_written(result: SynthesisResult, topology: Topology, size: int, siz
         result.notes.append(f"not simulated: above {SIMULATED_RANKS} ranks simulating an algorithm can take "
                             f"minutes (arborcc simulate FILE does it)")
         return
-    result.time = known if known is not None else predict_time(result.algorithm, topology, size)
+    finite = known is not None and known != float("inf")  # a candidate left unsimulated is simulated now
+    result.time = known if finite else predict_time(result.algorithm, topology, size)
     if _relays(result.routes, topology):
         planned = predict_time(result.algorithm, topology, size, routes=result.routes)
         if planned < result.time * (1 - PLANNED_MARGIN):
             result.planned_time = planned
-            result.notes.append(f"planned {planned * 1e6:.1f} us at {format_size(size)} with relays the file cannot "
-                                f"express (MSCCL XML names no route: the runtime takes each pair's own route, its direct "
-                                f"link where there is one); "
-                                f"as written {result.time * 1e6:.1f} us")
+            result.notes.append(f"planned {planned * 1e6:.1f} us at {format_size(size)} with relays the file "
+                                f"cannot express (MSCCL XML names no route: the runtime takes each pair's own "
+                                f"route, its direct link where there is one); as written {result.time * 1e6:.1f} us")
 
 
 #: operations a synthesized program may trace per rank squared beyond 1024 ranks, when no
