@@ -53,7 +53,7 @@ def test_a_strategy_named_by_strategies_runs_above_its_limit(monkeypatch):
 
     built = []
 
-    def synthesize(topology, collective, name, root):  # records the call, builds nothing
+    def synthesize(topology, collective, name, root, timed=True):  # records the call, builds nothing
         built.append(name)
         raise SynthesisError(f"{name}: not built in this test")
 

@@ -19,4 +19,4 @@ def test_auto_with_a_size_picks_the_least_simulated_time():
         listed = {m[0]: float(m[1]) for m in re.findall(r"([a-z-]+) ([0-9.]+)(?=,| us)", note.split(" among ")[1])}
         chosen = best.strategy.removeprefix("auto:")
         assert listed[chosen] == min(listed.values())
-        assert abs(predict_time(best.algorithm, topo, size, routes=best.routes) * 1e6 - listed[chosen]) < 0.1
+        assert abs(predict_time(best.algorithm, topo, size) * 1e6 - listed[chosen]) < 0.1  # as the file runs

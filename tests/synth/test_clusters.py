@@ -153,9 +153,15 @@ def test_algorithms_claim_exactly_the_calls_they_verify_in():
 def test_auto_says_what_it_used_and_why():
     r = synthesize(build_cluster("dgx-a100", 4), "allgather")
     note = next(n for n in r.notes if n.startswith("auto chose"))
+    assert "the fastest simulated" in note and "composed" in note and "trees" in note
+    assert r.bound_exact
+
+
+def test_auto_beyond_the_simulated_ranks_stops_at_the_first_algorithm_reaching_the_bound():
+    r = synthesize(build_cluster("dgx-a100", 17), "allgather")
+    note = next(n for n in r.notes if n.startswith("auto chose"))
     assert r.strategy == "auto:composed"
     assert "it reaches the bound" in note
-    assert r.bound_exact
 
 
 def test_synth_json_is_the_only_thing_on_stdout():

@@ -6,7 +6,9 @@ side by side over a range of sizes.
     arborcc compare --machine dgx1v --gpus 1,4,5,6 --collective allreduce --sizes 1K:1G --plot cmp.png
     arborcc compare --machine dgx-a100 --sizes 8:1G --strategies trees,nccl-ring --json
 
-Prints busbw (GB/s) per size and algorithm, the fastest marked; ``nccl`` is what NCCL
+Prints busbw (GB/s) per size and algorithm, the fastest marked; each strategy's row is
+its algorithm simulated as its written file runs (MSCCL XML names no route: each pair's
+own route, the time ``arborcc simulate FILE`` and ``arborcc synth`` report); ``nccl`` is what NCCL
 runs for allreduce, allgather, reducescatter, broadcast and reduce (its rings, its tree
 for all-reduce across nodes, its protocol choice, NVLS all-reduce where the switch
 reduces), ``nccl-model`` NCCL's own closed-form prediction. ``--json`` prints one object whose ``results`` are

@@ -6,7 +6,10 @@
     arborcc synth --machine dgx-a100 --nodes 2 --strategy trees --json -o a.xml
 
 Prints the bound the links allow, the algbw the emitted algorithm reaches in the
-steady-state bandwidth model, the number of trees and the strategy. The algorithm is
+steady-state bandwidth model (a property of the schedule, not its speed), the simulated
+time of a call of ``--size`` bytes (without it, 64 MiB: the size ``auto`` ranks at) of
+the file as written - the number ``arborcc simulate FILE`` gives - against NCCL's
+(saying so when NCCL is faster), the number of trees and the strategy. The algorithm is
 verified (and, for XML, checked against the dialect's runtime limits) before anything
 is written: exit 1 when it fails that check, 2 for bad input. The file claims exactly
 the calls (in-place, out-of-place) in which the verifier proves it correct;
@@ -35,8 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="auto tries every strategy that can do the collective and keeps the fastest")
     p.add_argument("--root", type=int, default=0, help="root rank of broadcast/reduce (default 0)")
     p.add_argument("--size", type=size_argument, metavar="BYTES",
-                   help="buffer size the algorithm is for (e.g. 4MB, 1GiB); binary-trees uses one tree "
-                        "below MXNet's threshold (40 MB); default: large buffers")
+                   help="buffer size the algorithm is for (e.g. 4MB, 1GiB): auto picks the fastest simulated "
+                        "call of this size, binary-trees uses one tree below MXNet's threshold (40 MB); default: "
+                        "large buffers, ranked and reported at 64MiB")
     p.add_argument("--links", choices=("all", "nvlink"), default="all",
                    help="links the trees may use (nvlink: Blink's NVLink-only trees)")
     p.add_argument("-o", "--output", metavar="PATH", help="algorithm file (.xml MSCCL, .json arborcc or MSCCL++)")
@@ -96,6 +100,11 @@ def cmd_synth(args: argparse.Namespace) -> int:
                          f"{result.report.modes_text} only (its steps race or read the wrong chunk once "
                          f"input and output alias); nothing written")
     violations = result.report.violations if fmt == "xml" else []
+    nccl = None
+    if result.time is not None:
+        from arborcc.tune.compare import nccl_time
+
+        nccl = nccl_time(topology, result.collective, result.size, args.root)
     summary = {
         "topology": topology.name, "ranks": topology.num_ranks, "collective": result.collective,
         "strategy": result.strategy, "bound_gbps": round(result.bound / 1e9, 4),
@@ -105,6 +114,10 @@ def cmd_synth(args: argparse.Namespace) -> int:
         "trees": len(result.trees), "chunks": result.chunks, "synth_seconds": round(result.synth_time, 4),
         "thread_blocks": sum(len(r.threadblocks) for r in algo.ranks),
         "steps": sum(len(tb.steps) for r in algo.ranks for tb in r.threadblocks),
+        "size": result.size, "size_is_default": result.size_is_default,
+        "time_us": None if result.time is None else round(result.time * 1e6, 3),
+        "planned_time_us": None if result.planned_time is None else round(result.planned_time * 1e6, 3),
+        "nccl_time_us": None if nccl is None else round(nccl * 1e6, 3),
         "output": args.output, "format": fmt, "dialect": args.dialect if fmt == "xml" else None,
         "ok": not violations, "notes": result.notes,
     }
@@ -132,8 +145,17 @@ def cmd_synth(args: argparse.Namespace) -> int:
     print(f"{result.collective} on {topology.name} ({topology.num_ranks} GPUs), strategy {result.strategy}")
     print(f"  bound      {result.bound / 1e9:10.2f} GB/s algbw ({'the optimum' if result.bound_exact else 'an upper bound'}:"
           f" {result.bound_basis})")
-    print(f"  achieved   {result.algbw / 1e9:10.2f} GB/s algbw ({100 * result.ratio:.1f}% of the bound, "
-          f"steady-state bandwidth model)")
+    print(f"  steady     {result.algbw / 1e9:10.2f} GB/s algbw ({100 * result.ratio:.1f}% of the bound in the "
+          f"steady-state bandwidth model: a property of the schedule, not its speed)")
+    if result.time is not None:
+        from arborcc.sizes import format_size
+        from arborcc.tune.compare import against_nccl
+
+        default = (f"; no --size given: {format_size(result.size)}, the size auto ranks at by default"
+                   if result.size_is_default else "")
+        print(f"  simulated  {result.time * 1e6:10.1f} us  a call of {result.size} bytes as written "
+              f"(what arborcc simulate FILE gives{default})")
+        print(f"  vs NCCL    {against_nccl(result.time, nccl, result.size)}")
     print(f"  trees      {len(result.trees):10d}    chunks {result.chunks}, {summary['thread_blocks']} thread blocks, "
           f"{summary['steps']} steps")
     print(f"  time       {result.synth_time:10.2f} s; verified for {' and '.join(result.report.modes)} calls")

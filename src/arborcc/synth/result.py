@@ -55,6 +55,15 @@ class SynthesisResult:
     report: object = None  #: the :class:`arborcc.verify.VerificationReport` of ``algorithm``
     bound_exact: bool = False  #: ``bound`` is the optimum over every algorithm, not just an upper bound
     bound_basis: str = ""  #: why (set by ``synthesize``)
+    #: seconds one call of ``size`` bytes of the algorithm *as written* takes in the simulator
+    #: (the routes its file gets: MSCCL XML names none, the runtime takes each pair's
+    #: default route) - what ``arborcc simulate FILE`` prints; set by ``synthesize``
+    time: float | None = None
+    size: int = 0  #: the bytes ``time`` is for: the request's size, or the default it ranked at (0: not simulated)
+    size_is_default: bool = False  #: no size was given: ``size`` is :data:`arborcc.synth.synthesis.RANKING_SIZE`
+    #: the time on the strategy's own routes (``routes``) where they beat the written file's
+    #: by more than 1% (relays the file cannot express), else None
+    planned_time: float | None = None
 
     @property
     def ratio(self) -> float:

@@ -3,19 +3,27 @@
 Checks the request once (collective, strategy, ranks, root, connectivity), computes the
 collective's bound once, runs the strategy asked for - or, with ``auto``, the
 strategies of the registry (:mod:`arborcc.synth.registry`) that build the collective -
-keeps the fastest - by the simulator's time for a call of the given ``size``, or without
-one by the steady-state bandwidth model - (preferring algorithms within the target
-dialect's runtime limits), and verifies the one it returns: every algorithm
-arborcc hands out is proved first, and claims exactly the kinds of call (in-place,
-out-of-place; :mod:`arborcc.ir.aliasing`) it was verified in.
+keeps the fastest (preferring algorithms within the target dialect's runtime limits),
+and verifies the one it returns: every algorithm arborcc hands out is proved first,
+and claims exactly the kinds of call (in-place, out-of-place;
+:mod:`arborcc.ir.aliasing`) it was verified in.
 
-``auto`` is a cascade: on a job spanning several hosts the strategies marked
-``clusters_first`` go first, then the others in registry order; a strategy that cannot
-apply (or whose solver hits its time limit) is skipped with its reason, and the
-cascade stops at the first algorithm that reaches the bound within the dialect's
-limits - nothing can beat it in bandwidth (with a ``size`` every candidate runs: the
-simulated time ranks them). Its notes say which strategy it used and why, and what it
-skipped.
+Fastest means the least simulated time of a call of the given ``size`` - without one,
+of :data:`RANKING_SIZE` bytes - of the algorithm *as written*: on the routes its file
+gets (MSCCL XML names no route; the runtime takes each pair's own route), the time
+``arborcc simulate FILE`` prints, which ``result.time`` reports. Where the strategy's
+own routes (``result.routes``: relays the file cannot express) would be faster, a note
+says what the file loses. The steady-state ``algbw`` is a property of the schedule,
+not a claim of speed: the time ranking can overturn it (2 x 8 A100 all-reduce:
+blueconnect's 586 us beats composed's 969 us at 64 MiB, both within 1% of the bound).
+
+``auto`` runs every candidate up to :data:`TIME_RANKED_RANKS` ranks. Above, where
+simulating every candidate takes longer than synthesis by far, it is a cascade: on a job
+spanning several hosts the strategies marked ``clusters_first`` go first, then the
+others in registry order, and it stops at the first algorithm that reaches the bound
+(steady-state model) within the dialect's limits; nothing is simulated there. A strategy
+that cannot apply (or whose solver hits its time limit) is skipped with its reason.
+Its notes say which strategy it used and why, among what, and what it skipped.
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ from arborcc.lang.program import own_program_budget
 from arborcc.sim.simulate import predict_time
 from arborcc.synth.bounds import collective_bound
 from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
-from arborcc.synth.registry import BY_NAME, STRATEGIES, strategy_names, synthesizable_collectives
+from arborcc.sizes import format_size
+from arborcc.synth.registry import BY_NAME, SIMULATED_RANKS, STRATEGIES, strategy_names, synthesizable_collectives
 from arborcc.synth.result import SynthesisRequest, SynthesisResult
 from arborcc.verify.pieces import remembering_passes
 from arborcc.topology.model import Topology
@@ -61,6 +70,101 @@ def _candidates(strategy: str, collective: str, num_ranks: int, clusters: bool) 
     if clusters:
         names.sort(key=lambda name: not BY_NAME[name].clusters_first)
     return names, skipped
+
+
+#: the call size (bytes) ``auto`` ranks candidates at, and ``synthesize`` reports the
+#: time of, when no size is given: large enough that every candidate is bandwidth-bound
+#: (and above MXNet's 40 MB one-tree threshold, so each strategy builds its large-buffer
+#: schedule), small enough that simulating a 128-rank candidate takes seconds, not
+#: minutes (the simulator's work grows with the slices per chunk: a 128-GPU composed
+#: all-reduce simulates in 2 s at 16 MiB, 8 s at 64 MiB, 30 s at 256 MiB)
+RANKING_SIZE = 64 << 20
+
+
+#: ``auto`` ranks every candidate by simulated time up to this many ranks; above, the
+#: cascade stops at the first algorithm that reaches the bound in the steady-state model
+#: (simulating the three bound-reaching candidates of a 128-GPU all-reduce at 64 MiB took
+#: 37 s of CPU time where synthesis takes 0.5 s: benchmarks/cluster_scale.py's target is
+#: under 10 s at 16 nodes; at 64 ranks ranking by time takes 7 s)
+TIME_RANKED_RANKS = 64
+
+
+def _ranks_by_time(strategy: str, num_ranks: int) -> bool:
+    """Whether ``auto`` runs every candidate and ranks them by simulated time: up to
+    :data:`TIME_RANKED_RANKS` ranks; above, the cascade stops at the first algorithm
+    that reaches the bound in the steady-state model (its time is still simulated and
+    reported up to :data:`arborcc.synth.registry.SIMULATED_RANKS` ranks)."""
+    return strategy == "auto" and num_ranks <= TIME_RANKED_RANKS
+
+
+def _simulated_times(results: list[SynthesisResult], fits: dict, topology: Topology, size: int,
+                     progress: Callable[[str], None] | None) -> dict[int, float | None]:
+    """id(result) -> the simulated time of a call of ``size`` bytes as written, for each
+    candidate that can still win. Candidates go in the order of the least time their
+    link loads allow (``attainable_algbw`` of the written routes, at the fidelity
+    profile's link efficiencies: no simulation beats it); one whose least time is
+    already above the time of a simulated candidate at least as preferred (within the
+    dialect's limits, ``fits``) cannot win and is not simulated (``inf``); one the
+    simulator cannot compile (steps that do not pair up) gets None, for the verifier to
+    reject with its reason."""
+    from arborcc.sim.bandwidth import attainable_algbw, steady_state_bandwidth
+    from arborcc.sim.fidelity import fidelity_for
+
+    efficiency = fidelity_for(topology).efficiency
+    least = {id(r): size / attainable_algbw(steady_state_bandwidth(r.algorithm, topology), topology, efficiency)
+             for r in results}
+    times: dict[int, float] = {}
+    for r in sorted(results, key=lambda r: least[id(r)]):
+        fit = fits.get(id(r), True)
+        if any(times[id(q)] is not None and times[id(q)] <= least[id(r)]
+               for q in results if id(q) in times and fits.get(id(q), True) >= fit):
+            times[id(r)] = float("inf")
+            continue
+        if progress:
+            progress(f"simulating the {r.strategy} algorithm at {format_size(size)}")
+        try:
+            times[id(r)] = predict_time(r.algorithm, topology, size)
+        except VerificationError:  # its connections do not pair up: not a candidate
+            times[id(r)] = None
+    return times
+
+
+#: the planned time (the strategy's own routes) is reported where it beats the written
+#: file's by more than this fraction
+PLANNED_MARGIN = 0.01
+
+
+def _relays(routes: dict, topology: Topology) -> bool:
+    """Whether some of a strategy's ``routes`` ((src rank, dst rank, channel) -> devices)
+    differ from the route a file's connection takes (:meth:`Topology.route`)."""
+    return any(tuple(path) != topology.route(topology.ranks[a], topology.ranks[b]).path
+               for (a, b, _), path in routes.items())
+
+
+def _time_as_written(result: SynthesisResult, topology: Topology, size: int, size_is_default: bool,
+                     known: float | None) -> None:
+    """Set ``result.time`` to the simulated time of a call of ``size`` bytes of the
+    algorithm as its file runs - on the routes the target takes (MSCCL XML names none:
+    the runtime takes each pair's default route, :mod:`arborcc.topology.routing`), the
+    number ``arborcc simulate FILE`` prints - and, where the strategy's own routes
+    (relays over PCIe or a host the file cannot express) would be faster, the planned
+    time and a note of what the file loses. ``known``: the written time already
+    simulated. Above :data:`arborcc.synth.registry.SIMULATED_RANKS` ranks, where one
+    simulation can take minutes, nothing is simulated: a note says so."""
+    result.size, result.size_is_default = size, size_is_default
+    if topology.num_ranks > SIMULATED_RANKS:
+        result.notes.append(f"not simulated: above {SIMULATED_RANKS} ranks simulating an algorithm can take "
+                            f"minutes (arborcc simulate FILE does it)")
+        return
+    finite = known is not None and known != float("inf")  # a candidate left unsimulated is simulated now
+    result.time = known if finite else predict_time(result.algorithm, topology, size)
+    if _relays(result.routes, topology):
+        planned = predict_time(result.algorithm, topology, size, routes=result.routes)
+        if planned < result.time * (1 - PLANNED_MARGIN):
+            result.planned_time = planned
+            result.notes.append(f"planned {planned * 1e6:.1f} us at {format_size(size)} with relays the file "
+                                f"cannot express (MSCCL XML names no route: the runtime takes each pair's own "
+                                f"route, its direct link where there is one); as written {result.time * 1e6:.1f} us")
 
 
 #: operations a synthesized program may trace per rank squared beyond 1024 ranks, when no
@@ -119,7 +223,7 @@ def _verify(result: SynthesisResult, dialect: str | None) -> None:
 
 def synthesize(topology: Topology, collective: str, strategy: str = "auto", root: int = 0,
                links: str = "all", progress: Callable[[str], None] | None = None,
-               size: int | None = None, dialect: str | None = "executor") -> SynthesisResult:
+               size: int | None = None, dialect: str | None = "executor", timed: bool = True) -> SynthesisResult:
     """Run one strategy (or, with ``auto``, every one that applies and keep the fastest).
 
     ``size``: the buffer size in bytes the algorithm is meant for, for strategies whose
@@ -128,14 +232,17 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
     is for; ``auto`` prefers candidates within its limits (steps per thread block,
     thread blocks per rank) over faster ones that are not, and ``result.report`` lists
     the returned algorithm's violations of them (``None``: no runtime limits).
+    ``timed``: simulate the returned algorithm as written at ``size`` (or
+    :data:`RANKING_SIZE`) into ``result.time`` (callers that simulate it themselves,
+    over sizes, pass False).
     """
     with collector_paused():  # trees, copies and steps: hundreds of thousands, all acyclic
-        return _synthesize(topology, collective, strategy, root, links, progress, size, dialect)
+        return _synthesize(topology, collective, strategy, root, links, progress, size, dialect, timed)
 
 
 def _synthesize(topology: Topology, collective: str, strategy: str, root: int, links: str,
                 progress: Callable[[str], None] | None, size: int | None,
-                dialect: str | None) -> SynthesisResult:
+                dialect: str | None, timed: bool) -> SynthesisResult:
     if size is not None and size <= 0:
         raise SynthesisError(f"size must be a positive number of bytes, got {size}")
     if collective not in synthesizable_collectives():
@@ -156,6 +263,7 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
         request = SynthesisRequest(topology, collective, collective_bound(topology, collective, root, links),
                                    root, links, size, dialect)
         results, untried, verified, rejected = [], [], set(), set()
+        ranked_size = RANKING_SIZE if size is None else size
 
         def proven(r: SynthesisResult) -> bool:
             """Verify ``r``; with ``auto``, a strategy whose algorithm fails is skipped
@@ -173,6 +281,7 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
             verified.add(id(r))
             return True
 
+        by_time = _ranks_by_time(strategy, topology.num_ranks)
         for i, name in enumerate(names):
             if progress:
                 progress(f"{name}: synthesizing {collective} on {topology.name} ({time.perf_counter() - t0:.1f} s)")
@@ -185,7 +294,7 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
                 skipped.append(f"{name} ({e})")
                 continue
             last = results[-1]
-            if size is None and last.algbw >= request.bound.algbw * (1 - 1e-9) and \
+            if not by_time and last.algbw >= request.bound.algbw * (1 - 1e-9) and \
                     (dialect is None or not check_dialect_limits(last.algorithm, dialect)):
                 if not proven(last):
                     results.pop()
@@ -194,16 +303,23 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
                 break
         fits = ({id(r): not check_dialect_limits(r.algorithm, dialect) for r in results}
                 if len(results) > 1 and dialect is not None else {})
-        # with a size, auto ranks by the simulated time of a call of that size (latency,
-        # pipelining and contention included); without one, by steady-state bandwidth
-        predicted = ({id(r): predict_time(r.algorithm, topology, size, routes=r.routes) for r in results}
-                     if strategy == "auto" and size is not None and len(results) > 1 else {})
+        # ranked by the simulated time of a call of ``ranked_size`` bytes as the written
+        # file runs (latency, pipelining and contention included); above
+        # SIMULATED_RANKS, by the steady-state model (module doc)
+        predicted = (_simulated_times(results, fits, topology, ranked_size, progress)
+                     if by_time and len(results) > 1 else {})
+        for r in results:  # malformed beyond simulating: the verifier says why
+            if id(r) in predicted and predicted[id(r)] is None and proven(r):
+                predicted[id(r)] = float("inf")
+        results = [r for r in results if id(r) not in rejected]
         ranked = sorted(results, key=lambda r: (fits.get(id(r), True), -predicted.get(id(r), 0.0), r.algbw),
                         reverse=True)
         best = next((r for r in ranked if id(r) in verified or proven(r)), None)
         if best is None:
             raise SynthesisError(f"no strategy can build {collective} on {topology.name}: " + "; ".join(skipped))
         results = [r for r in results if id(r) not in rejected]
+        if timed:
+            _time_as_written(best, topology, ranked_size, size is None, predicted.get(id(best)))
     best.bound_exact, best.bound_basis = request.bound.exact, request.bound.basis
     if not best.bound_exact and best.algbw >= request.bound.algbw * (1 - 1e-9) and \
             getattr(request.bound, "cut_links", None) is not None:
@@ -211,14 +327,22 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
     best.synth_time = time.perf_counter() - t0
     if strategy == "auto":
         by_time = bool(predicted)
-        why = ("the fastest simulated" if by_time else
+        at = f"{ranked_size} bytes" + (f" ({format_size(ranked_size)}: no size given, the default ranking size)"
+                                       if size is None else "")
+        why = ("the fastest simulated as written" if by_time else
                "it reaches the bound" + (f", so {', '.join(untried)} were not tried" if untried else "")
                if best.algbw >= request.bound.algbw * (1 - 1e-9) else "the fastest")
         why += "" if fits.get(id(best), True) else f" (none fits the {dialect} limits)"
+        ranked_by = (f" us simulated for {at}" if by_time else
+                     f" GB/s steady-state algbw (above {SIMULATED_RANKS} ranks simulating every candidate takes "
+                     f"minutes)" if len(results) > 1 and topology.num_ranks > SIMULATED_RANKS else " GB/s")
+        listed = [r for r in results if predicted.get(id(r), 0.0) != float("inf")]
+        unsimulated = [r.strategy for r in results if predicted.get(id(r), 0.0) == float("inf")]
         best.notes.append(f"auto chose {best.strategy} ({why}) among " + ", ".join(
             (f"{r.strategy} {predicted[id(r)] * 1e6:.1f}" if by_time else f"{r.strategy} {r.algbw / 1e9:.1f}")
             + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
-            for r in results) + (f" us simulated for {size} bytes" if by_time else " GB/s")
+            for r in listed) + ranked_by
+            + (f"; not simulated, their link loads alone take longer: {', '.join(unsimulated)}" if unsimulated else "")
             + ("; skipped " + "; ".join(skipped) if skipped else ""))
         best.strategy = f"auto:{best.strategy}"
     return best

@@ -4,7 +4,9 @@ range of sizes (``arborcc compare``, the demo's table and plot).
 Rows, per size:
 
 * each synthesis strategy that can build the collective (``synth.strategies``), its
-  algorithm simulated on its own routes;
+  algorithm simulated as its written file runs: on each pair's own route (MSCCL XML
+  names no route, so relays a strategy planned are not taken), the time ``arborcc
+  simulate FILE`` gives;
 * ``nccl``: what NCCL runs for all-reduce, all-gather, reduce-scatter, broadcast and
   reduce (:mod:`arborcc.tune.nccl`: its rings, its tree for all-reduce across nodes, its
   protocol choice, NVLS all-reduce where the switch reduces), simulated;
@@ -51,7 +53,7 @@ class Candidate:
 
     name: str
     algorithm: Algorithm
-    routes: dict = field(default_factory=dict)
+    routes: dict = field(default_factory=dict)  #: the routes it runs on (none: each pair's own, as a file runs)
     note: str = ""
 
 
@@ -122,14 +124,38 @@ def each_candidate(topology: Topology, collective: str, root: int = 0, strategie
         if progress:
             progress(f"synthesizing {collective} with {name}")
         try:
-            r = synthesize(topology, collective, name, root)
+            r = synthesize(topology, collective, name, root, timed=False)
         except SynthesisError as e:
             skipped.append(f"{name}: {str(e).split(': ', 1)[-1] if name in str(e) else e}")
             continue
-        candidate = Candidate(name, r.algorithm, r.routes, "; ".join(r.notes[:1]))
+        # simulated as its file runs: MSCCL XML cannot carry the strategy's planned relays
+        candidate = Candidate(name, r.algorithm, {}, "; ".join(r.notes[:1]))
         del r
         yield candidate
         del candidate  # resumed: the caller is done with it, not held through the next synthesis
+
+
+def nccl_time(topology: Topology, collective: str, size: int, root: int = 0,
+              fidelity: Fidelity | None = None) -> float | None:
+    """Seconds NCCL's call of ``size`` bytes takes in simulation (the ``nccl`` row of
+    :func:`compare`: :class:`arborcc.tune.nccl.NcclBaseline`, its own choice of
+    algorithm and protocol); None for a collective the baseline does not cover."""
+    from arborcc.tune.nccl import COLLECTIVES as NCCL_COLLECTIVES, NcclBaseline
+
+    if collective not in NCCL_COLLECTIVES:
+        return None
+    return NcclBaseline(topology, fidelity or fidelity_for(topology)).call(size, collective, root).result.time
+
+
+def against_nccl(time: float, nccl: float | None, size: int) -> str:
+    """One line on how a simulated ``time`` compares with NCCL's at ``size`` bytes,
+    saying so plainly when NCCL is faster."""
+    if nccl is None:
+        return "NCCL not compared: the baseline does not cover this collective"
+    if time > nccl:
+        return (f"slower than NCCL in simulation at {format_size(size)}: {time * 1e6:.1f} us against NCCL's "
+                f"{nccl * 1e6:.1f} us ({nccl / time:.2f}x)")
+    return f"{nccl / time:.2f}x faster than NCCL in simulation at {format_size(size)} (NCCL {nccl * 1e6:.1f} us)"
 
 
 def protocol_sweep(algo: Algorithm, topology: Topology, sizes: Sequence[int], protocol: str = "auto",
