@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 from support.segments import leftovers, segments
+from support.cli_runs import said_by_rank
 
 
 HARD_TIMEOUT = 60
@@ -39,12 +40,7 @@ def launch(tmp_path, nranks: int, body: str) -> tuple[int, dict[int, str]]:
     proc = subprocess.run([sys.executable, "-m", "arborcc.cli.main", "run", "-n", str(nranks), "--timeout",
                            str(HARD_TIMEOUT - 10), str(script)], capture_output=True, text=True,
                           timeout=HARD_TIMEOUT)
-    said: dict[int, str] = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("RANK"):
-            rank, text = line[4:].split(": ", 1)
-            said[int(rank)] = said.get(int(rank), "") + text
-    return proc.returncode, said
+    return proc.returncode, said_by_rank(proc.stdout)
 
 
 def test_normal_run_leaves_nothing(tmp_path, shm_unchanged):

@@ -17,6 +17,7 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.cli_runs import said_by_rank
 
 HARD_TIMEOUT = 90  # a hang guard, not a performance check
 
@@ -85,12 +86,7 @@ def run_with_shm(tmp_path, size: str, body: str, nranks: int = 2) -> tuple[int, 
     proc = subprocess.run([*command, "sh", "-c", PRIVATE_SHM.format(size=size), "sh", sys.executable, "-m",
                            "arborcc.cli.main", "run", "-n", str(nranks), "--timeout", str(HARD_TIMEOUT - 20),
                            str(script)], capture_output=True, text=True, timeout=HARD_TIMEOUT)
-    said: dict[int, str] = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("RANK"):
-            rank, text = line[4:].split(": ", 1)
-            said[int(rank)] = said.get(int(rank), "") + text
-    return proc.returncode, said
+    return proc.returncode, said_by_rank(proc.stdout)
 
 
 SPACE = re.compile(r"not enough shared memory: /dev/shm has (\d+) bytes free \(of (\d+)\), this rank needs (\d+) "

@@ -101,3 +101,13 @@ def refused(run: Run, *needles: str) -> None:
 
 def within_budget(run: Run) -> None:
     assert run.peak_bytes < MEMORY_BUDGET, f"peak {run.peak_bytes / 2**20:.0f} MB"
+
+
+def said_by_rank(stdout: str) -> dict[int, str]:
+    """What each rank printed as ``RANK<r>: text`` lines (a rank's lines joined), by rank."""
+    said: dict[int, str] = {}
+    for line in stdout.splitlines():
+        if line.startswith("RANK"):
+            rank, text = line[4:].split(": ", 1)
+            said[int(rank)] = said.get(int(rank), "") + text
+    return said

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.execution import assert_executes
+from support.topologies import nvlink_pcie_box
 
 from arborcc.ir.limits import check_dialect_limits
 from arborcc.synth.lower import PIPELINE_ROUNDS, lower_broadcast, more_rounds
@@ -121,27 +122,8 @@ def broadcast_trees(topo, kept={}):
     return kept["trees"]
 
 
-@st.composite
-def nvlink_pcie_box(draw):
-    """5-6 GPUs with random NVLink lane counts, each GPU also on one PCIe switch."""
-    from arborcc.topology.model import GB, Device, DeviceKind, LinkKind, TopologyBuilder
-
-    n = draw(st.integers(5, 6))
-    b = TopologyBuilder("random")
-    for i in range(n):
-        b.add_device(Device(f"gpu{i}", DeviceKind.GPU, 0, i))
-    b.add_device(Device("pcie0", DeviceKind.PCIE_SWITCH, 0, 0))
-    for i in range(n):
-        b.connect(f"gpu{i}", "pcie0", LinkKind.PCIE, 12 * GB)
-        for j in range(i + 1, n):
-            lanes = draw(st.integers(0, 2))
-            if lanes:
-                b.connect(f"gpu{i}", f"gpu{j}", LinkKind.NVLINK, lanes * 25 * GB, count=lanes)
-    return b.build()
-
-
 @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(nvlink_pcie_box())
+@given(nvlink_pcie_box(5, 6))
 def test_a_candidate_taken_is_correct_and_simulates_faster_than_the_precise_trees(t):
     """On any NVLink + PCIe box the all-reduce returned verifies and computes the sum,
     and where it is a candidate (a note says so) it simulates at least 10% faster at

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from arborcc.errors import SynthesisError
 from support.execution import assert_executes
+from support.topologies import nvlink_pcie_box
 from arborcc.sim.bandwidth import steady_state_bandwidth
 from arborcc.synth import synthesize
 from arborcc.synth.registry import BY_NAME, STRATEGIES
@@ -118,23 +119,6 @@ def test_binary_trees_use_one_tree_below_mxnets_threshold():
     assert_executes(small.algorithm)
 
 
-@st.composite
-def random_box(draw):
-    """3-5 GPUs with random NVLink lane counts plus a PCIe switch every GPU hangs off."""
-    n = draw(st.integers(3, 5))
-    b = TopologyBuilder("random")
-    for i in range(n):
-        b.add_device(Device(f"gpu{i}", DeviceKind.GPU, 0, i))
-    b.add_device(Device("pcie0", DeviceKind.PCIE_SWITCH, 0, 0))
-    for i in range(n):
-        b.connect(f"gpu{i}", "pcie0", LinkKind.PCIE, 12 * GB)
-        for j in range(i + 1, n):
-            lanes = draw(st.integers(0, 2))
-            if lanes:
-                b.connect(f"gpu{i}", f"gpu{j}", LinkKind.NVLINK, lanes * 25 * GB, count=lanes)
-    return b.build()
-
-
 def networkx_broadcast_bound(t, root):
     """Edmonds: the broadcast rate is the smallest root -> v max-flow (relays forward)."""
     g = t.to_networkx()
@@ -142,7 +126,7 @@ def networkx_broadcast_bound(t, root):
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(random_box())
+@given(nvlink_pcie_box(3, 5))
 def test_random_topologies_broadcast_reaches_the_max_flow_bound(t):
     r = synthesize(t, "broadcast", "trees")
     assert r.bound == pytest.approx(networkx_broadcast_bound(t, t.ranks[0]), rel=1e-6)
@@ -151,7 +135,7 @@ def test_random_topologies_broadcast_reaches_the_max_flow_bound(t):
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(random_box())
+@given(nvlink_pcie_box(3, 5))
 def test_random_topologies_allreduce_is_correct_and_near_the_bound(t):
     with pytest.MonkeyPatch.context() as mp:  # the trees at full precision (the candidates: test_lower_pipelining)
         mp.setattr("arborcc.synth.strategies.PIPELINED_MARGIN", 0.0)
