@@ -121,7 +121,7 @@ def test_an_output_naming_a_directory_is_refused(tmp_path, command):
 
 
 def test_trees_png_creates_missing_folders_like_o(tmp_path):
-    run = arborcc("synth", "--machine", "dgx1v", "--gpus", "0,1,2,3", "--trees-png", "new/sub/t.png",
+    run = arborcc("synth", "--machine", "dgx1v", "--gpus", "0,1,2,3", "--strategy", "trees", "--trees-png", "new/sub/t.png",
                   "-o", "new/other/a.xml", cwd=tmp_path)
     assert run.code == 0, run.err
     assert (tmp_path / "new/sub/t.png").read_bytes()[:4] == b"\x89PNG"
