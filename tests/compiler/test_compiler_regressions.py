@@ -203,23 +203,12 @@ def test_fused_chain_revisiting_a_rank_is_cut():
 def test_repro_topologies_compile():
     # the original reproducers, through synthesis (which compiles, verifies and lowers)
     from arborcc.synth import synthesize
-    from arborcc.topology.model import GB, Device, DeviceKind, LinkKind, TopologyBuilder
-
-    def box(n, lanes):
-        b = TopologyBuilder("random")
-        for i in range(n):
-            b.add_device(Device(f"gpu{i}", DeviceKind.GPU, 0, i))
-        b.add_device(Device("pcie0", DeviceKind.PCIE_SWITCH, 0, 0))
-        for i in range(n):
-            b.connect(f"gpu{i}", "pcie0", LinkKind.PCIE, 12 * GB)
-        for (i, j), lane in lanes.items():
-            b.connect(f"gpu{i}", f"gpu{j}", LinkKind.NVLINK, lane * 25 * GB, count=lane)
-        return b.build()
+    from support.topologies import nvlink_pcie_box_topology
 
     for n, lanes in [(4, {(0, 1): 2, (0, 3): 1, (1, 3): 2, (2, 3): 1}),
                      (4, {(0, 3): 1, (1, 2): 2, (1, 3): 1, (2, 3): 2}),
                      (5, {(0, 2): 2, (0, 4): 1, (1, 2): 2, (1, 3): 2, (2, 4): 1})]:
-        result = synthesize(box(n, lanes), "allreduce", "trees")
+        result = synthesize(nvlink_pcie_box_topology(n, lanes), "allreduce", "trees")
         check_algorithm(result.algorithm)
         assert_executes(result.algorithm)
 

@@ -34,26 +34,31 @@ def pcie_parent(t: Topology, dev: str) -> str:
     return parent
 
 
+def nvlink_pcie_box_topology(n: int, lanes: dict[tuple[int, int], int]) -> Topology:
+    """``n`` GPUs on one PCIe switch, with ``lanes[(i, j)]`` NVLink lanes between GPUs i and j."""
+    from arborcc.topology.model import GB, Device, TopologyBuilder
+
+    b = TopologyBuilder("random")
+    for i in range(n):
+        b.add_device(Device(f"gpu{i}", DeviceKind.GPU, 0, i))
+    b.add_device(Device("pcie0", DeviceKind.PCIE_SWITCH, 0, 0))
+    for i in range(n):
+        b.connect(f"gpu{i}", "pcie0", LinkKind.PCIE, 12 * GB)
+    for (i, j), lane in lanes.items():
+        if lane:
+            b.connect(f"gpu{i}", f"gpu{j}", LinkKind.NVLINK, lane * 25 * GB, count=lane)
+    return b.build()
+
+
 def nvlink_pcie_box(min_gpus: int, max_gpus: int):
     """A hypothesis strategy: ``min_gpus``-``max_gpus`` GPUs with random NVLink lane
     counts (0-2 per pair), every GPU also on one PCIe switch."""
     from hypothesis import strategies as st
 
-    from arborcc.topology.model import GB, Device, TopologyBuilder
-
     @st.composite
     def box(draw):
         n = draw(st.integers(min_gpus, max_gpus))
-        b = TopologyBuilder("random")
-        for i in range(n):
-            b.add_device(Device(f"gpu{i}", DeviceKind.GPU, 0, i))
-        b.add_device(Device("pcie0", DeviceKind.PCIE_SWITCH, 0, 0))
-        for i in range(n):
-            b.connect(f"gpu{i}", "pcie0", LinkKind.PCIE, 12 * GB)
-            for j in range(i + 1, n):
-                lanes = draw(st.integers(0, 2))
-                if lanes:
-                    b.connect(f"gpu{i}", f"gpu{j}", LinkKind.NVLINK, lanes * 25 * GB, count=lanes)
-        return b.build()
+        lanes = {(i, j): draw(st.integers(0, 2)) for i in range(n) for j in range(i + 1, n)}
+        return nvlink_pcie_box_topology(n, lanes)
 
     return box()
