@@ -103,7 +103,7 @@ def plan_races(plan: ExecutionPlan, source: str, most: int = 10) -> list[Violati
         edges[e].extend(w for w in packet_writes.get((rank, j), []) if w != e)
     clocks = _vector_clocks(events, columns, edges)
     if clocks is None:
-        return []  # a cycle: the plan deadlocks (the translation says so)
+        return []  # a cycle: the plan deadlocks (plan_deadlocks says where)
     found: list[Violation] = []
     for (rank, btype, j), acc in accesses.items():
         for x in range(len(acc)):
