@@ -299,3 +299,41 @@ def test_a_written_simple_ring_needs_two_slots(name):
         found = deadlocks(doc)
         assert bool(found) == stuck
         assert all("wait on memory channel" in v.message for v in found)
+
+
+# --- credits: a slot overwritten before it is read ----------------------------------
+
+
+def two_puts_into_one_slot(reads_between: bool) -> dict:
+    """Rank 0 puts two chunks into rank 1's one scratch slot, signalling after each; rank 1
+    copies the slot out after its waits - after each wait, or only after both."""
+    put = [{"name": "put", "src_buff": [{"type": "i", "index": i, "size": 1}],
+            "dst_buff": [{"buffer_id": 0, "index": 0, "size": 1}], "channel_type": "memory"} for i in (0, 1)]
+    copy_out = [{"name": "copy", "src_buff": [{"type": "s", "index": 0, "size": 1}],
+                 "dst_buff": [{"type": "o", "index": i, "size": 1}]} for i in (0, 1)]
+    rank0 = gpu(0, [[put[0], sync("signal"), put[1], sync("signal")]], peers=(1,))
+    rank0["remote_buffers"] = [{"rank": 1, "type": "s", "access_channel_types": ["memory"]}]
+    rank0["threadblocks"][0]["remote_buffer_refs"] = [{"access_channel_type": "memory", "remote_buffer_ids": [0]}]
+    rank1 = gpu(1, [[sync("wait"), copy_out[0], sync("wait"), copy_out[1]] if reads_between else
+                    [sync("wait"), sync("wait"), copy_out[0], copy_out[1]]], peers=(0,))
+    for g in (rank0, rank1):
+        g["input_chunks"] = g["output_chunks"] = 2
+    return plan(rank0, rank1)
+
+
+def test_a_slot_overwritten_before_it_is_read_loses_the_message():
+    from arborcc.ir.mscclpp.races import plan_races
+
+    found = plan_races(plan_from_document(two_puts_into_one_slot(reads_between=False), "plan.json"), "plan.json")
+    assert [v.kind for v in found] == ["unmatched"]
+    assert "gpus[0].threadblocks[0].ops[0] (put) writes s chunk 0 of rank 1, which gpus[0].threadblocks[0].ops[2] " \
+           "(put) overwrites before anything reads it: the message is lost" in found[0].message
+    # read after each wait, the second put may land while the first copy still reads: a race
+    found = plan_races(plan_from_document(two_puts_into_one_slot(reads_between=True), "plan.json"), "plan.json")
+    assert [v.kind for v in found] == ["race"]
+
+
+def test_verify_reports_a_lost_message(tmp_path):
+    (tmp_path / "plan.json").write_text(json.dumps(two_puts_into_one_slot(reads_between=False)))
+    run = arborcc("verify", "plan.json", cwd=tmp_path)
+    assert run.code == 1 and "the message is lost" in run.out and "[unmatched]" in run.out, run.out + run.err

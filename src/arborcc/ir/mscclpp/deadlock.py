@@ -42,10 +42,8 @@ from dataclasses import dataclass
 
 from arborcc.ir.mscclpp import rules
 from arborcc.ir.mscclpp.plan import ExecutionPlan, Operation, PlanGpu, PlanThreadBlock
+from arborcc.ir.mscclpp.races import SIGNALS, WAITS
 from arborcc.ir.report import Violation
-
-SIGNALS = ("signal", "rlxsignal", "pws", "pwsf")
-WAITS = ("wait", "rlxwait")
 
 
 @dataclass
