@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from arborcc.errors import IRFormatError
 from arborcc.ir.load import load_algorithm
+from arborcc.ir.mscclpp import rules
 from arborcc.ir.mscclpp.deadlock import plan_deadlocks
 from arborcc.ir.mscclpp.plan import plan_from_document, read_mscclpp_plan
 from arborcc.ir.mscclpp.translate import PlanNotTranslatable, plan_to_algorithm
@@ -220,6 +221,17 @@ def test_a_dropped_signal_is_reported_and_a_dropped_wait_never_deadlocks(name, d
             assert found == []
 
 
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(name=st.sampled_from(MUTATED), data=st.data())
+def test_any_operation_dropped_gets_an_answer_naming_stuck_operations(name, data):
+    doc = json.loads((SAMPLES / name).read_text())
+    g, t, o = data.draw(st.sampled_from(ops_named(doc, tuple(rules.OPERATIONS))), label="dropped")
+    del doc["gpus"][g]["threadblocks"][t]["ops"][o]
+    for v in deadlocks(doc):
+        assert v.kind == "deadlock" and v.message.startswith("plan.json:gpus[")
+        assert "can satisfy it" in v.message or "never opens" in v.message
+
+
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(name=st.sampled_from(MUTATED), data=st.data())
 def test_signals_moved_later_deadlock_in_the_plan_whenever_they_do_in_the_translation(name, data):
@@ -337,3 +349,4 @@ def test_verify_reports_a_lost_message(tmp_path):
     (tmp_path / "plan.json").write_text(json.dumps(two_puts_into_one_slot(reads_between=False)))
     run = arborcc("verify", "plan.json", cwd=tmp_path)
     assert run.code == 1 and "the message is lost" in run.out and "[unmatched]" in run.out, run.out + run.err
+    assert "MSCCL dialect" not in run.out  # MSCCL XML's runtime limits do not apply to a plan
