@@ -30,7 +30,8 @@ SAMPLES = Path(__file__).parent / "samples" / "mscclpp"
 DEADLOCKED = {
     "dsl__reduce_copy_packet_test.json":
         "gpus[0].threadblocks[0].ops[0]: recpkt reads packets of s chunk 0 of rank 0",
-    "dsl__reduce_copy_send_packet_test.json": "gpus[0].threadblocks[0].ops[0]: recspkt reads packets of s chunk 0 of rank 0",
+    "dsl__reduce_copy_send_packet_test.json":
+        "gpus[0].threadblocks[0].ops[0]: recspkt reads packets of s chunk 0 of rank 0",
 }
 #: correct plans to mutate (signals, waits, semaphores, barriers, port channels, packets)
 MUTATED = ["official__execution-files__allreduce.json", "dsl__allreduce_2.json", "dsl__allgather_tbg.json",
