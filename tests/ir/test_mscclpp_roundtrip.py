@@ -1,8 +1,8 @@
 """Round trip of the synthesis snapshot set (benchmarks/xml_snapshot.py: synthesized
 algorithms of many topologies, strategies and collectives, and the library at 8 ranks):
-each exported as an MSCCL++ plan, checked for races in the plan's own semantics, read
-back, verified and run on the reference executor with results equal to numpy; a few also
-on the shared-memory runtime.
+each exported as an MSCCL++ plan, checked for deadlock and races in the plan's own
+semantics, read back, verified and run on the reference executor with results equal to
+numpy; a few also on the shared-memory runtime.
 
 The test takes the set's quick variant and the algorithms of up to
 :data:`MAX_STEPS` steps (about 20 s); ``ARBORCC_MSCCLPP_FULL=1`` takes every algorithm
@@ -24,6 +24,7 @@ import pytest
 from arborcc.errors import SynthesisError
 from arborcc.ir.aliasing import declared_modes
 from arborcc.ir.convert import convert_for_mscclpp
+from arborcc.ir.mscclpp.deadlock import plan_deadlocks
 from arborcc.ir.mscclpp.plan import plan_from_document
 from arborcc.ir.mscclpp.races import plan_races
 from arborcc.ir.mscclpp.translate import plan_to_algorithm
@@ -63,6 +64,7 @@ CASES = snapshot_cases()
 def round_trip(algo, mode):
     text = write_mscclpp_plan(convert_for_mscclpp(algo), mode)
     plan = plan_from_document(json.loads(text), algo.name)
+    assert plan_deadlocks(plan, algo.name) == []  # every thread block finishes
     assert plan_races(plan, algo.name) == []  # no put lands where a peer still reads
     return plan_to_algorithm(plan, algo.name)
 

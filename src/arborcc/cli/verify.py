@@ -63,16 +63,21 @@ def run(args: argparse.Namespace) -> int:
     from arborcc.ir.load import load_algorithm_file
     from arborcc.verify import verify_algorithm
 
-    algo, form = load_algorithm_file(args.algorithm, dialect=args.dialect)
+    from arborcc.ir.mscclpp.translate import PlanNotTranslatable
+
+    try:
+        algo, form = load_algorithm_file(args.algorithm, dialect=args.dialect)
+    except PlanNotTranslatable:  # a plan that deadlocks is incorrect, translated or not
+        deadlocks = _plan_violations(args.algorithm, races=False)
+        if not deadlocks:
+            raise
+        return _report_untranslated(args, deadlocks)
     report = verify_algorithm(algo, args.dialect, slots=args.slots)
     dialects = [args.dialect] if args.dialect else sorted(DIALECTS)
-    if form == "mscclpp":  # races in the plan's own semantics (a put landing where a peer still reads)
-        from arborcc.ir.mscclpp.plan import read_mscclpp_plan
-        from arborcc.ir.mscclpp.races import plan_races
-
-        races = plan_races(read_mscclpp_plan(args.algorithm), str(args.algorithm))
-        if races:
-            report.violations[:0] = races
+    if form == "mscclpp":  # deadlock and races in the plan's own semantics
+        found = _plan_violations(args.algorithm)
+        if found:
+            report.violations[:0] = found
             report.ok = False
     if form == "mscclpp" and not args.dialect:  # MSCCL++'s own limits were checked as it was read
         dialects, accepted, outside = [], [], {}
@@ -104,8 +109,35 @@ def run(args: argparse.Namespace) -> int:
         return 0
     first = report.violations[0]
     more = len(report.violations) - 1
-    scope = " (within neither MSCCL dialect's limits)" if not args.dialect and not accepted else ""
+    scope = " (within neither MSCCL dialect's limits)" if not args.dialect and dialects and not accepted else ""
     wrong = f"; wrong {' and '.join(report.failed_modes)}" if report.failed_modes else ""
     print(f"{args.algorithm}: INCORRECT ({what}{wrong}): {first} [{first.kind}]{scope}"
+          + (f" (and {more} more; --json lists all)" if more else ""))
+    return 1
+
+
+def _plan_violations(path: str, races: bool = True) -> list:
+    """Deadlocks (:mod:`arborcc.ir.mscclpp.deadlock`) and, with ``races``, races
+    (:mod:`arborcc.ir.mscclpp.races`) of the plan ``path`` in its own semantics."""
+    from arborcc.ir.mscclpp.deadlock import plan_deadlocks
+    from arborcc.ir.mscclpp.plan import read_mscclpp_plan
+    from arborcc.ir.mscclpp.races import plan_races
+
+    plan = read_mscclpp_plan(path)
+    return plan_deadlocks(plan, str(path)) + (plan_races(plan, str(path)) if races else [])
+
+
+def _report_untranslated(args: argparse.Namespace, deadlocks: list) -> int:
+    """The verdict on a plan that deadlocks and has no IR form: exit 1, naming the first
+    stuck operation (``--json``: every stuck thread block)."""
+    from arborcc.cli.output import print_json
+    from arborcc.ir.report import VerificationReport
+
+    report = VerificationReport(ok=False, violations=deadlocks)
+    if args.json:
+        print_json({"file": str(args.algorithm), **report.to_dict(), "dialects": [], "accepted_by": []})
+        return 1
+    more = len(deadlocks) - 1
+    print(f"{args.algorithm}: INCORRECT (MSCCL++ plan, not translated to the IR): {deadlocks[0]} [deadlock]"
           + (f" (and {more} more; --json lists all)" if more else ""))
     return 1

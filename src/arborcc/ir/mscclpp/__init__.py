@@ -7,7 +7,9 @@
   one-sided operations map onto sends and receives;
 * :mod:`.writer` - an Algorithm as a plan (puts into the peer's scratch with signal/wait
   and semaphore credits, or LL packets);
-* :mod:`.races` - races in a plan's own semantics (a put landing where a peer still reads).
+* :mod:`.races` - races in a plan's own semantics (a put landing where a peer still reads);
+* :mod:`.deadlock` - deadlock in a plan's own semantics (a wait, acquire, barrier or packet
+  read nothing can release).
 
 See ``docs/mscclpp.md``.
 """

@@ -11,6 +11,12 @@ packet read of the same scratch chunk (the flag), and a barrier. Two accesses to
 buffer, at least one a write, from different thread blocks and ordered neither way, are
 a race. Vector clocks give the order (one column per thread block).
 
+The same order finds the credit a writer did not wait for where no race shows it: a put
+into a peer's scratch chunk that a later write overwrites before any read of the chunk
+comes between them, while a read after the overwrite shows the chunk is a slot the peer
+reads - the first message is lost (``unmatched``). (Where the peer's read and the
+overwrite are unordered, that is the race above.)
+
 Approximations, both on the side of reporting less: relaxed signals (``rlxsignal``) order
 like signals, and an in-place plan's input and output buffers are not aliased. A
 ``barrier`` orders every member's operations before it before every member's after it.
@@ -50,6 +56,7 @@ def plan_races(plan: ExecutionPlan, source: str, most: int = 10) -> list[Violati
     packet_writes: dict[tuple[int, int], list[int]] = defaultdict(list)
     packet_reads: list[tuple[int, int, int]] = []  # (event, rank, chunk)
     accesses: dict[tuple[int, str, int], list[tuple[int, bool]]] = defaultdict(list)
+    puts: dict[tuple[int, str, int], list[int]] = defaultdict(list)  # peer scratch chunk -> writes into it
     barriers: dict[tuple[int, int, int], list[tuple[int, int]]] = defaultdict(list)  # (rank, id, n) -> (event, op)
     for g in plan.gpus:
         for tb in g.threadblocks:
@@ -81,6 +88,8 @@ def plan_races(plan: ExecutionPlan, source: str, most: int = 10) -> list[Violati
                             rank, btype = rb.rank, rb.type
                         for j in range(ref.index, ref.index + ref.size):
                             accesses[(rank, btype, j)].append((e, writes))
+                            if writes and ref.kind == "R" and btype == "s":
+                                puts[(rank, btype, j)].append(e)
                             if plan.protocol == "LL" and btype == "s":
                                 if writes and op.name in rules.PACKET_WRITES and n >= rules.PACKET_WRITES[op.name]:
                                     packet_writes[(rank, j)].append(e)
@@ -103,8 +112,12 @@ def plan_races(plan: ExecutionPlan, source: str, most: int = 10) -> list[Violati
         edges[e].extend(w for w in packet_writes.get((rank, j), []) if w != e)
     clocks = _vector_clocks(events, columns, edges)
     if clocks is None:
-        return []  # a cycle: the plan deadlocks (the translation says so)
+        return []  # a cycle: the plan deadlocks (plan_deadlocks says where)
     found: list[Violation] = []
+    for key, written in puts.items():  # a slot overwritten before anything read what was put there
+        found.extend(_overwritten(plan, places, events, columns, clocks, key, written, accesses[key]))
+        if len(found) >= most:
+            return found[:most]
     for (rank, btype, j), acc in accesses.items():
         for x in range(len(acc)):
             ex, wx = acc[x]
@@ -126,6 +139,34 @@ def plan_races(plan: ExecutionPlan, source: str, most: int = 10) -> list[Violati
                 if len(found) >= most:
                     return found
     return found
+
+
+def _overwritten(plan, places, events, columns, clocks, key, written, acc) -> list[Violation]:
+    """Puts into the scratch chunk ``key`` of a peer that a later write overwrites before any
+    read of the chunk comes between them (an operation that reads and writes the chunk
+    reads first) - the credit the writer did not wait for - while a later read shows the
+    chunk is a slot someone reads (one violation at most per chunk)."""
+    def before(a: int, b: int) -> bool:
+        return _before(clocks, events, columns, a, b)
+
+    rank, btype, j = key
+    reads = [e for e, w in acc if not w]
+    writes = [e for e, w in acc if w]
+    for first in written:
+        later = [w for w in writes if w != first and before(first, w)]
+        if not later:
+            continue
+        nxt = min(later, key=lambda w: sum(before(x, w) for x in later))  # the first overwrite
+        consumed = any(before(first, r) and (r == nxt or not before(nxt, r)) for r in reads)
+        if consumed or not any(r != nxt and before(nxt, r) for r in reads):
+            continue
+        r, t, o = events[first]
+        return [Violation(r, t, o, "unmatched", f"{_describe(plan, places, events[first])} writes {btype} chunk {j} "
+                                               f"of rank {rank}, which {_describe(plan, places, events[nxt])} "
+                                               f"overwrites before anything reads it: the message is lost (no "
+                                               f"credit - a signal/wait after the peer's read - orders the "
+                                               f"overwrite after it)")]
+    return []
 
 
 def _describe(plan: ExecutionPlan, places: dict, event: tuple[int, int, int]) -> str:
