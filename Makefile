@@ -33,7 +33,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	@echo "make: running the test suite (10-15 minutes on 2 cores)"
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info src/arborcc/*/native*.so

@@ -78,20 +78,11 @@ def measure() -> list[dict]:
 
 def bounds(machine: str, nodes: int, gpus) -> tuple[float, float]:
     """(proven bound, efficiency-adjusted bound) of the all-reduce as busbw in GB/s."""
-    from dataclasses import replace
-
-    from arborcc.sim.fidelity import fidelity_for
+    from arborcc.sim.fidelity import efficiency_adjusted
     from arborcc.synth.bounds import collective_bound
-    from arborcc.topology.model import TopologyBuilder
 
     t = topology_of(machine, nodes, gpus)
-    fidelity = fidelity_for(t)
-    b = TopologyBuilder(t.name, source=t.name, meta=t.meta)
-    for d in t.devices.values():
-        b.add_device(d)
-    for l in t.links.values():
-        b.add_link(replace(l, bandwidth=l.bandwidth * fidelity.efficiency(l.kind)))
-    adjusted = b.build(ranks=t.ranks)
+    adjusted = efficiency_adjusted(t)
     n = t.num_ranks
     factor = 2 * (n - 1) / n / 1e9
     return collective_bound(t, "allreduce").algbw * factor, collective_bound(adjusted, "allreduce").algbw * factor

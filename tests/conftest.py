@@ -8,3 +8,40 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+# --- running the suite in parallel (``make test``: pytest -n auto) ---------------------
+#
+# Test modules that look at /dev/shm - compare it before and after
+# (tests/support/segments.py), plant segments of dead processes there, kill ranks - run on
+# one worker, one after another: a segment another worker's test planted, or of a rank it
+# just killed, would otherwise look like this test's leftover. Every other test, ranks
+# included, runs wherever a worker is free. (pytest-xdist's own ``xdist_group`` marks
+# rename test ids, which pytest 9.2 ignores; a scheduler that groups by module is stable.)
+
+import functools  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+#: what a test module that looks at /dev/shm says in its source (or its folder's conftest)
+SHARED_MEMORY_WORDS = ("/dev/shm", "SEGMENT_PREFIX", "leftovers(")
+SHARED_MEMORY_SCOPE = "shared-memory"
+
+
+@functools.cache
+def looks_at_shared_memory(path: Path) -> bool:
+    """Whether the test module at ``path`` (or its folder's conftest) looks at /dev/shm."""
+    return any(p.is_file() and any(w in p.read_text() for w in SHARED_MEMORY_WORDS)
+               for p in (path, path.parent / "conftest.py"))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``-n``: each test its own unit of work, except the modules that look at
+    /dev/shm, which are one unit (see above), handed out first since it is the longest."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedMemoryTestsInTurn(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_MEMORY_SCOPE if looks_at_shared_memory(config.rootpath / module) else nodeid
+
+    return SharedMemoryTestsInTurn(config, log)

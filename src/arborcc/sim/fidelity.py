@@ -129,6 +129,24 @@ def fidelity_for(topology: Topology) -> Fidelity:
     return MACHINE_PROFILES.get(str(machine), GENERIC) if machine else GENERIC
 
 
+def efficiency_adjusted(topology: Topology, fidelity: Fidelity | None = None) -> Topology:
+    """``topology`` with every link at the rate ``fidelity`` (default: its own profile)
+    lets it carry - nominal bandwidth x link efficiency. The bounds synthesis proves on it
+    are the efficiency-adjusted bounds: the rate a perfect pipeline of the optimal
+    schedule reaches in the simulator."""
+    from dataclasses import replace
+
+    from arborcc.topology.model import TopologyBuilder
+
+    fidelity = fidelity or fidelity_for(topology)
+    b = TopologyBuilder(topology.name, source=topology.name, meta=topology.meta)
+    for d in topology.devices.values():
+        b.add_device(d)
+    for link in topology.links.values():
+        b.add_link(replace(link, bandwidth=link.bandwidth * fidelity.efficiency(link.kind)))
+    return b.build(ranks=topology.ranks)
+
+
 def fidelity_named(name: str) -> Fidelity:
     """A profile by name (``ideal``, ``v100``, ``a100``, ``h100``, ...)."""
     try:
