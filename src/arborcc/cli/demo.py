@@ -138,7 +138,7 @@ def _synthesize_and_check(alloc, out: _Report):
 
     from arborcc.errors import SynthesisError
     from arborcc.ir.msccl_xml import read_msccl_xml, write_msccl_xml
-    from arborcc.runtime.reference import make_inputs, reference, run
+    from arborcc.ir.reference import make_inputs, reference, run
     from arborcc.synth import synthesize
     from arborcc.synth.registry import strategy_names
     from arborcc.verify import verify_algorithm
