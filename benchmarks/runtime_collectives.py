@@ -8,9 +8,9 @@ all-gather, reduce-scatter and broadcast against MPICH. All-reduce, all-gather a
 broadcast run twice for arborcc: on the caller's numpy arrays (``arborcc``, read with cross-memory
 attach) and on buffers from ``Communicator.shared_array`` (``arborcc-shared``: memory the
 communicator owns and every rank maps, read with plain loads; ``--no-shared`` skips it). Every back-end runs the same
-protocol (``arborcc.runtime.bench_protocol``: barrier, one timed call, slowest rank, median).
+protocol (``arborcc.bench.protocol``: barrier, one timed call, slowest rank, median).
 Prints one table per collective and rank count with busbw, arborcc's ratios, the
-memory-bandwidth bound (``arborcc.runtime.membw``) and the issue's targets:
+memory-bandwidth bound (``arborcc.bench.memory_bandwidth``) and the issue's targets:
 
 - all-reduce: >= 10x gloo's busbw from 64 KB to 1 MB; >= 1.3x MPICH's from 64 KB to
   256 MB; at 4 KB a latency within 2x of MPICH's;
@@ -30,10 +30,10 @@ import statistics
 import sys
 from dataclasses import asdict, replace
 
-from arborcc.runtime.bench_protocol import Spec
-from arborcc.runtime.bench_report import plot
-from arborcc.runtime.benchmark import run_backend
-from arborcc.runtime.membw import busbw_bound, copy_bandwidth
+from arborcc.bench.backends import run_backend
+from arborcc.bench.memory_bandwidth import busbw_bound, copy_bandwidth
+from arborcc.bench.protocol import Spec
+from arborcc.bench.report import plot
 from arborcc.sizes import parse_size
 
 KB, MB = 1 << 10, 1 << 20

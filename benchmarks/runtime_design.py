@@ -24,8 +24,8 @@ import argparse
 import os
 import sys
 
-from arborcc.runtime.bench_protocol import Spec
-from arborcc.runtime.benchmark import run_backend
+from arborcc.bench.backends import run_backend
+from arborcc.bench.protocol import Spec
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
 CONFIGS = [

@@ -5,8 +5,8 @@
 
 All-reduce, all-gather, reduce-scatter, broadcast, reduce and all-to-all (float32 sum,
 root 0) at each rank count, each size swept by ``arborcc bench``'s own runner
-(:func:`arborcc.runtime.benchmark.run_backend`, the protocol of
-:mod:`arborcc.runtime.bench_protocol`) on arborcc (caller-owned arrays) and then MPICH
+(:func:`arborcc.bench.backends.run_backend`, the protocol of
+:mod:`arborcc.bench.protocol`) on arborcc (caller-owned arrays) and then MPICH
 (mpi4py), out of place. One table per collective and rank count: the medians side by
 side, arborcc's busbw over MPICH's, and the slowest call (max, and its ratio to the
 median) of each. Then the issue's targets, each MET or NOT MET with the numbers:
@@ -30,9 +30,9 @@ import os
 import sys
 from dataclasses import asdict
 
+from arborcc.bench.backends import check_backend, run_backend
+from arborcc.bench.protocol import Spec
 from arborcc.errors import ArborccError, InputError
-from arborcc.runtime.bench_protocol import Spec
-from arborcc.runtime.benchmark import check_backend, run_backend
 from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.launch import available_cpus, oversubscription
 from arborcc.sizes import format_size, parse_factor, size_argument, sweep

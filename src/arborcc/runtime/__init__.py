@@ -11,8 +11,8 @@ Modules in the order a call flows: ``arrays`` (the caller's memory), ``plan`` (w
 algorithm; ``direct`` holds the built-in ones), ``lowering`` (IR to data-plane rows),
 ``communicator`` (rendezvous in ``rendezvous``, slice tuning in ``miad``, shared arrays
 in ``windows``, every environment variable checked in ``environment``), ``launch``
-(local ranks), ``benchmark``/``bench_report``/``bench_cli``/``bench_mpi``/``membw``
-(``arborcc bench``), ``demo_step`` (the demo's last stage).
+(local ranks). ``arborcc bench`` and the demo's last stage are :mod:`arborcc.bench`,
+above this package.
 """
 
 from arborcc.lazy import lazy_exports

@@ -13,12 +13,12 @@ import json
 import sys
 from dataclasses import dataclass
 
+from arborcc.bench.backends import check_backend, run_backend
+from arborcc.bench.protocol import Row, Spec
+from arborcc.bench.report import Machine, comparison, json_object, plot, table
 from arborcc.errors import InputError, MissingDependencyError
 from arborcc.ir.collectives import ROOTED
 from arborcc.limits import limit
-from arborcc.runtime.bench_protocol import Row, Spec
-from arborcc.runtime.bench_report import Machine, comparison, json_object, plot, table
-from arborcc.runtime.benchmark import check_backend, run_backend
 from arborcc.sizes import parse_factor, sweep
 
 #: seconds an arborcc rank waits without progress (the runtime's ``timeout`` option): this,
@@ -126,7 +126,7 @@ def bench_request(args) -> BenchRequest:
 
 def measure_machine(ranks: int) -> Machine:
     """The copy bandwidth of ``ranks`` copies at once and the last-level cache."""
-    from arborcc.runtime.membw import copy_bandwidth, last_level_cache
+    from arborcc.bench.memory_bandwidth import copy_bandwidth, last_level_cache
 
     return Machine(copy_bandwidth(ranks), last_level_cache())
 

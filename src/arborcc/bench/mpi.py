@@ -1,6 +1,6 @@
-"""One rank of the MPI sweep (run by ``mpiexec`` from :func:`arborcc.runtime.benchmark.run_mpi`).
+"""One rank of the MPI sweep (run by ``mpiexec`` from :func:`arborcc.bench.backends.run_mpi`).
 
-``python -m arborcc.runtime.bench_mpi SPEC.json OUT.json``: the same protocol as the other
+``python -m arborcc.bench.mpi SPEC.json OUT.json``: the same protocol as the other
 back-ends (barrier, one timed call, slowest rank, median) with MPICH's collectives;
 rank 0 writes every rank's timings to OUT.json. A rank whose MPI world is not the
 sweep's ``ranks`` (an ``mpiexec`` of another MPI than mpi4py's starts processes that
@@ -23,8 +23,8 @@ WRONG_WORLD = 3
 def main(spec_path: str, out_path: str) -> int:
     from mpi4py import MPI
 
+    from arborcc.bench.protocol import Spec, block_count, count_wrong, pattern, time_calls
     from arborcc.ir.collectives import call_blocks
-    from arborcc.runtime.bench_protocol import Spec, block_count, count_wrong, pattern, time_calls
 
     with open(spec_path) as f:
         spec = Spec(**json.load(f))

@@ -1,14 +1,14 @@
 """Benchmark output: the nccl-tests table (plus busbw as a fraction of the machine's copy
 bandwidth, and of the busbw at which the call's compulsory memory traffic would move at
-that bandwidth: :mod:`arborcc.runtime.membw`), one JSON object, and a plot of busbw
+that bandwidth: :mod:`arborcc.bench.memory_bandwidth`), one JSON object, and a plot of busbw
 against size for every back-end of the run."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from arborcc.runtime.bench_protocol import Row, Spec
-from arborcc.runtime.membw import CACHE_MULTIPLE, MODELLED, beyond_caches, busbw_bound
+from arborcc.bench.memory_bandwidth import CACHE_MULTIPLE, MODELLED, beyond_caches, busbw_bound
+from arborcc.bench.protocol import Row, Spec
 
 GB = 1e9
 

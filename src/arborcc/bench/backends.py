@@ -1,6 +1,6 @@
 """Sweeps in the manner of nccl-tests on three back-ends: arborcc's shared-memory runtime,
 torch.distributed's gloo, and MPICH through mpi4py, each following the protocol of
-:mod:`arborcc.runtime.bench_protocol`.
+:mod:`arborcc.bench.protocol`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import asdict
 
 import numpy as np
 
+from arborcc.bench.mpi import WRONG_WORLD
+from arborcc.bench.protocol import Row, Spec, block_count, count_wrong, pattern, rows_from_timings, time_calls
 from arborcc.errors import InputError, MissingDependencyError
 from arborcc.ir.collectives import call_blocks
-from arborcc.runtime.bench_mpi import WRONG_WORLD
-from arborcc.runtime.bench_protocol import Row, Spec, block_count, count_wrong, pattern, rows_from_timings, time_calls
 from arborcc.runtime.errors import CommunicationError
 
 BACKENDS = ("arborcc", "gloo", "mpi")
@@ -283,7 +283,7 @@ def run_mpi(spec: Spec) -> list[Row]:
         with open(spec_path, "w") as f:
             json.dump(asdict(spec), f)
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-        cmd = [mpiexec_path(), "-n", str(spec.ranks), sys.executable, "-m", "arborcc.runtime.bench_mpi", spec_path,
+        cmd = [mpiexec_path(), "-n", str(spec.ranks), sys.executable, "-m", "arborcc.bench.mpi", spec_path,
                out_path]
         try:
             proc = subprocess.run(cmd, env=env, timeout=spec.timeout, capture_output=True, text=True,

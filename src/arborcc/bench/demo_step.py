@@ -30,11 +30,11 @@ def _run_and_check(algo: Algorithm, count: int, seed: int):
 def run_demo_step(algo: Algorithm, section) -> None:
     """Run ``algo`` (an all-reduce) on as many local processes as it has ranks, check it
     against numpy, and benchmark it next to gloo."""
+    from arborcc.bench.backends import run_backend
+    from arborcc.bench.protocol import Spec
+    from arborcc.bench.report import comparison
     from arborcc.errors import ArborccError
     from arborcc.ir.msccl_xml import write_msccl_xml
-    from arborcc.runtime.bench_protocol import Spec
-    from arborcc.runtime.bench_report import comparison
-    from arborcc.runtime.benchmark import run_backend
     from arborcc.runtime.launch import run_ranks
 
     n = algo.num_ranks
