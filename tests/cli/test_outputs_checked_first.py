@@ -28,7 +28,7 @@ WORK = {
     "bench": ("arborcc.bench.cli", "run_backend"),
 }
 #: modules that import one of those functions by name when they are loaded
-BINDERS = ("arborcc.bench.cli", "arborcc.tune.compare", "arborcc.tune.search", "arborcc.tune.plan",
+BINDERS = ("arborcc.bench.cli", "arborcc.tune.compare", "arborcc.tune.search", "arborcc.tune.plan_writer",
            "arborcc.tune.nccl", "arborcc.sim.timeline", "arborcc.synth.synthesis")
 
 

@@ -1,8 +1,11 @@
-"""A tuning plan on disk: a directory of MSCCL XML files, one per size bucket, each
-with its ``minBytes``/``maxBytes`` - which is all a runtime needs, since MSCCL picks
-among loaded algorithms by those attributes (``MSCCL_ALGO_DIR`` for the new executors
-and RCCL, ``MSCCL_XML_FILES`` for the original fork) - plus ``plan.json``, an index for
-tools and arborcc's own runtime::
+"""A plan directory's index, ``plan.json``: its format and its one reader.
+
+A tuning plan on disk (written by :func:`arborcc.tune.plan_writer.write_plan`) is a
+directory of MSCCL XML files, one per size bucket, each with its ``minBytes``/``maxBytes`` -
+which is all a runtime needs, since MSCCL picks among loaded algorithms by those
+attributes (``MSCCL_ALGO_DIR`` for the new executors and RCCL, ``MSCCL_XML_FILES`` for
+the original fork) - plus ``plan.json``, an index for tools and arborcc's own runtime
+(:meth:`arborcc.runtime.plan.Plan.load`, what ``ARBORCC_PLAN`` names)::
 
     {"format": "arborcc-plan", "version": 1,
      "collective": "allreduce", "ranks": 8, "topology": "dgx1v", "dialect": "executor",
@@ -12,23 +15,18 @@ tools and arborcc's own runtime::
                      "protocol": "LL", "predicted_us": {"1024": 18.2, ...}}, ...]}
 
 ``min_bytes``/``max_bytes`` repeat the files' attributes (0 = no upper limit); sizes
-are nccl-tests sizes in bytes. Every file is verified (and checked against the
-dialect's limits) before it is written: one bad file in an algorithm directory stops
-a runtime from starting.
+are nccl-tests sizes in bytes. The index lives here, below both the tuner that writes it
+and the runtime that reads it: :func:`plan_index_document` is the document the writer
+writes, :func:`read_plan_index` the one reader of a user's ``plan.json``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from arborcc.errors import InputError, VerificationError
-
-if TYPE_CHECKING:
-    from arborcc.tune.search import TuneResult
+from arborcc.errors import InputError
 
 INDEX = "plan.json"
 FORMAT = "arborcc-plan"
@@ -36,8 +34,9 @@ VERSION = 1
 
 
 @dataclass(frozen=True)
-class PlanEntry:
-    """One algorithm of a plan."""
+class SizeRule:
+    """One algorithm of a plan and the call sizes it runs: ``min_bytes <= size <=
+    max_bytes``, ``max_bytes`` 0 meaning no limit (MSCCL's rule)."""
 
     file: str
     min_bytes: int
@@ -46,74 +45,30 @@ class PlanEntry:
     instances: int = 1
     protocol: str = ""
 
-    def covers(self, size: int) -> bool:
-        """MSCCL's rule: ``min_bytes <= size <= max_bytes``, ``max_bytes`` 0 meaning no limit."""
-        return self.min_bytes <= size and (self.max_bytes == 0 or size <= self.max_bytes)
-
-
-def write_plan(result: "TuneResult", directory: str | os.PathLike) -> list[Path]:
-    """Write one verified MSCCL XML per bucket and ``plan.json`` into ``directory``."""
-    from arborcc.files import write_output
-    from arborcc.ir.msccl_xml import write_msccl_xml
-    from arborcc.verify import verify_algorithm
-
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    written, entries = [], []
-    for k, bucket in enumerate(result.buckets):
-        algo = result.algorithm(bucket)
-        report = verify_algorithm(algo, result.dialect)
-        if not report.ok:
-            raise VerificationError(f"tuned algorithm {algo.name} fails the {result.dialect} checks: "
-                                    f"{report.violations[0]}")
-        c = bucket.choice
-        name = f"{result.collective}-{k}-{c.strategy}-x{c.instances}-{c.protocol}.xml"
-        write_output(out / name, write_msccl_xml(algo, result.dialect))
-        written.append(out / name)
-        entries.append({"file": name, "min_bytes": bucket.min_bytes, "max_bytes": bucket.max_bytes,
-                        "strategy": c.strategy, "instances": c.instances, "protocol": c.protocol,
-                        "predicted_us": {str(s): round(t * 1e6, 3) for s, t in sorted(bucket.times.items())}})
-    index = {"format": FORMAT, "version": VERSION, "collective": result.collective, "ranks": result.ranks,
-             "topology": result.topology, "dialect": result.dialect, "fidelity": result.fidelity,
-             "algorithms": entries}
-    write_output(out / INDEX, json.dumps(index, indent=2) + "\n")
-    written.append(out / INDEX)
-    return written
-
 
 @dataclass(frozen=True)
 class PlanIndex:
-    """A plan directory's ``plan.json``: what the plan is for and its entries."""
+    """A plan directory's ``plan.json``: what the plan is for and its size rules, in order."""
 
     path: Path  #: the plan.json file
     collective: str
     ranks: int
-    entries: list[PlanEntry]
+    rules: list[SizeRule]
 
-    def file(self, entry: PlanEntry) -> Path:
-        """The algorithm file of ``entry`` (in the plan's folder)."""
-        return self.path.parent / entry.file
-
-
-def read_plan(directory: str | os.PathLike) -> list[PlanEntry]:
-    """The entries of a plan directory: from ``plan.json`` when there is one
-    (:func:`read_index`), else from the ``minBytes``/``maxBytes`` of every XML file in it
-    (any MSCCL algorithm directory)."""
-    from arborcc.ir.msccl_xml import read_msccl_xml
-
-    d = Path(directory)
-    if not d.is_dir():
-        raise InputError("is not a directory", source=str(d))
-    if (d / INDEX).exists():
-        return read_index(d).entries
-    entries = []
-    for path in sorted(d.glob("*.xml")):
-        algo = read_msccl_xml(path)
-        entries.append(PlanEntry(path.name, algo.min_bytes, algo.max_bytes, protocol=algo.protocol.value))
-    return entries
+    def file(self, rule: SizeRule) -> Path:
+        """The algorithm file of ``rule`` (in the plan's folder)."""
+        return self.path.parent / rule.file
 
 
-def read_index(directory: str | os.PathLike) -> PlanIndex:
+def plan_index_document(collective: str, ranks: int, algorithms: list[dict], **about) -> dict:
+    """The ``plan.json`` of a plan: ``algorithms`` one object per file (``file``,
+    ``min_bytes``, ``max_bytes`` and what the writer adds), ``about`` what it was tuned for
+    (topology, dialect, fidelity)."""
+    return {"format": FORMAT, "version": VERSION, "collective": collective, "ranks": ranks, **about,
+            "algorithms": algorithms}
+
+
+def read_plan_index(directory: str | os.PathLike) -> PlanIndex:
     """``plan.json`` of a plan directory, read within the limits (input bytes, nesting:
     :func:`arborcc.files.read_input_bytes`, :func:`arborcc.documents.load_json`) and checked
     entry by entry: one InputError naming plan.json, the line and the entry."""
@@ -159,7 +114,7 @@ def read_index(directory: str | os.PathLike) -> PlanIndex:
     if not isinstance(algorithms, list) or not algorithms:
         raise fail(("algorithms",) if "algorithms" in doc else (),
                    "'algorithms' must be a non-empty list of {file, min_bytes, max_bytes}")
-    entries = []
+    rules = []
     for i, a in enumerate(algorithms):
         place = ("algorithms", i)
         if not isinstance(a, dict):
@@ -183,12 +138,7 @@ def read_index(directory: str | os.PathLike) -> PlanIndex:
         instances = field(a, place, "instances", int, "instance count, from 1", required=False, default=1)
         if instances < 1:
             raise fail(place + ("instances",), f"{instances} is out of range: an instance count from 1")
-        entries.append(PlanEntry(name, low, high, field(a, place, "strategy", str, "a strategy name", False, ""),
-                                 instances, field(a, place, "protocol", str, "a protocol name", False, "")))
-    return PlanIndex(path, collective, ranks, entries)
+        rules.append(SizeRule(name, low, high, field(a, place, "strategy", str, "a strategy name", False, ""),
+                              instances, field(a, place, "protocol", str, "a protocol name", False, "")))
+    return PlanIndex(path, collective, ranks, rules)
 
-
-def select(entries: list[PlanEntry], size: int) -> PlanEntry | None:
-    """The entry MSCCL would run for ``size`` bytes (the first that covers it), or None
-    (the runtime falls back to its own algorithms)."""
-    return next((e for e in entries if e.covers(size)), None)
