@@ -1,6 +1,6 @@
 """Every collective of ``arborcc bench`` at many ranks against MPICH, in one run.
 
-    .venv/bin/python benchmarks/runtime_matrix.py [--ranks 2 4 8 16]
+    .venv/bin/python benchmarks/runtime/matrix.py [--ranks 2 4 8 16]
         [--collectives C ...] [-b 4K] [-e 64M] [-f 4] [--iters 20] [-w 5] [--json OUT.json]
 
 All-reduce, all-gather, reduce-scatter, broadcast, reduce and all-to-all (float32 sum,
@@ -133,7 +133,7 @@ def main() -> int:
     try:
         return run(args)
     except ArborccError as e:
-        print(f"runtime_matrix.py: error: {e}", file=sys.stderr)
+        print(f"matrix.py: error: {e}", file=sys.stderr)
         return 2
 
 
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         for backend in BACKENDS:
             check_backend(backend, spec)
     check_outputs(json=args.json)
-    print(f"# {' '.join(['benchmarks/runtime_matrix.py'] + sys.argv[1:])}")
+    print(f"# {' '.join(['benchmarks/runtime/matrix.py'] + sys.argv[1:])}")
     print(f"# {available_cpus()} CPU cores available; load average before: "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     results, failed = {}, []
@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
                                                      for (c, n), rows in results.items() for r in rows]},
                                            indent=1, allow_nan=False))
     for line in failed:
-        print(f"runtime_matrix.py: error: {line}", file=sys.stderr)
+        print(f"matrix.py: error: {line}", file=sys.stderr)
     return 1 if failed else 0
 
 

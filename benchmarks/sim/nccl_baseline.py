@@ -3,10 +3,10 @@ nodes: busbw per machine, collective and size, side by side with the published
 nccl-tests figure where one exists (the ratio), and NCCL's own alpha-beta prediction
 for its choice (the table in docs/simulator.md, "The NCCL baseline").
 
-    .venv/bin/python benchmarks/nccl_baseline.py [--json] [--quick]
+    .venv/bin/python benchmarks/sim/nccl_baseline.py [--json] [--quick]
 
 Published figures (docs/fidelity.md and /work/shared/reference cite them):
-* nccl-tests all_reduce_perf busbw, 8x A100 and 8x H100, NCCL 2.18.5 (sim_fidelity.py's
+* nccl-tests all_reduce_perf busbw, 8x A100 and 8x H100, NCCL 2.18.5 (fidelity.py's
   points, one list for both scripts), and H100 rings (NCCL_ALGO=RING) about 370 GB/s;
 * multi-node: 8 x 400 Gb/s NICs per node peak at about 400 GB/s busbw (380+ with tuning):
   the 2- and 8-node DGX H100 all-reduce at 1 GB.
@@ -24,7 +24,7 @@ import sys
 from arborcc.sizes import format_size
 from arborcc.topology.cluster import build_cluster
 from arborcc.tune.nccl import COLLECTIVES, NcclBaseline
-from sim_fidelity import NCCL_POINTS
+from fidelity import NCCL_POINTS
 
 KB, MB, GB = 1 << 10, 1 << 20, 1 << 30
 SIZES = (1 * KB, 1 * MB, 128 * MB, 1 * GB)

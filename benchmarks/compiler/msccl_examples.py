@@ -19,7 +19,7 @@ Nothing is fetched and nothing of the tools is imported here: point the script a
 checkouts and interpreters you made (a throwaway virtualenv per tool, ``pip install
 -e CHECKOUT``)::
 
-    python benchmarks/msccl_examples.py \\
+    python benchmarks/compiler/msccl_examples.py \\
         --tool microsoft /tmp/msccl-tools /tmp/venv-mstools/bin/python \\
         --tool azure /tmp/azure-msccl-tools /tmp/venv-aztools/bin/python \\
         --out /tmp/msccl-examples

@@ -2,7 +2,7 @@
 Collectives for Distributed ML, G. Wang et al., MLSys 2020,
 https://proceedings.mlsys.org/paper/2020/hash/43ec517d68b6edd3015b3edc9a11367b-Abstract.html).
 
-    .venv/bin/python benchmarks/repro_blink.py [--figures 14,15,17,19] [--plots DIR] [--size 500M]
+    .venv/bin/python benchmarks/reproductions/blink.py [--figures 14,15,17,19] [--plots DIR] [--size 500M]
 
 * Fig. 14 - theoretical speedup of packed spanning trees over NCCL's rings, broadcast,
   for every allocation class of 3-8 GPUs (46 on DGX-1V, 14 on DGX-1P): the tree
@@ -30,12 +30,16 @@ import math
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from arborcc.errors import SynthesisError, VerificationError
 from arborcc.sizes import parse_sizes
-from arborcc.topology.allocation import induced, unique_allocations
+from arborcc.topology.allocation import induced
 from arborcc.topology.machines import build_machine
 from arborcc.topology.model import GB
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # the shared topology sets
+from topologies import allocation_topologies  # noqa: E402
 
 MB = 10**6
 
@@ -58,11 +62,9 @@ def fig14() -> dict:
 
     out = {}
     for name in ("dgx1p", "dgx1v"):
-        machine = build_machine(name)
-        classes = unique_allocations(machine, 3, 8, fabric="nvlink")
+        classes = allocation_topologies(name)
         by_k: dict[int, list[float]] = {}
-        for c in classes:
-            sub = induced(machine, list(c.gpus))
+        for c, sub in classes:
             ring = nccl_rings(sub).bus_bandwidth
             for r in range(sub.num_ranks):
                 tree = pack_broadcast(sub, r, "nvlink").rate
@@ -89,10 +91,8 @@ def fig15_17(size: int) -> list[dict]:
     from arborcc.synth.synthesis import synthesize
     from arborcc.tune.nccl import NcclBaseline
 
-    machine = build_machine("dgx1v")
     rows = []
-    for c in unique_allocations(machine, 3, 8, fabric="nvlink"):
-        sub = induced(machine, list(c.gpus))
+    for c, sub in allocation_topologies("dgx1v"):
         base = NcclBaseline(sub)
 
         def attainable(algo, routes) -> float:

@@ -16,9 +16,9 @@ carry (``arborcc.sim.fidelity``: nominal x link efficiency, 0.84 on V100 NVLink,
 on A100's) - and the ratios after / adjusted bound. The issue's target: at least 0.90
 at 1 GiB on single machines.
 
-    python benchmarks/tree_pipelining.py                     # a few minutes
-    python benchmarks/tree_pipelining.py --baseline HEAD~3
-    python benchmarks/tree_pipelining.py --no-baseline       # this checkout only
+    python benchmarks/synthesis/tree_pipelining.py                     # a few minutes
+    python benchmarks/synthesis/tree_pipelining.py --baseline HEAD~3
+    python benchmarks/synthesis/tree_pipelining.py --no-baseline       # this checkout only
 """
 
 from __future__ import annotations
@@ -33,7 +33,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # the shared topology sets
+from topologies import machine_or_cluster  # noqa: E402
+
 SIZES = (64 << 20, 1 << 30)
 #: (label, machine, nodes, gpus or None, strategies)
 CASES = (
@@ -47,15 +50,6 @@ CASES = (
 )
 
 
-def topology_of(machine: str, nodes: int, gpus):
-    from arborcc.topology.allocation import induced
-    from arborcc.topology.cluster import build_cluster
-    from arborcc.topology.machines import build_machine
-
-    t = build_cluster(machine, nodes) if nodes > 1 else build_machine(machine)
-    return induced(t, list(gpus)) if gpus else t
-
-
 def measure() -> list[dict]:
     """Every case's busbw at :data:`SIZES` with the code on ``sys.path`` (either side)."""
     from arborcc.sim.simulate import simulate
@@ -64,7 +58,7 @@ def measure() -> list[dict]:
     rows = []
     for label, machine, nodes, gpus, strategies in CASES:
         for strategy in strategies:
-            t = topology_of(machine, nodes, gpus)
+            t = machine_or_cluster(machine, nodes, gpus)
             t0 = time.perf_counter()
             r = synthesize(t, "allreduce", strategy)
             seconds = time.perf_counter() - t0
@@ -84,7 +78,7 @@ def bounds(machine: str, nodes: int, gpus) -> tuple[float, float]:
     from arborcc.synth.bounds import collective_bound
     from arborcc.topology.model import TopologyBuilder
 
-    t = topology_of(machine, nodes, gpus)
+    t = machine_or_cluster(machine, nodes, gpus)
     fidelity = fidelity_for(t)
     b = TopologyBuilder(t.name, source=t.name, meta=t.meta)
     for d in t.devices.values():

@@ -2,9 +2,9 @@
 results: every row of ``compare`` and every strategy's time with every protocol, at
 8 B - 1 GiB (factor 2), on eight machine / allocation / collective sweeps.
 
-    .venv/bin/python benchmarks/sim_corpus.py write AFTER.json [--quick]
-    PYTHONPATH=/tmp/before/src .venv/bin/python benchmarks/sim_corpus.py write BEFORE.json
-    .venv/bin/python benchmarks/sim_corpus.py diff BEFORE.json AFTER.json
+    .venv/bin/python benchmarks/sim/corpus.py write AFTER.json [--quick]
+    PYTHONPATH=/tmp/before/src .venv/bin/python benchmarks/sim/corpus.py write BEFORE.json
+    .venv/bin/python benchmarks/sim/corpus.py diff BEFORE.json AFTER.json
 
 ``write`` takes about 2 minutes of processor time (``--quick``: the ``compare`` rows
 only, about 40 s); ``diff`` prints every row that differs and every time that differs

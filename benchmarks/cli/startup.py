@@ -6,8 +6,8 @@ a fresh process; the baseline rows (``python -c pass``, ``python -c "import nump
 what the machine gives any Python program right now, so a slow row on a busy machine can
 be told from a slow arborcc. CPU time (user + system of the child) is printed too.
 
-    python benchmarks/startup.py             # 5 runs per command
-    python benchmarks/startup.py --runs 9
+    python benchmarks/cli/startup.py             # 5 runs per command
+    python benchmarks/cli/startup.py --runs 9
 
 Prints one table; exit status 0 whatever the result (a benchmark, not a test).
 """

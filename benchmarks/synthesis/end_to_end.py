@@ -12,9 +12,9 @@ time; the summary ends with the issue's time targets (8 GPUs < 0.1 s, 2x8 A100 <
 ``synthesize`` call: bound, packing, chunk rounding, lowering, compilation and
 verification, on a freshly built topology (routes are computed inside the timer).
 
-    python benchmarks/synthesis.py                 # everything (several minutes on 2 cores)
-    python benchmarks/synthesis.py --quick         # 5 DGX-1V classes + dgx-a100
-    python benchmarks/synthesis.py --collectives allreduce,broadcast --repeat 3 --json out.json
+    python benchmarks/synthesis/end_to_end.py                 # everything (several minutes on 2 cores)
+    python benchmarks/synthesis/end_to_end.py --quick         # 5 DGX-1V classes + dgx-a100
+    python benchmarks/synthesis/end_to_end.py --collectives allreduce,broadcast --repeat 3 --json out.json
 """
 
 from __future__ import annotations
@@ -24,9 +24,13 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from arborcc.synth import synthesize
 from arborcc.topology.model import GB
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # the shared topology sets
+from topologies import ALLOCATION_MACHINES, WHOLE_MACHINES, allocation_topologies, machine_or_cluster  # noqa: E402
 
 HEADER = (f"{'topology':<30} {'coll':<9} {'ranks':>5} {'bound':>8} {'algbw':>8} {'ratio':>6} {'trees':>5} "
           f"{'chunks':>6} {'time s':>7} {'ring':>8} {'speedup':>7}")
@@ -36,27 +40,21 @@ TARGETS = {"8 GPUs": 0.1, "2x8 A100": 1.0, "4x8 A100": 3.0}
 
 def topologies(quick: bool):
     """(group, label, topology-builder) in table order."""
-    from arborcc.topology.allocation import induced, unique_allocations
-    from arborcc.topology.cluster import build_cluster
-    from arborcc.topology.machines import build_machine
-
     out = []
-    for machine in ("dgx1v", "dgx1p"):
-        t = build_machine(machine)
-        classes = unique_allocations(t, 3, 8)
+    for machine in ALLOCATION_MACHINES:
+        if quick and machine != "dgx1v":
+            continue
+        classes = allocation_topologies(machine)
         if quick:
-            if machine != "dgx1v":
-                continue
             classes = classes[:: max(1, len(classes) // 5)][:5]
-        for c in classes:
-            sub = induced(t, list(c.gpus))
+        for _, sub in classes:
             out.append((f"{machine} allocations", sub.name, lambda sub=sub: sub))
-    for machine in (("dgx-a100",) if quick else ("dgx2", "dgx-a100", "dgx-h100")):
-        out.append(("single machines", machine, lambda m=machine: build_machine(m)))
+    for machine in (("dgx-a100",) if quick else WHOLE_MACHINES):
+        out.append(("single machines", machine, lambda m=machine: machine_or_cluster(m)))
     if not quick:
         for nodes in (2, 4):
             out.append((f"{nodes}x8 A100", f"{nodes}x dgx-a100 fat-tree",
-                        lambda n=nodes: build_cluster("dgx-a100", n)))
+                        lambda n=nodes: machine_or_cluster("dgx-a100", n)))
     return out
 
 

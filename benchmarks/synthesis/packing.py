@@ -6,8 +6,8 @@ their ratio, the number of trees and the wall time of the packing (bound include
 Then, for Blink's 46 DGX-1V and 14 DGX-1P allocation classes (NVLink only), the worst
 ratio, most trees and slowest packing over every class and root.
 
-    python benchmarks/packing.py            # everything (about a minute on 2 cores)
-    python benchmarks/packing.py --quick    # single machines only
+    python benchmarks/synthesis/packing.py            # everything (about a minute on 2 cores)
+    python benchmarks/synthesis/packing.py --quick    # single machines only
 """
 
 from __future__ import annotations
@@ -15,11 +15,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from arborcc.synth.bounds import allreduce_bound
 from arborcc.synth.packing import pack_allgather, pack_broadcast, pack_reducescatter
 from arborcc.synth.trees import check_packing
 from arborcc.topology.model import GB, Device, DeviceKind, LinkKind, TopologyBuilder
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # the shared topology sets
+from topologies import allocation_topologies  # noqa: E402
 
 HEADER = (f"{'topology':<22} {'collective':<13} {'root':<8} {'links':<7} {'method':<6} {'bound':>9} "
           f"{'rate':>9} {'algbw':>8} {'ratio':>7} {'trees':>5} {'time s':>7}")
@@ -54,14 +58,9 @@ def row(name, topology, collective, root=None, links="all", method="exact", **kw
 
 
 def allocations(machine: str) -> None:
-    from arborcc.topology.allocation import induced, unique_allocations
-    from arborcc.topology.machines import build_machine
-
-    t = build_machine(machine)
-    classes = unique_allocations(t, 3, 8, fabric="nvlink")
+    classes = allocation_topologies(machine)
     worst, most, slowest, n = 1.0, 0, 0.0, 0
-    for c in classes:
-        sub = induced(t, list(c.gpus))
+    for _, sub in classes:
         for r in range(sub.num_ranks):
             t0 = time.perf_counter()
             p = pack_broadcast(sub, r, "nvlink")

@@ -8,8 +8,8 @@ emitted, verified algorithm in the steady-state bandwidth model (GB/s, large buf
 and its synthesis time; "n/a" when a strategy does not apply (with the reason in the
 footnotes). The last column is the best strategy's share of the bound.
 
-    python benchmarks/multinode.py
-    python benchmarks/multinode.py --only "DGX-1V 3+5" "2x8 A100"
+    python benchmarks/synthesis/multinode.py
+    python benchmarks/synthesis/multinode.py --only "DGX-1V 3+5" "2x8 A100"
 """
 
 from __future__ import annotations
@@ -17,30 +17,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from arborcc.errors import SynthesisError
 from arborcc.synth import collective_bound, synthesize
-from arborcc.topology.allocation import induced
-from arborcc.topology.cluster import build_cluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # the shared topology sets
+from topologies import MULTINODE  # noqa: E402
 
 STRATEGIES = ("trees", "three-phase", "hierarchical", "blueconnect", "nccl-ring")
-
-
-def _split(a: int, b: int):
-    t = build_cluster("dgx1v", 2)
-    return induced(t, [f"n0.gpu{i}" for i in range(a)] + [f"n1.gpu{i}" for i in range(b)], name=f"dgx1v {a}+{b}")
-
-
-CASES = {
-    "2x8 A100": lambda: build_cluster("dgx-a100", 2),
-    "4x8 A100": lambda: build_cluster("dgx-a100", 4),
-    "2x8 A100 rail": lambda: build_cluster("dgx-a100", 2, network="rail"),
-    "4x8 A100 2:1": lambda: build_cluster("dgx-a100", 4, oversubscription=2.0, leaf_ports=16),
-    "2x DGX-1V": lambda: build_cluster("dgx1v", 2),
-    "DGX-1V 3+5": lambda: _split(3, 5),
-    "DGX-1V 4+4": lambda: _split(4, 4),
-    "DGX-1V 2+6": lambda: _split(2, 6),
-}
+CASES = MULTINODE
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """``dist.all_reduce`` through the ``arborcc`` backend against gloo and the raw runtime,
 side by side in one run; the two-"host" job at 64 MB; DDP's time per iteration.
 
-    .venv/bin/python benchmarks/torch_allreduce.py [--quick] [--runs K] [--ranks 4] [--sizes 1M,4M]
+    .venv/bin/python benchmarks/torch/allreduce.py [--quick] [--runs K] [--ranks 4] [--sizes 1M,4M]
                                                    [--parts single,gloo-plain,overhead,gloo-modes,cpu-split,
                                                             two-hosts,ddp]
                                                    [--json OUT.json]
@@ -76,7 +76,7 @@ KB, MB = 1 << 10, 1 << 20
 SIZES = [4 * KB, 64 * KB, 256 * KB, 1 * MB, 4 * MB, 16 * MB, 64 * MB]
 QUICK_SIZES = [64 * KB, 1 * MB, 16 * MB]
 ROUNDS = 3
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def iterations(size: int, quick: bool) -> tuple[int, int]:

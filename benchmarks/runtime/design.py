@@ -1,6 +1,6 @@
 """The runtime's design choices measured side by side (float32 sum, out of place).
 
-    .venv/bin/python benchmarks/runtime_design.py [--ranks 2 4] [--sizes 4K 64K 1M 16M 64M]
+    .venv/bin/python benchmarks/runtime/design.py [--ranks 2 4] [--sizes 4K 64K 1M 16M 64M]
         [--collective allreduce|allgather]
 
 Rows: the scheduler on the calling thread vs a worker thread per thread block; large
@@ -59,7 +59,7 @@ def main() -> int:
     ap.add_argument("--collective", choices=("allreduce", "allgather"), default="allreduce")
     args = ap.parse_args()
     sizes = args.sizes
-    print(f"# {' '.join(['benchmarks/runtime_design.py'] + sys.argv[1:])}; {os.cpu_count()} CPUs; "
+    print(f"# {' '.join(['benchmarks/runtime/design.py'] + sys.argv[1:])}; {os.cpu_count()} CPUs; "
           f"load average before: {os.getloadavg()} (other work shares the machine)")
     print("| ranks | configuration | " + " | ".join(f"{s >> 10} KB us" for s in sizes) + " |")
     print("|---|---|" + "---|" * len(sizes))

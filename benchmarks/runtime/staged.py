@@ -1,7 +1,7 @@
 """The staged all-reduce against the interpreted one, side by side in one job per rank
 count, and what this machine's cross-core copy rates allow.
 
-    .venv/bin/python benchmarks/runtime_staged.py [--ranks 2 4] [--sizes 64K 256K 1M 4M] [--rounds 7]
+    .venv/bin/python benchmarks/runtime/staged.py [--ranks 2 4] [--sizes 64K 256K 1M 4M] [--rounds 7]
 
 Ways (in-place float32 sum on caller-owned numpy arrays, each prepared once as the torch
 backend prepares ``dist.all_reduce``: ``Communicator.inplace_allreduce``):
@@ -11,7 +11,7 @@ all-reduce: reduce-scatter + all-gather through the FIFOs, cross-memory attach f
 ``Options.staged_bytes``), ``default`` (what the built-in plan picks: since the staged
 path, staged up to ``staged_bytes``). Every way runs in rounds that rotate their order; a
 sample is a barrier and a batch of calls timed together (16 up to 1 MB, 16 MB of calls
-above, as ``benchmarks/torch_allreduce.py`` times them), the slowest rank's time counts;
+above, as ``benchmarks/torch/allreduce.py`` times them), the slowest rank's time counts;
 a row shows the median sample per call.
 
 Copy rates (``--rates``): two processes on the two CPUs pass a buffer through shared
@@ -44,7 +44,7 @@ WAYS = ("one-shot", "owner", "staged", "default")
 
 
 def batch_of(size: int) -> int:
-    """Calls per sample: 16 up to 1 MB, at least 16 MB of calls above (as torch_allreduce.py)."""
+    """Calls per sample: 16 up to 1 MB, at least 16 MB of calls above (as benchmarks/torch/allreduce.py)."""
     return max(1, min(16, 16 * MB // size))
 
 
@@ -140,7 +140,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--rates", action="store_true", help="also measure the cross-core copy rates and the bound")
     args = ap.parse_args()
-    print(f"# benchmarks/runtime_staged.py {' '.join(sys.argv[1:])}; {os.cpu_count()} CPUs; "
+    print(f"# benchmarks/runtime/staged.py {' '.join(sys.argv[1:])}; {os.cpu_count()} CPUs; "
           f"load average before: {os.getloadavg()}")
     for n in args.ranks:
         table = run_ranks(_rank, n, (args.sizes, args.rounds), timeout=900)[0]

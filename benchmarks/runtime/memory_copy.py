@@ -1,7 +1,7 @@
 """One process copying memory, by size: where the copies of a shared-memory collective
 leave the caches (a core's L2 here: 2 MB) and what each way of copying costs.
 
-    .venv/bin/python benchmarks/runtime_copy.py [--sizes 256K 512K 1M 2M 4M 16M 64M 256M]
+    .venv/bin/python benchmarks/runtime/memory_copy.py [--sizes 256K 512K 1M 2M 4M 16M 64M 256M]
 
 Rows: ``numpy.copyto`` (the C library's memcpy), the data plane's streaming-store copy
 (AVX2 non-temporal stores, ``arborcc.runtime.native.copy``) and ``process_vm_readv`` of
@@ -39,7 +39,7 @@ def main() -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.process_vm_readv.restype = ctypes.c_ssize_t
     pid = os.getpid()
-    print(f"# {' '.join(['benchmarks/runtime_copy.py'] + sys.argv[1:])}; load average before: {os.getloadavg()}; "
+    print(f"# {' '.join(['benchmarks/runtime/memory_copy.py'] + sys.argv[1:])}; load average before: {os.getloadavg()}; "
           f"streaming stores: {'AVX2' if native.HAVE_AVX2 else 'not available (plain copy)'}")
     print("| size | memcpy us | memcpy GB/s | streaming us | streaming GB/s | process_vm_readv us | "
           "process_vm_readv GB/s |")

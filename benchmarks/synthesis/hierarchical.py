@@ -21,8 +21,8 @@ wall time per phase:
 The target: 128 nodes x 8 GPUs (1024 ranks) synthesized (plan + lower + compile +
 verify) in < 60 s on a 2-core machine, routes and bound included.
 
-    python benchmarks/hierarchical.py
-    python benchmarks/hierarchical.py --only 2x8 4x8
+    python benchmarks/synthesis/hierarchical.py
+    python benchmarks/synthesis/hierarchical.py --only 2x8 4x8
 
 ``blueconnect_plan`` explores the bandwidth hierarchy over all rank pairs (O(n^2)
 routes); above ``--exact-limit`` ranks (default 128) the BlueConnect row uses the
@@ -38,7 +38,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src"))
 
 from arborcc.sim.bandwidth import steady_state_bandwidth  # noqa: E402
 from arborcc.synth.blueconnect import blueconnect_plan  # noqa: E402

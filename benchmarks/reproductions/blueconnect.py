@@ -1,7 +1,7 @@
 """BlueConnect's all-reduce time (its eq. 9) against the two-level scheme (eq. 7) and one
 ring (eqs. 5-6), 12 to 192 GPUs.
 
-    .venv/bin/python benchmarks/repro_blueconnect.py [--size 100M] [--alpha-us 5] [--plot PNG]
+    .venv/bin/python benchmarks/reproductions/blueconnect.py [--size 100M] [--alpha-us 5] [--plot PNG]
 
 BlueConnect: Decomposing All-Reduce for Deep Learning on Heterogeneous Network
 Hierarchy (M. Cho, U. Finkler, D. Kung, H. Hunter; SysML 2019,
@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from repro_plot import line_plot
+from line_plot import line_plot
 
 from arborcc.sim.blueconnect_model import blueconnect_time, one_level_ring_time, two_level_time
 from arborcc.sizes import parse_size

@@ -2,7 +2,7 @@
 machine allows per call, the floor under ``arborcc bench --collective allgather
 --shared-buffers`` on 2 ranks.
 
-    .venv/bin/python benchmarks/runtime_allgather_copies.py [--sizes 4M 16M 64M 256M] [--reps 15]
+    .venv/bin/python benchmarks/runtime/allgather_copies.py [--sizes 4M 16M 64M 256M] [--reps 15]
 
 Two processes (pinned to CPUs 0 and 1) copy at once, each on its own buffers in shared
 memory (4 KB pages, as shared arrays): a block of S/2 bytes (S: the all-gather's output,
@@ -73,7 +73,7 @@ def main() -> int:
     ap.add_argument("--sizes", type=size_argument, nargs="+", default=SIZES, help="bytes, with K/M suffixes")
     ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args()
-    print(f"# {' '.join(['benchmarks/runtime_allgather_copies.py'] + sys.argv[1:])}; load average before: "
+    print(f"# {' '.join(['benchmarks/runtime/allgather_copies.py'] + sys.argv[1:])}; load average before: "
           f"{os.getloadavg()}")
     print("| size | " + " | ".join(f"{w} us" for w in WAYS) + " |")
     print("|---|" + "---|" * len(WAYS))

@@ -4,8 +4,8 @@ GC3's public tool needs about a minute for a 128-rank ring all-reduce (recursive
 that recompute values). arborcc's passes are linear; the targets are 128 ranks < 1 s and
 1024 ranks < 30 s on a 2-core machine.
 
-    python benchmarks/compile_time.py                 # 8 .. 1024 ranks
-    python benchmarks/compile_time.py --ranks 8 128 --runs 5
+    python benchmarks/compiler/compile_time.py                 # 8 .. 1024 ranks
+    python benchmarks/compiler/compile_time.py --ranks 8 128 --runs 5
 
 Wall time is the median of ``--runs`` runs (large sizes run fewer times, see --max-runs-large);
 CPU time is shown too because on a shared machine wall time also measures other people's jobs.
@@ -20,7 +20,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src"))
 
 from arborcc.library import ring_allreduce  # noqa: E402
 from arborcc.limits import raised_default  # noqa: E402

@@ -1,9 +1,9 @@
 """The torch.distributed executor against another commit's executor and gloo's own
 all-reduce, side by side in one job: 4 ranks as two "hosts" of 2 (``ARBORCC_HOST``, as the
-two-host table of ``benchmarks/torch_allreduce.py``), each executor running arborcc's
+two-host table of ``benchmarks/torch/allreduce.py``), each executor running arborcc's
 default all-reduce over one gloo group of all 4 ranks.
 
-    .venv/bin/python benchmarks/torch_executor_ab.py [--against 3ba9240] [--rounds 8] [--sizes 64M,16M]
+    .venv/bin/python benchmarks/torch/executor_ab.py [--against 3ba9240] [--rounds 8] [--sizes 64M,16M]
                                                      [--tile-bytes 4M]
 
 The other executor is ``src/arborcc/torch/executor.py`` as of ``--against`` (default:
@@ -33,7 +33,7 @@ from pathlib import Path
 from arborcc.runtime.launch import run_ranks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torch_allreduce import ROOT, check_sum_of_ones, free_threads_group, rotated, size_list, time_batches, unpinned  # noqa: E402
+from allreduce import ROOT, check_sum_of_ones, free_threads_group, rotated, size_list, time_batches, unpinned  # noqa: E402
 
 
 def module_of(commit: str, path: str, name: str, directory: str):

@@ -1,7 +1,7 @@
 """The simulator against published measurements: every point, its error, and the
 geometric-mean error per group (the table in docs/fidelity.md).
 
-    .venv/bin/python benchmarks/sim_fidelity.py [--json]
+    .venv/bin/python benchmarks/sim/fidelity.py [--json]
 
 Published points (docs/fidelity.md cites where each comes from):
 * nccl-tests all_reduce_perf busbw, 8x A100 SXM4 80GB and 8x H100 SXM (NCCL 2.18.5);

@@ -1,7 +1,7 @@
 """Simulator performance: a 1024-rank ring all-reduce at one size, a full 8-GPU sweep of
 every strategy ``compare`` runs, and memory against the number of steps.
 
-    .venv/bin/python benchmarks/sim_performance.py [--repeat 3] [--skip-1024 | --only-1024]
+    .venv/bin/python benchmarks/sim/performance.py [--repeat 3] [--skip-1024 | --only-1024]
 
 Targets: the 1024-rank ring in under 5 s, the 8-GPU sweep (8 B to 1 GB,
 factor 2) in under 2 s, memory linear in steps. The machine is shared and noisy, so

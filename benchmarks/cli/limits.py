@@ -5,8 +5,8 @@ Each row runs one ``arborcc`` command in a fresh process at (or near) a limit of
 and the size of the file it reads or writes. The first row, ``python -c "import
 numpy"``, shows what the machine gives any Python program right now.
 
-    python benchmarks/limits.py            # about two minutes on a quiet 2-core machine
-    python benchmarks/limits.py --slow     # also topo classes over all 65,399 DGX-2 allocations
+    python benchmarks/cli/limits.py            # about two minutes on a quiet 2-core machine
+    python benchmarks/cli/limits.py --slow     # also topo classes over all 65,399 DGX-2 allocations
 
 Prints one table; exit status 0 whatever the result (a benchmark, not a test).
 """

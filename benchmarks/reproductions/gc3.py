@@ -1,6 +1,6 @@
 """GC3's all-pairs all-reduce against NCCL's ring for small buffers, simulated.
 
-    .venv/bin/python benchmarks/repro_gc3.py [--sizes 1K:1M] [--plot PNG]
+    .venv/bin/python benchmarks/reproductions/gc3.py [--sizes 1K:1M] [--plot PNG]
 
 GC3: An Optimizing Compiler for GPU Collective Communication (M. Cowan, S. Maleki,
 M. Musuvathi, O. Saarikivi, Y. Xiong; arXiv 2022, https://arxiv.org/abs/2201.11840;
@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from repro_plot import line_plot
+from line_plot import line_plot
 
 from arborcc.library.allpairs import allpairs_allreduce
 from arborcc.sim.simulate import simulate

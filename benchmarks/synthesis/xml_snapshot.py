@@ -2,14 +2,14 @@
 
 A refactoring that claims "behaviour stays the same" is checked by running this before
 and after it: every file must be byte-identical. The set is the topologies of
-``benchmarks/synthesis.py`` (every DGX-1V and DGX-1P allocation class of 3-8 GPUs,
+``benchmarks/synthesis/end_to_end.py`` (every DGX-1V and DGX-1P allocation class of 3-8 GPUs,
 dgx2, dgx-a100, dgx-h100, 2 and 4 DGX-A100 nodes) with strategy ``trees`` for each
-collective, the cases of ``benchmarks/multinode.py`` with each multi-node strategy,
+collective, the cases of ``benchmarks/synthesis/multinode.py`` with each multi-node strategy,
 every all-reduce strategy (and ``auto``) on the whole machines, and every algorithm of
 the library at 8 ranks.
 
-    python benchmarks/xml_snapshot.py --out /tmp/before          # takes a few minutes
-    python benchmarks/xml_snapshot.py --out /tmp/after --compare /tmp/before
+    python benchmarks/synthesis/xml_snapshot.py --out /tmp/before          # takes a few minutes
+    python benchmarks/synthesis/xml_snapshot.py --out /tmp/after --compare /tmp/before
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ import filecmp
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # the shared topology sets
+from topologies import (ALLOCATION_MACHINES, WHOLE_MACHINES, allocation_topologies,  # noqa: E402
+                        machine_or_cluster, split_dgx1v)
 
 COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter", "gather", "scatter")
 ALLREDUCE_STRATEGIES = ("auto", "trees", "binary-trees", "blueconnect", "hierarchical", "three-phase", "nccl-ring",
@@ -36,34 +40,29 @@ def _synthesize():
 
 def cases(quick: bool):
     """(file stem, topology builder, collective, strategy) in a fixed order."""
-    from arborcc.topology.allocation import induced, unique_allocations
-    from arborcc.topology.cluster import build_cluster
-    from arborcc.topology.machines import build_machine
-
     out = []
-    for machine in ("dgx1v", "dgx1p"):
-        t = build_machine(machine)
-        classes = unique_allocations(t, 3, 8)
+    for machine in ALLOCATION_MACHINES:
+        classes = allocation_topologies(machine)
         if quick:
             classes = classes[:3]
-        for c in classes:
+        for c, _ in classes:
             gpus = list(c.gpus)
             for coll in COLLECTIVES:
                 out.append((f"{machine}-{'-'.join(gpus)}-{coll}-trees",
-                            lambda m=machine, g=gpus: induced(build_machine(m), g), coll, "trees"))
-    machines = ("dgx-a100",) if quick else ("dgx1v", "dgx2", "dgx-a100", "dgx-h100")
+                            lambda m=machine, g=gpus: machine_or_cluster(m, gpus=g), coll, "trees"))
+    machines = ("dgx-a100",) if quick else ("dgx1v", *WHOLE_MACHINES)
     for machine in machines:
         for coll in COLLECTIVES:
-            out.append((f"{machine}-{coll}-trees", lambda m=machine: build_machine(m), coll, "trees"))
+            out.append((f"{machine}-{coll}-trees", lambda m=machine: machine_or_cluster(m), coll, "trees"))
         for strategy in (s for s in ALLREDUCE_STRATEGIES if s != "trees"):  # trees: above
-            out.append((f"{machine}-allreduce-{strategy}", lambda m=machine: build_machine(m), "allreduce", strategy))
+            out.append((f"{machine}-allreduce-{strategy}", lambda m=machine: machine_or_cluster(m), "allreduce",
+                        strategy))
     clusters = {
-        "2x8-a100": lambda: build_cluster("dgx-a100", 2),
-        "4x8-a100": lambda: build_cluster("dgx-a100", 4),
-        "2x8-a100-rail": lambda: build_cluster("dgx-a100", 2, network="rail"),
-        "2x-dgx1v": lambda: build_cluster("dgx1v", 2),
-        "dgx1v-3+5": lambda: induced(build_cluster("dgx1v", 2),
-                                     [f"n0.gpu{i}" for i in range(3)] + [f"n1.gpu{i}" for i in range(5)]),
+        "2x8-a100": lambda: machine_or_cluster("dgx-a100", 2),
+        "4x8-a100": lambda: machine_or_cluster("dgx-a100", 4),
+        "2x8-a100-rail": lambda: machine_or_cluster("dgx-a100", 2, network="rail"),
+        "2x-dgx1v": lambda: machine_or_cluster("dgx1v", 2),
+        "dgx1v-3+5": lambda: split_dgx1v(3, 5),
     }
     if quick:
         clusters = {k: clusters[k] for k in ("2x8-a100",)}

@@ -31,11 +31,11 @@ https://github.com/liangyuRain/ForestColl /tmp/ForestColl``) and pass its folder
 ``--forestcoll`` (it needs only networkx). Target: at least 10x faster with the same
 optimum.
 
-    python benchmarks/cluster_scale.py                       # both tables (about an hour)
-    python benchmarks/cluster_scale.py --nodes 8,16 --skip-forestcoll
-    python benchmarks/cluster_scale.py --skip-scale --forestcoll /tmp/ForestColl
-    python benchmarks/cluster_scale.py --passes dgx1v 1 --repeat-small 21   # where the time goes, every ms
-    python benchmarks/cluster_scale.py --passes dgx1v 1 --repeat-small 21 --baseline /tmp/base/src  # vs another
+    python benchmarks/synthesis/cluster_scale.py                       # both tables (about an hour)
+    python benchmarks/synthesis/cluster_scale.py --nodes 8,16 --skip-forestcoll
+    python benchmarks/synthesis/cluster_scale.py --skip-scale --forestcoll /tmp/ForestColl
+    python benchmarks/synthesis/cluster_scale.py --passes dgx1v 1 --repeat-small 21   # where the time goes, every ms
+    python benchmarks/synthesis/cluster_scale.py --passes dgx1v 1 --repeat-small 21 --baseline /tmp/base/src  # vs another
 """
 
 from __future__ import annotations
@@ -49,17 +49,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # the shared topology sets
+from topologies import machine_or_cluster  # noqa: E402
+
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "gather", "scatter", "alltoall")
 FORESTCOLL_CASES = (("DGX-1V", "dgx1v", 1), ("1x8 A100", "dgx-a100", 1), ("2x8 A100", "dgx-a100", 2),
                     ("4x8 A100", "dgx-a100", 4))
-
-
-def _topology(machine: str, nodes: int):
-    from arborcc.topology.cluster import build_cluster
-    from arborcc.topology.machines import build_machine
-
-    return build_machine(machine) if nodes == 1 else build_cluster(machine, nodes)
 
 
 def run_cell(machine: str, nodes: int, collective: str, dialect: str) -> dict:
@@ -69,7 +65,7 @@ def run_cell(machine: str, nodes: int, collective: str, dialect: str) -> dict:
     from arborcc.errors import ArborccError
     from arborcc.synth import synthesize
 
-    topology = _topology(machine, nodes)
+    topology = machine_or_cluster(machine, nodes)
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         r = synthesize(topology, collective, "auto", dialect=dialect)
@@ -93,7 +89,7 @@ def run_warm(machine: str, nodes: int, collective: str, repeat: int) -> dict:
     went (bound, strategies, verification), from the progress messages' timestamps."""
     from arborcc.synth import synthesize
 
-    topology = _topology(machine, nodes)
+    topology = machine_or_cluster(machine, nodes)
     synthesize(topology, collective, "auto", dialect="executor")
     runs = []
     for _ in range(repeat):
@@ -222,7 +218,7 @@ def run_passes(machine: str, nodes: int, collective: str, repeat: int) -> dict:
         for name in names:
             if hasattr(owner, name):
                 setattr(owner, name, timed(getattr(owner, name), label))
-    topology = _topology(machine, nodes)
+    topology = machine_or_cluster(machine, nodes)
     synthesize(topology, collective, "auto", dialect="executor")
     parts = pass_parts()
     runs = []
@@ -378,7 +374,7 @@ def forestcoll_table(folder: Path | None, repeat_small: int, repeat_forestcoll: 
         if folder is None:
             fc = {"error": "ForestColl not given (--forestcoll DIR)"}
         else:
-            fcs = [run_forestcoll(folder, _topology(machine, nodes), timeout) for _ in range(repeat_forestcoll)]
+            fcs = [run_forestcoll(folder, machine_or_cluster(machine, nodes), timeout) for _ in range(repeat_forestcoll)]
             ok = [r for r in fcs if "error" not in r]
             fc = (dict(ok[0], seconds=statistics.median(r["seconds"] for r in ok),
                        cpu_seconds=statistics.median(r["cpu_seconds"] for r in ok)) if ok else fcs[0])

@@ -1,6 +1,6 @@
 """MXNet's single-tree vs multi-tree all-reduce on a p3.16xlarge, simulated.
 
-    .venv/bin/python benchmarks/repro_mxnet.py [--sizes 4K:1G] [--plot PNG]
+    .venv/bin/python benchmarks/reproductions/mxnet.py [--sizes 4K:1G] [--plot PNG]
 
 The MXNet design proposal "Single machine All Reduce Topology-aware Communication"
 (Apache MXNet wiki, 2018, https://cwiki.apache.org/confluence/display/MXNET/Single+machine+All+Reduce+Topology-aware+Communication)
@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from repro_plot import line_plot
+from line_plot import line_plot
 
 from arborcc.sim.fidelity import fidelity_for
 from arborcc.sizes import parse_sizes
