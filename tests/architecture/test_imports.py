@@ -1,7 +1,7 @@
 """The package's shape: imports go one way (no cycles, counting imports inside functions,
-package ``__init__`` files and deferred imports), no private name crosses a module
-boundary, and lazy package exports do not collide with submodules. See
-``importgraph.py`` for how the graph is read."""
+package ``__init__`` files and deferred imports; between packages, only down the layers
+of :data:`MAY_IMPORT`), no private name crosses a module boundary, and lazy package
+exports do not collide with submodules. See ``importgraph.py`` for how the graph is read."""
 
 from __future__ import annotations
 
