@@ -1,16 +1,37 @@
 """The package's shape: imports go one way (no cycles, counting imports inside functions,
-package ``__init__`` files and deferred imports), no private name crosses a module
-boundary, and lazy package exports do not collide with submodules. See
-``importgraph.py`` for how the graph is read."""
+package ``__init__`` files and deferred imports; between packages, only down the layers
+of :data:`MAY_IMPORT`), no private name crosses a module boundary, and lazy package
+exports do not collide with submodules. See ``importgraph.py`` for how the graph is read."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import arborcc
-from architecture.importgraph import adjacency, build_graph, cycles, describe_cycle, load_modules
+from architecture.importgraph import Edge, adjacency, build_graph, cycles, describe_cycle, load_modules
 
 ROOT = Path(arborcc.__file__).parent
+TOP = "(top)"  #: the plain helpers: errors, limits, files, documents, sizes, lazy, ...
+#: package -> the packages it may import: the layers above it and, as listed, within its
+#: own (docs/architecture.md, "Imports go one way"); ``cli`` may import every package
+MAY_IMPORT = {
+    TOP: {TOP},
+    "topology": {TOP},
+    "ir": {TOP},
+    "verify": {TOP, "ir"},
+    "lang": {TOP, "ir", "compiler"},
+    "compiler": {TOP, "ir", "lang"},
+    "library": {TOP, "ir", "lang", "verify"},
+    "compat": {TOP, "ir", "lang", "topology", "verify"},
+    "sim": {TOP, "ir", "topology"},
+    "synth": {TOP, "ir", "lang", "library", "sim", "topology", "verify"},
+    "tune": {TOP, "ir", "sim", "synth", "topology", "verify"},
+    "runtime": {TOP, "ir", "lang", "topology", "verify"},
+    "torch": {TOP, "ir", "runtime", "topology"},
+    "bench": {TOP, "ir", "runtime", "topology"},
+}
+#: (package, module) imports against the order, each made inside a function
+AGAINST_THE_ORDER = {("bench", "arborcc.cli.output")}
 
 
 def _graph():
@@ -24,6 +45,47 @@ def test_no_import_cycles():
     adj = adjacency(mods)
     found = cycles(adj)
     assert not found, "import cycles:\n" + "\n".join(describe_cycle(c, adj) for c in found)
+
+
+def package_of(mods, name: str) -> str:
+    """``arborcc.ir.model`` -> ``ir``; a module of the package's top (``arborcc.errors``) -> TOP."""
+    name = name.removesuffix(" (init)")
+    parts = name.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and not mods[name].is_package):
+        return TOP
+    return parts[1]
+
+
+def layer_violations(mods) -> list[str]:
+    found = []
+    for m in mods.values():
+        here = package_of(mods, m.name)
+        allowed = MAY_IMPORT.get(here)
+        if allowed is None:  # cli: every package
+            continue
+        for e in m.edges:
+            there = package_of(mods, e.target)
+            target = e.target.removesuffix(" (init)")
+            against = any(pkg == here and (module == target or module.startswith(target + "."))
+                          for pkg, module in AGAINST_THE_ORDER)  # (a parent package's __init__ runs too)
+            if there != here and there not in allowed and not against:
+                found.append(f"{m.name}:{e.line}: {e.how} ({here} may import {', '.join(sorted(allowed))})")
+    return found
+
+
+def test_packages_import_only_the_layers_above_them():
+    """The runtime never imports ``arborcc bench`` (bench sits above it), the IR no
+    stage above it, and so on down the table of MAY_IMPORT."""
+    found = layer_violations(_graph())
+    assert not found, "imports against the layers:\n" + "\n".join(found)
+
+
+def test_the_layer_check_sees_an_import_against_the_order():
+    mods = _graph()
+    runtime_module = next(m for m in mods.values() if m.name.startswith("arborcc.runtime."))
+    runtime_module.edges.append(Edge("arborcc.bench.cli", 1, "import arborcc.bench.cli"))
+    assert layer_violations(mods) == [f"{runtime_module.name}:1: import arborcc.bench.cli "
+                                      "(runtime may import (top), ir, lang, topology, verify)"]
 
 
 def test_no_private_names_cross_modules():

@@ -1,5 +1,5 @@
 """Start-up stays light: building the CLI's parser (what ``arborcc --help`` does) loads
-no heavy library. Timing is measured by ``benchmarks/startup.py``, not here."""
+no heavy library. Timing is measured by ``benchmarks/cli/startup.py``, not here."""
 
 from __future__ import annotations
 

@@ -25,10 +25,10 @@ WORK = {
     "compare": ("arborcc.tune.compare", "compare"),
     "tune": ("arborcc.tune.search", "tune"),
     "synth": ("arborcc.synth", "synthesize"),
-    "bench": ("arborcc.runtime.bench_cli", "run_backend"),
+    "bench": ("arborcc.bench.cli", "run_backend"),
 }
 #: modules that import one of those functions by name when they are loaded
-BINDERS = ("arborcc.runtime.bench_cli", "arborcc.tune.compare", "arborcc.tune.search", "arborcc.tune.plan",
+BINDERS = ("arborcc.bench.cli", "arborcc.tune.compare", "arborcc.tune.search", "arborcc.tune.plan_writer",
            "arborcc.tune.nccl", "arborcc.sim.timeline", "arborcc.synth.synthesis")
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from arborcc.bench.protocol import Row, Spec
 from arborcc.cli.main import main
 from arborcc.plotting import size_ticks
-from arborcc.runtime.bench_protocol import Row, Spec
 from arborcc.sizes import format_size, parse_sizes
 
 pytest.importorskip("matplotlib")
@@ -73,7 +73,7 @@ def bench_rows(values: dict[str, list[float]], sizes: list[int]) -> list[Row]:
 
 
 def test_bench_plot_has_a_labelled_log2_size_axis_and_a_marker_per_backend(tmp_path, saved):
-    from arborcc.runtime.bench_report import plot
+    from arborcc.bench.report import plot
 
     sizes = [4 << 10 << k for k in range(0, 15)]  # 4K ... 64M
     rows = bench_rows({"arborcc": [0.01 * 2**k for k in range(15)], "gloo": [0.02 * 2**k for k in range(15)]}, sizes)
@@ -90,7 +90,7 @@ def test_bench_plot_has_a_labelled_log2_size_axis_and_a_marker_per_backend(tmp_p
 
 
 def test_bench_plot_keeps_a_linear_busbw_axis_within_a_decade(tmp_path, saved):
-    from arborcc.runtime.bench_report import plot
+    from arborcc.bench.report import plot
 
     sizes = [1 << 20, 2 << 20]
     plot(Spec(sizes=sizes), bench_rows({"arborcc": [3.0, 4.0]}, sizes), ["arborcc"], str(tmp_path / "b.pdf"))
@@ -112,7 +112,7 @@ def test_size_ticks_are_powers_of_two_labelled_by_format_size(sweep, expected):
 def test_bench_plot_draws_the_memory_reference_only_where_the_table_has_one(tmp_path, saved):
     """The gray %mem line is the table's number (memory_busbw): calls whose traffic fits
     the last-level cache have none, so the line starts beyond it."""
-    from arborcc.runtime.bench_report import Machine, memory_busbw, plot
+    from arborcc.bench.report import Machine, memory_busbw, plot
 
     sizes = [4 << 10 << k for k in range(0, 15)]  # 4K ... 64M
     rows = bench_rows({"arborcc": [0.01 * 2**k for k in range(15)]}, sizes)

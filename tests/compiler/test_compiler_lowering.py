@@ -6,7 +6,7 @@ from support.ir_checks import op_counts, ops_of, thread_block_rule_violations
 
 from arborcc.ir.model import Buffer, Op
 from arborcc.lang import AllGather, AllReduce, Program, ReduceScatter, chunk
-from arborcc.runtime.reference import Deadlock, MessageMismatch, make_inputs, run
+from arborcc.ir.reference import Deadlock, MessageMismatch, make_inputs, run
 from arborcc.verify import check_algorithm
 
 IN, OUT, SC = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH

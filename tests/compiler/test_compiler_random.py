@@ -14,7 +14,7 @@ from arborcc.ir.model import Buffer
 from arborcc.lang import Chunk, Collective, Program, chunk, parallelize
 from arborcc.verify import verify_algorithm
 from support.ir_checks import thread_block_rule_violations
-from arborcc.runtime.reference import make_inputs, run
+from arborcc.ir.reference import make_inputs, run
 
 IN, OUT = Buffer.INPUT, Buffer.OUTPUT
 CF = 4  # chunks per buffer

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from arborcc.ir.model import Buffer, Op
 from arborcc.lang import AllReduce, Chunk, Collective, Program, chunk
-from arborcc.runtime.reference import execute, make_inputs, run
+from arborcc.ir.reference import execute, make_inputs, run
 from support.execution import assert_executes
 from arborcc.verify import check_algorithm
 from support.ir_checks import op_counts, thread_block_rule_violations

@@ -18,7 +18,7 @@ from arborcc.ir.convert import ConversionError, convert_for_dialect
 from arborcc.ir.load import load_algorithm
 from arborcc.ir.model import Op
 from arborcc.ir.msccl_xml import read_msccl_xml, write_msccl_xml
-from arborcc.runtime.reference import make_inputs, run
+from arborcc.ir.reference import make_inputs, run
 from arborcc.verify import claiming_supported_modes, verify_algorithm
 
 SAMPLES = Path(__file__).parent / "samples" / "msccl-tools"

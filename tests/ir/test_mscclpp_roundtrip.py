@@ -1,4 +1,4 @@
-"""Round trip of the synthesis snapshot set (benchmarks/xml_snapshot.py: synthesized
+"""Round trip of the synthesis snapshot set (benchmarks/synthesis/xml_snapshot.py: synthesized
 algorithms of many topologies, strategies and collectives, and the library at 8 ranks):
 each exported as an MSCCL++ plan, checked for deadlock and races in the plan's own
 semantics, read back, verified and run on the reference executor with results equal to
@@ -34,7 +34,7 @@ from support.execution import assert_executes
 
 FULL = os.environ.get("ARBORCC_MSCCLPP_FULL") == "1"
 MAX_STEPS = 10**9 if FULL else 600
-SNAPSHOT = Path(__file__).resolve().parents[2] / "benchmarks" / "xml_snapshot.py"
+SNAPSHOT = Path(__file__).resolve().parents[2] / "benchmarks" / "synthesis" / "xml_snapshot.py"
 
 
 @lru_cache(maxsize=None)

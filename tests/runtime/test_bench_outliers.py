@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from pytest import approx
 from unittest import mock
 
+from arborcc.bench import cli as bench_cli
+from arborcc.bench.protocol import Row, Spec, rows_from_timings
+from arborcc.bench.report import Machine, table
 from arborcc.cli.main import main
-from arborcc.runtime import bench_cli
-from arborcc.runtime.bench_protocol import Row, Spec, rows_from_timings
-from arborcc.runtime.bench_report import Machine, table
 
 
 def per_rank_times(spec: Spec, times_of_rank) -> list[dict]:

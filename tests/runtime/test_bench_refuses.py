@@ -20,13 +20,13 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-import arborcc.runtime.bench_cli as bench_cli
+import arborcc.bench.cli as bench_cli
+from arborcc.bench.memory_bandwidth import CACHE_MULTIPLE, busbw_bound, last_level_cache, min_traffic
+from arborcc.bench.protocol import Row, Spec, rows_from_timings
+from arborcc.bench.report import Machine, json_object, memory_busbw, table
 from arborcc.cli.main import build_parser, main
 from arborcc.errors import InputError
 from arborcc.sizes import MAX_SIZES
-from arborcc.runtime.bench_protocol import Row, Spec, rows_from_timings
-from arborcc.runtime.bench_report import Machine, json_object, memory_busbw, table
-from arborcc.runtime.membw import CACHE_MULTIPLE, busbw_bound, last_level_cache, min_traffic
 from support.cli_runs import arborcc, refused
 
 QUIET = ["--no-membw"]
@@ -185,7 +185,7 @@ def test_bench_refuses_an_mpi_baseline_whose_ranks_are_each_alone(tmp_path):
     fake.write_text(FAKE_MPIEXEC.format(python=sys.executable))
     fake.chmod(0o755)
     out, err = io.StringIO(), io.StringIO()
-    with mock.patch("arborcc.runtime.benchmark.mpiexec_path", lambda: str(fake)), \
+    with mock.patch("arborcc.bench.backends.mpiexec_path", lambda: str(fake)), \
             contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["bench", "--backend", "mpi", "-b", "16M", "-e", "16M", "-c", "0", "--json", "--timeout", "120",
                      *QUIET])

@@ -195,8 +195,8 @@ def mpich_segments(pid: int) -> set[str]:
 
 def test_mpiexec_and_its_ranks_end_with_a_killed_bench(tmp_path):
     pytest.importorskip("mpi4py", reason="arborcc bench --backend mpi needs mpi4py")
+    from arborcc.bench.backends import mpiexec_path
     from arborcc.errors import MissingDependencyError
-    from arborcc.runtime.benchmark import mpiexec_path
 
     try:
         mpiexec_path()
@@ -211,7 +211,7 @@ def test_mpiexec_and_its_ranks_end_with_a_killed_bench(tmp_path):
     # wait until every MPI rank is past MPI_Init: its MPICH segment (which MPICH leaves in
     # /dev/shm when its ranks are killed) is then known, and removed after the test
     segments: set[str] = set()
-    while sum(bool(mpich_segments(pid)) for pid, line in below.items() if "bench_mpi" in line) < NRANKS:
+    while sum(bool(mpich_segments(pid)) for pid, line in below.items() if "arborcc.bench.mpi" in line) < NRANKS:
         if bench.poll() is not None or time.monotonic() > deadline:
             below = descendants(bench.pid)
             bench.kill()

@@ -18,7 +18,7 @@ from arborcc.cli.main import main
 from arborcc.errors import ArborccError, InputError
 from arborcc.ir.aliasing import Mode
 from arborcc.runtime.plan import Plan
-from arborcc.tune.plan import read_index
+from arborcc.ir.plan_index import read_plan_index
 from support.cli_runs import arborcc, refused
 
 
@@ -104,7 +104,7 @@ def test_an_index_entry_names_its_line(tuned, tmp_path):
     text = (plan / "plan.json").read_text().splitlines()
     line = next(i for i, t in enumerate(text, 1) if '"max_bytes": -5' in t)
     with pytest.raises(InputError, match=rf"plan\.json:{line}: algorithms\[1\]\.max_bytes: -5 "):
-        read_index(plan)
+        read_plan_index(plan)
 
 
 def test_a_truncated_algorithm_file_is_named(tuned, tmp_path):

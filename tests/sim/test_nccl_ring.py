@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from arborcc.errors import SynthesisError
-from arborcc.runtime.reference import make_inputs, reference, run
+from arborcc.ir.reference import make_inputs, reference, run
 from arborcc.sim.nccl_ring import ring_allreduce_algorithm
 from arborcc.verify import verify_algorithm
 

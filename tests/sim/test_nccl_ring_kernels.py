@@ -6,7 +6,7 @@ import pytest
 
 from arborcc.errors import SynthesisError
 from arborcc.ir.aliasing import declared_modes
-from arborcc.runtime.reference import make_inputs, reference, run
+from arborcc.ir.reference import make_inputs, reference, run
 from arborcc.sim.nccl_ring import RING_COLLECTIVES, ring_algorithm
 from arborcc.verify import verify_algorithm
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from arborcc.ir.aliasing import declared_modes
 from arborcc.ir.model import Algorithm
-from arborcc.runtime.reference import make_inputs, reference, run
+from arborcc.ir.reference import make_inputs, reference, run
 
 
 def alltonext_reference(inputs: list[np.ndarray]) -> list[np.ndarray | None]:

@@ -6,7 +6,7 @@ import pytest
 
 from arborcc.errors import SynthesisError
 from arborcc.library import LIBRARY
-from arborcc.runtime.reference import make_inputs, reference, run
+from arborcc.ir.reference import make_inputs, reference, run
 from arborcc.sim.fidelity import IDEAL
 from arborcc.sim.nccl_ring import ring_allreduce_algorithm, ring_broadcast_algorithm
 from arborcc.sim.simulate import simulate

@@ -63,7 +63,7 @@ def small_cluster():
 def test_nccl_tree_allreduce_is_verified_and_matches_numpy():
     import numpy as np
 
-    from arborcc.runtime.reference import make_inputs, reference, run
+    from arborcc.ir.reference import make_inputs, reference, run
     from arborcc.verify import verify_algorithm
 
     base = NcclBaseline(small_cluster())

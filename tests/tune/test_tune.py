@@ -7,11 +7,13 @@ import pytest
 
 from arborcc.cli.main import main
 from arborcc.ir.msccl_xml import read_msccl_xml
+from arborcc.ir.plan_index import read_plan_index
+from arborcc.runtime.plan import Plan
 from arborcc.sim.simulate import simulate
 from arborcc.topology.allocation import induced, resolve_gpus
 from arborcc.topology.machines import build_machine
 from arborcc.tune.instances import with_instances
-from arborcc.tune.plan import read_plan, select, write_plan
+from arborcc.tune.plan_writer import write_plan
 from arborcc.tune.search import instance_counts, tune
 
 SIZES = [1 << 10, 1 << 16, 1 << 20, 1 << 26]
@@ -68,17 +70,19 @@ def test_plan_files_are_verified_and_selected_by_size(tuned, tmp_path):
     paths = write_plan(tuned, tmp_path)
     index = json.loads((tmp_path / "plan.json").read_text())
     assert index["format"] == "arborcc-plan" and len(index["algorithms"]) == len(tuned.buckets)
-    entries = read_plan(tmp_path)
-    for e, bucket in zip(entries, tuned.buckets):
-        algo = read_msccl_xml(tmp_path / e.file)
+    rules = read_plan_index(tmp_path).rules
+    for rule, bucket in zip(rules, tuned.buckets):
+        algo = read_msccl_xml(tmp_path / rule.file)
         assert (algo.min_bytes, algo.max_bytes) == (bucket.min_bytes, bucket.max_bytes)
         assert algo.protocol.value == bucket.choice.protocol
-    for s in SIZES:
-        assert select(entries, s).file == entries[[b for b in tuned.buckets].index(
-            next(b for b in tuned.buckets if s in b.times))].file
+    for s in SIZES:  # MSCCL's rule: the first file whose range holds the size (max 0: no limit)
+        chosen = next(r for r in rules if r.min_bytes <= s and (r.max_bytes == 0 or s <= r.max_bytes))
+        assert chosen.file == rules[tuned.buckets.index(next(b for b in tuned.buckets if s in b.times))].file
+    ranges = [(r.min_bytes, r.max_bytes) for r in rules]
+    assert [(e.algorithm.min_bytes, e.algorithm.max_bytes) for e in Plan.load(tmp_path).entries] == ranges
     (tmp_path / "plan.json").unlink()  # a plain MSCCL directory is a plan too
-    assert [(e.min_bytes, e.max_bytes) for e in read_plan(tmp_path)] == [(e.min_bytes, e.max_bytes) for e in entries]
-    assert len(paths) == len(entries) + 1
+    assert [(e.algorithm.min_bytes, e.algorithm.max_bytes) for e in Plan.load(tmp_path).entries] == ranges
+    assert len(paths) == len(rules) + 1
 
 
 def test_tune_cli(tmp_path, capsys):

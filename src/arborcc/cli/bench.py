@@ -63,6 +63,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from arborcc.runtime.bench_cli import run_bench
+    from arborcc.bench.cli import run_bench
 
     return run_bench(args)

@@ -107,12 +107,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _run_for_real(algo, out: _Report) -> None:
-    """Stage 6 (:mod:`arborcc.runtime.demo_step`): with ``--json`` its lines go to stderr,
+    """Stage 6 (:mod:`arborcc.bench.demo_step`): with ``--json`` its lines go to stderr,
     so standard output stays one JSON object."""
     import contextlib
     import sys
 
-    from arborcc.runtime.demo_step import run_demo_step
+    from arborcc.bench.demo_step import run_demo_step
 
     with contextlib.redirect_stdout(sys.stderr) if out.as_json else contextlib.nullcontext():
         run_demo_step(algo, out.section)
@@ -138,7 +138,7 @@ def _synthesize_and_check(alloc, out: _Report):
 
     from arborcc.errors import SynthesisError
     from arborcc.ir.msccl_xml import read_msccl_xml, write_msccl_xml
-    from arborcc.runtime.reference import make_inputs, reference, run
+    from arborcc.ir.reference import make_inputs, reference, run
     from arborcc.synth import synthesize
     from arborcc.synth.registry import strategy_names
     from arborcc.verify import verify_algorithm

@@ -85,7 +85,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
     if topology.num_ranks > MEASURED_RANKS:
         from arborcc.cli.output import warn
 
-        warn(f"{topology.num_ranks} ranks is beyond the {MEASURED_RANKS} that benchmarks/cluster_scale.py "
+        warn(f"{topology.num_ranks} ranks is beyond the {MEASURED_RANKS} that benchmarks/synthesis/cluster_scale.py "
              f"measures (up to {MEASURED_SECONDS:g} s and {MEASURED_GB:g} GB per collective there on 2 cores); "
              f"bounds and verification grow faster than the rank count: expect minutes")
     # verified once, inside synthesize, with the dialect's runtime limits; they matter

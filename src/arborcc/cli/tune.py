@@ -59,7 +59,7 @@ def check_plan_folder(path: str) -> None:
 
     from arborcc.errors import InputError
     from arborcc.files import check_output_folder
-    from arborcc.tune.plan import INDEX
+    from arborcc.ir.plan_index import INDEX
 
     check_output_folder(path, "-o")
     if not os.path.isdir(path):
@@ -109,7 +109,7 @@ def cmd_msccl_plan(args: argparse.Namespace) -> int:
                       fidelity, progress)
     written = []
     if args.output:
-        from arborcc.tune.plan import write_plan
+        from arborcc.tune.plan_writer import write_plan
 
         written = [str(p) for p in write_plan(result, args.output)]
     if args.json:

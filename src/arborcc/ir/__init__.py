@@ -5,7 +5,8 @@ The bottom layer of arborcc: every stage that makes an algorithm produces an
 
 * :mod:`.model` - the data types (algorithm, rank, thread block, step);
 * :mod:`.collectives` - the collectives' names and facts; :mod:`.aliasing` - where the
-  buffers live in an in-place or out-of-place call;
+  buffers live in an in-place or out-of-place call; :mod:`.reference` - the numpy
+  reference executor (the semantics every runtime must match);
 * :mod:`.limits` - what each MSCCL runtime (dialect) accepts; :mod:`.report` - the
   vocabulary of what is wrong with an algorithm;
 * :mod:`.msccl_xml`, :mod:`.json_io`, :mod:`.load` - reading and writing files;

@@ -24,7 +24,7 @@ are used as declared in both modes.
 
 Every consumer builds on this: the verifier lays out its symbolic memory with it
 (:mod:`arborcc.verify.layout`), the reference executor allocates its buffers with it
-(:mod:`arborcc.runtime.reference`), and the simulator and the runtimes address a
+(:mod:`arborcc.ir.reference`), and the simulator and the runtimes address a
 caller's buffers with it.
 
 References:

@@ -53,7 +53,7 @@ from arborcc.limits import limit, raised_default
 #: operations a DSL program arborcc builds itself (a synthesized algorithm, a library
 #: algorithm named on the command line) may trace when no operations limit was set: what
 #: its largest library algorithm traces at 1024 ranks, the largest scale arborcc measures
-#: (benchmarks/cluster_scale.py, compile_time.py) - an all-pairs all-reduce, 3 n (n - 1)
+#: (benchmarks/synthesis/cluster_scale.py, benchmarks/compiler/compile_time.py) - an all-pairs all-reduce, 3 n (n - 1)
 #: = 3,142,656 copies and reduces (a ring all-reduce 2 n (n - 1) = 2,095,104); a user's
 #: program keeps the default
 OWN_PROGRAM_OPERATIONS = 3 * 1024**2

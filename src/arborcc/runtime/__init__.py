@@ -1,7 +1,8 @@
 """Executing algorithms.
 
-- :mod:`arborcc.runtime.reference`: the numpy reference executor (the semantics every
-  runtime must match).
+The numpy reference executor, the semantics every runtime must match, is
+:mod:`arborcc.ir.reference` (below both the verifier and the runtimes).
+
 - :class:`Communicator`: the shared-memory runtime, one process per rank on one machine,
   its data plane a C++ interpreter of the IR (:mod:`arborcc.runtime.native`); collectives
   on numpy arrays and torch CPU tensors, algorithms chosen by a :class:`Plan`.
@@ -10,16 +11,14 @@ Modules in the order a call flows: ``arrays`` (the caller's memory), ``plan`` (w
 algorithm; ``direct`` holds the built-in ones), ``lowering`` (IR to data-plane rows),
 ``communicator`` (rendezvous in ``rendezvous``, slice tuning in ``miad``, shared arrays
 in ``windows``, every environment variable checked in ``environment``), ``launch``
-(local ranks), ``benchmark``/``bench_report``/``bench_cli``/``bench_mpi``/``membw``
-(``arborcc bench``), ``demo_step`` (the demo's last stage).
+(local ranks). ``arborcc bench`` and the demo's last stage are :mod:`arborcc.bench`,
+above this package.
 """
 
 from arborcc.lazy import lazy_exports
 
 #: public name -> module that defines it (imported on first use)
 EXPORTS = {
-    "run": "arborcc.runtime.reference",
-    "make_inputs": "arborcc.runtime.reference",
     "Communicator": "arborcc.runtime.communicator",
     "Options": "arborcc.runtime.communicator",
     "Plan": "arborcc.runtime.plan",

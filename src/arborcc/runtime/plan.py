@@ -128,13 +128,13 @@ class Plan:
         :meth:`from_path`. Every file is read within the limits and verified."""
         if not path:
             return cls()
-        from arborcc.tune.plan import INDEX, read_index
+        from arborcc.ir.plan_index import INDEX, read_plan_index
 
         if not (Path(path) / INDEX).is_file():
             return cls.from_path(path)
-        index = read_index(path)
+        index = read_plan_index(path)
         plan = cls()
-        for i, entry in enumerate(index.entries):
+        for i, entry in enumerate(index.rules):
             source = str(index.file(entry))
             algo = load_algorithm(source)
             found = {"collective": (algo.collective, index.collective), "ranks": (algo.num_ranks, index.ranks),

@@ -20,7 +20,7 @@ A :class:`Fidelity` holds, per GPU generation:
   NVLink SHARP all-reduce reaches (:mod:`arborcc.sim.nvls`).
 
 The defaults and how each was calibrated against published measurements are in
-``docs/fidelity.md`` (the table there is printed by ``benchmarks/sim_fidelity.py``).
+``docs/fidelity.md`` (the table there is printed by ``benchmarks/sim/fidelity.py``).
 Built-in machines map to a profile by name (clusters by the machine they copy);
 anything else gets :data:`GENERIC`.
 """

@@ -216,7 +216,7 @@ def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name:
     where the machine has links besides NVLink, the trees over NVLink alone (one star
     per root on a switch machine). Simulated busbw at 1 GiB (64 MiB), before -> after:
     DGX A100 129.5 (135.2) -> 239.4 (217.8), DGX-1V 105.1 (86.4) -> 124.8 (107.1); the
-    rest in ``benchmarks/tree_pipelining.py``. A candidate's steady-state rate is below
+    rest in ``benchmarks/synthesis/tree_pipelining.py``. A candidate's steady-state rate is below
     the packing's, which the result's ratio reports."""
     from arborcc.errors import SynthesisError
     from arborcc.sim.protocols import PROTOCOL_MODELS

@@ -84,7 +84,7 @@ RANKING_SIZE = 64 << 20
 #: ``auto`` ranks every candidate by simulated time up to this many ranks; above, the
 #: cascade stops at the first algorithm that reaches the bound in the steady-state model
 #: (simulating the three bound-reaching candidates of a 128-GPU all-reduce at 64 MiB took
-#: 37 s of CPU time where synthesis takes 0.5 s: benchmarks/cluster_scale.py's target is
+#: 37 s of CPU time where synthesis takes 0.5 s: benchmarks/synthesis/cluster_scale.py's target is
 #: under 10 s at 16 nodes; at 64 ranks ranking by time takes 7 s)
 TIME_RANKED_RANKS = 64
 
@@ -185,7 +185,7 @@ def operations_budget(num_ranks: int):
 #: algorithms of more steps claim only the mode their lowering declares: proving the other
 #: one adds its memory to the symbolic run (as a run of its own it took 20-30 s for the
 #: 300 000-400 000 steps of a 1024-GPU all-gather or reduce-scatter, measured with
-#: benchmarks/cluster_scale.py)
+#: benchmarks/synthesis/cluster_scale.py)
 OTHER_MODE_STEP_LIMIT = 200_000
 
 

@@ -7,7 +7,7 @@ affinity of the thread that starts it. So the threads of anything made after
 ``dist.new_group(backend="gloo")``, the gloo group between hosts - would share the rank's
 one CPU, and wait a whole scheduler tick (4 ms at 250 Hz) whenever something else runs
 on it: gloo's 1 MB all-reduce on 2 ranks takes several times longer with pinned threads
-than with free ones (``benchmarks/torch_allreduce.py --parts gloo-modes``).
+than with free ones (``benchmarks/torch/allreduce.py --parts gloo-modes``).
 :func:`free_threads` starts them with the CPUs the rank had before it was pinned;
 :func:`free_this_thread` moves a thread the backend starts itself there (the
 torch.distributed executor's posting and waiting threads).

@@ -1,0 +1,304 @@
+"""arborcc's chosen algorithm against NCCL and the proven bound, on every built-in machine,
+every DGX-1 allocation class and clusters of A100 and H100 nodes: one table, the targets
+checked, in one run (everything simulated by arborcc's simulator).
+
+For each topology, collective (all-reduce, all-gather, reduce-scatter, broadcast) and
+size (1 MiB, 64 MiB, 1 GiB; ``--sizes`` for others), busbw in GB/s (nccl-tests' bus
+bandwidth):
+
+* ``chosen``: what ``arborcc synth --size SIZE`` writes (strategy ``auto``, chosen by the
+  simulated time of its file at that size) and that file's simulated time - the number
+  ``synth`` reports and ``arborcc simulate FILE`` prints;
+* ``best``: the fastest of every strategy's file at that size with the fastest protocol
+  (``arborcc compare``'s rows);
+* ``nccl``: NCCL's own choice of algorithm, protocol and channels (``compare``'s ``nccl``
+  row; NVLS all-reduce where the switch reduces); ``ring``: NCCL without NVLS, the baseline
+  the targets use on NVSwitch machines with in-switch reduction (NVLS is beyond the MSCCL IR);
+* ``bound``: the proven bound (synthesis' algbw bound x the busbw factor); ``adjusted``: the
+  same bound with every link at the rate the simulator's calibrated profile lets it carry
+  (:func:`arborcc.sim.fidelity.efficiency_adjusted`), what a perfect pipeline of the
+  optimal schedule reaches in the simulator.
+
+The targets (issue "synthesized algorithms as fast as they are proven to be"), each
+printed as MET / NOT MET with the rows that miss it:
+
+* T1: at 64 MiB and 1 GiB, chosen >= NCCL (``ring`` where NCCL runs NVLS), and >= 1.2x
+  NCCL where the adjusted bound is >= 1.3x NCCL;
+* T2: at 1 GiB, chosen >= 0.9 x adjusted on single machines and DGX-1 allocations,
+  >= 0.8 x on clusters;
+* T3: at 1 MiB and below, chosen >= 0.9x NCCL;
+* T4: chosen within 3% of best at every size.
+
+    python benchmarks/synthesis/against_nccl.py --quick          # built-in machines, 2-node clusters: minutes
+    python benchmarks/synthesis/against_nccl.py                  # everything (DGX-1 classes, 128 nodes): an hour on 2 cores
+    python benchmarks/synthesis/against_nccl.py --markdown docs/against_nccl.md --plot docs/against_nccl.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))
+from topologies import ALLOCATION_MACHINES, allocation_topologies, machine_or_cluster  # noqa: E402
+
+MiB, GiB = 1 << 20, 1 << 30
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast")
+SIZES = (MiB, 64 * MiB, GiB)
+MACHINES = ("dgx1p", "dgx1v", "dgx2", "dgx-a100", "dgx-h100")
+CLUSTER_NODES = (2, 8, 16, 128)
+CLUSTER_MACHINES = ("dgx-a100", "dgx-h100")
+#: T1's sizes; T3's "1 MiB and below"; T4's margin
+LARGE, SMALL_MAX, BEST_MARGIN = (64 * MiB, GiB), MiB, 0.03
+
+
+@dataclass
+class Case:
+    """One topology: a label, its kind (machine, allocation, cluster) and how to build it."""
+
+    label: str
+    kind: str
+    machine: str
+    nodes: int = 1
+    gpus: tuple[str, ...] = ()
+
+    def build(self):
+        return machine_or_cluster(self.machine, self.nodes, self.gpus or None)
+
+
+@dataclass
+class Row:
+    label: str
+    kind: str
+    ranks: int
+    collective: str
+    size: int
+    chosen: str
+    chosen_busbw: float
+    best: str
+    best_busbw: float
+    nccl: str
+    nccl_busbw: float
+    ring_busbw: float
+    bound: float
+    adjusted: float
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def baseline(self) -> float:
+        """NCCL's busbw the targets compare with: its ring where NCCL runs NVLS."""
+        return self.ring_busbw if self.nccl.startswith("nvls") else self.nccl_busbw
+
+
+def cases(quick: bool) -> list[Case]:
+    out = [Case(m, "machine", m) for m in MACHINES]
+    if not quick:
+        for m in ALLOCATION_MACHINES:
+            for c, _ in allocation_topologies(m, 3, 7):
+                gpus = tuple(c.gpus)
+                out.append(Case(f"{m} {','.join(g.removeprefix('gpu') for g in gpus)}", "allocation", m, 1, gpus))
+    for m in CLUSTER_MACHINES:
+        for n in (CLUSTER_NODES[:1] if quick else CLUSTER_NODES):
+            out.append(Case(f"{n} x {m}", "cluster", m, n))
+    return out
+
+
+def measure(case: Case, collective: str, sizes: tuple[int, ...]) -> list[Row]:
+    """Every column of ``case``'s rows for ``collective`` at ``sizes`` (module doc)."""
+    from arborcc.errors import ArborccError
+    from arborcc.sim.fidelity import efficiency_adjusted, fidelity_for
+    from arborcc.sim.simulate import bus_factor
+    from arborcc.synth.bounds import collective_bound
+    from arborcc.synth.synthesis import synthesize
+    from arborcc.tune.compare import MODEL, compare
+    from arborcc.tune.nccl import NcclBaseline
+
+    t0 = time.perf_counter()
+    topology = case.build()
+    n = topology.num_ranks
+    factor = bus_factor(collective, n) / 1e9
+    fidelity = fidelity_for(topology)
+    bound = collective_bound(topology, collective).algbw * factor
+    adjusted = collective_bound(efficiency_adjusted(topology, fidelity), collective).algbw * factor
+    table = compare(topology, collective, sizes, "auto", fidelity=fidelity)
+    baseline = NcclBaseline(topology, fidelity)
+    rows = []
+    for size in sizes:
+        def busbw(time_s: float) -> float:
+            return size / time_s * factor
+
+        here = [r for r in table.rows if r["size"] == size]
+        ours = [r for r in here if r["strategy"] not in ("nccl", MODEL)]
+        best = min(ours, key=lambda r: r["time_us"])
+        nccl = next(r for r in here if r["strategy"] == "nccl")
+        call = baseline.call(size, collective)
+        ring = baseline.simulate_option(size, collective, *baseline.model_pick(size, collective),
+                                        baseline.channels_for(size, baseline.model_pick(size, collective)[1]))
+        notes = []
+        try:
+            chosen = synthesize(topology, collective, "auto", size=size)
+            name, chosen_bw = chosen.strategy.removeprefix("auto:"), (busbw(chosen.time) if chosen.time else math.nan)
+            notes += [x for x in chosen.notes if x.startswith("not simulated")]
+        except ArborccError as e:
+            name, chosen_bw = "-", math.nan
+            notes.append(f"synth: {e}")
+        rows.append(Row(case.label, case.kind, n, collective, size, name, chosen_bw, best["strategy"],
+                        best["busbw_gbps"], f"{call.algorithm} {call.protocol}", nccl["busbw_gbps"],
+                        busbw(ring.time), bound, adjusted, 0.0, notes))
+    for r in rows:
+        r.seconds = (time.perf_counter() - t0) / len(rows)
+    return rows
+
+
+def run_one(args: tuple[Case, str, tuple[int, ...]]) -> list[Row]:
+    return measure(*args)
+
+
+# --- targets ---------------------------------------------------------------------------
+
+def target_misses(rows: list[Row]) -> dict[str, list[str]]:
+    """Target -> the rows that miss it, as text (module doc)."""
+    misses: dict[str, list[str]] = {"T1": [], "T2": [], "T3": [], "T4": []}
+
+    def where(r: Row) -> str:
+        return f"{r.label} {r.collective} {size_text(r.size)}"
+
+    for r in rows:
+        c = r.chosen_busbw
+        if math.isnan(c):
+            for t in misses:
+                misses[t].append(f"{where(r)}: nothing chosen")
+            continue
+        if r.size in LARGE:
+            need = 1.2 if r.adjusted >= 1.3 * r.baseline else 1.0
+            if c < need * r.baseline:
+                misses["T1"].append(f"{where(r)}: {c / r.baseline:.2f}x NCCL (needs {need:.1f}x)")
+        if r.size == GiB:
+            need = 0.8 if r.kind == "cluster" else 0.9
+            if c < need * r.adjusted:
+                misses["T2"].append(f"{where(r)}: {c / r.adjusted:.2f} of the adjusted bound (needs {need})")
+        if r.size <= SMALL_MAX and c < 0.9 * r.baseline:
+            misses["T3"].append(f"{where(r)}: {c / r.baseline:.2f}x NCCL (needs 0.9x)")
+        if c < (1 - BEST_MARGIN) * r.best_busbw:
+            misses["T4"].append(f"{where(r)}: {r.chosen} {c:.1f} vs {r.best} {r.best_busbw:.1f}")
+    return misses
+
+
+# --- output ----------------------------------------------------------------------------
+
+def size_text(size: int) -> str:
+    from arborcc.sizes import format_size
+
+    return format_size(size)
+
+
+HEAD = ("topology", "ranks", "collective", "size", "chosen", "GB/s", "best", "GB/s", "nccl", "GB/s", "ring",
+        "bound", "adjusted", "chosen/nccl", "chosen/adj")
+
+
+def cells(r: Row) -> list[str]:
+    def f(x: float) -> str:
+        return "-" if math.isnan(x) else f"{x:.1f}"
+
+    def ratio(a: float, b: float) -> str:
+        return "-" if math.isnan(a) or not b else f"{a / b:.2f}"
+
+    return [r.label, str(r.ranks), r.collective, size_text(r.size), r.chosen, f(r.chosen_busbw), r.best,
+            f(r.best_busbw), r.nccl, f(r.nccl_busbw), f(r.ring_busbw), f(r.bound), f(r.adjusted),
+            ratio(r.chosen_busbw, r.baseline), ratio(r.chosen_busbw, r.adjusted)]
+
+
+def text_table(rows: list[Row]) -> str:
+    table = [list(HEAD)] + [cells(r) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(HEAD))]
+    return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+                     for row in table)
+
+
+def markdown_table(rows: list[Row]) -> str:
+    out = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+    out += ["| " + " | ".join(cells(r)) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def summary(rows: list[Row]) -> str:
+    lines = []
+    for target, missed in target_misses(rows).items():
+        lines.append(f"{target}: {'MET' if not missed else f'NOT MET ({len(missed)} rows)'}")
+        lines += [f"    {m}" for m in missed]
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row], path: str) -> None:
+    """chosen / NCCL and chosen / adjusted bound per topology and collective at 1 GiB."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    big = [r for r in rows if r.size == max(x.size for x in rows) and r.kind != "allocation"]
+    labels = [f"{r.label}\n{r.collective}" for r in big]
+    fig, ax = plt.subplots(figsize=(max(8, len(big) * 0.45), 5))
+    xs = range(len(big))
+    ax.bar([x - 0.2 for x in xs], [r.chosen_busbw / r.baseline for r in big], 0.4, label="chosen / NCCL")
+    ax.bar([x + 0.2 for x in xs], [r.chosen_busbw / r.adjusted for r in big], 0.4, label="chosen / adjusted bound")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.axhline(0.9, color="grey", linewidth=0.8, linestyle="--")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, rotation=90, fontsize=7)
+    ax.set_ylabel("ratio (busbw, simulated)")
+    ax.set_title(f"arborcc's chosen algorithm at {size_text(big[0].size)}: against NCCL and the adjusted bound")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from arborcc.sizes import parse_sizes
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="built-in machines and 2-node clusters only")
+    ap.add_argument("--sizes", default=None, help="sizes (default 1M,64M,1G)")
+    ap.add_argument("--collectives", default=",".join(COLLECTIVES))
+    ap.add_argument("--only", default=None, help="only topologies whose label contains this")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: every CPU)")
+    ap.add_argument("--json", default=None, help="also write the rows as JSON here")
+    ap.add_argument("--markdown", default=None, help="also write the table and the targets as Markdown here")
+    ap.add_argument("--plot", default=None, help="also draw the 1 GiB ratios into this PNG")
+    args = ap.parse_args(argv)
+    sizes = tuple(sorted(parse_sizes(args.sizes))) if args.sizes else SIZES
+    collectives = [c.strip() for c in args.collectives.split(",") if c.strip()]
+    work = [(c, coll, sizes) for c in cases(args.quick) if not args.only or args.only in c.label
+            for coll in collectives]
+    started = time.perf_counter()
+    rows: list[Row] = []
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for i, got in enumerate(pool.map(run_one, work), 1):
+            rows += got
+            print(f"  [{i}/{len(work)}] {got[0].label} {got[0].collective}: {got[0].seconds * len(got):.1f} s",
+                  file=sys.stderr)
+    command = "python benchmarks/synthesis/against_nccl.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    print(f"busbw GB/s, simulated; {len(rows)} rows in {time.perf_counter() - started:.0f} s")
+    print(text_table(rows))
+    print(summary(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+    if args.markdown:
+        Path(args.markdown).write_text(f"<!-- written by: {command.strip()} -->\n\n{markdown_table(rows)}\n\n"
+                                       "```\n" + summary(rows) + "\n```\n")
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
