@@ -55,8 +55,9 @@ def out_of_place(rows: list, backend: str, size: int):
 
 def table(collective: str, ranks: int, rows: list, sizes: list[int]) -> str:
     lines = [f"### {collective}, {ranks} ranks, float32 sum, out of place", "",
-             "| size | arborcc us | MPICH us | x MPICH busbw | arborcc max us | max / median | MPICH max us |",
-             "|---|---|---|---|---|---|---|"]
+             "| size | arborcc us | MPICH us | x MPICH busbw | arborcc max us | max / median | MPICH max us "
+             "| #wrong arborcc / MPICH |",
+             "|---|---|---|---|---|---|---|---|"]
     for s in sizes:
         a, m = out_of_place(rows, "arborcc", s), out_of_place(rows, "mpi", s)
         ran_a, ran_m = a is not None and a.time_us is not None, m is not None and m.time_us is not None
@@ -64,8 +65,39 @@ def table(collective: str, ranks: int, rows: list, sizes: list[int]) -> str:
             f"| {format_size(s)} | {f'{a.time_us:,.1f}' if ran_a else 'n/a'} | {f'{m.time_us:,.1f}' if ran_m else 'n/a'}"
             f" | {f'{a.busbw_gbps / m.busbw_gbps:.2f}' if ran_a and ran_m and m.busbw_gbps else '-'}"
             f" | {f'{a.max_us:,.1f}' if ran_a else 'n/a'} | {f'{a.max_us / a.time_us:.1f}' if ran_a else '-'}"
-            f" | {f'{m.max_us:,.1f}' if ran_m else 'n/a'} |")
+            f" | {f'{m.max_us:,.1f}' if ran_m else 'n/a'} | {wrong(a)} / {wrong(m)} |")
     return "\n".join(lines)
+
+
+def wrong(row) -> str:
+    """A row's count of wrong values: n/a where it did not run, N/A where nothing was checked."""
+    if row is None or row.time_us is None:
+        return "n/a"
+    return "N/A" if row.wrong is None else str(row.wrong)
+
+
+def layout_lines(ranks_run: list[int]) -> list[str]:
+    """The CPU layout the runtime reads (``ARBORCC_SYSFS_ROOT`` or this machine's sysfs) and,
+    per rank count, the groups its all-reduce runs hierarchically over (docs/runtime.md,
+    "Many ranks"): on one socket and one L3, none."""
+    from arborcc.runtime.environment import runtime_settings
+    from arborcc.runtime.plan import hierarchy
+    from arborcc.topology.cpus import job_layout, rank_groups, rank_placement
+
+    layout = job_layout(runtime_settings().options.get("sysfs_root"))
+    if layout is None:
+        return ["# CPU layout: not readable (ranks pinned in CPU id order, every all-reduce flat)"]
+    caches = len(layout.cache_domains) or "unknown"
+    lines = [f"# CPU layout: {len(layout.sockets)} socket(s), {caches} L3 domain(s), {len(layout.cores)} cores, "
+             f"{len(layout.cpus)} CPUs"]
+    allowed = sorted(os.sched_getaffinity(0) & {c.id for c in layout.cpus}) or None
+    for n in ranks_run:
+        groups = rank_groups(layout, rank_placement(layout, n, allowed).cpu_of_rank)
+        shape = hierarchy(groups)
+        lines.append(f"# {n} ranks: " + (f"{shape[0]} groups of {shape[1]} ranks (socket / L3): the hierarchical "
+                                          "all-reduce above the staged range" if shape else
+                                          "one group (or unequal groups): every all-reduce flat"))
+    return lines
 
 
 def _crowded(ranks: int) -> str:
@@ -158,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"# {' '.join(['benchmarks/runtime/matrix.py'] + sys.argv[1:])}")
     print(f"# {available_cpus()} CPU cores available; load average before: "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for line in layout_lines(args.ranks):
+        print(line)
     results, failed = {}, []
     for n in args.ranks:
         crowded = oversubscription(n)

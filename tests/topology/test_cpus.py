@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,50 +13,7 @@ from hypothesis import strategies as st
 from arborcc.cli.main import main
 from arborcc.errors import ArborccError, TopologyError
 from arborcc.topology.cpus import format_cpu_list, rank_placement, read_cpu_layout, this_machine_placement
-
-#: two sockets of two cores with two hardware threads each, Linux's numbering: CPUs 0-3
-#: are the first threads (0, 1 socket 0; 2, 3 socket 1), 4-7 their siblings
-TWO_SOCKETS = {cpu: {"socket": (cpu % 4) // 2, "core": cpu % 2} for cpu in range(8)}
-SOCKET_CPUS = {0: "0-1,4-5", 1: "2-3,6-7"}
-
-
-def write_sysfs(root: Path, cpus: dict = TWO_SOCKETS, *, nodes: dict | None = SOCKET_CPUS,
-                l3: dict | None = SOCKET_CPUS, online: str | None = "0-7") -> Path:
-    """A sysfs ``devices/system`` tree: per CPU its socket, core and L3 (index3, with an L1
-    index0 beside it); NUMA node n holding ``nodes[n]``."""
-    cpu_root = root / "cpu"
-    cpu_root.mkdir(parents=True)
-    if online is not None:
-        (cpu_root / "online").write_text(online + "\n")
-    for cpu, where in cpus.items():
-        d = cpu_root / f"cpu{cpu}"
-        (d / "topology").mkdir(parents=True)
-        (d / "topology" / "physical_package_id").write_text(f"{where['socket']}\n")
-        (d / "topology" / "core_id").write_text(f"{where['core']}\n")
-        l1 = d / "cache" / "index0"
-        l1.mkdir(parents=True)
-        for name, value in (("level", "1"), ("type", "Data"), ("size", "48K"), ("shared_cpu_list", str(cpu))):
-            (l1 / name).write_text(value + "\n")
-        if l3 is not None:
-            index3 = d / "cache" / "index3"
-            index3.mkdir()
-            shared = next(v for v in l3.values() if cpu in _ids(v))
-            for name, value in (("level", "3"), ("type", "Unified"), ("size", "32768K"), ("shared_cpu_list", shared)):
-                (index3 / name).write_text(value + "\n")
-    if nodes is not None:
-        for n, listed in nodes.items():
-            (root / "node" / f"node{n}").mkdir(parents=True)
-            (root / "node" / f"node{n}" / "cpulist").write_text(listed + "\n")
-    return root
-
-
-def _ids(listed: str) -> set[int]:
-    out = set()
-    for part in listed.split(","):
-        lo, _, hi = part.partition("-")
-        out.update(range(int(lo), int(hi or lo) + 1))
-    return out
-
+from support.sysfs_trees import write_sysfs
 
 def test_two_sockets_two_l3_domains_and_hardware_threads(tmp_path):
     layout = read_cpu_layout(write_sysfs(tmp_path))

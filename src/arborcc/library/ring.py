@@ -23,9 +23,10 @@ from arborcc.library.spec import Built, built
 IN, OUT = Buffer.INPUT, Buffer.OUTPUT
 
 
-def ring_reduce_scatter(ranks: list[int], offset: int, count: int, ch: int | None = None) -> None:
+def ring_reduce_scatter(ranks: list[int], offset: int, count: int, ch: int | None = None,
+                        buffer: Buffer = IN) -> None:
     """DSL helper (GC3 Figure 3b): ring reduce-scatter of ``len(ranks)`` blocks of ``count``
-    chunks at ``offset`` of the input; block i ends reduced on ``ranks[i]``.
+    chunks at ``offset`` of ``buffer`` (the input unless said); block i ends reduced on ``ranks[i]``.
 
     The blocks go round one chunk at a time, every block's first chunk first: the MSCCL
     runtimes cut a step into one piece per chunk on large buffers and a Simple FIFO holds
@@ -35,21 +36,22 @@ def ring_reduce_scatter(ranks: list[int], offset: int, count: int, ch: int | Non
     for j in range(count):
         for i in range(n):
             index = offset + i * count + j
-            c = chunk(ranks[(i + 1) % n], IN, index)
+            c = chunk(ranks[(i + 1) % n], buffer, index)
             for step in range(1, n):
-                c = chunk(ranks[(step + i + 1) % n], IN, index).reduce(c, ch=-1 if ch is None else ch)
+                c = chunk(ranks[(step + i + 1) % n], buffer, index).reduce(c, ch=-1 if ch is None else ch)
 
 
-def ring_all_gather(ranks: list[int], offset: int, count: int, ch: int | None = None) -> None:
-    """DSL helper (GC3 Figure 3b): ring all-gather of the blocks ``ring_reduce_scatter`` left,
-    one chunk at a time as there."""
+def ring_all_gather(ranks: list[int], offset: int, count: int, ch: int | None = None,
+                    buffer: Buffer = IN) -> None:
+    """DSL helper (GC3 Figure 3b): ring all-gather of the blocks ``ring_reduce_scatter`` left
+    in ``buffer``, one chunk at a time as there."""
     n = len(ranks)
     for j in range(count):
         for i in range(n):
             index = offset + i * count + j
-            c = chunk(ranks[i], IN, index)
+            c = chunk(ranks[i], buffer, index)
             for step in range(1, n):
-                c = c.copy(ranks[(step + i) % n], IN, index, ch=-1 if ch is None else ch)
+                c = c.copy(ranks[(step + i) % n], buffer, index, ch=-1 if ch is None else ch)
 
 
 def ring_allreduce(ranks: int, channels: int = 1, instances: int = 1, protocol: str = "Simple",

@@ -39,7 +39,7 @@ import secrets
 import stat
 import time
 from dataclasses import dataclass, fields
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -56,10 +56,14 @@ from arborcc.runtime.errors import CommunicationError
 from arborcc.runtime.launch import available_cpus
 from arborcc.runtime.lowering import LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
 from arborcc.runtime.miad import MIADTuner
-from arborcc.runtime.plan import DEFAULT_STAGED_BYTES, Choice, Plan, call_bytes, fallback_algorithm, require_verified
+from arborcc.runtime.plan import (DEFAULT_STAGED_BYTES, Choice, Plan, RankGroups, call_bytes, fallback_algorithm,
+                                  require_verified)
 from arborcc.runtime.rendezvous import LaunchEnv, NameServer, fetch_name, job_identity
 from arborcc.runtime.windows import SharedArrays
 from arborcc.sizes import format_size
+
+if TYPE_CHECKING:
+    from arborcc.topology.cpus import CpuLayout
 
 #: with more ranks than CPUs, calls of at least this many bytes run a thread per thread
 #: block (by default): while one waits for a peer, another copies, where the one
@@ -112,7 +116,8 @@ class Options:
     slot_bytes: int = 4 << 20  #: bytes per FIFO slot (an upper bound on one message; pages are touched only when used)
     channels: int = 32  #: channels per pair of ranks (MSCCL's maximum)
     tune: bool = False  #: adjust slice_bytes per call shape online (Blink's MIAD)
-    pin: bool = True  #: run rank r on the r-th CPU it may run on, modulo their count (one it is bound to: stays)
+    pin: bool = True  #: run rank r on the r-th CPU it may run on in the CPU layout's order, modulo their count
+    #: (one it is bound to: stays)
     stream_bytes: int = STREAM_BYTES  #: collectives on shared arrays write outputs this large with streaming
     #: stores (0: never)
     push: bool = True  #: an all-gather with streaming stores into a shared array: each rank writes its block
@@ -120,6 +125,8 @@ class Options:
     staged_bytes: int = DEFAULT_STAGED_BYTES  #: the built-in owner all-reduce and reduce-scatter up to this
     #: size run staged (0: never)
     staged_slice_bytes: int = STAGED_SLICE_BYTES  #: slice of a staged all-reduce (one staging ring slot)
+    sysfs_root: str = ""  #: where the CPU layout is read (:func:`arborcc.topology.cpus.job_layout`; "": this
+    #: machine's sysfs)
 
     def __post_init__(self) -> None:
         """Every value checked by its variable's rules (:func:`arborcc.runtime.environment.check_option`)."""
@@ -151,9 +158,11 @@ def check_start(world_size: int, options: Options, source: str) -> None:
     check_segment({f.name: getattr(options, f.name) for f in fields(Options)}, world_size, given)
 
 
-def pin_to_cpu(rank: int) -> bool:
-    """Run this process on one CPU: rank ``r`` on the ``r``-th CPU it may run on, modulo
-    their count (:func:`arborcc.topology.cpus.pinned_cpu`; with more ranks than CPUs, ranks
+def pin_to_cpu(rank: int, layout: CpuLayout | None = None) -> bool:
+    """Run this process on one CPU: rank ``r`` on the ``r``-th CPU it may run on in the
+    order of ``layout`` (a core's first thread before its second, socket by socket, L3 by
+    L3; CPU id order without one), modulo their count
+    (:func:`arborcc.topology.cpus.pinned_cpu`; with more ranks than CPUs, ranks
     ``r`` and ``r + cpus`` share one). A process a launcher already bound to one CPU stays
     there; a job restricted to some CPUs (``taskset``, a cpuset) is pinned within them.
     Returns whether the process now runs on one CPU.
@@ -166,7 +175,7 @@ def pin_to_cpu(rank: int) -> bool:
 
     cpus = os.sched_getaffinity(0)
     if len(cpus) > 1:
-        os.sched_setaffinity(0, {pinned_cpu(rank, cpus)})
+        os.sched_setaffinity(0, {pinned_cpu(rank, cpus, layout)})
     return True
 
 
@@ -250,8 +259,12 @@ class Communicator:
                                                options.slot_bytes)
         except native.NativeCommError as e:
             raise CommunicationError(f"rank {rank}: {e}") from None
+        from arborcc.topology.cpus import job_layout
+
         self._cpus = available_cpus()  # the CPUs the job may run on (its affinity), before pinning
-        pinned = pin_to_cpu(rank) if options.pin else len(os.sched_getaffinity(0)) == 1
+        self._layout = job_layout(options.sysfs_root, "sysfs_root")
+        self._groups: RankGroups | None = None  #: the ranks by socket and L3 (:meth:`_learn_groups`)
+        pinned = pin_to_cpu(rank, self._layout) if options.pin else len(os.sched_getaffinity(0)) == 1
         # the long spin and yield only where every rank has a CPU of its own: ranks that share
         # one (more ranks than CPUs, or unpinned ranks the scheduler packs together) would
         # spin away the CPU the rank they wait for needs (a 4 KB all-reduce of 2 ranks under
@@ -304,6 +317,7 @@ class Communicator:
         finally:
             if name is not None:
                 native.unlink(name)  # every rank has mapped it (or start-up failed): remove the name
+        comm._learn_groups()
         comm.log_start(name)
         return comm
 
@@ -335,6 +349,7 @@ class Communicator:
         finally:
             if name is not None:
                 native.unlink(name)
+        comm._learn_groups()
         comm.log_start(name)
         return comm
 
@@ -598,6 +613,28 @@ class Communicator:
             # a numpy array keeps its memory while referenced (resizing it needs no other reference)
             self._last_calls[collective] = (send, recv, extra, len(self.plan.entries), prepared, s, r)
 
+    def _learn_groups(self) -> None:
+        """The ranks by socket and L3, for the plan (:func:`arborcc.runtime.plan.layout_choice`):
+        every rank's CPU (-1 where it is not bound to one) all-gathered once, on a machine
+        of more than one socket or L3 only (every rank reads the same layout, so all of
+        them gather or none), since a launcher may have bound the ranks otherwise than
+        :func:`pin_to_cpu` would."""
+        from arborcc.topology.cpus import rank_groups
+
+        layout = self._layout
+        if self.world_size < 2 or layout is None or len(layout.domains) < 2:
+            return
+        cpus = os.sched_getaffinity(0)
+        mine = np.array([min(cpus) if len(cpus) == 1 else -1], np.int64)
+        every = np.empty(self.world_size, np.int64)
+        self.allgather(mine, every)
+        self._groups = rank_groups(layout, every.tolist())
+
+    @property
+    def rank_groups(self) -> RankGroups | None:
+        """The ranks by socket and L3 the plan uses (None: one group, or not known)."""
+        return self._groups
+
     def _same_size(self, a: ArrayRef, b: ArrayRef, count: int, what: str) -> None:
         if b.count != count:
             raise InputError(f"has {b.count} elements, expected {count}", source=what)
@@ -629,7 +666,8 @@ class Communicator:
     def _choose(self, collective: str, mode: Mode, count: int, itemsize: int, root: int) -> Algorithm:
         """The plan's algorithm for a call; logged once per (collective, size range) when
         the "arborcc.runtime" logger is at INFO."""
-        choice = self.plan.choose(collective, self.world_size, mode, count, itemsize, root, self.options.staged_bytes)
+        choice = self.plan.choose(collective, self.world_size, mode, count, itemsize, root, self.options.staged_bytes,
+                                  self._groups)
         if log.isEnabledFor(logging.INFO):
             bucket = (collective, choice.entry, choice.low, choice.high)
             if bucket not in self._logged:

@@ -151,6 +151,19 @@ def existing_path(raw: str, source: str) -> str:
     return raw
 
 
+def sysfs_root(raw: str, source: str) -> str:
+    """A sysfs ``devices/system`` tree the CPU layout is read from, read once here so that
+    a tree that is not one is refused before any rank starts; ``""``: this machine's."""
+    if not raw.strip():
+        return ""
+    if not raw.isprintable():
+        raise InputError(f"{raw!r} holds control characters", source=source)
+    from arborcc.topology.cpus import job_layout
+
+    job_layout(raw, source)
+    return raw
+
+
 def job_secret(raw: str, source: str) -> str:
     text = raw.strip()  # never quoted back: it is a secret
     if len(text) > MAX_IDENTITY_CHARS or not text.isprintable() or any(c.isspace() for c in text):
@@ -255,7 +268,9 @@ VARIABLES: tuple[Variable, ...] = (
     option("channels", integer_in(1, MAX_CHANNELS, "channels per pair of ranks"), f"1 to {MAX_CHANNELS}", "32",
            "channels per pair of ranks (an algorithm may use channels 0 to this - 1)"),
     option("tune", switch, SWITCH, "0", "adjust the slice per call shape online (Blink's MIAD)"),
-    option("pin", switch, SWITCH, "1", "run rank r on the r-th CPU the job may use, modulo their count (a rank bound to one CPU stays)"),
+    option("pin", switch, SWITCH, "1",
+           "run rank r on the r-th CPU the job may use, modulo their count, a core's first thread before its "
+           "second, socket by socket and L3 by L3 (a rank bound to one CPU stays)"),
     option("stream_bytes", size_in(1, MAX_BYTES, "never"), "a size, or 0: never", "4M",
            "collectives on shared arrays write outputs this large with streaming stores"),
     option("push", switch, SWITCH, "1",
@@ -264,6 +279,10 @@ VARIABLES: tuple[Variable, ...] = (
            "the built-in owner all-reduce and reduce-scatter up to this size run staged"),
     option("staged_slice_bytes", size_in(MIN_STAGED_SLICE_BYTES, MAX_SLOT_BYTES), "a size, 4K to 1G", "256K",
            "slice of a staged all-reduce (one staging-ring slot)"),
+    option("sysfs_root", sysfs_root, "a directory with a sysfs `cpu` tree (as /sys/devices/system)",
+           "(this machine's)",
+           "where the CPU layout is read: ranks are pinned by it and all-reduces run hierarchically when the "
+           "ranks span more than one socket or L3 (see \"Many ranks\"); for tests, a tree written by hand"),
 )
 
 BY_NAME: dict[str, Variable] = {v.name: v for v in VARIABLES}

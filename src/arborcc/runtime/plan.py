@@ -11,7 +11,12 @@ wins; when none matches, the built-in default plan of the machine decides:
 - all-reduce: the one-shot direct algorithm (every rank reduces everything in one step)
   below ``small_bytes`` (``staged_small_bytes`` when the call runs staged), else
   reduce-scatter + all-gather with one owner rank per chunk;
-- every other collective: its direct algorithm (:mod:`arborcc.runtime.direct`).
+- every other collective: its direct algorithm (:mod:`arborcc.runtime.direct`);
+- but an all-reduce whose ranks span more than one socket or L3 domain, in equal groups
+  of at least two ranks (the communicator's ``groups``: :func:`arborcc.topology.cpus.rank_groups`),
+  runs the hierarchical all-reduce over those groups (:func:`layout_choice`) where the
+  rules above would run the owner all-reduce unstaged. On one socket and one L3 nothing
+  changes.
 
 The owner all-reduce and the reduce-scatter up to ``staged_bytes`` run *staged*
 (:meth:`Plan.runs_staged`): the same algorithm executed natively through every rank's
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from arborcc.errors import InputError, VerificationError
@@ -159,15 +165,17 @@ class Plan:
         self.entries.append(PlanEntry(algo, source or algo.name))
 
     def select(self, collective: str, num_ranks: int, mode: Mode, count: int, itemsize: int,
-               root: int = 0, staged_bytes: int = 0) -> Algorithm:
+               root: int = 0, staged_bytes: int = 0, groups: RankGroups | None = None) -> Algorithm:
         """The algorithm for a call (MSCCL's rules over the entries, then the default;
-        all-reduces up to ``staged_bytes`` may run staged)."""
-        return self.choose(collective, num_ranks, mode, count, itemsize, root, staged_bytes).algorithm
+        all-reduces up to ``staged_bytes`` may run staged; ``groups``: the ranks by socket
+        and L3, see :func:`layout_choice`)."""
+        return self.choose(collective, num_ranks, mode, count, itemsize, root, staged_bytes, groups).algorithm
 
     def choose(self, collective: str, num_ranks: int, mode: Mode, count: int, itemsize: int,
-               root: int = 0, staged_bytes: int = 0) -> "Choice":
-        """:meth:`select`'s algorithm with why: the entry that matched, or the built-in
-        default's rule, and the range of call sizes the same decision covers."""
+               root: int = 0, staged_bytes: int = 0, groups: RankGroups | None = None) -> "Choice":
+        """:meth:`select`'s algorithm with why: the entry that matched, the CPU layout's
+        choice or the built-in default's rule, and the range of call sizes the same
+        decision covers."""
         size = call_bytes(collective, num_ranks, count, itemsize)
         for i, e in enumerate(self.entries):
             if matches(e.algorithm, collective, num_ranks, mode, count, size, root):
@@ -175,6 +183,9 @@ class Plan:
                 return Choice(a, i, a.min_bytes, a.max_bytes or None,
                               f"plan entry {i + 1} of {len(self.entries)} ({e.source}), "
                               f"{a.min_bytes}-{a.max_bytes or 'any'} bytes")
+        by_layout = layout_choice(collective, mode, size, staged_bytes, self.small_bytes, groups)
+        if by_layout is not None:
+            return by_layout
         small = self.small_bytes
         if collective == "allreduce" and size <= staged_bytes:
             small = min(small, self.staged_small_bytes)
@@ -245,6 +256,66 @@ def default_algorithm(collective: str, num_ranks: int, mode: Mode, size: int, ro
     owner = collective == "allreduce" and size >= small_bytes and num_ranks > 1
     algo = direct_algorithm(collective, num_ranks, inplace, root if collective in ROOTED else 0, owner)
     return require_verified(algo)
+
+
+#: the ranks of a communicator by socket and last-level cache (each group in rank order)
+RankGroups = tuple[tuple[int, ...], ...]
+
+
+def hierarchy(groups: RankGroups | None) -> tuple[int, int] | None:
+    """(groups, ranks per group) when ``groups`` can carry a hierarchical all-reduce: at
+    least two groups, all of the same size, at least two ranks each (one rank per group
+    is a flat ring; unequal groups, e.g. 6 ranks on sockets of 4 cores, stay flat)."""
+    if not groups or len(groups) < 2:
+        return None
+    size = len(groups[0])
+    if size < 2 or any(len(g) != size for g in groups):
+        return None
+    return len(groups), size
+
+
+def layout_choice(collective: str, mode: Mode, size: int, staged_bytes: int, small_bytes: int,
+                  groups: RankGroups | None) -> Choice | None:
+    """The hierarchical all-reduce (:func:`arborcc.library.hierarchical.hierarchical_allreduce`
+    over ``groups``: a ring reduce-scatter within each group, a ring reduce-scatter and
+    all-gather between the groups' ranks of the same index, a ring all-gather within each
+    group) for an all-reduce of ``size`` bytes whose ranks span several sockets or L3
+    domains (:func:`hierarchy`), from ``max(small_bytes, staged_bytes + 1)``; None: the
+    default's rules decide.
+
+    Why there. The flat owner all-reduce sends every rank's share of the buffer to every
+    other rank: with G ranks in each of N groups, about (N - 1) / N of its traffic crosses
+    a socket (or L3) boundary, G times the hierarchical algorithm's, which moves only 1/G
+    of the buffer per rank across (the inter-socket link, UPI or Infinity Fabric, carries a
+    fraction of a socket's memory bandwidth). The hierarchical algorithm takes
+    2 (G - 1) + 2 (N - 1) steps instead of 2, a few microseconds each: below
+    ``small_bytes`` the one-shot algorithm's single step wins, and up to ``staged_bytes``
+    the staged owner all-reduce (one native pass, peers' shares read with plain loads)
+    does, at sizes whose cross-socket bytes take microseconds. The crossover is reasoned,
+    not measured: no machine here has two sockets (docs/runtime.md, "Many ranks")."""
+    shape = hierarchy(groups) if collective == "allreduce" else None
+    if shape is None:
+        return None
+    low = max(small_bytes, staged_bytes + 1)
+    if size < low:
+        return None
+    algo = hierarchical_algorithm(groups, mode is Mode.INPLACE)
+    n, g = shape
+    return Choice(algo, None, low, None,
+                  f"CPU layout: hierarchical all-reduce over {n} groups of {g} ranks sharing a socket or L3, "
+                  f"from max(small_bytes={small_bytes}, staged_bytes={staged_bytes} + 1)")
+
+
+@lru_cache(maxsize=64)
+def hierarchical_algorithm(groups: RankGroups, inplace: bool) -> Algorithm:
+    """The hierarchical all-reduce over ``groups`` (verified once)."""
+    from arborcc.library.hierarchical import hierarchical_allreduce
+
+    n, g = hierarchy(groups)
+    tag = "inplace" if inplace else "outofplace"
+    built = hierarchical_allreduce(n, g, groups=groups, inplace=inplace,
+                                   name=f"layout-hierarchical-allreduce-{n}x{g}-{tag}")
+    return require_verified(built.algorithm)
 
 
 def fallback_algorithm(collective: str, num_ranks: int, mode: Mode, root: int = 0) -> Algorithm:

@@ -11,21 +11,29 @@ core id - every CPU a core of its own; no cache directory - no cache domains; no
 directory - one node holding every CPU. A file that is there but unreadable (a CPU list
 that is not one) is an error naming the file.
 
-:func:`rank_placement` answers what a plan would use: which ranks share a cache domain,
-a socket, a NUMA node or a core, when rank ``r`` runs on the ``r``-th allowed CPU modulo
-their count - the placement :func:`arborcc.runtime.communicator.pin_to_cpu` gives.
-Nothing chooses algorithms by it yet.
+:func:`placement_order` is the order in which ranks take the CPUs a job may use: the first
+hardware thread of every core before any second one and, within that, socket by socket
+and cache domain by cache domain (so consecutive ranks share a socket and an L3, as MPI
+launchers fill a socket first: 8 ranks on 2 sockets of 4 cores put ranks 0-3 on socket 0).
+:func:`pinned_cpu` is rank ``r``'s CPU in that order, modulo the CPUs' count - where
+:func:`arborcc.runtime.communicator.pin_to_cpu` pins it. :func:`rank_placement` answers
+which ranks then share a cache domain, a socket, a NUMA node or a core, and
+:func:`rank_groups` the groups the runtime's plan reduces within first (a hierarchical
+all-reduce, :mod:`arborcc.runtime.plan`) when the ranks span more than one socket or L3.
+:func:`job_layout` is the layout a communicator reads at its creation (``ARBORCC_SYSFS_ROOT``
+names another tree).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from arborcc.errors import TopologyError
+from arborcc.errors import InputError, TopologyError
 from arborcc.topology.detect import detect_numa_nodes
 from arborcc.topology.nvidia_smi import parse_cpu_list
 
@@ -82,6 +90,15 @@ class CpuLayout:
         return self._groups(lambda c: c.cache)
 
     @property
+    def domains(self) -> dict[tuple[int, int], tuple[int, ...]]:
+        """(socket, last-level-cache domain or -1 when unknown) -> its CPUs: the groups a
+        hierarchical all-reduce reduces within first (:func:`rank_groups`)."""
+        groups: dict[tuple[int, int], list[int]] = {}
+        for c in self.cpus:
+            groups.setdefault(domain_key(c), []).append(c.id)
+        return {k: tuple(v) for k, v in sorted(groups.items())}
+
+    @property
     def cores(self) -> dict[tuple[int, int], tuple[int, ...]]:
         """(socket, core id) -> the hardware threads of that physical core."""
         groups: dict[tuple[int, int], list[int]] = {}
@@ -94,6 +111,11 @@ class CpuLayout:
                 "numa_nodes": _listed(self.numa_nodes), "cache_level": self.cache_level,
                 "cache_bytes": self.cache_bytes, "cache_domains": _listed(self.cache_domains),
                 "missing": list(self.missing)}
+
+
+def domain_key(cpu: Cpu) -> tuple[int, int]:
+    """The domain of a CPU: its socket and last-level-cache domain (-1: unknown)."""
+    return cpu.socket, -1 if cpu.cache is None else cpu.cache
 
 
 def _listed(groups: dict) -> list[dict]:
@@ -114,14 +136,26 @@ def format_cpu_list(cpus: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+#: the most a sysfs attribute holds (a page; larger is not one, and is not read further)
+MAX_ATTRIBUTE_BYTES = 4096
+
+
 def _read(path: Path) -> str | None:
-    """The file's text, or None when it is not there (a container may hide it)."""
+    """The file's text, or None when it is not there (a container may hide it); a file
+    that is not a regular one (a FIFO would block the read) or longer than a sysfs
+    attribute is an error naming it."""
     try:
-        return path.read_text()
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise TopologyError("not a regular file", source=str(path))
+        with open(path, "rb") as f:
+            data = f.read(MAX_ATTRIBUTE_BYTES + 1)
     except FileNotFoundError:
         return None
     except OSError as e:
         raise TopologyError(f"cannot read: {e.strerror or e}", source=str(path)) from None
+    if len(data) > MAX_ATTRIBUTE_BYTES:
+        raise TopologyError(f"longer than a sysfs attribute ({MAX_ATTRIBUTE_BYTES} bytes)", source=str(path))
+    return data.decode("utf-8", "replace")
 
 
 def _cpu_list(path: Path) -> frozenset[int] | None:
@@ -239,10 +273,31 @@ def read_cpu_layout(root: str | os.PathLike = SYSTEM_ROOT) -> CpuLayout:
 
 # -- where a communicator's ranks run -----------------------------------------------------
 
-def pinned_cpu(rank: int, allowed: Sequence[int]) -> int:
-    """The CPU rank ``rank`` runs on when pinned: the ``rank``-th allowed CPU (in id order)
-    modulo their count, as :func:`arborcc.runtime.communicator.pin_to_cpu` pins."""
-    cpus = sorted(allowed)
+def placement_order(layout: CpuLayout | None, allowed: Iterable[int]) -> tuple[int, ...]:
+    """``allowed`` in the order ranks take them (see the module docstring): by hardware
+    thread (a core's first thread, then its second, ...), then socket, last-level-cache
+    domain, core and id. Without a layout, or with allowed CPUs the layout does not list
+    (sysfs hid them), in id order."""
+    cpus = sorted(set(allowed))
+    if layout is None:
+        return tuple(cpus)
+    by_id = {c.id: c for c in layout.cpus}
+    if any(c not in by_id for c in cpus):
+        return tuple(cpus)
+    thread = {cpu: i for siblings in layout.cores.values() for i, cpu in enumerate(siblings)}
+
+    def key(cpu: int) -> tuple:
+        c = by_id[cpu]
+        return thread[cpu], c.socket, -1 if c.cache is None else c.cache, c.core, cpu
+
+    return tuple(sorted(cpus, key=key))
+
+
+def pinned_cpu(rank: int, allowed: Sequence[int], layout: CpuLayout | None = None) -> int:
+    """The CPU rank ``rank`` runs on when pinned: the ``rank``-th allowed CPU in
+    :func:`placement_order` (id order without a layout) modulo their count, as
+    :func:`arborcc.runtime.communicator.pin_to_cpu` pins."""
+    cpus = placement_order(layout, allowed)
     if not cpus:
         raise TopologyError("no CPU to run on", source="CPU affinity")
     return cpus[rank % len(cpus)]
@@ -276,7 +331,7 @@ def _ranks_by(world_size: int, key) -> tuple[tuple[int, ...], ...]:
 
 def rank_placement(layout: CpuLayout, world_size: int, allowed: Sequence[int] | None = None) -> RankPlacement:
     """The placement of ``world_size`` ranks pinned rank ``r`` -> :func:`pinned_cpu` over
-    ``allowed`` (default: every CPU of ``layout``) and the groups of ranks that share a
+    ``allowed`` (default: every CPU of ``layout``) in the layout's order, and the groups of ranks that share a
     last-level cache, a socket, a NUMA node and a physical core."""
     if world_size < 1:
         raise TopologyError(f"a communicator has at least one rank, got {world_size}", source="world size")
@@ -286,7 +341,7 @@ def rank_placement(layout: CpuLayout, world_size: int, allowed: Sequence[int] | 
     if strangers:
         raise TopologyError(f"CPUs {format_cpu_list(strangers)} are not online CPUs of the layout "
                             f"({format_cpu_list(known)})", source="CPU affinity")
-    cpu_of = tuple(pinned_cpu(r, allowed) for r in range(world_size))
+    cpu_of = tuple(pinned_cpu(r, allowed, layout) for r in range(world_size))
 
     def by(attr):
         return _ranks_by(world_size, lambda r: getattr(layout.cpu(cpu_of[r]), attr))
@@ -300,3 +355,31 @@ def this_machine_placement(world_size: int, root: str | os.PathLike = SYSTEM_ROO
     (The runtime pins only when that affinity is not restricted; under ``taskset`` or a
     cpuset its ranks float over these CPUs, and this is where pinning would put them.)"""
     return rank_placement(read_cpu_layout(root), world_size, sorted(os.sched_getaffinity(0)))
+
+
+def rank_groups(layout: CpuLayout, cpu_of_rank: Sequence[int]) -> tuple[tuple[int, ...], ...] | None:
+    """The ranks by domain (:attr:`CpuLayout.domains`: socket and last-level cache), each
+    group in rank order, the groups in the domains' order, when rank ``r`` runs on
+    ``cpu_of_rank[r]``; None when a rank's CPU is not known (-1: it floats over several)
+    or not a CPU of the layout."""
+    by_id = {c.id: c for c in layout.cpus}
+    if any(cpu not in by_id for cpu in cpu_of_rank):
+        return None
+    return _ranks_by(len(cpu_of_rank), lambda r: domain_key(by_id[cpu_of_rank[r]]))
+
+
+def job_layout(root: str | os.PathLike | None = None, source: str = "$ARBORCC_SYSFS_ROOT") -> CpuLayout | None:
+    """The layout a communicator places its ranks by and plans with. ``root`` None or
+    empty: this machine's sysfs, or None when it cannot be read (a container may hide it;
+    the ranks are then pinned in CPU id order and every all-reduce runs flat). A root
+    given (``ARBORCC_SYSFS_ROOT``) must be readable: InputError naming ``source`` and the
+    file otherwise."""
+    if not root:
+        try:
+            return read_cpu_layout(SYSTEM_ROOT)
+        except (TopologyError, OSError):
+            return None
+    try:
+        return read_cpu_layout(root)
+    except TopologyError as e:
+        raise InputError(f"{e.source}: {e.problem}", source=source) from None
