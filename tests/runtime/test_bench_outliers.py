@@ -94,3 +94,11 @@ def test_any_call_times_give_ordered_finite_columns_or_a_failed_row(ranks, iters
             assert row.time_us is None and row.max_us is None
         else:
             assert 0 < row.time_us <= row.p99_us * (1 + 1e-12) and row.p99_us <= row.max_us
+
+
+def test_a_median_below_the_clock_resolution_fails_the_row_instead_of_an_infinite_busbw():
+    spec = Spec(ranks=1, sizes=[4096], iters=1)
+    per_rank = [{f"4096:{m}": {"times": [2.2250738585072014e-308], "wrong": 0} for m in (0, 1)}]
+    for row in rows_from_timings("arborcc", spec, per_rank):
+        json.dumps(asdict(row), allow_nan=False)
+        assert row.failed and row.busbw_gbps is None

@@ -153,6 +153,11 @@ def time_calls(call, barrier, warmup: int, iters: int) -> list[float]:
     return times
 
 
+#: seconds: the finest step of the clocks ranks time calls with (``time.perf_counter_ns``,
+#: MPI_Wtime); a median call below it is no measurement, and its busbw would be infinite
+TIMER_RESOLUTION = 1e-9
+
+
 def rows_from_timings(backend: str, spec: Spec, per_rank: list[dict]) -> list[Row]:
     """Combine every rank's timings into rows: slowest rank per call; the median, the 99th
     percentile and the maximum over the calls."""
@@ -178,7 +183,7 @@ def rows_from_timings(backend: str, spec: Spec, per_rank: list[dict]) -> list[Ro
                 continue
             per_call = np.max(np.array([e["times"] for e in entries], np.float64), axis=0)
             t = float(np.median(per_call))
-            if not (math.isfinite(t) and t > 0):
+            if not (math.isfinite(t) and t >= TIMER_RESOLUTION):
                 rows.append(not_run(f"the timer measured {t:g} s per call"))
                 continue
             algbw = nbytes / t / 1e9
