@@ -2,7 +2,7 @@
 writes) gets a verdict: correct for the calls it claims (then it runs on the reference
 executor and on the shared-memory runtime with results equal to numpy), incorrect, refused
 at reading (a rule MSCCL++'s own parser enforces), or not translatable (naming the
-operation: NVLS, pipelines)."""
+operation: NVLS packet stores, reads ordered only through another thread block)."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ SAMPLES = Path(__file__).parent / "samples" / "mscclpp"
 VERDICTS = {
     "dsl__allgather.json": "correct",
     "dsl__allgather_2x4.json": "correct",
-    "dsl__allgather_nvls_zero_copy_2.json": "untranslated: gstore",
-    "dsl__allgather_nvls_zero_copy_4.json": "untranslated: gstore",
-    "dsl__allgather_nvls_zero_copy_pkt_2.json": "untranslated: gstorepkt",
+    "dsl__allgather_nvls_zero_copy_2.json": "correct",  # NVLS: gstore
+    "dsl__allgather_nvls_zero_copy_4.json": "correct",
+    "dsl__allgather_nvls_zero_copy_pkt_2.json": "untranslated: gstorepkt: NVLS multimem stores of LL packets",
     "dsl__allgather_nvls_zero_copy_pkt_4.json": "untranslated: gstorepkt",
     "dsl__allgather_nvls_zero_copy_pkt_8.json": "untranslated: gstorepkt",
     "dsl__allgather_pkt_2.json": "correct",
@@ -42,13 +42,15 @@ VERDICTS = {
     "dsl__allreduce_naivy_2.json": "correct",
     "dsl__allreduce_naivy_4.json": "correct",
     "dsl__allreduce_naivy_8.json": "correct",
-    "dsl__allreduce_nvls_zero_copy_2.json": "untranslated: glres",
-    "dsl__allreduce_pipeline.json": "untranslated: pipeline",
+    "dsl__allreduce_nvls_zero_copy_2.json": "correct",  # NVLS: glres
+    # NVLS inside a pipeline whose thread blocks hand each other the data by semaphores:
+    # the translation orders a read only by the reader's own waits
+    "dsl__allreduce_pipeline.json": "untranslated: glres reads rank 1's buffer with no wait",
     "dsl__allreduce_pkt_2.json": "correct",
     "dsl__allreduce_pkt_4.json": "correct",
     "dsl__alltoall_2.json": "correct",
     "dsl__alltoall_4.json": "correct",
-    "dsl__alltoall_pipeline_2.json": "untranslated: pipeline",
+    "dsl__alltoall_pipeline_2.json": "correct",
     # the DSL's unit tests of single operations: many declare no input and no output
     # chunks, which MSCCL++'s executor refuses ("Output or Input chunks must be greater than 0")
     "dsl__barrier_test.json": "refused: gpus[0]",
@@ -58,7 +60,7 @@ VERDICTS = {
     "dsl__flush_test.json": "refused: gpus[0]",
     "dsl__get_fuse_test.json": "correct-custom",
     "dsl__get_test.json": "correct-custom",
-    "dsl__pipeline_test.json": "untranslated: pipeline",
+    "dsl__pipeline_test.json": "correct-custom",
     # each rank's put writes the input chunk the peer's own put reads, unordered: a race
     "dsl__put_fuse_test.json": "incorrect-custom",
     "dsl__put_packet_test.json": "correct-custom",
@@ -89,7 +91,8 @@ VERDICTS = {
     "dsl__send_recv_2x4.json": "correct-custom",
     "dsl__signal_wait_fuse_test.json": "refused: gpus[0]",
     "dsl__signal_wait_test.json": "refused: gpus[0]",
-    "dsl__switch_broadcast_test.json": "untranslated: gstore",
+    # its gstore writes into rank 1's buffer and no signal publishes it
+    "dsl__switch_broadcast_test.json": "untranslated: writes into rank 1's buffer",
     # the DSL writes an operation ("glre") that MSCCL++'s parser does not know
     "dsl__switch_reduce_test.json": "refused: gpus[0].threadblocks[0].ops[0].name",
     "dsl__tbg_copy_test.json": "correct-custom",
@@ -100,10 +103,10 @@ VERDICTS = {
     "dsl__unpack_packet_test.json": "correct-custom",
     "official__execution-files__allreduce.json": "correct",
     "official__execution-files__allreduce_packet.json": "correct",
-    "official__execution-files__allreduce_pipeline.json": "untranslated: pipeline",
+    "official__execution-files__allreduce_pipeline.json": "untranslated: glres reads rank 1's buffer with no wait",
     "official__executor-tests__reduce.json": "correct",
-    "official__executor-tests__reduce_nvls.json": "untranslated: glres",
-    "official__executor-tests__reduce_nvls_pipeline.json": "untranslated: pipeline",
+    "official__executor-tests__reduce_nvls.json": "correct",
+    "official__executor-tests__reduce_nvls_pipeline.json": "correct",
     "official__executor-tests__reduce_pack.json": "correct",
     "official__executor-tests__reduce_pack_tbg.json": "correct",
     # the group members split rank 1's 2-chunk copy into scratch by chunk and rank 0's 1-chunk
@@ -149,8 +152,8 @@ def test_the_plans_inplace_claim_is_kept():
 
 
 def test_verify_names_the_operation_a_plan_cannot_be_translated_for(tmp_path):
-    run = arborcc("verify", str(SAMPLES / "official__executor-tests__reduce_nvls.json"), cwd=tmp_path)
-    refused(run, r"reduce_nvls\.json:gpus\[0\]\.threadblocks\[0\]\.ops\[5\]: glres: NVLS")
+    run = arborcc("verify", str(SAMPLES / "dsl__allgather_nvls_zero_copy_pkt_2.json"), cwd=tmp_path)
+    refused(run, r"pkt_2\.json:gpus\[0\]\.threadblocks\[0\]\.ops\[1\]: gstorepkt: NVLS")
 
 
 def test_verify_and_show_read_a_plan(tmp_path):

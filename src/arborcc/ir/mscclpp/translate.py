@@ -57,14 +57,13 @@ from arborcc.errors import IRFormatError
 from arborcc.ir.collectives import COLLECTIVES, signature
 from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, Protocol, RankProgram, Step, ThreadBlock
 from arborcc.ir.mscclpp import rules
+from arborcc.ir.mscclpp.pipelines import unroll_pipelines
 from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, Operation, PlanGpu, PlanThreadBlock
+from arborcc.ir.mscclpp.switch_channels import lower_switch_ops
 
 #: operations without a translation -> why
 UNMAPPED = {
-    "glres": "NVLS multimem operations have no arborcc IR form",
-    "gstore": "NVLS multimem operations have no arborcc IR form",
-    "gstorepkt": "NVLS multimem operations have no arborcc IR form",
-    "pipeline": "pipelines (iterations over byte units within a chunk) have no arborcc IR form",
+    "gstorepkt": "NVLS multimem stores of LL packets have no arborcc IR form",
 }
 SIGNALS = ("signal", "rlxsignal", "pws", "pwsf")
 WAITS = ("wait", "rlxwait")
@@ -120,6 +119,8 @@ class _Translator:
         self.source = source
         plan = dataclasses.replace(plan, gpus=[self.merge_continuations(g) for g in plan.gpus])
         plan = self.refine_for_groups(plan)
+        plan = unroll_pipelines(plan, self.places, self.group_cut, self.fail)
+        plan = lower_switch_ops(plan, self.places, self.fail)
         self.plan = plan
         self.n = plan.num_ranks
         self.ranks = [_Rank(g.id, g.scratch_chunks) for g in plan.gpus]
@@ -193,6 +194,7 @@ class _Translator:
         the chunks, each operation on its member's part, and no group."""
         sizes = {op.tbg[1] for g in plan.gpus for tb in g.threadblocks for op in tb.ops if op.tbg}
         cut = math.lcm(*sizes) if sizes else 1
+        self.group_cut = cut
         if cut == 1:
             return plan
         from arborcc.limits import limit
@@ -437,7 +439,7 @@ class _Translator:
         if name in ("copy", "cpkt", "upkt", "get"):
             for s, d in zip(loc, op.dst):
                 self.local(r, ptb, Op.COPY, s, (_BUF[d.type], d.index, d.size))
-        elif name in ("re", "repkt", "res", "respkt", "recpkt", "recspkt", "rre", "rres"):
+        elif name in ("re", "repkt", "res", "respkt", "recpkt", "recspkt", "rre", "rres", "glres", "gstore"):
             d0 = op.dst[0]
             dst = (_BUF[d0.type], d0.index, d0.size)
             self.reduce_into(r, ptb, dst, loc, where)

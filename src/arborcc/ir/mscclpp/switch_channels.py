@@ -1,0 +1,109 @@
+"""NVLS operations on switch channels as reads and writes of the group's buffers.
+
+A switch channel (``channel_type: switch``) is a multicast address over the same
+buffer (``buffer_type``) of every rank of a rank group. MSCCL++'s executor
+(``execution_kernel.hpp``) runs:
+
+* ``glres`` (``handleMultiLoadReduceStore``): ``multimem.ld_reduce`` of the source
+  chunks - the sum of those chunks over every member, read from each member's memory
+  (the switch reduces) - then ``multimem.st`` of the sum to the destination chunks of
+  every member;
+* ``gstore`` (``handleMultiStore``): ``multimem.st`` of a local source to the
+  destination chunks of every member.
+
+That is what ``rres`` does with memory channels: read the peers' chunks, reduce into the
+local destination, write the result into the peers' destinations. :func:`lower_switch_ops`
+rewrites each such operation so (the name kept, ``channel_type`` ``memory``, the
+members' buffers added as remote buffers of the thread block), and the translation,
+the race check and the verifier treat it as the reads and writes it is: the reads are
+ordered by the reader's waits on memory channels from each member and the writes are
+published by its signals to each member, as for ``rres``. ``gstorepkt`` (LL packets
+through the switch) is not lowered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, Operation, PlanGpu, PlanThreadBlock, RemoteBuffer
+
+#: the NVLS operations :func:`lower_switch_ops` rewrites
+SWITCH_OPS = ("glres", "gstore")
+
+
+def switch_channel(gpu: PlanGpu, index: int) -> tuple[str, tuple[int, ...]]:
+    """(buffer type, member ranks) of the rank's ``index``-th switch channel: the
+    executor numbers one per rank group, in the order of the ``channels`` entries."""
+    flat = [(c.buffer_type, ranks) for c in gpu.channels if c.type == "switch" for _size, ranks in c.groups]
+    return flat[index]
+
+
+def lower_switch_ops(plan: ExecutionPlan, places: dict[tuple[int, int, int], str],
+                     fail: Callable[[str, str], None]) -> ExecutionPlan:
+    """``plan`` with ``glres``/``gstore`` as reads and writes of the members' buffers
+    (module doc); a switch operation on a group without this rank, a source and a
+    destination on different groups, or a member beyond the plan's ranks is refused."""
+    if not any(op.name in SWITCH_OPS for g in plan.gpus for tb in g.threadblocks for op in tb.ops):
+        return plan
+    gpus = []
+    for g in plan.gpus:
+        remote = list(g.remote_buffers)
+        known = {rb: i for i, rb in enumerate(remote)}
+        tbs = []
+        for tb in g.threadblocks:
+            refs = {t: list(v) for t, v in tb.buffer_refs.items()}
+            memory = refs.setdefault("memory", [])
+            ops = []
+            for o, op in enumerate(tb.ops):
+                if op.name not in SWITCH_OPS:
+                    ops.append(op)
+                    continue
+                where = places.get((g.id, tb.id, o), f"gpus[{g.id}].threadblocks[{tb.id}].ops[{o}]")
+
+                def remote_ref(rank: int, btype: str, ref: BufferRef) -> BufferRef:
+                    rb = RemoteBuffer(rank, btype, ("memory",))
+                    if rb not in known:
+                        known[rb] = len(remote)
+                        remote.append(rb)
+                    if known[rb] not in memory:
+                        memory.append(known[rb])
+                    return BufferRef("R", None, memory.index(known[rb]), ref.index, ref.size)
+
+                def members(ref: BufferRef, side: str) -> tuple[str, tuple[int, ...]]:
+                    btype, ranks = switch_channel(g, tb.channels["switch"][ref.ref])
+                    if g.id not in ranks:
+                        fail(where, f"{op.name}: {side} switch channel {ref.ref}'s rank group {list(ranks)} does not "
+                                    f"contain rank {g.id}")
+                    if any(not 0 <= m < plan.num_ranks for m in ranks):
+                        fail(where, f"{op.name}: {side} switch channel {ref.ref}'s rank group {list(ranks)} names a "
+                                    f"rank beyond the plan's {plan.num_ranks}")
+                    if len(set(ranks)) != len(ranks):
+                        fail(where, f"{op.name}: {side} switch channel {ref.ref}'s rank group {list(ranks)} lists a "
+                                    f"rank twice")
+                    for m in ranks:
+                        have = plan.gpus[m].chunks(btype)
+                        if ref.index + ref.size > have:
+                            fail(where, f"{op.name}: {side} chunks {ref.index}..{ref.index + ref.size - 1} are beyond "
+                                        f"rank {m}'s {have} {btype} chunks")
+                    return btype, ranks
+
+                dref = op.dst[0]
+                dtype, dranks = members(dref, "destination")
+                dst = [BufferRef("L", dtype, -1, dref.index, dref.size)]
+                dst += [remote_ref(m, dtype, dref) for m in dranks if m != g.id]
+                if op.name == "glres":
+                    sref = op.src[0]
+                    stype, sranks = members(sref, "source")
+                    if sorted(sranks) != sorted(dranks):
+                        fail(where, f"glres: its source and destination switch channels span different rank groups "
+                                    f"({list(sranks)} and {list(dranks)})")
+                    src = [BufferRef("L", stype, -1, sref.index, sref.size)]
+                    src += [remote_ref(m, stype, sref) for m in sranks if m != g.id]
+                else:
+                    src = list(op.src)
+                ops.append(dataclasses.replace(op, channel_type="memory", channel_ids=(), src=tuple(src),
+                                               dst=tuple(dst)))
+            tbs.append(PlanThreadBlock(tb.id, tb.channels, refs, ops))
+        gpus.append(dataclasses.replace(g, remote_buffers=remote, threadblocks=tbs))
+    return dataclasses.replace(plan, gpus=gpus)
