@@ -1,7 +1,9 @@
 """A tuning plan on disk: a directory of MSCCL XML files, one per size bucket, each
 with its ``minBytes``/``maxBytes`` - which is all a runtime needs, since MSCCL picks
 among loaded algorithms by those attributes (``MSCCL_ALGO_DIR`` for the new executors
-and RCCL, ``MSCCL_XML_FILES`` for the original fork) - plus ``plan.json``, an index for
+and RCCL, ``MSCCL_XML_FILES`` for the original fork) - or MSCCL++ execution plans with
+``min_message_size``/``max_message_size`` (``arborcc tune --format mscclpp``; MSCCL++'s
+executor refuses a call outside a plan's range), plus ``plan.json``, an index for
 tools and arborcc's own runtime::
 
     {"format": "arborcc-plan", "version": 1,
@@ -51,34 +53,66 @@ class PlanEntry:
         return self.min_bytes <= size and (self.max_bytes == 0 or size <= self.max_bytes)
 
 
-def write_plan(result: "TuneResult", directory: str | os.PathLike) -> list[Path]:
-    """Write one verified MSCCL XML per bucket and ``plan.json`` into ``directory``."""
+#: the algorithm file formats a plan folder can hold (``arborcc tune --format``)
+FORMATS = ("xml", "mscclpp")
+
+
+def write_plan(result: "TuneResult", directory: str | os.PathLike, fmt: str = "xml") -> list[Path]:
+    """Write one verified algorithm file per bucket and ``plan.json`` into ``directory``:
+    MSCCL XML with ``minBytes``/``maxBytes`` (``fmt`` ``xml``), or MSCCL++ execution plans
+    with ``min_message_size``/``max_message_size`` (``mscclpp``; the writer lowers the
+    upper bound to what fits MSCCL++'s scratch, and the index repeats each plan's own
+    range). Every file is made and checked before the first is written."""
     from arborcc.files import write_output
-    from arborcc.ir.msccl_xml import write_msccl_xml
-    from arborcc.verify import verify_algorithm
 
     out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    written, entries = [], []
+    files, entries = [], []
     for k, bucket in enumerate(result.buckets):
         algo = result.algorithm(bucket)
-        report = verify_algorithm(algo, result.dialect)
-        if not report.ok:
-            raise VerificationError(f"tuned algorithm {algo.name} fails the {result.dialect} checks: "
-                                    f"{report.violations[0]}")
         c = bucket.choice
-        name = f"{result.collective}-{k}-{c.strategy}-x{c.instances}-{c.protocol}.xml"
-        write_output(out / name, write_msccl_xml(algo, result.dialect))
-        written.append(out / name)
-        entries.append({"file": name, "min_bytes": bucket.min_bytes, "max_bytes": bucket.max_bytes,
+        stem = f"{result.collective}-{k}-{c.strategy}-x{c.instances}-{c.protocol}"
+        if fmt == "mscclpp":
+            name, text, low, high = stem + ".json", *mscclpp_bucket_plan(algo)
+        else:
+            name, text, low, high = stem + ".xml", xml_bucket_file(algo, result.dialect), bucket.min_bytes, \
+                bucket.max_bytes
+        files.append((name, text))
+        entries.append({"file": name, "min_bytes": low, "max_bytes": high,
                         "strategy": c.strategy, "instances": c.instances, "protocol": c.protocol,
                         "predicted_us": {str(s): round(t * 1e6, 3) for s, t in sorted(bucket.times.items())}})
     index = {"format": FORMAT, "version": VERSION, "collective": result.collective, "ranks": result.ranks,
              "topology": result.topology, "dialect": result.dialect, "fidelity": result.fidelity,
              "algorithms": entries}
-    write_output(out / INDEX, json.dumps(index, indent=2) + "\n")
-    written.append(out / INDEX)
+    files.append((INDEX, json.dumps(index, indent=2) + "\n"))
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in files:
+        write_output(out / name, text)
+        written.append(out / name)
     return written
+
+
+def xml_bucket_file(algo, dialect: str) -> str:
+    """A bucket's algorithm as MSCCL XML, verified against the dialect's limits first."""
+    from arborcc.ir.msccl_xml import write_msccl_xml
+    from arborcc.verify import verify_algorithm
+
+    report = verify_algorithm(algo, dialect)
+    if not report.ok:
+        raise VerificationError(f"tuned algorithm {algo.name} fails the {dialect} checks: {report.violations[0]}")
+    return write_msccl_xml(algo, dialect)
+
+
+def mscclpp_bucket_plan(algo) -> tuple[str, int, int]:
+    """A bucket's algorithm as an MSCCL++ execution plan (read back, translated, verified
+    and checked for races before it is returned) and its size range in the index's terms
+    (``min_bytes``, ``max_bytes``; 0 = no upper limit)."""
+    from arborcc.cli.plan_output import mscclpp_plan_text
+
+    text = mscclpp_plan_text(algo, source=f"tuned algorithm {algo.name!r}")
+    doc = json.loads(text)
+    high = doc["max_message_size"]
+    return text, doc["min_message_size"], 0 if high >= 2**63 - 1 else high
 
 
 @dataclass(frozen=True)

@@ -26,17 +26,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, Operation, PlanGpu, PlanThreadBlock, RemoteBuffer
+from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, Operation, PlanThreadBlock, RemoteBuffer
 
 #: the NVLS operations :func:`lower_switch_ops` rewrites
 SWITCH_OPS = ("glres", "gstore")
-
-
-def switch_channel(gpu: PlanGpu, index: int) -> tuple[str, tuple[int, ...]]:
-    """(buffer type, member ranks) of the rank's ``index``-th switch channel: the
-    executor numbers one per rank group, in the order of the ``channels`` entries."""
-    flat = [(c.buffer_type, ranks) for c in gpu.channels if c.type == "switch" for _size, ranks in c.groups]
-    return flat[index]
 
 
 def lower_switch_ops(plan: ExecutionPlan, places: dict[tuple[int, int, int], str],
@@ -71,7 +64,7 @@ def lower_switch_ops(plan: ExecutionPlan, places: dict[tuple[int, int, int], str
                     return BufferRef("R", None, memory.index(known[rb]), ref.index, ref.size)
 
                 def members(ref: BufferRef, side: str) -> tuple[str, tuple[int, ...]]:
-                    btype, ranks = switch_channel(g, tb.channels["switch"][ref.ref])
+                    btype, ranks = g.switch_channels()[tb.channels["switch"][ref.ref]]
                     if g.id not in ranks:
                         fail(where, f"{op.name}: {side} switch channel {ref.ref}'s rank group {list(ranks)} does not "
                                     f"contain rank {g.id}")
@@ -81,7 +74,17 @@ def lower_switch_ops(plan: ExecutionPlan, places: dict[tuple[int, int, int], str
                     if len(set(ranks)) != len(ranks):
                         fail(where, f"{op.name}: {side} switch channel {ref.ref}'s rank group {list(ranks)} lists a "
                                     f"rank twice")
+                    index = tb.channels["switch"][ref.ref]
                     for m in ranks:
+                        theirs = plan.gpus[m].switch_channels()
+                        if len(theirs) <= index or sorted(theirs[index][1]) != sorted(ranks) \
+                                or theirs[index][0] != btype:
+                            got = (f"is over ranks {list(theirs[index][1])} on its {theirs[index][0]} buffer"
+                                   if len(theirs) > index else "is missing")
+                            fail(where, f"{op.name}: {side} switch channel {index} of rank {g.id} is over ranks "
+                                        f"{list(ranks)} on their {btype} buffer, but rank {m}'s switch channel "
+                                        f"{index} {got}: MSCCL++ sets up the k-th switch channel of every member "
+                                        f"together")
                         have = plan.gpus[m].chunks(btype)
                         if ref.index + ref.size > have:
                             fail(where, f"{op.name}: {side} chunks {ref.index}..{ref.index + ref.size - 1} are beyond "
