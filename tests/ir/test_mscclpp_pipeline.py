@@ -1,0 +1,67 @@
+"""``pipeline`` operations in MSCCL++ plans: the translation unrolls a pipeline into the
+iterations MSCCL++'s executor runs (``handlePipeline``: the inner operations once per
+unit of their buffers), each on its part, so the pipelined samples verify and run on
+the reference executor (their verdicts: test_mscclpp_plans.py), and an iteration that
+reads before it waits is found."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from arborcc.ir.mscclpp.pipelines import PIPELINE_ITERATIONS
+from arborcc.ir.mscclpp.plan import plan_from_document
+from arborcc.ir.mscclpp.translate import normalize_plan, plan_to_algorithm
+from arborcc.verify import verify_algorithm
+from support.cli_runs import arborcc, refused
+
+SAMPLES = Path(__file__).parent / "samples" / "mscclpp"
+ALLTOALL = SAMPLES / "dsl__alltoall_pipeline_2.json"
+
+
+def document(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def translate(doc: dict):
+    return plan_to_algorithm(plan_from_document(doc, "plan.json"), "plan.json")
+
+
+def test_a_pipeline_becomes_its_iterations_each_on_its_part_of_the_chunks():
+    plan, places = normalize_plan(plan_from_document(document(SAMPLES / "official__executor-tests__reduce_nvls_pipeline.json"),
+                                                     "plan.json"), "plan.json")
+    tb = plan.gpus[0].threadblocks[0]
+    assert plan.gpus[0].input_chunks == 2 * PIPELINE_ITERATIONS
+    glres = [(o, op) for o, op in enumerate(tb.ops) if op.name == "glres"]
+    assert [op.src[0].index for _, op in glres] == list(range(PIPELINE_ITERATIONS))  # chunk 0, part by part
+    assert all(op.src[0].size == 1 for _, op in glres)
+    assert {places[(0, 0, o)] for o, _ in glres} == {"gpus[0].threadblocks[0].ops[5].ops[0]"}
+    assert not any(op.name == "pipeline" for op in tb.ops)
+
+
+def test_a_pipeline_iteration_that_reads_before_it_waits_is_incorrect():
+    doc = document(ALLTOALL)
+    assert verify_algorithm(translate(doc)).ok
+    for gpu in doc["gpus"]:  # the receivers copy out of scratch before their wait
+        for tb in gpu["threadblocks"]:
+            inner = tb["ops"][0].get("ops", []) if tb["ops"][0]["name"] == "pipeline" else []
+            names = [op["name"] for op in inner]
+            if "copy" in names and "wait" in names:
+                c, w = names.index("copy"), names.index("wait")
+                inner[c], inner[w] = inner[w], inner[c]
+    assert not verify_algorithm(translate(doc)).ok
+
+
+def test_a_pipeline_whose_last_put_no_signal_publishes_is_refused(tmp_path):
+    doc = document(ALLTOALL)
+    pipe = doc["gpus"][0]["threadblocks"][0]["ops"][5]
+    names = [op["name"] for op in pipe["ops"]]
+    p, s = names.index("put"), names.index("signal")
+    pipe["ops"][p], pipe["ops"][s] = pipe["ops"][s], pipe["ops"][p]  # signal, then put: the put waits a round
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    refused(arborcc("verify", "plan.json", cwd=tmp_path), r"plan\.json", r"gpus\[0\]", r"signal")
+
+
+def test_a_pipelined_plan_verifies_from_the_command_line(tmp_path):
+    run = arborcc("verify", str(ALLTOALL), cwd=tmp_path)
+    assert run.code == 0 and "OK (alltoall on 2 ranks" in run.out, run.err
