@@ -2,7 +2,7 @@
 writes) gets a verdict: correct for the calls it claims (then it runs on the reference
 executor and on the shared-memory runtime with results equal to numpy), incorrect, refused
 at reading (a rule MSCCL++'s own parser enforces), or not translatable (naming the
-operation: NVLS packet stores, reads ordered only through another thread block)."""
+operation: NVLS packet stores)."""
 
 from __future__ import annotations
 
@@ -43,9 +43,8 @@ VERDICTS = {
     "dsl__allreduce_naivy_4.json": "correct",
     "dsl__allreduce_naivy_8.json": "correct",
     "dsl__allreduce_nvls_zero_copy_2.json": "correct",  # NVLS: glres
-    # NVLS inside a pipeline whose thread blocks hand each other the data by semaphores:
-    # the translation orders a read only by the reader's own waits
-    "dsl__allreduce_pipeline.json": "untranslated: glres reads rank 1's buffer with no wait",
+    # NVLS in a pipeline whose thread blocks hand each other the data by semaphores
+    "dsl__allreduce_pipeline.json": "correct",
     "dsl__allreduce_pkt_2.json": "correct",
     "dsl__allreduce_pkt_4.json": "correct",
     "dsl__alltoall_2.json": "correct",
@@ -103,7 +102,7 @@ VERDICTS = {
     "dsl__unpack_packet_test.json": "correct-custom",
     "official__execution-files__allreduce.json": "correct",
     "official__execution-files__allreduce_packet.json": "correct",
-    "official__execution-files__allreduce_pipeline.json": "untranslated: glres reads rank 1's buffer with no wait",
+    "official__execution-files__allreduce_pipeline.json": "correct",  # in place with output_chunks 0
     "official__executor-tests__reduce.json": "correct",
     "official__executor-tests__reduce_nvls.json": "correct",
     "official__executor-tests__reduce_nvls_pipeline.json": "correct",
@@ -179,7 +178,9 @@ def _run_plan(name: str):
 
 @pytest.mark.parametrize("name,ranks", [("official__execution-files__allreduce.json", 2),
                                         ("official__execution-files__allreduce_packet.json", 2),
-                                        ("dsl__allreduce_pkt_4.json", 4)])
+                                        ("dsl__allreduce_pkt_4.json", 4),
+                                        ("official__executor-tests__reduce_nvls.json", 2),  # NVLS
+                                        ("official__execution-files__allreduce_pipeline.json", 4)])  # NVLS, pipelined
 def test_plans_run_on_the_shared_memory_runtime(name, ranks):
     from arborcc.runtime.launch import run_ranks
 
