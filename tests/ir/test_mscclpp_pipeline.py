@@ -65,3 +65,14 @@ def test_a_pipeline_whose_last_put_no_signal_publishes_is_refused(tmp_path):
 def test_a_pipelined_plan_verifies_from_the_command_line(tmp_path):
     run = arborcc("verify", str(ALLTOALL), cwd=tmp_path)
     assert run.code == 0 and "OK (alltoall on 2 ranks" in run.out, run.err
+
+
+def test_thread_blocks_that_acquire_each_others_semaphores_first_deadlock():
+    doc = document(SAMPLES / "dsl__allreduce_pipeline.json")
+    assert verify_algorithm(translate(doc)).ok
+    for gpu in doc["gpus"]:  # tb 0 now waits for tb 1's release, which waits for tb 0's
+        gpu["threadblocks"][0]["ops"][0]["ops"].insert(0, {"name": "sem_acquire", "semaphore_ids": [1]})
+        inner = gpu["threadblocks"][2]["ops"][0]["ops"]
+        gpu["threadblocks"][2]["ops"][0]["ops"] = [op for op in inner if op["name"] != "sem_acquire"]
+    report = verify_algorithm(translate(doc))
+    assert not report.ok and report.violations[0].kind == "deadlock"

@@ -275,7 +275,6 @@ class _Translator:
                 except StopIteration:
                     pass
             if not progressed:  # a cycle of acquires: go on without what the releases carry
-                still = [(r, w, n) for r, w, n in still]
                 r, walker, need = still.pop(0)
                 try:
                     still.append((r, walker, walker.send(False)))
