@@ -1,5 +1,6 @@
 """NVLS in MSCCL++ plans: ``glres`` (multimem load-reduce from a switch channel, then a
-multimem store of the sum) and ``gstore`` (multimem store) read and write the same
+multimem store of the sum), ``gstore`` (multimem store) and ``gstorepkt`` (a multimem
+store of LL packets) read and write the same
 chunks of every member of the switch channel's rank group. The translation expresses
 them as reads of the members' chunks and writes into them (as ``rres`` does over memory
 channels), so NVLS plans verify and run on the reference executor (verdicts:
@@ -23,6 +24,7 @@ from support.cli_runs import arborcc, refused
 SAMPLES = Path(__file__).parent / "samples" / "mscclpp"
 REDUCE = SAMPLES / "official__executor-tests__reduce_nvls.json"  # 2 ranks, each glres's one of 2 chunks
 ALLGATHER = SAMPLES / "dsl__allgather_nvls_zero_copy_4.json"  # gstore to 4 members
+PACKETS = SAMPLES / "dsl__allgather_nvls_zero_copy_pkt_4.json"  # gstorepkt: LL packets to 4 members
 
 
 def document(path: Path) -> dict:
@@ -56,6 +58,21 @@ def test_a_gstore_writes_every_member():
     for tb in doc["gpus"][2]["threadblocks"]:  # rank 2 stores its chunks nowhere: the others miss them
         tb["ops"] = [op for op in tb["ops"] if op["name"] != "gstore"]
     assert not verify_algorithm(translate(doc)).ok
+
+
+def test_a_gstorepkt_writes_packets_every_member_reads():
+    doc = document(PACKETS)
+    assert verify_algorithm(translate(doc)).ok
+    for tb in doc["gpus"][1]["threadblocks"]:  # rank 1 stores no packets: the others read packets never written
+        tb["ops"] = [op for op in tb["ops"] if op["name"] != "gstorepkt"]
+    assert not verify_algorithm(translate(doc)).ok
+
+
+def test_a_gstorepkt_into_another_chunk_of_its_own_rank_is_refused(tmp_path):
+    doc = document(PACKETS)
+    op = next(op for tb in doc["gpus"][0]["threadblocks"] for op in tb["ops"] if op["name"] == "gstorepkt")
+    op["dst_buff"][0]["index"] = op["src_buff"][0]["index"] + 1
+    refused(verify_file(tmp_path, doc), r"plan\.json:gpus\[0\]\.threadblocks\[\d+\]\.ops\[\d+\]", r"gstorepkt")
 
 
 def test_a_switch_group_a_member_does_not_share_is_refused(tmp_path):
@@ -99,7 +116,7 @@ def mutations():
 def mutate(doc: dict, what: str, rank: int, value: int) -> None:
     gpu = doc["gpus"][rank % len(doc["gpus"])]
     switches = [c for c in gpu["channels"] if c["channel_type"] == "switch"]
-    ops = [(tb, op) for tb in gpu["threadblocks"] for op in tb["ops"] if op["name"] in ("glres", "gstore")]
+    ops = [(tb, op) for tb in gpu["threadblocks"] for op in tb["ops"] if op["name"] in ("glres", "gstore", "gstorepkt")]
     if what == "ranks":
         switches[0]["rank_groups"][0]["ranks"] = list(range(max(value, 0) % 5))[: max(value, 1)] or [0]
     elif what == "buffer":
@@ -116,7 +133,7 @@ def mutate(doc: dict, what: str, rank: int, value: int) -> None:
 
 
 @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(change=mutations(), sample=st.sampled_from([REDUCE, ALLGATHER]))
+@given(change=mutations(), sample=st.sampled_from([REDUCE, ALLGATHER, PACKETS]))
 def test_random_changes_to_nvls_plans_verify_or_are_refused(change, sample):
     doc = document(sample)
     mutate(doc, *change)

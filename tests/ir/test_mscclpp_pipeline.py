@@ -28,8 +28,8 @@ def translate(doc: dict):
 
 
 def test_a_pipeline_becomes_its_iterations_each_on_its_part_of_the_chunks():
-    plan, places = normalize_plan(plan_from_document(document(SAMPLES / "official__executor-tests__reduce_nvls_pipeline.json"),
-                                                     "plan.json"), "plan.json")
+    doc = document(SAMPLES / "official__executor-tests__reduce_nvls_pipeline.json")
+    plan, places = normalize_plan(plan_from_document(doc, "plan.json"), "plan.json")
     tb = plan.gpus[0].threadblocks[0]
     assert plan.gpus[0].input_chunks == 2 * PIPELINE_ITERATIONS
     glres = [(o, op) for o, op in enumerate(tb.ops) if op.name == "glres"]

@@ -1,8 +1,8 @@
 """Every MSCCL++ plan of tests/ir/samples/mscclpp (the official ones and what MSCCL++'s DSL
 writes) gets a verdict: correct for the calls it claims (then it runs on the reference
 executor and on the shared-memory runtime with results equal to numpy), incorrect, refused
-at reading (a rule MSCCL++'s own parser enforces), or not translatable (naming the
-operation: NVLS packet stores)."""
+at reading (a rule MSCCL++'s own parser enforces), or not translatable (naming what
+has no IR form)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ VERDICTS = {
     "dsl__allgather_2x4.json": "correct",
     "dsl__allgather_nvls_zero_copy_2.json": "correct",  # NVLS: gstore
     "dsl__allgather_nvls_zero_copy_4.json": "correct",
-    "dsl__allgather_nvls_zero_copy_pkt_2.json": "untranslated: gstorepkt: NVLS multimem stores of LL packets",
-    "dsl__allgather_nvls_zero_copy_pkt_4.json": "untranslated: gstorepkt",
-    "dsl__allgather_nvls_zero_copy_pkt_8.json": "untranslated: gstorepkt",
+    "dsl__allgather_nvls_zero_copy_pkt_2.json": "correct",  # NVLS: gstorepkt
+    "dsl__allgather_nvls_zero_copy_pkt_4.json": "correct",
+    "dsl__allgather_nvls_zero_copy_pkt_8.json": "correct",
     "dsl__allgather_pkt_2.json": "correct",
     "dsl__allgather_pkt_2x2.json": "correct",
     "dsl__allgather_pkt_2x4.json": "correct",
@@ -148,11 +148,6 @@ def test_the_plans_inplace_claim_is_kept():
     assert (algo.inplace, algo.outofplace, algo.num_ranks, algo.chunks_per_loop) == (True, False, 2, 16)
     oop = load_algorithm(SAMPLES / "dsl__alltoall_2.json")
     assert oop.collective == "alltoall"
-
-
-def test_verify_names_the_operation_a_plan_cannot_be_translated_for(tmp_path):
-    run = arborcc("verify", str(SAMPLES / "dsl__allgather_nvls_zero_copy_pkt_2.json"), cwd=tmp_path)
-    refused(run, r"pkt_2\.json:gpus\[0\]\.threadblocks\[0\]\.ops\[1\]: gstorepkt: NVLS")
 
 
 def test_verify_and_show_read_a_plan(tmp_path):

@@ -17,8 +17,10 @@ rewrites each such operation so (the name kept, ``channel_type`` ``memory``, the
 members' buffers added as remote buffers of the thread block), and the translation,
 the race check and the verifier treat it as the reads and writes it is: the reads are
 ordered by the reader's waits on memory channels from each member and the writes are
-published by its signals to each member, as for ``rres``. ``gstorepkt`` (LL packets
-through the switch) is not lowered.
+published by its signals to each member, as for ``rres``. ``gstorepkt``
+(``handleMultiStorePkt``: LL packets read from a local buffer, stored into every
+member's scratch) is ``rppkt`` to the other members (named so, so that the packet rules
+apply), where its own destination is the chunk it reads.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Callable
 from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, Operation, PlanThreadBlock, RemoteBuffer
 
 #: the NVLS operations :func:`lower_switch_ops` rewrites
-SWITCH_OPS = ("glres", "gstore")
+SWITCH_OPS = ("glres", "gstore", "gstorepkt")
 
 
 def lower_switch_ops(plan: ExecutionPlan, places: dict[tuple[int, int, int], str],
@@ -105,7 +107,14 @@ def lower_switch_ops(plan: ExecutionPlan, places: dict[tuple[int, int, int], str
                     src += [remote_ref(m, stype, sref) for m in sranks if m != g.id]
                 else:
                     src = list(op.src)
-                ops.append(dataclasses.replace(op, channel_type="memory", channel_ids=(), src=tuple(src),
+                name = op.name
+                if name == "gstorepkt":  # packets read from src[0], written into every member: rppkt's meaning
+                    own, name = dst.pop(0), "rppkt"
+                    if (own.type, own.index) != (src[0].type, src[0].index):
+                        fail(where, f"gstorepkt: stores into this rank's {own.type} chunk {own.index}, not the "
+                                    f"packets it reads ({src[0].type} chunk {src[0].index}): a local packet copy "
+                                    f"has no translation here")
+                ops.append(dataclasses.replace(op, name=name, channel_type="memory", channel_ids=(), src=tuple(src),
                                                dst=tuple(dst)))
             tbs.append(PlanThreadBlock(tb.id, tb.channels, refs, ops))
         gpus.append(dataclasses.replace(g, remote_buffers=remote, threadblocks=tbs))

@@ -68,10 +68,6 @@ from arborcc.ir.mscclpp.pipelines import unroll_pipelines
 from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, Operation, PlanGpu, PlanThreadBlock
 from arborcc.ir.mscclpp.switch_channels import lower_switch_ops
 
-#: operations without a translation -> why
-UNMAPPED = {
-    "gstorepkt": "NVLS multimem stores of LL packets have no arborcc IR form",
-}
 SIGNALS = ("signal", "rlxsignal", "pws", "pwsf")
 WAITS = ("wait", "rlxwait")
 #: MSCCL++'s collective names that arborcc spells otherwise; "test" (the DSL's TestCollective) and
@@ -397,8 +393,6 @@ class _Translator:
                              f"{lk[1]}->{lk[2]} #{lk[3]}: their order is not defined")
 
     def check_mappable(self, op: Operation, where: str) -> None:
-        if op.name in UNMAPPED:
-            self.fail(where, f"{op.name}: {UNMAPPED[op.name]}; the plan cannot be verified, simulated or run here")
         if op.name in rules.PACKET_READS and self.plan.protocol != "LL":
             self.fail(where, f"{op.name} reads packets in a {self.plan.protocol} plan")
 
