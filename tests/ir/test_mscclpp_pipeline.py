@@ -6,11 +6,16 @@ reads before it waits is found."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 from pathlib import Path
 
-from arborcc.ir.mscclpp.pipelines import PIPELINE_ITERATIONS
-from arborcc.ir.mscclpp.plan import plan_from_document
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from arborcc.ir.mscclpp.pipelines import PIPELINE_ITERATIONS, iteration
+from arborcc.ir.mscclpp.plan import BufferRef, Operation, plan_from_document
 from arborcc.ir.mscclpp.translate import normalize_plan, plan_to_algorithm
 from arborcc.verify import verify_algorithm
 from support.cli_runs import arborcc, refused
@@ -76,3 +81,45 @@ def test_thread_blocks_that_acquire_each_others_semaphores_first_deadlock():
         gpu["threadblocks"][2]["ops"][0]["ops"] = [op for op in inner if op["name"] != "sem_acquire"]
     report = verify_algorithm(translate(doc))
     assert not report.ok and report.violations[0].kind == "deadlock"
+
+
+def executor_parts(index: int, size: int, unit: int, iterations: int) -> list[tuple[int, int]]:
+    """(start, length) each iteration of MSCCL++'s handlePipeline works on, in units:
+    ``offset = i x unit``, ``min(size - offset, unit)``, nothing once past the end."""
+    return [(index + i * unit, min(size - i * unit, unit)) for i in range(iterations) if i * unit < size]
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(index=st.integers(0, 20), size=st.integers(1, 12), unit=st.integers(1, 12))
+def test_each_iteration_works_on_the_part_the_executor_computes(index, size, unit):
+    op = Operation("copy", src=(BufferRef("L", "i", -1, index, size),), dst=(BufferRef("L", "o", -1, index, size),))
+    got = []
+    for i in range(PIPELINE_ITERATIONS):
+        part = iteration(op, i, unit)
+        if part is not None:
+            assert part.src[0].index == part.dst[0].index and part.src[0].size == part.dst[0].size
+            got.append((part.src[0].index, part.src[0].size))
+    assert got == executor_parts(index, size, unit, PIPELINE_ITERATIONS)
+
+
+def test_a_put_with_signal_whose_part_is_empty_still_signals():
+    op = Operation("pws", "port", (0,), src=(BufferRef("L", "i", -1, 0, 1),), dst=(BufferRef("R", None, 0, 0, 1),))
+    assert iteration(op, 1, 1) == Operation("signal", "port", (0,))
+    assert iteration(dataclasses.replace(op, name="put"), 1, 1) is None
+
+
+def test_group_members_in_a_pipeline_each_take_their_part_in_the_first_iteration():
+    doc = document(SAMPLES / "dsl__pipeline_test.json")
+    tb = doc["gpus"][0]["threadblocks"][0]
+    members = []
+    for member in range(2):
+        pipe = copy.deepcopy(tb)
+        pipe["id"] = member
+        pipe["ops"][0]["ops"][0]["tbg_info"] = {"tb_id": member, "tbg_size": 2}
+        members.append(pipe)
+    doc["gpus"][0]["threadblocks"] = members
+    plan, _ = normalize_plan(plan_from_document(doc, "plan.json"), "plan.json")
+    parts = [[(op.src[0].index, op.src[0].size) for op in t.ops] for t in plan.gpus[0].threadblocks]
+    # the chunk in 2 x 2 parts: member k's half is [2k, 2k + 2), all of it in iteration 0
+    assert parts == [[(0, 2)], [(2, 2)]]
+    assert verify_algorithm(translate(doc)).ok

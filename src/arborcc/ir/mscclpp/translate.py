@@ -195,7 +195,8 @@ class _Translator:
         (the executor's ``calcOffset``). With every chunk cut into ``R`` (the least common
         multiple of the group sizes) the parts are whole chunks: the IR sees ``R`` times
         the chunks, each operation on its member's part, and no group."""
-        sizes = {op.tbg[1] for g in plan.gpus for tb in g.threadblocks for op in tb.ops if op.tbg}
+        sizes = {op.tbg[1] for g in plan.gpus for tb in g.threadblocks for top in tb.ops for op in [top, *top.ops]
+                 if op.tbg}  # a pipeline's inner operations too
         cut = math.lcm(*sizes) if sizes else 1
         self.group_cut = cut
         if cut == 1:
