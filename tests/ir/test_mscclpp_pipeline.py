@@ -14,6 +14,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from arborcc.errors import ArborccError
 from arborcc.ir.mscclpp.pipelines import PIPELINE_ITERATIONS, iteration
 from arborcc.ir.mscclpp.plan import BufferRef, Operation, plan_from_document
 from arborcc.ir.mscclpp.translate import normalize_plan, plan_to_algorithm
@@ -123,3 +124,30 @@ def test_group_members_in_a_pipeline_each_take_their_part_in_the_first_iteration
     # the chunk in 2 x 2 parts: member k's half is [2k, 2k + 2), all of it in iteration 0
     assert parts == [[(0, 2)], [(2, 2)]]
     assert verify_algorithm(translate(doc)).ok
+
+
+def pipeline_changes():
+    """A random change to a pipeline: its iteration context or an inner buffer."""
+    return st.tuples(st.sampled_from(["num_chunks", "unit_size", "index", "size"]), st.integers(0, 3),
+                     st.integers(-1, 2**20))
+
+
+@settings(max_examples=30, deadline=None, database=None)
+@given(change=pipeline_changes(), sample=st.sampled_from([ALLTOALL, SAMPLES / "dsl__allreduce_pipeline.json"]))
+def test_random_changes_to_pipelines_verify_or_are_refused(change, sample):
+    what, which, value = change
+    doc = document(sample)
+    pipes = [op for g in doc["gpus"] for tb in g["threadblocks"] for op in tb["ops"] if op["name"] == "pipeline"]
+    pipe = pipes[which % len(pipes)]
+    if what in ("num_chunks", "unit_size"):
+        pipe["iter_context"][what] = value
+    else:
+        refs = [b for op in pipe["ops"] for b in op.get("src_buff", []) + op.get("dst_buff", [])]
+        if refs:
+            refs[which % len(refs)][what] = value
+    try:
+        algo = translate(doc)
+    except ArborccError as e:
+        assert "\n" not in str(e) and str(e)
+        return
+    verify_algorithm(algo)  # a verdict, never an exception

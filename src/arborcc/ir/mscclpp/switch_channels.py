@@ -37,8 +37,9 @@ SWITCH_OPS = ("glres", "gstore", "gstorepkt")
 def lower_switch_ops(plan: ExecutionPlan, places: dict[tuple[int, int, int], str],
                      fail: Callable[[str, str], None]) -> ExecutionPlan:
     """``plan`` with ``glres``/``gstore`` as reads and writes of the members' buffers
-    (module doc); a switch operation on a group without this rank, a source and a
-    destination on different groups, or a member beyond the plan's ranks is refused."""
+    (module doc); a switch operation on a group without this rank or with a rank twice,
+    one whose members declare the channel otherwise, a source and a destination on
+    different groups, or chunks beyond a member's buffer is refused."""
     if not any(op.name in SWITCH_OPS for g in plan.gpus for tb in g.threadblocks for op in tb.ops):
         return plan
     gpus = []
@@ -70,9 +71,6 @@ def lower_switch_ops(plan: ExecutionPlan, places: dict[tuple[int, int, int], str
                     if g.id not in ranks:
                         fail(where, f"{op.name}: {side} switch channel {ref.ref}'s rank group {list(ranks)} does not "
                                     f"contain rank {g.id}")
-                    if any(not 0 <= m < plan.num_ranks for m in ranks):
-                        fail(where, f"{op.name}: {side} switch channel {ref.ref}'s rank group {list(ranks)} names a "
-                                    f"rank beyond the plan's {plan.num_ranks}")
                     if len(set(ranks)) != len(ranks):
                         fail(where, f"{op.name}: {side} switch channel {ref.ref}'s rank group {list(ranks)} lists a "
                                     f"rank twice")
