@@ -35,8 +35,9 @@ rewrites one into the other:
   need, each member's operation on its part (:meth:`_Translator.refine_for_groups`);
 * ``pipeline``: unrolled into its iterations, each on its part of every chunk
   (:mod:`arborcc.ir.mscclpp.pipelines`);
-* NVLS ``glres``/``gstore`` on a switch channel: reads of every member's chunks and
-  writes into them, as ``rres`` over memory channels (:mod:`arborcc.ir.mscclpp.switch_channels`);
+* NVLS ``glres``/``gstore``/``gstorepkt`` on a switch channel: reads of every member's
+  chunks and writes into them, as ``rres``/``rppkt`` over memory channels
+  (:mod:`arborcc.ir.mscclpp.switch_channels`);
 * a thread block's operations keep their order: the IR thread blocks one plan thread
   block becomes (one per link it sends or receives on, one for local work) are chained
   by dependencies - except receives, which a put lands whenever the sender makes it (a
@@ -45,8 +46,9 @@ rewrites one into the other:
   receiver's steps before that signal - the writer's credits), and the receiver's step
   after the wait (or the packet read) depends on them.
 
-What does not map raises :class:`PlanNotTranslatable` naming the operation: NVLS
-packet stores (``gstorepkt``), a switch channel its members do not agree on, a barrier fewer or more
+What does not map raises :class:`PlanNotTranslatable` naming the operation: a switch
+channel its members do not agree on, a ``gstorepkt`` into another chunk of its own rank,
+a barrier fewer or more
 thread blocks reach than it waits for, a semaphore
 several thread blocks release or acquire, a read with no wait before it, a write no
 signal publishes, two thread blocks on one side of a link. The result is not proved
@@ -77,7 +79,7 @@ COLLECTIVE_NAMES = {"reduce_scatter": "reducescatter", "all_reduce": "allreduce"
 
 
 class PlanNotTranslatable(IRFormatError):
-    """A plan whose meaning has no arborcc IR form (NVLS packet stores, ...)."""
+    """A plan whose meaning has no arborcc IR form (a write no signal publishes, ...)."""
 
 
 @dataclass
@@ -257,24 +259,22 @@ class _Translator:
         acquires a semaphore waits until the release it needs has been walked, so that
         what the releaser knows (its waits, its unpublished writes) passes to it."""
         self.sem_known: dict[tuple[int, int], list] = defaultdict(list)  # (rank, sem) -> per release
-        walkers = [(gpu.id, self.walk(gpu, tb)) for gpu in self.plan.gpus for tb in gpu.threadblocks]
-        blocked = [(r, w, None) for r, w in walkers]
+        blocked = [(self.walk(gpu, tb), None) for gpu in self.plan.gpus for tb in gpu.threadblocks]
         while blocked:
             still, progressed = [], False
-            for r, walker, need in blocked:
+            for walker, need in blocked:
                 if need is not None and len(self.sem_known[need[0]]) <= need[1]:
-                    still.append((r, walker, need))
+                    still.append((walker, need))
                     continue
                 progressed = True
                 try:
-                    need = next(walker) if need is None else walker.send(True)
-                    still.append((r, walker, need))
+                    still.append((walker, next(walker) if need is None else walker.send(True)))
                 except StopIteration:
                     pass
             if not progressed:  # a cycle of acquires: go on without what the releases carry
-                r, walker, need = still.pop(0)
+                walker, _need = still.pop(0)
                 try:
-                    still.append((r, walker, walker.send(False)))
+                    still.append((walker, walker.send(False)))
                 except StopIteration:
                     pass
             blocked = still
