@@ -8,7 +8,9 @@ as MSCCL XML files with ``minBytes``/``maxBytes`` plus a ``plan.json`` index.
 
 Every strategy that builds the collective is tried with each instance count and each
 protocol (``--protocol`` fixes one); the winners of consecutive sizes form buckets. Point
-a runtime at the directory (``MSCCL_ALGO_DIR=plan/``) and it picks by size. ``-o`` names a
+a runtime at the directory (``MSCCL_ALGO_DIR=plan/``) and it picks by size.
+``--format mscclpp`` writes MSCCL++ execution plans instead, each with its bucket's
+``min_message_size``/``max_message_size``. ``-o`` names a
 new or empty folder (created when missing): an existing file there, ``/dev/null``, ``-``,
 or a folder that already holds a plan or other ``.xml`` files (a runtime pointed at it
 would load those with the new ones) is refused before anything is simulated.
@@ -31,6 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     from arborcc.cli.simulate import add_simulation_arguments
     from arborcc.cli.topology_args import add_topology_arguments
 
+    from arborcc.tune.plan_writer import FORMATS
+
     p = sub.add_parser("tune", help="pick the fastest algorithm per size bucket and write an MSCCL plan",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_topology_arguments(p)
@@ -40,6 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--instances", metavar="LIST",
                    help="instance counts to try, each from 1 to MSCCL's 32 channels (default 1,2,4)")
     add_simulation_arguments(p, protocol_default="auto")
+    p.add_argument("--format", choices=FORMATS,
+                   help="algorithm files of the plan: xml (MSCCL, default) or mscclpp (MSCCL++ execution plans, "
+                        "each with its bucket's message-size range)")
     p.add_argument("--dialect", choices=("executor", "legacy"),
                    help="MSCCL XML dialect whose runtime limits every file must meet (default executor)")
     p.add_argument("--nccl-tuner-config", metavar="FILE",
@@ -72,6 +79,20 @@ def check_plan_folder(path: str) -> None:
                          source=path)
 
 
+def warn_narrowed_ranges(result, folder: str) -> None:
+    """One warning per bucket whose file covers less than the bucket (an MSCCL++ plan's
+    ``max_message_size`` is what fits MSCCL++'s scratch): larger calls have no plan."""
+    from arborcc.cli.output import warn
+    from arborcc.sizes import format_size
+    from arborcc.ir.plan_index import read_plan_index
+
+    for bucket, entry in zip(result.buckets, read_plan_index(folder).rules):
+        if entry.max_bytes != bucket.max_bytes:
+            warn(f"{entry.file} covers {format_size(entry.min_bytes)} to {format_size(entry.max_bytes)}, not all of "
+                 f"its bucket (to {format_size(bucket.max_bytes) if bucket.max_bytes else 'no limit'}): MSCCL++'s "
+                 f"64 MB scratch holds no larger call of it")
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
     if args.nccl_tuner_config is not None:
         return cmd_nccl_tuner_config(args)
@@ -90,6 +111,15 @@ def cmd_msccl_plan(args: argparse.Namespace) -> int:
 
     if args.output is not None:
         check_plan_folder(args.output)
+    elif args.format is not None:
+        raise InputError("names the format of the plan's files, and no -o DIR is given to write them into",
+                         source="--format")
+    protocols = None
+    if args.format == "mscclpp":  # MSCCL++'s executor has two of NCCL's protocols
+        protocols = ("Simple", "LL")
+        if args.protocol not in (None, "auto") + protocols:
+            raise InputError(f"{args.protocol} is no protocol of MSCCL++ plans (--format mscclpp): Simple or LL",
+                             source="--protocol")
     sizes = parse_sizes(args.sizes)
     instances = "1,2,4" if args.instances is None else args.instances
     dialect = args.dialect or "executor"
@@ -106,12 +136,13 @@ def cmd_msccl_plan(args: argparse.Namespace) -> int:
     fidelity = fidelity_from_args(args, topology)
     with chatter_to_stderr():
         result = tune(topology, args.collective, sizes, strategies, counts, args.protocol, args.root, dialect,
-                      fidelity, progress)
+                      fidelity, progress, protocols)
     written = []
     if args.output:
         from arborcc.tune.plan_writer import write_plan
 
-        written = [str(p) for p in write_plan(result, args.output)]
+        written = [str(p) for p in write_plan(result, args.output, args.format or "xml")]
+        warn_narrowed_ranges(result, args.output)
     if args.json:
         print_json({"topology": result.topology, "ranks": result.ranks, "collective": result.collective,
                     "dialect": result.dialect, "fidelity": result.fidelity,
@@ -159,7 +190,7 @@ def cmd_nccl_tuner_config(args: argparse.Namespace) -> int:
     path = args.nccl_tuner_config
     check_outputs(nccl_tuner_config=path)
     for flag, value in (("-o", args.output), ("--strategies", args.strategies), ("--instances", args.instances),
-                        ("--dialect", args.dialect)):
+                        ("--dialect", args.dialect), ("--format", args.format)):
         if value is not None:
             raise InputError("belongs to an MSCCL plan; --nccl-tuner-config tunes NCCL's own algorithms "
                              "(run tune twice for both)", source=flag)

@@ -1,10 +1,12 @@
 """A plan directory's index, ``plan.json``: its format and its one reader.
 
 A tuning plan on disk (written by :func:`arborcc.tune.plan_writer.write_plan`) is a
-directory of MSCCL XML files, one per size bucket, each with its ``minBytes``/``maxBytes`` -
+directory of algorithm files, one per size bucket: MSCCL XML files, each with its ``minBytes``/``maxBytes`` -
 which is all a runtime needs, since MSCCL picks among loaded algorithms by those
 attributes (``MSCCL_ALGO_DIR`` for the new executors and RCCL, ``MSCCL_XML_FILES`` for
-the original fork) - plus ``plan.json``, an index for tools and arborcc's own runtime
+the original fork) - or of MSCCL++ execution plans with ``min_message_size``/``max_message_size``
+(``arborcc tune --format mscclpp``; MSCCL++'s executor refuses a call outside a plan's
+range), plus ``plan.json``, an index for tools and arborcc's own runtime
 (:meth:`arborcc.runtime.plan.Plan.load`, what ``ARBORCC_PLAN`` names)::
 
     {"format": "arborcc-plan", "version": 1,

@@ -159,13 +159,14 @@ def against_nccl(time: float, nccl: float | None, size: int) -> str:
 
 
 def protocol_sweep(algo: Algorithm, topology: Topology, sizes: Sequence[int], protocol: str = "auto",
-                   fidelity: Fidelity | None = None, routes: dict | None = None, instances: int = 1) -> list[SimResult]:
+                   fidelity: Fidelity | None = None, routes: dict | None = None, instances: int = 1,
+                   protocols: Sequence[str] | None = None) -> list[SimResult]:
     """The simulated call at every size with ``protocol``, or with ``auto`` the fastest
-    protocol per size (pruned as the module doc says)."""
+    protocol per size among ``protocols`` (default all; pruned as the module doc says)."""
     if protocol != "auto":
         proto = protocol_name(protocol)
         return [simulate(algo, topology, s, proto, fidelity, instances, routes) for s in sizes]
-    alive = list(BY_BANDWIDTH)
+    alive = [p for p in BY_BANDWIDTH if protocols is None or p in protocols]
     best_at: dict[int, SimResult] = {}
     last: dict[str, float] = {}  # each protocol's time at the largest size it was simulated at
     winner = None

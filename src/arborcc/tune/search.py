@@ -105,8 +105,9 @@ def instance_counts(algo: Algorithm, counts: Sequence[int], dialect: str) -> tup
 def tune(topology: Topology, collective: str, sizes: Sequence[int], strategies: Sequence[str] | None = None,
          instances: Sequence[int] = DEFAULT_INSTANCES, protocol: str = "auto", root: int = 0,
          dialect: str = "executor", fidelity: Fidelity | None = None,
-         progress: Callable[[str], None] | None = None) -> TuneResult:
-    """The fastest choice per size, in buckets (module doc)."""
+         progress: Callable[[str], None] | None = None, protocols: Sequence[str] | None = None) -> TuneResult:
+    """The fastest choice per size, in buckets (module doc); with ``protocol`` ``auto``
+    among ``protocols`` (default all: a target runtime may have fewer)."""
     t0 = time.perf_counter()
     fidelity = fidelity or fidelity_for(topology)
     sizes = sorted(set(int(s) for s in sizes))
@@ -124,7 +125,7 @@ def tune(topology: Topology, collective: str, sizes: Sequence[int], strategies: 
         for n in counts:
             if progress:
                 progress(f"simulating {cand.name} x{n} at {len(sizes)} sizes")
-            for r in protocol_sweep(cand.algorithm, topology, sizes, protocol, fidelity, cand.routes, n):
+            for r in protocol_sweep(cand.algorithm, topology, sizes, protocol, fidelity, cand.routes, n, protocols):
                 if r.size not in best or r.time < best[r.size][0]:
                     best[r.size] = (r.time, Choice(cand.name, n, r.protocol))
     if not best:

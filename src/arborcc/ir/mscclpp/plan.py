@@ -94,6 +94,11 @@ class PlanGpu:
         executor flattens the ``connected_to`` lists of the entries in order)."""
         return [p for c in self.channels if c.type == channel_type for p in c.peers]
 
+    def switch_channels(self) -> list[tuple[str, tuple[int, ...]]]:
+        """(buffer type, member ranks) of each switch channel, by the rank's switch channel
+        index: the executor numbers one per rank group, in the order of the entries."""
+        return [(c.buffer_type, ranks) for c in self.channels if c.type == "switch" for _size, ranks in c.groups]
+
     def chunks(self, buffer_type: str) -> int:
         return {"i": self.input_chunks, "o": self.output_chunks, "s": self.scratch_chunks}[buffer_type]
 

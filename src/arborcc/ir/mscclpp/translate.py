@@ -21,7 +21,10 @@ rewrites one into the other:
 * local operations become ``cpy``/``re`` steps (``dst := a + b + c`` as a copy and
   additions);
 * ``sem_release``/``sem_acquire`` of a semaphore one thread block releases and one other
-  acquires: the ``n``-th acquire depends on release ``n - init_value``; a thread block
+  acquires: the ``n``-th acquire depends on release ``n - init_value`` (and on the
+  receives the releaser waited for); the acquirer knows the releaser's waits (its reads
+  are served as the releaser's would be) and publishes the releaser's writes that no
+  later signal of the releaser does; a thread block
   that starts by acquiring what another releases as its last operation continues it (the
   writer's split of long thread blocks) and is merged into it;
 * ``barrier``: the operations after the ``n``-th barrier of an id in each member thread
@@ -30,6 +33,11 @@ rewrites one into the other:
   after it;
 * thread-block groups (``tbg_info``): every chunk cut into as many parts as the groups
   need, each member's operation on its part (:meth:`_Translator.refine_for_groups`);
+* ``pipeline``: unrolled into its iterations, each on its part of every chunk
+  (:mod:`arborcc.ir.mscclpp.pipelines`);
+* NVLS ``glres``/``gstore``/``gstorepkt`` on a switch channel: reads of every member's
+  chunks and writes into them, as ``rres``/``rppkt`` over memory channels
+  (:mod:`arborcc.ir.mscclpp.switch_channels`);
 * a thread block's operations keep their order: the IR thread blocks one plan thread
   block becomes (one per link it sends or receives on, one for local work) are chained
   by dependencies - except receives, which a put lands whenever the sender makes it (a
@@ -38,8 +46,9 @@ rewrites one into the other:
   receiver's steps before that signal - the writer's credits), and the receiver's step
   after the wait (or the packet read) depends on them.
 
-What does not map raises :class:`PlanNotTranslatable` naming the operation: NVLS
-(``glres gstore gstorepkt``, switch channels), ``pipeline``, a barrier fewer or more
+What does not map raises :class:`PlanNotTranslatable` naming the operation: a switch
+channel its members do not agree on, a ``gstorepkt`` into another chunk of its own rank,
+a barrier fewer or more
 thread blocks reach than it waits for, a semaphore
 several thread blocks release or acquire, a read with no wait before it, a write no
 signal publishes, two thread blocks on one side of a link. The result is not proved
@@ -57,15 +66,10 @@ from arborcc.errors import IRFormatError
 from arborcc.ir.collectives import COLLECTIVES, signature
 from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, Protocol, RankProgram, Step, ThreadBlock
 from arborcc.ir.mscclpp import rules
+from arborcc.ir.mscclpp.pipelines import unroll_pipelines
 from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, Operation, PlanGpu, PlanThreadBlock
+from arborcc.ir.mscclpp.switch_channels import lower_switch_ops
 
-#: operations without a translation -> why
-UNMAPPED = {
-    "glres": "NVLS multimem operations have no arborcc IR form",
-    "gstore": "NVLS multimem operations have no arborcc IR form",
-    "gstorepkt": "NVLS multimem operations have no arborcc IR form",
-    "pipeline": "pipelines (iterations over byte units within a chunk) have no arborcc IR form",
-}
 SIGNALS = ("signal", "rlxsignal", "pws", "pwsf")
 WAITS = ("wait", "rlxwait")
 #: MSCCL++'s collective names that arborcc spells otherwise; "test" (the DSL's TestCollective) and
@@ -75,7 +79,7 @@ COLLECTIVE_NAMES = {"reduce_scatter": "reducescatter", "all_reduce": "allreduce"
 
 
 class PlanNotTranslatable(IRFormatError):
-    """A plan whose meaning has no arborcc IR form (NVLS, pipelines, ...)."""
+    """A plan whose meaning has no arborcc IR form (a write no signal publishes, ...)."""
 
 
 @dataclass
@@ -120,6 +124,8 @@ class _Translator:
         self.source = source
         plan = dataclasses.replace(plan, gpus=[self.merge_continuations(g) for g in plan.gpus])
         plan = self.refine_for_groups(plan)
+        plan = unroll_pipelines(plan, self.places, self.group_cut, self.fail)
+        plan = lower_switch_ops(plan, self.places, self.fail)
         self.plan = plan
         self.n = plan.num_ranks
         self.ranks = [_Rank(g.id, g.scratch_chunks) for g in plan.gpus]
@@ -191,8 +197,10 @@ class _Translator:
         (the executor's ``calcOffset``). With every chunk cut into ``R`` (the least common
         multiple of the group sizes) the parts are whole chunks: the IR sees ``R`` times
         the chunks, each operation on its member's part, and no group."""
-        sizes = {op.tbg[1] for g in plan.gpus for tb in g.threadblocks for op in tb.ops if op.tbg}
+        sizes = {op.tbg[1] for g in plan.gpus for tb in g.threadblocks for top in tb.ops for op in [top, *top.ops]
+                 if op.tbg}  # a pipeline's inner operations too
         cut = math.lcm(*sizes) if sizes else 1
+        self.group_cut = cut
         if cut == 1:
             return plan
         from arborcc.limits import limit
@@ -247,65 +255,125 @@ class _Translator:
         return rb.rank, _BUF[rb.type]
 
     def first_pass(self) -> None:
-        for gpu in self.plan.gpus:
-            r = gpu.id
-            for tb in gpu.threadblocks:
-                pending: dict[int, list[_Message]] = defaultdict(list)  # peer -> writes not yet published
-                last_wait: dict[int, tuple] = {}  # peer -> (link, ordinal) of the last wait on a link from it
-                counts: dict[tuple, int] = defaultdict(int)
-                barriers_seen: dict[int, int] = defaultdict(int)
-                passed: list[tuple] = []  # barriers this tb has passed: (rank, id, n)
-                for o, op in enumerate(tb.ops):
-                    where = self.place(r, tb.id, o)
-                    self.check_mappable(op, where)
-                    for k, ref in enumerate(op.src):  # remote reads: served at the signal that released the last wait
-                        if ref.kind != "R":
-                            continue
-                        owner, btype = self.remote_of(r, tb, op, ref)
-                        if owner not in last_wait:
-                            self.fail(where, f"{op.name} reads rank {owner}'s buffer with no wait on a channel from "
-                                             f"rank {owner} before it: nothing says the data is there")
-                        lk, ordinal = last_wait[owner]
-                        shadow = (Buffer.SCRATCH, self.ranks[r].scratch, ref.size)
-                        self.ranks[r].scratch += ref.size
-                        self.reads[(r, tb.id, o, k)] = shadow
-                        self.serve(lk, ordinal, _Message((btype, ref.index, ref.size), shadow))
-                    for d, ref in enumerate(op.dst):
-                        if ref.kind != "R":
-                            continue
-                        owner, btype = self.remote_of(r, tb, op, ref)
-                        if self.plan.protocol == "LL" and op.name in rules.PACKET_WRITES:
-                            for j in range(ref.size):
-                                self.packet_writer.setdefault((owner, ref.index + j), (r, tb.id))
-                            continue
-                        # a put writes its d-th source; res/rres write the result they leave in dst[0]
-                        src = op.src[min(d, len(op.src) - 1)] if op.name in ("put", "pws", "pwsf") else op.dst[0]
-                        pending[owner].append(_Message((_BUF[src.type], src.index, ref.size),
-                                                       (btype, ref.index, ref.size), last_wait.get(owner)))
-                    if op.name == "barrier":  # writes not yet published: any member's later signal may
-                        key = (r, op.barrier_id, barriers_seen[op.barrier_id])
-                        barriers_seen[op.barrier_id] += 1
-                        passed.append(key)
-                        for peer, msgs in pending.items():
-                            self.handed[key][peer].extend(msgs)
-                            self.handed_where[(key, peer)] = where
-                        pending.clear()
-                    if op.name in SIGNALS:
-                        links = (self.channel_links(r, tb, op, where, True) if op.channel_ids else [])
-                        for lk in links:
-                            self.own(self.signalers, lk, tb.id, where, "signal")
-                            for key in passed:  # the first signal to this peer after each barrier passed
-                                self.after_barrier.setdefault((key, tb.id, lk[2]), (lk, len(self.messages[lk])))
-                            self.messages[lk].append(pending.pop(lk[2], []))
-                    if op.name in WAITS:
-                        for lk in self.channel_links(r, tb, op, where, False):
-                            self.own(self.waiters, lk, tb.id, where, "wait")
-                            last_wait[lk[1]] = (lk, counts[lk])
-                            counts[lk] += 1
+        """Walk every thread block (:meth:`walk`), each as far as it can go: one that
+        acquires a semaphore waits until the release it needs has been walked, so that
+        what the releaser knows (its waits, its unpublished writes) passes to it."""
+        self.sem_known: dict[tuple[int, int], list] = defaultdict(list)  # (rank, sem) -> per release
+        blocked = [(self.walk(gpu, tb), None) for gpu in self.plan.gpus for tb in gpu.threadblocks]
+        while blocked:
+            still, progressed = [], False
+            for walker, need in blocked:
+                if need is not None and len(self.sem_known[need[0]]) <= need[1]:
+                    still.append((walker, need))
+                    continue
+                progressed = True
+                try:
+                    still.append((walker, next(walker) if need is None else walker.send(True)))
+                except StopIteration:
+                    pass
+            if not progressed:  # a cycle of acquires: go on without what the releases carry
+                walker, _need = still.pop(0)
+                try:
+                    still.append((walker, walker.send(False)))
+                except StopIteration:
+                    pass
+            blocked = still
+        self.publish_handed()
+
+    def walk(self, gpu: PlanGpu, tb: PlanThreadBlock):
+        """One thread block's first pass: links, what each signal carries, remote reads.
+        Yields ``((rank, sem), n)`` before its acquire of release ``n`` of a semaphore and
+        is sent whether that release has been walked."""
+        r = gpu.id
+        pending: dict[int, list[_Message]] = defaultdict(list)  # peer -> writes not yet published
+        last_wait: dict[int, tuple] = {}  # peer -> (link, ordinal) of the last wait on a link from it
+        counts: dict[tuple, int] = defaultdict(int)
+        barriers_seen: dict[int, int] = defaultdict(int)
+        passed: list[tuple] = []  # barriers this tb has passed: (rank, id, n)
+        acquired: dict[int, int] = defaultdict(int)
+        signalled_later = self.peers_signalled_later(gpu, tb)
+        for o, op in enumerate(tb.ops):
+            where = self.place(r, tb.id, o)
+            self.check_mappable(op, where)
+            if op.name == "sem_acquire":
+                for sem in op.semaphore_ids:
+                    n = acquired[sem] - gpu.semaphores[sem]
+                    acquired[sem] += 1
+                    if n >= 0 and (yield ((r, sem), n)):
+                        waits, writes = self.sem_known[(r, sem)][n]
+                        for peer, at in waits.items():
+                            mine = last_wait.get(peer)
+                            if mine is None or mine[0] != at[0] or mine[1] < at[1]:
+                                last_wait[peer] = at
+                        for peer, msgs in writes.items():
+                            pending[peer].extend(msgs)
+            for k, ref in enumerate(op.src):  # remote reads: served at the signal that released the last wait
+                if ref.kind != "R":
+                    continue
+                owner, btype = self.remote_of(r, tb, op, ref)
+                if owner not in last_wait:
+                    self.fail(where, f"{op.name} reads rank {owner}'s buffer with no wait on a channel from "
+                                     f"rank {owner} before it: nothing says the data is there")
+                lk, ordinal = last_wait[owner]
+                shadow = (Buffer.SCRATCH, self.ranks[r].scratch, ref.size)
+                self.ranks[r].scratch += ref.size
+                self.reads[(r, tb.id, o, k)] = shadow
+                self.serve(lk, ordinal, _Message((btype, ref.index, ref.size), shadow))
+            for d, ref in enumerate(op.dst):
+                if ref.kind != "R":
+                    continue
+                owner, btype = self.remote_of(r, tb, op, ref)
+                if self.plan.protocol == "LL" and op.name in rules.PACKET_WRITES:
+                    for j in range(ref.size):
+                        self.packet_writer.setdefault((owner, ref.index + j), (r, tb.id))
+                    continue
+                # a put writes its d-th source; res/rres write the result they leave in dst[0]
+                src = op.src[min(d, len(op.src) - 1)] if op.name in ("put", "pws", "pwsf") else op.dst[0]
+                pending[owner].append(_Message((_BUF[src.type], src.index, ref.size),
+                                               (btype, ref.index, ref.size), last_wait.get(owner)))
+            if op.name == "barrier":  # writes not yet published: any member's later signal may
+                key = (r, op.barrier_id, barriers_seen[op.barrier_id])
+                barriers_seen[op.barrier_id] += 1
+                passed.append(key)
                 for peer, msgs in pending.items():
-                    if msgs:
-                        self.fail(f"gpus[{r}].threadblocks[{tb.id}]", f"writes into rank {peer}'s buffer that no "
-                                                                      f"later signal to rank {peer} publishes")
+                    self.handed[key][peer].extend(msgs)
+                    self.handed_where[(key, peer)] = where
+                pending.clear()
+            if op.name in SIGNALS:
+                links = (self.channel_links(r, tb, op, where, True) if op.channel_ids else [])
+                for lk in links:
+                    self.own(self.signalers, lk, tb.id, where, "signal")
+                    for key in passed:  # the first signal to this peer after each barrier passed
+                        self.after_barrier.setdefault((key, tb.id, lk[2]), (lk, len(self.messages[lk])))
+                    self.messages[lk].append(pending.pop(lk[2], []))
+            if op.name in WAITS:
+                for lk in self.channel_links(r, tb, op, where, False):
+                    self.own(self.waiters, lk, tb.id, where, "wait")
+                    last_wait[lk[1]] = (lk, counts[lk])
+                    counts[lk] += 1
+            if op.name == "sem_release":  # the acquirer knows these waits and publishes the writes
+                handed = {peer: pending.pop(peer) for peer in list(pending)  # this tb will not publish
+                          if pending[peer] and peer not in signalled_later[o]}
+                for k, sem in enumerate(op.semaphore_ids):
+                    self.sem_known[(r, sem)].append((dict(last_wait), handed if k == 0 else {}))
+        for peer, msgs in pending.items():
+            if msgs:
+                self.fail(f"gpus[{r}].threadblocks[{tb.id}]", f"writes into rank {peer}'s buffer that no "
+                                                              f"later signal to rank {peer} publishes")
+
+    def peers_signalled_later(self, gpu: PlanGpu, tb: PlanThreadBlock) -> list[set[int]]:
+        """Per operation of ``tb``: the peers it signals after that operation."""
+        later: list[set[int]] = [set() for _ in tb.ops]
+        seen: set[int] = set()
+        for o in range(len(tb.ops) - 1, -1, -1):
+            later[o] = set(seen)
+            op = tb.ops[o]
+            if op.name in SIGNALS and op.channel_ids:
+                seen |= {lk[2] for lk in self.channel_links(gpu.id, tb, op, self.place(gpu.id, tb.id, o), True)}
+        return later
+
+    def publish_handed(self) -> None:
+        """Writes handed over at a barrier travel with the first member's signal after it."""
         for key, by_peer in self.handed.items():  # writes before a barrier: the first member's signal after it
             for peer, msgs in by_peer.items():
                 if not msgs:
@@ -326,8 +394,6 @@ class _Translator:
                              f"{lk[1]}->{lk[2]} #{lk[3]}: their order is not defined")
 
     def check_mappable(self, op: Operation, where: str) -> None:
-        if op.name in UNMAPPED:
-            self.fail(where, f"{op.name}: {UNMAPPED[op.name]}; the plan cannot be verified, simulated or run here")
         if op.name in rules.PACKET_READS and self.plan.protocol != "LL":
             self.fail(where, f"{op.name} reads packets in a {self.plan.protocol} plan")
 
@@ -437,7 +503,7 @@ class _Translator:
         if name in ("copy", "cpkt", "upkt", "get"):
             for s, d in zip(loc, op.dst):
                 self.local(r, ptb, Op.COPY, s, (_BUF[d.type], d.index, d.size))
-        elif name in ("re", "repkt", "res", "respkt", "recpkt", "recspkt", "rre", "rres"):
+        elif name in ("re", "repkt", "res", "respkt", "recpkt", "recspkt", "rre", "rres", "glres", "gstore"):
             d0 = op.dst[0]
             dst = (_BUF[d0.type], d0.index, d0.size)
             self.reduce_into(r, ptb, dst, loc, where)
@@ -482,10 +548,16 @@ class _Translator:
                     self.deferred[(r, ptb)].append(nop)
                     self.barrier_waits.append((nop, key, other))
         if name == "sem_release":
+            # receives this tb waited for but has no step after yet: the acquirer waits for them too
+            landed = [nop.dep for nop in self.deferred.get((r, ptb), []) if nop.dep is not None]
             for sem in op.semaphore_ids:
-                self.sem_releases[(r, sem)].append((ptb, self.ranks[r].last.get(ptb), where))
+                self.sem_releases[(r, sem)].append((ptb, self.ranks[r].last.get(ptb), where, landed))
         if name == "sem_acquire":
             for sem in op.semaphore_ids:
+                n = len(self.sem_acquires[(r, sem)]) - self.plan.gpus[r].semaphores[sem]
+                releases = self.sem_releases.get((r, sem), [])
+                for dep in releases[n][3] if 0 <= n < len(releases) else []:
+                    self.deferred[(r, ptb)].append(Step(Op.NOP, None, -1, None, -1, 0, dep=dep))
                 nop = Step(Op.NOP, None, -1, None, -1, 0)  # placed before this tb's next step
                 self.deferred[(r, ptb)].append(nop)
                 self.sem_acquires[(r, sem)].append((ptb, nop, where))
@@ -534,7 +606,8 @@ class _Translator:
         self.barrier_arrivals: dict[tuple, dict] = defaultdict(dict)  # (rank, barrier, n) -> tb -> its last step
         self.barrier_waits: list[tuple[Step, tuple, int]] = []  # (nop, (rank, barrier, n), the tb it waits for)
         self.barrier_members = self.find_barrier_members()
-        self.sem_releases: dict[tuple[int, int], list] = defaultdict(list)  # (rank, sem) -> (tb, IR step, where)
+        self.sem_releases: dict[tuple[int, int], list] = defaultdict(list)  # (rank, sem) -> (tb, IR step, where,
+        #                                                                     receives it waited for)
         self.sem_acquires: dict[tuple[int, int], list] = defaultdict(list)  # (rank, sem) -> (tb, nop, where)
         self.first_pass()
         self.packet_plan()
@@ -652,7 +725,7 @@ class _Translator:
         for k in sorted({g.input_chunks, g.output_chunks, g.input_chunks * self.n, g.output_chunks * self.n} - {0}):
             sig = signature(collective, self.n, k, 0, 0)
             if sig is None or (sig.input_chunks in (g.input_chunks, 0) or self.plan.inplace) and \
-                    sig.output_chunks in (g.output_chunks,):
+                    (sig.output_chunks == g.output_chunks or self.plan.inplace and g.output_chunks == 0):
                 return k
         self.fail("gpus[0]", f"input_chunks {g.input_chunks} and output_chunks {g.output_chunks} fit no {collective} "
                              f"layout on {self.n} ranks")

@@ -1,0 +1,145 @@
+"""NVLS in MSCCL++ plans: ``glres`` (multimem load-reduce from a switch channel, then a
+multimem store of the sum), ``gstore`` (multimem store) and ``gstorepkt`` (a multimem
+store of LL packets) read and write the same
+chunks of every member of the switch channel's rank group. The translation expresses
+them as reads of the members' chunks and writes into them (as ``rres`` does over memory
+channels), so NVLS plans verify and run on the reference executor (verdicts:
+test_mscclpp_plans.py); a plan whose switch group is not one every member agrees on, or
+whose reads or writes no signal orders, is refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from arborcc.errors import ArborccError
+from arborcc.ir.mscclpp.plan import plan_from_document
+from arborcc.ir.mscclpp.translate import plan_to_algorithm
+from arborcc.verify import verify_algorithm
+from support.cli_runs import arborcc, refused
+
+SAMPLES = Path(__file__).parent / "samples" / "mscclpp"
+REDUCE = SAMPLES / "official__executor-tests__reduce_nvls.json"  # 2 ranks, each glres's one of 2 chunks
+ALLGATHER = SAMPLES / "dsl__allgather_nvls_zero_copy_4.json"  # gstore to 4 members
+PACKETS = SAMPLES / "dsl__allgather_nvls_zero_copy_pkt_4.json"  # gstorepkt: LL packets to 4 members
+
+
+def document(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def translate(doc: dict):
+    return plan_to_algorithm(plan_from_document(doc, "plan.json"), "plan.json")
+
+
+def glres_tb(doc: dict, rank: int) -> dict:
+    return next(tb for tb in doc["gpus"][rank]["threadblocks"] if any(op["name"] == "glres" for op in tb["ops"]))
+
+
+def verify_file(tmp_path: Path, doc: dict):
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    return arborcc("verify", "plan.json", cwd=tmp_path)
+
+
+def test_a_glres_reduces_every_members_chunk_and_stores_the_sum_to_every_member():
+    doc = document(REDUCE)
+    assert verify_algorithm(translate(doc)).ok
+    tb = glres_tb(doc, 1)  # without rank 1's glres its chunk is never reduced: not an all-reduce
+    tb["ops"] = [op for op in tb["ops"] if op["name"] != "glres"]
+    assert not verify_algorithm(translate(doc)).ok
+
+
+def test_a_gstore_writes_every_member():
+    doc = document(ALLGATHER)
+    assert verify_algorithm(translate(doc)).ok
+    for tb in doc["gpus"][2]["threadblocks"]:  # rank 2 stores its chunks nowhere: the others miss them
+        tb["ops"] = [op for op in tb["ops"] if op["name"] != "gstore"]
+    assert not verify_algorithm(translate(doc)).ok
+
+
+def test_a_gstorepkt_writes_packets_every_member_reads():
+    doc = document(PACKETS)
+    assert verify_algorithm(translate(doc)).ok
+    for tb in doc["gpus"][1]["threadblocks"]:  # rank 1 stores no packets: the others read packets never written
+        tb["ops"] = [op for op in tb["ops"] if op["name"] != "gstorepkt"]
+    assert not verify_algorithm(translate(doc)).ok
+
+
+def test_a_gstorepkt_into_another_chunk_of_its_own_rank_is_refused(tmp_path):
+    doc = document(PACKETS)
+    op = next(op for tb in doc["gpus"][0]["threadblocks"] for op in tb["ops"] if op["name"] == "gstorepkt")
+    op["dst_buff"][0]["index"] = op["src_buff"][0]["index"] + 1
+    refused(verify_file(tmp_path, doc), r"plan\.json:gpus\[0\]\.threadblocks\[\d+\]\.ops\[\d+\]", r"gstorepkt")
+
+
+def test_a_switch_group_a_member_does_not_share_is_refused(tmp_path):
+    doc = document(REDUCE)
+    switch = next(c for c in doc["gpus"][1]["channels"] if c["channel_type"] == "switch")
+    switch["rank_groups"] = [{"size": 2, "ranks": [1]}]  # rank 1 leaves rank 0's group
+    refused(verify_file(tmp_path, doc), r"plan\.json:gpus\[0\]\.threadblocks\[0\]\.ops\[5\]", r"glres",
+            r"rank 1's switch channel 0 is over ranks \[1\]")
+
+
+def test_a_switch_group_without_the_rank_itself_is_refused(tmp_path):
+    doc = document(REDUCE)
+    for gpu in doc["gpus"]:
+        next(c for c in gpu["channels"] if c["channel_type"] == "switch")["rank_groups"] = [{"size": 2, "ranks": [1]}]
+    refused(verify_file(tmp_path, doc), r"gpus\[0\]\.threadblocks\[0\]\.ops\[5\]", r"does not contain rank 0")
+
+
+def test_a_glres_with_no_wait_before_it_is_refused(tmp_path):
+    doc = document(REDUCE)
+    tb = glres_tb(doc, 0)
+    tb["ops"] = [op for op in tb["ops"] if op["name"] != "rlxwait"]
+    # nothing says rank 1's chunk is there when rank 0 reads it (rank 1's signals are unmatched too;
+    # the read is the first problem the translation meets)
+    refused(verify_file(tmp_path, doc), r"plan\.json", r"glres reads rank 1's buffer with no wait")
+
+
+def test_a_member_missing_from_one_switch_channel_is_refused_on_the_command_line(tmp_path):
+    doc = document(ALLGATHER)
+    switch = [c for c in doc["gpus"][3]["channels"] if c["channel_type"] == "switch"][0]
+    switch["rank_groups"] = [{"size": switch["rank_groups"][0]["size"], "ranks": [0, 1, 2]}]
+    refused(verify_file(tmp_path, doc), r"plan\.json:gpus\[\d\]\.threadblocks\[\d+\]\.ops\[\d+\]", r"gstore",
+            r"switch channel 0")
+
+
+def mutations():
+    """A random change to an NVLS plan's switch channels or switch operations."""
+    return st.tuples(st.sampled_from(["ranks", "index", "size", "channel", "buffer"]), st.integers(0, 3),
+                     st.integers(-1, 5))
+
+
+def mutate(doc: dict, what: str, rank: int, value: int) -> None:
+    gpu = doc["gpus"][rank % len(doc["gpus"])]
+    switches = [c for c in gpu["channels"] if c["channel_type"] == "switch"]
+    ops = [(tb, op) for tb in gpu["threadblocks"] for op in tb["ops"] if op["name"] in ("glres", "gstore", "gstorepkt")]
+    if what == "ranks":
+        switches[0]["rank_groups"][0]["ranks"] = list(range(max(value, 0) % 5))[: max(value, 1)] or [0]
+    elif what == "buffer":
+        switches[0]["buffer_type"] = "ios"[value % 3]
+    elif ops:
+        tb, op = ops[value % len(ops)]
+        ref = op["dst_buff"][0]
+        if what == "index":
+            ref["index"] = value
+        elif what == "size":
+            ref["size"] = value
+        else:
+            ref["switch_channel_id"] = value
+
+
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(change=mutations(), sample=st.sampled_from([REDUCE, ALLGATHER, PACKETS]))
+def test_random_changes_to_nvls_plans_verify_or_are_refused(change, sample):
+    doc = document(sample)
+    mutate(doc, *change)
+    try:
+        algo = translate(doc)
+    except ArborccError as e:
+        assert "\n" not in str(e) and str(e)
+        return
+    verify_algorithm(algo)  # a verdict, never an exception
