@@ -286,7 +286,7 @@ def test_an_untranslatable_plan_that_does_not_deadlock_is_still_refused(tmp_path
 def test_the_writer_never_writes_a_plan_that_deadlocks(monkeypatch):
     """The self-check of ``--format mscclpp`` runs the plan check (here on a plan the IR
     verifier passes: its signals carry no data)."""
-    from arborcc.cli.plan_output import mscclpp_plan_text
+    from arborcc.verify.mscclpp_plan import mscclpp_plan_text
     from arborcc.ir.convert import ConversionError
     from arborcc.library import LIBRARY
 

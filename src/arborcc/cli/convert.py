@@ -105,7 +105,7 @@ def _write_plan(args: argparse.Namespace, algo, modes, source: str) -> int:
     from arborcc.files import is_stream
     from arborcc.ir.aliasing import Mode
 
-    from arborcc.cli.plan_output import mscclpp_plan_text
+    from arborcc.verify.mscclpp_plan import mscclpp_plan_text
 
     mode = Mode.INPLACE if Mode.INPLACE in modes else Mode.OUTOFPLACE
     text = mscclpp_plan_text(algo, mode, source)

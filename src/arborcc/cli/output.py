@@ -62,7 +62,7 @@ def render_algorithm(algo, fmt: str, dialect: str = "executor", mode=None) -> st
     """An Algorithm as MSCCL XML of ``dialect`` (``fmt="xml"``), as arborcc JSON, or as an
     MSCCL++ execution plan for calls in ``mode`` (``fmt="mscclpp"``, checked as it reads back)."""
     if fmt == "mscclpp":
-        from arborcc.cli.plan_output import mscclpp_plan_text
+        from arborcc.verify.mscclpp_plan import mscclpp_plan_text
 
         return mscclpp_plan_text(algo, mode)
     if fmt == "json":

@@ -74,7 +74,7 @@ def mscclpp_bucket_plan(algo) -> tuple[str, int, int]:
     """A bucket's algorithm as an MSCCL++ execution plan (read back, translated, verified
     and checked for races and deadlock before it is returned) and its size range in the
     index's terms (``min_bytes``, ``max_bytes``; 0 = no upper limit)."""
-    from arborcc.cli.plan_output import mscclpp_plan_text
+    from arborcc.verify.mscclpp_plan import mscclpp_plan_text
 
     text = mscclpp_plan_text(algo, source=f"tuned algorithm {algo.name!r}")
     doc = json.loads(text)

@@ -1,6 +1,7 @@
-"""Writing an algorithm as an MSCCL++ execution plan from the command line (``synth``,
-``compile`` and ``convert`` with ``--format mscclpp``): the plan is read back, translated
-and verified before anything is written (``docs/mscclpp.md``)."""
+"""An algorithm as an MSCCL++ execution plan that is proven before it is written: the plan
+is read back, translated and verified, and checked for deadlock and races in its own
+semantics (``synth``, ``compile``, ``convert`` and ``tune`` with ``--format mscclpp``;
+``docs/mscclpp.md``)."""
 
 from __future__ import annotations
 
