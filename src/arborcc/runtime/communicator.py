@@ -736,13 +736,14 @@ class Communicator:
         """The data-plane calls of a call shape: the algorithm on the chunks, the tail, avg."""
         op_code = check_op(op, dtype)
         esize = DTYPES[dtype][1]
-        if self.plan.runs_staged(algo, call_bytes(algo.collective, self.world_size, count, esize),
-                                 self.options.staged_bytes):
-            scatter = algo.collective == "reducescatter"
+        kind = self.plan.staged_kind(algo, call_bytes(algo.collective, self.world_size, count, esize),
+                                     self.options.staged_bytes)
+        if kind is not None:
+            scatter = kind == "reducescatter"
             handle = self._call(self._native.prepare_staged, count, DTYPES[dtype][0], op_code,
-                                self.options.staged_slice_bytes, self.options.timeout, scatter,
+                                self.options.staged_slice_bytes, self.options.timeout, native.STAGED_KINDS[kind],
                                 *call_descriptor(algo.collective, dtype, op, count, root, ""))
-            if handle >= 0:  # -1: the segment's slots leave no room for a staging ring
+            if handle >= 0:  # -1: no room for a staging ring (or a one-shot call larger than its slot)
                 in_input = scatter and mode is Mode.INPLACE  # the result: the rank's block of the input
                 divide = (0, self.rank * count * esize, count) if in_input else (1, 0, count)
                 return [(handle, True, not in_input, 0, None)] + ([(0, 0, 0, 0, divide)] if op == "avg" else [])
