@@ -646,7 +646,10 @@ class Communicator:
         sizes = f"{format_size(choice.low)}-{format_size(choice.high)}" if choice.high is not None \
             else f"{format_size(choice.low)} and up"
         size = call_bytes(collective, self.world_size, count, itemsize)
-        if self.plan.runs_staged(algo, size, o.staged_bytes):
+        kind = self.plan.staged_kind(algo, size, o.staged_bytes)
+        if kind == "oneshot":
+            route = f"staged (the staging ring, one slot per call up to {format_size(o.staged_slice_bytes)})"
+        elif kind is not None:
             route = f"staged (the staging ring, slice {format_size(o.staged_slice_bytes)})"
         else:
             cma = (f"cross-memory attach from {format_size(o.cma_threshold)} (copies) / "
