@@ -1,10 +1,13 @@
-"""The staged one-shot all-reduce (small calls, runtime/csrc/staged_oneshot.hpp): every
+"""The staged one-shot all-reduce and all-gather (small calls, runtime/csrc/staged_oneshot.hpp): every
 dtype and operator, in and out of place, odd counts and counts smaller than the ranks,
 the largest count below the plan's crossover, on 2, 3, 4 and 8 ranks (a few cases on 16)
 against numpy; every case is counted as run staged. Its results are bit for bit those of
 the interpreted one-shot program it executes (sum in rank order), on every rank. Repeated
 calls of random sizes across the crossovers reuse the staging slots; a one-shot call that
-does not fit a staging slot runs interpreted. Nothing is left in /dev/shm."""
+does not fit a staging slot runs interpreted. The all-gather: every dtype, in and out of
+place, blocks of 1 element to the largest below the crossovers, 2-8 ranks; the blocks of
+16 KB and more run interpreted.
+Nothing is left in /dev/shm."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import pytest
 from support.segments import leftovers, segments
 
 from arborcc.runtime.launch import run_ranks
-from arborcc.runtime.plan import DEFAULT_STAGED_SMALL_BYTES
+from arborcc.runtime.plan import DEFAULT_STAGED_GATHER_BLOCK_BYTES, DEFAULT_STAGED_SMALL_BYTES
 
 DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "uint8": 1}
 OPS = ("sum", "prod", "min", "max", "avg")
@@ -201,4 +204,72 @@ def test_repeated_calls_of_mixed_sizes_reuse_the_staging_slots(ranks, options):
     for res in results:
         assert res["wrong"] == []
         assert res["staged"] == _staged_calls_expected(calls, slot)
+    assert leftovers(before) == set(), "an arborcc shared-memory segment was left in /dev/shm"
+
+
+def _allgather_rank() -> dict:
+    """All-gathers of every dtype and block size below the crossover, in and out of place,
+    against numpy; the staged calls counted."""
+    from arborcc.runtime import Communicator
+
+    comm = Communicator.from_env(timeout=60)
+    r, n = comm.rank, comm.world_size
+    wrong, cases = [], 0
+    for seed, dtype in enumerate(DTYPES):
+        # the largest block of an output below 64 KB and below 16 KB itself
+        largest = min(DEFAULT_STAGED_SMALL_BYTES - 1, n * DEFAULT_STAGED_GATHER_BLOCK_BYTES - 1) // (n * DTYPES[dtype])
+        for count in sorted({1, max(1, n - 1), 7, 1001, largest}):
+            if count > largest:
+                continue
+            blocks = [_input(dtype, "sum", count, p, seed, n) for p in range(n)]
+            want = np.concatenate(blocks)
+            for inplace in (True, False):
+                if inplace:
+                    out = _array(np.zeros(n * count, want.dtype), dtype)
+                    view = _array(blocks[r], dtype)
+                    if dtype == "bfloat16":
+                        out.bits[r * count:(r + 1) * count] = view.bits
+                    else:
+                        out[r * count:(r + 1) * count] = view
+                    comm.allgather(None, out)
+                else:
+                    out = _array(np.zeros(n * count, want.dtype), dtype)
+                    comm.allgather(_array(blocks[r], dtype), out)
+                if not np.array_equal(_values(out, dtype), want):
+                    wrong.append((dtype, count, "in place" if inplace else "out of place"))
+                cases += 1
+    staged = comm.staged_calls
+    comm.close()
+    return {"wrong": wrong, "cases": cases, "staged": staged}
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("ranks", [2, 3, 4, 8])
+def test_small_allgather_matches_numpy_and_runs_staged(ranks):
+    before = segments()
+    results = run_ranks(_allgather_rank, ranks, (), timeout=360)
+    for res in results:
+        assert res["wrong"] == []
+        assert res["cases"] > 0 and res["staged"] == res["cases"]
+    assert leftovers(before) == set(), "an arborcc shared-memory segment was left in /dev/shm"
+
+
+def _large_block_allgather_rank() -> dict:
+    """One all-gather of 16 KB blocks (the output below 64 KB on 2 and 3 ranks)."""
+    from arborcc.runtime import Communicator
+
+    comm = Communicator.from_env(timeout=60)
+    count = DEFAULT_STAGED_GATHER_BLOCK_BYTES // 4
+    out = np.zeros(comm.world_size * count, np.float32)
+    comm.allgather(np.full(count, comm.rank, np.float32), out)
+    right = bool(np.array_equal(out, np.repeat(np.arange(comm.world_size, dtype=np.float32), count)))
+    staged = comm.staged_calls
+    comm.close()
+    return {"right": right, "staged": staged}
+
+
+def test_allgather_blocks_of_16_kb_run_interpreted():
+    before = segments()
+    results = run_ranks(_large_block_allgather_rank, 2, (), timeout=120)
+    assert results == [{"right": True, "staged": 0}] * 2
     assert leftovers(before) == set(), "an arborcc shared-memory segment was left in /dev/shm"

@@ -647,7 +647,7 @@ class Communicator:
             else f"{format_size(choice.low)} and up"
         size = call_bytes(collective, self.world_size, count, itemsize)
         kind = self.plan.staged_kind(algo, size, o.staged_bytes)
-        if kind == "oneshot":
+        if kind in ("oneshot", "allgather"):
             route = f"staged (the staging ring, one slot per call up to {format_size(o.staged_slice_bytes)})"
         elif kind is not None:
             route = f"staged (the staging ring, slice {format_size(o.staged_slice_bytes)})"

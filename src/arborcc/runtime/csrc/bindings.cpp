@@ -47,7 +47,8 @@ PYBIND11_MODULE(native, m) {
   // the staged executors by the name Plan.staged_kind gives them (prepare_staged's `kind`)
   m.attr("STAGED_KINDS") = py::dict(py::arg("owner") = (int)Communicator::STAGED_OWNER,
                                     py::arg("reducescatter") = (int)Communicator::STAGED_SCATTER,
-                                    py::arg("oneshot") = (int)Communicator::STAGED_ONESHOT);
+                                    py::arg("oneshot") = (int)Communicator::STAGED_ONESHOT,
+                                    py::arg("allgather") = (int)Communicator::STAGED_GATHER);
   m.attr("CALL_MODES") = std::vector<std::string>(std::begin(CALL_MODES), std::end(CALL_MODES));
   m.def("buffer_address", &buffer_address, "address and size in bytes of a contiguous writable buffer");
   m.def("unlink", [](const std::string& name) { return shm_unlink(name.c_str()) == 0; });

@@ -101,12 +101,13 @@ class Communicator {
   //
   // A staged call of `count` elements of `dtype`, of `kind` (STAGED_OWNER: the owner
   // all-reduce; STAGED_SCATTER: a reduce-scatter of blocks of `count` elements;
-  // STAGED_ONESHOT: the one-shot all-reduce, staged_oneshot.hpp) through slots of at most
+  // STAGED_ONESHOT: the one-shot all-reduce, STAGED_GATHER: an all-gather of blocks of
+  // `count` elements, both staged_oneshot.hpp) through slots of at most
   // `slot_bytes`: its handle for run_prepared (a reduce-scatter in place passes no output:
   // the rank's block of the input), or -1 when the segment leaves no room for a staging
-  // ring (or a one-shot call does not fit one slot). The ring takes its shape at the first
+  // ring (or a one-shot call's input, an all-gather's block, does not fit one slot). The ring takes its shape at the first
   // call and keeps it.
-  static constexpr int STAGED_OWNER = 1, STAGED_SCATTER = 2, STAGED_ONESHOT = 3;
+  static constexpr int STAGED_OWNER = 1, STAGED_SCATTER = 2, STAGED_ONESHOT = 3, STAGED_GATHER = 4;
   int prepare_staged(int64_t count, int dtype, int op, uint64_t slot_bytes, double timeout, int kind,
                      uint64_t what, uint64_t call_count);
 

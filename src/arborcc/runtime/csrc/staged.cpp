@@ -19,7 +19,8 @@ int Communicator::prepare_staged(int64_t count, int dtype, int op, uint64_t slot
   if (dtype < 0 || dtype > DT_U8) throw CommError("unknown dtype code");
   if (op < 0 || op > OP_MAX) throw CommError("unknown op code");
   if (count < 1) throw CommError("a staged all-reduce moves at least one element");
-  if (kind < STAGED_OWNER || kind > STAGED_ONESHOT) throw CommError("unknown staged call kind");
+  if (kind < STAGED_OWNER || kind > STAGED_GATHER) throw CommError("unknown staged call kind");
+  const bool oneshot = kind == STAGED_ONESHOT || kind == STAGED_GATHER;
   const bool scatter = kind == STAGED_SCATTER;
   const uint64_t call_bytes = (uint64_t)count * DTYPE_SIZE[dtype];
   if (ring_.nranks == 0) {
@@ -30,7 +31,7 @@ int Communicator::prepare_staged(int64_t count, int dtype, int op, uint64_t slot
   }
   if (std::string e = ring_.slots < staged::MIN_SLOTS ? "" : seg_.reserve_staging(rank_, staged::HEADER_BYTES, ring_.slots, ring_.slot_bytes, scatter ? ring_.slot_bytes : call_bytes); !e.empty()) fail(e);
   if (ring_.slots < staged::MIN_SLOTS) return -1;
-  if (kind == STAGED_ONESHOT && !staged::oneshot_fits(ring_, call_bytes)) return -1;  // larger than one slot
+  if (oneshot && !staged::oneshot_fits(ring_, call_bytes)) return -1;  // larger than one slot
   Prepared p{-1, {0, 0, 0}, {0, 0, 0}, 0, count, dtype, op, 0, timeout, 0, 1, CallDesc{what, call_count}};
   p.staged = kind;
   prepared_.push_back(p);
@@ -44,6 +45,7 @@ void Communicator::run_staged(const Prepared& p, uint64_t in_addr, uint64_t out_
   const bool scatter = p.staged == STAGED_SCATTER;
   const std::string kind = scatter                        ? " (staged reduce-scatter)"
                            : p.staged == STAGED_ONESHOT ? " (staged one-shot all-reduce)"
+                           : p.staged == STAGED_GATHER  ? " (staged all-gather)"
                                                         : " (staged all-reduce)";
   auto wait = [&](int q, const auto& ready, const char* what) {
     wait_for_peer(ready, q, t0, p.timeout, [&](bool gone) {
@@ -57,8 +59,8 @@ void Communicator::run_staged(const Prepared& p, uint64_t in_addr, uint64_t out_
   auto agree = [&](int q) {
     if (!agrees(q)) fail_diverged(q);  // in a staged call of this number, but not this call
   };
-  if (p.staged == STAGED_ONESHOT) {
-    staged::run_oneshot(ring_, (const char*)(uintptr_t)in_addr, (char*)(uintptr_t)out_addr, (uint64_t)p.chunk_elems,
+  if (p.staged == STAGED_ONESHOT || p.staged == STAGED_GATHER) {
+    staged::run_oneshot(ring_, p.staged == STAGED_GATHER, (const char*)(uintptr_t)in_addr, (char*)(uintptr_t)out_addr, (uint64_t)p.chunk_elems,
                         DTYPE_SIZE[p.dtype], p.dtype, p.op, reduce_fn, wait, wake_peers, agree);
     return;
   }

@@ -1,7 +1,10 @@
 // The staged one-shot all-reduce: the one-shot algorithm of small calls
 // (arborcc.runtime.direct: every rank sums all n inputs in rank order 0..n-1 into its
 // output) run natively through the staging ring of staged_allreduce.hpp, instead of
-// step by step through the FIFOs (n thread blocks, one slot handshake per pair of ranks).
+// step by step through the FIFOs (n thread blocks, one slot handshake per pair of ranks);
+// and the small all-gather the same way (arborcc.runtime.direct's all-gather: every rank
+// sends its block to every peer), whose step 3 copies each peer's slot into its block of
+// the output instead of summing.
 //
 // A call takes one ring slot g (the next of the rank's staged slices, as one slice of an
 // owner all-reduce would), and rank r
@@ -42,14 +45,17 @@ namespace staged {
 // Whether a one-shot call of `bytes` fits the ring (its input in one slot).
 inline bool oneshot_fits(const Ring& ring, uint64_t bytes) { return ring.slots >= MIN_SLOTS && bytes <= ring.slot_bytes; }
 
-// One staged one-shot all-reduce of `count` elements of `esize` bytes from `in` to `out`
-// (the same address in place); oneshot_fits must hold. `wait`, `wake`, `agree` and
+// One staged one-shot all-reduce (`gather` false) of `count` elements of `esize` bytes
+// from `in` to `out` (the same address in place), or all-gather (`gather` true) of blocks
+// of `count` elements from `in` into block r of `out` for rank r (in place `in` is `out`,
+// the rank's block already in it); oneshot_fits must hold. `wait`, `wake`, `agree` and
 // `reduce` as for run (staged_allreduce.hpp).
 template <class Wait, class Wake, class Agree>
-void run_oneshot(Ring& ring, const char* in, char* out, uint64_t count, size_t esize, int dtype, int op,
-                 Reduce reduce, Wait wait, Wake wake, Agree agree) {
+void run_oneshot(Ring& ring, bool gather, const char* in, char* out, uint64_t count, size_t esize, int dtype,
+                 int op, Reduce reduce, Wait wait, Wake wake, Agree agree) {
   const int n = ring.nranks, me = ring.rank;
   const uint64_t bytes = count * esize, g = ring.slices++, seq = ++ring.calls;
+  if (gather && in == out) in = out + (uint64_t)me * bytes;  // in place: the rank's block of the output
   Header* mine = ring.header(me);
   const int which = (int)(seq % 2);
   mine->input_window[which].store(-1, std::memory_order_relaxed);  // the ring holds the input
@@ -70,8 +76,15 @@ void run_oneshot(Ring& ring, const char* in, char* out, uint64_t count, size_t e
     wait(q, [&] { return h->copied.value.load(std::memory_order_acquire) >= g + 1; }, "to stage its data");
     agree(q);  // the peer is in the call of this slot: the same call?
   }
+  if (gather) {
+    for (int q = 0; q < n; ++q) {
+      char* block = out + (uint64_t)q * bytes;
+      if (q != me) std::memcpy(block, ring.slot(q, g), bytes);
+      else if (block != in) std::memcpy(block, in, bytes);
+    }
+  }
   const uint64_t piece = std::max<uint64_t>(1, (16u << 10) / esize);
-  for (uint64_t p = 0; p < count; p += piece) {
+  for (uint64_t p = 0; p < count && !gather; p += piece) {
     const uint64_t part = std::min(piece, count - p), off = p * esize;
     reduce(dtype, op, out + off, ring.slot(0, g) + off, ring.slot(1, g) + off, part);
     for (int q = 2; q < n; ++q) reduce(dtype, op, out + off, out + off, ring.slot(q, g) + off, part);
