@@ -117,8 +117,8 @@ class Options:
     #: stores (0: never)
     push: bool = True  #: an all-gather with streaming stores into a shared array: each rank writes its block
     #: into every peer's output (its block read once) instead of reading the peers' blocks
-    staged_bytes: int = DEFAULT_STAGED_BYTES  #: the built-in owner all-reduce and reduce-scatter up to this
-    #: size run staged (0: never)
+    staged_bytes: int = DEFAULT_STAGED_BYTES  #: the built-in all-reduce (one-shot and owner), reduce-scatter
+    #: and small all-gather up to this size run staged (0: never)
     staged_slice_bytes: int = STAGED_SLICE_BYTES  #: slice of a staged all-reduce (one staging ring slot)
 
     def __post_init__(self) -> None:
