@@ -1,10 +1,11 @@
 """A rank that stops (SIGSTOP) is named by every rank that waits for it, directly or
 through others, as stopped: never a healthy rank, never a thread block of the waiting
 rank; so is a rank that blocks outside its calls. Rank 2 of 3 stops itself after its second call; ranks 0 and 1 make a third and
-report its error; the parent then kills rank 2. Four repetitions over the paths a call
-can take (the staged all-reduce, an interpreted all-reduce with a thread per thread
-block, an interpreted all-gather, shared arrays), since a wrong name came in about one
-run in four."""
+report its error; the parent then kills rank 2. Six repetitions over the paths a call
+can take (the staged one-shot all-reduce, the staged owner all-reduce, an interpreted
+all-reduce with a thread per thread block, an interpreted and a staged all-gather,
+shared arrays),
+since a wrong name came in about one run in four."""
 
 from __future__ import annotations
 
@@ -28,10 +29,12 @@ def _shared_allgather(comm):
 
 #: repetition -> (options, a function of the communicator that returns the call)
 CALLS = [
-    ({}, lambda comm: lambda comm: comm.allreduce(np.ones(1024, np.float32))),
+    ({}, lambda comm: lambda comm: comm.allreduce(np.ones(1024, np.float32))),  # 4 KB: the staged one-shot
+    ({}, lambda comm: lambda comm: comm.allreduce(np.ones(1 << 16, np.float32))),  # 256 KB: the staged owner
     ({"workers": 0}, lambda comm: lambda comm: comm.allreduce(np.ones(1 << 20, np.float32))),
     ({"staged_bytes": 0}, lambda comm: lambda comm: comm.allgather(np.ones(1024, np.float32),
                                                                    np.empty(3072, np.float32))),
+    ({}, lambda comm: lambda comm: comm.allgather(np.ones(256, np.float32), np.empty(768, np.float32))),  # staged
     ({}, _shared_allgather),
 ]
 
@@ -81,7 +84,7 @@ def _stop_rank_2(which: int, stop: bool = True) -> list[str]:
             p.join(10)
 
 
-@pytest.mark.timeout(4 * HARD_TIMEOUT)
+@pytest.mark.timeout(6 * HARD_TIMEOUT)
 def test_a_stopped_rank_is_named_by_every_rank_that_waits_for_it():
     before = segments()
     for which in range(len(CALLS)):

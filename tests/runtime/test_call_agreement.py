@@ -1,7 +1,7 @@
 """Calls that disagree fail on every rank, naming the rank and the field: the collective,
-the element type, the operator, the count (4 KB, 4 MB and 64 MB all-reduces), the root,
-in place or not, on every path the data plane has (the staged all-reduce and
-reduce-scatter, interpreted programs with one thread or a thread per thread block,
+the element type, the operator, the count (4 KB, 1 MB, 4 MB and 64 MB all-reduces), the root,
+in place or not, on every path the data plane has (the staged one-shot and owner
+all-reduce, the staged reduce-scatter and all-gather, interpreted programs with one thread or a thread per thread block,
 collectives on shared arrays, the direct built-ins, avg), on 2 and 3 ranks.
 
 Each world size runs every case once, in the same forked ranks (a fresh communicator per
@@ -65,7 +65,12 @@ CASES = {
     "dtype": ({}, _allreduce(KB), _allreduce(KB, "int32"), ("float32", "int32")),
     "op": ({}, _allreduce(KB), _allreduce(KB, op="max"), ("max", "sum")),
     "avg": ({}, _allreduce(KB), _allreduce(KB, op="avg"), ("avg", "sum")),
-    "count 4 KB": ({}, _allreduce(KB), _allreduce(KB // 4), ("elements", "256", "1024")),
+    "count 4 KB": ({}, _allreduce(KB), _allreduce(KB // 4), ("elements", "256", "1024")),  # the staged one-shot
+    "count 4 KB, interpreted one-shot": ({"staged_bytes": 0}, _allreduce(KB), _allreduce(KB // 4),
+                                         ("elements", "256", "1024")),
+    "op, staged one-shot out of place": ({}, _allreduce(KB, inplace=False), _allreduce(KB, op="max", inplace=False),
+                                         ("max", "sum")),
+    "count 1 MB, staged owner": ({}, _allreduce(MB // 4), _allreduce(MB // 8), ("elements", "131072", "262144")),
     "count 4 MB": ({}, _allreduce(MB), _allreduce(MB // 4), ("elements", "262144", "1048576")),
     "count 64 MB": ({}, _allreduce(16 * MB), _allreduce(4 * MB), ("elements", "4194304", "16777216")),
     "count, a thread per thread block": ({"workers": 0}, _allreduce(MB), _allreduce(MB // 4),
@@ -73,6 +78,7 @@ CASES = {
     "count, staged reduce-scatter": ({}, _reduce_scatter(KB), _reduce_scatter(KB // 2), ("elements", "512", "1024")),
     "count, built-in all-gather": ({"staged_bytes": 0}, _allgather(KB), _allgather(KB // 2),
                                    ("elements", "512", "1024")),
+    "count, staged all-gather": ({}, _allgather(KB // 8), _allgather(KB // 16), ("elements", "64", "128")),
     "root": ({}, _broadcast(KB, 0), _broadcast(KB, 1), ("root 1", "root 0")),
     "root, large messages": ({}, _broadcast(MB, 0), _broadcast(MB, 1), ("root 1", "root 0")),
     "in place": ({}, _allreduce(MB), _allreduce(MB, inplace=False), ("out of place", "in place")),

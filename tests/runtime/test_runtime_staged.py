@@ -191,7 +191,7 @@ def test_staged_and_interpreted_owner_allreduce_agree_bit_for_bit(ranks):
         assert res["same"]
 
 
-def test_runs_staged_only_the_builtin_owner_allreduce_and_reduce_scatter():
+def test_runs_staged_only_the_builtin_owner_and_one_shot_allreduce_and_reduce_scatter():
     from arborcc.ir.aliasing import Mode
     from arborcc.runtime.direct import owner_allreduce
 
@@ -201,10 +201,13 @@ def test_runs_staged_only_the_builtin_owner_allreduce_and_reduce_scatter():
     assert not plan.runs_staged(owner, 4 * mb, 2 * mb)
     assert not plan.runs_staged(owner, mb, 0)
     one_shot = plan.select("allreduce", 4, Mode.INPLACE, 1024, 4, 0, 2 * mb)
-    assert one_shot is not owner and not plan.runs_staged(one_shot, 4096, 2 * mb)
+    assert one_shot is not owner and plan.staged_kind(one_shot, 4096, 2 * mb) == "oneshot"
+    assert plan.staged_kind(owner, mb, 2 * mb) == "owner"
+    assert not plan.runs_staged(one_shot, 4096, 0)
+    assert not plan.runs_staged(one_shot, plan.staged_small_bytes, 2 * mb)  # the owner's sizes
     assert not plan.runs_staged(owner_allreduce(4, True), mb, 2 * mb)  # the same steps, not the plan's object
     scatter = plan.select("reducescatter", 4, Mode.OUTOFPLACE, mb // 16, 4, 0, 2 * mb)
-    assert plan.runs_staged(scatter, mb, 2 * mb)
+    assert plan.staged_kind(scatter, mb, 2 * mb) == "reducescatter"
     assert not plan.runs_staged(scatter, plan.staged_small_bytes - 4, 2 * mb)
     gather = plan.select("allgather", 4, Mode.OUTOFPLACE, mb // 16, 4, 0, 2 * mb)
     assert not plan.runs_staged(gather, mb, 2 * mb)

@@ -122,8 +122,8 @@ class Options:
     #: stores (0: never)
     push: bool = True  #: an all-gather with streaming stores into a shared array: each rank writes its block
     #: into every peer's output (its block read once) instead of reading the peers' blocks
-    staged_bytes: int = DEFAULT_STAGED_BYTES  #: the built-in owner all-reduce and reduce-scatter up to this
-    #: size run staged (0: never)
+    staged_bytes: int = DEFAULT_STAGED_BYTES  #: the built-in all-reduce (one-shot and owner), reduce-scatter
+    #: and small all-gather up to this size run staged (0: never)
     staged_slice_bytes: int = STAGED_SLICE_BYTES  #: slice of a staged all-reduce (one staging ring slot)
     sysfs_root: str = ""  #: where the CPU layout is read (:func:`arborcc.topology.cpus.job_layout`; "": this
     #: machine's sysfs)
@@ -684,7 +684,10 @@ class Communicator:
         sizes = f"{format_size(choice.low)}-{format_size(choice.high)}" if choice.high is not None \
             else f"{format_size(choice.low)} and up"
         size = call_bytes(collective, self.world_size, count, itemsize)
-        if self.plan.runs_staged(algo, size, o.staged_bytes):
+        kind = self.plan.staged_kind(algo, size, o.staged_bytes)
+        if kind in ("oneshot", "allgather"):
+            route = f"staged (the staging ring, one slot per call up to {format_size(o.staged_slice_bytes)})"
+        elif kind is not None:
             route = f"staged (the staging ring, slice {format_size(o.staged_slice_bytes)})"
         else:
             cma = (f"cross-memory attach from {format_size(o.cma_threshold)} (copies) / "
@@ -774,13 +777,14 @@ class Communicator:
         """The data-plane calls of a call shape: the algorithm on the chunks, the tail, avg."""
         op_code = check_op(op, dtype)
         esize = DTYPES[dtype][1]
-        if self.plan.runs_staged(algo, call_bytes(algo.collective, self.world_size, count, esize),
-                                 self.options.staged_bytes):
-            scatter = algo.collective == "reducescatter"
+        kind = self.plan.staged_kind(algo, call_bytes(algo.collective, self.world_size, count, esize),
+                                     self.options.staged_bytes)
+        if kind is not None:
+            scatter = kind == "reducescatter"
             handle = self._call(self._native.prepare_staged, count, DTYPES[dtype][0], op_code,
-                                self.options.staged_slice_bytes, self.options.timeout, scatter,
+                                self.options.staged_slice_bytes, self.options.timeout, native.STAGED_KINDS[kind],
                                 *call_descriptor(algo.collective, dtype, op, count, root, ""))
-            if handle >= 0:  # -1: the segment's slots leave no room for a staging ring
+            if handle >= 0:  # -1: no room for a staging ring (or a one-shot call larger than its slot)
                 in_input = scatter and mode is Mode.INPLACE  # the result: the rank's block of the input
                 divide = (0, self.rank * count * esize, count) if in_input else (1, 0, count)
                 return [(handle, True, not in_input, 0, None)] + ([(0, 0, 0, 0, divide)] if op == "avg" else [])

@@ -27,7 +27,10 @@ DIRECT_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "br
 
 def _one_shot_allreduce(n: int, inplace: bool) -> None:
     # every rank sums all inputs in rank order into its output (scratch when in place:
-    # the input must stay readable by the others until they have it)
+    # the input must stay readable by the others until they have it). Below the plan's
+    # staged_small_bytes this program's native twin runs it (runtime/csrc/staged_oneshot.hpp:
+    # the sends are one copy into the rank's staging slot, which also serves as the scratch,
+    # and the sum is in the same order); this is the algorithm the verifier proves.
     acc_buf = SCRATCH if inplace else OUT
     sums = []
     for r in range(n):

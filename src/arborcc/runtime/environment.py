@@ -276,7 +276,7 @@ VARIABLES: tuple[Variable, ...] = (
     option("push", switch, SWITCH, "1",
            "an all-gather into shared arrays with streaming stores: each rank writes its block into every output"),
     option("staged_bytes", size_in(1, MAX_BYTES, "never"), "a size, or 0: never", "1M",
-           "the built-in owner all-reduce and reduce-scatter up to this size run staged"),
+           "the built-in all-reduce (one-shot and owner), reduce-scatter and small all-gather up to this size run staged"),
     option("staged_slice_bytes", size_in(MIN_STAGED_SLICE_BYTES, MAX_SLOT_BYTES), "a size, 4K to 1G", "256K",
            "slice of a staged all-reduce (one staging-ring slot)"),
     option("sysfs_root", sysfs_root, "a directory with a sysfs `cpu` tree (as /sys/devices/system)",

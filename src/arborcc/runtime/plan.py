@@ -18,10 +18,11 @@ wins; when none matches, the built-in default plan of the machine decides:
   rules above would run the owner all-reduce unstaged. On one socket and one L3 nothing
   changes.
 
-The owner all-reduce and the reduce-scatter up to ``staged_bytes`` run *staged*
-(:meth:`Plan.runs_staged`): the same algorithm executed natively through every rank's
-persistent staging area in the communicator's segment, read by the peers with plain
-loads, instead of step by step through the FIFOs and cross-memory attach.
+The owner all-reduce, the one-shot all-reduce and the all-gather below
+``staged_small_bytes`` and the reduce-scatter up to ``staged_bytes`` run *staged* (:meth:`Plan.staged_kind`): the same
+algorithm executed natively through every rank's persistent staging area in the
+communicator's segment, read by the peers with plain loads, instead of step by step
+through the FIFOs and cross-memory attach.
 
 Every algorithm is verified (:func:`arborcc.verify.verify_algorithm`) before it can run;
 one that does not verify is refused with the verifier's first finding. :meth:`Plan.load`
@@ -52,8 +53,20 @@ DEFAULT_SMALL_BYTES = 256 * 1024
 DEFAULT_STAGED_BYTES = 1 << 20
 
 #: all-reduce sizes below which the default plan runs the one-shot algorithm when the
-#: owner all-reduce would run staged (staged, it wins from here: docs/runtime.md)
+#: owner all-reduce would run staged (staged, it wins from here: docs/runtime.md), and
+#: runs it staged too (one copy into the ring, one counter, every peer's input summed in
+#: rank order): below 64 KB a call is latency-bound and the one-shot has one round of
+#: waiting where the owner all-reduce has three; above, its (n-1) x size bytes read per
+#: rank cost more than the owner's 2 x size
 DEFAULT_STAGED_SMALL_BYTES = 64 * 1024
+
+#: the built-in all-gather of outputs below staged_small_bytes runs staged while one rank's
+#: block is below this (bytes): below it, the interpreted all-gather copies each block
+#: through a FIFO slot too (cma_threshold, 16 KB), with a handshake per pair of ranks
+#: (staged: 2 ranks, 4 KB output 1.0 against 1.5 us; 4 ranks on 2 cores, 60 KB 36-40
+#: against 40-43 us); from it, the peers' buffers are read with one copy (cross-memory
+#: attach), which beats the staged path's two (2 ranks, 16 KB blocks: 10.1 against 5.9 us)
+DEFAULT_STAGED_GATHER_BLOCK_BYTES = 16 * 1024
 
 _VERIFIED: dict[int, tuple[Algorithm, bool]] = {}
 
@@ -221,19 +234,42 @@ class Plan:
 
     def runs_staged(self, algo: Algorithm, size: int, staged_bytes: int) -> bool:
         """Does a call of ``size`` bytes (:func:`call_bytes`) that selected ``algo`` run
-        staged? Only the built-in owner all-reduce and the built-in reduce-scatter from
-        ``staged_small_bytes`` (the all-reduce's crossover is the selection's), up to
-        ``staged_bytes`` (0: never): the staged executor runs exactly their steps (every
-        rank's sends of its input's shares are copies into its staging area, the owner's
-        reductions chain the peers in the thread blocks' order, the all-reduce's
-        all-gather reads the owners' staged results)."""
+        staged? (:meth:`staged_kind` names how.)"""
+        return self.staged_kind(algo, size, staged_bytes) is not None
+
+    def staged_kind(self, algo: Algorithm, size: int, staged_bytes: int) -> str | None:
+        """Which staged executor runs a call of ``size`` bytes (:func:`call_bytes`) that
+        selected ``algo``, up to ``staged_bytes`` (0: never): ``"owner"`` the built-in
+        owner all-reduce, ``"oneshot"`` the built-in one-shot all-reduce below
+        ``staged_small_bytes`` (the selection's crossover), ``"reducescatter"`` the
+        built-in reduce-scatter from ``staged_small_bytes``, ``"allgather"`` the built-in
+        all-gather of outputs below ``staged_small_bytes`` whose blocks are below
+        :data:`DEFAULT_STAGED_GATHER_BLOCK_BYTES`; None: not staged. Each
+        executor runs exactly its algorithm's steps: the owner all-reduce's sends of a
+        rank's input shares are copies into its staging area, the owner's reductions
+        chain the peers in the thread blocks' order, its all-gather reads the owners'
+        staged results; the one-shot's sends of the whole input are one copy into the
+        staging area (in place, the IR's scratch), and every rank sums all inputs in rank
+        order 0..n-1 (runtime/csrc/staged_oneshot.hpp); the all-gather's sends of a rank's
+        block are one copy into its staging area, which every peer copies into its output."""
         if not 0 < size <= staged_bytes or algo.num_ranks < 2:
-            return False
+            return None
         # the objects default_algorithm selects (direct_algorithm caches them per argument list)
+        n, inplace = algo.num_ranks, algo.inplace
         if algo.collective == "allreduce":
-            return algo is direct_algorithm("allreduce", algo.num_ranks, algo.inplace, 0, True)
-        return algo.collective == "reducescatter" and size >= self.staged_small_bytes and \
-            algo is direct_algorithm("reducescatter", algo.num_ranks, algo.inplace, 0, False)
+            if algo is direct_algorithm("allreduce", n, inplace, 0, True):
+                return "owner"
+            if size < self.staged_small_bytes and algo is direct_algorithm("allreduce", n, inplace, 0, False):
+                return "oneshot"
+            return None
+        if algo.collective == "reducescatter" and size >= self.staged_small_bytes and \
+                algo is direct_algorithm("reducescatter", n, inplace, 0, False):
+            return "reducescatter"
+        gather_limit = min(self.staged_small_bytes, n * DEFAULT_STAGED_GATHER_BLOCK_BYTES)
+        if algo.collective == "allgather" and size < gather_limit and \
+                algo is direct_algorithm("allgather", n, inplace, 0, False):
+            return "allgather"
+        return None
 
 
 def matches(algo: Algorithm, collective: str, num_ranks: int, mode: Mode, count: int, size: int,

@@ -44,6 +44,11 @@ PYBIND11_MODULE(native, m) {
   m.attr("CALL_COLLECTIVES") = std::vector<std::string>(std::begin(CALL_COLLECTIVES), std::end(CALL_COLLECTIVES));
   m.attr("CALL_DTYPES") = std::vector<std::string>(std::begin(CALL_DTYPES), std::end(CALL_DTYPES));
   m.attr("CALL_OPS") = std::vector<std::string>(std::begin(CALL_OPS), std::end(CALL_OPS));
+  // the staged executors by the name Plan.staged_kind gives them (prepare_staged's `kind`)
+  m.attr("STAGED_KINDS") = py::dict(py::arg("owner") = (int)Communicator::STAGED_OWNER,
+                                    py::arg("reducescatter") = (int)Communicator::STAGED_SCATTER,
+                                    py::arg("oneshot") = (int)Communicator::STAGED_ONESHOT,
+                                    py::arg("allgather") = (int)Communicator::STAGED_GATHER);
   m.attr("CALL_MODES") = std::vector<std::string>(std::begin(CALL_MODES), std::end(CALL_MODES));
   m.def("buffer_address", &buffer_address, "address and size in bytes of a contiguous writable buffer");
   m.def("unlink", [](const std::string& name) { return shm_unlink(name.c_str()) == 0; });
@@ -68,7 +73,7 @@ PYBIND11_MODULE(native, m) {
       .def_property_readonly("staged_calls", &Communicator::staged_calls)
       .def_property_readonly("staged_shared_calls", &Communicator::staged_shared_calls)
       .def("prepare_staged", &Communicator::prepare_staged, py::arg("count"), py::arg("dtype"), py::arg("op"),
-           py::arg("slot_bytes"), py::arg("timeout"), py::arg("scatter"), py::arg("what"), py::arg("call_count"))
+           py::arg("slot_bytes"), py::arg("timeout"), py::arg("kind"), py::arg("what"), py::arg("call_count"))
       .def("wait_attached", &Communicator::wait_attached, py::call_guard<py::gil_scoped_release>())
       .def("abort", &Communicator::abort)
       .def("abort_message", &Communicator::abort_message)

@@ -99,12 +99,16 @@ class Communicator {
 
   // ---- the staged all-reduce (staged.cpp, staged_allreduce.hpp) ----------------------
   //
-  // A staged all-reduce of `count` elements of `dtype` (`scatter`: a reduce-scatter of
-  // blocks of `count` elements) through slots of at most `slot_bytes`: its handle for
-  // run_prepared (a reduce-scatter in place passes no output: the rank's block of the
-  // input), or -1 when the segment leaves no room for a staging ring. The ring takes its
-  // shape at the first call and keeps it.
-  int prepare_staged(int64_t count, int dtype, int op, uint64_t slot_bytes, double timeout, bool scatter,
+  // A staged call of `count` elements of `dtype`, of `kind` (STAGED_OWNER: the owner
+  // all-reduce; STAGED_SCATTER: a reduce-scatter of blocks of `count` elements;
+  // STAGED_ONESHOT: the one-shot all-reduce, STAGED_GATHER: an all-gather of blocks of
+  // `count` elements, both staged_oneshot.hpp) through slots of at most
+  // `slot_bytes`: its handle for run_prepared (a reduce-scatter in place passes no output:
+  // the rank's block of the input), or -1 when the segment leaves no room for a staging
+  // ring (or a one-shot call's input, an all-gather's block, does not fit one slot). The ring takes its shape at the first
+  // call and keeps it.
+  static constexpr int STAGED_OWNER = 1, STAGED_SCATTER = 2, STAGED_ONESHOT = 3, STAGED_GATHER = 4;
+  int prepare_staged(int64_t count, int dtype, int op, uint64_t slot_bytes, double timeout, int kind,
                      uint64_t what, uint64_t call_count);
 
   // ---- shared arrays: windows of memory that every rank maps ---------------------------
@@ -146,7 +150,7 @@ class Communicator {
     uint64_t cma_threshold;
     int workers;
     CallDesc desc;
-    int staged = 0;  // 1: a staged all-reduce, 2: a staged reduce-scatter (staged.cpp) of chunk_elems elements
+    int staged = 0;  // 0: not staged, else its STAGED_ kind (staged.cpp) of chunk_elems elements
   };
 
   struct Call {
