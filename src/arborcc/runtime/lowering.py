@@ -37,7 +37,8 @@ class LoweredRank:
     """One rank's program for the data plane (rows as the C++ ``register_program`` takes)."""
 
     threadblocks: list[list[int]]  #: [send peer, recv peer, channel, first step, number of steps]
-    steps: list[list[int]]  #: [step code (arborcc.ir.steps), src buf, src chunk, dst buf, dst chunk, count, dep tb index, dep step]
+    #: [step code (arborcc.ir.steps), src buf, src chunk, dst buf, dst chunk, count, dep tb index, dep step]
+    steps: list[list[int]]
     input_chunks: int  #: chunks of the call's send buffer (0: it lives in the receive buffer)
     output_chunks: int  #: chunks of the call's receive buffer (0: it lives in the send buffer)
     scratch_chunks: int

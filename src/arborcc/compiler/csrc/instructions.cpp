@@ -41,8 +41,8 @@ Table lower_direct(const std::vector<TracedOp>& ops, const std::vector<Ints>& re
     const int64_t i = (int64_t)col[RANK].size(), o = (int64_t)oi;
     if (remote) {  // rank, kind, sbuf, soff, dbuf, doff, cnt, speer, rpeer, ch, sendtb, recvtb, op, msg_in, msg_out
       push({op.src_rank, step::SEND, sb, si, db, di, op.count, op.dst_rank, -1, op.ch, op.sendtb, -1, o, -1, i + 1});
-      push({op.dst_rank, copy ? step::RECV : step::RRC, copy ? sb : db, copy ? si : di, db, di, op.count, -1, op.src_rank, op.ch,
-            -1, op.recvtb, o, i, -1});
+      push({op.dst_rank, copy ? step::RECV : step::RRC, copy ? sb : db, copy ? si : di, db, di, op.count, -1,
+            op.src_rank, op.ch, -1, op.recvtb, o, i, -1});
     } else {
       push({op.src_rank, copy ? step::COPY : step::REDUCE, sb, si, db, di, op.count, -1, -1, op.ch,
             op.sendtb != -1 ? op.sendtb : op.recvtb, -1, o, -1, -1});

@@ -59,7 +59,8 @@ py::list build_threadblocks(const Schedule& s, const ThreadBlocks& a, int64_t in
   PyObject* none = Py_None;
   PyObject* ops = cls.ops.ptr();
   PyObject* bufs = cls.buffers.ptr();
-  if (cls.ops.size() != step::NOP + 1 || cls.buffers.size() != 3) throw std::invalid_argument("build_threadblocks: ops or buffers");
+  if (cls.ops.size() != step::NOP + 1 || cls.buffers.size() != 3)
+    throw std::invalid_argument("build_threadblocks: ops or buffers");
   py::list ranks;
   for (size_t r = 0; r < a.of_rank.size(); ++r) {
     py::list out;
@@ -80,8 +81,8 @@ py::list build_threadblocks(const Schedule& s, const ThreadBlocks& a, int64_t in
           PyObject* has = new_ref(x.has_dep ? Py_True : Py_False);
           PyObject* obj;
           if (x.op == step::NOP) {
-            obj = step.make({new_ref(PyTuple_GET_ITEM(ops, step::NOP)), new_ref(none), PyLong_FromLongLong(-1), new_ref(none),
-                             PyLong_FromLongLong(-1), PyLong_FromLongLong(0), d, has});
+            obj = step.make({new_ref(PyTuple_GET_ITEM(ops, step::NOP)), new_ref(none), PyLong_FromLongLong(-1),
+                             new_ref(none), PyLong_FromLongLong(-1), PyLong_FromLongLong(0), d, has});
           } else {
             const int64_t* s_sh = x.op == step::RECV ? recv_shift : local;  // a receive names the remote source
             const int64_t* d_sh = x.op == step::SEND ? send_shift : local;  // a send names the remote destination

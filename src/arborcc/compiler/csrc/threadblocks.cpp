@@ -279,7 +279,8 @@ ThreadBlocks assign_auto(Table& t, const Rows& preds, int64_t num_ranks, int64_t
   // first sends and last receives then join those thread blocks where they can
   std::vector<std::pair<Ints, int64_t>> fused_chains;
   for (int64_t i : order)
-    if (kind[(size_t)i] == step::SEND && msg_out[(size_t)msg_out[(size_t)i]] >= 0) asg.place_fused(asg.chain(i), fused_chains);
+    if (kind[(size_t)i] == step::SEND && msg_out[(size_t)msg_out[(size_t)i]] >= 0)
+      asg.place_fused(asg.chain(i), fused_chains);
   if (!asg.inserted_.empty()) {
     Ints expanded;
     expanded.reserve(order.size() + asg.inserted_.size());
