@@ -7,7 +7,8 @@ holds the module), five of them: ``runtime`` (the shared-memory data plane),
 traces), ``verify`` (the structure, pieces and symbolic runs) and ``synth`` (the
 packing's routes, arborescence oracle, rounding and orbits). No
 ``-march=native``: vector kernels carry per-function target attributes and pick them at
-run time (see runtime/csrc/kernels.cpp). The .cpp files compile in parallel, one job per
+run time (see runtime/csrc/kernels.cpp). ``ir/csrc`` holds only headers shared by the
+modules (the step table, ``step_codes.hpp``). The .cpp files compile in parallel, one job per
 CPU (``ARBORCC_BUILD_JOBS`` sets the number)."""
 
 from glob import glob
@@ -18,6 +19,9 @@ from setuptools import setup
 
 ParallelCompile("ARBORCC_BUILD_JOBS").install()
 
+#: headers every extension includes: the IR's step table (step_codes.hpp); no module of its own
+STEP_HEADERS = Path("src/arborcc/ir/csrc")
+
 
 def native_extension(csrc: Path) -> Pybind11Extension:
     """The extension ``arborcc.<package>.native`` built from the package's csrc folder."""
@@ -25,10 +29,11 @@ def native_extension(csrc: Path) -> Pybind11Extension:
     return Pybind11Extension(
         f"arborcc.{package}.native",
         sorted(str(p) for p in csrc.glob("*.cpp")),
-        depends=sorted(str(p) for p in csrc.glob("*.hpp")),
+        depends=sorted(str(p) for p in (*csrc.glob("*.hpp"), *STEP_HEADERS.glob("*.hpp"))),
+        include_dirs=[str(STEP_HEADERS)],
         cxx_std=17,
         extra_compile_args=["-O3", "-Wall", "-Wno-unused-function"],
     )
 
 
-setup(ext_modules=[native_extension(Path(d)) for d in sorted(glob("src/arborcc/*/csrc"))])
+setup(ext_modules=[native_extension(Path(d)) for d in sorted(glob("src/arborcc/*/csrc")) if glob(f"{d}/*.cpp")])

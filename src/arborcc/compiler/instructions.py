@@ -19,13 +19,18 @@ from __future__ import annotations
 
 import arborcc.compiler.native as native
 from arborcc.compiler.layout import Layout, op_pieces
-from arborcc.ir.model import Op
+from arborcc.ir.steps import OP_OF_CODE, Op, check_native_step_codes
 from arborcc.lang import trace as T
 
-#: instruction kinds; the fused ones (GC3 section 4.2) are produced by the fusion pass
-SEND, RECV, RRC, CPY, RE, RCS, RRCS, RRS = range(8)
-KIND_OP = (Op.SEND, Op.RECV, Op.RECV_REDUCE_COPY, Op.COPY, Op.REDUCE, Op.RECV_COPY_SEND,
-           Op.RECV_REDUCE_COPY_SEND, Op.RECV_REDUCE_SEND)
+check_native_step_codes(native)  # the passes compute on the step codes
+
+#: instruction kinds: the step codes of the IR (:mod:`arborcc.ir.steps`); the fused ones
+#: (GC3 section 4.2) are produced by the fusion pass
+SEND, RECV, RRC, CPY, RE, RCS, RRCS, RRS = (op.code for op in (
+    Op.SEND, Op.RECV, Op.RECV_REDUCE_COPY, Op.COPY, Op.REDUCE, Op.RECV_COPY_SEND, Op.RECV_REDUCE_COPY_SEND,
+    Op.RECV_REDUCE_SEND))
+#: the step type of each instruction kind (index: kind); a nop is no instruction
+KIND_OP = tuple(op for op in OP_OF_CODE if op is not Op.NOP)
 KIND_NAME = tuple(op.value for op in KIND_OP)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from arborcc.ir.steps import Op  # the step types and what each does (re-exported)
 from arborcc.sizes import MAX_BYTES
 
 
@@ -23,36 +24,6 @@ class Buffer(str, enum.Enum):
     INPUT = "i"
     OUTPUT = "o"
     SCRATCH = "s"
-
-
-class Op(str, enum.Enum):
-    """Step types of MSCCL (``type=`` in XML)."""
-
-    SEND = "s"
-    RECV = "r"
-    REDUCE = "re"  #: local reduce: dst += src
-    COPY = "cpy"  #: local copy
-    RECV_REDUCE_COPY = "rrc"
-    RECV_REDUCE_SEND = "rrs"
-    RECV_COPY_SEND = "rcs"
-    RECV_REDUCE_COPY_SEND = "rrcs"
-    NOP = "nop"  #: carries a dependency only
-    RESIDUAL_ADD = "ra"  #: legacy runtime only
-
-    #: these three are plain attributes of each member, set below (passes over every step
-    #: of a program read them; a property cost a call and a tuple search each time)
-    sends: bool  #: the step sends to the thread block's send peer
-    receives: bool  #: the step receives from the thread block's receive peer
-    reduces: bool  #: the step adds into what it reads
-
-
-for _op in Op:
-    _op.sends = _op in (Op.SEND, Op.RECV_REDUCE_SEND, Op.RECV_COPY_SEND, Op.RECV_REDUCE_COPY_SEND)
-    _op.receives = _op in (Op.RECV, Op.RECV_REDUCE_COPY, Op.RECV_REDUCE_SEND, Op.RECV_COPY_SEND,
-                           Op.RECV_REDUCE_COPY_SEND)
-    _op.reduces = _op in (Op.REDUCE, Op.RECV_REDUCE_COPY, Op.RECV_REDUCE_SEND, Op.RECV_REDUCE_COPY_SEND,
-                          Op.RESIDUAL_ADD)
-del _op
 
 
 class Protocol(str, enum.Enum):

@@ -44,7 +44,7 @@ import numpy as np
 
 from arborcc.errors import ArborccError
 from arborcc.ir.aliasing import Mode, declared_modes, layouts
-from arborcc.ir.model import Algorithm, Buffer, Op
+from arborcc.ir.model import Algorithm, Buffer
 
 
 class Deadlock(ArborccError):
@@ -144,34 +144,17 @@ def execute(algo: Algorithm, inputs: list[np.ndarray], slots: int = 2, max_round
                         raise MessageMismatch(
                             f"rank {rank} tb {tb.id} step {idx}: received {received.shape[0]} chunks, "
                             f"step expects {step.count}")
-                sent = None
-                if op is Op.SEND:
-                    sent = region(rank, step.src_buf, step.src_off, step.count).copy()
-                elif op is Op.RECV:
-                    region(rank, step.dst_buf, step.dst_off, step.count)[:] = received
-                elif op is Op.RECV_REDUCE_COPY:
-                    val = region(rank, step.src_buf, step.src_off, step.count) + received
-                    region(rank, step.dst_buf, step.dst_off, step.count)[:] = val
-                elif op is Op.RECV_REDUCE_SEND:
-                    sent = region(rank, step.src_buf, step.src_off, step.count) + received
-                elif op is Op.RECV_COPY_SEND:
-                    region(rank, step.dst_buf, step.dst_off, step.count)[:] = received
-                    sent = received
-                elif op is Op.RECV_REDUCE_COPY_SEND:
-                    val = region(rank, step.src_buf, step.src_off, step.count) + received
-                    region(rank, step.dst_buf, step.dst_off, step.count)[:] = val
-                    sent = val.copy()
-                elif op is Op.COPY:
-                    val = region(rank, step.src_buf, step.src_off, step.count).copy()
-                    region(rank, step.dst_buf, step.dst_off, step.count)[:] = val
-                elif op is Op.REDUCE or op is Op.RESIDUAL_ADD:
-                    val = region(rank, step.dst_buf, step.dst_off, step.count) + region(
-                        rank, step.src_buf, step.src_off, step.count)
-                    region(rank, step.dst_buf, step.dst_off, step.count)[:] = val
-                elif op is Op.NOP:
-                    pass
-                else:
-                    raise NotImplementedError(op)
+                # the step's value (arborcc.ir.steps): received, + src where it reads its
+                # source, or dst + src; written where it writes, pushed where it sends
+                src = region(rank, step.src_buf, step.src_off, step.count).copy() if op.reads_src else None
+                value = received if op.receives else src
+                if op.receives and op.reads_src:
+                    value = src + received
+                if op.reads_dst:
+                    value = region(rank, step.dst_buf, step.dst_off, step.count) + src
+                if op.writes_dst:
+                    region(rank, step.dst_buf, step.dst_off, step.count)[:] = value
+                sent = value.copy() if op.sends else None
                 if q_out is not None:
                     q_out.append(sent)
                 done[key] = idx

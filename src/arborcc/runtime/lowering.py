@@ -24,11 +24,12 @@ from functools import lru_cache
 from arborcc.errors import InputError
 from arborcc.ir.aliasing import Mode, declared_modes, rank_layout
 from arborcc.ir.collectives import RANK_MULTIPLIED, call_blocks, has_signature, signature
-from arborcc.ir.model import Algorithm, Buffer, Op
+from arborcc.ir.model import Algorithm, Buffer
+from arborcc.ir.steps import check_native_step_codes
+import arborcc.runtime.native as native
 
 CALL_BUFFER = {Buffer.INPUT: 0, Buffer.OUTPUT: 1, Buffer.SCRATCH: 2}
-STEP_CODE = {Op.SEND: 0, Op.RECV: 1, Op.REDUCE: 2, Op.COPY: 3, Op.RECV_REDUCE_COPY: 4, Op.RECV_REDUCE_SEND: 5,
-             Op.RECV_COPY_SEND: 6, Op.RECV_REDUCE_COPY_SEND: 7, Op.NOP: 8}
+check_native_step_codes(native)  # the data plane reads the step codes lowered here
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ class LoweredRank:
     """One rank's program for the data plane (rows as the C++ ``register_program`` takes)."""
 
     threadblocks: list[list[int]]  #: [send peer, recv peer, channel, first step, number of steps]
-    steps: list[list[int]]  #: [op, src buf, src chunk, dst buf, dst chunk, count, dep tb index, dep step]
+    #: [step code (arborcc.ir.steps), src buf, src chunk, dst buf, dst chunk, count, dep tb index, dep step]
+    steps: list[list[int]]
     input_chunks: int  #: chunks of the call's send buffer (0: it lives in the receive buffer)
     output_chunks: int  #: chunks of the call's receive buffer (0: it lives in the send buffer)
     scratch_chunks: int
@@ -67,7 +69,7 @@ def lower_rank(algo: Algorithm, rank: int, mode: Mode) -> LoweredRank:
     for tb in program.threadblocks:
         tbs.append([tb.send, tb.recv, tb.channel, len(steps), len(tb.steps)])
         for i, step in enumerate(tb.steps):
-            if step.op not in STEP_CODE:
+            if step.op.code is None:
                 raise InputError(f"rank {rank} tb {tb.id} step {i}: step type {step.op.value!r} is not supported "
                                  f"by the shared-memory runtime", source=algo.name)
             src = layout.locate(step.src_buf, step.src_off) if step.src_buf is not None else None
@@ -78,7 +80,7 @@ def lower_rank(algo: Algorithm, rank: int, mode: Mode) -> LoweredRank:
                     raise InputError(f"rank {rank} tb {tb.id} step {i}: depends on unknown tb {step.dep.tb}",
                                      source=algo.name)
                 dep_tb, dep_step = index[step.dep.tb], step.dep.step
-            steps.append([STEP_CODE[step.op],
+            steps.append([step.op.code,
                           CALL_BUFFER[src[0]] if src else -1, src[1] if src else 0,
                           CALL_BUFFER[dst[0]] if dst else -1, dst[1] if dst else 0,
                           step.count, dep_tb, dep_step])

@@ -51,12 +51,12 @@ from arborcc.errors import InputError
 from arborcc.ir.aliasing import Mode
 from arborcc.ir.collectives import ROOTED
 from arborcc.ir.model import Algorithm, Op
+from arborcc.ir.steps import OP_OF_CODE
 from arborcc.runtime.errors import CommunicationError
-from arborcc.runtime.lowering import STEP_CODE, LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
+from arborcc.runtime.lowering import LoweredRank, algorithm_call, call_mode, chunk_start, lower_rank
 from arborcc.runtime.plan import Plan, fallback_algorithm, require_verified
 from arborcc.torch.affinity import free_this_thread
 
-OP_OF_CODE = {code: op for op, code in STEP_CODE.items()}
 #: IR buffer numbers of a call (as :mod:`arborcc.runtime.lowering` numbers them)
 SEND_BUFFER, RECV_BUFFER, SCRATCH_BUFFER = 0, 1, 2
 #: the reductions the executor computes (avg is a sum, then a division)
@@ -126,7 +126,7 @@ def lowered_program(low: LoweredRank) -> list[LoweredThreadBlock]:
     writers: dict[tuple[int, int], set[int]] = {}
     for i, row in enumerate(low.steps):
         op, dbuf, doff, cnt = OP_OF_CODE[row[0]], row[3], row[4], row[5]
-        if op in (Op.RECV, Op.RECV_REDUCE_COPY, Op.RECV_COPY_SEND, Op.RECV_REDUCE_COPY_SEND, Op.COPY, Op.REDUCE):
+        if op.writes_dst:
             for c in range(doff, doff + cnt):
                 writers.setdefault((dbuf, c), set()).add(i)
     tbs = []
@@ -700,7 +700,7 @@ class Run:
             if step.op.receives:
                 pend = self.pending[i]
                 if pend is None:
-                    direct = step.op in (Op.RECV, Op.RECV_COPY_SEND) and self.view(i, step.dst, step.count) is not None
+                    direct = not step.op.reduces and self.view(i, step.dst, step.count) is not None
                     if direct and self.in_use(i, step.dst, step.count, receiving=True):
                         if not self.stalled:  # wait for that send, then receive in place (no copy)
                             self.deferred = True
@@ -719,7 +719,7 @@ class Run:
                 self.pending[i] = None
                 self.receive_step(i, tb, step, data, into_dst)
             else:
-                if not self.dep_met(i, step) or (step.op in (Op.COPY, Op.REDUCE) and self.in_use(i, step.dst, step.count)):
+                if not self.dep_met(i, step) or (step.op.writes_dst and self.in_use(i, step.dst, step.count)):
                     return moved
                 self.local_step(i, tb, step)
             self.pos[i] += 1

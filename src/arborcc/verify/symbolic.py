@@ -47,7 +47,6 @@ from arborcc.verify.deadlock import TbName, Wait, explain_deadlock
 from arborcc.verify.layout import MemoryMap
 from arborcc.verify.memory import RankMemory, initial_memory
 from arborcc.verify.races import ConflictLog, HappensBefore, resolve_candidates
-from arborcc.verify.semantics import OPS
 from arborcc.verify.values import add_runs, first_uninitialized, fit_runs
 
 MAX_CANDIDATES = 2_000_000  #: conflicting pairs analysed across ranks before giving up (reported)
@@ -163,9 +162,6 @@ def simulate_layouts(algo: Algorithm, mms: list[MemoryMap], cuts: dict[int, dict
     ready = deque(range(ntb))
     seq = 0
     NOP = Op.NOP
-    RECV, COPY, REDUCE = Op.RECV, Op.COPY, Op.REDUCE
-    RRC, RRS, RCS, SEND, RA = (Op.RECV_REDUCE_COPY, Op.RECV_REDUCE_SEND, Op.RECV_COPY_SEND,
-                               Op.SEND, Op.RESIDUAL_ADD)
 
     while ready:
         g = ready.popleft()
@@ -187,7 +183,7 @@ def simulate_layouts(algo: Algorithm, mms: list[MemoryMap], cuts: dict[int, dict
                 if signal[tg] < dep.step:
                     dep_waiters.setdefault(tg, []).append((dep.step, g))
                     break
-            sends, receives, reads_src, _, _ = OPS[op]
+            sends, receives = op.sends, op.receives
             if receives and not rc.q:
                 rc.reader_waiting = True
                 break
@@ -200,6 +196,7 @@ def simulate_layouts(algo: Algorithm, mms: list[MemoryMap], cuts: dict[int, dict
                 if check_races:
                     hb.on_dependency(g, i, tg, dep.step)
             if op is not NOP:
+                reads_src, reads_dst, writes_dst = op.reads_src, op.reads_dst, op.writes_dst
                 cnt = st.count
                 gots = None
                 if receives:
@@ -224,33 +221,19 @@ def simulate_layouts(algo: Algorithm, mms: list[MemoryMap], cuts: dict[int, dict
                         src = rmem.read(sa, cnt, gid, g, conflicts)
                         if len(src) > 1 or type(src[0][1]) is not tuple:
                             check_initialized(view, r, g, i, sa, src, "source")
-                    if op is SEND:
-                        out = src
-                    elif op is RCS:  # the ops of tree programs first: sends, forwards, receives
-                        rmem.write(base_r[st.dst_buf] + st.dst_off, got, cnt, gid, g, True, conflicts)
-                        out = got
-                    elif op is RECV:
-                        rmem.write(base_r[st.dst_buf] + st.dst_off, got, cnt, gid, g, True, conflicts)
-                        out = None
-                    elif op is COPY:
-                        rmem.write(base_r[st.dst_buf] + st.dst_off, src, cnt, gid, g, False, conflicts)
-                        out = None
-                    elif op is REDUCE or op is RA:
+                    # the step's value (arborcc.ir.steps): received, + src where it reads its
+                    # source, or dst + src; written where it writes, pushed where it sends
+                    out = got if receives else src
+                    if receives and reads_src:
+                        out = add_runs(src, got)
+                    if writes_dst:
                         da = base_r[st.dst_buf] + st.dst_off
-                        cur = rmem.read(da, cnt, gid, g, conflicts)
-                        if len(cur) > 1 or type(cur[0][1]) is not tuple:
-                            check_initialized(view, r, g, i, da, cur, "destination")
-                        rmem.write(da, add_runs(cur, src), cnt, gid, g, False, conflicts)
-                        out = None
-                    elif op is RRC:
-                        rmem.write(base_r[st.dst_buf] + st.dst_off, add_runs(src, got), cnt, gid, g, True,
-                                   conflicts)
-                        out = None
-                    elif op is RRS:
-                        out = add_runs(src, got)
-                    else:  # RRCS
-                        out = add_runs(src, got)
-                        rmem.write(base_r[st.dst_buf] + st.dst_off, out, cnt, gid, g, True, conflicts)
+                        if reads_dst:
+                            cur = rmem.read(da, cnt, gid, g, conflicts)
+                            if len(cur) > 1 or type(cur[0][1]) is not tuple:
+                                check_initialized(view, r, g, i, da, cur, "destination")
+                            out = add_runs(cur, src)
+                        rmem.write(da, out, cnt, gid, g, receives, conflicts)
                     if sends:
                         outs[v] = out
                 if sends:
@@ -331,7 +314,7 @@ def _why_blocked(st, signal: list[int], ids: dict[int, int], rc: _Conn | None, s
     dep = st.dep
     if dep is not None and signal[ids[dep.tb]] < dep.step:
         return Wait("dep", on=ids[dep.tb], dep_tb=dep.tb, dep_step=dep.step)
-    sends, receives = OPS[st.op].sends, OPS[st.op].receives
+    sends, receives = st.op.sends, st.op.receives
     if receives and not rc.q:
         return Wait("recv", rc.src, rc.ch, rc.sender)
     assert sends and len(sc.q) >= slots, "a thread block that could move was left behind"

@@ -18,6 +18,7 @@
 #include "order.hpp"
 #include "pyints.hpp"
 #include "sync.hpp"
+#include "step_codes.hpp"
 #include "table.hpp"
 #include "threadblocks.hpp"
 
@@ -61,6 +62,13 @@ PYBIND11_MODULE(native, m) {
   m.doc() = "arborcc's compiler passes over every instruction (C++): instruction generation, the DAG scan, fusion, the FIFO-order repair, thread blocks, synchronization and the IR objects";
 
   m.attr("SAFE_SLOTS") = SAFE_SLOTS;
+  py::list step_names, step_flags;  // the step table this module was built with (step_codes.hpp)
+  for (int code = 0; code < step::NUM_CODES; ++code) {
+    step_names.append(step::STEP_NAMES[code]);
+    step_flags.append(step::FLAGS[code]);
+  }
+  m.attr("STEP_CODES") = step_names;
+  m.attr("STEP_FLAGS") = step_flags;
 
   py::class_<Rows>(m, "PredRows", "per instruction, its same-rank predecessors (compressed rows), for the passes here");
 

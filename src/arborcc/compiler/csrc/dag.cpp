@@ -27,7 +27,7 @@ struct Readers {
   void clear(size_t atom) { head[atom] = tail[atom] = -1; }
 };
 
-bool reads_source(int64_t k) { return k == SEND || k == CPY || k == RE; }
+bool reads_source(int64_t k) { return k == step::SEND || k == step::COPY || k == step::REDUCE; }
 
 // Instruction ranges in atoms: the pieces each buffer is cut into at every offset where
 // some access starts or ends. An access covers whole atoms and all slots of an atom
@@ -54,7 +54,7 @@ Atoms atoms_of(const Table& t, const Ints& sizes) {
     for (size_t i = 0; i < n; ++i) {
       const int64_t r = t.rank[i], k = t.kind[i], c = t.cnt[i];
       if (reads_source(k)) visit(i, true, (size_t)(r * 3 + t.sbuf[i]), t.soff[i], c);
-      if (k != SEND) visit(i, false, (size_t)(r * 3 + t.dbuf[i]), t.doff[i], c);
+      if (k != step::SEND) visit(i, false, (size_t)(r * 3 + t.dbuf[i]), t.doff[i], c);
     }
   };
   each_access([&](size_t, bool, size_t b, int64_t off, int64_t c) {
@@ -141,9 +141,9 @@ DagScan scan_dependencies(const Table& t, const Ints& sizes) {
         p.push_back(w);
         ++out.readers[(size_t)w];
       }
-      if (k == SEND && ws.size() == 1) {  // does it forward exactly what a receive wrote?
+      if (k == step::SEND && ws.size() == 1) {  // does it forward exactly what a receive wrote?
         const int64_t w = ws[0], kw = kind[(size_t)w];
-        bool whole = (kw == RECV || kw == RRC) && t.dbuf[(size_t)w] == b && at_.doff[(size_t)w] == o &&
+        bool whole = (kw == step::RECV || kw == step::RRC) && t.dbuf[(size_t)w] == b && at_.doff[(size_t)w] == o &&
                      at_.dcnt[(size_t)w] == c;
         for (int64_t x = o; whole && x < o + c; ++x) whole = lw[at + (size_t)x] == w;
         if (whole) {
@@ -160,10 +160,10 @@ DagScan scan_dependencies(const Table& t, const Ints& sizes) {
       }
     }
     const int64_t c = at_.dcnt[i];
-    if (k != SEND) {
+    if (k != step::SEND) {
       const int64_t b = t.dbuf[i], o = at_.doff[i];
       const size_t at = base[(size_t)(r * 3 + b)];
-      if (k == RE || k == RRC) {  // the destination is read too
+      if (k == step::REDUCE || k == step::RRC) {  // the destination is read too
         for (int64_t x = o; x < o + c; ++x) {
           const int64_t w = lw[at + (size_t)x];
           if (w >= 0 && !contains(p, w)) {

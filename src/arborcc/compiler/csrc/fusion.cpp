@@ -72,16 +72,16 @@ void fuse_instructions(Table& t, const FusionInput& in) {
     const int64_t k = t.kind[ri];
     t.fusion_at[r] = t.fusions.size();
     t.fusions.push_back(Fused{r, s, k, t.sbuf[ri], t.soff[ri], t.sendtb[ri], t.ch[ri]});
-    if (k == RECV) {
-      t.kind[ri] = RCS;
+    if (k == step::RECV) {
+      t.kind[ri] = step::RCS;
       t.sbuf[ri] = t.dbuf[ri];
       t.soff[ri] = t.doff[ri];
     } else if (in.readers[ri] != 1) {
-      t.kind[ri] = RRCS;
+      t.kind[ri] = step::RRCS;
     } else if (!in.significant[(size_t)t.dbuf[ri]]) {
-      t.kind[ri] = RRS;  // the reduced value is only forwarded
+      t.kind[ri] = step::RRS;  // the reduced value is only forwarded
     } else {  // ... and the slot's final value does not matter unless it stays there
-      t.kind[ri] = in.final[ri] ? RRCS : RRS;
+      t.kind[ri] = in.final[ri] ? step::RRCS : step::RRS;
     }
     t.speer[ri] = t.speer[si];
     t.sendtb[ri] = t.sendtb[si];

@@ -8,8 +8,6 @@
 
 namespace compiler {
 
-enum FusedKind : int64_t { RCS = 5, RRCS = 6, RRS = 7 };
-
 struct FusionInput {
   const Ints& forwarded;               // receives with forwarding sends, in the DAG's order
   const std::vector<Ints>& forwards;   // their sends

@@ -9,7 +9,7 @@ namespace compiler {
 
 namespace {
 
-constexpr int64_t COPY = 0;  // arborcc.lang.trace.COPY
+constexpr int64_t TRACED_COPY = 0;  // arborcc.lang.trace.COPY
 constexpr int64_t SCRATCH = 2;  // the IR's scratch buffer
 
 // the columns as the expansion pushes them
@@ -37,14 +37,14 @@ Table lower_direct(const std::vector<TracedOp>& ops, const std::vector<Ints>& re
     int64_t sb = op.src_buf, si = op.src_idx, db = op.dst_buf, di = op.dst_idx;
     if (sb >= 2) si += region(op.src_rank, sb), sb = SCRATCH;  // a named scratch region
     if (db >= 2) di += region(op.dst_rank, db), db = SCRATCH;
-    const bool copy = op.kind == COPY, remote = op.src_rank != op.dst_rank;
+    const bool copy = op.kind == TRACED_COPY, remote = op.src_rank != op.dst_rank;
     const int64_t i = (int64_t)col[RANK].size(), o = (int64_t)oi;
     if (remote) {  // rank, kind, sbuf, soff, dbuf, doff, cnt, speer, rpeer, ch, sendtb, recvtb, op, msg_in, msg_out
-      push({op.src_rank, SEND, sb, si, db, di, op.count, op.dst_rank, -1, op.ch, op.sendtb, -1, o, -1, i + 1});
-      push({op.dst_rank, copy ? RECV : RRC, copy ? sb : db, copy ? si : di, db, di, op.count, -1, op.src_rank, op.ch,
-            -1, op.recvtb, o, i, -1});
+      push({op.src_rank, step::SEND, sb, si, db, di, op.count, op.dst_rank, -1, op.ch, op.sendtb, -1, o, -1, i + 1});
+      push({op.dst_rank, copy ? step::RECV : step::RRC, copy ? sb : db, copy ? si : di, db, di, op.count, -1,
+            op.src_rank, op.ch, -1, op.recvtb, o, i, -1});
     } else {
-      push({op.src_rank, copy ? CPY : RE, sb, si, db, di, op.count, -1, -1, op.ch,
+      push({op.src_rank, copy ? step::COPY : step::REDUCE, sb, si, db, di, op.count, -1, -1, op.ch,
             op.sendtb != -1 ? op.sendtb : op.recvtb, -1, o, -1, -1});
     }
   }

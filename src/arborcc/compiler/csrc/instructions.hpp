@@ -6,12 +6,10 @@
 #pragma once
 
 #include "pyints.hpp"
+#include "step_codes.hpp"  // src/arborcc/ir/csrc: an instruction's kind is its step::Code
 #include "table.hpp"
 
 namespace compiler {
-
-// instruction kinds, as arborcc.compiler.instructions numbers them
-enum Kind : int64_t { SEND = 0, RECV = 1, RRC = 2, CPY = 3, RE = 4 };
 
 struct TracedOp {  // the fields of one traced operation the expansion reads
   int64_t kind, src_rank, src_buf, src_idx, dst_rank, dst_buf, dst_idx, count, sendtb, recvtb, ch;

@@ -59,7 +59,8 @@ py::list build_threadblocks(const Schedule& s, const ThreadBlocks& a, int64_t in
   PyObject* none = Py_None;
   PyObject* ops = cls.ops.ptr();
   PyObject* bufs = cls.buffers.ptr();
-  if (cls.ops.size() != NOP + 1 || cls.buffers.size() != 3) throw std::invalid_argument("build_threadblocks: ops or buffers");
+  if (cls.ops.size() != step::NOP + 1 || cls.buffers.size() != 3)
+    throw std::invalid_argument("build_threadblocks: ops or buffers");
   py::list ranks;
   for (size_t r = 0; r < a.of_rank.size(); ++r) {
     py::list out;
@@ -79,12 +80,12 @@ py::list build_threadblocks(const Schedule& s, const ThreadBlocks& a, int64_t in
                                       : new_ref(none);
           PyObject* has = new_ref(x.has_dep ? Py_True : Py_False);
           PyObject* obj;
-          if (x.op == NOP) {
-            obj = step.make({new_ref(PyTuple_GET_ITEM(ops, NOP)), new_ref(none), PyLong_FromLongLong(-1), new_ref(none),
-                             PyLong_FromLongLong(-1), PyLong_FromLongLong(0), d, has});
+          if (x.op == step::NOP) {
+            obj = step.make({new_ref(PyTuple_GET_ITEM(ops, step::NOP)), new_ref(none), PyLong_FromLongLong(-1),
+                             new_ref(none), PyLong_FromLongLong(-1), PyLong_FromLongLong(0), d, has});
           } else {
-            const int64_t* s_sh = x.op == RECV ? recv_shift : local;  // a receive names the remote source
-            const int64_t* d_sh = x.op == SEND ? send_shift : local;  // a send names the remote destination
+            const int64_t* s_sh = x.op == step::RECV ? recv_shift : local;  // a receive names the remote source
+            const int64_t* d_sh = x.op == step::SEND ? send_shift : local;  // a send names the remote destination
             obj = step.make({new_ref(PyTuple_GET_ITEM(ops, (Py_ssize_t)x.op)), new_ref(PyTuple_GET_ITEM(bufs, (Py_ssize_t)x.sbuf)),
                              PyLong_FromLongLong(x.soff + s_sh[x.sbuf]), new_ref(PyTuple_GET_ITEM(bufs, (Py_ssize_t)x.dbuf)),
                              PyLong_FromLongLong(x.doff + d_sh[x.dbuf]), PyLong_FromLongLong(x.cnt), d, has});

@@ -49,7 +49,7 @@ Schedule emit_steps(const Table& t, const Ints& order, const Rows& preds, const 
         mine[uid] = s;
         out.of_tb[(size_t)u][(size_t)s].has_dep = true;
         if (k + 1 < wait.size()) {
-          steps.push_back(StepRow{NOP, -1, -1, -1, -1, 0, uid, s, false});
+          steps.push_back(StepRow{step::NOP, -1, -1, -1, -1, 0, uid, s, false});
           ++out.nops;
         } else {
           dep_tb = uid;

@@ -5,11 +5,10 @@
 #pragma once
 
 #include "pyints.hpp"
+#include "step_codes.hpp"
 #include "threadblocks.hpp"
 
 namespace compiler {
-
-constexpr int64_t NOP = 8;  // a step's op beyond the instruction kinds: carries a dependency only
 
 struct StepRow {  // one IR step (offsets of instance 0); dep_tb is a thread block id of the rank
   int64_t op, sbuf, soff, dbuf, doff, cnt, dep_tb, dep_step;
@@ -19,7 +18,7 @@ struct StepRow {  // one IR step (offsets of instance 0); dep_tb is a thread blo
 struct Schedule {
   std::vector<std::vector<StepRow>> of_tb;  // per thread block (ThreadBlocks' index): its steps
   int64_t nops = 0;
-  Ints kinds = Ints(NOP, 0);  // steps per instruction kind
+  Ints kinds = Ints(step::NOP, 0);  // steps per instruction kind (step::Code; a nop is none)
 };
 
 // preds: the DAG's predecessors (pre-fusion indices, mapped through the alias map)

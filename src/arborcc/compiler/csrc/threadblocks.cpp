@@ -279,7 +279,8 @@ ThreadBlocks assign_auto(Table& t, const Rows& preds, int64_t num_ranks, int64_t
   // first sends and last receives then join those thread blocks where they can
   std::vector<std::pair<Ints, int64_t>> fused_chains;
   for (int64_t i : order)
-    if (kind[(size_t)i] == SEND && msg_out[(size_t)msg_out[(size_t)i]] >= 0) asg.place_fused(asg.chain(i), fused_chains);
+    if (kind[(size_t)i] == step::SEND && msg_out[(size_t)msg_out[(size_t)i]] >= 0)
+      asg.place_fused(asg.chain(i), fused_chains);
   if (!asg.inserted_.empty()) {
     Ints expanded;
     expanded.reserve(order.size() + asg.inserted_.size());
@@ -296,7 +297,7 @@ ThreadBlocks assign_auto(Table& t, const Rows& preds, int64_t num_ranks, int64_t
   for (int64_t i : order) {
     const size_t ii = (size_t)i;
     const int64_t k = kind[ii];
-    if (k == SEND) {
+    if (k == step::SEND) {
       if (a.tb_of[ii] >= 0) continue;
       const int64_t j = msg_out[ii];
       if (msg_out[(size_t)j] < 0) {
@@ -304,7 +305,7 @@ ThreadBlocks assign_auto(Table& t, const Rows& preds, int64_t num_ranks, int64_t
       } else if (asg.place_chain(asg.chain(i), true) < 0) {
         throw std::logic_error("thread-block assignment: a fused chain fits no channel after the cuts");
       }
-    } else if (k == CPY || k == RE) {
+    } else if (k == step::COPY || k == step::REDUCE) {
       if (pos.empty()) {
         pos.assign(kind.size(), 0);
         for (size_t p = 0; p < order.size(); ++p) pos[(size_t)order[p]] = (int64_t)p;

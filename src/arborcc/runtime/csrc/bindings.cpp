@@ -10,6 +10,7 @@
 #include "communicator.hpp"
 #include "errors.hpp"
 #include "kernels.hpp"
+#include "step_codes.hpp"
 
 namespace py = pybind11;
 
@@ -49,6 +50,8 @@ PYBIND11_MODULE(native, m) {
                                     py::arg("reducescatter") = (int)Communicator::STAGED_SCATTER,
                                     py::arg("oneshot") = (int)Communicator::STAGED_ONESHOT,
                                     py::arg("allgather") = (int)Communicator::STAGED_GATHER);
+  m.attr("STEP_CODES") = std::vector<std::string>(std::begin(step::STEP_NAMES), std::end(step::STEP_NAMES));
+  m.attr("STEP_FLAGS") = std::vector<unsigned>(std::begin(step::FLAGS), std::end(step::FLAGS));
   m.attr("CALL_MODES") = std::vector<std::string>(std::begin(CALL_MODES), std::end(CALL_MODES));
   m.def("buffer_address", &buffer_address, "address and size in bytes of a contiguous writable buffer");
   m.def("unlink", [](const std::string& name) { return shm_unlink(name.c_str()) == 0; });

@@ -124,8 +124,7 @@ std::string Communicator::blocked_reason(const Call& call, std::vector<TBState>&
     if (st[step.dep_tb].done.load() < (pc / tb.nsteps) * dep.nsteps + step.dep_step + 1)
       return where + " waits for tb " + std::to_string(step.dep_tb);
   }
-  bool receives = step.op == S_RECV || step.op == S_RRC || step.op == S_RRS || step.op == S_RCS ||
-                  step.op == S_RRCS;
+  bool receives = step::has(step.op, step::RECEIVES);
   if (receives) {
     ConnCtl* in = seg_.conn(tb.recv, rank_, tb.channel);
     if (in->head.load() <= in->tail.load()) {

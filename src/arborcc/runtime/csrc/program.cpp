@@ -24,19 +24,19 @@ void classify(Program& p) {
       p.hi_chunk[b] = std::max(p.hi_chunk[b], c + st.cnt - 1);
     }
     switch (st.op) {
-      case S_SEND:
+      case step::SEND:
         if (st.sbuf >= 0 && st.sbuf <= 2) mark(sent[st.sbuf], st.soff, st.cnt);
         break;
-      case S_RECV:
-      case S_COPY:
+      case step::RECV:
+      case step::COPY:
         if (st.dbuf >= 0 && st.dbuf <= 2) mark(written[st.dbuf], st.doff, st.cnt);
         break;
-      case S_REDUCE:
-      case S_RRC:
+      case step::REDUCE:
+      case step::RRC:
         if (st.dbuf >= 0 && st.dbuf <= 2) mark(written[st.dbuf], st.doff, st.cnt);
         p.copy_only = false;
         break;
-      case S_NOP:
+      case step::NOP:
         break;
       default:  // receive-and-send steps send from a slot or from what they just wrote
         slot_sends = true;

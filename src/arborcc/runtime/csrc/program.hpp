@@ -8,10 +8,9 @@
 #include <vector>
 
 #include "segment_layout.hpp"
+#include "step_codes.hpp"  // src/arborcc/ir/csrc: Step::op is a step::Code
 
 namespace dataplane {
-
-enum StepOp { S_SEND = 0, S_RECV, S_REDUCE, S_COPY, S_RRC, S_RRS, S_RCS, S_RRCS, S_NOP };
 
 struct TB {
   int send, recv, channel, first, nsteps;

@@ -181,7 +181,8 @@ std::string Segment::reserve_demotion(int rank, int dst, int ch, uint64_t slot, 
 uint64_t slot_bytes_written(const Program& prog, size_t esize, int64_t tile, bool cma, uint64_t cma_threshold,
                             uint64_t slot_bytes) {
   uint64_t message = (uint64_t)prog.max_cnt * (uint64_t)std::max<int64_t>(tile, 0) * esize;
-  const bool always_inline = std::any_of(prog.steps.begin(), prog.steps.end(), [](const Step& s) { return s.op == S_RRS; });
+  const bool always_inline =
+      std::any_of(prog.steps.begin(), prog.steps.end(), [](const Step& s) { return s.op == step::RRS; });
   if (cma && !always_inline) message = std::min(message, cma_threshold);
   return std::min(message, slot_bytes);
 }

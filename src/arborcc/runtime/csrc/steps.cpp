@@ -146,11 +146,9 @@ bool Communicator::try_step(Call& call, std::vector<TBState>& st, int t, std::ve
     if (st[step.dep_tb].done.load(std::memory_order_acquire) < tile * dep.nsteps + step.dep_step + 1)
       return false;
   }
-  const bool receives = step.op == S_RECV || step.op == S_RRC || step.op == S_RRS || step.op == S_RCS ||
-                        step.op == S_RRCS;
-  const bool sends = step.op == S_SEND || step.op == S_RRS || step.op == S_RCS || step.op == S_RRCS;
-  const bool writes = step.op == S_RECV || step.op == S_RRC || step.op == S_RCS || step.op == S_RRCS ||
-                      step.op == S_COPY || step.op == S_REDUCE;
+  const bool receives = step::has(step.op, step::RECEIVES);
+  const bool sends = step::has(step.op, step::SENDS);
+  const bool writes = step::has(step.op, step::WRITES_DST);
   const int slots = seg_.slots();
   ConnCtl* in = nullptr;
   ConnCtl* out = nullptr;
@@ -202,32 +200,32 @@ bool Communicator::try_step(Call& call, std::vector<TBState>& st, int t, std::ve
   bool remote_out = false;  // post the destination (or source) region instead of copying it
 
   switch (step.op) {
-    case S_NOP:
+    case step::NOP:
       break;
-    case S_COPY:
+    case step::COPY:
       copy_pieces(dst, src);
       break;
-    case S_REDUCE:
+    case step::REDUCE:
       reduce_pieces(call, dst, dst, src);
       break;
-    case S_SEND:
+    case step::SEND:
       remote_out = call.cma && msg_bytes >= call.cma_threshold;
       break;
-    case S_RECV:
-    case S_RCS:
+    case step::RECV:
+    case step::RCS:
       if (remote_in) {
         read_remote(peer_pid, *md, 0, dst.len, dst, tb.recv);
       } else {
         copy_pieces(dst, recvd);
       }
-      remote_out = step.op == S_RCS && call.cma && msg_bytes >= call.cma_threshold;
+      remote_out = step.op == step::RCS && call.cma && msg_bytes >= call.cma_threshold;
       break;
-    case S_RRC:
-    case S_RRCS:
-    case S_RRS: {
+    case step::RRC:
+    case step::RRCS:
+    case step::RRS: {
       Pieces target;
       Pieces slot_target;
-      if (step.op == S_RRS) {
+      if (step.op == step::RRS) {
         inline_pieces(out_data, src, slot_target);
         target = slot_target;
       } else {
@@ -261,7 +259,7 @@ bool Communicator::try_step(Call& call, std::vector<TBState>& st, int t, std::ve
       } else {
         reduce_pieces(call, target, src, recvd);
       }
-      remote_out = step.op == S_RRCS && call.cma && msg_bytes >= call.cma_threshold;
+      remote_out = step.op == step::RRCS && call.cma && msg_bytes >= call.cma_threshold;
       break;
     }
     default:
@@ -276,15 +274,15 @@ bool Communicator::try_step(Call& call, std::vector<TBState>& st, int t, std::ve
     wake(tb.recv);
   }
   if (sends) {
-    const Pieces& payload = step.op == S_SEND ? src : dst;
+    const Pieces& payload = step.op == step::SEND ? src : dst;
     od->call_id = call.id;
     od->what = call.desc.what;
     od->count = call.desc.count;
     od->npieces = (uint32_t)step.cnt;
-    od->piece_bytes = step.op == S_RRS ? src.len : payload.len;
+    od->piece_bytes = step.op == step::RRS ? src.len : payload.len;
     od->data_off = seg_.offset(out_data);
     od->owner_off = 0;
-    if (step.op == S_RRS) {
+    if (step.op == step::RRS) {
       od->state.store(INLINE_DATA, std::memory_order_release);
     } else if (remote_out) {
       for (int i = 0; i < payload.n; ++i) od->addrs[i] = payload.addr[i];
@@ -292,7 +290,7 @@ bool Communicator::try_step(Call& call, std::vector<TBState>& st, int t, std::ve
       s.last_remote = s.posted + 1;
       od->state.store(REMOTE, std::memory_order_release);
     } else {
-      const Call::Shared* same = step.op == S_SEND ? find_shared(call, st, payload) : nullptr;
+      const Call::Shared* same = step.op == step::SEND ? find_shared(call, st, payload) : nullptr;
       if (same) {  // these bytes already sit in a slot of this call: share them
         od->data_off = same->desc->data_off;
         od->owner_off = seg_.offset(same->desc);
@@ -300,7 +298,7 @@ bool Communicator::try_step(Call& call, std::vector<TBState>& st, int t, std::ve
       } else {
         for (int i = 0; i < payload.n; ++i)
           std::memcpy(out_data + i * payload.len, (const void*)(uintptr_t)payload.addr[i], payload.len);
-        if (step.op == S_SEND) remember_shared(call, payload, t, s.posted, od);
+        if (step.op == step::SEND) remember_shared(call, payload, t, s.posted, od);
       }
       od->state.store(INLINE_DATA, std::memory_order_release);
     }

@@ -13,12 +13,20 @@
 #include <utility>
 #include <vector>
 
+#include "step_codes.hpp"  // src/arborcc/ir/csrc
+
 namespace verify {
 
 namespace py = pybind11;
 
-// What a step type does (arborcc.verify.semantics.OPS, handed over by the Python side).
-enum OpFlag : uint8_t { SENDS = 1, RECEIVES = 2, READS_SRC = 4, READS_DST = 8, WRITES_DST = 16 };
+// What a step type does: the flag bits of the IR's step table (step_codes.hpp); a step's
+// flags come from arborcc.verify.semantics.OPS, handed over by the Python side, so a step
+// type without a code (the legacy residual add) is verified too.
+using step::READS_DST;
+using step::READS_SRC;
+using step::RECEIVES;
+using step::SENDS;
+using step::WRITES_DST;
 
 constexpr uint8_t NO_BUFFER = 255;
 

@@ -209,7 +209,7 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
             }
           }
           if (f & RECEIVES) got.assign(in.values.begin() + size_t(v) * cnt, in.values.begin() + size_t(v + 1) * cnt);
-          // the step's value: what it writes and what it sends (semantics.py's table)
+          // the step's value: what it writes and what it sends (the step table, arborcc.ir.steps)
           std::vector<Value>& val = (f & RECEIVES) ? got : src;
           if ((f & RECEIVES) && (f & READS_SRC))
             for (int j = 0; j < cnt; ++j) got[j] = add(m, src[j], got[j]);
