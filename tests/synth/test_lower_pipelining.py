@@ -10,7 +10,8 @@ from support.execution import assert_executes
 from support.topologies import nvlink_pcie_box
 
 from arborcc.ir.limits import check_dialect_limits
-from arborcc.synth.lower import PIPELINE_ROUNDS, lower_broadcast, more_rounds
+from arborcc.synth.lower_emit import lower_broadcast
+from arborcc.synth.lower_search import PIPELINE_ROUNDS, more_rounds
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.allocation import induced
 from arborcc.topology.machines import build_machine

@@ -5,9 +5,11 @@ import pytest
 from support.execution import assert_executes
 
 from arborcc.ir.model import Op
-from arborcc.synth.lower import (MAX_THREADBLOCKS, PIPELINE_ROUNDS, aligned_blocks, balanced_copies, expand_copies,
-                                 heavy_trees_apart, own_connections_fit, transfer_blocks, tree_channel_map,
-                                 tree_colours, tree_pair_ids, tree_threadblocks)
+from arborcc.synth.lower_blocks import aligned_blocks, transfer_blocks
+from arborcc.synth.lower_channels import (MAX_THREADBLOCKS, balanced_copies, expand_copies, heavy_trees_apart,
+                                          own_connections_fit, tree_channel_map, tree_colours, tree_pair_ids,
+                                          tree_threadblocks)
+from arborcc.synth.lower_search import PIPELINE_ROUNDS
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.allocation import induced
 from arborcc.topology.machines import build_machine

@@ -46,7 +46,9 @@ from arborcc.ir.limits import MAX_CHANNELS, dialect_limits
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllToAll, Program, ThreadblockPolicy, chunk
 from arborcc.synth.hosts import Cluster, cluster_of
-from arborcc.synth.lower import MAX_COUNT, ChannelMap, finish, local_copy, lowering_program, transfer_pieces
+from arborcc.synth.lower_blocks import MAX_COUNT, transfer_pieces
+from arborcc.synth.lower_channels import ChannelMap
+from arborcc.synth.lower_emit import finish, local_copy, lowering_program
 from arborcc.synth.result import SynthesisRequest, SynthesisResult
 
 INPUT, OUTPUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH

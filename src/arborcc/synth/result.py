@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from arborcc.ir.model import Algorithm
 from arborcc.synth.bounds import AllreduceBound, Bound
-from arborcc.synth.lower import Lowered
+from arborcc.synth.lower_emit import Lowered
 from arborcc.synth.trees import Tree
 from arborcc.topology.model import Topology
 

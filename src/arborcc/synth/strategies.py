@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from arborcc.synth import bounds as B
-from arborcc.synth import lower as L
+from arborcc.synth import lower_emit as L
+from arborcc.synth.lower_search import within_limits
 from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
 from arborcc.synth.packing import pack_allgather, pack_broadcast, pack_reduce, pack_reducescatter
 from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE, apportion
@@ -102,7 +103,8 @@ def _tree_allreduce(request: SynthesisRequest, name: str, chunks: int | None = N
     chunks, counts_r, counts_b = a_r.chunks * scale, [c * scale for c in a_r.counts], [c * scale for c in a_b.counts]
     used_r = [(t, c) for t, c in zip(red.trees, counts_r) if c]
     used_b = [(t, c) for t, c in zip(bcast.trees, counts_b) if c]
-    lowered = L.within_limits(L.lower_allreduce_reduce_broadcast, topology, used_r, used_b, name)
+    lowered = within_limits(L.lower_allreduce_reduce_broadcast, topology, used_r, used_b, name,
+                            takes_rounds=True, takes_fuse=True)
     return SynthesisResult.from_lowered(
         "trees", request, lowered,
         [f"reduce + broadcast through rank {root} (Blink 3.3) at {rate / 1e9:.2f} GB/s: "
@@ -120,7 +122,7 @@ def _rs_ag_allreduce(request: SynthesisRequest, name: str, chunks: int | None = 
     a = _apportion(topology, list(packing.trees), packing.algbw / 2, both_ways=True, chunks=chunks)
     used = [t for t, c in zip(packing.trees, a.counts) if c]
     counts = [c * scale for c in a.counts if c]
-    lowered = L.within_limits(L.lower_allreduce_rs_ag, topology, used, counts, name)
+    lowered = within_limits(L.lower_allreduce_rs_ag, topology, used, counts, name, takes_rounds=True, takes_fuse=True)
     return SynthesisResult.from_lowered(
         "trees", request, lowered,
         [f"reduce-scatter + all-gather on {len(used)} per-root trees, {a.chunks * scale} chunks per rank"],
@@ -143,7 +145,8 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
         a = _apportion(topology, list(packing.trees), packing.rate)
         lower = L.lower_broadcast if collective == "broadcast" else L.lower_reduce
         used = [t for t, c in zip(packing.trees, a.counts) if c]
-        lowered = L.within_limits(lower, topology, used, [c for c in a.counts if c], name)
+        lowered = within_limits(lower, topology, used, [c for c in a.counts if c], name,
+                                takes_rounds=True, takes_fuse=True)
         return SynthesisResult.from_lowered(
             "trees", request, lowered,
             [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees ({packing.method}), "
@@ -154,7 +157,8 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
         a = _apportion(topology, list(packing.trees), packing.algbw)
         lower = L.lower_allgather if collective == "allgather" else L.lower_reducescatter
         used = [t for t, c in zip(packing.trees, a.counts) if c]
-        lowered = L.within_limits(lower, topology, used, [c for c in a.counts if c], name)
+        lowered = within_limits(lower, topology, used, [c for c in a.counts if c], name,
+                                takes_rounds=True, takes_fuse=True)
         return SynthesisResult.from_lowered(
             "trees", request, lowered,
             [f"per-root packing {packing.algbw / 1e9:.2f} GB/s with {packing.num_trees} trees, "
@@ -269,7 +273,8 @@ def synth_binary_trees(request: SynthesisRequest) -> SynthesisResult:
     trees = [Tree(topology.ranks[bt.root],
                   tuple(Hop(topology.ranks[e.child], topology.ranks[e.parent], e.path) for e in bt.edges),
                   1.0, inward=True) for bt in chosen]
-    lowered = L.within_limits(L.lower_allreduce_trees, topology, trees, [1] * len(trees), "binary-trees-allreduce")
+    lowered = within_limits(L.lower_allreduce_trees, topology, trees, [1] * len(trees), "binary-trees-allreduce",
+                            takes_rounds=True, takes_fuse=True)
     how = (f"one tree: {size} bytes is below MXNet's single-tree threshold of {schedule.threshold_bytes}"
            if len(chosen) == 1 and len(schedule.trees) > 1 else
            f"{len(trees)} binary trees, one per root (MXNet uses only the first below "
@@ -309,7 +314,8 @@ def synth_double_binary_tree(request: SynthesisRequest) -> SynthesisResult:
                          topology.route(topology.ranks[c], topology.ranks[p]).path)
                      for c, p in sorted(parents.items()) if p is not None)
         trees.append(Tree(topology.ranks[top], hops, 1.0, inward=True))
-    lowered = L.within_limits(L.lower_allreduce_trees, topology, trees, [1, 1], "double-binary-tree-allreduce")
+    lowered = within_limits(L.lower_allreduce_trees, topology, trees, [1, 1], "double-binary-tree-allreduce",
+                            takes_rounds=True, takes_fuse=True)
     notes = [f"two complementary binary trees over {dbt.nodes} node(s), chains inside nodes"]
     if request.size is not None:
         notes.append(_nccl_prediction(dbt.nccl_estimate(NOTED_PROTOCOL, request.size), request.size))
@@ -405,5 +411,5 @@ def synth_composed(request: SynthesisRequest) -> SynthesisResult:
     lower = getattr(C, f"lower_composed_{collective}")
     args = (cluster, request.root, name) if collective in ("broadcast", "reduce", "gather", "scatter") \
         else (cluster, name)
-    lowered = L.within_limits(lower, *args, dialect=request.dialect) if request.dialect else lower(*args)
+    lowered = within_limits(lower, *args, dialect=request.dialect) if request.dialect else lower(*args)
     return SynthesisResult.from_lowered("composed", request, lowered, [])
