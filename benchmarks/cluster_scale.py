@@ -127,9 +127,9 @@ def run_warm(machine: str, nodes: int, collective: str, repeat: int) -> dict:
 #: row for the rest of its time (what no part covers), so each level sums to its parent
 PASSES = (
     ("arborcc.synth.synthesis", ("collective_bound",), "bound"),
-    ("arborcc.synth.strategies", ("pack_allgather",), "packing (seeds, column generation)"),
-    ("arborcc.synth.strategies", ("apportion",), "rounding to chunks"),
-    ("arborcc.synth.strategies", ("within_limits",), "lowering (trace, compile, checks)"),
+    ("arborcc.synth.packing", ("pack_allgather",), "packing (seeds, column generation)"),
+    ("arborcc.synth.quantize", ("apportion",), "rounding to chunks"),
+    ("arborcc.synth.lower_search", ("within_limits",), "lowering (trace, compile, checks)"),
     ("arborcc.synth.lower_emit", ("balanced_copies",), "  tree copies"),
     ("arborcc.synth.lower_emit", ("tree_channel_map",), "  channels"),
     ("arborcc.synth.lower_emit", ("round_ranges", "broadcast_copies", "broadcast_blocks", "local_copies"),

@@ -93,7 +93,7 @@ def test_every_tree_gets_its_own_connections_when_they_fit(monkeypatch):
                 assert colour[a] != colour[b]
     # too many connections for the runtimes: the compiler's choice (the spreads follow);
     # the 37 trees at full precision (the coarser candidate that pipelines fits)
-    monkeypatch.setattr("arborcc.synth.strategies.PIPELINED_MARGIN", 0.0)
+    monkeypatch.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)
     dgx = build_machine("dgx1v")
     ar = synthesize(dgx, "allreduce", "trees")
     assert tree_threadblocks(dgx, ar.trees, True) > MAX_THREADBLOCKS
@@ -155,7 +155,7 @@ def test_when_not_every_tree_fits_the_heaviest_get_their_own_connections(monkeyp
     from arborcc.sim.fidelity import fidelity_for
     from arborcc.sim.simulate import simulate
 
-    monkeypatch.setattr("arborcc.synth.strategies.PIPELINED_MARGIN", 0.0)  # the trees at full precision
+    monkeypatch.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)  # the trees at full precision
     dgx = build_machine("dgx1v")
     r = synthesize(dgx, "allreduce", "trees")
     colour = heavy_trees_apart(dgx, r.trees, r.counts, True, PIPELINE_ROUNDS[0])

@@ -1,6 +1,6 @@
 """Gather and scatter, optimal by construction: a single-sink flow, split into paths.
 
-API (for :mod:`arborcc.synth.strategies`)::
+API (for :mod:`arborcc.synth.strategies.trees`)::
 
     gather_flow(topology, collective, root, links="all") -> Flow   # the bound and its paths
     synth_gather(topology, collective, root=0, links="all", name=None) -> (Lowered, notes, paths)

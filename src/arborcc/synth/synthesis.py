@@ -287,7 +287,7 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
                 progress(f"{name}: synthesizing {collective} on {topology.name} ({time.perf_counter() - t0:.1f} s)")
             try:
                 with operations_budget(topology.num_ranks):
-                    results.append(BY_NAME[name].load()(request))
+                    results.append(BY_NAME[name].function(request))
             except SynthesisError as e:
                 if strategy != "auto":
                     raise

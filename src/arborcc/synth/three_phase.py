@@ -11,7 +11,7 @@ server-local spanning trees, each partition having one root per server, and runs
    reduce-scatter + all-gather among the roots over the network;
 3. a broadcast of every partition from its local root over the server's trees.
 
-API (for :mod:`arborcc.synth.strategies`, which registers it as ``three-phase``)::
+API (for :mod:`arborcc.synth.strategies.three_phase`, the ``three-phase`` strategy)::
 
     synth_three_phase(topology, links="all", name="three-phase-allreduce")
         -> ThreePhase(lowered: Lowered, notes: list[str], trees: list[Tree], counts: list[int])
