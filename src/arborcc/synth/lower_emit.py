@@ -41,6 +41,9 @@ class Lowered:
     chunks: int
     estimate: BandwidthEstimate
     notes: list[str] = field(default_factory=list)
+    #: (dialect, whether ``algorithm`` is within its runtime limits) where the version
+    #: search (:func:`~.lower_search.within_limits`) checked it, else None
+    limits: tuple[str, bool] | None = None
 
 
 def lowering_program(name: str, collective, topology: object, channels: ChannelMap, fuse: bool = True) -> Program:

@@ -30,14 +30,15 @@ def within_limits(lower, *args, dialect: str = "executor", takes_rounds: bool = 
     into a cycle of full FIFOs, and long steps deadlock once the runtime cuts them
     into pieces) counts as not fitting. When none fits, the version closest to the
     limits is returned with a note saying so (the verifier reports the violations,
-    and ``--dialect legacy`` has no such limits).
+    and ``--dialect legacy`` has no such limits). The version returned carries the
+    search's verdict on ``dialect``'s limits (:attr:`~.lower_emit.Lowered.limits`),
+    which the strategy cascade reads instead of checking again.
 
     Each version is a lowering and a compile, so versions that cannot fit are not
     built: spreading stops once a rank has more thread blocks than allowed at a spread
     of 2 or more (spreading further only adds thread blocks; the per-tree channels of
     spread 0 may use more than spread 2) or two more spreads in a row brought it no
-    closer; a
-    spread that would have to cut the largest thread block by more than half per
+    closer; a spread that would have to cut the largest thread block by more than half per
     doubling of channels is skipped (on every DGX-1, DGX A100 and H100 topology and
     DGX-1V allocation tried, no doubling cut it by more while over the limit); and
     the unfused version is not built when the fused one fused nothing (they are the
@@ -84,6 +85,7 @@ def more_rounds(lower, args, fitting: Lowered, rounds: int, spread: int, fuse, d
             break  # no tree block has more chunks than it already had transfers
         if check_dialect_limits(lowered.algorithm, dialect) or not deadlock_free(lowered.algorithm):
             break
+        lowered.limits = (dialect, True)
         fitting, rounds = lowered, more
     return fitting, rounds
 
@@ -114,7 +116,8 @@ def _search_versions(lower, args, dialect: str, takes_rounds: bool, takes_fuse: 
                 skip -= 1
                 continue
             lowered = lower(*args, spread=spread, **extra)
-            if not check_dialect_limits(lowered.algorithm, dialect) and deadlock_free(lowered.algorithm):
+            lowered.limits = (dialect, not check_dialect_limits(lowered.algorithm, dialect))
+            if lowered.limits[1] and deadlock_free(lowered.algorithm):
                 if rounds:
                     lowered, rounds = more_rounds(lower, args, lowered, rounds, spread, fuse, dialect)
                 if spread:
