@@ -23,6 +23,7 @@ from arborcc.errors import SynthesisError
 from arborcc.ir.limits import MAX_CHANNELS
 from arborcc.ir.model import Algorithm, Buffer
 from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, chunk, current_program
+from arborcc.library.ring import ring_allreduce_trip
 from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
 from arborcc.synth.lower_blocks import aligned_blocks, per_root_blocks, round_ranges, transfer_blocks, transfer_pieces
 from arborcc.synth.lower_channels import ChannelMap, balanced_copies, expand_copies, tree_channel_map
@@ -275,11 +276,6 @@ def lower_ring_allreduce(topology: Topology, rings: Sequence[Sequence[int]],
                 routes[(a, b, k)] = (hops[k][i] if hops else
                                      topology.route(topology.ranks[a], topology.ranks[b]).path)
             for i in range(n):
-                idx = k * n + i
-                c = chunk(ring[(i + 1) % n], INPUT, idx)
-                for s in range(2, n + 1):
-                    c = chunk(ring[(i + s) % n], INPUT, idx).reduce(c, ch=k)
-                for s in range(1, n):
-                    c = c.copy(ring[(i + s) % n], INPUT, idx, ch=k)
+                ring_allreduce_trip(ring, i, k * n + i, k)
     algo = prog.compile()
     return Lowered(algo, routes, n * len(rings), steady_state_bandwidth(algo, topology, routes))
