@@ -36,7 +36,7 @@ from line_plot import line_plot
 
 from arborcc.sim.fidelity import fidelity_for
 from arborcc.sizes import parse_sizes
-from arborcc.synth.lower import tree_children
+from arborcc.synth.trees import tree_children
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.machines import build_machine
 from arborcc.topology.model import GB

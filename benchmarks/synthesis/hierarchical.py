@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 
 from arborcc.sim.bandwidth import steady_state_bandwidth  # noqa: E402
 from arborcc.synth.blueconnect import blueconnect_plan  # noqa: E402
-from arborcc.synth.lower import Lowered  # noqa: E402
+from arborcc.synth.lower_emit import Lowered  # noqa: E402
 from arborcc.synth.lower_stages import (blueconnect_program, hierarchical_plan,  # noqa: E402
                                         sequential_algbw)
 from arborcc.synth.bounds import collective_bound  # noqa: E402

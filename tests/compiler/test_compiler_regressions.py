@@ -5,7 +5,7 @@ the global order must receive every rank pair's messages in the order they were 
 Fusion moves a forwarding send back to the receive it forwards (one ``rcs``/``rrcs``
 instruction does both), and a fused instruction ties the order of the pair it receives
 on to the order of the pair it sends on. Tree all-reduce programs (reduce up in-trees,
-broadcast down out-trees, several trees interleaved; :mod:`arborcc.synth.lower`) made
+broadcast down out-trees, several trees interleaved; :mod:`arborcc.synth.lower_emit`) made
 the order pass give up with an internal ``AssertionError: program order must satisfy
 the FIFO constraints``: chaining every pair's messages by one global key (priority or
 program order) had a cycle although a consistent order existed. Some programs have no

@@ -93,7 +93,7 @@ def test_sizes_up_to_1_gib_give_the_same_time_as_before_the_bound(machine, strat
                                                                    iterations, monkeypatch):
     # the trees over every link, as recorded (on DGX A100 the all-reduce now takes the
     # candidates that pipeline, which simulate faster: never, with a margin of 0)
-    monkeypatch.setattr("arborcc.synth.strategies.PIPELINED_MARGIN", 0.0)
+    monkeypatch.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)
     topology = build_machine(machine)
     from arborcc.synth.synthesis import synthesize
 

@@ -10,7 +10,8 @@ from support.execution import assert_executes
 from support.topologies import nvlink_pcie_box
 
 from arborcc.ir.limits import check_dialect_limits
-from arborcc.synth.lower import PIPELINE_ROUNDS, lower_broadcast, more_rounds
+from arborcc.synth.lower_emit import lower_broadcast
+from arborcc.synth.lower_search import PIPELINE_ROUNDS, more_rounds
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.allocation import induced
 from arborcc.topology.machines import build_machine
@@ -135,7 +136,7 @@ def test_a_candidate_taken_is_correct_and_simulates_faster_than_the_precise_tree
     assert_executes(r.algorithm, elems=1)
     if any("full precision" in n for n in r.notes):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr("arborcc.synth.strategies.PIPELINED_MARGIN", 0.0)
+            mp.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)
             precise = synthesize(t, "allreduce", "trees")
         size = 64 << 20
         assert predict_time(r.algorithm, t, size, routes=r.routes) < 0.9 * predict_time(

@@ -5,9 +5,11 @@ import pytest
 from support.execution import assert_executes
 
 from arborcc.ir.model import Op
-from arborcc.synth.lower import (MAX_THREADBLOCKS, PIPELINE_ROUNDS, aligned_blocks, balanced_copies, expand_copies,
-                                 heavy_trees_apart, own_connections_fit, transfer_blocks, tree_channel_map,
-                                 tree_colours, tree_pair_ids, tree_threadblocks)
+from arborcc.synth.lower_blocks import aligned_blocks, transfer_blocks
+from arborcc.synth.lower_channels import (MAX_THREADBLOCKS, balanced_copies, expand_copies, heavy_trees_apart,
+                                          own_connections_fit, tree_channel_map, tree_colours, tree_pair_ids,
+                                          tree_threadblocks)
+from arborcc.synth.lower_search import PIPELINE_ROUNDS
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.allocation import induced
 from arborcc.topology.machines import build_machine
@@ -91,7 +93,7 @@ def test_every_tree_gets_its_own_connections_when_they_fit(monkeypatch):
                 assert colour[a] != colour[b]
     # too many connections for the runtimes: the compiler's choice (the spreads follow);
     # the 37 trees at full precision (the coarser candidate that pipelines fits)
-    monkeypatch.setattr("arborcc.synth.strategies.PIPELINED_MARGIN", 0.0)
+    monkeypatch.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)
     dgx = build_machine("dgx1v")
     ar = synthesize(dgx, "allreduce", "trees")
     assert tree_threadblocks(dgx, ar.trees, True) > MAX_THREADBLOCKS
@@ -153,7 +155,7 @@ def test_when_not_every_tree_fits_the_heaviest_get_their_own_connections(monkeyp
     from arborcc.sim.fidelity import fidelity_for
     from arborcc.sim.simulate import simulate
 
-    monkeypatch.setattr("arborcc.synth.strategies.PIPELINED_MARGIN", 0.0)  # the trees at full precision
+    monkeypatch.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)  # the trees at full precision
     dgx = build_machine("dgx1v")
     r = synthesize(dgx, "allreduce", "trees")
     colour = heavy_trees_apart(dgx, r.trees, r.counts, True, PIPELINE_ROUNDS[0])

@@ -17,7 +17,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "synthesis.md"
 def test_every_entry_names_a_function_and_canonical_collectives():
     assert len(set(strategy_names())) == len(STRATEGIES)
     for s in STRATEGIES:
-        assert callable(s.load()), s.name
+        assert callable(s.function), s.name
         assert s.collectives and set(s.collectives) <= set(COLLECTIVES), s.name
         assert set(s.auto_rank_limits) <= set(s.collectives), s.name
         assert s.description

@@ -15,6 +15,8 @@ References:
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllGather, AllReduce, Program, ReduceScatter, chunk
 from arborcc.library.common import channels_ok, positive
@@ -54,6 +56,25 @@ def ring_all_gather(ranks: list[int], offset: int, count: int, ch: int | None = 
                 c = c.copy(ranks[(step + i) % n], buffer, index, ch=-1 if ch is None else ch)
 
 
+def ring_allreduce_trip(ring: Sequence[int], start: int, index: int, ch: int, dst: Buffer = IN,
+                        into_output: bool = False) -> None:
+    """DSL helper (GC3 Figure 3b): chunk ``index`` of a ring all-reduce around ``ring`` (rank
+    indices in ring order): reduced from ``ring[start + 1]`` around to ``ring[start]``
+    (the reduce-scatter's trip), then copied around once more into ``dst`` of every other
+    rank (the all-gather's), every hop on channel ``ch``. ``into_output``: the rank that
+    completes the sum first copies its own input into its output there (out of place)."""
+    n = len(ring)
+    c = chunk(ring[(start + 1) % n], IN, index)
+    for step in range(2, n + 1):
+        r = ring[(start + step) % n]
+        own = chunk(r, IN, index)
+        if step == n and into_output:  # the result goes to the output buffer
+            own = own.copy(r, OUT, index)
+        c = own.reduce(c, ch=ch)
+    for step in range(1, n):
+        c = c.copy(ring[(start + step) % n], dst, index, ch=ch)
+
+
 def ring_allreduce(ranks: int, channels: int = 1, instances: int = 1, protocol: str = "Simple",
                    inplace: bool = True, topology: object = None, name: str | None = None) -> Built:
     """Ring all-reduce over ranks 0..R-1 (in that ring order)."""
@@ -65,17 +86,8 @@ def ring_allreduce(ranks: int, channels: int = 1, instances: int = 1, protocol: 
             chunk(0, IN, 0).copy(0, OUT, 0)
         for j in range(R if R > 1 else 0):
             ch = j % channels if channels > 1 else -1  # one channel: let the compiler pick it
-            # reduce-scatter: chunk j starts after rank j and ends, reduced, on rank j
-            c = chunk((j + 1) % R, IN, j)
-            for step in range(2, R + 1):
-                r = (j + step) % R
-                own = chunk(r, IN, j)
-                if step == R and not inplace:  # the result goes to the output buffer
-                    own = own.copy(r, OUT, j)
-                c = own.reduce(c, ch=ch)
-            # all-gather: the reduced chunk goes around once more
-            for step in range(1, R):
-                c = c.copy((j + step) % R, OUT, j, ch=ch)
+            # chunk j starts after rank j, ends reduced on rank j, then goes around once more
+            ring_allreduce_trip(range(R), j, j, ch, OUT, into_output=not inplace)
     return built(prog)
 
 

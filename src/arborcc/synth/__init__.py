@@ -8,8 +8,10 @@ The kit, in the order data flows: ``flowgraph`` (the topology as capacitated arc
 max-flows, cuts, reachability; ``symmetry`` solves each equivalent case once, ``lp`` the
 warm-started LPs) -> ``bounds`` (the best rate of every collective) -> ``trees`` (the
 tree-schedule intermediate) and ``packing`` (arborescence packings: Blink's MWU + ILP,
-exact column generation) -> ``quantize`` (weights to chunks) -> ``lower`` (schedules to
-DSL programs, compiled and estimated). Method modules: ``gather`` (single-sink flows),
+exact column generation) -> ``quantize`` (weights to chunks) -> the lowering
+(``lower_blocks``, ``lower_channels``, ``lower_emit``: schedules to DSL programs,
+compiled and estimated; ``lower_search``: the version within the runtimes' limits).
+Method modules: ``gather`` (single-sink flows),
 ``binary_trees`` (MXNet), ``blueconnect`` and ``lower_stages`` (staged all-reduce),
 ``nccl_rings`` and ``double_binary_tree`` (NCCL's baselines), ``three_phase`` (Blink's
 multi-server all-reduce), ``hosts`` (the job's host structure), ``render`` (drawings).

@@ -46,8 +46,9 @@ from arborcc.ir.limits import MAX_CHANNELS, dialect_limits
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllToAll, Program, ThreadblockPolicy, chunk
 from arborcc.synth.hosts import Cluster, cluster_of
-from arborcc.synth.lower import MAX_COUNT, ChannelMap, finish, local_copy, lowering_program, transfer_pieces
-from arborcc.synth.result import SynthesisRequest, SynthesisResult
+from arborcc.synth.lower_blocks import MAX_COUNT, transfer_pieces
+from arborcc.synth.lower_channels import ChannelMap
+from arborcc.synth.lower_emit import finish, local_copy, lowering_program
 
 INPUT, OUTPUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 
@@ -80,7 +81,7 @@ def _copy(pairs: _Pairs, src: int, sbuf: Buffer, sidx: int, dst: int, dbuf: Buff
         chunk(src, sbuf, sidx, size).copy(dst, dbuf, didx)
 
 
-def _check_thread_blocks(strategy: str, needed: int, dialect: str | None) -> None:
+def check_thread_blocks(strategy: str, needed: int, dialect: str | None) -> None:
     """Refuse before building when the ranks would need more thread blocks than allowed."""
     if dialect is None:
         return
@@ -98,7 +99,8 @@ def _path_function(topology):
         return lambda a, b: topology.route(topology.ranks[a], topology.ranks[b]).path
 
 
-def _consecutive_hosts(cluster: Cluster, strategy: str) -> None:
+def check_consecutive_hosts(cluster: Cluster, strategy: str) -> None:
+    """Refuse a job whose hosts' ranks are not consecutive (host-major ranks)."""
     for ranks in cluster.hosts:
         if ranks != list(range(ranks[0], ranks[0] + len(ranks))):
             raise SynthesisError(f"{strategy} needs host-major ranks (the ranks of each host consecutive)")
@@ -410,32 +412,3 @@ def lower_three_step(cluster: Cluster, name: str, dialect: str | None = "executo
                   [f"three-step: each host pair through one GPU per side ({P} host pairs per GPU "
                    f"at most), {G}x{G} blocks transposed by local copies, one transfer per host pair{rails}; "
                    f"in-host connections over {C} channel(s), no thread block both sends and receives"])
-
-
-# --- strategies -----------------------------------------------------------------------------
-
-def synth_direct(request: SynthesisRequest) -> SynthesisResult:
-    """All-to-all with every block sent straight to its destination."""
-    n = request.topology.num_ranks
-    _check_thread_blocks("direct", 2 * (n - 1) + 1, request.dialect)
-    lowered = lower_direct(request.topology, "direct-alltoall")
-    return _result("direct", request, lowered)
-
-
-def synth_two_step(request: SynthesisRequest) -> SynthesisResult:
-    """GC3's two-step all-to-all on a cluster of equal hosts (module doc)."""
-    cluster = cluster_of(request.topology)
-    _consecutive_hosts(cluster, "two-step")
-    _check_thread_blocks("two-step", 2 * (cluster.per_host - 1) + 2 * (cluster.num_hosts - 1) + 1, request.dialect)
-    return _result("two-step", request, lower_two_step(cluster, "two-step-alltoall"))
-
-
-def synth_three_step(request: SynthesisRequest) -> SynthesisResult:
-    """GC3's three-step all-to-all on a cluster of equal hosts (module doc)."""
-    cluster = cluster_of(request.topology)
-    _consecutive_hosts(cluster, "three-step")
-    return _result("three-step", request, lower_three_step(cluster, "three-step-alltoall", request.dialect))
-
-
-def _result(strategy: str, request: SynthesisRequest, lowered) -> SynthesisResult:
-    return SynthesisResult.from_lowered(strategy, request, lowered, [])

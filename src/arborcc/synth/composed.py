@@ -37,7 +37,7 @@ two directions share their connections (thread blocks).
   network to GPU k of the root's host and go on to the root; scatter is the reverse.
 
 Each function lowers to a DSL program through :mod:`.lower` and returns its
-:class:`~.lower.Lowered` (compiled and estimated, not yet verified). The reference for
+:class:`~.lower_emit.Lowered` (compiled and estimated, not yet verified). The reference for
 the rail layout and the per-host/inter-host split is NCCL's hierarchical (tree and
 "PAT") algorithms and GC3's hierarchical examples (Cowan et al., "GC3: An Optimizing
 Compiler for GPU Collective Communication", 2022, https://arxiv.org/abs/2201.11840);
@@ -49,7 +49,9 @@ from __future__ import annotations
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllGather, AllReduce, Broadcast, Gather, Reduce, ReduceScatter, Scatter, chunk
 from arborcc.synth.hosts import Cluster
-from arborcc.synth.lower import ChannelMap, Lowered, finish, local_copy, lowering_program, transfer_pieces
+from arborcc.synth.lower_blocks import transfer_pieces
+from arborcc.synth.lower_channels import ChannelMap
+from arborcc.synth.lower_emit import Lowered, finish, local_copy, lowering_program
 
 INPUT, OUTPUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 

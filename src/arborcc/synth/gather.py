@@ -1,6 +1,6 @@
 """Gather and scatter, optimal by construction: a single-sink flow, split into paths.
 
-API (for :mod:`arborcc.synth.strategies`)::
+API (for :mod:`arborcc.synth.strategies.trees`)::
 
     gather_flow(topology, collective, root, links="all") -> Flow   # the bound and its paths
     synth_gather(topology, collective, root=0, links="all", name=None) -> (Lowered, notes, paths)
@@ -9,7 +9,7 @@ API (for :mod:`arborcc.synth.strategies`)::
 :func:`arborcc.synth.bounds.gather_bound` (the minimum ratio cut with the root the only
 sink). Like :mod:`.lower`'s functions, ``synth_gather`` compiles but does not verify
 (``synthesize`` proves the algorithm it returns); the algorithm meets the executor
-dialect's limits when it can (:func:`arborcc.synth.lower.within_limits`).
+dialect's limits when it can (:func:`arborcc.synth.lower_search.within_limits`).
 
 Schedule
 --------
@@ -28,7 +28,7 @@ A path is a chain of GPU-to-GPU hops whose interior devices are relays. Each pat
 chunks move as multi-count transfers (at most ``MAX_COUNT`` chunks) down the chain:
 the source's input, the intermediate GPUs' scratch, the root's output block (scatter:
 the root's input block, scratch, the destination's output). Channels come from
-:class:`arborcc.synth.lower.ChannelMap`, so each (rank pair, device path) is a
+:class:`arborcc.synth.lower_channels.ChannelMap`, so each (rank pair, device path) is a
 connection with one path, exactly like a tree hop.
 """
 
@@ -45,8 +45,10 @@ from arborcc.ir.model import Buffer
 from arborcc.lang import Gather, Scatter, chunk
 from arborcc.synth.bounds import Bound, gather_cut
 from arborcc.synth.flowgraph import FlowGraph, LinkSelector, flow_graph, root_index
-from arborcc.synth.lower import (ChannelMap, Lowered, finish, local_copy, lowering_program, transfer_blocks,
-                                 within_limits)
+from arborcc.synth.lower_blocks import transfer_blocks
+from arborcc.synth.lower_channels import ChannelMap
+from arborcc.synth.lower_emit import Lowered, finish, local_copy, lowering_program
+from arborcc.synth.lower_search import within_limits
 from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE, apportion
 from arborcc.topology.model import Topology
 

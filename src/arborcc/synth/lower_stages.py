@@ -46,12 +46,15 @@ from __future__ import annotations
 import math
 
 from arborcc.errors import SynthesisError
+from arborcc.ir.limits import MAX_CHANNELS
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllReduce, chunk
 from arborcc.library.halving_doubling import recursive_doubling, recursive_halving
 from arborcc.synth.blueconnect import HD, RING, RS, BlueConnectPlan, GridAxis, Stage, build_plan, stage_algorithms
 from arborcc.synth.hosts import ranks_by_host
-from arborcc.synth.lower import MAX_CHANNELS, MAX_COUNT, ChannelMap, Lowered, PlannedPairs, finish, lowering_program
+from arborcc.synth.lower_blocks import MAX_COUNT
+from arborcc.synth.lower_channels import ChannelMap, PlannedPairs
+from arborcc.synth.lower_emit import Lowered, finish, lowering_program
 from arborcc.topology.model import Topology
 
 #: ring sub-block pieces per channel in one stage (executor runtimes: 64 steps per thread block)

@@ -1,19 +1,32 @@
 """The strategy registry: every synthesis strategy, what it builds, where it lives.
 
 One entry per strategy - its name, the collectives it builds, the function that builds
-them (named as ``"module:function"`` and imported only when called, so reading the
-registry costs no heavy import) and a one-line description. ``synthesize``, ``auto``,
-the ``arborcc synth --strategy`` choices and ``docs/synthesis.md`` all read this table;
-adding a strategy is adding an entry here and its function.
+them (imported here by name from its own module, :mod:`arborcc.synth.strategies`; those
+modules import what they build with inside the function, so reading the registry costs
+no heavy import) and a one-line description. ``synthesize``, ``auto``, the ``arborcc
+synth --strategy`` choices and ``docs/synthesis.md`` all read this table; adding a
+strategy is adding its module, an import and an entry here.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from arborcc.ir.collectives import COLLECTIVES as ALL_COLLECTIVES
+from arborcc.synth.strategies.binary_trees import synth_binary_trees
+from arborcc.synth.strategies.blueconnect import synth_blueconnect
+from arborcc.synth.strategies.composed import synth_composed
+from arborcc.synth.strategies.direct import synth_direct
+from arborcc.synth.strategies.double_binary_tree import synth_double_binary_tree
+from arborcc.synth.strategies.halving_doubling import synth_halving_doubling
+from arborcc.synth.strategies.hierarchical import synth_hierarchical
+from arborcc.synth.strategies.nccl_ring import synth_nccl_ring
+from arborcc.synth.strategies.ring import synth_ring
+from arborcc.synth.strategies.three_phase import synth_three_phase
+from arborcc.synth.strategies.three_step import synth_three_step
+from arborcc.synth.strategies.trees import synth_trees
+from arborcc.synth.strategies.two_step import synth_two_step
 
 ALLREDUCE = ("allreduce",)
 ALLTOALL = ("alltoall",)
@@ -24,8 +37,8 @@ TREE_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "red
 class Strategy:
     """A synthesis strategy.
 
-    ``function`` is ``"module:attribute"`` of a callable
-    ``f(request: SynthesisRequest) -> SynthesisResult`` (:mod:`arborcc.synth.result`);
+    ``function``: ``f(request: SynthesisRequest) -> SynthesisResult``
+    (:mod:`arborcc.synth.result`), in its own module of :mod:`arborcc.synth.strategies`;
     ``auto_rank_limits[collective]``: ``auto`` leaves the strategy out above this many
     ranks for that collective, where its cost explodes while others reach the bound
     (asking for it by name still runs it); ``simulated_rank_limits[collective]``: where
@@ -37,7 +50,7 @@ class Strategy:
 
     name: str
     collectives: tuple[str, ...]
-    function: str
+    function: Callable
     description: str
     auto_rank_limits: Mapping[str, int] = field(default_factory=dict)
     clusters_first: bool = False
@@ -53,11 +66,6 @@ class Strategy:
         passed = [limit for limit in limits if limit is not None and num_ranks > limit]
         return min(passed) if passed else None
 
-    def load(self) -> Callable:
-        """The strategy's function (imports its module)."""
-        module, _, attribute = self.function.partition(":")
-        return getattr(importlib.import_module(module), attribute)
-
 
 #: every strategy, in the order ``auto`` tries them. Rank limits measured on DGX A100
 #: fat trees, 2-core machine, with ``arborcc synth --machine dgx-a100 --nodes N
@@ -71,36 +79,36 @@ class Strategy:
 #: double-binary-tree (6 s + 3 s) and halving-doubling (2 s + 5 s) stay fast.
 SIMULATED_RANKS = 128
 STRATEGIES: tuple[Strategy, ...] = (
-    Strategy("trees", TREE_COLLECTIVES, "arborcc.synth.strategies:synth_trees",
+    Strategy("trees", TREE_COLLECTIVES, synth_trees,
              "Blink tree packing (MLSys 2020, 3.1-3.3), ForestColl per-root packings; gather/scatter as a "
              "single-sink flow split into paths", {"allreduce": 32}),
-    Strategy("binary-trees", ALLREDUCE, "arborcc.synth.strategies:synth_binary_trees",
+    Strategy("binary-trees", ALLREDUCE, synth_binary_trees,
              "MXNet tree all-reduce proposal: balanced max-weight binary trees, one per root", {"allreduce": 32}),
-    Strategy("blueconnect", ALLREDUCE, "arborcc.synth.strategies:synth_blueconnect",
+    Strategy("blueconnect", ALLREDUCE, synth_blueconnect,
              "BlueConnect (SysML 2019) section 3, Algorithm 1: stages along the hierarchy",
              simulated_rank_limits={"allreduce": SIMULATED_RANKS}),
-    Strategy("composed", TREE_COLLECTIVES, "arborcc.synth.strategies:synth_composed",
+    Strategy("composed", TREE_COLLECTIVES, synth_composed,
              "clusters of equal hosts: per-host one-hop trees composed with balanced rail schedules across hosts",
              clusters_first=True, simulated_rank_limits={"allreduce": SIMULATED_RANKS}),
-    Strategy("hierarchical", ALLREDUCE, "arborcc.synth.strategies:synth_hierarchical",
+    Strategy("hierarchical", ALLREDUCE, synth_hierarchical,
              "two-level reduce-scatter / all-gather (in each node, then across nodes)", clusters_first=True,
              simulated_rank_limits={"allreduce": SIMULATED_RANKS}),
-    Strategy("three-phase", ALLREDUCE, "arborcc.synth.strategies:synth_three_phase",
+    Strategy("three-phase", ALLREDUCE, synth_three_phase,
              "Blink section 3.5: per-server trees, cross-server one-hop trees", {"allreduce": 128}),
-    Strategy("nccl-ring", ALLREDUCE, "arborcc.synth.strategies:synth_nccl_ring",
+    Strategy("nccl-ring", ALLREDUCE, synth_nccl_ring,
              "the rings NCCL's search builds", {"allreduce": 128}),
-    Strategy("double-binary-tree", ALLREDUCE, "arborcc.synth.strategies:synth_double_binary_tree",
+    Strategy("double-binary-tree", ALLREDUCE, synth_double_binary_tree,
              "NCCL's double binary trees over the nodes, chains inside them"),
-    Strategy("halving-doubling", ALLREDUCE, "arborcc.synth.strategies:synth_halving_doubling",
+    Strategy("halving-doubling", ALLREDUCE, synth_halving_doubling,
              "recursive halving + doubling (Thakur, Rabenseifner & Gropp 2005; power-of-two ranks)"),
-    Strategy("ring", ALLREDUCE, "arborcc.synth.strategies:synth_ring",
+    Strategy("ring", ALLREDUCE, synth_ring,
              "one ring in rank order (Patarasuk & Yuan 2009)", {"allreduce": 128}),
-    Strategy("two-step", ALLTOALL, "arborcc.synth.alltoall:synth_two_step",
+    Strategy("two-step", ALLTOALL, synth_two_step,
              "GC3 7.3: gather on the GPU of the destination's index, one aggregated transfer per rail peer"),
-    Strategy("three-step", ALLTOALL, "arborcc.synth.alltoall:synth_three_step",
+    Strategy("three-step", ALLTOALL, synth_three_step,
              "GC3's three-step: host pairs spread over the GPUs (the remainder over every rail), gather, one "
              "transfer per host pair, scatter"),
-    Strategy("direct", ALLTOALL, "arborcc.synth.alltoall:synth_direct",
+    Strategy("direct", ALLTOALL, synth_direct,
              "all pairs: every block straight to its destination"),
 )
 

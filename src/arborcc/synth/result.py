@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from arborcc.ir.model import Algorithm
 from arborcc.synth.bounds import AllreduceBound, Bound
-from arborcc.synth.lower import Lowered
+from arborcc.synth.lower_emit import Lowered
 from arborcc.synth.trees import Tree
 from arborcc.topology.model import Topology
 
@@ -64,6 +64,9 @@ class SynthesisResult:
     #: the time on the strategy's own routes (``routes``) where they beat the written file's
     #: by more than 1% (relays the file cannot express), else None
     planned_time: float | None = None
+    #: (dialect, whether ``algorithm`` is within its runtime limits), checked once: by the
+    #: lowering's version search (:attr:`~.lower_emit.Lowered.limits`) or by ``synthesize``
+    limits: tuple[str, bool] | None = None
 
     @property
     def ratio(self) -> float:
@@ -75,4 +78,4 @@ class SynthesisResult:
         """The result of a lowered schedule: its algorithm, estimate, routes and notes."""
         return cls(strategy, request.collective, lowered.algorithm, request.bound.algbw, lowered.estimate.algbw,
                    list(trees or []), list(counts or []), lowered.routes, lowered.chunks,
-                   notes=notes + lowered.notes)
+                   notes=notes + lowered.notes, limits=lowered.limits)

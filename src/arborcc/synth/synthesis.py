@@ -189,6 +189,15 @@ def operations_budget(num_ranks: int):
 OTHER_MODE_STEP_LIMIT = 200_000
 
 
+def _within_limits(result: SynthesisResult, dialect: str) -> bool:
+    """Whether ``result``'s algorithm is within ``dialect``'s runtime limits: the verdict
+    its lowering's version search reached (``result.limits``), else checked here once and
+    kept on the result."""
+    if result.limits is None or result.limits[0] != dialect:
+        result.limits = (dialect, not check_dialect_limits(result.algorithm, dialect))
+    return result.limits[1]
+
+
 def _verify(result: SynthesisResult, dialect: str | None) -> None:
     """Verify ``result.algorithm`` (with ``dialect``'s runtime limits) into
     ``result.report`` and make it claim exactly the calls it is verified in: the mode its
@@ -253,7 +262,8 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
         raise SynthesisError(f"{topology.name} has {topology.num_ranks} GPU; a collective needs at least 2")
     if not 0 <= root < topology.num_ranks:
         raise SynthesisError(f"root {root} is not a rank (0-{topology.num_ranks - 1})")
-    # the lowering's, the cascade's and the verifier's checks of one algorithm run once
+    # the cascade reads the lowering's verdict on the limits (_within_limits); the memos
+    # keep the verifier from checking the limits and deadlock of that algorithm again
     with remembering_passes(), remembering_limits():
         names, skipped = _candidates(strategy, collective, topology.num_ranks, _spans_hosts(topology))
         t0 = time.perf_counter()
@@ -287,7 +297,7 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
                 progress(f"{name}: synthesizing {collective} on {topology.name} ({time.perf_counter() - t0:.1f} s)")
             try:
                 with operations_budget(topology.num_ranks):
-                    results.append(BY_NAME[name].load()(request))
+                    results.append(BY_NAME[name].function(request))
             except SynthesisError as e:
                 if strategy != "auto":
                     raise
@@ -295,13 +305,13 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
                 continue
             last = results[-1]
             if not by_time and last.algbw >= request.bound.algbw * (1 - 1e-9) and \
-                    (dialect is None or not check_dialect_limits(last.algorithm, dialect)):
+                    (dialect is None or _within_limits(last, dialect)):
                 if not proven(last):
                     results.pop()
                     continue
                 untried = names[i + 1:]
                 break
-        fits = ({id(r): not check_dialect_limits(r.algorithm, dialect) for r in results}
+        fits = ({id(r): _within_limits(r, dialect) for r in results}
                 if len(results) > 1 and dialect is not None else {})
         # ranked by the simulated time of a call of ``ranked_size`` bytes as the written
         # file runs (latency, pipelining and contention included); above

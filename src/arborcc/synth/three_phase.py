@@ -11,7 +11,7 @@ server-local spanning trees, each partition having one root per server, and runs
    reduce-scatter + all-gather among the roots over the network;
 3. a broadcast of every partition from its local root over the server's trees.
 
-API (for :mod:`arborcc.synth.strategies`, which registers it as ``three-phase``)::
+API (for :mod:`arborcc.synth.strategies.three_phase`, the ``three-phase`` strategy)::
 
     synth_three_phase(topology, links="all", name="three-phase-allreduce")
         -> ThreePhase(lowered: Lowered, notes: list[str], trees: list[Tree], counts: list[int])
@@ -50,7 +50,7 @@ Design.
 * Chunks: cuts are cumulative shares rounded to whole chunks; the chunk count is the
   smallest power of two (``quantize.CHUNK_COUNTS``) whose plan keeps the rate within
   ``TOLERANCE`` of the best count's. Transfers carry at most ``MAX_COUNT`` chunks;
-  runtime limits are met by :func:`lower.within_limits`.
+  runtime limits are met by :func:`lower_search.within_limits`.
 """
 
 from __future__ import annotations
@@ -67,8 +67,11 @@ from arborcc.errors import SynthesisError
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllReduce, chunk
 from arborcc.synth.hosts import server_topology
-from arborcc.synth.lower import (ChannelMap, Lowered, broadcast_block, finish, lowering_program, reduce_block,
-                                 transfer_pieces, tree_children, tree_hops, within_limits)
+from arborcc.synth.lower_blocks import transfer_pieces
+from arborcc.synth.lower_channels import ChannelMap, tree_hops
+from arborcc.synth.lower_emit import Lowered, broadcast_block, finish, lowering_program, reduce_block
+from arborcc.synth.lower_search import within_limits
+from arborcc.synth.trees import tree_children
 from arborcc.synth.packing import pack_allgather
 from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE
 from arborcc.synth.trees import Tree
@@ -337,7 +340,7 @@ def _choose_layout(topology: Topology, servers: list[_Server], network: _Network
 def lower_three_phase(topology: Topology, servers: list[_Server], layout: _Layout, network: _Network,
                       name: str, spread: int = 0, fuse: bool = True) -> Lowered:
     """The in-place AllReduce program of the three phases (Figure 10), compiled
-    (``fuse``: instruction fusion, see :func:`~arborcc.synth.lower.lowering_program`)."""
+    (``fuse``: instruction fusion, see :func:`~arborcc.synth.lower_emit.lowering_program`)."""
     index = {g: i for i, g in enumerate(topology.ranks)}
     cross = list(_cross_hops(layout, network))
     hops = list(tree_hops(topology, [t for srv in servers for t in srv.trees], both_ways=True))
@@ -430,7 +433,7 @@ def synth_three_phase(topology: Topology, links: str = "all", name: str = "three
     groups = _servers_of(topology)
     network = _Network(topology)
     servers, layout, rate, rule = _plan(topology, groups, links, network)
-    lowered = within_limits(lower_three_phase, topology, servers, layout, network, name)
+    lowered = within_limits(lower_three_phase, topology, servers, layout, network, name, takes_fuse=True)
     counts = Counter()
     for s, t, _, size in layout.local:
         counts[(s, t)] += size

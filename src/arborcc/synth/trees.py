@@ -21,7 +21,7 @@ no link carries more than its bandwidth (Blink equations 1-3).
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -232,3 +232,27 @@ def check_packing(packing: TreePacking, topology: Topology, links: LinkSelector 
     rate = min(packing.rate_of(r) for r in packing.roots)
     if abs(rate - packing.rate) > rtol * max(rate, packing.rate, 1.0):
         raise VerificationError(f"packing claims {packing.rate / GB:.6g} GB/s but its trees give {rate / GB:.6g}")
+
+
+def tree_children(tree: Tree, index: dict[str, int]) -> tuple[int, dict[int, list[tuple[int, tuple[str, ...]]]]]:
+    """Root index and, per rank index, its children with the path *from parent to child*."""
+    kids: dict[int, list[tuple[int, tuple[str, ...]]]] = {}
+    for h in tree.hops:
+        if tree.inward:  # hop child -> parent
+            parent, child, path = h.dst, h.src, tuple(reversed(h.path))
+        else:
+            parent, child, path = h.src, h.dst, h.path
+        kids.setdefault(index[parent], []).append((index[child], path))
+    return index[tree.root], kids
+
+
+def breadth_first_hops(root: int, kids: dict[int, list[tuple[int, tuple[str, ...]]]]
+                       ) -> list[tuple[int, int, tuple[str, ...]]]:
+    """(parent, child, path parent->child) in breadth-first order from the root."""
+    order, queue = [], deque([root])
+    while queue:
+        u = queue.popleft()
+        for v, path in kids.get(u, ()):
+            order.append((u, v, path))
+            queue.append(v)
+    return order

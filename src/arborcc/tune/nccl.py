@@ -20,7 +20,7 @@ NCCL (2.18, NVIDIA/nccl ``src/graph``, ``src/enqueue.cc``):
   two complementary binary trees over the nodes, heads joined through the channel's
   NIC), run as reduce up and
   broadcast down the tree in :data:`TREE_CHUNKS` pipelined pieces
-  (:func:`arborcc.synth.lower.lower_allreduce_trees`);
+  (:func:`arborcc.synth.lower_emit.lower_allreduce_trees`);
 * on machines that reduce in the switch it runs NVLS all-reduce (:mod:`arborcc.sim.nvls`;
   NCCL 2.18, the version of the tuning constants and of the published figures, has no
   NVLS kernel for the other collectives); the baseline takes it when it is faster than
@@ -151,7 +151,7 @@ class NcclBaseline:
         """NCCL's tree all-reduce over the first ``distinct`` channels' trees, with routes."""
         key = ("tree", 0, distinct)
         if key not in self._algorithms:
-            from arborcc.synth.lower import lower_allreduce_trees
+            from arborcc.synth.lower_emit import lower_allreduce_trees
 
             trees = nccl_trees(self.topology, self.schedule)[:distinct]
             lowered = lower_allreduce_trees(self.topology, trees, [TREE_CHUNKS] * len(trees),

@@ -1,41 +1,27 @@
-"""The strategies: each turns a :class:`~arborcc.synth.result.SynthesisRequest` into a
-:class:`~arborcc.synth.result.SynthesisResult` holding a compiled (not yet verified)
-algorithm.
-
-The registry (:mod:`arborcc.synth.registry`) names them, says which collectives each
-builds and describes them; :func:`arborcc.synth.synthesis.synthesize` checks the request
-once (collective, ranks, routes), computes the bound once, runs one strategy or - with
-``auto`` - every one that applies, and verifies the algorithm it returns. So a strategy
-starts from a valid request and only builds.
+"""The ``trees`` strategy: Blink's tree packing (MLSys 2020, sections 3.1-3.3) and
+ForestColl's per-root packings, rounded to chunks and lowered; gather and scatter as a
+single-sink flow split into paths (:mod:`arborcc.synth.gather`).
 
 Sources: Blink (Wang et al., "Blink: Fast and Generic Collectives for Distributed ML",
 MLSys 2020, https://arxiv.org/abs/1910.04940), ForestColl (Zhao et al., "ForestColl:
 Efficient Collective Communications on Heterogeneous Network Fabrics", 2024,
-https://arxiv.org/abs/2402.06787), the MXNet tree proposal, BlueConnect (SysML 2019),
-NCCL (https://github.com/NVIDIA/nccl), Thakur, Rabenseifner & Gropp (IJHPCA 2005,
-https://doi.org/10.1177/1094342005051521) and Patarasuk & Yuan (JPDC 2009,
-https://doi.org/10.1016/j.jpdc.2008.09.002); each function's docstring says which part.
+https://arxiv.org/abs/2402.06787); each function's docstring says which part.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from arborcc.synth import bounds as B
-from arborcc.synth import lower as L
-from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
-from arborcc.synth.packing import pack_allgather, pack_broadcast, pack_reduce, pack_reducescatter
-from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE, apportion
-from arborcc.synth.result import SynthesisRequest, SynthesisResult
-from arborcc.synth.trees import Hop, Tree
-from arborcc.topology.model import Topology, TopologyBuilder
-
-#: the protocol whose NCCL cost-model prediction the NCCL strategies note for a ``size``
-NOTED_PROTOCOL = "Simple"
+if TYPE_CHECKING:
+    from arborcc.synth.result import SynthesisRequest, SynthesisResult
+    from arborcc.synth.trees import Tree
+    from arborcc.topology.model import Topology
 
 
 def _apportion(topology: Topology, trees: list[Tree], target: float, both_ways: bool = False,
                chunks: int | None = None):
+    from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE, apportion
+
     roots = sorted({t.root for t in trees}, key=topology.ranks.index)
     groups = [[i for i, t in enumerate(trees) if t.root == r] for r in roots]
     share = [1.0 / len(roots)] * len(trees)
@@ -52,6 +38,10 @@ def _apportion(topology: Topology, trees: list[Tree], target: float, both_ways: 
 
 def _with_capacities(topology: Topology, capacity: dict[tuple[str, str], float]) -> Topology:
     """The topology with each link's bandwidth replaced (links given none are dropped)."""
+    from dataclasses import replace
+
+    from arborcc.topology.model import TopologyBuilder
+
     b = TopologyBuilder(topology.name, source=topology.name, meta=topology.meta)
     for d in topology.devices.values():
         b.add_device(d)
@@ -71,6 +61,14 @@ def _tree_allreduce(request: SynthesisRequest, name: str, chunks: int | None = N
     the bound solved no tree LP because reduce-scatter + all-gather is better).
     ``chunks``: apportion exactly that many (default: the fewest that keep the rate),
     then give every tree ``scale`` times its count (:func:`_fastest_pipelined`)."""
+    from arborcc.synth import bounds as B
+    from arborcc.synth.flowgraph import flow_graph
+    from arborcc.synth.lower_emit import lower_allreduce_reduce_broadcast
+    from arborcc.synth.lower_search import within_limits
+    from arborcc.synth.packing import pack_broadcast, pack_reduce
+    from arborcc.synth.quantize import CHUNK_COUNTS, TOLERANCE
+    from arborcc.synth.result import SynthesisResult
+
     topology, bound, links = request.topology, request.bound, request.links
     g = flow_graph(topology, links)
     if bound.tree_split is not None:
@@ -102,7 +100,8 @@ def _tree_allreduce(request: SynthesisRequest, name: str, chunks: int | None = N
     chunks, counts_r, counts_b = a_r.chunks * scale, [c * scale for c in a_r.counts], [c * scale for c in a_b.counts]
     used_r = [(t, c) for t, c in zip(red.trees, counts_r) if c]
     used_b = [(t, c) for t, c in zip(bcast.trees, counts_b) if c]
-    lowered = L.within_limits(L.lower_allreduce_reduce_broadcast, topology, used_r, used_b, name)
+    lowered = within_limits(lower_allreduce_reduce_broadcast, topology, used_r, used_b, name,
+                            takes_rounds=True, takes_fuse=True)
     return SynthesisResult.from_lowered(
         "trees", request, lowered,
         [f"reduce + broadcast through rank {root} (Blink 3.3) at {rate / 1e9:.2f} GB/s: "
@@ -115,12 +114,19 @@ def _rs_ag_allreduce(request: SynthesisRequest, name: str, chunks: int | None = 
     """All-reduce as reduce-scatter on reversed per-root trees + all-gather on the
     per-root out-trees of one all-gather packing (ForestColl). ``chunks``, ``scale``: as
     :func:`_tree_allreduce` takes them, per rank."""
+    from arborcc.synth.lower_emit import lower_allreduce_rs_ag
+    from arborcc.synth.lower_search import within_limits
+    from arborcc.synth.packing import pack_allgather
+    from arborcc.synth.quantize import TOLERANCE
+    from arborcc.synth.result import SynthesisResult
+
     topology = request.topology
     packing = pack_allgather(topology, request.links, threshold=TOLERANCE)
     a = _apportion(topology, list(packing.trees), packing.algbw / 2, both_ways=True, chunks=chunks)
     used = [t for t, c in zip(packing.trees, a.counts) if c]
     counts = [c * scale for c in a.counts if c]
-    lowered = L.within_limits(L.lower_allreduce_rs_ag, topology, used, counts, name)
+    lowered = within_limits(lower_allreduce_rs_ag, topology, used, counts, name, takes_rounds=True,
+                            takes_fuse=True)
     return SynthesisResult.from_lowered(
         "trees", request, lowered,
         [f"reduce-scatter + all-gather on {len(used)} per-root trees, {a.chunks * scale} chunks per rank"],
@@ -131,6 +137,12 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
     """Blink: pack arborescences to the bound, round to chunks, lower. Gather/scatter:
     trees that are paths, a single-sink flow decomposition (:mod:`.gather`)."""
     from arborcc.synth.gather import synth_gather
+    from arborcc.synth.lower_emit import (lower_allgather, lower_broadcast, lower_reduce,
+                                          lower_reducescatter)
+    from arborcc.synth.lower_search import within_limits
+    from arborcc.synth.packing import pack_allgather, pack_broadcast, pack_reduce, pack_reducescatter
+    from arborcc.synth.quantize import TOLERANCE
+    from arborcc.synth.result import SynthesisResult
 
     topology, collective, links = request.topology, request.collective, request.links
     r, name = topology.ranks[request.root], f"trees-{collective}"
@@ -141,9 +153,10 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
         pack = pack_broadcast if collective == "broadcast" else pack_reduce
         packing = pack(topology, r, links, threshold=TOLERANCE)
         a = _apportion(topology, list(packing.trees), packing.rate)
-        lower = L.lower_broadcast if collective == "broadcast" else L.lower_reduce
+        lower = lower_broadcast if collective == "broadcast" else lower_reduce
         used = [t for t, c in zip(packing.trees, a.counts) if c]
-        lowered = L.within_limits(lower, topology, used, [c for c in a.counts if c], name)
+        lowered = within_limits(lower, topology, used, [c for c in a.counts if c], name,
+                                takes_rounds=True, takes_fuse=True)
         return SynthesisResult.from_lowered(
             "trees", request, lowered,
             [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees ({packing.method}), "
@@ -152,9 +165,10 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
         pack = pack_allgather if collective == "allgather" else pack_reducescatter
         packing = pack(topology, links, threshold=TOLERANCE, bound=request.bound)
         a = _apportion(topology, list(packing.trees), packing.algbw)
-        lower = L.lower_allgather if collective == "allgather" else L.lower_reducescatter
+        lower = lower_allgather if collective == "allgather" else lower_reducescatter
         used = [t for t, c in zip(packing.trees, a.counts) if c]
-        lowered = L.within_limits(lower, topology, used, [c for c in a.counts if c], name)
+        lowered = within_limits(lower, topology, used, [c for c in a.counts if c], name,
+                                takes_rounds=True, takes_fuse=True)
         return SynthesisResult.from_lowered(
             "trees", request, lowered,
             [f"per-root packing {packing.algbw / 1e9:.2f} GB/s with {packing.num_trees} trees, "
@@ -171,6 +185,8 @@ def _tree_allreduce_family(request: SynthesisRequest, name: str, chunks: int | N
     """The all-reduce family with the higher bound (reduce-scatter + all-gather, or reduce
     + broadcast through one root); the other only if rounding left the first short of
     99%. ``chunks``, ``scale``: as :func:`_tree_allreduce` takes them."""
+    from arborcc.synth.quantize import TOLERANCE
+
     families = [lambda: _rs_ag_allreduce(request, name, chunks, scale),
                 lambda: _tree_allreduce(request, name, chunks, scale)]
     if request.bound.best == "tree":
@@ -218,9 +234,13 @@ def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name:
     DGX A100 129.5 (135.2) -> 239.4 (217.8), DGX-1V 105.1 (86.4) -> 124.8 (107.1); the
     rest in ``benchmarks/synthesis/tree_pipelining.py``. A candidate's steady-state rate is below
     the packing's, which the result's ratio reports."""
+    from dataclasses import replace
+
     from arborcc.errors import SynthesisError
     from arborcc.sim.protocols import PROTOCOL_MODELS
     from arborcc.sim.simulate import predict_time
+    from arborcc.synth.bounds import collective_bound
+    from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
     from arborcc.topology.model import LinkKind
 
     looped = result.algorithm.chunks_per_loop * PROTOCOL_MODELS["Simple"].slice_bytes >= LOOPED_CALL
@@ -235,7 +255,7 @@ def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name:
     if LinkKind.NVLINK in kinds and not kinds <= {LinkKind.NVLINK}:
         def nvlink() -> SynthesisResult:
             check_strongly_connected(flow_graph(topology, "nvlink"), request.collective)
-            bound = B.collective_bound(topology, request.collective, request.root, "nvlink")
+            bound = collective_bound(topology, request.collective, request.root, "nvlink")
             out = _tree_allreduce_family(replace(request, links="nvlink", bound=bound), name)
             out.bound = request.bound.algbw
             return out
@@ -256,154 +276,3 @@ def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name:
                           f"the trees at full precision ({result.chunks} chunks per shard, a loop too long to "
                           "pipeline at large sizes)")
     return best
-
-
-def synth_binary_trees(request: SynthesisRequest) -> SynthesisResult:
-    """MXNet: one balanced max-weight binary tree per root, reduce + broadcast each; for a
-    ``size`` below MXNet's threshold, only the first root's tree (latency-bound sizes)."""
-    from arborcc.synth.binary_trees import binary_tree_schedule
-
-    topology, size = request.topology, request.size
-    schedule = binary_tree_schedule(topology)
-    chosen = schedule.trees if size is None else schedule.trees_for(size)
-    trees = [Tree(topology.ranks[bt.root],
-                  tuple(Hop(topology.ranks[e.child], topology.ranks[e.parent], e.path) for e in bt.edges),
-                  1.0, inward=True) for bt in chosen]
-    lowered = L.within_limits(L.lower_allreduce_trees, topology, trees, [1] * len(trees), "binary-trees-allreduce")
-    how = (f"one tree: {size} bytes is below MXNet's single-tree threshold of {schedule.threshold_bytes}"
-           if len(chosen) == 1 and len(schedule.trees) > 1 else
-           f"{len(trees)} binary trees, one per root (MXNet uses only the first below "
-           f"{schedule.threshold_bytes} bytes)")
-    return SynthesisResult.from_lowered("binary-trees", request, lowered, [how], trees, [1] * len(trees))
-
-
-def _nccl_prediction(estimate, size: int) -> str:
-    return (f"NCCL's cost model ({NOTED_PROTOCOL}) predicts {estimate.time * 1e6:.1f} us for {size} bytes "
-            f"({estimate.algorithm_bandwidth / 1e9:.1f} GB/s algbw)")
-
-
-def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
-    """The rings NCCL would build (NVLink-only when possible), as MSCCL channels."""
-    from arborcc.synth.nccl_rings import nccl_rings
-
-    rings = nccl_rings(request.topology)
-    lowered = L.lower_ring_allreduce(request.topology, rings.rings, rings.hops or None, "nccl-ring-allreduce")
-    notes = [f"{len(rings.rings)} rings over {rings.link_kind.value}"]
-    if request.size is not None:
-        notes.append(_nccl_prediction(rings.nccl_estimate(request.collective, NOTED_PROTOCOL, request.size),
-                                      request.size))
-    return SynthesisResult.from_lowered("nccl-ring", request, lowered, notes)
-
-
-def synth_double_binary_tree(request: SynthesisRequest) -> SynthesisResult:
-    """NCCL's double binary tree (two complementary binary trees over the nodes, a chain
-    inside each node), each tree reducing and broadcasting half of the buffer."""
-    from arborcc.synth.double_binary_tree import double_binary_tree
-
-    topology = request.topology
-    dbt = double_binary_tree(topology)
-    trees = []
-    for parents in dbt.parents:
-        top = next(r for r, p in parents.items() if p is None)
-        hops = tuple(Hop(topology.ranks[c], topology.ranks[p],
-                         topology.route(topology.ranks[c], topology.ranks[p]).path)
-                     for c, p in sorted(parents.items()) if p is not None)
-        trees.append(Tree(topology.ranks[top], hops, 1.0, inward=True))
-    lowered = L.within_limits(L.lower_allreduce_trees, topology, trees, [1, 1], "double-binary-tree-allreduce")
-    notes = [f"two complementary binary trees over {dbt.nodes} node(s), chains inside nodes"]
-    if request.size is not None:
-        notes.append(_nccl_prediction(dbt.nccl_estimate(NOTED_PROTOCOL, request.size), request.size))
-    return SynthesisResult.from_lowered("double-binary-tree", request, lowered, notes, trees, [1, 1])
-
-
-def synth_ring(request: SynthesisRequest) -> SynthesisResult:
-    """One ring in rank order (Patarasuk & Yuan's bandwidth-optimal ring all-reduce)."""
-    n = request.topology.num_ranks
-    lowered = L.lower_ring_allreduce(request.topology, [list(range(n))], None, "ring-allreduce")
-    return SynthesisResult.from_lowered("ring", request, lowered, ["one ring in rank order"])
-
-
-def synth_blueconnect(request: SynthesisRequest) -> SynthesisResult:
-    """BlueConnect (Cho et al., SysML 2019, section 3): the rank count factored along the
-    hierarchy, reduce-scatter stages up and all-gather stages down (Algorithm 1), ring or
-    halving-doubling per stage as its model (eqs. 1-10) prefers for large messages."""
-    from arborcc.synth.blueconnect import choose_blueconnect
-    from arborcc.synth.lower_stages import describe, hierarchical_plan, lower_blueconnect
-
-    from arborcc.synth.blueconnect import RING
-    from arborcc.verify.pieces import deadlock_free
-
-    topology = request.topology
-    # the full factor search costs seconds per hundred ranks; beyond that follow the hosts
-    plan = (choose_blueconnect(topology, 1 << 30) if topology.num_ranks <= 128
-            else hierarchical_plan(topology, algorithm=None, name="blueconnect"))
-    lowered = lower_blueconnect(topology, plan, "blueconnect-allreduce")
-    notes = [describe(plan)]
-    if not deadlock_free(lowered.algorithm):
-        # partners of halving-doubling exchanging long steps can fill each other's FIFOs
-        # once the runtimes cut steps into pieces (on 128 x 8 A100); rings move one chunk at a time
-        rings = hierarchical_plan(topology, algorithm=RING, name="blueconnect")
-        notes = [describe(rings), f"{describe(plan)} would deadlock with steps cut into the runtimes' pieces: "
-                                  "ring stages instead"]
-        lowered = lower_blueconnect(topology, rings, "blueconnect-allreduce")
-    return SynthesisResult.from_lowered("blueconnect", request, lowered, notes)
-
-
-def synth_hierarchical(request: SynthesisRequest) -> SynthesisResult:
-    """The two-level baseline: reduce-scatter inside each node, reduce-scatter and
-    all-gather across nodes between GPUs of equal local index, all-gather inside."""
-    from arborcc.errors import SynthesisError
-    from arborcc.synth.hosts import cluster_of
-    from arborcc.synth.lower_stages import hierarchical_plan, lower_blueconnect
-
-    try:  # on a cluster of equal hosts, its host-local routes and rails (fast at any size)
-        path = cluster_of(request.topology).path
-    except SynthesisError:
-        path = None
-    lowered = lower_blueconnect(request.topology, hierarchical_plan(request.topology, path=path),
-                                "hierarchical-allreduce", path=path)
-    return SynthesisResult.from_lowered("hierarchical", request, lowered,
-                                        ["reduce-scatter in each node, then across nodes, all-gather back"])
-
-
-def synth_three_phase(request: SynthesisRequest) -> SynthesisResult:
-    """Blink's multi-server all-reduce (section 3.5, Figure 10): per-server trees reduce
-    each partition into a local root, the roots all-reduce it across servers over
-    one-hop trees, and each root broadcasts it back over the server's trees."""
-    from arborcc.synth.three_phase import synth_three_phase as three_phase
-
-    tp = three_phase(request.topology, request.links)
-    return SynthesisResult.from_lowered("three-phase", request, tp.lowered, tp.notes, tp.trees, tp.counts)
-
-
-def synth_halving_doubling(request: SynthesisRequest) -> SynthesisResult:
-    """Recursive halving reduce-scatter + recursive doubling all-gather (Thakur,
-    Rabenseifner & Gropp; BlueConnect eq. 2) in rank order, from the algorithm library."""
-    from arborcc.errors import SynthesisError
-    from arborcc.library.halving_doubling import hd_allreduce
-    from arborcc.sim.bandwidth import steady_state_bandwidth
-
-    topology = request.topology
-    n = topology.num_ranks
-    if n & (n - 1):
-        raise SynthesisError(f"halving-doubling needs a power-of-two rank count, {topology.name} has {n}")
-    algo = hd_allreduce(n).algorithm
-    estimate = steady_state_bandwidth(algo, topology)
-    return SynthesisResult("halving-doubling", request.collective, algo, request.bound.algbw, estimate.algbw,
-                           chunks=algo.chunks_per_loop, notes=["recursive halving-doubling in rank order"])
-
-
-def synth_composed(request: SynthesisRequest) -> SynthesisResult:
-    """Clusters of equal hosts: per-host one-hop trees composed with balanced rail
-    schedules across the hosts (:mod:`.composed`); optimal when the inter-host cut is the
-    bottleneck, a few hundred steps per rank on 1024 GPUs."""
-    from arborcc.synth import composed as C
-    from arborcc.synth.hosts import cluster_of
-
-    cluster = cluster_of(request.topology)
-    collective, name = request.collective, f"composed-{request.collective}"
-    lower = getattr(C, f"lower_composed_{collective}")
-    args = (cluster, request.root, name) if collective in ("broadcast", "reduce", "gather", "scatter") \
-        else (cluster, name)
-    lowered = L.within_limits(lower, *args, dialect=request.dialect) if request.dialect else lower(*args)
-    return SynthesisResult.from_lowered("composed", request, lowered, [])

@@ -1,0 +1,281 @@
+"""DSL emission of the lowerings: schedules (weighted trees, rings) as chunk-DSL programs, compiled.
+
+Every strategy of :mod:`arborcc.synth` ends here: a schedule becomes a chunk-DSL
+program (GC3 section 3) and the compiler turns it into an Algorithm (which
+:func:`arborcc.synth.synthesis.synthesize` proves with the verifier before returning it).
+This module holds the pieces every lowering uses (:class:`Lowered`,
+:func:`lowering_program`, :func:`finish`, local copies, a block broadcast down or reduced
+up a tree) and one lowering per tree collective.
+
+Trees (Blink section 4.1): a chunk travels its tree breadth-first (broadcast,
+all-gather) or is reduced leaves-first towards the root (reduce, reduce-scatter), the
+blocks and their order as :mod:`.lower_blocks` works them out, the channels as
+:mod:`.lower_channels` plans them. :mod:`.lower_search` tries the versions of a
+lowering (rounds, fusion, spreads) until one fits the runtimes' limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from arborcc.errors import SynthesisError
+from arborcc.ir.limits import MAX_CHANNELS
+from arborcc.ir.model import Algorithm, Buffer
+from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, chunk, current_program
+from arborcc.library.ring import ring_allreduce_trip
+from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
+from arborcc.synth.lower_blocks import aligned_blocks, per_root_blocks, round_ranges, transfer_blocks, transfer_pieces
+from arborcc.synth.lower_channels import ChannelMap, balanced_copies, expand_copies, tree_channel_map
+from arborcc.synth.trees import Tree, breadth_first_hops, tree_children
+from arborcc.topology.model import Topology
+
+INPUT, OUTPUT = Buffer.INPUT, Buffer.OUTPUT
+
+
+@dataclass
+class Lowered:
+    """A verified algorithm, the device path of each connection, and its predicted algbw."""
+
+    algorithm: Algorithm
+    routes: dict[tuple[int, int, int], tuple[str, ...]]
+    chunks: int
+    estimate: BandwidthEstimate
+    notes: list[str] = field(default_factory=list)
+    #: (dialect, whether ``algorithm`` is within its runtime limits) where the version
+    #: search (:func:`~.lower_search.within_limits`) checked it, else None
+    limits: tuple[str, bool] | None = None
+
+
+def lowering_program(name: str, collective, topology: object, channels: ChannelMap, fuse: bool = True) -> Program:
+    """A DSL program for a lowering, with instruction fusion (``fuse``): a relay's receive
+    and the send forwarding it become one fused step on one thread block, which forwards
+    each piece as it arrives (GC3 section 4.2). Pinned channels (:class:`ChannelMap`)
+    are honoured: fusion joins only transfers on the same channel, and the compiler
+    undoes a fusion whose chain no thread block can carry. ``topology`` is what the
+    program checks its transfers against (see :class:`Program`)."""
+    return Program(name, collective, topology, instr_fusion=fuse)
+
+
+def finish(prog: Program, topology: Topology, channels: ChannelMap, chunks: int,
+           notes: Iterable[str] = ()) -> Lowered:
+    """Compile and estimate; :func:`arborcc.synth.synthesis.synthesize` verifies the
+    algorithm it returns (candidates that lose are not worth proving)."""
+    algo = prog.compile()
+    routes = channels.routes(algo)
+    return Lowered(algo, routes, chunks, steady_state_bandwidth(algo, topology, routes), list(notes))
+
+
+def local_copy(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int) -> None:
+    """Copy ``size`` chunks within a rank, in transfers of at most MAX_COUNT chunks."""
+    current_program().trace_copies(local_copies(rank, src, dst, size))
+
+
+def local_copies(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int) -> list[tuple]:
+    """:func:`local_copy`'s copies, as :meth:`arborcc.lang.Program.trace_copies` takes them."""
+    return [(rank, src[0], src[1] + first, rank, dst[0], dst[1] + first, n, -1) for first, n in transfer_pieces(0, size)]
+
+
+def broadcast_block(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int,
+                     channels: ChannelMap, tree: int = 0) -> None:
+    """Copy ``size`` chunks at ``src`` of the root down the tree into ``dst`` of every rank."""
+    current_program().trace_copies(broadcast_copies(root, kids, src, dst, size, channels, tree))
+
+
+def broadcast_copies(root: int, kids, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int,
+                     channels: ChannelMap, tree: int = 0) -> list[tuple]:
+    """:func:`broadcast_block`'s copies, as :meth:`arborcc.lang.Program.trace_copies` takes them."""
+    sb, si = src
+    db, di = dst
+    hops = channels.down_tree(root, kids, tree)
+    if sb is db and si == di:  # the root sends from where the others receive (all-gather)
+        return [(parent, db, di, child, db, di, size, ch) for parent, child, ch in hops]
+    return [(parent, sb, si, child, db, di, size, ch) if parent == root else (parent, db, di, child, db, di, size, ch)
+            for parent, child, ch in hops]
+
+
+def broadcast_blocks(blocks, chunks: int, channels: ChannelMap, buffer: Buffer = OUTPUT) -> list[tuple]:
+    """The per-root blocks of :func:`per_root_blocks` as
+    :meth:`arborcc.lang.Program.trace_broadcasts` takes them: each root's block of
+    ``size`` chunks at its shard's ``start`` sent down its tree within ``buffer`` (the
+    output of an all-gather, the input of an in-place all-reduce)."""
+    return [(channels.down_tree(r, kids, t), buffer, r * chunks + start, size) for r, kids, start, size, t in blocks]
+
+
+def reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc: Buffer,
+                  root_slot: tuple[Buffer, int] | None = None, tree: int = 0) -> None:
+    """Reduce ``size`` chunks at ``idx`` of every rank into the root, leaves first.
+
+    Inner ranks accumulate into their own ``(acc, idx)`` slots (copying their input
+    there first when ``acc`` is not the input); leaves send their input; the root
+    accumulates into ``root_slot`` when given (e.g. its output for reduce-scatter).
+    """
+    depth = {root: 0}
+    for parent, child, _ in breadth_first_hops(root, kids):
+        depth[child] = depth[parent] + 1
+    for v in sorted((v for v in kids if kids[v]), key=lambda v: (-depth[v], v)):
+        buf, i = root_slot if (v == root and root_slot) else (acc, idx)
+        if (buf, i) != (INPUT, idx):
+            local_copy(v, (INPUT, idx), (buf, i), size)
+        for child, path in kids[v]:
+            src = acc if kids.get(child) else INPUT
+            chunk(v, buf, i, size).reduce(chunk(child, src, idx, size),
+                                          ch=channels.channel(child, v, tuple(reversed(path)), tree))
+
+
+def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
+                    spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
+    """Out-trees from one root; ``counts[t]`` chunks on tree t."""
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
+    chunks, channels = sum(counts), tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
+    root = index[trees[0].root]
+    shapes = [tree_children(t, index)[1] for t in trees]
+    with lowering_program(name, Broadcast(topology.num_ranks, chunks, root=root), topology, channels, fuse) as prog:
+        local_copy(root, (INPUT, 0), (OUTPUT, 0), chunks)
+        for t, start, size in transfer_blocks(counts, rounds):
+            broadcast_block(root, shapes[t], (INPUT, start), (OUTPUT, start), size, channels, t)
+    return finish(prog, topology, channels, chunks)
+
+
+def lower_reduce(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
+                 spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
+    """In-trees into one root; inner ranks accumulate in their (unconstrained) output."""
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
+    chunks, channels = sum(counts), tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
+    root = index[trees[0].root]
+    shapes = [tree_children(t, index)[1] for t in trees]
+    with lowering_program(name, Reduce(topology.num_ranks, chunks, root=root), topology, channels, fuse) as prog:
+        for t, start, size in transfer_blocks(counts, rounds):
+            reduce_block(root, shapes[t], start, size, channels, OUTPUT, tree=t)
+    return finish(prog, topology, channels, chunks)
+
+
+def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
+                    spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
+    """One set of out-trees per root (ForestColl); each root's shard split over its trees.
+
+    A root copies its shard into its own block of the output round by round and its
+    trees send from there, each round once its copy is done: in an in-place call (the
+    input is that block) the copy then writes each chunk before any send reads it,
+    where sends from the input would race with the copy writing the same slots. The
+    shard is laid out round after round (``round_major``), so the first round waits
+    only for its own copy, not for the whole shard's."""
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
+    blocks, chunks = per_root_blocks(topology, trees, counts, rounds, round_major=True)
+    channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    root_counts: dict[int, list[int]] = {}
+    for t, c in zip(trees, counts):
+        root_counts.setdefault(index[t.root], []).append(c)
+    copies = []
+    for r in range(topology.num_ranks):
+        for start, size in round_ranges(root_counts[r], rounds):
+            copies += local_copies(r, (INPUT, start), (OUTPUT, r * chunks + start), size)
+    with lowering_program(name, AllGather(topology.num_ranks, chunks), topology, channels, fuse) as prog:
+        prog.trace_copies(copies)
+        prog.trace_broadcasts(broadcast_blocks(blocks, chunks, channels))
+    return finish(prog, topology, channels, chunks)
+
+
+def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
+                        spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
+    """One set of in-trees per root; partial sums accumulate in the input, as GC3's own
+    reduce-scatter programs do; the root reduces into its output."""
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
+    blocks, chunks = per_root_blocks(topology, trees, counts, rounds)
+    channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
+    with lowering_program(name, ReduceScatter(topology.num_ranks, chunks), topology, channels, fuse) as prog:
+        for r, kids, start, size, t in blocks:
+            reduce_block(r, kids, r * chunks + start, size, channels, INPUT, (OUTPUT, start), t)
+    return finish(prog, topology, channels, chunks)
+
+
+def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
+                          spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
+    """All-reduce = reduce-scatter on the reversed per-root trees + all-gather on the
+    per-root out-trees (``trees`` are the out-trees), in place."""
+    if not spread:
+        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts, both_ways=True))
+    blocks, chunks = per_root_blocks(topology, trees, counts, rounds)
+    n, channels = topology.num_ranks, tree_channel_map(topology, trees, spread, True, counts, rounds)
+    with lowering_program(name, AllReduce(n, n * chunks, inplace=True), topology, channels, fuse) as prog:
+        for r, kids, start, size, t in blocks:
+            reduce_block(r, kids, r * chunks + start, size, channels, INPUT, tree=t)
+        prog.trace_broadcasts(broadcast_blocks(blocks, chunks, channels, INPUT))
+    return finish(prog, topology, channels, chunks)
+
+
+def lower_allreduce_trees(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
+                          spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
+    """All-reduce as reduce + broadcast over each tree (Blink section 3.3; MXNet's trees):
+    a block is reduced up its tree into the root and broadcast back down, in place."""
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    chunks, channels = sum(counts), tree_channel_map(topology, trees, spread, True, counts, rounds)
+    shapes = [tree_children(t, index) for t in trees]
+    with lowering_program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels, fuse) as prog:
+        blocks = transfer_blocks(counts, rounds)
+        for t, start, size in blocks:
+            root, kids = shapes[t]
+            reduce_block(root, kids, start, size, channels, INPUT, tree=t)
+        for t, start, size in blocks:
+            root, kids = shapes[t]
+            broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels, t)
+    return finish(prog, topology, channels, chunks)
+
+
+def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[tuple[Tree, int]],
+                                     broadcast_trees: Sequence[tuple[Tree, int]], name: str,
+                                     spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
+    """All-reduce through one root with separate reduce and broadcast trees: the buffer
+    (``sum`` of either side's chunk counts) is reduced along the in-trees, then
+    broadcast along the out-trees (Blink section 3.3 with the link split of
+    :func:`arborcc.synth.bounds.tree_allreduce_split`), in place."""
+    index = {g: i for i, g in enumerate(topology.ranks)}
+    chunks = sum(c for _, c in reduce_trees)
+    if chunks != sum(c for _, c in broadcast_trees):
+        raise SynthesisError("reduce and broadcast trees must carry the same number of chunks")
+    if not spread:
+        both = list(reduce_trees) + list(broadcast_trees)
+        copies = balanced_copies(topology, [t for t, _ in both], [c for _, c in both])
+        cut = len(reduce_trees)
+        reduce_trees = list(zip(*expand_copies(*zip(*reduce_trees), copies[:cut])))
+        broadcast_trees = list(zip(*expand_copies(*zip(*broadcast_trees), copies[cut:])))
+    trees = [t for t, _ in reduce_trees] + [t for t, _ in broadcast_trees]
+    counts = [c for _, c in list(reduce_trees) + list(broadcast_trees)]
+    channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
+    with lowering_program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels, fuse) as prog:
+        reduces, broadcasts = aligned_blocks([c for _, c in reduce_trees], [c for _, c in broadcast_trees], rounds)
+        for t, start, size in reduces:
+            root, kids = tree_children(reduce_trees[t][0], index)
+            reduce_block(root, kids, start, size, channels, INPUT, tree=t)
+        offset = len(reduce_trees)
+        for t, start, size in broadcasts:
+            root, kids = tree_children(broadcast_trees[t][0], index)
+            broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels, offset + t)
+    return finish(prog, topology, channels, chunks)
+
+
+def lower_ring_allreduce(topology: Topology, rings: Sequence[Sequence[int]],
+                         hops: Sequence[Sequence[tuple[str, ...]]] | None, name: str) -> Lowered:
+    """Ring all-reduce (reduce-scatter then all-gather around each ring), the data split
+    equally over the rings; ring k uses channel k and the paths ``hops[k]``."""
+    n = topology.num_ranks
+    if len(rings) > MAX_CHANNELS:
+        raise SynthesisError(f"{len(rings)} rings exceed MSCCL's {MAX_CHANNELS} channels")
+    routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
+    with Program(name, AllReduce(n, n * len(rings), inplace=True), topology) as prog:
+        for k, ring in enumerate(rings):
+            for i in range(n):
+                a, b = ring[i], ring[(i + 1) % n]
+                routes[(a, b, k)] = (hops[k][i] if hops else
+                                     topology.route(topology.ranks[a], topology.ranks[b]).path)
+            for i in range(n):
+                ring_allreduce_trip(ring, i, k * n + i, k)
+    algo = prog.compile()
+    return Lowered(algo, routes, n * len(rings), steady_state_bandwidth(algo, topology, routes))

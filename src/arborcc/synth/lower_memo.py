@@ -1,0 +1,34 @@
+"""What one search for a version within the limits keeps (call-scoped).
+
+:func:`arborcc.synth.lower_search.within_limits` lowers one schedule in many versions
+(rounds, fusion, spreads); the versions ask the channel planning
+(:mod:`.lower_channels`) and the block arithmetic (:mod:`.lower_blocks`) the same
+questions again, so the answers are kept for the versions of that one call
+(:func:`one_search`), not from one synthesis to the next.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from arborcc.ir.memo import CallMemo
+
+#: :func:`~.lower_channels.heavy_trees_apart`'s answers by (ranks, trees, counts, both
+#: ways, rounds), within one search (its versions ask again with other fusion and spreads)
+APART: dict[tuple, list[int] | None] = {}
+#: answers kept inside one search (its versions ask again): :func:`~.lower_channels.tree_colours`
+#: by the identities of its trees (the copies :func:`~.lower_channels.balanced_copies` tries are
+#: coloured again by :func:`~.lower_channels.tree_channel_map`), per tree object its rank pairs
+#: and thread blocks (:func:`~.lower_channels.tree_pair_ids`,
+#: :func:`~.lower_channels.tree_rank_threadblocks`), :func:`~.lower_blocks.transfer_blocks` by
+#: its arguments (a root's blocks and its rounds' ranges ask for the same)
+KEPT = CallMemo()
+
+
+@contextmanager
+def one_search() -> Iterator[None]:
+    """Keep answers for the versions of one :func:`~arborcc.synth.lower_search.within_limits` call."""
+    APART.clear()  # kept across this call's versions only, not from one synthesis to the next
+    with KEPT.active():
+        yield
