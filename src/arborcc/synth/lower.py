@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 from arborcc.errors import SynthesisError
 from arborcc.ir.limits import DIALECTS, MAX_CHANNELS
-from arborcc.ir.memo import CallMemo
+from arborcc.memo import CallMemo
 from arborcc.ir.model import Algorithm, Buffer
 from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, chunk, current_program
 from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
@@ -182,12 +182,12 @@ def tree_channel_map(topology: Topology, trees: Sequence[Tree], spread: int = 0,
     colour = own_colours(topology, trees, both_ways)
     if colour is None:
         if counts:
-            key = (tuple(topology.ranks), tuple(trees), tuple(counts), both_ways, rounds)
-            if key not in _APART:  # the variants of within_limits ask again with other fusion
-                if len(_APART) > 16:
-                    _APART.clear()
-                _APART[key] = heavy_trees_apart(topology, trees, counts, both_ways, rounds)
-            colour = _APART[key]
+            key = ("apart", tuple(trees), tuple(counts), both_ways, rounds)
+            known = _KEPT.get_for(topology, key)  # the variants of within_limits ask again with other fusion
+            if known is None:
+                known = (heavy_trees_apart(topology, trees, counts, both_ways, rounds),)  # None is an answer
+                _KEPT.put_for(topology, known, key)
+            colour = known[0]
         if colour is None:
             return ChannelMap(hops)  # the compiler's choice; the spreads are the next variants
     return ChannelMap(hops, tree_channels=colour)
@@ -209,9 +209,6 @@ def shared_channel_load(topology: Topology, trees: Sequence[Tree], both_ways: bo
     return [max(len(sends[r]), len(recvs[r])) for r in range(n)], max(use.values(), default=0)
 
 
-#: heavy_trees_apart's answers by (ranks, trees, counts, both ways, rounds), within one
-#: :func:`within_limits` call (its versions ask again with other fusion and spreads)
-_APART: dict[tuple, list[int] | None] = {}
 #: the share of the runtimes' thread blocks and steps per thread block the estimates of
 #: :func:`heavy_trees_apart` may fill (they count a little short of what compiles)
 ESTIMATE_HEADROOM = 0.9, 0.75
@@ -277,19 +274,21 @@ def heavy_trees_apart(topology: Topology, trees: Sequence[Tree], counts: Sequenc
 #: by the identities of its trees (the copies :func:`balanced_copies` tries are coloured
 #: again by :func:`tree_channel_map`), per tree object its rank pairs and thread blocks
 #: (:func:`tree_pair_ids`, :func:`tree_rank_threadblocks`), :func:`transfer_blocks` by
-#: its arguments (a root's blocks and its rounds' ranges ask for the same)
-_KEPT = CallMemo()
+#: its arguments (a root's blocks and its rounds' ranges ask for the same),
+#: :func:`heavy_trees_apart` per topology object and its arguments (the versions ask
+#: again with other fusion and spreads)
+_KEPT = CallMemo("synth.lower.kept", opened_by="within_limits (every lowering's version search)",
+                 purpose="tree colours, rank pairs, thread blocks, transfer blocks, heavy trees apart")
 
 
 def tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
     """Per tree, the lowest channel no earlier tree sharing a rank pair with it (either
     way) has (:func:`tree_channel_map`)."""
-    key = (id(topology), *map(id, trees))
-    known = _KEPT.get(key)
-    if known is not None and known[0] is topology and all(a is b for a, b in zip(known[1], trees)):
-        return list(known[2])
+    known = _KEPT.get_for_each((topology, *trees), "colours")
+    if known is not None:
+        return list(known)
     colour = _tree_colours(topology, trees)
-    _KEPT.put(key, (topology, tuple(trees), tuple(colour)))
+    _KEPT.put_for_each((topology, *trees), tuple(colour), "colours")
     return colour
 
 
@@ -816,7 +815,6 @@ def within_limits(lower, *args, dialect: str = "executor") -> Lowered:
     DGX-1V allocation tried, no doubling cut it by more while over the limit); and
     the unfused version is not built when the fused one fused nothing (they are the
     same program)."""
-    _APART.clear()  # kept across this call's versions only, not from one synthesis to the next
     with _KEPT.active():
         return _search_versions(lower, args, dialect)
 
