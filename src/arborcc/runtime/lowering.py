@@ -19,12 +19,12 @@ so any count works, as NCCL handles counts that do not divide.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from arborcc.errors import InputError
 from arborcc.ir.aliasing import Mode, declared_modes, rank_layout
 from arborcc.ir.collectives import RANK_MULTIPLIED, call_blocks, has_signature, signature
 from arborcc.ir.model import Algorithm, Buffer, Op
+from arborcc.memo import BoundedCache
 
 CALL_BUFFER = {Buffer.INPUT: 0, Buffer.OUTPUT: 1, Buffer.SCRATCH: 2}
 STEP_CODE = {Op.SEND: 0, Op.RECV: 1, Op.REDUCE: 2, Op.COPY: 3, Op.RECV_REDUCE_COPY: 4, Op.RECV_REDUCE_SEND: 5,
@@ -144,10 +144,23 @@ def algorithm_call(algo: Algorithm, rank: int, send_elements: int, item_bytes: i
     return count, mode
 
 
-@lru_cache(maxsize=1024)
+#: :func:`in_place_alias`'s answers (wrapped: None is one), by argument list
+_ALIASES = BoundedCache("runtime.lowering.aliases", 1024, purpose="in-place aliases by collective, ranks, rank, root")
+
+
 def in_place_alias(collective: str, num_ranks: int, rank: int, root: int) -> tuple[str, int] | None:
     """How the collective's signature places a rank's in-place buffers: ``(alias, offset in
     rank blocks)``, None when it has no signature (``custom``). Cached: calls ask per call."""
+    key = (collective, num_ranks, rank, root)
+    known = _ALIASES.get(key)
+    if known is None:
+        known = (_signature_alias(collective, num_ranks, rank, root),)
+        _ALIASES.put(key, known)
+    return known[0]
+
+
+def _signature_alias(collective: str, num_ranks: int, rank: int, root: int) -> tuple[str, int] | None:
+    """:func:`in_place_alias`, computed."""
     per_loop = num_ranks if collective in RANK_MULTIPLIED else 1  # one chunk per rank block
     if not has_signature(collective, num_ranks, per_loop):
         return None

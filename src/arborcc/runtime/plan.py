@@ -36,6 +36,7 @@ from arborcc.ir.aliasing import Mode, declared_modes
 from arborcc.ir.collectives import RANK_MULTIPLIED, ROOTED
 from arborcc.ir.load import load_algorithm
 from arborcc.ir.model import Algorithm
+from arborcc.memo import BoundedCache
 from arborcc.runtime.direct import direct_algorithm
 
 #: all-reduce sizes (bytes) below which the default plan runs the one-shot algorithm
@@ -49,20 +50,22 @@ DEFAULT_STAGED_BYTES = 1 << 20
 #: owner all-reduce would run staged (staged, it wins from here: docs/runtime.md)
 DEFAULT_STAGED_SMALL_BYTES = 64 * 1024
 
-_VERIFIED: dict[int, tuple[Algorithm, bool]] = {}
+#: the most algorithm objects whose verdict :func:`require_verified` keeps (a communicator
+#: verifies each algorithm it runs once; the least recently used are verified again)
+VERIFIED_ALGORITHMS = 256
+_VERIFIED = BoundedCache("runtime.plan.verified", VERIFIED_ALGORITHMS, purpose="verifier verdicts by algorithm object")
 
 
 def require_verified(algo: Algorithm, source: str | None = None) -> Algorithm:
-    """``algo`` if the verifier proves it correct, else VerificationError (cached per object)."""
+    """``algo`` if the verifier proves it correct, else VerificationError (the verdict kept
+    per object for the last :data:`VERIFIED_ALGORITHMS` algorithms)."""
     from arborcc.verify import verify_algorithm
 
-    cached = _VERIFIED.get(id(algo))
-    if cached is not None and cached[0] is algo:
-        ok = cached[1]
-    else:
+    ok = _VERIFIED.get_for(algo)
+    if ok is None:
         report = verify_algorithm(algo)
         ok = report.ok
-        _VERIFIED[id(algo)] = (algo, ok)
+        _VERIFIED.put_for(algo, ok)
         if not ok:
             first = report.violations[0] if report.violations else "not correct"
             raise VerificationError(f"{source or algo.name}: refused to run an algorithm that does not verify: {first}")
