@@ -159,6 +159,14 @@ class BoundedCache(Cache):
             raise TypeError(f"cache {self.name} holds objects weakly: use put_for")
         self._store(key, value)
 
+    def get_for(self, obj: object, key: Hashable = ()) -> Any:
+        # get_for_each((obj,), key) without its generality: routes are asked for per hop
+        hit = self._lookup(((id(obj),), key))
+        if hit is None:
+            return None
+        kept = hit[0][0]() if self.weak else hit[0][0]
+        return hit[1] if kept is obj else None
+
     def get_for_each(self, objs: Sequence[object], key: Hashable = ()) -> Any:
         if not self.weak:
             return super().get_for_each(objs, key)
