@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from operator import attrgetter
 
-from arborcc.ir.memo import CallMemo
+from arborcc.memo import CallMemo
 from arborcc.ir.model import Algorithm, Op
 from arborcc.ir.report import Violation
 
@@ -119,13 +119,14 @@ def dialect_limits(dialect: str) -> DialectLimits:
 
 #: inside :func:`remembering_limits`: the answers of :func:`check_dialect_limits` per
 #: algorithm object, dialect and max_per_rule
-_remembered = CallMemo()
+_remembered = CallMemo("ir.limits.violations", opened_by="synthesize (remembering_limits)",
+                       purpose="check_dialect_limits per algorithm object, dialect and max_per_rule")
 
 
 def remembering_limits() -> AbstractContextManager[None]:
     """Within the block, :func:`check_dialect_limits` answers each algorithm object once
     (a generator's candidate check, the strategy cascade and the verifier ask about the
-    same algorithm; ``synthesize`` wraps its work in this; :mod:`arborcc.ir.memo`)."""
+    same algorithm; ``synthesize`` wraps its work in this; :mod:`arborcc.memo`)."""
     return _remembered.active()
 
 

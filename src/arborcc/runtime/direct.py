@@ -13,10 +13,9 @@ rank ends with bit-identical results, as data-parallel training needs.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, RankProgram, Step, ThreadBlock
 from arborcc.lang import AllGather, AllReduce, AllToAll, Broadcast, Gather, Program, Reduce, Scatter, chunk
+from arborcc.memo import BoundedCache
 
 IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 
@@ -97,15 +96,30 @@ def _scatter(n: int, inplace: bool, root: int) -> None:
             chunk(root, IN, r).copy(r, OUT, 0)
 
 
-@lru_cache(maxsize=256)
+#: the direct algorithms built, by argument list (a communicator asks per call, and the
+#: plan recognises the ones it selected by identity)
+_BUILT = BoundedCache("runtime.direct.algorithms", 256, purpose="direct algorithms by argument list")
+
+
 def direct_algorithm(collective: str, num_ranks: int, inplace: bool, root: int = 0,
                      owner: bool = False) -> Algorithm:
-    """The direct algorithm of ``collective`` on ``num_ranks`` ranks.
+    """The direct algorithm of ``collective`` on ``num_ranks`` ranks (the same object for
+    the same arguments while it is among the last 256 built).
 
     One chunk per rank block, except ``owner=True`` for all-reduce: ``num_ranks`` chunks,
     rank r reduces chunk r and sends it to all (reduce-scatter + all-gather, every byte
     reduced once); without it every rank reduces everything (one-shot, one step).
     """
+    key = (collective, num_ranks, inplace, root, owner)
+    algo = _BUILT.get(key)
+    if algo is None:
+        algo = _build_direct(collective, num_ranks, inplace, root, owner)
+        _BUILT.put(key, algo)
+    return algo
+
+
+def _build_direct(collective: str, num_ranks: int, inplace: bool, root: int, owner: bool) -> Algorithm:
+    """:func:`direct_algorithm`, built."""
     n, ip = num_ranks, inplace
     tag = "inplace" if ip else "outofplace"
     if collective == "allreduce" and owner:

@@ -19,7 +19,6 @@ so any count works, as NCCL handles counts that do not divide.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from arborcc.errors import InputError
 from arborcc.ir.aliasing import Mode, declared_modes, rank_layout
@@ -27,6 +26,7 @@ from arborcc.ir.collectives import RANK_MULTIPLIED, call_blocks, has_signature, 
 from arborcc.ir.model import Algorithm, Buffer
 from arborcc.ir.steps import check_native_step_codes
 import arborcc.runtime.native as native
+from arborcc.memo import BoundedCache
 
 CALL_BUFFER = {Buffer.INPUT: 0, Buffer.OUTPUT: 1, Buffer.SCRATCH: 2}
 check_native_step_codes(native)  # the data plane reads the step codes lowered here
@@ -146,10 +146,23 @@ def algorithm_call(algo: Algorithm, rank: int, send_elements: int, item_bytes: i
     return count, mode
 
 
-@lru_cache(maxsize=1024)
+#: :func:`in_place_alias`'s answers (wrapped: None is one), by argument list
+_ALIASES = BoundedCache("runtime.lowering.aliases", 1024, purpose="in-place aliases by collective, ranks, rank, root")
+
+
 def in_place_alias(collective: str, num_ranks: int, rank: int, root: int) -> tuple[str, int] | None:
     """How the collective's signature places a rank's in-place buffers: ``(alias, offset in
     rank blocks)``, None when it has no signature (``custom``). Cached: calls ask per call."""
+    key = (collective, num_ranks, rank, root)
+    known = _ALIASES.get(key)
+    if known is None:
+        known = (_signature_alias(collective, num_ranks, rank, root),)
+        _ALIASES.put(key, known)
+    return known[0]
+
+
+def _signature_alias(collective: str, num_ranks: int, rank: int, root: int) -> tuple[str, int] | None:
+    """:func:`in_place_alias`, computed."""
     per_loop = num_ranks if collective in RANK_MULTIPLIED else 1  # one chunk per rank block
     if not has_signature(collective, num_ranks, per_loop):
         return None

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 from arborcc.errors import InputError, VerificationError
@@ -43,6 +42,7 @@ from arborcc.ir.aliasing import Mode, declared_modes
 from arborcc.ir.collectives import RANK_MULTIPLIED, ROOTED
 from arborcc.ir.load import load_algorithm
 from arborcc.ir.model import Algorithm
+from arborcc.memo import BoundedCache
 from arborcc.runtime.direct import direct_algorithm
 
 #: all-reduce sizes (bytes) below which the default plan runs the one-shot algorithm
@@ -68,20 +68,22 @@ DEFAULT_STAGED_SMALL_BYTES = 64 * 1024
 #: attach), which beats the staged path's two (2 ranks, 16 KB blocks: 10.1 against 5.9 us)
 DEFAULT_STAGED_GATHER_BLOCK_BYTES = 16 * 1024
 
-_VERIFIED: dict[int, tuple[Algorithm, bool]] = {}
+#: the most algorithm objects whose verdict :func:`require_verified` keeps (a communicator
+#: verifies each algorithm it runs once; the least recently used are verified again)
+VERIFIED_ALGORITHMS = 256
+_VERIFIED = BoundedCache("runtime.plan.verified", VERIFIED_ALGORITHMS, purpose="verifier verdicts by algorithm object")
 
 
 def require_verified(algo: Algorithm, source: str | None = None) -> Algorithm:
-    """``algo`` if the verifier proves it correct, else VerificationError (cached per object)."""
+    """``algo`` if the verifier proves it correct, else VerificationError (the verdict kept
+    per object for the last :data:`VERIFIED_ALGORITHMS` algorithms)."""
     from arborcc.verify import verify_algorithm
 
-    cached = _VERIFIED.get(id(algo))
-    if cached is not None and cached[0] is algo:
-        ok = cached[1]
-    else:
+    ok = _VERIFIED.get_for(algo)
+    if ok is None:
         report = verify_algorithm(algo)
         ok = report.ok
-        _VERIFIED[id(algo)] = (algo, ok)
+        _VERIFIED.put_for(algo, ok)
         if not ok:
             first = report.violations[0] if report.violations else "not correct"
             raise VerificationError(f"{source or algo.name}: refused to run an algorithm that does not verify: {first}")
@@ -342,9 +344,22 @@ def layout_choice(collective: str, mode: Mode, size: int, staged_bytes: int, sma
                   f"from max(small_bytes={small_bytes}, staged_bytes={staged_bytes} + 1)")
 
 
-@lru_cache(maxsize=64)
+#: the hierarchical all-reduces built (and verified), by rank groups and mode
+_HIERARCHICAL = BoundedCache("runtime.plan.hierarchical", 64, purpose="verified hierarchical all-reduces by groups and mode")
+
+
 def hierarchical_algorithm(groups: RankGroups, inplace: bool) -> Algorithm:
-    """The hierarchical all-reduce over ``groups`` (verified once)."""
+    """The hierarchical all-reduce over ``groups`` (built and verified once; the last 64 kept)."""
+    key = (groups, inplace)
+    algo = _HIERARCHICAL.get(key)
+    if algo is None:
+        algo = _build_hierarchical(groups, inplace)
+        _HIERARCHICAL.put(key, algo)
+    return algo
+
+
+def _build_hierarchical(groups: RankGroups, inplace: bool) -> Algorithm:
+    """:func:`hierarchical_algorithm`, built and verified."""
     from arborcc.library.hierarchical import hierarchical_allreduce
 
     n, g = hierarchy(groups)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 from arborcc.collector import collector_paused
 from arborcc.errors import VerificationError
+from arborcc.memo import BoundedCache
 from arborcc.sim.fairshare import FairShare
 from arborcc.sim.program import COPY, RECV, REDUCE, SEND, CompiledAlgorithm
 from arborcc.sim.uncontended import MIN_STEPS, run_uncontended
@@ -66,11 +67,12 @@ UNSETTLED_REACH = 16
 #: iterations 4.2 s), so the probes, about twice the longest, stay near 3 s; uncontended
 #: ones are about 40x cheaper
 MAX_PROBED_STEPS = 1 << 16
-#: runs simulated so far, by everything a run depends on but its iteration count
-_RUNS: dict[tuple, tuple] = {}
-#: (program, N) by everything a run depends on but its slice and iteration count: the
-#: program's period estimates did not settle when probed for N iterations
-_UNSETTLED: dict[tuple, tuple] = {}
+#: runs simulated so far (iteration count -> result) per program object, by everything
+#: else a run depends on; kept across calls (a sweep over sizes asks for the same probes)
+_RUNS = BoundedCache("sim.engine.runs", 64, purpose="simulated runs by program and setup, per iteration count")
+#: N per program object, by everything a run depends on but its slice and iteration
+#: count: the program's period estimates did not settle when probed for N iterations
+_UNSETTLED = BoundedCache("sim.engine.unsettled", 64, purpose="iterations at which a program's period did not settle")
 
 
 @dataclass
@@ -186,9 +188,8 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
         return simulated(iters)
     longest = probe_limit(prog, window)
     bounded = whole_up_to is not None and iters > max(whole_up_to, longest)
-    unsettled = _UNSETTLED.get(family)
-    if (not bounded and unsettled is not None and unsettled[0] is prog
-            and iters <= UNSETTLED_REACH * unsettled[1]):
+    unsettled = _UNSETTLED.get_for(prog, family)
+    if not bounded and unsettled is not None and iters <= UNSETTLED_REACH * unsettled:
         return simulated(iters)
     probes = [simulated(window)]
     spent, estimates = window, []
@@ -200,9 +201,7 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
             recent = estimates[-3:]
             return _extrapolate(probes[-1], max(recent), iters, max(recent) - min(recent))
         if len(estimates) >= 3 and max(estimates[-3:]) - min(estimates[-3:]) > EXACTLY * estimates[-1]:
-            _UNSETTLED[family] = (prog, iters)
-            if len(_UNSETTLED) > 64:
-                _UNSETTLED.pop(next(iter(_UNSETTLED)))
+            _UNSETTLED.put_for(prog, iters, family)
         return simulated(iters)
 
     while True:
@@ -251,12 +250,11 @@ def _runs_of(prog: CompiledAlgorithm, setup: RunSetup, tile: float, family: tupl
     """The runs already simulated with everything but the iteration count equal (a sweep
     over sizes with the same slices asks for the same probes again)."""
     key = (tile, *family)
-    entry = _RUNS.get(key)
-    if entry is None or entry[0] is not prog:
-        entry = _RUNS[key] = (prog, {})
-        if len(_RUNS) > 64:
-            _RUNS.pop(next(iter(_RUNS)))
-    return entry[1]
+    done = _RUNS.get_for(prog, key)
+    if done is None:
+        done = {}
+        _RUNS.put_for(prog, done, key)
+    return done
 
 
 def forget_runs() -> None:

@@ -3,7 +3,8 @@ their steps as plain lists, connections with the links their transfers cross.
 
 Built once per (algorithm, topology, routes) and reused for every size, protocol and
 parameter set; :func:`compile_algorithm` keeps the last few in a small cache keyed by
-object identity, which is what makes a sweep over sizes cheap.
+the identities of the algorithm, topology and routes (:class:`arborcc.memo.BoundedCache`),
+which is what makes a sweep over sizes cheap.
 
 A connection is (sender rank, receiver rank, channel): MSCCL gives it exactly one
 sending and one receiving thread block, and its k-th send is the k-th receive. The
@@ -12,18 +13,18 @@ route is the one the strategy chose (``routes``) or :meth:`Topology.route`.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Mapping
 
 from arborcc.collector import collector_paused
 from arborcc.errors import VerificationError
 from arborcc.ir.model import Algorithm, Op
+from arborcc.memo import BoundedCache
 from arborcc.topology.model import LinkKind, Topology
 
 RECV, SEND, REDUCE, COPY = 1, 2, 4, 8
-_CACHE: "OrderedDict[tuple, CompiledAlgorithm]" = OrderedDict()
-_CACHE_SIZE = 16
+#: the flat forms built last, by the identities of algorithm, topology and routes
+_COMPILED = BoundedCache("sim.program.compiled", 16, purpose="flat forms by algorithm, topology and routes objects")
 
 
 def op_flags(op: Op) -> int:
@@ -76,16 +77,12 @@ class CompiledAlgorithm:
 def compile_algorithm(algo: Algorithm, topology: Topology,
                       routes: Mapping[tuple[int, int, int], tuple[str, ...]] | None = None) -> CompiledAlgorithm:
     """The flat form of ``algo`` on ``topology`` (cached by identity, see module doc)."""
-    key = (id(algo), id(topology), id(routes))
-    hit = _CACHE.get(key)
-    if hit is not None and hit.algorithm is algo and hit.topology is topology:
-        _CACHE.move_to_end(key)
+    hit = _COMPILED.get_for_each((algo, topology, routes))
+    if hit is not None:
         return hit
     with collector_paused():  # a list entry per step, millions on large rings: see nccl_ring
         compiled = _compile(algo, topology, routes or {})
-    _CACHE[key] = compiled
-    if len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
+    _COMPILED.put_for_each((algo, topology, routes), compiled)
     return compiled
 
 

@@ -37,6 +37,7 @@ from typing import Callable, Iterable, Sequence, Union
 import numpy as np
 
 from arborcc.errors import SolverLimitError, SynthesisError
+from arborcc.memo import BoundedCache
 from arborcc.synth.symmetry import Orbits, graph_orbits, load_igraph
 from arborcc.topology.model import Link, LinkKind, Topology
 
@@ -135,10 +136,10 @@ class FlowGraph:
         return members[self.src] & ~members[self.dst]
 
 
-#: the last few graphs built from a named link selection, most recent first: the
-#: bound, the connectivity check and the strategies of one synthesis share one graph
-#: (and so its orbits); topologies are immutable, so the same object has the same graph
-_RECENT_GRAPHS: list[tuple[Topology, str, "FlowGraph"]] = []
+#: the last few graphs built from a named link selection, by topology object and
+#: selection: the bound, the connectivity check and the strategies of one synthesis share
+#: one graph (and so its orbits); topologies are immutable, so the same object has the same graph
+_RECENT_GRAPHS = BoundedCache("synth.flowgraph.graphs", 4, purpose="flow graphs by topology object and link selection")
 
 
 def flow_graph(topology: Topology, links: LinkSelector = "all") -> FlowGraph:
@@ -150,13 +151,12 @@ def flow_graph(topology: Topology, links: LinkSelector = "all") -> FlowGraph:
     and link selection (do not modify its arrays).
     """
     if isinstance(links, str):
-        for t, selection, g in _RECENT_GRAPHS:
-            if t is topology and selection == links:
-                return g
+        g = _RECENT_GRAPHS.get_for(topology, links)
+        if g is not None:
+            return g
     g = _build_flow_graph(topology, links)
     if isinstance(links, str):
-        _RECENT_GRAPHS.insert(0, (topology, links, g))
-        del _RECENT_GRAPHS[4:]
+        _RECENT_GRAPHS.put_for(topology, g, links)
     return g
 
 

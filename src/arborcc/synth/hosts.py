@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import deque
 
 from arborcc.errors import SynthesisError, TopologyError
+from arborcc.memo import BoundedCache
 from arborcc.topology.model import DeviceKind, Topology, TopologyBuilder
 
 
@@ -229,18 +230,16 @@ class Cluster:
             raise SynthesisError(f"{self.topology.name}: no route from {a} to {b} inside its host") from None
 
 
-#: the last few clusters built, most recent first: the bound and the strategies of one
+#: the last few clusters built, by topology object: the bound and the strategies of one
 #: synthesis share one :class:`Cluster` and so its cached paths
-_RECENT_CLUSTERS: list[tuple[Topology, Cluster]] = []
+_RECENT_CLUSTERS = BoundedCache("synth.hosts.clusters", 4, purpose="Cluster views by topology object")
 
 
 def cluster_of(topology: Topology) -> Cluster:
     """The :class:`Cluster` view of ``topology`` (shared by the callers that pass the same
     topology object, which is immutable); raises as :class:`Cluster` does."""
-    for t, cluster in _RECENT_CLUSTERS:
-        if t is topology:
-            return cluster
-    cluster = Cluster(topology)
-    _RECENT_CLUSTERS.insert(0, (topology, cluster))
-    del _RECENT_CLUSTERS[4:]
+    cluster = _RECENT_CLUSTERS.get_for(topology)
+    if cluster is None:
+        cluster = Cluster(topology)
+        _RECENT_CLUSTERS.put_for(topology, cluster)
     return cluster

@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 from arborcc.errors import SynthesisError
 from arborcc.ir.limits import DIALECTS, MAX_CHANNELS
 from arborcc.ir.model import Algorithm
-from arborcc.synth.lower_memo import APART, KEPT
+from arborcc.synth.lower_memo import KEPT
 from arborcc.synth.trees import Tree, breadth_first_hops
 from arborcc.topology.model import DeviceKind, Topology
 
@@ -156,12 +156,12 @@ def tree_channel_map(topology: Topology, trees: Sequence[Tree], spread: int = 0,
     colour = own_colours(topology, trees, both_ways)
     if colour is None:
         if counts:
-            key = (tuple(topology.ranks), tuple(trees), tuple(counts), both_ways, rounds)
-            if key not in APART:  # the variants of within_limits ask again with other fusion
-                if len(APART) > 16:
-                    APART.clear()
-                APART[key] = heavy_trees_apart(topology, trees, counts, both_ways, rounds)
-            colour = APART[key]
+            key = ("apart", tuple(trees), tuple(counts), both_ways, rounds)
+            known = KEPT.get_for(topology, key)  # the variants of within_limits ask again with other fusion
+            if known is None:
+                known = (heavy_trees_apart(topology, trees, counts, both_ways, rounds),)  # None is an answer
+                KEPT.put_for(topology, known, key)
+            colour = known[0]
         if colour is None:
             return ChannelMap(hops)  # the compiler's choice; the spreads are the next variants
     return ChannelMap(hops, tree_channels=colour)
@@ -247,12 +247,11 @@ def heavy_trees_apart(topology: Topology, trees: Sequence[Tree], counts: Sequenc
 def tree_colours(topology: Topology, trees: Sequence[Tree]) -> list[int]:
     """Per tree, the lowest channel no earlier tree sharing a rank pair with it (either
     way) has (:func:`tree_channel_map`)."""
-    key = (id(topology), *map(id, trees))
-    known = KEPT.get(key)
-    if known is not None and known[0] is topology and all(a is b for a, b in zip(known[1], trees)):
-        return list(known[2])
+    known = KEPT.get_for_each((topology, *trees), "colours")
+    if known is not None:
+        return list(known)
     colour = _tree_colours(topology, trees)
-    KEPT.put(key, (topology, tuple(trees), tuple(colour)))
+    KEPT.put_for_each((topology, *trees), tuple(colour), "colours")
     return colour
 
 

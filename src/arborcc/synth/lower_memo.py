@@ -12,23 +12,22 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-from arborcc.ir.memo import CallMemo
+from arborcc.memo import CallMemo
 
-#: :func:`~.lower_channels.heavy_trees_apart`'s answers by (ranks, trees, counts, both
-#: ways, rounds), within one search (its versions ask again with other fusion and spreads)
-APART: dict[tuple, list[int] | None] = {}
 #: answers kept inside one search (its versions ask again): :func:`~.lower_channels.tree_colours`
 #: by the identities of its trees (the copies :func:`~.lower_channels.balanced_copies` tries are
 #: coloured again by :func:`~.lower_channels.tree_channel_map`), per tree object its rank pairs
 #: and thread blocks (:func:`~.lower_channels.tree_pair_ids`,
 #: :func:`~.lower_channels.tree_rank_threadblocks`), :func:`~.lower_blocks.transfer_blocks` by
-#: its arguments (a root's blocks and its rounds' ranges ask for the same)
-KEPT = CallMemo()
+#: its arguments (a root's blocks and its rounds' ranges ask for the same),
+#: :func:`~.lower_channels.heavy_trees_apart` per topology object and its arguments (the
+#: versions ask again with other fusion and spreads)
+KEPT = CallMemo("synth.lower.kept", opened_by="within_limits (every lowering's version search)",
+                purpose="tree colours, rank pairs, thread blocks, transfer blocks, heavy trees apart")
 
 
 @contextmanager
 def one_search() -> Iterator[None]:
     """Keep answers for the versions of one :func:`~arborcc.synth.lower_search.within_limits` call."""
-    APART.clear()  # kept across this call's versions only, not from one synthesis to the next
     with KEPT.active():
         yield

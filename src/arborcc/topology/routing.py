@@ -19,19 +19,20 @@ through another node's PCIe switch - neither of which a runtime does.
 This module owns the routes it computes: :func:`route` and :func:`can_route` keep, per
 topology (which is immutable) and source device, a table of the searches made so far -
 one per destination host, as a route never crosses a third host (:class:`RouteTable`) -
-and drop it when the topology is garbage-collected. It reads a topology only through its
+for the last :data:`ROUTED_TOPOLOGIES` topologies used, dropping a topology's when it is
+garbage-collected (:class:`arborcc.memo.BoundedCache` with weak keys). It reads a topology only through its
 ``devices`` (``host``, ``index``, ``is_gpu``, ``is_nic``) and ``links`` (``bandwidth``,
 ``latency``), so it needs nothing else of :mod:`arborcc.topology.model`, which calls it.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
 
 from arborcc.errors import TopologyError
+from arborcc.memo import BoundedCache
 
 
 @dataclass(frozen=True)
@@ -58,16 +59,18 @@ class _TopologyRoutes:
         self.tables: dict[str, RouteTable] = {}
 
 
-#: id(topology) -> its routes, while the topology lives
-_CACHE: dict[int, _TopologyRoutes] = {}
+#: the most topologies whose routes are kept at once (the least recently used go first)
+ROUTED_TOPOLOGIES = 64
+#: per topology object (held weakly), its routes
+_ROUTES = BoundedCache("topology.routing.routes", ROUTED_TOPOLOGIES, weak=True,
+                       purpose="graph and route tables per topology object, while it lives")
 
 
 def _routes_of(topology) -> _TopologyRoutes:
-    key = id(topology)
-    known = _CACHE.get(key)
+    known = _ROUTES.get_for(topology)
     if known is None:
-        known = _CACHE[key] = _TopologyRoutes(topology)
-        weakref.finalize(topology, _CACHE.pop, key, None)
+        known = _TopologyRoutes(topology)
+        _ROUTES.put_for(topology, known)
     return known
 
 
@@ -130,7 +133,8 @@ class RouteTable:
     """
 
     def __init__(self, topology, g: _Graph, src: int):
-        self.topology, self.g, self.src = topology, g, src
+        # the links, not the topology: the route cache holds tables weakly by topology
+        self.links, self.g, self.src = topology.links, g, src
         self.scopes: dict[object, dict[int, dict[int, list[int]]]] = {}  #: scope -> device -> its parents
         self._built: dict[str, Route] = {}
 
@@ -175,7 +179,7 @@ class RouteTable:
         while parents[path[-1]]:
             path.append(min(parents[path[-1]], key=preference))
         path.reverse()
-        links = [self.topology.links[(g.ids[a], g.ids[b])] for a, b in zip(path, path[1:])]
+        links = [self.links[(g.ids[a], g.ids[b])] for a, b in zip(path, path[1:])]
         return Route(tuple(g.ids[x] for x in path), min(l.bandwidth for l in links),
                      sum(l.latency for l in links))
 

@@ -14,7 +14,7 @@ place between two calls is verified as it is now.
 
 from __future__ import annotations
 
-from arborcc.ir.memo import CallMemo
+from arborcc.memo import CallMemo
 from arborcc.ir.model import Algorithm, Buffer
 import arborcc.verify.native as native
 from arborcc.verify.semantics import OPS
@@ -24,7 +24,8 @@ BUFFERS = (Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH)
 _OP_TABLE = tuple(OPS.items())
 
 #: inside one :func:`arborcc.verify.verify_algorithm` call: the encodings, by algorithm object
-encodings = CallMemo()
+encodings = CallMemo("verify.encoding.programs", opened_by="verify_algorithm",
+                     purpose="native.Program encodings by algorithm object")
 
 
 def encoded_program(algo: Algorithm) -> native.Program:

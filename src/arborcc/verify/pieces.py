@@ -53,7 +53,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from arborcc.ir.memo import CallMemo
+from arborcc.memo import CallMemo
 from arborcc.ir.model import Algorithm, Protocol
 from arborcc.ir.report import Violation
 from arborcc.verify.deadlock import TbName, Wait, explain_deadlock
@@ -169,9 +169,11 @@ def piece_deadlocks(algo: Algorithm, model: PieceModel, allowed_count: int, limi
 
 #: inside :func:`remembering_passes`: the schedules :func:`check_pieces` found free of
 #: deadlock, by key (it holds everything a run reads), with the note
-_passed = CallMemo()
+_passed = CallMemo("verify.pieces.passed_schedules", opened_by="synthesize (remembering_passes)",
+                   purpose="notes of the piece schedules found free of deadlock, by schedule key")
 #: inside :func:`remembering_passes`: the algorithm objects found free of deadlock, with the note
-_passed_algorithms = CallMemo()
+_passed_algorithms = CallMemo("verify.pieces.passed_algorithms", opened_by="synthesize (remembering_passes)",
+                              purpose="notes of the algorithm objects found free of deadlock")
 
 
 @contextmanager
@@ -180,7 +182,7 @@ def remembering_passes() -> Iterator[None]:
     generator's candidate check (:func:`deadlock_free`) and the verifier's final check
     of the same algorithm then cost one run (``synthesize`` wraps its work in this).
     The same algorithm object is recognised without even rebuilding its schedule
-    (:mod:`arborcc.ir.memo`)."""
+    (:mod:`arborcc.memo`)."""
     with _passed.active(), _passed_algorithms.active():
         yield
 
