@@ -243,3 +243,33 @@ def test_an_nvls_plan_simulates_on_dgx_h100_from_the_command_line(tmp_path):
     assert [r["size"] for r in out["results"]] == [1 << 20, 64 << 20]
     assert all(r["time_us"] > 0 for r in out["results"])
     assert {l["link"] for l in out["links"]} >= {"gpu0->nvswitch0", "nvswitch0->gpu1"}
+
+
+@settings(max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(change=mutations(), sample=st.sampled_from([REDUCE, ALLGATHER, PACKETS]),
+       size=st.sampled_from([1, 4096, 1 << 20, 1 << 30]), machine=st.sampled_from(["dgx-h100", "dgx-a100"]))
+def test_random_nvls_plans_simulate_to_a_finite_time_or_are_refused(change, sample, size, machine):
+    """What ``arborcc simulate`` does with a plan: a correct one gets a finite positive
+    time on a machine with NVLS and a one-line refusal on one without."""
+    import math
+
+    from arborcc.sim.simulate import simulate
+
+    doc = document(sample)
+    mutate(doc, *change)
+    try:
+        algo = translate(doc)
+    except ArborccError:
+        return
+    if not verify_algorithm(algo).ok:
+        return
+    from arborcc.topology import build_machine, induced
+
+    full = build_machine(machine)
+    topology = induced(full, list(full.ranks[:algo.num_ranks]))
+    try:
+        time = simulate(algo, topology, size).time
+    except ArborccError as e:
+        assert machine == "dgx-a100" and "\n" not in str(e) and "NVLS" in str(e)
+        return
+    assert machine == "dgx-h100" and math.isfinite(time) and time > 0
