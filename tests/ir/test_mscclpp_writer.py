@@ -171,3 +171,12 @@ def test_a_plan_for_a_call_form_the_algorithm_lacks_is_refused(tmp_path):
     refused(arborcc("convert", "ag.xml", "--format", "mscclpp", "--inplace", "-o", "p.json", cwd=tmp_path),
             r"ag\.xml")
     assert not (tmp_path / "p.json").exists()
+
+
+def test_every_step_that_moves_data_has_an_mscclpp_form_in_both_protocols():
+    from arborcc.ir.model import Op
+    from arborcc.ir.mscclpp.writer import PACKET_OPERATIONS, SIMPLE_OPERATIONS
+
+    moving = {op for op in Op if op.sends or op.receives}
+    assert set(SIMPLE_OPERATIONS) == moving
+    assert set(PACKET_OPERATIONS) == moving

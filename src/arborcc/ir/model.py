@@ -93,6 +93,9 @@ class Algorithm:
     min_bytes: int = 0
     max_bytes: int = 0
     root: int | None = None
+    #: NVLS operations of an MSCCL++ plan and the connections that carry them
+    #: (:class:`arborcc.ir.mscclpp.switch_channels.SwitchTraffic`); only the simulator reads it
+    switch_traffic: object | None = field(default=None, compare=False, repr=False)
 
     @property
     def effective_root(self) -> int:

@@ -19,7 +19,7 @@ the same simulation, exactly, at the cost of one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from arborcc.errors import InputError
@@ -144,6 +144,12 @@ def simulate(algo: Algorithm, topology: Topology, size: float, protocol: str | N
     fidelity = fidelity or fidelity_for(topology)
     prog = compile_algorithm(algo, topology, routes)
     setup = run_setup(algo, prog, size, proto, fidelity, instances)
+    if algo.switch_traffic is not None:  # an MSCCL++ plan's NVLS operations: in-switch reduction
+        from arborcc.sim.switch_ops import charge_switch_ops
+
+        prog, rates = charge_switch_ops(prog, setup.link_rate, algo.switch_traffic, topology, fidelity,
+                                        proto.wire_efficiency / instances)
+        setup = replace(setup, link_rate=rates)
     whole_up_to = engine.pipelining(setup.chunk_bytes * WHOLE_UP_TO_BYTES / size, setup.slice_bytes)[0]
     out = engine.run(prog, setup, None if exact else 2, record, whole_up_to)
     base = proto.base_latency + fidelity.launch_latency

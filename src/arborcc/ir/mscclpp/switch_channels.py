@@ -21,11 +21,19 @@ published by its signals to each member, as for ``rres``. ``gstorepkt``
 (``handleMultiStorePkt``: LL packets read from a local buffer, stored into every
 member's scratch) is ``rppkt`` to the other members (named so, so that the packet rules
 apply), where its own destination is the chunk it reads.
+
+What the rewrite loses - that these reads and writes are one multimem operation, which
+the switch serves with one chunk per port each way - is kept aside:
+:func:`lower_switch_ops` also returns each switch operation as a :class:`SwitchOp`, and
+the translation records which IR connections carry their transfers
+(:class:`SwitchTraffic`, on the :class:`~arborcc.ir.model.Algorithm`), so that the
+simulator can charge them as in-switch reduction (:mod:`arborcc.sim.switch_ops`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Callable
 
 from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, Operation, PlanThreadBlock, RemoteBuffer
@@ -34,14 +42,39 @@ from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, Operation, PlanThr
 SWITCH_OPS = ("glres", "gstore", "gstorepkt")
 
 
+@dataclass(frozen=True)
+class SwitchOp:
+    """One NVLS operation: ``kind`` (``glres``, ``gstore`` or ``gstorepkt``) run by
+    ``rank`` over the switch group ``members`` on ``chunks`` chunks (as the IR counts them)."""
+
+    kind: str
+    rank: int
+    members: tuple[int, ...]
+    chunks: int
+
+
+@dataclass(frozen=True)
+class SwitchTraffic:
+    """The NVLS operations of a plan, the IR connections ``(sender, receiver, channel)``
+    that carry their transfers (a member's chunks to the rank that reduces them, the
+    result to a member) and nothing else, and the IR steps ``(rank, thread block, step)``
+    of their local work (the copy and additions that stand for the switch's reduction)."""
+
+    ops: tuple[SwitchOp, ...]
+    connections: frozenset[tuple[int, int, int]]
+    local_steps: frozenset[tuple[int, int, int]]
+
+
 def lower_switch_ops(plan: ExecutionPlan, places: dict[tuple[int, int, int], str],
-                     fail: Callable[[str, str], None]) -> ExecutionPlan:
+                     fail: Callable[[str, str], None]) -> tuple[ExecutionPlan, dict[tuple[int, int, int], SwitchOp]]:
     """``plan`` with ``glres``/``gstore`` as reads and writes of the members' buffers
-    (module doc); a switch operation on a group without this rank or with a rank twice,
-    one whose members declare the channel otherwise, a source and a destination on
-    different groups, or chunks beyond a member's buffer is refused."""
+    (module doc), and each rewritten operation by its ``(rank, tb, op)``; a switch
+    operation on a group without this rank or with a rank twice, one whose members
+    declare the channel otherwise, a source and a destination on different groups, or
+    chunks beyond a member's buffer is refused."""
+    lowered: dict[tuple[int, int, int], SwitchOp] = {}
     if not any(op.name in SWITCH_OPS for g in plan.gpus for tb in g.threadblocks for op in tb.ops):
-        return plan
+        return plan, lowered
     gpus = []
     for g in plan.gpus:
         remote = list(g.remote_buffers)
@@ -114,6 +147,7 @@ def lower_switch_ops(plan: ExecutionPlan, places: dict[tuple[int, int, int], str
                                     f"has no translation here")
                 ops.append(dataclasses.replace(op, name=name, channel_type="memory", channel_ids=(), src=tuple(src),
                                                dst=tuple(dst)))
+                lowered[(g.id, tb.id, o)] = SwitchOp(op.name, g.id, tuple(dranks), dref.size)
             tbs.append(PlanThreadBlock(tb.id, tb.channels, refs, ops))
         gpus.append(dataclasses.replace(g, remote_buffers=remote, threadblocks=tbs))
-    return dataclasses.replace(plan, gpus=gpus)
+    return dataclasses.replace(plan, gpus=gpus), lowered

@@ -37,7 +37,9 @@ rewrites one into the other:
   (:mod:`arborcc.ir.mscclpp.pipelines`);
 * NVLS ``glres``/``gstore``/``gstorepkt`` on a switch channel: reads of every member's
   chunks and writes into them, as ``rres``/``rppkt`` over memory channels
-  (:mod:`arborcc.ir.mscclpp.switch_channels`);
+  (:mod:`arborcc.ir.mscclpp.switch_channels`); the connections that carry them and
+  nothing else are the Algorithm's ``switch_traffic``, which the simulator charges as
+  in-switch reduction;
 * a thread block's operations keep their order: the IR thread blocks one plan thread
   block becomes (one per link it sends or receives on, one for local work) are chained
   by dependencies - except receives, which a put lands whenever the sender makes it (a
@@ -68,7 +70,7 @@ from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, Protocol, RankPr
 from arborcc.ir.mscclpp import rules
 from arborcc.ir.mscclpp.pipelines import unroll_pipelines
 from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, Operation, PlanGpu, PlanThreadBlock
-from arborcc.ir.mscclpp.switch_channels import lower_switch_ops
+from arborcc.ir.mscclpp.switch_channels import SwitchTraffic, lower_switch_ops
 
 SIGNALS = ("signal", "rlxsignal", "pws", "pwsf")
 WAITS = ("wait", "rlxwait")
@@ -91,6 +93,9 @@ class _Message:
     #: (link, ordinal) of the writer's last wait on a signal of the receiver before the write:
     #: the data cannot land before the receiver's steps that precede that signal
     after: tuple | None = None
+    #: whether it is a transfer of an NVLS operation (a member's chunks to the reducing rank,
+    #: or the result to a member)
+    switch: bool = False
 
 
 @dataclass
@@ -125,7 +130,7 @@ class _Translator:
         plan = dataclasses.replace(plan, gpus=[self.merge_continuations(g) for g in plan.gpus])
         plan = self.refine_for_groups(plan)
         plan = unroll_pipelines(plan, self.places, self.group_cut, self.fail)
-        plan = lower_switch_ops(plan, self.places, self.fail)
+        plan, self.switch_ops = lower_switch_ops(plan, self.places, self.fail)
         self.plan = plan
         self.n = plan.num_ranks
         self.ranks = [_Rank(g.id, g.scratch_chunks) for g in plan.gpus]
@@ -140,6 +145,8 @@ class _Translator:
         self.reads: dict[tuple[int, int, int, int], tuple[Buffer, int, int]] = {}  # op of a read -> shadow
         self.packet_writer: dict[tuple[int, int], tuple[int, int]] = {}  # (rank, scratch chunk) -> (rank, tb)
         self.packet_sends: dict[tuple, list[tuple[int, tuple]]] = defaultdict(list)  # pkt link -> chunks in order
+        self.switch_steps: set[tuple[int, int, int]] = set()  # (rank, IR tb, step) an NVLS operation's local work
+        self.carried: dict[tuple[int, int, int], set] = defaultdict(set)  # IR connection -> whether its transfers are NVLS ones
 
     def place(self, rank: int, tb: int, op: int) -> str:
         return self.places.get((rank, tb, op), f"gpus[{rank}].threadblocks[{tb}].ops[{op}]")
@@ -318,7 +325,8 @@ class _Translator:
                 shadow = (Buffer.SCRATCH, self.ranks[r].scratch, ref.size)
                 self.ranks[r].scratch += ref.size
                 self.reads[(r, tb.id, o, k)] = shadow
-                self.serve(lk, ordinal, _Message((btype, ref.index, ref.size), shadow))
+                self.serve(lk, ordinal, _Message((btype, ref.index, ref.size), shadow,
+                                                 switch=(r, tb.id, o) in self.switch_ops))
             for d, ref in enumerate(op.dst):
                 if ref.kind != "R":
                     continue
@@ -330,7 +338,8 @@ class _Translator:
                 # a put writes its d-th source; res/rres write the result they leave in dst[0]
                 src = op.src[min(d, len(op.src) - 1)] if op.name in ("put", "pws", "pwsf") else op.dst[0]
                 pending[owner].append(_Message((_BUF[src.type], src.index, ref.size),
-                                               (btype, ref.index, ref.size), last_wait.get(owner)))
+                                               (btype, ref.index, ref.size), last_wait.get(owner),
+                                               (r, tb.id, o) in self.switch_ops))
             if op.name == "barrier":  # writes not yet published: any member's later signal may
                 key = (r, op.barrier_id, barriers_seen[op.barrier_id])
                 barriers_seen[op.barrier_id] += 1
@@ -506,7 +515,12 @@ class _Translator:
         elif name in ("re", "repkt", "res", "respkt", "recpkt", "recspkt", "rre", "rres", "glres", "gstore"):
             d0 = op.dst[0]
             dst = (_BUF[d0.type], d0.index, d0.size)
+            local = self.ir_tb(r, ptb, ("local", -1, 0))
+            first = len(local.steps)
             self.reduce_into(r, ptb, dst, loc, where)
+            if (r, ptb, o) in self.switch_ops:  # the switch reduces and stores: no GPU work
+                self.switch_steps.update((r, local.id, s) for s in range(first, len(local.steps))
+                                         if local.steps[s].op in (Op.COPY, Op.REDUCE))
             if name in ("recpkt", "recspkt"):
                 d1 = op.dst[1]
                 self.local(r, ptb, Op.COPY, dst, (_BUF[d1.type], d1.index, d1.size))
@@ -527,6 +541,7 @@ class _Translator:
                         continue  # written, never read: nothing to deliver
                     key = (r, ptb, owner, consumer)
                     channel = self.channel_of(("pkt",) + key)
+                    self.carried[(r, owner, channel)].add((r, ptb, o) in self.switch_ops)
                     self.emit(r, ptb, ("send", owner, channel),
                               Step(Op.SEND, src[0], src[1] + j, Buffer.SCRATCH, ref.index + j, 1))
         if name in SIGNALS and op.channel_ids:
@@ -536,6 +551,7 @@ class _Translator:
                 ordinals[("s",) + lk] += 1
                 channel = self.channel_of(lk)
                 for m in msgs:
+                    self.carried[(r, lk[2], channel)].add(m.switch)
                     self.emit(r, ptb, ("send", lk[2], channel), Step(Op.SEND, m.src[0], m.src[1], m.dst[0], m.dst[1],
                                                                      m.src[2]))
         if name == "barrier":  # after it, this tb waits for every other member's steps before it
@@ -582,9 +598,10 @@ class _Translator:
             if merged:
                 last = merged[-1]
                 if (last.src[0], last.src[1] + last.src[2]) == m.src[:2] and \
-                        (last.dst[0], last.dst[1] + last.dst[2]) == m.dst[:2] and last.after == m.after:
+                        (last.dst[0], last.dst[1] + last.dst[2]) == m.dst[:2] and last.after == m.after \
+                        and last.switch == m.switch:
                     merged[-1] = _Message((last.src[0], last.src[1], last.src[2] + m.src[2]),
-                                          (last.dst[0], last.dst[1], last.dst[2] + m.dst[2]), m.after)
+                                          (last.dst[0], last.dst[1], last.dst[2] + m.dst[2]), m.after, m.switch)
                     continue
             merged.append(m)
         return merged
@@ -644,7 +661,17 @@ class _Translator:
                          Protocol.LL if plan.protocol == "LL" else Protocol.SIMPLE, inplace=plan.inplace,
                          outofplace=not plan.inplace,
                          min_bytes=min(plan.min_message_size, 2**63 - 1),
-                         max_bytes=0 if plan.max_message_size >= 2**63 - 1 else plan.max_message_size)
+                         max_bytes=0 if plan.max_message_size >= 2**63 - 1 else plan.max_message_size,
+                         switch_traffic=self.switch_traffic())
+
+    def switch_traffic(self) -> SwitchTraffic | None:
+        """The plan's NVLS operations and the connections that carry only their transfers
+        (a connection that also carries plain data keeps the plain model)."""
+        if not self.switch_ops:
+            return None
+        return SwitchTraffic(tuple(self.switch_ops.values()),
+                             frozenset(c for c, kinds in self.carried.items() if kinds == {True}),
+                             frozenset(self.switch_steps))
 
     def find_barrier_members(self) -> dict[tuple[int, int, int], list[int]]:
         """(rank, barrier id, n) -> the thread blocks whose n-th barrier of that id it is;

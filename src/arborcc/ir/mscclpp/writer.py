@@ -52,6 +52,30 @@ from arborcc.ir.mscclpp import rules
 DEFAULT_SLOTS = 8
 
 
+
+#: per IR step that moves data, the MSCCL++ operations it becomes with the Simple protocol:
+#: (name, source forms, destination forms, whether it reduces (``reduce_op: sum``)); a form
+#: is the step's ``src`` or ``dst`` chunks, the receive slot it ``got`` the message in, the
+#: peer's slot it sends ``out`` to (an operation writing one runs on the memory channel) or
+#: this thread block's ``spare`` scratch
+SIMPLE_OPERATIONS: dict[Op, tuple[tuple[str, tuple[str, ...], tuple[str, ...], bool], ...]] = {
+    Op.SEND: (("put", ("src",), ("out",), False),),
+    Op.RECV: (("copy", ("got",), ("dst",), False),),
+    Op.RECV_REDUCE_COPY: (("re", ("src", "got"), ("dst",), True),),
+    Op.RECV_REDUCE_SEND: (("res", ("src", "got"), ("got", "out"), True),),  # the sum into the slot, and on
+    Op.RECV_COPY_SEND: (("copy", ("got",), ("dst",), False), ("put", ("got",), ("out",), False)),
+    Op.RECV_REDUCE_COPY_SEND: (("res", ("src", "got"), ("dst", "out"), True),),
+}
+#: the same with LL packets (no signals: the packets' flags order them)
+PACKET_OPERATIONS: dict[Op, tuple[tuple[str, tuple[str, ...], tuple[str, ...], bool], ...]] = {
+    Op.SEND: (("ppkt", ("src",), ("out",), False),),
+    Op.RECV: (("upkt", ("got",), ("dst",), False),),
+    Op.RECV_REDUCE_COPY: (("repkt", ("src", "got"), ("dst",), True),),
+    Op.RECV_REDUCE_SEND: (("respkt", ("src", "got"), ("spare", "out"), True),),  # the sum's plain copy: spare
+    Op.RECV_COPY_SEND: (("upkt", ("got",), ("dst",), False), ("rppkt", ("got",), ("out",), False)),
+    Op.RECV_REDUCE_COPY_SEND: (("respkt", ("src", "got"), ("dst", "out"), True),),
+}
+
 class PlanWriteError(InputError):
     """An algorithm that has no MSCCL++ plan within MSCCL++'s limits."""
 
@@ -337,29 +361,21 @@ class _Writer:
             if not self.packets and m_out >= send.slots:  # a credit for the slot this message reuses
                 sync("wait", "send")
                 nop()
-        got = slot(recv, m_in, count, False) if m_in is not None else None
-        out_remote = slot(send, m_out, count, True) if m_out is not None else None
-        src = buf(st.src_buf, st.src_off, count) if st.src_buf is not None else None
-        dst = buf(st.dst_buf, st.dst_off, count) if st.dst_buf is not None else None
-        if self.packets:
-            self.packet_step(op, src, dst, got, out_remote, ops, spare_base, count)
-        elif op is Op.SEND:
-            ops.append({"name": "put", "src_buff": [src], "dst_buff": [out_remote], "channel_type": "memory"})
-        elif op is Op.RECV:
-            ops.append({"name": "copy", "src_buff": [got], "dst_buff": [dst]})
-        elif op is Op.RECV_REDUCE_COPY:
-            ops.append({"name": "re", "src_buff": [src, got], "dst_buff": [dst], "reduce_op": "sum"})
-        elif op is Op.RECV_REDUCE_SEND:  # the sum goes into the received slot, and on
-            ops.append({"name": "res", "src_buff": [src, got], "dst_buff": [got, out_remote],
-                        "channel_type": "memory", "reduce_op": "sum"})
-        elif op is Op.RECV_COPY_SEND:
-            ops.append({"name": "copy", "src_buff": [got], "dst_buff": [dst]})
-            ops.append({"name": "put", "src_buff": [got], "dst_buff": [out_remote], "channel_type": "memory"})
-        elif op is Op.RECV_REDUCE_COPY_SEND:
-            ops.append({"name": "res", "src_buff": [src, got], "dst_buff": [dst, out_remote],
-                        "channel_type": "memory", "reduce_op": "sum"})
-        else:
+        operations = (PACKET_OPERATIONS if self.packets else SIMPLE_OPERATIONS).get(op)
+        if operations is None:
             self.fail(f"step type {op.value!r} has no MSCCL++ form")
+        forms = {"got": slot(recv, m_in, count, False) if m_in is not None else None,
+                 "out": slot(send, m_out, count, True) if m_out is not None else None,
+                 "src": buf(st.src_buf, st.src_off, count) if st.src_buf is not None else None,
+                 "dst": buf(st.dst_buf, st.dst_off, count) if st.dst_buf is not None else None,
+                 "spare": {"type": "s", "index": spare_base, "size": count}}
+        for name, srcs, dsts, reduces in operations:
+            operation = {"name": name, "src_buff": [forms[f] for f in srcs], "dst_buff": [forms[f] for f in dsts]}
+            if "out" in dsts:
+                operation["channel_type"] = "memory"
+            if reduces:
+                operation["reduce_op"] = "sum"
+            ops.append(operation)
         if not self.packets:
             if m_out is not None:
                 nop()
@@ -367,23 +383,3 @@ class _Writer:
             if m_in is not None and m_in + recv.slots < len(recv.messages):  # the sender waits for this credit
                 nop()
                 sync("signal", "recv")
-
-    def packet_step(self, op: Op, src, dst, got, out_remote, ops, spare_base: int, count: int) -> None:
-        if op is Op.SEND:
-            ops.append({"name": "ppkt", "src_buff": [src], "dst_buff": [out_remote], "channel_type": "memory"})
-        elif op is Op.RECV:
-            ops.append({"name": "upkt", "src_buff": [got], "dst_buff": [dst]})
-        elif op is Op.RECV_REDUCE_COPY:
-            ops.append({"name": "repkt", "src_buff": [src, got], "dst_buff": [dst], "reduce_op": "sum"})
-        elif op is Op.RECV_REDUCE_SEND:  # the sum's plain copy goes to this thread block's spare scratch
-            spare = {"type": "s", "index": spare_base, "size": count}
-            ops.append({"name": "respkt", "src_buff": [src, got], "dst_buff": [spare, out_remote],
-                        "channel_type": "memory", "reduce_op": "sum"})
-        elif op is Op.RECV_COPY_SEND:
-            ops.append({"name": "upkt", "src_buff": [got], "dst_buff": [dst]})
-            ops.append({"name": "rppkt", "src_buff": [got], "dst_buff": [out_remote], "channel_type": "memory"})
-        elif op is Op.RECV_REDUCE_COPY_SEND:
-            ops.append({"name": "respkt", "src_buff": [src, got], "dst_buff": [dst, out_remote],
-                        "channel_type": "memory", "reduce_op": "sum"})
-        else:
-            raise PlanWriteError(f"step type {op.value!r} has no MSCCL++ form")
