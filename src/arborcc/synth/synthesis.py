@@ -176,8 +176,8 @@ def _time_as_written(result: SynthesisResult, topology: Topology, size: int, siz
     its protocol, the number ``arborcc simulate FILE`` prints - and, where the strategy's
     own routes (relays over PCIe or a host the file cannot express) would be faster, the
     planned time and a note of what the file loses. ``known``: the written time already
-    simulated (with the fastest protocol, which the algorithm declares); otherwise the
-    fastest protocol is found here and, where it is not the one the algorithm was
+    simulated (with the fastest protocol, which the algorithm declares); otherwise, up
+    to :data:`TIME_RANKED_RANKS` ranks, the fastest protocol is found here and, where it is not the one the algorithm was
     verified with, the algorithm is verified again with it (for ``dialect``; should that
     fail, it keeps its protocol). Above :data:`arborcc.synth.registry.SIMULATED_RANKS`
     ranks, where one simulation can take minutes, nothing is simulated: a note says so."""
@@ -189,6 +189,11 @@ def _time_as_written(result: SynthesisResult, topology: Topology, size: int, siz
     finite = known is not None and known != float("inf")  # a candidate left unsimulated is simulated now
     if finite:
         result.time = known
+    elif topology.num_ranks > TIME_RANKED_RANKS:
+        result.time = predict_time(result.algorithm, topology, size)
+        result.notes.append(f"written with {result.algorithm.protocol.value}: above {TIME_RANKED_RANKS} ranks the "
+                            f"other protocols are not simulated (one LL simulation of a large call takes minutes "
+                            f"there; arborcc simulate FILE --protocol auto tries them)")
     else:
         result.time, protocol = _fastest_protocol(result.algorithm, topology, size, protocols)
         if protocol is not result.algorithm.protocol:
