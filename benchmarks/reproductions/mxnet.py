@@ -40,7 +40,7 @@ from arborcc.synth.trees import tree_children
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.machines import build_machine
 from arborcc.topology.model import GB
-from arborcc.tune.compare import protocol_sweep
+from arborcc.sim.protocol_choice import protocol_sweep
 
 
 def _levels(topo, trees) -> list[list[tuple[str, tuple[str, ...]]]]:

@@ -99,7 +99,7 @@ def test_errors_name_the_reason():
     with pytest.raises(SynthesisError, match="gpu2 cannot be reached from gpu0"):
         synthesize(b.build(), "allreduce", "trees")
     with pytest.raises(SynthesisError, match="allreduce only"):
-        synthesize(dgx1v("1,4,5,6"), "broadcast", "nccl-ring")
+        synthesize(dgx1v("1,4,5,6"), "broadcast", "ring")
     with pytest.raises(SynthesisError, match="root 7 is not a rank"):
         synthesize(dgx1v("1,4,5,6"), "broadcast", "trees", root=7)
     with pytest.raises(SynthesisError, match="unknown strategy"):

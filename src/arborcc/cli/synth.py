@@ -72,6 +72,7 @@ def _progress(message: str) -> None:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
+    from arborcc.ir.mscclpp.writer import PROTOCOLS as MSCCLPP_PROTOCOLS
     from arborcc.synth import synthesize
 
     from arborcc.cli.compare import check_root
@@ -90,8 +91,10 @@ def cmd_synth(args: argparse.Namespace) -> int:
              f"bounds and verification grow faster than the rank count: expect minutes")
     # verified once, inside synthesize, with the dialect's runtime limits; they matter
     # only for XML (a JSON file is arborcc's own, run by no MSCCL runtime)
+    # written with the protocol fastest at the size among those the format can name
     result = synthesize(topology, args.collective, args.strategy, args.root, args.links, progress=_progress,
-                        size=args.size, dialect=args.dialect)
+                        size=args.size, dialect=args.dialect,
+                        protocols=MSCCLPP_PROTOCOLS if fmt == "mscclpp" else None)
     algo = result.algorithm
     if args.mode is not None and args.mode not in result.report.modes:
         from arborcc.errors import InputError

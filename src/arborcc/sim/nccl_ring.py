@@ -176,6 +176,20 @@ def ring_reduce_algorithm(rings: Sequence[Sequence[int]], root: int = 0, name: s
     return Algorithm(name, "reduce", n, k, programs, protocol=protocol, inplace=True, outofplace=True, root=root)
 
 
+#: the most channels NCCL runs (MAXCHANNELS)
+MAX_NCCL_CHANNELS = 32
+
+
+def nccl_channel_count(distinct_rings: int, switch_channels: int = 0) -> int:
+    """The channels NCCL runs on ``distinct_rings`` rings: every ring twice
+    (``ncclTopoPostset`` duplicates the channels), or, where its search found a single
+    ring order on a switch machine, ``switch_channels`` rings of that order (the fidelity
+    profile's ``nccl_channels``: 24 on DGX A100, 32 on DGX H100); at most
+    :data:`MAX_NCCL_CHANNELS`."""
+    wanted = switch_channels if distinct_rings == 1 and switch_channels else 2 * distinct_rings
+    return max(1, min(MAX_NCCL_CHANNELS, wanted))
+
+
 #: NCCL's collectives, each with its ring kernel's builder
 RING_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce")
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from arborcc.ir.collectives import COLLECTIVES as ALL_COLLECTIVES
+from arborcc.sim.nccl_ring import RING_COLLECTIVES
 from arborcc.synth.strategies.binary_trees import synth_binary_trees
 from arborcc.synth.strategies.blueconnect import synth_blueconnect
 from arborcc.synth.strategies.composed import synth_composed
@@ -72,7 +73,7 @@ class Strategy:
 #: --strategy S``: trees 0.3 s at 32 ranks, over its 30 s limit at 64; binary-trees
 #: 1.2 s at 32, 10 s at 64, 194 s at 128; three-phase 3.8 s at 128, 28 s at 256;
 #: nccl-ring 4.3 s at 128 and minutes at 1024, where its rings hold millions of steps,
-#: as the plain ring's two million.
+#: as the plain ring's two million (so for every collective it runs).
 #: Simulated (``compare``, ``tune``; ``arborcc compare --machine dgx-a100 --nodes N
 #: --sizes 1M``): at 1024 ranks blueconnect takes 20 s and 2.7 GB to synthesize and 65 s to
 #: simulate, hierarchical 25 s and 74 s, composed over 2 minutes to simulate, while
@@ -95,8 +96,9 @@ STRATEGIES: tuple[Strategy, ...] = (
              simulated_rank_limits={"allreduce": SIMULATED_RANKS}),
     Strategy("three-phase", ALLREDUCE, synth_three_phase,
              "Blink section 3.5: per-server trees, cross-server one-hop trees", {"allreduce": 128}),
-    Strategy("nccl-ring", ALLREDUCE, synth_nccl_ring,
-             "the rings NCCL's search builds", {"allreduce": 128}),
+    Strategy("nccl-ring", RING_COLLECTIVES, synth_nccl_ring,
+             "the rings NCCL's search builds, with NCCL's ring kernel for each collective",
+             dict.fromkeys(RING_COLLECTIVES, 128)),
     Strategy("double-binary-tree", ALLREDUCE, synth_double_binary_tree,
              "NCCL's double binary trees over the nodes, chains inside them"),
     Strategy("halving-doubling", ALLREDUCE, synth_halving_doubling,

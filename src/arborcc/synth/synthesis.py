@@ -10,8 +10,10 @@ and claims exactly the kinds of call (in-place, out-of-place;
 
 Fastest means the least simulated time of a call of the given ``size`` - without one,
 of :data:`RANKING_SIZE` bytes - of the algorithm *as written*: on the routes its file
-gets (MSCCL XML names no route; the runtime takes each pair's own route), the time
-``arborcc simulate FILE`` prints, which ``result.time`` reports. Where the strategy's
+gets (MSCCL XML names no route; the runtime takes each pair's own route) and with
+the fastest protocol (LL, LL128, Simple: every candidate is timed with each, pruned as
+:mod:`arborcc.sim.protocol_choice` says, and its file is written with the fastest), the
+time ``arborcc simulate FILE`` prints, which ``result.time`` reports. Where the strategy's
 own routes (``result.routes``: relays the file cannot express) would be faster, a note
 says what the file loses. The steady-state ``algbw`` is a property of the schedule,
 not a claim of speed: the time ranking can overturn it (2 x 8 A100 all-reduce:
@@ -29,11 +31,13 @@ Its notes say which strategy it used and why, among what, and what it skipped.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from dataclasses import replace
+from typing import Callable, Sequence
 
 from arborcc.collector import collector_paused
 from arborcc.errors import SynthesisError, VerificationError
 from arborcc.ir.limits import check_dialect_limits, remembering_limits
+from arborcc.ir.model import Algorithm, Protocol
 from arborcc.lang.program import own_program_budget
 from arborcc.sim.simulate import predict_time
 from arborcc.synth.bounds import collective_bound
@@ -97,12 +101,33 @@ def _ranks_by_time(strategy: str, num_ranks: int) -> bool:
     return strategy == "auto" and num_ranks <= TIME_RANKED_RANKS
 
 
+def _fastest_protocol(algo: Algorithm, topology: Topology, size: int, protocols: Sequence[str] | None,
+                      least_seconds_per_byte: float | None = None) -> tuple[float, Protocol]:
+    """The least simulated time of a call of ``size`` bytes of ``algo`` as written and the
+    protocol it takes, among ``protocols`` (None: every protocol both MSCCL dialects run,
+    LL, LL128 and Simple), those whose link loads alone take longer than the best not
+    simulated (:func:`arborcc.sim.protocol_choice.protocol_sweep`)."""
+    from arborcc.sim.protocol_choice import BY_BANDWIDTH, protocol_sweep
+
+    [fastest] = protocol_sweep(algo, topology, [size], least_seconds_per_byte=least_seconds_per_byte,
+                               protocols=protocols or BY_BANDWIDTH)
+    return fastest.time, Protocol(fastest.protocol)
+
+
+def _with_protocol(result: SynthesisResult, protocol: Protocol) -> None:
+    """Make ``result``'s algorithm declare ``protocol`` (its file is written with it)."""
+    if result.algorithm.protocol is not protocol:
+        result.algorithm = replace(result.algorithm, protocol=protocol)
+
+
 def _simulated_times(results: list[SynthesisResult], fits: dict, topology: Topology, size: int,
+                     protocols: Sequence[str] | None,
                      progress: Callable[[str], None] | None) -> dict[int, float | None]:
-    """id(result) -> the simulated time of a call of ``size`` bytes as written, for each
-    candidate that can still win. Candidates go in the order of the least time their
-    link loads allow (``attainable_algbw`` of the written routes, at the fidelity
-    profile's link efficiencies: no simulation beats it); one whose least time is
+    """id(result) -> the simulated time of a call of ``size`` bytes as written with the
+    fastest protocol, which the candidate's algorithm then declares, for each candidate
+    that can still win. Candidates go in the order of the least time their link loads
+    allow (``attainable_algbw`` of the written routes, at the fidelity profile's link
+    efficiencies: no simulation beats it, whatever the protocol); one whose least time is
     already above the time of a simulated candidate at least as preferred (within the
     dialect's limits, ``fits``) cannot win and is not simulated (``inf``); one the
     simulator cannot compile (steps that do not pair up) gets None, for the verifier to
@@ -123,9 +148,11 @@ def _simulated_times(results: list[SynthesisResult], fits: dict, topology: Topol
         if progress:
             progress(f"simulating the {r.strategy} algorithm at {format_size(size)}")
         try:
-            times[id(r)] = predict_time(r.algorithm, topology, size)
+            times[id(r)], protocol = _fastest_protocol(r.algorithm, topology, size, protocols, least[id(r)] / size)
         except VerificationError:  # its connections do not pair up: not a candidate
             times[id(r)] = None
+            continue
+        _with_protocol(r, protocol)
     return times
 
 
@@ -142,22 +169,43 @@ def _relays(routes: dict, topology: Topology) -> bool:
 
 
 def _time_as_written(result: SynthesisResult, topology: Topology, size: int, size_is_default: bool,
-                     known: float | None) -> None:
+                     known: float | None, dialect: str | None, protocols: Sequence[str] | None) -> None:
     """Set ``result.time`` to the simulated time of a call of ``size`` bytes of the
     algorithm as its file runs - on the routes the target takes (MSCCL XML names none:
-    the runtime takes each pair's default route, :mod:`arborcc.topology.routing`), the
-    number ``arborcc simulate FILE`` prints - and, where the strategy's own routes
-    (relays over PCIe or a host the file cannot express) would be faster, the planned
-    time and a note of what the file loses. ``known``: the written time already
-    simulated. Above :data:`arborcc.synth.registry.SIMULATED_RANKS` ranks, where one
-    simulation can take minutes, nothing is simulated: a note says so."""
+    the runtime takes each pair's default route, :mod:`arborcc.topology.routing`), with
+    its protocol, the number ``arborcc simulate FILE`` prints - and, where the strategy's
+    own routes (relays over PCIe or a host the file cannot express) would be faster, the
+    planned time and a note of what the file loses. ``known``: the written time already
+    simulated (with the fastest protocol, which the algorithm declares); otherwise, up
+    to :data:`TIME_RANKED_RANKS` ranks, the fastest protocol is found here and, where it is not the one the algorithm was
+    verified with, the algorithm is verified again with it (for ``dialect``; should that
+    fail, it keeps its protocol). Above :data:`arborcc.synth.registry.SIMULATED_RANKS`
+    ranks, where one simulation can take minutes, nothing is simulated: a note says so."""
     result.size, result.size_is_default = size, size_is_default
     if topology.num_ranks > SIMULATED_RANKS:
         result.notes.append(f"not simulated: above {SIMULATED_RANKS} ranks simulating an algorithm can take "
                             f"minutes (arborcc simulate FILE does it)")
         return
     finite = known is not None and known != float("inf")  # a candidate left unsimulated is simulated now
-    result.time = known if finite else predict_time(result.algorithm, topology, size)
+    if finite:
+        result.time = known
+    elif topology.num_ranks > TIME_RANKED_RANKS:
+        result.time = predict_time(result.algorithm, topology, size)
+        result.notes.append(f"written with {result.algorithm.protocol.value}: above {TIME_RANKED_RANKS} ranks the "
+                            f"other protocols are not simulated (one LL simulation of a large call takes minutes "
+                            f"there; arborcc simulate FILE --protocol auto tries them)")
+    else:
+        result.time, protocol = _fastest_protocol(result.algorithm, topology, size, protocols)
+        if protocol is not result.algorithm.protocol:
+            verified_as, report = result.algorithm, result.report
+            _with_protocol(result, protocol)
+            try:
+                _verify(result, dialect)
+            except VerificationError as e:
+                result.algorithm, result.report = verified_as, report
+                result.time = predict_time(result.algorithm, topology, size)
+                result.notes.append(f"written with {verified_as.protocol.value}: with {protocol.value}, faster in "
+                                    f"simulation, it fails verification ({e})")
     if _relays(result.routes, topology):
         planned = predict_time(result.algorithm, topology, size, routes=result.routes)
         if planned < result.time * (1 - PLANNED_MARGIN):
@@ -232,7 +280,8 @@ def _verify(result: SynthesisResult, dialect: str | None) -> None:
 
 def synthesize(topology: Topology, collective: str, strategy: str = "auto", root: int = 0,
                links: str = "all", progress: Callable[[str], None] | None = None,
-               size: int | None = None, dialect: str | None = "executor", timed: bool = True) -> SynthesisResult:
+               size: int | None = None, dialect: str | None = "executor", timed: bool = True,
+               protocols: Sequence[str] | None = None) -> SynthesisResult:
     """Run one strategy (or, with ``auto``, every one that applies and keep the fastest).
 
     ``size``: the buffer size in bytes the algorithm is meant for, for strategies whose
@@ -243,15 +292,18 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
     the returned algorithm's violations of them (``None``: no runtime limits).
     ``timed``: simulate the returned algorithm as written at ``size`` (or
     :data:`RANKING_SIZE`) into ``result.time`` (callers that simulate it themselves,
-    over sizes, pass False).
+    over sizes, pass False); the algorithm is then written with the protocol of
+    ``protocols`` (default: LL, LL128 and Simple, which both MSCCL dialects run) that
+    makes that call the fastest.
     """
     with collector_paused():  # trees, copies and steps: hundreds of thousands, all acyclic
-        return _synthesize(topology, collective, strategy, root, links, progress, size, dialect, timed)
+        return _synthesize(topology, collective, strategy, root, links, progress, size, dialect, timed,
+                           protocols)
 
 
 def _synthesize(topology: Topology, collective: str, strategy: str, root: int, links: str,
                 progress: Callable[[str], None] | None, size: int | None,
-                dialect: str | None, timed: bool) -> SynthesisResult:
+                dialect: str | None, timed: bool, protocols: Sequence[str] | None) -> SynthesisResult:
     if size is not None and size <= 0:
         raise SynthesisError(f"size must be a positive number of bytes, got {size}")
     if collective not in synthesizable_collectives():
@@ -316,7 +368,7 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
         # ranked by the simulated time of a call of ``ranked_size`` bytes as the written
         # file runs (latency, pipelining and contention included); above
         # SIMULATED_RANKS, by the steady-state model (module doc)
-        predicted = (_simulated_times(results, fits, topology, ranked_size, progress)
+        predicted = (_simulated_times(results, fits, topology, ranked_size, protocols, progress)
                      if by_time and len(results) > 1 else {})
         for r in results:  # malformed beyond simulating: the verifier says why
             if id(r) in predicted and predicted[id(r)] is None and proven(r):
@@ -329,7 +381,8 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
             raise SynthesisError(f"no strategy can build {collective} on {topology.name}: " + "; ".join(skipped))
         results = [r for r in results if id(r) not in rejected]
         if timed:
-            _time_as_written(best, topology, ranked_size, size is None, predicted.get(id(best)))
+            _time_as_written(best, topology, ranked_size, size is None, predicted.get(id(best)), dialect,
+                             protocols)
     best.bound_exact, best.bound_basis = request.bound.exact, request.bound.basis
     if not best.bound_exact and best.algbw >= request.bound.algbw * (1 - 1e-9) and \
             getattr(request.bound, "cut_links", None) is not None:
@@ -352,6 +405,8 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
             (f"{r.strategy} {predicted[id(r)] * 1e6:.1f}" if by_time else f"{r.strategy} {r.algbw / 1e9:.1f}")
             + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
             for r in listed) + ranked_by
+            + (f"; each with its fastest protocol: " + ", ".join(f"{r.strategy} {r.algorithm.protocol.value}"
+                                                                  for r in listed) if by_time else "")
             + (f"; not simulated, their link loads alone take longer: {', '.join(unsimulated)}" if unsimulated else "")
             + ("; skipped " + "; ".join(skipped) if skipped else ""))
         best.strategy = f"auto:{best.strategy}"

@@ -13,17 +13,8 @@ Rows, per size:
 * ``nccl-model``: NCCL's closed-form alpha-beta prediction for its rings or tree (the
   second, independent predictor).
 
-With ``protocol="auto"`` every strategy runs with the fastest protocol for each size.
-Sizes are taken in increasing order, and a protocol that is more than :data:`PRUNE`
-times slower at some size than a protocol with more bandwidth (LL < LL128 < Simple) is
-not tried at larger sizes: with time = latency + size / bandwidth the faster one's lead
-only grows with size. The other way round, a protocol whose time at a smaller size
-already exceeds :data:`FLOOR_PRUNE` times the best time found at this size is not
-simulated at this size (a call does not get faster with more bytes; the margin covers
-the small dips where one more pipelined iteration starts); the last size's winner is
-simulated first. On the 8-GPU DGX-1V sweep of every strategy (8 B - 1 GiB) the two
-rules choose the same protocol at every size as simulating all three, with about 30%
-fewer simulations.
+With ``protocol="auto"`` every strategy runs with the fastest protocol for each size
+(:func:`arborcc.sim.protocol_choice.protocol_sweep`, pruned as its module doc says).
 """
 
 from __future__ import annotations
@@ -35,16 +26,13 @@ from typing import Callable, Iterator, Sequence
 from arborcc.errors import SynthesisError
 from arborcc.ir.model import Algorithm
 from arborcc.sim.fidelity import Fidelity, fidelity_for
+from arborcc.sim.protocol_choice import protocol_sweep
 from arborcc.sim.protocols import protocol_name
 from arborcc.sim.simulate import SimResult, simulate
 from arborcc.topology.model import GB, Topology
 from arborcc.sizes import format_size
 
-PRUNE = 1.05
-FLOOR_PRUNE = 1.5
 MODEL = "nccl-model"
-#: protocols from the least bandwidth to the most
-BY_BANDWIDTH = ("LL", "LL128", "Simple")
 
 
 @dataclass
@@ -156,33 +144,6 @@ def against_nccl(time: float, nccl: float | None, size: int) -> str:
         return (f"slower than NCCL in simulation at {format_size(size)}: {time * 1e6:.1f} us against NCCL's "
                 f"{nccl * 1e6:.1f} us ({nccl / time:.2f}x)")
     return f"{nccl / time:.2f}x faster than NCCL in simulation at {format_size(size)} (NCCL {nccl * 1e6:.1f} us)"
-
-
-def protocol_sweep(algo: Algorithm, topology: Topology, sizes: Sequence[int], protocol: str = "auto",
-                   fidelity: Fidelity | None = None, routes: dict | None = None, instances: int = 1,
-                   protocols: Sequence[str] | None = None) -> list[SimResult]:
-    """The simulated call at every size with ``protocol``, or with ``auto`` the fastest
-    protocol per size among ``protocols`` (default all; pruned as the module doc says)."""
-    if protocol != "auto":
-        proto = protocol_name(protocol)
-        return [simulate(algo, topology, s, proto, fidelity, instances, routes) for s in sizes]
-    alive = [p for p in BY_BANDWIDTH if protocols is None or p in protocols]
-    best_at: dict[int, SimResult] = {}
-    last: dict[str, float] = {}  # each protocol's time at the largest size it was simulated at
-    winner = None
-    for s in sorted(sizes):
-        got: dict[str, SimResult] = {}
-        for p in sorted(alive, key=lambda p: p != winner):
-            if got and p in last and last[p] > FLOOR_PRUNE * min(r.time for r in got.values()):
-                continue  # slower at a smaller size than the best here by the margin
-            got[p] = simulate(algo, topology, s, p, fidelity, instances, routes)
-            last[p] = got[p].time
-        results = [got[p] for p in alive if p in got]
-        best_at[s] = min(results, key=lambda r: r.time)
-        winner = best_at[s].protocol
-        slower = {r.protocol for i, r in enumerate(results) if any(r.time > PRUNE * q.time for q in results[i + 1:])}
-        alive = [p for p in alive if p not in slower]
-    return [best_at[s] for s in sizes]
 
 
 def compare(topology: Topology, collective: str = "allreduce", sizes: Sequence[int] = (1 << 20,),

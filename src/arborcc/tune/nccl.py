@@ -44,7 +44,7 @@ from arborcc.ir.model import Algorithm
 from arborcc.sim.fidelity import Fidelity, fidelity_for
 from arborcc.ir.collectives import busbw_factor
 from arborcc.sim.nccl_model import nccl_estimate
-from arborcc.sim.nccl_ring import RING_COLLECTIVES, ring_algorithm
+from arborcc.sim.nccl_ring import RING_COLLECTIVES, nccl_channel_count, ring_algorithm
 from arborcc.sim.nvls import nvls_allreduce_time
 from arborcc.sim.simulate import SimResult, simulate
 from arborcc.synth.nccl_rings import RingSchedule, link_class, nccl_rings, nic_path
@@ -52,7 +52,6 @@ from arborcc.topology.model import LinkKind, Topology
 
 #: (threads per channel, bytes per thread below which a channel is dropped)
 CHANNEL_THRESHOLDS = {"Simple": (512, 64), "LL128": (640, 8), "LL": (512, 8)}
-MAX_CHANNELS = 32
 #: chunks each tree's share is cut into, pipelined up and down the tree as NCCL's tree
 #: kernel pipelines its chunk-size pieces (one piece per tree would pass every hop store
 #: and forward: on 2 x DGX H100 its LL all-reduce at 1 MB simulated at half the ring's rate
@@ -84,9 +83,7 @@ class NcclBaseline:
         self.topology = topology
         self.fidelity = fidelity or fidelity_for(topology)
         self.schedule = nccl_rings(topology)
-        rings = len(self.schedule.rings)
-        wanted = self.fidelity.nccl_channels if rings == 1 and self.fidelity.nccl_channels else 2 * rings
-        self.channels = max(1, min(MAX_CHANNELS, wanted))
+        self.channels = nccl_channel_count(len(self.schedule.rings), self.fidelity.nccl_channels)
         self._algorithms: dict[tuple[str, int, int], tuple[Algorithm, dict]] = {}
 
     @cached_property

@@ -27,7 +27,8 @@ from arborcc.ir.model import Algorithm
 from arborcc.sim.fidelity import Fidelity, fidelity_for
 from arborcc.sim.protocols import protocol_name
 from arborcc.topology.model import Topology
-from arborcc.tune.compare import Candidate, protocol_sweep, strategy_candidates
+from arborcc.sim.protocol_choice import BY_BANDWIDTH, protocol_sweep
+from arborcc.tune.compare import Candidate, strategy_candidates
 from arborcc.tune.instances import with_instances
 
 DEFAULT_INSTANCES = (1, 2, 4)
@@ -125,7 +126,8 @@ def tune(topology: Topology, collective: str, sizes: Sequence[int], strategies: 
         for n in counts:
             if progress:
                 progress(f"simulating {cand.name} x{n} at {len(sizes)} sizes")
-            for r in protocol_sweep(cand.algorithm, topology, sizes, protocol, fidelity, cand.routes, n, protocols):
+            for r in protocol_sweep(cand.algorithm, topology, sizes, protocol, fidelity, cand.routes, n,
+                                    protocols=protocols or BY_BANDWIDTH):
                 if r.size not in best or r.time < best[r.size][0]:
                     best[r.size] = (r.time, Choice(cand.name, n, r.protocol))
     if not best:

@@ -50,6 +50,8 @@ from arborcc.ir.mscclpp import rules
 
 #: scratch slots per connection for Simple (NCCL's NCCL_STEPS; arborcc's FIFO default depth)
 DEFAULT_SLOTS = 8
+#: the protocols an MSCCL++ plan can name
+PROTOCOLS = ("LL", "Simple")
 
 
 
@@ -109,8 +111,8 @@ class _Writer:
     def __init__(self, algo: Algorithm, mode, slots: int, name: str | None):
         if slots < 1:
             raise PlanWriteError(f"slots must be at least 1, got {slots}", source="--slots")
-        if algo.protocol is Protocol.LL128:
-            raise PlanWriteError("MSCCL++ plans have the Simple and LL protocols, not LL128",
+        if algo.protocol.value not in PROTOCOLS:
+            raise PlanWriteError(f"MSCCL++ plans have the Simple and LL protocols, not {algo.protocol.value}",
                                  source=f"algorithm {algo.name!r}")
         self.algo, self.slots, self.name = algo, slots, name or algo.name
         self.source = f"algorithm {algo.name!r}"

@@ -1,0 +1,57 @@
+"""``nccl-ring`` builds every collective NCCL runs with NCCL's ring kernel on NCCL's rings,
+one MSCCL channel per channel NCCL runs; each algorithm verifies and computes what numpy
+computes, and ``auto`` takes it where it is the fastest candidate."""
+
+import pytest
+
+from arborcc.ir.model import Protocol
+from arborcc.sim.fidelity import fidelity_for
+from arborcc.sim.nccl_ring import nccl_channel_count
+from arborcc.sim.simulate import predict_time
+from arborcc.synth.nccl_rings import nccl_rings
+from arborcc.synth.synthesis import synthesize
+from arborcc.topology.machines import build_machine
+from tests.support.execution import assert_executes
+
+RING_KERNEL_COLLECTIVES = ["allgather", "reducescatter", "broadcast", "reduce"]
+
+
+@pytest.mark.parametrize("collective", RING_KERNEL_COLLECTIVES)
+def test_nccl_ring_of_every_collective_verifies_and_equals_numpy(collective):
+    topology = build_machine("dgx1v")
+    root = 3 if collective in ("broadcast", "reduce") else 0
+    result = synthesize(topology, collective, "nccl-ring", root=root, timed=False)
+    assert result.strategy == "nccl-ring" and result.algorithm.collective == collective
+    assert not [v for v in result.report.violations if v.kind != "limit"]
+    assert_executes(result.algorithm)
+
+
+def test_nccl_ring_runs_as_many_channels_as_nccl():
+    topology = build_machine("dgx1v")
+    distinct = len(nccl_rings(topology).rings)
+    result = synthesize(topology, "allgather", "nccl-ring", timed=False)
+    channels = {tb.channel for rank in result.algorithm.ranks for tb in rank.threadblocks}
+    assert len(channels) == nccl_channel_count(distinct, fidelity_for(topology).nccl_channels) == 2 * distinct
+
+
+@pytest.mark.parametrize("collective,size", [("allgather", 64 << 20), ("reducescatter", 1 << 20)])
+def test_auto_takes_the_nccl_ring_where_it_is_the_fastest(collective, size):
+    topology = build_machine("dgx1v")
+    best = synthesize(topology, collective, size=size)
+    ring = synthesize(topology, collective, "nccl-ring", size=size)
+    trees = synthesize(topology, collective, "trees", size=size)
+    assert ring.time < trees.time  # on DGX-1V NCCL's rings beat the tree packing for these
+    assert best.strategy == "auto:nccl-ring" and best.time == pytest.approx(ring.time, rel=1e-9)
+    assert best.time == pytest.approx(predict_time(best.algorithm, topology, size), rel=1e-9)
+
+
+def test_nccl_ring_refuses_alltoall_naming_the_collectives_it_builds():
+    with pytest.raises(Exception, match="nccl-ring builds .*reduce only"):
+        synthesize(build_machine("dgx1v"), "alltoall", "nccl-ring", timed=False)
+
+
+def test_nccl_ring_file_is_written_with_the_fastest_protocol_at_a_small_size():
+    topology = build_machine("dgx1v")
+    result = synthesize(topology, "allgather", "nccl-ring", size=1 << 20)
+    assert result.algorithm.protocol is not Protocol.SIMPLE
+    assert result.time < predict_time(result.algorithm, topology, 1 << 20, "Simple")
