@@ -141,8 +141,9 @@ def measure(case: Case, collective: str, sizes: tuple[int, ...]) -> list[Row]:
         best = min(ours, key=lambda r: r["time_us"])
         nccl = next(r for r in here if r["strategy"] == "nccl")
         call = baseline.call(size, collective)
-        ring = baseline.simulate_option(size, collective, *baseline.model_pick(size, collective),
-                                        baseline.channels_for(size, baseline.model_pick(size, collective)[1]))
+        algorithm, protocol = baseline.model_pick(size, collective)  # NCCL's choice with NVLS ruled out
+        ring = baseline.simulate_option(size, collective, algorithm, protocol,
+                                        baseline.channels_for(size, protocol))
         notes = []
         try:
             chosen = synthesize(topology, collective, "auto", size=size)
