@@ -24,11 +24,11 @@ def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
     if request.collective != "allreduce":
         return synth_nccl_ring_collective(request)
     from arborcc.synth.lower_emit import lower_ring_allreduce
-    from arborcc.synth.nccl_rings import nccl_rings
+    from arborcc.synth.nccl_rings import file_rings, nccl_rings
     from arborcc.synth.result import SynthesisResult
     from arborcc.synth.strategies.nccl_notes import NOTED_PROTOCOL, nccl_prediction
 
-    rings = nccl_rings(request.topology)
+    rings = file_rings(request.topology, nccl_rings(request.topology))
     lowered = lower_ring_allreduce(request.topology, rings.rings, rings.hops or None, "nccl-ring-allreduce")
     notes = [f"{len(rings.rings)} rings over {rings.link_kind.value}"]
     if request.size is not None:
@@ -43,10 +43,10 @@ def synth_nccl_ring_collective(request: SynthesisRequest) -> SynthesisResult:
     from arborcc.sim.bandwidth import steady_state_bandwidth
     from arborcc.sim.fidelity import fidelity_for
     from arborcc.sim.nccl_ring import nccl_channel_count, ring_algorithm
-    from arborcc.synth.nccl_rings import nccl_rings
+    from arborcc.synth.nccl_rings import file_rings, nccl_rings
 
     topology, collective = request.topology, request.collective
-    schedule = nccl_rings(topology)
+    schedule = file_rings(topology, nccl_rings(topology))
     distinct = len(schedule.rings)
     channels = nccl_channel_count(distinct, fidelity_for(topology).nccl_channels)
     rings = [schedule.rings[c % distinct] for c in range(channels)]
