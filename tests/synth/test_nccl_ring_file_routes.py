@@ -78,3 +78,22 @@ def test_nccl_ring_file_is_the_program_nccl_runs_on_a_dgx1v(collective):
     ours = synthesize(topology, collective, "nccl-ring")
     assert call.algorithm == "ring"
     assert simulate(ours.algorithm, topology, size, call.protocol).time == pytest.approx(call.result.time, rel=1e-12)
+
+
+@pytest.mark.parametrize("machine", ["dgx1v", "dgx1p", "dgx2", "dgx-a100", "dgx-h100"])
+def test_file_rings_never_run_slower_on_their_own_routes(machine):
+    """On every built-in machine's 2-node cluster the rings a file gets are NCCL's rings or
+    faster when every hop takes its pair's own route, and still visit every rank once."""
+    from arborcc.synth.nccl_rings import fair_share
+
+    topology = build_cluster(machine, 2)
+    schedule = nccl_rings(topology)
+    rings = file_rings(topology, schedule)
+    rings.validate(topology.num_ranks)
+
+    def own_routes(rs):
+        return sum(fair_share(topology, [[topology.route(topology.ranks[a], topology.ranks[b]).path
+                                          for a, b in zip(r, r[1:] + r[:1])] for r in rs]))
+
+    assert own_routes(rings.rings) >= own_routes(schedule.rings)
+    assert sum(rings.bandwidths) == pytest.approx(own_routes(rings.rings))
