@@ -58,6 +58,9 @@ CLUSTER_NODES = (2, 8, 16, 128)
 CLUSTER_MACHINES = ("dgx-a100", "dgx-h100")
 #: T1's sizes; T3's "1 MiB and below"; T4's margin
 LARGE, SMALL_MAX, BEST_MARGIN = (64 * MiB, GiB), MiB, 0.03
+#: equal programs tie: busbw of the same simulated time may differ in the last bits
+#: (one is computed through a different sum of the same steps), never by more than this
+TIE = 1e-9
 
 
 @dataclass
@@ -139,8 +142,7 @@ def measure(case: Case, collective: str, sizes: tuple[int, ...]) -> list[Row]:
         here = [r for r in table.rows if r["size"] == size]
         ours = [r for r in here if r["strategy"] not in ("nccl", MODEL)]
         best = min(ours, key=lambda r: r["time_us"])
-        nccl = next(r for r in here if r["strategy"] == "nccl")
-        call = baseline.call(size, collective)
+        call = baseline.call(size, collective)  # the table's ``nccl`` row, its time unrounded
         algorithm, protocol = baseline.model_pick(size, collective)  # NCCL's choice with NVLS ruled out
         ring = baseline.simulate_option(size, collective, algorithm, protocol,
                                         baseline.channels_for(size, protocol))
@@ -153,7 +155,7 @@ def measure(case: Case, collective: str, sizes: tuple[int, ...]) -> list[Row]:
             name, chosen_bw = "-", math.nan
             notes.append(f"synth: {e}")
         rows.append(Row(case.label, case.kind, n, collective, size, name, chosen_bw, best["strategy"],
-                        best["busbw_gbps"], f"{call.algorithm} {call.protocol}", nccl["busbw_gbps"],
+                        best["busbw_gbps"], f"{call.algorithm} {call.protocol}", busbw(call.result.time),
                         busbw(ring.time), bound, adjusted, 0.0, notes))
     for r in rows:
         r.seconds = (time.perf_counter() - t0) / len(rows)
@@ -181,7 +183,7 @@ def target_misses(rows: list[Row]) -> dict[str, list[str]]:
             continue
         if r.size in LARGE:
             need = 1.2 if r.adjusted >= 1.3 * r.baseline else 1.0
-            if c < need * r.baseline:
+            if c < need * r.baseline * (1 - TIE):
                 misses["T1"].append(f"{where(r)}: {c / r.baseline:.2f}x NCCL (needs {need:.1f}x)")
         if r.size == GiB:
             need = 0.8 if r.kind == "cluster" else 0.9

@@ -465,3 +465,66 @@ def _multi_node_rings(topology: Topology, hosts: list[list[int]], max_rings: int
                                                     + topology.route(nb, b).path[1:])
                 return _make_schedule(topology, rings, LinkKind.NETWORK, kind, len(hosts), forced)
     raise SynthesisError(f"{topology.name}: no chain through the GPUs of some node")  # pragma: no cover
+
+
+# ------------------------------------------------------------- rings for a file ---
+def _host_chains(ring: list[int], host_of: list[object]) -> list[list[int]]:
+    """``ring`` cut into its chains through one host each, starting where a chain starts."""
+    start = next((k for k in range(len(ring)) if host_of[ring[k]] != host_of[ring[k - 1]]), 0)
+    chains: list[list[int]] = []
+    for r in ring[start:] + ring[:start]:
+        if chains and host_of[chains[-1][-1]] == host_of[r]:
+            chains[-1].append(r)
+        else:
+            chains.append([r])
+    return chains
+
+
+def _exit_nic(topology: Topology, a: int, b: int) -> str | None:
+    """The first NIC on the route of ``a -> b`` (rank indices), None if it has none."""
+    path = topology.route(topology.ranks[a], topology.ranks[b]).path
+    return next((d for d in path if topology.devices[d].kind is DeviceKind.NIC), None)
+
+
+def file_rings(topology: Topology, schedule: RingSchedule) -> RingSchedule:
+    """``schedule``'s rings as an MSCCL file runs them: on every pair's own route.
+
+    A file names no route, so the hop leaving a node takes the route of its two GPUs,
+    out through the last GPU's own NIC - not the channel's NIC that NCCL reaches over
+    NVLink (PXN, :func:`nic_path`). Where every chain leaves a node from the same GPU
+    (DGX H100: NCCL's chains all end at GPU 7), every channel would share one NIC. So
+    each chain keeps its first GPU (entered through the channel's NIC) and is re-ordered
+    to leave from the GPU whose NIC the fewest channels leave through so far; the
+    re-chained rings are kept when all of them run at once at least as fast on their own
+    routes (:func:`fair_share`) as ``schedule``'s do. The schedule returned has no
+    planned hops (``hops`` empty): its rings run on the routes a file gets."""
+    ranks = topology.ranks
+    if schedule.nodes <= 1 or not schedule.hops or all(
+            path == topology.route(ranks[a], ranks[b]).path
+            for ring, walk in zip(schedule.rings, schedule.hops) for (a, b), path in zip(_cycle_hops(ring), walk)):
+        return schedule
+    host_of = [topology.devices[r].host for r in ranks]
+    leaving: dict[str | None, int] = {}
+    rings = []
+    for ring in schedule.rings:
+        chains = _host_chains(ring, host_of)
+        out: list[int] = []
+        for i, chain in enumerate(chains):
+            after = chains[(i + 1) % len(chains)][0]
+            if len(chain) > 2:
+                last = min(chain[1:], key=lambda x: (leaving.get(_exit_nic(topology, x, after), 0), x != chain[-1]))
+                chain = [chain[0]] + [x for x in chain[1:] if x != last] + [last]
+            nic = _exit_nic(topology, chain[-1], after)
+            leaving[nic] = leaving.get(nic, 0) + 1
+            out += chain
+        rings.append(out)
+
+    def own_routes(rs: list[list[int]]) -> list[float]:
+        return fair_share(topology, [_paths(topology, _cycle_hops(r)) for r in rs])
+
+    before, after = own_routes(schedule.rings), own_routes(rings)
+    if sum(after) < sum(before):
+        rings, after = schedule.rings, before
+    out_schedule = RingSchedule(rings, schedule.link_kind, after, schedule.intra_link_kind, schedule.nodes, [])
+    out_schedule.validate(topology.num_ranks)
+    return out_schedule

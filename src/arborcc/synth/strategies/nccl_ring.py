@@ -1,13 +1,15 @@
 """The ``nccl-ring`` strategy: the rings NCCL's search builds (:mod:`arborcc.synth.nccl_rings`),
 for every collective NCCL runs.
 
-All-reduce lowers the rings as MSCCL channels (:func:`arborcc.synth.lower_emit.lower_ring_allreduce`).
-All-gather, reduce-scatter, broadcast and reduce run NCCL's ring kernel
-(:func:`arborcc.sim.nccl_ring.ring_algorithm`) with as many channels as NCCL runs
-(:func:`arborcc.sim.nccl_ring.nccl_channel_count`: every ring twice, 24 or 32 rings of one
-order on NVSwitch machines). NCCL simulates its identical channels as instances of one
-ring; an MSCCL file has no instance count, so the channels are written out: ring ``c mod
-R`` on channel ``c`` (R distinct rings), each channel carrying its own share of the buffer.
+Every collective (all-reduce, all-gather, reduce-scatter, broadcast, reduce) runs NCCL's
+ring kernel (:func:`arborcc.sim.nccl_ring.ring_algorithm`) with as many channels as NCCL
+runs (:func:`arborcc.sim.nccl_ring.nccl_channel_count`: every ring twice, 24 or 32 rings
+of one order on NVSwitch machines): the program the NCCL baseline simulates, so the two
+tie. NCCL simulates its identical channels as instances of one ring; an MSCCL file has no
+instance count, so the channels are written out: ring ``c mod R`` on channel ``c`` (R
+distinct rings), each channel carrying its own share of the buffer. A file names no
+route either, so across nodes the rings are re-chained to leave every node through the
+NICs of different GPUs (:func:`arborcc.synth.nccl_rings.file_rings`).
 """
 
 from __future__ import annotations
@@ -19,34 +21,16 @@ if TYPE_CHECKING:
 
 
 def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
-    """NCCL's rings (NVLink-only when possible) as MSCCL channels, with NCCL's ring kernel
-    of the request's collective (module doc)."""
-    if request.collective != "allreduce":
-        return synth_nccl_ring_collective(request)
-    from arborcc.synth.lower_emit import lower_ring_allreduce
-    from arborcc.synth.nccl_rings import nccl_rings
-    from arborcc.synth.result import SynthesisResult
-    from arborcc.synth.strategies.nccl_notes import NOTED_PROTOCOL, nccl_prediction
-
-    rings = nccl_rings(request.topology)
-    lowered = lower_ring_allreduce(request.topology, rings.rings, rings.hops or None, "nccl-ring-allreduce")
-    notes = [f"{len(rings.rings)} rings over {rings.link_kind.value}"]
-    if request.size is not None:
-        notes.append(nccl_prediction(rings.nccl_estimate(request.collective, NOTED_PROTOCOL, request.size),
-                                     request.size))
-    return SynthesisResult.from_lowered("nccl-ring", request, lowered, notes)
-
-
-def synth_nccl_ring_collective(request: SynthesisRequest) -> SynthesisResult:
-    """All-gather, reduce-scatter, broadcast or reduce: NCCL's ring kernel on NCCL's
-    rings, one channel per ring NCCL runs (module doc)."""
+    """NCCL's ring kernel of the request's collective on NCCL's rings (NVLink-only when
+    possible), one channel per ring NCCL runs (module doc)."""
     from arborcc.sim.bandwidth import steady_state_bandwidth
     from arborcc.sim.fidelity import fidelity_for
     from arborcc.sim.nccl_ring import nccl_channel_count, ring_algorithm
-    from arborcc.synth.nccl_rings import nccl_rings
+    from arborcc.synth.nccl_rings import file_rings, nccl_rings
+    from arborcc.synth.strategies.nccl_notes import NOTED_PROTOCOL, nccl_prediction
 
     topology, collective = request.topology, request.collective
-    schedule = nccl_rings(topology)
+    schedule = file_rings(topology, nccl_rings(topology))
     distinct = len(schedule.rings)
     channels = nccl_channel_count(distinct, fidelity_for(topology).nccl_channels)
     rings = [schedule.rings[c % distinct] for c in range(channels)]
@@ -59,6 +43,8 @@ def synth_nccl_ring_collective(request: SynthesisRequest) -> SynthesisResult:
     estimate = steady_state_bandwidth(algorithm, topology, routes)
     notes = [f"{channels} channels: NCCL's {distinct} ring(s) over {schedule.link_kind.value}"
              + (f", each {channels // distinct} times" if channels > distinct else "")]
+    if collective == "allreduce" and request.size is not None:
+        notes.append(nccl_prediction(schedule.nccl_estimate(collective, NOTED_PROTOCOL, request.size), request.size))
     from arborcc.synth.result import SynthesisResult
 
     return SynthesisResult("nccl-ring", collective, algorithm, request.bound.algbw, estimate.algbw,
