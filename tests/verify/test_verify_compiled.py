@@ -1,11 +1,11 @@
 """The verifier's compiled passes (arborcc.verify.native) against the Python passes they
 stand in for.
 
-The proof (verify/proof.py, csrc/symbolic.cpp): on correct programs, their mutations
-and synthesized ones, in both kinds of call, with several FIFO depths and with and
-without the race check, a layout is proved only when ``simulate_layouts`` and
-``check_postcondition`` report no violation (and on the correct programs it is made
-for, whenever they do). The structure rules (csrc/structure.cpp): clean exactly when
+The symbolic run's proof (verify/proof.py, csrc/symbolic.cpp): on correct programs,
+their mutations and synthesized ones, in both kinds of call, with several FIFO depths
+and with and without the race check, a layout is proved only when the values followed
+over the run's order (``simulate_layouts``) and ``check_postcondition`` report no
+violation (and on the correct programs it is made for, whenever they do). The structure rules (csrc/structure.cpp): clean exactly when
 the Python rules of ``check_structure`` report nothing, with the same notes. (The
 pieces run is compared with a slice-by-slice sweep in test_verify_pieces.py.)"""
 
@@ -24,7 +24,7 @@ from arborcc.ir.model import Buffer, Dependency, Op
 from arborcc.ir.report import ViolationLog
 from arborcc.verify.layout import check_layout, memory_map
 from arborcc.verify.postconditions import check_postcondition
-from arborcc.verify.proof import prove_layouts
+from arborcc.verify.proof import symbolic_run
 from arborcc.verify.structure import check_structure
 import arborcc.verify.native as native
 from arborcc.verify.encoding import encoded_program
@@ -36,10 +36,11 @@ BUILDERS = [lambda: ring_allreduce(4), lambda: ring_allreduce(3, channels=2), la
 
 
 def python_clean(algo, mms, slots, check_races):
-    """Per layout: does the Python run (and postcondition) report nothing?"""
+    """Per layout: do the values followed in Python (and the postcondition) report nothing?"""
     structure = check_structure(algo, compiled=False)
     logs = [ViolationLog() for _ in mms]
-    sims = simulate_layouts(algo, mms, structure.cuts, logs, slots=slots, check_races=check_races)
+    run, _ = symbolic_run(algo, mms, slots, check_races)
+    sims = simulate_layouts(algo, run, mms, structure.cuts, logs, slots=slots, check_races=check_races)
     out = []
     for mm, sim, log in zip(mms, sims, logs):
         if sim.finished:
@@ -59,12 +60,12 @@ def compare(algo, slots=8, check_races=True):
     mms = [memory_map(algo, m) for m in runnable_modes(algo)]
     if not mms:
         return [], []
-    proved, steps = prove_layouts(algo, mms, slots, check_races)
+    run, proved = symbolic_run(algo, mms, slots, check_races)
     clean = python_clean(algo, mms, slots, check_races)
     for p, c in zip(proved, clean):
-        assert not p or c, f"{algo.name}: proved, but the Python run reports violations"
+        assert not p or c, f"{algo.name}: proved, but the values followed in Python report violations"
     if any(proved):
-        assert steps == algo.num_steps
+        assert run.steps_run == algo.num_steps
     return proved, clean
 
 

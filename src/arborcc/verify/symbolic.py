@@ -1,4 +1,4 @@
-"""Symbolic execution of an algorithm with the runtime's semantics.
+"""The values of the symbolic run, and what it found, in the verifier's words.
 
 The machine (GC3 section 6; MSCCL runtime):
 
@@ -16,17 +16,20 @@ A thread block's enabledness is persistent (only its own steps consume what it w
 for: it is the only reader of its receive FIFO, the only writer of its send FIFO, and
 semaphores only grow), so the order in which ready thread blocks are run does not
 change whether the run completes: one greedy run decides deadlock for every
-schedule. The values it computes are the values of every schedule when there is no
-race, which the run checks at the same time (:mod:`arborcc.verify.races`): for each
-slot it keeps the last writer and the readers since, and asks whether each
-conflicting pair is ordered. Slots with the same history are kept together, as
-segments of a rank's memory (:mod:`arborcc.verify.memory`), so a step costs about
-the same whatever its chunk count.
+schedule. That run is made once, in compiled code (``run_layouts`` of
+``verify/csrc/symbolic.cpp``, through :mod:`arborcc.verify.proof`): it returns the
+order the steps completed in, the send each receive popped, and its findings - count
+mismatches, the wait of every thread block left blocked, messages never received -
+and proves the layouts on which the run reports nothing.
 
-This module is the description of the run and the one that explains what is wrong.
-The verifier first asks the compiled proof (:mod:`arborcc.verify.proof`, the same
-machine over one value per chunk slot), which only answers whether this run would
-report nothing; the layouts it does not prove are run here.
+For the layouts it does not prove, :func:`simulate_layouts` follows the values over
+that order (no schedule, no FIFO here: the order and the pairing of sends with
+receives are the compiled run's) and turns the findings into violations. The values
+it computes are the values of every schedule when there is no race, which it checks
+at the same time (:mod:`arborcc.verify.races`): for each slot it keeps the last writer
+and the readers since, and asks whether each conflicting pair is ordered. Slots with
+the same history are kept together, as segments of a rank's memory
+(:mod:`arborcc.verify.memory`), so a step costs about the same whatever its chunk count.
 
 References:
 
@@ -37,31 +40,18 @@ References:
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
-from arborcc.ir.limits import DEFAULT_SLOTS
 from arborcc.ir.model import Algorithm, Buffer, Op
 from arborcc.ir.report import ViolationLog
 from arborcc.verify.deadlock import TbName, Wait, explain_deadlock
+from arborcc.verify.encoding import encoded_program
 from arborcc.verify.layout import MemoryMap
 from arborcc.verify.memory import RankMemory, initial_memory
 from arborcc.verify.races import ConflictLog, HappensBefore, resolve_candidates
 from arborcc.verify.values import add_runs, first_uninitialized, fit_runs
 
 MAX_CANDIDATES = 2_000_000  #: conflicting pairs analysed across ranks before giving up (reported)
-
-
-class _Conn:
-    __slots__ = ("q", "sender", "receiver", "src", "dst", "ch", "reader_waiting", "writer_waiting")
-
-    def __init__(self, src: int, dst: int, ch: int):
-        self.q: deque = deque()
-        self.sender: int | None = None
-        self.receiver: int | None = None
-        self.src, self.dst, self.ch = src, dst, ch
-        self.reader_waiting = False
-        self.writer_waiting = False
 
 
 @dataclass
@@ -72,25 +62,21 @@ class SimOutcome:
     race_candidates: int = 0  #: conflicts not ordered by rank-local edges (resolved globally)
 
 
-def simulate(algo: Algorithm, mm: MemoryMap, cuts: dict[int, dict[Buffer, set[int]]], log: ViolationLog,
-             slots: int = DEFAULT_SLOTS, check_races: bool = True) -> SimOutcome:
-    """Run ``algo`` on memory laid out by ``mm``; violations go to ``log``.
+#: the waits of ``SymbolicRun.blocked``, by code
+WAIT_KINDS = ("dep", "recv", "send")
+
+
+def simulate_layouts(algo: Algorithm, run, mms: list[MemoryMap], cuts: dict[int, dict[Buffer, set[int]]],
+                     logs: list[ViolationLog], slots: int, check_races: bool = True) -> list[SimOutcome]:
+    """The values of the compiled symbolic run ``run`` (a ``native.SymbolicRun`` of
+    :func:`arborcc.verify.proof.symbolic_run` with ``slots`` FIFO slots) on each memory
+    layout of ``mms`` (one per kind of call), and its violations, into the matching
+    log of ``logs``. Every layout has its own memory and race candidates; the order,
+    the pairing of sends and receives and the findings of the schedule are shared.
 
     Assumes :func:`arborcc.verify.structure.check_structure` found nothing fatal;
     ``cuts`` are the ends of accessed chunk ranges it collected.
     """
-    return simulate_layouts(algo, [mm], cuts, [log], slots, check_races)[0]
-
-
-def simulate_layouts(algo: Algorithm, mms: list[MemoryMap], cuts: dict[int, dict[Buffer, set[int]]],
-                     logs: list[ViolationLog], slots: int = DEFAULT_SLOTS,
-                     check_races: bool = True) -> list[SimOutcome]:
-    """:func:`simulate` on each memory layout of ``mms`` (one per kind of call), in one
-    run: which step runs when does not depend on the memory (module doc), so the
-    schedule, its FIFOs and its happens-before are shared, and every layout has its own
-    memory, race candidates and violations (into the matching log of ``logs``)."""
-    if slots < 1:
-        raise ValueError("a connection needs at least one slot")
     progs = sorted(algo.ranks, key=lambda p: p.rank)
     tb_rank: list[int] = []
     tb_obj: list = []
@@ -107,22 +93,7 @@ def simulate_layouts(algo: Algorithm, mms: list[MemoryMap], cuts: dict[int, dict
     for g, tb in enumerate(tb_obj):
         tb_base[g + 1] = tb_base[g] + len(tb.steps)
     total = tb_base[ntb]
-
-    conns: dict[tuple[int, int, int], _Conn] = {}
-    send_conn: list[_Conn | None] = [None] * ntb
-    recv_conn: list[_Conn | None] = [None] * ntb
-    for g, tb in enumerate(tb_obj):
-        r = tb_rank[g]
-        if tb.send >= 0:
-            key = (r, tb.send, tb.channel)
-            c = conns.get(key) or conns.setdefault(key, _Conn(*key))
-            c.sender = g
-            send_conn[g] = c
-        if tb.recv >= 0:
-            key = (tb.recv, r, tb.channel)
-            c = conns.get(key) or conns.setdefault(key, _Conn(*key))
-            c.receiver = g
-            recv_conn[g] = c
+    steps = [st for tb in tb_obj for st in tb.steps]
 
     hb = HappensBefore(tb_base, tb_rank, total)
     gid_tb, done_seq, recv_src, sends_flag, dep_target = hb.gid_tb, hb.done_seq, hb.recv_src, hb.sends, hb.dep_target
@@ -156,109 +127,71 @@ def simulate_layouts(algo: Algorithm, mms: list[MemoryMap], cuts: dict[int, dict
                         f"'{tb_obj[g].steps[i].op.value}' reads {slot_name(view[2], r, a + j)} ({what}), "
                         "which holds no data yet")
 
-    pc = [0] * ntb
-    signal = [-1] * ntb
-    dep_waiters: dict[int, list[tuple[int, int]]] = {}
-    ready = deque(range(ntb))
+    popped = run.recv_src
+    mismatched = set(run.mismatches)
+    messages: dict[int, tuple[list, int]] = {}  #: send gid -> (values per layout, count) until received
     seq = 0
     NOP = Op.NOP
 
-    while ready:
-        g = ready.popleft()
-        tb = tb_obj[g]
-        steps = tb.steps
-        nsteps = len(steps)
+    for gid in run.order:
+        g = gid_tb[gid]
+        i = gid - tb_base[g]
+        st = steps[gid]
+        op = st.op
         r = tb_rank[g]
-        ids = ids_by_rank[r]
-        rc = recv_conn[g]
-        sc = send_conn[g]
-        gbase = tb_base[g]
-        i = pc[g]
-        while i < nsteps:
-            st = steps[i]
-            op = st.op
-            dep = st.dep
-            if dep is not None:
-                tg = ids[dep.tb]
-                if signal[tg] < dep.step:
-                    dep_waiters.setdefault(tg, []).append((dep.step, g))
-                    break
+        dep = st.dep
+        if dep is not None:
+            tg = ids_by_rank[r][dep.tb]
+            dep_target[gid] = tb_base[tg] + dep.step
+            if check_races:
+                hb.on_dependency(g, i, tg, dep.step)
+        if op is not NOP:
             sends, receives = op.sends, op.receives
-            if receives and not rc.q:
-                rc.reader_waiting = True
-                break
-            if sends and len(sc.q) >= slots:
-                sc.writer_waiting = True
-                break
-            gid = gbase + i
-            if dep is not None:
-                dep_target[gid] = tb_base[tg] + dep.step
-                if check_races:
-                    hb.on_dependency(g, i, tg, dep.step)
-            if op is not NOP:
-                reads_src, reads_dst, writes_dst = op.reads_src, op.reads_dst, op.writes_dst
-                cnt = st.count
-                gots = None
-                if receives:
-                    sgid, gots, sent = rc.q.popleft()
-                    recv_src[gid] = sgid
-                    if rc.writer_waiting:
-                        rc.writer_waiting = False
-                        ready.append(rc.sender)
-                    if sent != cnt:
-                        sr, stb, si = where(sgid)
-                        for view in views:
-                            view[4].add(r, tb.id, i, "mismatch",
-                                        f"'{op.value}' receives {cnt} chunk(s) but the matching send (rank {sr} "
-                                        f"tb {stb} step {si}) sent {sent}")
-                        gots = [fit_runs(got, cnt) for got in gots]
-                outs = [None] * nviews if sends else None
-                for v, rmem, base_r, conflicts, view in rank_views[r]:
-                    got = gots[v] if gots is not None else None
-                    src = None
-                    if reads_src:
-                        sa = base_r[st.src_buf] + st.src_off
-                        src = rmem.read(sa, cnt, gid, g, conflicts)
-                        if len(src) > 1 or type(src[0][1]) is not tuple:
-                            check_initialized(view, r, g, i, sa, src, "source")
-                    # the step's value (arborcc.ir.steps): received, + src where it reads its
-                    # source, or dst + src; written where it writes, pushed where it sends
-                    out = got if receives else src
-                    if receives and reads_src:
-                        out = add_runs(src, got)
-                    if writes_dst:
-                        da = base_r[st.dst_buf] + st.dst_off
-                        if reads_dst:
-                            cur = rmem.read(da, cnt, gid, g, conflicts)
-                            if len(cur) > 1 or type(cur[0][1]) is not tuple:
-                                check_initialized(view, r, g, i, da, cur, "destination")
-                            out = add_runs(cur, src)
-                        rmem.write(da, out, cnt, gid, g, receives, conflicts)
-                    if sends:
-                        outs[v] = out
+            reads_src, reads_dst, writes_dst = op.reads_src, op.reads_dst, op.writes_dst
+            cnt = st.count
+            gots = None
+            if receives:
+                sgid = popped[gid]
+                recv_src[gid] = sgid
+                gots, sent = messages.pop(sgid)
+                if gid in mismatched:
+                    sr, stb, si = where(sgid)
+                    for view in views:
+                        view[4].add(r, tb_obj[g].id, i, "mismatch",
+                                    f"'{op.value}' receives {cnt} chunk(s) but the matching send (rank {sr} "
+                                    f"tb {stb} step {si}) sent {sent}")
+                    gots = [fit_runs(got, cnt) for got in gots]
+            outs = [None] * nviews if sends else None
+            for v, rmem, base_r, conflicts, view in rank_views[r]:
+                got = gots[v] if gots is not None else None
+                src = None
+                if reads_src:
+                    sa = base_r[st.src_buf] + st.src_off
+                    src = rmem.read(sa, cnt, gid, g, conflicts)
+                    if len(src) > 1 or type(src[0][1]) is not tuple:
+                        check_initialized(view, r, g, i, sa, src, "source")
+                # the step's value (arborcc.ir.steps): received, + src where it reads its
+                # source, or dst + src; written where it writes, pushed where it sends
+                out = got if receives else src
+                if receives and reads_src:
+                    out = add_runs(src, got)
+                if writes_dst:
+                    da = base_r[st.dst_buf] + st.dst_off
+                    if reads_dst:
+                        cur = rmem.read(da, cnt, gid, g, conflicts)
+                        if len(cur) > 1 or type(cur[0][1]) is not tuple:
+                            check_initialized(view, r, g, i, da, cur, "destination")
+                        out = add_runs(cur, src)
+                    rmem.write(da, out, cnt, gid, g, receives, conflicts)
                 if sends:
-                    sends_flag[gid] = 1
-                    sc.q.append((gid, outs, cnt))
-                    if sc.reader_waiting:
-                        sc.reader_waiting = False
-                        ready.append(sc.receiver)
-                if st.has_dep:
-                    signal[g] = i
-                    waiters = dep_waiters.get(g)
-                    if waiters:
-                        still = []
-                        for k, wg in waiters:
-                            if k <= i:
-                                ready.append(wg)
-                            else:
-                                still.append((k, wg))
-                        dep_waiters[g] = still
-            seq += 1
-            done_seq[gid] = seq
-            i += 1
-        pc[g] = i
+                    outs[v] = out
+            if sends:
+                sends_flag[gid] = 1
+                messages[gid] = (outs, cnt)
+        seq += 1
+        done_seq[gid] = seq
 
-    unfinished = [g for g in range(ntb) if pc[g] < len(tb_obj[g].steps)]
+    blocked = run.blocked
     outcomes = []
     for _, memory, bases, conflicts, log in views:
         candidates = conflicts.candidates if conflicts is not None else []
@@ -280,42 +213,46 @@ def simulate_layouts(algo: Algorithm, mms: list[MemoryMap], cuts: dict[int, dict
                 log.add(None, None, None, "race",
                         f"race check incomplete: more than {MAX_CANDIDATES} conflicting access pairs are not "
                         "ordered by dependencies; only the first were analysed")
-        if unfinished:
-            names = {g: TbName(tb_rank[g], tb_obj[g].id, pc[g],
-                               tb_obj[g].steps[pc[g]].op.value if pc[g] < len(tb_obj[g].steps) else "-")
-                     for g in range(ntb)}
-            finished = {g for g in range(ntb) if pc[g] >= len(tb_obj[g].steps)}
-            blocked = {g: _why_blocked(tb_obj[g].steps[pc[g]], signal, ids_by_rank[tb_rank[g]], recv_conn[g],
-                                       send_conn[g], slots) for g in unfinished}
-            for v in explain_deadlock(blocked, names, finished):
+        if blocked:
+            for v in explain_deadlock(*_deadlock_graph(algo, blocked, tb_obj, tb_rank, slots)):
                 log.add(v.rank, v.tb, v.step, v.kind, v.message)
             log.add(None, None, None, "deadlock",
-                    f"deadlock: {len(unfinished)} of {ntb} thread blocks cannot finish")
+                    f"deadlock: {len(blocked)} of {ntb} thread blocks cannot finish")
         else:
-            for c in conns.values():
-                if c.q:
-                    sg = c.q[0][0]
-                    sr, stb, si = where(sg)
-                    log.add(sr, stb, si, "unmatched",
-                            f"sent {len(c.q)} message(s) to rank {c.dst} on channel {c.ch} (first: this step) "
-                            "that no step received")
-        outcomes.append(SimOutcome(not unfinished, memory, seq, len(candidates)))
+            connections = None
+            for c, first, messages_left in run.unreceived:
+                connections = connections or encoded_program(algo).connections
+                _, dst, channel, _, _ = connections[c]
+                sr, stb, si = where(first)
+                log.add(sr, stb, si, "unmatched",
+                        f"sent {messages_left} message(s) to rank {dst} on channel {channel} (first: this step) "
+                        "that no step received")
+        outcomes.append(SimOutcome(not blocked, memory, run.steps_run, len(candidates)))
     return outcomes
 
 
-def _why_blocked(st, signal: list[int], ids: dict[int, int], rc: _Conn | None, sc: _Conn | None,
-                 slots: int) -> Wait:
-    """What the step ``st`` that a thread block stopped at waits for, when no thread block
-    can move: the first of its conditions (in the order the run checks them) that fails.
-
-    That is the condition it stopped on: whatever would have lifted it (a signal, data
-    in the receive FIFO, a free slot) would also have put the thread block back to run.
-    """
-    dep = st.dep
-    if dep is not None and signal[ids[dep.tb]] < dep.step:
-        return Wait("dep", on=ids[dep.tb], dep_tb=dep.tb, dep_step=dep.step)
-    sends, receives = st.op.sends, st.op.receives
-    if receives and not rc.q:
-        return Wait("recv", rc.src, rc.ch, rc.sender)
-    assert sends and len(sc.q) >= slots, "a thread block that could move was left behind"
-    return Wait("send", sc.dst, sc.ch, sc.receiver, slots=slots)
+def _deadlock_graph(algo: Algorithm, blocked: list[tuple[int, int, int, int]], tb_obj: list, tb_rank: list[int],
+                    slots: int) -> tuple[dict[int, Wait], dict[int, TbName], set[int]]:
+    """The arguments of :func:`explain_deadlock` from the compiled run's ``blocked``
+    findings on ``algo``: what each blocked thread block waits for, every thread block's name and
+    where it stopped, and the finished ones."""
+    stopped = {g: step for g, step, _, _ in blocked}
+    names = {}
+    for g, tb in enumerate(tb_obj):
+        pc = stopped.get(g, len(tb.steps))
+        names[g] = TbName(tb_rank[g], tb.id, pc, tb.steps[pc].op.value if pc < len(tb.steps) else "-")
+    connections = encoded_program(algo).connections
+    waits: dict[int, Wait] = {}
+    for g, step, wait, on in blocked:
+        kind = WAIT_KINDS[wait]
+        if kind == "dep":
+            dep = tb_obj[g].steps[step].dep
+            waits[g] = Wait("dep", on=on, dep_tb=dep.tb, dep_step=dep.step)
+        else:
+            src, dst, channel, sender, receiver = connections[on]
+            if kind == "recv":
+                waits[g] = Wait("recv", src, channel, sender if sender >= 0 else None)
+            else:
+                waits[g] = Wait("send", dst, channel, receiver if receiver >= 0 else None, slots=slots)
+    finished = {g for g in range(len(tb_obj)) if g not in stopped}
+    return waits, names, finished

@@ -1,5 +1,5 @@
 // The Python module arborcc.verify.native (pybind11): the encoded program
-// (program.hpp), the pieces run (pieces.hpp) and the symbolic run's proof (symbolic.hpp).
+// (program.hpp), the pieces run (pieces.hpp) and the symbolic run (symbolic.hpp).
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -44,7 +44,7 @@ static py::bytes pieces_key(const Program& p) {
 
 PYBIND11_MODULE(native, m) {
   using namespace verify;
-  m.doc() = "arborcc's verifier passes over every step (C++): the pieces run and the symbolic run's proof";
+  m.doc() = "arborcc's verifier passes over every step (C++): the pieces run and the symbolic run";
   py::class_<Program>(m, "Program")
       .def_property_readonly("num_threadblocks", &Program::num_tbs)
       .def_property_readonly("num_steps", &Program::num_steps)
@@ -71,7 +71,26 @@ PYBIND11_MODULE(native, m) {
     return py::make_tuple(r.pc, r.signal, r.filled);
   }, py::arg("program"), py::arg("capacity"), py::arg("per_piece"), py::arg("allowed_count"),
         "the greedy pieces run: (program counters, signals, filled slices per connection)");
-  m.def("prove_layouts", [](const Program& p, int num_ranks, const py::list& layouts, int slots, bool check_races) {
+  py::class_<Proof>(m, "SymbolicRun")
+      .def_property_readonly("proved", [](const Proof& r) { return r.proved; }, "per layout: free of violations")
+      .def_readonly("steps_run", &Proof::steps_run)
+      .def_property_readonly("order", [](const Proof& r) { return r.order; },
+                             "the gids of the steps run, in the order they completed")
+      .def_property_readonly("recv_src", [](const Proof& r) { return r.recv_src; },
+                             "per gid: the gid of the send whose message it popped, -1 for none")
+      .def_property_readonly("mismatches", [](const Proof& r) { return r.mismatches; },
+                             "gids of receives whose message had another count, in the order they ran")
+      .def_property_readonly("blocked", [](const Proof& r) {
+        py::list out;
+        for (const Blocked& b : r.blocked) out.append(py::make_tuple(b.tb, b.step, b.wait, b.on));
+        return out;
+      }, "(thread block, step, wait: 0 signal, 1 receive, 2 send, thread block or connection) per blocked one")
+      .def_property_readonly("unreceived", [](const Proof& r) {
+        py::list out;
+        for (const Unreceived& u : r.unreceived) out.append(py::make_tuple(u.connection, u.first_gid, u.messages));
+        return out;
+      }, "(connection, gid of the oldest message, messages) per connection left with messages");
+  m.def("run_layouts", [](const Program& p, int num_ranks, const py::list& layouts, int slots, bool check_races) {
     std::vector<Layout> lays;
     for (py::handle h : layouts) {
       py::tuple t = py::reinterpret_borrow<py::tuple>(h);
@@ -83,12 +102,13 @@ PYBIND11_MODULE(native, m) {
       l.expected = t[4].cast<std::vector<std::array<long long, 4>>>();
       lays.push_back(std::move(l));
     }
-    Proof proof;
+    Proof run;
     {
       py::gil_scoped_release release;
-      proof = prove_layouts(p, num_ranks, lays, slots, check_races);
+      run = run_layouts(p, num_ranks, lays, slots, check_races);
     }
-    return py::make_tuple(proof.proved, proof.steps_run);
+    return run;
   }, py::arg("program"), py::arg("num_ranks"), py::arg("layouts"), py::arg("slots"), py::arg("check_races"),
-        "per layout (total, bases, data, data_end, expected runs): proved free of violations; and the steps run");
+        "the symbolic run: its schedule and findings, and per layout (total, bases, data, data_end, expected "
+        "runs) whether it is proved free of violations");
 }

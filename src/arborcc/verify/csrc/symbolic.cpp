@@ -1,23 +1,23 @@
-// prove_layouts (symbolic.hpp) runs simulate_layouts of arborcc/verify/symbolic.py: the
-// same greedy schedule (a queue of thread blocks; a thread block runs until a
-// dependency, an empty receive FIFO or a full send FIFO of `slots` messages stops it),
-// the same values (arborcc/verify/values.py: a slot holds input chunk c of a set of
-// ranks), the same race rule (arborcc/verify/races.py: each slot's last writer and its
-// readers since, every conflicting pair ordered) and the same postcondition
-// (arborcc/verify/postconditions.py), and answers per layout whether the Python run
-// would report nothing. It keeps one value per slot where the Python run keeps
-// segments of slots; a per-slot check finds every conflicting pair the segments do
-// (memory.py).
+// run_layouts (symbolic.hpp) is the verifier's one symbolic run: the greedy schedule (a
+// queue of thread blocks; a thread block runs until a dependency, an empty receive FIFO
+// or a full send FIFO of `slots` messages stops it), which does not depend on memory, and
+// on it, per memory layout, the proof that the run reports nothing: the values of
+// arborcc/verify/values.py (a slot holds input chunk c of a set of ranks), the race rule
+// (each slot's last writer and its readers since, every conflicting pair ordered by the
+// rank's program order and dependencies) and the postcondition
+// (arborcc/verify/postconditions.py), one value per slot.
 //
-// Where the Python run would report a violation - a deadlock, a count mismatch, data
-// left unreceived, a read of uninitialized memory, a wrong output chunk - or would have
-// to look further - a value with several chunk indices or a repeated contribution
-// (values.Mixed: legal, but never a correct result), or a conflicting pair that the
-// rank's program order and dependencies do not order (a race candidate, which
-// races.resolve_candidates settles through other ranks) - the layout is not proved and
-// the caller runs the Python version, which reports the same verdict with its
-// messages. So a proof here is exactly "the Python run reports no violation", with no
-// second description of what the violations say.
+// What the schedule finds is returned as findings the Python side only formats: the
+// order the steps completed in and the send each receive popped, the count mismatches,
+// the wait of every thread block left blocked (a deadlock) and the messages never
+// received. A layout is not proved where the run would report a violation - a deadlock,
+// a count mismatch, data left unreceived, a read of uninitialized memory, a wrong output
+// chunk - or would have to look further - a value with several chunk indices or a
+// repeated contribution (values.Mixed: legal, but never a correct result), or a
+// conflicting pair that the rank's program order and dependencies do not order (a race
+// candidate, which races.resolve_candidates settles through other ranks); for those,
+// arborcc/verify/symbolic.py follows the values over the order this run returns and
+// explains what is wrong.
 //
 // Rank-local order: local_order.hpp.
 
@@ -69,12 +69,14 @@ struct Memory {
 
 }  // namespace
 
-Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& layouts, int slots,
-                    bool check_races) {
+Proof run_layouts(const Program& p, int num_ranks, const std::vector<Layout>& layouts, int slots,
+                  bool check_races) {
   const int ntb = p.num_tbs();
   const int nviews = (int)layouts.size();
   Proof proof;
   proof.proved.assign(nviews, false);
+  proof.recv_src.assign(p.num_steps(), -1);
+  proof.order.reserve(p.num_steps());
   MaskTable masks(num_ranks);
 
   LocalOrder order(p);
@@ -183,7 +185,11 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
             fifos[rc].writer_waiting = false;
             ready.push_back(p.conns[rc].sender);
           }
-          if (in.count != cnt) schedule_failed = true;  // a count mismatch
+          proof.recv_src[gid] = in.gid;
+          if (in.count != cnt) {  // a count mismatch: the values stop here, the schedule goes on
+            schedule_failed = true;
+            proof.mismatches.push_back(gid);
+          }
         }
         Message outgoing{gid, cnt, {}};
         if (f & SENDS) outgoing.values.assign(size_t(cnt) * nviews, Value{-1, -1});
@@ -238,17 +244,32 @@ Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& 
           release_waiters(dep_waiters[g], i, ready);
         }
       }
-      if (schedule_failed) return proof;
+      proof.order.push_back(gid);
       ++seq;
       ++i;
     }
     pc[g] = i;
   }
   proof.steps_run = seq;
-  for (int g = 0; g < ntb; ++g)
-    if (pc[g] < p.tb_base[g + 1] - p.tb_base[g]) schedule_failed = true;  // a deadlock
-  for (const Fifo& fifo : fifos)
-    if (!fifo.q.empty()) schedule_failed = true;  // sent but never received
+  for (int g = 0; g < ntb; ++g) {
+    const int base = p.tb_base[g];
+    if (pc[g] >= p.tb_base[g + 1] - base) continue;
+    // a deadlock: the first condition of the step it stopped at that fails, in the order
+    // the run checks them (whatever would lift it would have put it back to run)
+    schedule_failed = true;
+    const int gid = base + pc[g], tg = p.dep_tb[gid];
+    if (tg >= 0 && signal[tg] < p.dep_step[gid])
+      proof.blocked.push_back({g, pc[g], WAITS_FOR_SIGNAL, tg});
+    else if ((p.flags[gid] & RECEIVES) && fifos[p.recv_conn[g]].q.empty())
+      proof.blocked.push_back({g, pc[g], WAITS_TO_RECEIVE, p.recv_conn[g]});
+    else
+      proof.blocked.push_back({g, pc[g], WAITS_TO_SEND, p.send_conn[g]});
+  }
+  for (size_t c = 0; c < fifos.size(); ++c)
+    if (!fifos[c].q.empty()) {  // sent but never received
+      schedule_failed = true;
+      proof.unreceived.push_back({(int)c, fifos[c].q.front().gid, (int)fifos[c].q.size()});
+    }
   if (schedule_failed) return proof;
   for (int v = 0; v < nviews; ++v) {
     Memory& m = mem[v];

@@ -1,6 +1,7 @@
-// The symbolic run of arborcc.verify.symbolic (simulate_layouts) as a proof: it decides
-// whether a layout's run is free of every violation the Python run reports, and only
-// that; anything else is left to the Python run, which explains what is wrong.
+// The verifier's one symbolic run (symbolic.cpp): the schedule and its findings for every
+// program, and per memory layout the proof that the run is free of every violation;
+// arborcc.verify.symbolic follows the values of the layouts not proved over the order
+// it returns, and explains what is wrong.
 
 #pragma once
 
@@ -21,12 +22,28 @@ struct Layout {
   std::vector<std::array<long long, 4>> expected;
 };
 
-struct Proof {
-  std::vector<bool> proved;  // per layout: no violation at all
-  long long steps_run = 0;   // steps run (all of them when proved)
+// What a thread block left blocked at the end waits for.
+enum Wait : int { WAITS_FOR_SIGNAL = 0, WAITS_TO_RECEIVE = 1, WAITS_TO_SEND = 2 };
+
+struct Blocked {
+  int tb, step, wait, on;  // on: the thread block signalling (a signal), else the connection
 };
 
-Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& layouts, int slots,
-                    bool check_races);
+struct Unreceived {
+  int connection, first_gid, messages;  // the messages left in a connection, the oldest first
+};
+
+struct Proof {
+  std::vector<bool> proved;         // per layout: no violation at all
+  long long steps_run = 0;          // steps run (all of them when proved)
+  std::vector<int> order;           // the gids of the steps run, in the order they completed
+  std::vector<int> recv_src;        // per gid: the gid of the send whose message it popped, -1
+  std::vector<int> mismatches;      // gids of receives whose message had another count
+  std::vector<Blocked> blocked;     // the thread blocks that cannot finish (a deadlock), by g
+  std::vector<Unreceived> unreceived;  // per connection with messages left, in connection order
+};
+
+Proof run_layouts(const Program& p, int num_ranks, const std::vector<Layout>& layouts, int slots,
+                  bool check_races);
 
 }  // namespace verify
