@@ -48,7 +48,7 @@ from arborcc.verify.deadlock import TbName, Wait, explain_deadlock
 from arborcc.verify.encoding import encoded_program
 from arborcc.verify.layout import MemoryMap
 from arborcc.verify.memory import RankMemory, initial_memory
-from arborcc.verify.races import ConflictLog, HappensBefore, resolve_candidates
+from arborcc.verify.races import ConflictLog, HappensBefore, ordered_through_ranks
 from arborcc.verify.values import add_runs, first_uninitialized, fit_runs
 
 MAX_CANDIDATES = 2_000_000  #: conflicting pairs analysed across ranks before giving up (reported)
@@ -92,11 +92,10 @@ def simulate_layouts(algo: Algorithm, run, mms: list[MemoryMap], cuts: dict[int,
     tb_base = [0] * (ntb + 1)
     for g, tb in enumerate(tb_obj):
         tb_base[g + 1] = tb_base[g] + len(tb.steps)
-    total = tb_base[ntb]
     steps = [st for tb in tb_obj for st in tb.steps]
 
-    hb = HappensBefore(tb_base, tb_rank, total)
-    gid_tb, done_seq, recv_src, sends_flag, dep_target = hb.gid_tb, hb.done_seq, hb.recv_src, hb.sends, hb.dep_target
+    hb = HappensBefore(tb_base, tb_rank)
+    gid_tb = hb.gid_tb
     #: per layout: (index, memory by rank, bases by rank, race log or None, violation log)
     views = [(v, initial_memory(algo, mm, cuts), mm.bases, ConflictLog(hb, MAX_CANDIDATES) if check_races else None,
               log) for v, (mm, log) in enumerate(zip(mms, logs))]
@@ -130,7 +129,6 @@ def simulate_layouts(algo: Algorithm, run, mms: list[MemoryMap], cuts: dict[int,
     popped = run.recv_src
     mismatched = set(run.mismatches)
     messages: dict[int, tuple[list, int]] = {}  #: send gid -> (values per layout, count) until received
-    seq = 0
     NOP = Op.NOP
 
     for gid in run.order:
@@ -140,11 +138,8 @@ def simulate_layouts(algo: Algorithm, run, mms: list[MemoryMap], cuts: dict[int,
         op = st.op
         r = tb_rank[g]
         dep = st.dep
-        if dep is not None:
-            tg = ids_by_rank[r][dep.tb]
-            dep_target[gid] = tb_base[tg] + dep.step
-            if check_races:
-                hb.on_dependency(g, i, tg, dep.step)
+        if dep is not None and check_races:
+            hb.on_dependency(g, i, ids_by_rank[r][dep.tb], dep.step)
         if op is not NOP:
             sends, receives = op.sends, op.receives
             reads_src, reads_dst, writes_dst = op.reads_src, op.reads_dst, op.writes_dst
@@ -152,7 +147,6 @@ def simulate_layouts(algo: Algorithm, run, mms: list[MemoryMap], cuts: dict[int,
             gots = None
             if receives:
                 sgid = popped[gid]
-                recv_src[gid] = sgid
                 gots, sent = messages.pop(sgid)
                 if gid in mismatched:
                     sr, stb, si = where(sgid)
@@ -186,10 +180,7 @@ def simulate_layouts(algo: Algorithm, run, mms: list[MemoryMap], cuts: dict[int,
                 if sends:
                     outs[v] = out
             if sends:
-                sends_flag[gid] = 1
                 messages[gid] = (outs, cnt)
-        seq += 1
-        done_seq[gid] = seq
 
     blocked = run.blocked
     outcomes = []
@@ -197,7 +188,7 @@ def simulate_layouts(algo: Algorithm, run, mms: list[MemoryMap], cuts: dict[int,
         candidates = conflicts.candidates if conflicts is not None else []
         if candidates:
             reported: set[tuple[int, int]] = set()
-            for c, ok in zip(candidates, resolve_candidates(hb, candidates)):
+            for c, ok in zip(candidates, ordered_through_ranks(encoded_program(algo), run, candidates)):
                 if ok or (c.x, c.y) in reported:
                     continue
                 reported.add((c.x, c.y))

@@ -1,5 +1,6 @@
 // The Python module arborcc.verify.native (pybind11): the encoded program
-// (program.hpp), the pieces run (pieces.hpp) and the symbolic run (symbolic.hpp).
+// (program.hpp), the pieces run (pieces.hpp), the symbolic run (symbolic.hpp) and its race
+// ordering across ranks (races.hpp).
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -8,6 +9,7 @@
 
 #include "pieces.hpp"
 #include "program.hpp"
+#include "races.hpp"
 #include "structure.hpp"
 #include "symbolic.hpp"
 
@@ -111,4 +113,13 @@ PYBIND11_MODULE(native, m) {
   }, py::arg("program"), py::arg("num_ranks"), py::arg("layouts"), py::arg("slots"), py::arg("check_races"),
         "the symbolic run: its schedule and findings, and per layout (total, bases, data, data_end, expected "
         "runs) whether it is proved free of violations");
+  m.def("ordered_through_ranks", [](const Program& p, const Proof& run, const std::vector<int>& xs,
+                                    const std::vector<int>& ys, const std::vector<bool>& received) {
+    std::vector<RaceCandidate> candidates;
+    for (size_t n = 0; n < xs.size(); ++n) candidates.push_back({xs[n], ys[n], received.at(n)});
+    py::gil_scoped_release release;
+    return ordered_through_ranks(p, run.order, run.recv_src, candidates);
+  }, py::arg("program"), py::arg("run"), py::arg("xs"), py::arg("ys"), py::arg("received"),
+        "per race candidate (x, y, y's write carries received data) of the run: is x ordered before y's "
+        "access through any path, across ranks?");
 }
