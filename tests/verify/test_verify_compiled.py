@@ -1,11 +1,13 @@
 """The verifier's compiled passes (arborcc.verify.native) against the Python passes they
 stand in for.
 
-The symbolic run's proof (verify/proof.py, csrc/symbolic.cpp): on correct programs,
-their mutations and synthesized ones, in both kinds of call, with several FIFO depths
-and with and without the race check, a layout is proved only when the values followed
-over the run's order (``simulate_layouts``) and ``check_postcondition`` report no
-violation (and on the correct programs it is made for, whenever they do). The structure rules (csrc/structure.cpp): clean exactly when
+The symbolic run (verify/proof.py, csrc/symbolic.cpp): on correct programs, their
+mutations and synthesized ones, in both kinds of call, with several FIFO depths and with
+and without the race check, its findings, formatted (verify/findings.py), are the
+violations the values followed over the run's order in Python (``simulate_layouts``,
+the path of layouts the compiled run does not follow: big buffers, numbers beyond 32
+bits) and ``check_postcondition`` report, and a layout is proved only when there are
+none (and on the correct programs it is made for, whenever there are none). The structure rules (csrc/structure.cpp): clean exactly when
 the Python rules of ``check_structure`` report nothing, with the same notes. (The
 pieces run is compared with a slice-by-slice sweep in test_verify_pieces.py.)"""
 
@@ -28,6 +30,7 @@ from arborcc.verify.proof import symbolic_run
 from arborcc.verify.structure import check_structure
 import arborcc.verify.native as native
 from arborcc.verify.encoding import encoded_program
+from arborcc.verify.findings import StepNames, report_findings
 from arborcc.verify.symbolic import simulate_layouts
 
 BUILDERS = [lambda: ring_allreduce(4), lambda: ring_allreduce(3, channels=2), lambda: ring_allgather(5, channels=2),
@@ -35,18 +38,19 @@ BUILDERS = [lambda: ring_allreduce(4), lambda: ring_allreduce(3, channels=2), la
             lambda: direct_alltoall(4, per_peer=2), lambda: allpairs_allreduce(4), lambda: ring_allreduce_split(4)]
 
 
-def python_clean(algo, mms, slots, check_races):
-    """Per layout: do the values followed in Python (and the postcondition) report nothing?"""
+def writer(gid):
+    return f"step {gid}"
+
+
+def python_logs(algo, run, mms, slots, check_races):
+    """Per layout: what the values followed in Python (and the postcondition) report."""
     structure = check_structure(algo, compiled=False)
     logs = [ViolationLog() for _ in mms]
-    run, _ = symbolic_run(algo, mms, slots, check_races)
     sims = simulate_layouts(algo, run, mms, structure.cuts, logs, slots=slots, check_races=check_races)
-    out = []
     for mm, sim, log in zip(mms, sims, logs):
         if sim.finished:
-            check_postcondition(algo, mm, sim.memory, lambda gid: f"step {gid}", log)
-        out.append(sim.finished and not len(log))
-    return out
+            check_postcondition(algo, mm, sim.memory, writer, log)
+    return logs
 
 
 def runnable_modes(algo):
@@ -54,14 +58,23 @@ def runnable_modes(algo):
 
 
 def compare(algo, slots=8, check_races=True):
-    """Assert the proof never says more than the values followed in Python; the proofs and clean runs."""
+    """Assert that the compiled run's findings, formatted, are the report the values
+    followed in Python give (the path of layouts the compiled run does not follow), and
+    that it proves a layout only when that report is empty; the proofs and clean runs."""
     if check_structure(algo).fatal:
         return [], []
     mms = [memory_map(algo, m) for m in runnable_modes(algo)]
     if not mms:
         return [], []
-    run, proved = symbolic_run(algo, mms, slots, check_races)
-    clean = python_clean(algo, mms, slots, check_races)
+    run, proved, found = symbolic_run(algo, mms, slots, check_races)
+    python = python_logs(algo, run, mms, slots, check_races)
+    names = StepNames(algo)
+    for mm, layout, log in zip(mms, found, python):
+        if layout is not None:
+            compiled = ViolationLog()
+            report_findings(names, run, layout, mm, compiled, slots, writer)
+            assert compiled.items == log.items, algo.name
+    clean = [not len(log) for log in python]
     for p, c in zip(proved, clean):
         assert not p or c, f"{algo.name}: proved, but the values followed in Python report violations"
     if any(proved):
@@ -115,11 +128,11 @@ def mutate(algo, rng: random.Random):
 
 @pytest.mark.parametrize("build", BUILDERS)
 def test_correct_programs_are_proved(build):
-    """Each is correct; all but the split ring, whose reduction is ordered only through
-    other ranks (race candidates), are proved without following the values in Python."""
+    """Each is correct and proved, the split ring too, whose reduction is ordered only
+    through other ranks (race candidates the compiled run resolves)."""
     proved, clean = compare(build())
     assert clean and all(clean)
-    assert all(proved) != (build is BUILDERS[-1])
+    assert all(proved)
 
 
 def test_public_samples_agree():
@@ -153,7 +166,7 @@ def test_mutated_programs_are_proved_only_when_the_python_run_finds_nothing(whic
 
 def test_mutations_find_both_verdicts():
     """The mutation corpus holds proved and refuted layouts (the comparison above has
-    both sides to compare), and the proof leaves few clean runs to Python."""
+    both sides to compare), and every clean layout is proved."""
     rng = random.Random(7)
     proved = clean = refuted = 0
     for k in range(300):
@@ -162,7 +175,22 @@ def test_mutations_find_both_verdicts():
         clean += sum(c)
         refuted += sum(not x for x in c)
     assert proved >= 20 and refuted >= 100
-    assert proved >= 0.8 * clean
+    assert proved == clean
+
+
+def test_layouts_left_to_python_get_the_same_report(monkeypatch):
+    """A layout the compiled run does not follow (here: every one, as if all buffers were
+    big) is reported in the same words by the values followed in Python."""
+    import arborcc.verify.proof as proof
+    from arborcc.verify import verify_algorithm
+
+    rng = random.Random(5)
+    corpus = [mutate(BUILDERS[k % len(BUILDERS)](), rng) for k in range(150)]
+    compiled = [verify_algorithm(algo) for algo in corpus]
+    monkeypatch.setattr(proof, "SLOTS_PER_STEP", -(1 << 20))
+    python = [verify_algorithm(algo) for algo in corpus]
+    assert [(r.ok, r.violations, r.notes) for r in compiled] == [(r.ok, r.violations, r.notes) for r in python]
+    assert sum(not r.ok for r in python) >= 50
 
 
 def structural_mutation(algo, rng: random.Random):
@@ -281,7 +309,7 @@ def test_the_compiled_run_reports_the_findings_of_the_schedule():
         return Step(Op.RECV, None, -1, Buffer.OUTPUT, 0, cnt)
 
     def run_of(algo, slots=8):
-        run, proved = symbolic_run(algo, [memory_map(algo, Mode.OUTOFPLACE)], slots, True)
+        run, proved, _ = symbolic_run(algo, [memory_map(algo, Mode.OUTOFPLACE)], slots, True)
         assert proved == [False]
         return run
 

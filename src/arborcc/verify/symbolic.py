@@ -1,4 +1,4 @@
-"""The values of the symbolic run, and what it found, in the verifier's words.
+"""The symbolic run's values in Python, for the layouts the compiled run does not follow.
 
 The machine (GC3 section 6; MSCCL runtime):
 
@@ -17,19 +17,19 @@ for: it is the only reader of its receive FIFO, the only writer of its send FIFO
 semaphores only grow), so the order in which ready thread blocks are run does not
 change whether the run completes: one greedy run decides deadlock for every
 schedule. That run is made once, in compiled code (``run_layouts`` of
-``verify/csrc/symbolic.cpp``, through :mod:`arborcc.verify.proof`): it returns the
-order the steps completed in, the send each receive popped, and its findings - count
-mismatches, the wait of every thread block left blocked, messages never received -
-and proves the layouts on which the run reports nothing.
+``verify/csrc/symbolic.cpp``, through :func:`arborcc.verify.proof.symbolic_run`), which
+also follows the values of every layout it is handed, one value per chunk slot, and
+returns what it finds (:mod:`arborcc.verify.findings` formats it).
 
-For the layouts it does not prove, :func:`simulate_layouts` follows the values over
-that order (no schedule, no FIFO here: the order and the pairing of sends with
-receives are the compiled run's) and turns the findings into violations. The values
-it computes are the values of every schedule when there is no race, which it checks
-at the same time (:mod:`arborcc.verify.races`): for each slot it keeps the last writer
-and the readers since, and asks whether each conflicting pair is ordered. Slots with
-the same history are kept together, as segments of a rank's memory
-(:mod:`arborcc.verify.memory`), so a step costs about the same whatever its chunk count.
+The layouts it is not handed - big buffers moved in few long steps, numbers beyond 32
+bits - or that a step reaches outside of are followed here, over the order the compiled
+run returns (no schedule, no FIFO here: the order and the pairing of sends with
+receives are the compiled run's), with the same messages. The values are the values of
+every schedule when there is no race, which is checked at the same time
+(:mod:`arborcc.verify.races`): for each slot the last writer and the readers since, and
+whether each conflicting pair is ordered. Slots with the same history are kept
+together, as segments of a rank's memory (:mod:`arborcc.verify.memory`), so a step
+costs about the same whatever its chunk count.
 
 References:
 
@@ -44,14 +44,12 @@ from dataclasses import dataclass
 
 from arborcc.ir.model import Algorithm, Buffer, Op
 from arborcc.ir.report import ViolationLog
-from arborcc.verify.deadlock import TbName, Wait, explain_deadlock
 from arborcc.verify.encoding import encoded_program
+from arborcc.verify.findings import MAX_CANDIDATES, StepNames
 from arborcc.verify.layout import MemoryMap
 from arborcc.verify.memory import RankMemory, initial_memory
 from arborcc.verify.races import ConflictLog, HappensBefore, ordered_through_ranks
 from arborcc.verify.values import add_runs, first_uninitialized, fit_runs
-
-MAX_CANDIDATES = 2_000_000  #: conflicting pairs analysed across ranks before giving up (reported)
 
 
 @dataclass
@@ -60,10 +58,6 @@ class SimOutcome:
     memory: list[RankMemory]  #: by rank id: values and last writers at the end
     steps_run: int = 0
     race_candidates: int = 0  #: conflicts not ordered by rank-local edges (resolved globally)
-
-
-#: the waits of ``SymbolicRun.blocked``, by code
-WAIT_KINDS = ("dep", "recv", "send")
 
 
 def simulate_layouts(algo: Algorithm, run, mms: list[MemoryMap], cuts: dict[int, dict[Buffer, set[int]]],
@@ -77,21 +71,8 @@ def simulate_layouts(algo: Algorithm, run, mms: list[MemoryMap], cuts: dict[int,
     Assumes :func:`arborcc.verify.structure.check_structure` found nothing fatal;
     ``cuts`` are the ends of accessed chunk ranges it collected.
     """
-    progs = sorted(algo.ranks, key=lambda p: p.rank)
-    tb_rank: list[int] = []
-    tb_obj: list = []
-    ids_by_rank: list[dict[int, int]] = []
-    for prog in progs:
-        ids: dict[int, int] = {}
-        for tb in prog.threadblocks:
-            ids[tb.id] = len(tb_obj)
-            tb_obj.append(tb)
-            tb_rank.append(prog.rank)
-        ids_by_rank.append(ids)
-    ntb = len(tb_obj)
-    tb_base = [0] * (ntb + 1)
-    for g, tb in enumerate(tb_obj):
-        tb_base[g + 1] = tb_base[g] + len(tb.steps)
+    names = StepNames(algo)
+    tb_rank, tb_obj, ids_by_rank, tb_base = names.tb_rank, names.tb_obj, names.ids_by_rank, names.tb_base
     steps = [st for tb in tb_obj for st in tb.steps]
 
     hb = HappensBefore(tb_base, tb_rank)
@@ -102,33 +83,17 @@ def simulate_layouts(algo: Algorithm, run, mms: list[MemoryMap], cuts: dict[int,
     nviews = len(views)
     #: per rank, each layout's (index, memory of the rank, its bases, race log, the layout)
     rank_views = [[(v, memory[r], bases[r], conflicts, view) for view in views
-                   for v, memory, bases, conflicts, _ in (view,)] for r in range(len(progs))]
+                   for v, memory, bases, conflicts, _ in (view,)] for r in range(len(names.progs))]
 
-    def where(gid: int) -> tuple[int, int, int]:
-        g = gid_tb[gid]
-        return tb_rank[g], tb_obj[g].id, gid - tb_base[g]
-
-    def slot_name(bases, r: int, addr: int) -> str:
-        prog = progs[r]
-        names = []
-        for buf, size in ((Buffer.INPUT, prog.input_chunks), (Buffer.OUTPUT, prog.output_chunks),
-                          (Buffer.SCRATCH, prog.scratch_chunks)):
-            b = bases[r][buf]
-            if b <= addr < b + size:
-                names.append(f"{buf.name.lower()} chunk {addr - b}")
-        return " = ".join(names) if names else f"slot {addr}"
-
-    def check_initialized(view, r: int, g: int, i: int, a: int, runs: list, what: str) -> None:
+    def check_initialized(view, gid: int, a: int, runs: list, what: str) -> None:
         """Log a read of uninitialized slots (called unless ``runs`` is one run of data)."""
         j = first_uninitialized(runs)
         if j is not None:
-            view[4].add(r, tb_obj[g].id, i, "uninitialized",
-                        f"'{tb_obj[g].steps[i].op.value}' reads {slot_name(view[2], r, a + j)} ({what}), "
-                        "which holds no data yet")
+            names.uninitialized(view[4], view[2], gid, a + j, what)
 
     popped = run.recv_src
     mismatched = set(run.mismatches)
-    messages: dict[int, tuple[list, int]] = {}  #: send gid -> (values per layout, count) until received
+    messages: dict[int, list] = {}  #: send gid -> its values per layout, until received
     NOP = Op.NOP
 
     for gid in run.order:
@@ -147,13 +112,10 @@ def simulate_layouts(algo: Algorithm, run, mms: list[MemoryMap], cuts: dict[int,
             gots = None
             if receives:
                 sgid = popped[gid]
-                gots, sent = messages.pop(sgid)
+                gots = messages.pop(sgid)
                 if gid in mismatched:
-                    sr, stb, si = where(sgid)
                     for view in views:
-                        view[4].add(r, tb_obj[g].id, i, "mismatch",
-                                    f"'{op.value}' receives {cnt} chunk(s) but the matching send (rank {sr} "
-                                    f"tb {stb} step {si}) sent {sent}")
+                        names.mismatch(view[4], gid, sgid)
                     gots = [fit_runs(got, cnt) for got in gots]
             outs = [None] * nviews if sends else None
             for v, rmem, base_r, conflicts, view in rank_views[r]:
@@ -163,7 +125,7 @@ def simulate_layouts(algo: Algorithm, run, mms: list[MemoryMap], cuts: dict[int,
                     sa = base_r[st.src_buf] + st.src_off
                     src = rmem.read(sa, cnt, gid, g, conflicts)
                     if len(src) > 1 or type(src[0][1]) is not tuple:
-                        check_initialized(view, r, g, i, sa, src, "source")
+                        check_initialized(view, gid, sa, src, "source")
                 # the step's value (arborcc.ir.steps): received, + src where it reads its
                 # source, or dst + src; written where it writes, pushed where it sends
                 out = got if receives else src
@@ -174,76 +136,27 @@ def simulate_layouts(algo: Algorithm, run, mms: list[MemoryMap], cuts: dict[int,
                     if reads_dst:
                         cur = rmem.read(da, cnt, gid, g, conflicts)
                         if len(cur) > 1 or type(cur[0][1]) is not tuple:
-                            check_initialized(view, r, g, i, da, cur, "destination")
+                            check_initialized(view, gid, da, cur, "destination")
                         out = add_runs(cur, src)
                     rmem.write(da, out, cnt, gid, g, receives, conflicts)
                 if sends:
                     outs[v] = out
             if sends:
-                messages[gid] = (outs, cnt)
+                messages[gid] = outs
 
-    blocked = run.blocked
+    program = encoded_program(algo)
     outcomes = []
     for _, memory, bases, conflicts, log in views:
         candidates = conflicts.candidates if conflicts is not None else []
         if candidates:
             reported: set[tuple[int, int]] = set()
-            for c, ok in zip(candidates, ordered_through_ranks(encoded_program(algo), run, candidates)):
+            for c, ok in zip(candidates, ordered_through_ranks(program, run, candidates)):
                 if ok or (c.x, c.y) in reported:
                     continue
                 reported.add((c.x, c.y))
-                r, tbid, i = where(c.y)
-                _, ptb, pi = where(c.x)
-                mine = "writes" if c.y_writes else "reads"
-                theirs = "writes" if c.x_writes else "reads"
-                log.add(r, tbid, i, "race",
-                        f"race: {mine} {slot_name(bases, r, c.addr)}, which tb {ptb} step {pi} {theirs}, and "
-                        "neither is ordered before the other (no program-order/dependency path, directly or "
-                        "through other ranks)")
+                names.race(log, bases, c.y, c.x, c.addr, c.y_writes, c.x_writes)
             if len(candidates) >= MAX_CANDIDATES:
-                log.add(None, None, None, "race",
-                        f"race check incomplete: more than {MAX_CANDIDATES} conflicting access pairs are not "
-                        "ordered by dependencies; only the first were analysed")
-        if blocked:
-            for v in explain_deadlock(*_deadlock_graph(algo, blocked, tb_obj, tb_rank, slots)):
-                log.add(v.rank, v.tb, v.step, v.kind, v.message)
-            log.add(None, None, None, "deadlock",
-                    f"deadlock: {len(blocked)} of {ntb} thread blocks cannot finish")
-        else:
-            connections = None
-            for c, first, messages_left in run.unreceived:
-                connections = connections or encoded_program(algo).connections
-                _, dst, channel, _, _ = connections[c]
-                sr, stb, si = where(first)
-                log.add(sr, stb, si, "unmatched",
-                        f"sent {messages_left} message(s) to rank {dst} on channel {channel} (first: this step) "
-                        "that no step received")
-        outcomes.append(SimOutcome(not blocked, memory, run.steps_run, len(candidates)))
+                names.incomplete_races(log)
+        names.schedule(log, run, slots)
+        outcomes.append(SimOutcome(not run.blocked, memory, run.steps_run, len(candidates)))
     return outcomes
-
-
-def _deadlock_graph(algo: Algorithm, blocked: list[tuple[int, int, int, int]], tb_obj: list, tb_rank: list[int],
-                    slots: int) -> tuple[dict[int, Wait], dict[int, TbName], set[int]]:
-    """The arguments of :func:`explain_deadlock` from the compiled run's ``blocked``
-    findings on ``algo``: what each blocked thread block waits for, every thread block's name and
-    where it stopped, and the finished ones."""
-    stopped = {g: step for g, step, _, _ in blocked}
-    names = {}
-    for g, tb in enumerate(tb_obj):
-        pc = stopped.get(g, len(tb.steps))
-        names[g] = TbName(tb_rank[g], tb.id, pc, tb.steps[pc].op.value if pc < len(tb.steps) else "-")
-    connections = encoded_program(algo).connections
-    waits: dict[int, Wait] = {}
-    for g, step, wait, on in blocked:
-        kind = WAIT_KINDS[wait]
-        if kind == "dep":
-            dep = tb_obj[g].steps[step].dep
-            waits[g] = Wait("dep", on=on, dep_tb=dep.tb, dep_step=dep.step)
-        else:
-            src, dst, channel, sender, receiver = connections[on]
-            if kind == "recv":
-                waits[g] = Wait("recv", src, channel, sender if sender >= 0 else None)
-            else:
-                waits[g] = Wait("send", dst, channel, receiver if receiver >= 0 else None, slots=slots)
-    finished = {g for g in range(len(tb_obj)) if g not in stopped}
-    return waits, names, finished

@@ -91,7 +91,27 @@ PYBIND11_MODULE(native, m) {
         py::list out;
         for (const Unreceived& u : r.unreceived) out.append(py::make_tuple(u.connection, u.first_gid, u.messages));
         return out;
-      }, "(connection, gid of the oldest message, messages) per connection left with messages");
+      }, "(connection, gid of the oldest message, messages) per connection left with messages")
+      .def_property_readonly("layouts", [](const Proof& r) {
+        py::list out;
+        for (const LayoutFindings& f : r.layouts) {
+          py::list events, races, wrong;
+          for (const auto& e : f.events) events.append(py::make_tuple(e[0], e[1], e[2]));
+          for (const auto& x : f.races) races.append(py::make_tuple(x[0], x[1], x[2], bool(x[3]), bool(x[4])));
+          for (const WrongValue& w : f.wrong) {
+            py::list parts;
+            for (const auto& [chunk, ranks] : w.parts) parts.append(py::make_tuple(chunk, ranks));
+            wrong.append(py::make_tuple(w.run, w.index, w.writer, w.initialized, w.dup, parts));
+          }
+          out.append(py::dict(py::arg("followed") = f.followed, py::arg("events") = events, py::arg("races") = races,
+                              py::arg("race_candidates") = f.race_candidates,
+                              py::arg("races_incomplete") = f.races_incomplete, py::arg("wrong") = wrong));
+        }
+        return out;
+      }, "per layout: followed (False: the values are left to Python), events (kind: 0 mismatch, 1 uninitialized "
+         "source, 2 uninitialized destination; gid; slot or sending gid), races (later gid, earlier gid, slot, later "
+         "writes, earlier writes), race_candidates, races_incomplete, wrong output chunks (expected run, index in "
+         "it, last writer, initialized, repeated contribution, [(chunk, ranks)])");
   m.def("run_layouts", [](const Program& p, int num_ranks, const py::list& layouts, int slots, bool check_races) {
     std::vector<Layout> lays;
     for (py::handle h : layouts) {

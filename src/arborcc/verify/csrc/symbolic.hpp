@@ -1,7 +1,6 @@
 // The verifier's one symbolic run (symbolic.cpp): the schedule and its findings for every
-// program, and per memory layout the proof that the run is free of every violation;
-// arborcc.verify.symbolic follows the values of the layouts not proved over the order
-// it returns, and explains what is wrong.
+// program, and per memory layout the values' findings, or the proof that there are none;
+// arborcc.verify.findings formats them.
 
 #pragma once
 
@@ -33,6 +32,29 @@ struct Unreceived {
   int connection, first_gid, messages;  // the messages left in a connection, the oldest first
 };
 
+// What the run found on one layout, in run order (symbolic.py formats it).
+enum Event : int { MISMATCH = 0, UNINITIALIZED_SOURCE = 1, UNINITIALIZED_DESTINATION = 2 };
+
+// A wrong output chunk: which expected run and slot of it, its last writer, and its value.
+struct WrongValue {
+  int run = 0;
+  long long index = 0;
+  int writer = -1;
+  bool initialized = false, dup = false;
+  std::vector<std::pair<int, std::vector<int>>> parts;  // (input chunk, ranks)
+};
+
+struct LayoutFindings {
+  bool followed = false;  // false: a step accesses memory outside the layout; Python follows the values
+  std::vector<std::array<long long, 3>> events;  // (Event, gid, slot address or, for MISMATCH, the send's gid)
+  // races no path orders, each (earlier, later) pair once: (later gid, earlier gid, slot, later writes,
+  // earlier writes)
+  std::vector<std::array<long long, 5>> races;
+  long long race_candidates = 0;  // pairs rank-local order did not settle
+  bool races_incomplete = false;  // more candidates than the run analyses
+  std::vector<WrongValue> wrong;  // the postcondition (when no thread block is blocked)
+};
+
 struct Proof {
   std::vector<bool> proved;         // per layout: no violation at all
   long long steps_run = 0;          // steps run (all of them when proved)
@@ -41,6 +63,7 @@ struct Proof {
   std::vector<int> mismatches;      // gids of receives whose message had another count
   std::vector<Blocked> blocked;     // the thread blocks that cannot finish (a deadlock), by g
   std::vector<Unreceived> unreceived;  // per connection with messages left, in connection order
+  std::vector<LayoutFindings> layouts;  // per layout
 };
 
 Proof run_layouts(const Program& p, int num_ranks, const std::vector<Layout>& layouts, int slots,
