@@ -156,6 +156,17 @@ def test_count_mismatch_between_send_and_receive():
     assert "sent 2" in report.violations[0].message
 
 
+def test_the_run_goes_on_after_a_count_mismatch():
+    """The schedule does not depend on the values: after a mismatched receive the run
+    still finds what later steps do, and runs every step."""
+    algo = custom(2, {0: [ThreadBlock(0, send=1, steps=[send(I, 0, cnt=2), send(I, 2)])],
+                      1: [ThreadBlock(0, recv=0, steps=[recv(O, 0, cnt=1), recv(O, 1), Step(Op.COPY, S, 0, O, 2)])]},
+                  scratch=1)
+    found, report = kinds(algo)
+    assert found == ["mismatch", "uninitialized"]
+    assert "ran 5 steps" in " ".join(report.notes)
+
+
 def test_data_sent_but_never_received():
     algo = custom(2, {0: [ThreadBlock(0, send=1, steps=[send(), send(I, 1)])],
                       1: [ThreadBlock(0, recv=0, steps=[recv()])]})

@@ -179,7 +179,7 @@ def test_known_steps_are_the_dependency_paths(seed):
     tb_base = [0]
     for n in lengths:
         tb_base.append(tb_base[-1] + n)
-    hb = HappensBefore(tb_base, [0] * ntb, tb_base[-1])
+    hb = HappensBefore(tb_base, [0] * ntb)
     deps = {}
     done = [0] * ntb  # steps run so far per thread block; a step only waits for a finished one
     while any(done[g] < lengths[g] for g in range(ntb)):

@@ -5,12 +5,14 @@ Order of the checks (GC3 section 4-6 model; docs/ir.md):
 1. structure (:mod:`.structure`) and buffer layout (:mod:`.layout`);
 2. the dialect's runtime limits when a dialect is named (:mod:`arborcc.ir.limits`);
 3. for each kind of call the algorithm claims (out-of-place, in-place; buffers laid out
-   by :mod:`arborcc.ir.aliasing`): a symbolic run with bounded FIFOs
-   (:mod:`.symbolic`) that finds deadlocks, races, uninitialized reads, count
-   mismatches and unreceived data, then the postcondition (:mod:`.postconditions`).
-   A file that claims both modes must be correct in both; every violation names the
-   mode it was found in. The compiled proof (:mod:`.proof`) settles the runs that find
-   nothing; the Python run is made for the others, and its messages are the report's;
+   by :mod:`arborcc.ir.aliasing`): the symbolic run with bounded FIFOs, made once
+   in compiled code (:mod:`.proof`), that finds deadlocks, races, uninitialized
+   reads, count mismatches, unreceived data and wrong output chunks (the
+   postcondition, :mod:`.postconditions`), formatted by :mod:`.findings`; a layout it
+   does not follow (big buffers, numbers beyond 32 bits) has its values followed in
+   Python over the run's order (:mod:`.symbolic`), with the same messages. A file that
+   claims both modes must be correct in both; every violation names the mode it was
+   found in;
 4. when those runs finish without a violation, the deadlock check with steps cut into
    the runtimes' pieces (:mod:`.pieces`), which the one-message-per-step FIFOs of step
    3 do not see (``pieces=False`` skips it).
@@ -38,10 +40,11 @@ from arborcc.ir.limits import DEFAULT_SLOTS, check_dialect_limits
 from arborcc.ir.model import Algorithm, Buffer
 from arborcc.ir.report import VerificationReport, Violation, ViolationLog
 from arborcc.verify.encoding import encodings
+from arborcc.verify.findings import StepNames, report_findings
 from arborcc.verify.layout import check_layout, memory_map
 from arborcc.verify.pieces import check_pieces
 from arborcc.verify.postconditions import check_postcondition
-from arborcc.verify.proof import prove_layouts
+from arborcc.verify.proof import symbolic_run
 from arborcc.verify.semantics import OPS
 from arborcc.verify.structure import check_structure
 from arborcc.verify.symbolic import simulate_layouts
@@ -60,7 +63,7 @@ def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int 
     every violation they find names its mode. ``pieces``: also check for deadlock with
     steps cut into the MSCCL runtimes' pieces (:mod:`.pieces`; independent of ``slots``).
 
-    ``also``: further modes to try in the same symbolic run (:func:`simulate_layouts`:
+    ``also``: further modes to try in the same symbolic run (:func:`.proof.symbolic_run`:
     the schedule is shared, each mode has its own memory): one proved correct -
     layout, run, postcondition and the pieces check free of violations, the dialect's
     limits aside - is appended to the report's ``modes`` with a note; one that is not
@@ -111,24 +114,29 @@ def _verify(algo: Algorithm, dialect: str | None, slots: int, check_races: bool,
         logs = [ViolationLog(prefix=f"{mode.label} call: ") for mode in run_modes]
         mms = [memory_map(algo, mode) for mode in run_modes]
         started = time.perf_counter()
-        proofs, steps_run = prove_layouts(algo, mms, slots, check_races) if run_modes else ([], 0)
-        unproved = [v for v, ok in enumerate(proofs) if not ok]  # the Python run says what is wrong
-        cuts = structure.cuts if structure.cuts is not None or not unproved else \
+        run, proofs, found = symbolic_run(algo, mms, slots, check_races) if run_modes else (None, [], [])
+        left = [v for v, layout in enumerate(found) if layout is None]  # their values are followed in Python
+        cuts = structure.cuts if structure.cuts is not None or not left else \
             check_structure(algo, compiled=False).cuts
-        sims = dict(zip(unproved, simulate_layouts(algo, [mms[v] for v in unproved], cuts,
-                                                   [logs[v] for v in unproved], slots=slots,
-                                                   check_races=check_races))) if unproved else {}
+        sims = dict(zip(left, simulate_layouts(algo, run, [mms[v] for v in left], cuts, [logs[v] for v in left],
+                                               slots=slots, check_races=check_races))) if left else {}
         postcondition_known = has_signature(algo.collective, algo.num_ranks, algo.chunks_per_loop)
+        names = StepNames(algo) if not all(proofs) else None
         results, also_ok = [], []
         for v, (mode, mm, log) in enumerate(zip(run_modes, mms, logs)):
             sim = sims.get(v)
-            if sim is None:  # proved: finished, no violation, the postcondition met where there is one
-                finished, ok, steps, candidates = True, postcondition_known, steps_run, 0
+            if proofs[v]:  # finished, no violation, the postcondition met where there is one
+                finished, ok, steps, candidates, how = True, postcondition_known, run.steps_run, 0, "proved"
+            elif sim is None:  # the compiled run's findings say what is wrong
+                report_findings(names, run, found[v], mm, log, slots, _writer_namer(algo))
+                finished, steps, candidates = not run.blocked, run.steps_run, found[v].found["race_candidates"]
+                ok, how = finished and postcondition_known, "compiled findings"
             else:
                 finished, steps, candidates = sim.finished, sim.steps_run, sim.race_candidates
                 ok = finished and check_postcondition(algo, mm, sim.memory, _writer_namer(algo), log)
+                how = "values in Python"
             log_.debug("%s: %s call: %d steps, %d race candidates, %s, %.2f s", algo.name, mode.label, steps,
-                       candidates, "proved" if sim is None else "run in Python", time.perf_counter() - started)
+                       candidates, how, time.perf_counter() - started)
             if mode not in checked:
                 if ok and not len(log):
                     also_ok.append(mode)

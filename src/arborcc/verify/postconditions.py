@@ -78,14 +78,20 @@ def _log_wrong_chunks(log: ViolationLog, coll: str, r: int, x: int, chunk: int, 
                       writer_of, w: int) -> None:
     """Output chunks ``x, x+1, ...`` of rank ``r`` hold ``values`` and need ``chunk + j`` of
     the ranks in ``mask``; ``w`` last wrote them."""
-    by = f" (last written by {writer_of(w)})" if w >= 0 else " (never written)"
     for j, v in enumerate(values):
-        if v == (chunk + j, mask):
-            continue
-        diff = compare(v, chunk + j, mask)
-        log.add(r, None, None, "postcondition",
-                f"output chunk {x + j} {diff}{by}; {coll} needs chunk {chunk + j} of ranks "
-                f"{format_ranks(mask_ranks(mask))} there, each exactly once")
+        if v != (chunk + j, mask):
+            log_wrong_chunk(log, coll, r, x + j, chunk + j, mask, v, writer_of, w)
+
+
+def log_wrong_chunk(log: ViolationLog, coll: str, r: int, x: int, chunk: int, mask: int, value, writer_of,
+                    w: int) -> None:
+    """Output chunk ``x`` of rank ``r`` holds ``value`` (:mod:`arborcc.verify.values`) but
+    needs ``chunk`` of the ranks in ``mask``; step ``w`` last wrote it (-1: none),
+    ``writer_of(w)`` names it."""
+    by = f" (last written by {writer_of(w)})" if w >= 0 else " (never written)"
+    log.add(r, None, None, "postcondition",
+            f"output chunk {x} {compare(value, chunk, mask)}{by}; {coll} needs chunk {chunk} of ranks "
+            f"{format_ranks(mask_ranks(mask))} there, each exactly once")
 
 
 def expected_runs(collective: str, n: int, k: int, rank: int, root: int,

@@ -1,19 +1,19 @@
-"""The symbolic run's common case in compiled code: proving a run free of violations.
+"""The verifier's one symbolic run, in compiled code: :func:`symbolic_run`.
 
-Most programs the verifier sees are correct. For them :func:`prove_layouts` runs
-``prove_layouts`` of ``verify/csrc/symbolic.cpp`` - the schedule, values, race rule and
-postcondition of :func:`arborcc.verify.symbolic.simulate_layouts` and
-:func:`arborcc.verify.postconditions.check_postcondition`, one value per chunk slot -
-which answers, per kind of call, only whether those would report nothing. Where they
-would report something, or would have to look further (a value with several chunk
-indices or a repeated contribution, a conflicting pair that program order and
-dependencies of the rank do not order and only other ranks might), the layout is not
-proved, and the verifier runs the Python passes on it: they are the description of
-the semantics and the ones that explain what is wrong, so the verdict and every
-message are theirs.
+It runs ``run_layouts`` of ``verify/csrc/symbolic.cpp``: the schedule (every program:
+the order steps complete in, the send each receive pops, count mismatches, the waits of
+a deadlock, messages never received) and, per kind of call, the values, race rule and
+postcondition, one value per chunk slot, with what they find (reads of uninitialized
+memory, races, wrong output chunks), which :mod:`arborcc.verify.findings` formats; a
+layout with no finding is proved. Layouts it is not handed (more than
+:data:`SLOTS_PER_STEP` slots per step, numbers beyond 32 bits) or that a step reaches
+outside of are not followed: :mod:`arborcc.verify.symbolic` follows their values in
+Python over the order this run returns.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from arborcc.ir.collectives import has_signature
 from arborcc.ir.model import Algorithm, Buffer
@@ -23,38 +23,56 @@ from arborcc.verify.layout import MemoryMap
 from arborcc.verify.postconditions import expected_runs
 
 
-#: the proof keeps 16 bytes per chunk slot (and its work is the chunks the steps move);
-#: the Python run keeps a segment per range the steps cut (:mod:`arborcc.verify.memory`).
-#: Beyond this many slots per step (big buffers moved in few long steps) the Python run
-#: is the cheaper one and is left to do it.
+#: the compiled run keeps 16 bytes per chunk slot (and its work is the chunks the steps
+#: move); the Python values keep a segment per range the steps cut
+#: (:mod:`arborcc.verify.memory`). Beyond this many slots per step (big buffers moved in
+#: few long steps) those are the cheaper ones and the layout is left to them.
 SLOTS_PER_STEP = 16
 
 
-def prove_layouts(algo: Algorithm, mms: list[MemoryMap], slots: int, check_races: bool) -> tuple[list[bool], int]:
-    """Per memory layout of ``mms``: is the symbolic run on it (with ``slots`` FIFO slots
-    per connection) free of every violation, its postcondition met where the collective
-    has one? And the steps the run took (all of them when any layout is proved).
-    Layouts of more than :data:`SLOTS_PER_STEP` slots per step (and 65,536), and
-    programs with numbers beyond 32 bits, are not tried (not proved).
+class LayoutRun(NamedTuple):
+    """What the compiled run found on one memory layout (``SymbolicRun.layouts``), and
+    the postcondition's runs it checked: ``(rank, first output chunk, input chunk, rank
+    bitmask)``, in the order the findings index them."""
+
+    found: dict
+    wanted: list[tuple[int, int, int, int]]
+
+
+def symbolic_run(algo: Algorithm, mms: list[MemoryMap], slots: int,
+                 check_races: bool) -> tuple[native.SymbolicRun, list[bool], list[LayoutRun | None]]:
+    """The symbolic run of ``algo`` with ``slots`` FIFO slots per connection (a
+    ``native.SymbolicRun``: its order and the findings of its schedule); per memory
+    layout of ``mms``: is the run on it free of every violation, its postcondition met
+    where the collective has one; and what it found there (None where the values are
+    left to :func:`arborcc.verify.symbolic.simulate_layouts`). Layouts of more than
+    :data:`SLOTS_PER_STEP` slots per step (and 65,536), layouts a step reaches outside
+    of, and programs with numbers beyond 32 bits have no findings (and are not proved).
 
     Assumes :func:`arborcc.verify.structure.check_structure` found nothing fatal."""
+    if slots < 1:
+        raise ValueError("a connection needs at least one slot")
     program = encoded_program(algo)
     most = SLOTS_PER_STEP * program.num_steps + (1 << 16)
-    if program.clamped or any(mm.total > most for mm in mms):  # numbers beyond 32 bits, or big buffers
-        return [False] * len(mms), 0
-    layouts = [_layout_arrays(algo, mm) for mm in mms]
-    if any(lay is None for lay in layouts):
-        return [False] * len(mms), 0
-    proved, steps = native.prove_layouts(program, algo.num_ranks, layouts, slots, check_races)
-    return proved, steps
+    layouts = [None if program.clamped or mm.total > most else _layout_arrays(algo, mm) for mm in mms]
+    tried = [v for v, lay in enumerate(layouts) if lay is not None]
+    run = native.run_layouts(program, algo.num_ranks, [layouts[v][0] for v in tried], slots, check_races)
+    proved = [False] * len(mms)
+    found: list[LayoutRun | None] = [None] * len(mms)
+    for v, ok, layout in zip(tried, run.proved, run.layouts):
+        proved[v] = ok
+        if layout["followed"]:
+            found[v] = LayoutRun(layout, layouts[v][1])
+    return run, proved, found
 
 
-def _layout_arrays(algo: Algorithm, mm: MemoryMap) -> tuple | None:
-    """``mm`` and the postcondition as the compiled run takes them, or None if the
-    postcondition asks for a set of ranks other than one rank or all of them (none does)."""
+def _layout_arrays(algo: Algorithm, mm: MemoryMap) -> tuple[tuple, list] | None:
+    """``mm`` and the postcondition as the compiled run takes them, and the
+    postcondition's runs as :class:`LayoutRun` lists them; or None if the postcondition
+    asks for a set of ranks other than one rank or all of them (none does)."""
     n = algo.num_ranks
     ranks = sorted(p.rank for p in algo.ranks)
-    bases, data, data_end, expected = [], [], [], []
+    bases, data, data_end, expected, wanted = [], [], [], [], []
     for r in ranks:
         bases.extend(mm.bases[r].get(b, -1) for b in BUFFERS)
         first, end = mm.data(r)
@@ -77,4 +95,5 @@ def _layout_arrays(algo: Algorithm, mm: MemoryMap) -> tuple | None:
                 else:
                     return None
                 expected.append((out + first, length, chunk, whose))
-    return mm.total, bases, data, data_end, expected
+                wanted.append((r, first, chunk, mask))
+    return (mm.total, bases, data, data_end, expected), wanted

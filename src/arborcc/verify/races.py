@@ -20,25 +20,26 @@ X before the writes of Y. Nothing else orders steps; in particular two thread bl
 that merely both talk to other ranks are unordered. This is sound: every pair called
 ordered is ordered in every execution the runtime can produce.
 
-Checking is in two stages. During the symbolic run each conflicting pair is first
-tried against what program order and dependencies alone order before the later step
-(:meth:`HappensBefore.known`: a bitset of the rank's steps, updated once per executed
-dependency; exact for rank-local order, one lookup per pair). Pairs it cannot order
-become *candidates*; after the run, :func:`resolve_candidates` answers all of them at
-once by replaying the run in completion order while propagating, along every edge,
-vector clocks restricted to the thread blocks that appear as the earlier side of a
-candidate (a path X -> Y implies X finished first in every execution, in particular
-in the simulated one, so completion order is a topological order of the edges).
+Checking is in two stages. While the values are followed each conflicting pair is
+first tried against what program order and dependencies alone order before the later
+step (:meth:`HappensBefore.known`: a bitset of the rank's steps, updated once per
+executed dependency; exact for rank-local order, one lookup per pair). Pairs it cannot
+order become *candidates*; afterwards the compiled run answers all of them at once
+(:func:`ordered_through_ranks`: ``ordered_through_ranks`` of
+``verify/csrc/races.cpp``), replaying its completion order while propagating, along
+every edge, vector clocks restricted to the thread blocks that appear as the earlier
+side of a candidate (a path X -> Y implies X finished first in every execution, in
+particular in the symbolic one, so completion order is a topological order of the
+edges).
 """
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from collections import Counter
 from typing import NamedTuple
 
-import numpy as np
+import arborcc.verify.native as native
 
 
 class Candidate(NamedTuple):
@@ -54,25 +55,17 @@ class Candidate(NamedTuple):
 
 
 class HappensBefore:
-    """Per-run ordering data, identified by global step ids (gids).
+    """Rank-local ordering of a run, identified by global step ids (gids): the values'
+    walk (:mod:`arborcc.verify.symbolic`) calls :meth:`on_dependency` when a step with
+    a dependency runs."""
 
-    The simulator fills ``done_seq[gid]`` (completion rank in the simulated run, from
-    1), ``recv_src[gid]`` (gid of the send whose data a receiving step popped),
-    ``sends[gid]`` (1 for steps that send), ``dep_target`` (gid -> gid it waited for)
-    and calls :meth:`on_dependency` when a step with a dependency runs.
-    """
-
-    def __init__(self, tb_base: list[int], tb_rank: list[int], total: int):
+    def __init__(self, tb_base: list[int], tb_rank: list[int]):
         self.tb_base = tb_base
         self.tb_rank = tb_rank
-        self.dep_target: dict[int, int] = {}
         ntb = len(tb_rank)
         self.gid_tb = array("i")
         for g in range(ntb):
             self.gid_tb.extend([g] * (tb_base[g + 1] - tb_base[g]))
-        self.done_seq = array("q", bytes(8 * total))
-        self.recv_src = array("q", [-1]) * total
-        self.sends = bytearray(total)
         # what a step knows is a bitset over the steps of its rank: gids are numbered
         # rank by rank, so bit ``gid - rank_gid0[tb]`` stands for step ``gid``
         first: dict[int, int] = {}
@@ -142,65 +135,10 @@ class ConflictLog:
             self.candidates.append(Candidate(prev, gid, received, addr, prev_writes, writes))
 
 
-def resolve_candidates(hb: HappensBefore, candidates: list[Candidate]) -> list[bool]:
-    """For each candidate: is x ordered before y's access through any path? (see module)"""
+def ordered_through_ranks(program, run, candidates: list[Candidate]) -> list[bool]:
+    """For each candidate of the compiled symbolic run ``run`` of ``program`` (a
+    ``native.Program``): is x ordered before y's access through any path? (see module)"""
     if not candidates:
         return []
-    gid_tb, tb_base, done_seq, recv_src, sends = hb.gid_tb, hb.tb_base, hb.done_seq, hb.recv_src, hb.sends
-    dep_target = hb.dep_target
-    sources = sorted({gid_tb[c.x] for c in candidates})
-    col = {g: j for j, g in enumerate(sources)}
-    m = len(sources)
-    answers = [False] * len(candidates)
-    # queries answered with the strong knowledge at the start of a step: y itself, and
-    # for received writes also the send that produced the data
-    at_step: dict[int, list[tuple[int, int, int]]] = {}
-    for n, c in enumerate(candidates):
-        q = (col[gid_tb[c.x]], c.x - tb_base[gid_tb[c.x]], n)
-        at_step.setdefault(c.y, []).append(q)
-        if c.y_received and recv_src[c.y] >= 0:
-            at_step.setdefault(recv_src[c.y], []).append(q)
-    seq = np.frombuffer(done_seq, dtype=np.int64)
-    lo = min(done_seq[c.x] for c in candidates)
-    hi = max(done_seq[c.y] for c in candidates)
-    window = np.nonzero((seq >= lo) & (seq <= hi))[0]
-    order = window[np.argsort(seq[window], kind="stable")].tolist()
-    # dep targets whose end-knowledge must be kept until their dependents ran
-    waits = Counter(d for z, d in dep_target.items() if lo <= done_seq[d] and done_seq[z] <= hi)
-    cur: dict[int, np.ndarray] = {}  # tb -> knowledge at the end of its last step
-    kept: dict[int, np.ndarray] = {}  # dep target gid -> knowledge at its end
-    msgs: dict[int, np.ndarray] = {}  # send gid -> knowledge at its end
-    maximum = np.maximum
-    for z in order:
-        g = gid_tb[z]
-        strong = cur.get(g)
-        d = dep_target.get(z)
-        if d is not None:
-            other = kept.get(d)
-            if other is not None:
-                strong = other if strong is None else maximum(strong, other)
-                waits[d] -= 1
-                if not waits[d]:
-                    del kept[d]
-        qs = at_step.get(z)
-        if qs and strong is not None:
-            for j, i, n in qs:
-                if strong[j] >= i:
-                    answers[n] = True
-        end = strong
-        s = recv_src[z]
-        if s >= 0:
-            other = msgs.pop(s, None)
-            if other is not None:
-                end = other if end is None else maximum(end, other)
-        j = col.get(g)
-        if j is not None:
-            end = np.full(m, -1, dtype=np.int64) if end is None else end.copy()
-            end[j] = z - tb_base[g]
-        if end is not None:
-            cur[g] = end
-            if sends[z]:
-                msgs[z] = end
-            if waits.get(z):
-                kept[z] = end
-    return answers
+    return native.ordered_through_ranks(program, run, [c.x for c in candidates], [c.y for c in candidates],
+                                        [c.y_received for c in candidates])

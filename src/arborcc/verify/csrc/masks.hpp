@@ -34,6 +34,15 @@ class MaskTable {
     return false;
   }
 
+  std::vector<int> ranks(int id) const {  // the ranks of a set, increasing
+    std::vector<int> out;
+    const uint64_t* w = at(id);
+    for (int k = 0; k < words_; ++k)
+      for (int b = 0; b < 64; ++b)
+        if (w[k] >> b & 1) out.push_back(k * 64 + b);
+    return out;
+  }
+
   int unite(int a, int b) {
     if (a > b) std::swap(a, b);
     const uint64_t key = (uint64_t(uint32_t(a)) << 32) | uint32_t(b);

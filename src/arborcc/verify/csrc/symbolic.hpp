@@ -1,6 +1,6 @@
-// The symbolic run of arborcc.verify.symbolic (simulate_layouts) as a proof: it decides
-// whether a layout's run is free of every violation the Python run reports, and only
-// that; anything else is left to the Python run, which explains what is wrong.
+// The verifier's one symbolic run (symbolic.cpp): the schedule and its findings for every
+// program, and per memory layout the values' findings, or the proof that there are none;
+// arborcc.verify.findings formats them.
 
 #pragma once
 
@@ -21,12 +21,52 @@ struct Layout {
   std::vector<std::array<long long, 4>> expected;
 };
 
-struct Proof {
-  std::vector<bool> proved;  // per layout: no violation at all
-  long long steps_run = 0;   // steps run (all of them when proved)
+// What a thread block left blocked at the end waits for.
+enum Wait : int { WAITS_FOR_SIGNAL = 0, WAITS_TO_RECEIVE = 1, WAITS_TO_SEND = 2 };
+
+struct Blocked {
+  int tb, step, wait, on;  // on: the thread block signalling (a signal), else the connection
 };
 
-Proof prove_layouts(const Program& p, int num_ranks, const std::vector<Layout>& layouts, int slots,
-                    bool check_races);
+struct Unreceived {
+  int connection, first_gid, messages;  // the messages left in a connection, the oldest first
+};
+
+// What the run found on one layout, in run order (symbolic.py formats it).
+enum Event : int { MISMATCH = 0, UNINITIALIZED_SOURCE = 1, UNINITIALIZED_DESTINATION = 2 };
+
+// A wrong output chunk: which expected run and slot of it, its last writer, and its value.
+struct WrongValue {
+  int run = 0;
+  long long index = 0;
+  int writer = -1;
+  bool initialized = false, dup = false;
+  std::vector<std::pair<int, std::vector<int>>> parts;  // (input chunk, ranks)
+};
+
+struct LayoutFindings {
+  bool followed = false;  // false: a step accesses memory outside the layout; Python follows the values
+  std::vector<std::array<long long, 3>> events;  // (Event, gid, slot address or, for MISMATCH, the send's gid)
+  // races no path orders, each (earlier, later) pair once: (later gid, earlier gid, slot, later writes,
+  // earlier writes)
+  std::vector<std::array<long long, 5>> races;
+  long long race_candidates = 0;  // pairs rank-local order did not settle
+  bool races_incomplete = false;  // more candidates than the run analyses
+  std::vector<WrongValue> wrong;  // the postcondition (when no thread block is blocked)
+};
+
+struct Proof {
+  std::vector<bool> proved;         // per layout: no violation at all
+  long long steps_run = 0;          // steps run (all of them when proved)
+  std::vector<int> order;           // the gids of the steps run, in the order they completed
+  std::vector<int> recv_src;        // per gid: the gid of the send whose message it popped, -1
+  std::vector<int> mismatches;      // gids of receives whose message had another count
+  std::vector<Blocked> blocked;     // the thread blocks that cannot finish (a deadlock), by g
+  std::vector<Unreceived> unreceived;  // per connection with messages left, in connection order
+  std::vector<LayoutFindings> layouts;  // per layout
+};
+
+Proof run_layouts(const Program& p, int num_ranks, const std::vector<Layout>& layouts, int slots,
+                  bool check_races);
 
 }  // namespace verify
