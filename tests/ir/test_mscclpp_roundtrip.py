@@ -18,7 +18,6 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from arborcc.errors import SynthesisError
@@ -31,6 +30,7 @@ from arborcc.ir.mscclpp.translate import plan_to_algorithm
 from arborcc.ir.mscclpp.writer import write_mscclpp_plan
 from arborcc.verify import verify_algorithm
 from support.execution import assert_executes
+from support.runtime_execution import RuntimeCase, case_id, runtime_failures
 
 FULL = os.environ.get("ARBORCC_MSCCLPP_FULL") == "1"
 MAX_STEPS = 10**9 if FULL else 600
@@ -86,30 +86,55 @@ def test_snapshot_algorithm_round_trips_through_a_plan(index):
             assert_executes(back, modes=(mode,))
 
 
-def _run_on_runtime(algo, mode_label):
-    from arborcc.runtime.communicator import Communicator
+#: the snapshot algorithms also run on the shared-memory runtime (all of 8 ranks or fewer):
+#: a few per collective, of 3, 4 and 8 ranks, synthesized and from the library
+ON_RUNTIME = (
+    "dgx1v-gpu0-gpu1-gpu2-allreduce-trees", "dgx-a100-allreduce-hierarchical", "dgx-a100-allreduce-double-binary-tree",
+    "library-allpairs-allreduce",
+    "dgx1v-gpu0-gpu2-gpu3-broadcast-trees", "dgx1p-gpu0-gpu1-gpu2-gpu3-broadcast-trees",
+    "dgx1v-gpu0-gpu1-gpu4-reduce-trees", "dgx1p-gpu0-gpu1-gpu2-gpu3-reduce-trees", "dgx-a100-reduce-trees",
+    "dgx1p-gpu0-gpu1-gpu4-allgather-trees", "dgx1p-gpu0-gpu1-gpu2-gpu3-allgather-trees", "library-ring-allgather",
+    "dgx1v-gpu0-gpu1-gpu4-reducescatter-trees", "dgx1p-gpu0-gpu1-gpu2-gpu3-reducescatter-trees",
+    "library-ring-reducescatter",
+    "dgx1v-gpu0-gpu1-gpu2-gather-trees", "dgx1p-gpu0-gpu1-gpu2-gpu3-gather-trees", "dgx-a100-gather-trees",
+    "dgx1v-gpu0-gpu1-gpu2-scatter-trees", "dgx1p-gpu0-gpu1-gpu2-gpu3-scatter-trees", "dgx-a100-scatter-trees",
+    "library-twostep-alltoall",
+    "library-alltonext",
+)
 
-    comm = Communicator.from_env()
-    try:
-        x = np.arange(3000, dtype=np.float64) + 10_000 * comm.rank
-        y = np.zeros_like(x)
-        comm.run_algorithm(algo, x, None if mode_label == "in-place" else y)
-        return x if mode_label == "in-place" else y
-    finally:
-        comm.close()
+
+@lru_cache(maxsize=None)
+def runtime_cases(num_ranks: int) -> tuple:
+    """The :data:`ON_RUNTIME` algorithms of ``num_ranks`` ranks, each through a plan in
+    every mode it claims."""
+    cases = []
+    for stem in ON_RUNTIME:
+        algo = snapshot_algorithm(stem)
+        if algo.num_ranks == num_ranks:
+            cases += [RuntimeCase(stem, round_trip(algo, mode), mode) for mode in declared_modes(algo)]
+    return tuple(cases)
 
 
-@pytest.mark.parametrize("stem", ["dgx1v-gpu0-gpu1-gpu2-allreduce-trees", "dgx-a100-allreduce-hierarchical"])
-def test_snapshot_plans_run_on_the_shared_memory_runtime(stem):
-    from arborcc.runtime.launch import run_ranks
+@lru_cache(maxsize=None)
+def snapshot_algorithm(stem: str):
+    return dict(CASES)[stem]()
 
-    make = dict(CASES).get(stem)
-    if make is None:
-        pytest.skip(f"{stem} is not in this snapshot set")
-    algo = make()
-    mode = declared_modes(algo)[0]
-    back = round_trip(algo, mode)
-    results = run_ranks(_run_on_runtime, algo.num_ranks, (back, mode.label), timeout=240)
-    want = sum(np.arange(3000, dtype=np.float64) + 10_000 * r for r in range(algo.num_ranks))
-    for got in results:
-        np.testing.assert_allclose(got, want)
+
+def test_the_runtime_subset_covers_every_collective():
+    assert set(ON_RUNTIME) <= set(dict(CASES)), "an algorithm of ON_RUNTIME is not in the snapshot set"
+    collectives = {snapshot_algorithm(stem).collective for stem in ON_RUNTIME}
+    assert collectives == {"allreduce", "broadcast", "reduce", "allgather", "reducescatter", "gather", "scatter",
+                           "alltoall", "custom"}
+    assert sorted({snapshot_algorithm(stem).num_ranks for stem in ON_RUNTIME}) == [3, 4, 8]
+
+
+@pytest.mark.parametrize("num_ranks", [3, 4, 8])
+def test_snapshot_plans_run_on_the_shared_memory_runtime(num_ranks):
+    """Each :data:`ON_RUNTIME` algorithm exported as a plan, read back and run on the
+    shared-memory runtime (one launch per rank count) in every mode it claims, every
+    rank's result equal to numpy's."""
+    cases = list(runtime_cases(num_ranks))
+    verdicts = runtime_failures(cases, num_ranks, timeout=300)
+    failed = {key: problem for key, problem in verdicts.items() if problem}
+    assert not failed, "\n".join(f"{key}: {problem}" for key, problem in failed.items())
+    assert len(verdicts) == len(cases) == len({case_id(c) for c in cases})

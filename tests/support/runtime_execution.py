@@ -128,8 +128,15 @@ def runtime_failures(cases: list[RuntimeCase], num_ranks: int, elems: int = 4, s
                      timeout: float = 240.0) -> dict[str, str]:
     """Run every case (all of ``num_ranks`` ranks) in one launch, ``timeout`` seconds at
     most; per case id (:func:`case_id`), what went wrong ("": nothing)."""
+    from arborcc.errors import ArborccError
     from arborcc.runtime.launch import run_ranks
+    from arborcc.runtime.plan import require_verified
 
+    for case in cases:  # verified once here: the forked ranks inherit the verdicts
+        try:
+            require_verified(case.algo)
+        except ArborccError:
+            pass  # every rank reports it for its case
     per_rank = run_ranks(run_cases_on_rank, num_ranks, (cases, elems, seed), timeout=timeout)
     return {case_id(c): compare_results(c, [results[case_id(c)] for results in per_rank], elems, seed)
             for c in cases}
