@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from arborcc.errors import InputError, IRFormatError
 from arborcc.ir.aliasing import Mode, declared_modes
@@ -267,3 +269,48 @@ def test_a_custom_plans_buffers_are_its_declared_chunks():
     assert e.value.source == "recv"
     put = loaded("dsl__put_test.json")  # 2 ranks, input 2 chunks, no output chunks
     assert algorithm_call(put, 1, 8, 8, 1000, 9000, recv_elements=0) == (8, Mode.OUTOFPLACE)
+
+
+def _in_place_addresses(algo, rank: int, count: int) -> tuple[int, int]:
+    """(send, recv) addresses of an in-place call of ``count`` elements per rank block
+    (8-byte elements), as the collective places its buffers."""
+    from arborcc.runtime.lowering import in_place_alias
+
+    kind, blocks = in_place_alias(algo.collective, algo.num_ranks, rank, algo.effective_root)
+    base = 1 << 20
+    if kind == "input_in_output":
+        return base + blocks * count * 8, base
+    if kind == "output_in_input":
+        return base, base + blocks * count * 8
+    return base, base
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(name=st.sampled_from(CORRECT), data=st.data(), send=st.integers(0, 300), recv=st.integers(0, 300),
+       count=st.one_of(st.none(), st.integers(-3, 80), st.sampled_from([True, 2.5, "8"])))
+def test_a_plans_call_runs_inside_its_buffers_or_is_refused(name, data, send, recv, count):
+    """Any buffer lengths and count given to run_algorithm: accepted only where every chunk
+    the rank's program reads or writes lies inside its buffer, else refused naming the
+    count, the send or the receive buffer (or the plan, for a call form it does not claim)."""
+    from arborcc.runtime.lowering import algorithm_call, chunk_start, chunks_per_block, lower_rank
+
+    algo = loaded(name)
+    rank = data.draw(st.integers(0, algo.num_ranks - 1), label="rank")
+    if algo.collective == "custom":
+        addresses = (1 << 20, 1 << 30)
+    else:
+        blocks = count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else send
+        addresses = _in_place_addresses(algo, rank, blocks)
+    try:
+        got, mode = algorithm_call(algo, rank, send, 8, *addresses, count=count, recv_elements=recv)
+    except InputError as e:
+        assert e.source in ("count", "send", "recv", algo.name), e
+        return
+    per_block = chunks_per_block(algo)
+    lowered = lower_rank(algo, rank, mode)
+    lengths = {0: send, 1: recv}
+    for code, src_buf, src_chunk, dst_buf, dst_chunk, chunks, *_ in lowered.steps:
+        for buf, first in ((src_buf, src_chunk), (dst_buf, dst_chunk)):
+            if buf in lengths and chunks and got // per_block:
+                end = chunk_start(first + chunks - 1, per_block, got) + got // per_block
+                assert end <= lengths[buf], f"buffer {buf} has {lengths[buf]} elements, the plan reaches {end}"

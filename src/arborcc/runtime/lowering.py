@@ -18,6 +18,7 @@ so any count works, as NCCL handles counts that do not divide.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 from arborcc.errors import InputError
@@ -124,12 +125,15 @@ def algorithm_call(algo: Algorithm, rank: int, send_elements: int, item_bytes: i
     """(count, mode) of running ``algo`` on this rank's buffers: ``count`` (NCCL's elements
     per rank block) by default from the send buffer (its size over the rank blocks it
     holds; a ``custom`` collective's: :func:`custom_call_check`), the mode by
-    :func:`call_mode`. Refused (:class:`InputError`, before anything runs): a buffer shorter
+    :func:`call_mode`. Refused (:class:`InputError`, before anything runs): a ``count``
+    that is not a whole number of 0 or more, a buffer shorter
     than the call needs (:func:`arborcc.ir.collectives.call_blocks` blocks of ``count``, or
     the chunks a ``custom`` rank's program declares; ``recv_elements`` None: the receive
     buffer is the send buffer), and
     a mode the algorithm does not declare, so no runtime runs an algorithm where it may
     be wrong or writes past a buffer."""
+    if count is not None and (isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0):
+        raise InputError(f"the elements per rank block are a whole number, 0 or more, got {count!r}", source="count")
     recv_have = send_elements if recv_elements is None else recv_elements
     if algo.collective == "custom":
         count = custom_call_check(algo, rank, send_elements, recv_have, count)
