@@ -552,7 +552,9 @@ class Communicator:
         """Run ``algo`` (verified first) on this call, whatever the plan says.
 
         ``count`` is the elements per rank block (NCCL's count); by default it comes from
-        ``send`` (all-gather, gather: its size; otherwise its size over the blocks).
+        ``send`` (all-gather, gather: its size; otherwise its size over the blocks; a
+        ``custom`` collective's buffers hold the chunks its rank programs declare, which
+        may be none: :func:`arborcc.runtime.lowering.custom_call_check`).
         """
         if algo.num_ranks != self.world_size:
             raise InputError(f"the algorithm is for {algo.num_ranks} ranks, the communicator has {self.world_size}",

@@ -18,6 +18,7 @@ so any count works, as NCCL handles counts that do not divide.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 from arborcc.errors import InputError
@@ -123,19 +124,27 @@ def algorithm_call(algo: Algorithm, rank: int, send_elements: int, item_bytes: i
                    recv_address: int, count: int | None = None, recv_elements: int | None = None) -> tuple[int, Mode]:
     """(count, mode) of running ``algo`` on this rank's buffers: ``count`` (NCCL's elements
     per rank block) by default from the send buffer (its size over the rank blocks it
-    holds), the mode by :func:`call_mode`. Refused (:class:`InputError`, before anything
-    runs): a buffer shorter than the call needs (:func:`arborcc.ir.collectives.call_blocks`
-    blocks of ``count``; ``recv_elements`` None: the receive buffer is the send buffer), and
+    holds; a ``custom`` collective's: :func:`custom_call_check`), the mode by
+    :func:`call_mode`. Refused (:class:`InputError`, before anything runs): a ``count``
+    that is not a whole number of 0 or more, a buffer shorter
+    than the call needs (:func:`arborcc.ir.collectives.call_blocks` blocks of ``count``, or
+    the chunks a ``custom`` rank's program declares; ``recv_elements`` None: the receive
+    buffer is the send buffer), and
     a mode the algorithm does not declare, so no runtime runs an algorithm where it may
     be wrong or writes past a buffer."""
-    send_blocks, recv_blocks = call_blocks(algo.collective, algo.num_ranks)
-    if count is None:
-        count = send_elements // send_blocks
-    for what, have, blocks in (("send", send_elements, send_blocks),
-                               ("recv", send_elements if recv_elements is None else recv_elements, recv_blocks)):
-        if have < blocks * count:
-            raise InputError(f"has {have} elements; this {algo.collective} of {count} elements per rank block "
-                             f"needs {blocks * count} ({blocks} block{'s' if blocks > 1 else ''})", source=what)
+    if count is not None and (isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0):
+        raise InputError(f"the elements per rank block are a whole number, 0 or more, got {count!r}", source="count")
+    recv_have = send_elements if recv_elements is None else recv_elements
+    if algo.collective == "custom":
+        count = custom_call_check(algo, rank, send_elements, recv_have, count)
+    else:
+        send_blocks, recv_blocks = call_blocks(algo.collective, algo.num_ranks)
+        if count is None:
+            count = send_elements // send_blocks
+        for what, have, blocks in (("send", send_elements, send_blocks), ("recv", recv_have, recv_blocks)):
+            if have < blocks * count:
+                raise InputError(f"has {have} elements; this {algo.collective} of {count} elements per rank block "
+                                 f"needs {blocks * count} ({blocks} block{'s' if blocks > 1 else ''})", source=what)
     declared = declared_modes(algo)
     mode = call_mode(algo.collective, algo.num_ranks, rank, algo.effective_root, send_address, recv_address,
                      count * item_bytes, declared)
@@ -144,6 +153,30 @@ def algorithm_call(algo: Algorithm, rank: int, send_elements: int, item_bytes: i
                          f"(its file declares {', '.join(m.label for m in declared) or 'no mode'})",
                          source=algo.name)
     return count, mode
+
+
+def custom_call_check(algo: Algorithm, rank: int, send_elements: int, recv_elements: int,
+                      count: int | None) -> int:
+    """The count (elements of the algorithm's ``P`` chunks per block) of a ``custom``
+    collective's call, whose buffers hold the chunks the rank's program declares (its input
+    and output chunks, which may be more or fewer than ``P``, or none): by default from the
+    send buffer (its size over its chunks, times ``P``; the receive buffer's where the
+    program declares no input). Refused: a buffer shorter than its declared chunks."""
+    program = next((p for p in algo.ranks if p.rank == rank), None)
+    if program is None:
+        raise InputError(f"the algorithm has no program for rank {rank}", source=algo.name)
+    per_block = chunks_per_block(algo)
+    if count is None:
+        have, chunks = ((send_elements, program.input_chunks) if program.input_chunks
+                        else (recv_elements, program.output_chunks))
+        count = have // chunks * per_block if chunks else 0
+    chunk = count // per_block
+    for what, have, chunks in (("send", send_elements, program.input_chunks),
+                               ("recv", recv_elements, program.output_chunks)):
+        if have < chunks * chunk:
+            raise InputError(f"has {have} elements; this custom collective's {chunks} {what} chunks of {chunk} "
+                             f"elements ({count} elements per {per_block} chunks) need {chunks * chunk}", source=what)
+    return count
 
 
 #: :func:`in_place_alias`'s answers (wrapped: None is one), by argument list

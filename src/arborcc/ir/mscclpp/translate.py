@@ -132,6 +132,7 @@ class _Translator:
         plan = unroll_pipelines(plan, self.places, self.group_cut, self.fail)
         plan, self.switch_ops = lower_switch_ops(plan, self.places, self.fail)
         self.plan = plan
+        self.peers: dict[tuple[int, str], list[int]] = {}  # (rank, channel type) -> peer by channel index
         self.n = plan.num_ranks
         self.ranks = [_Rank(g.id, g.scratch_chunks) for g in plan.gpus]
         self.link_ids: dict[tuple, int] = {}  # (type, r, p, k) or ("pkt", r, tb, p, tb) -> IR channel
@@ -241,15 +242,22 @@ class _Translator:
 
     # --- pass 1: links, what each signal carries, packet writers ------------------------
     def link(self, rank: int, ctype: str, channel: int, where: str, outgoing: bool) -> tuple:
-        gpu = self.plan.gpus[rank]
-        peers = gpu.channel_peers(ctype)
+        peers = self.channel_peers(rank, ctype)
         peer = peers[channel]
         k = peers[:channel].count(peer)
-        if self.plan.gpus[peer].channel_peers(ctype).count(rank) <= k:
+        if self.channel_peers(peer, ctype).count(rank) <= k:
             self.fail(where, f"{ctype} channel {channel} of rank {rank} to rank {peer} has no partner: rank {peer} "
-                             f"declares only {self.plan.gpus[peer].channel_peers(ctype).count(rank)} to rank {rank}")
+                             f"declares only {self.channel_peers(peer, ctype).count(rank)} to rank {rank}")
         key = (ctype, rank, peer, k) if outgoing else (ctype, peer, rank, k)
         return key
+
+    def channel_peers(self, rank: int, ctype: str) -> list[int]:
+        """Rank ``rank``'s :meth:`~arborcc.ir.mscclpp.plan.PlanGpu.channel_peers` (made once)."""
+        key = (rank, ctype)
+        peers = self.peers.get(key)
+        if peers is None:
+            peers = self.peers[key] = self.plan.gpus[rank].channel_peers(ctype)
+        return peers
 
     def channel_links(self, rank: int, tb, op: Operation, where: str, outgoing: bool) -> list[tuple]:
         ctype = op.channel_type or "memory"
@@ -645,10 +653,17 @@ class _Translator:
             if target is not None:
                 nop.dep = Dependency(*target)
                 self.ranks[key[0]].tbs[target[0]].steps[target[1]].has_dep = True
+        waits_on: dict[tuple, int] = defaultdict(int)  # link -> the receiver's wait operations on it
+        receivers = {lk[2] for lk in self.messages}
+        for g in plan.gpus:
+            if g.id in receivers:
+                for tb in g.threadblocks:
+                    for op in tb.ops:
+                        if op.name in WAITS and op.channel_ids:
+                            for lk in set(self.channel_links(g.id, tb, op, "", False)):
+                                waits_on[lk] += 1
         for lk, sigs in self.messages.items():
-            waits = sum(1 for g in plan.gpus if g.id == lk[2] for tb in g.threadblocks for op in tb.ops
-                        if op.name in WAITS and op.channel_ids
-                        and lk in self.channel_links(g.id, tb, op, "", False))
+            waits = waits_on[lk]
             if waits != len(sigs):
                 self.fail(f"gpus[{lk[1]}]", f"signals rank {lk[2]} {len(sigs)} times on {lk[0]} channel pair #{lk[3]} "
                                             f"but rank {lk[2]} waits {waits} times: the plan deadlocks or leaves a "
