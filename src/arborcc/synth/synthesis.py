@@ -281,7 +281,7 @@ def _verify(result: SynthesisResult, dialect: str | None) -> None:
 def synthesize(topology: Topology, collective: str, strategy: str = "auto", root: int = 0,
                links: str = "all", progress: Callable[[str], None] | None = None,
                size: int | None = None, dialect: str | None = "executor", timed: bool = True,
-               protocols: Sequence[str] | None = None) -> SynthesisResult:
+               protocols: Sequence[str] | None = None, form: str | None = None) -> SynthesisResult:
     """Run one strategy (or, with ``auto``, every one that applies and keep the fastest).
 
     ``size``: the buffer size in bytes the algorithm is meant for, for strategies whose
@@ -295,15 +295,28 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
     over sizes, pass False); the algorithm is then written with the protocol of
     ``protocols`` (default: LL, LL128 and Simple, which both MSCCL dialects run) that
     makes that call the fastest.
+    ``form``: the call the algorithm must be proven in, ``"in-place"`` or
+    ``"out-of-place"`` (None: any; the algorithm claims every form the verifier proves).
+    Out of place, the lowerings emit programs that read the input and leave the result
+    in the output (:func:`arborcc.synth.lower_emit.out_of_place_lowering`); ``auto``
+    skips candidates not proven in ``form``, saying why.
     """
-    with collector_paused():  # trees, copies and steps: hundreds of thousands, all acyclic
+    from contextlib import nullcontext
+
+    from arborcc.synth.lower_emit import out_of_place_lowering
+
+    if form not in (None, "in-place", "out-of-place"):
+        raise SynthesisError(f"unknown call form {form!r} (known: in-place, out-of-place)")
+    emission = out_of_place_lowering() if form == "out-of-place" else nullcontext()
+    with collector_paused(), emission:  # trees, copies and steps: hundreds of thousands, all acyclic
         return _synthesize(topology, collective, strategy, root, links, progress, size, dialect, timed,
-                           protocols)
+                           protocols, form)
 
 
 def _synthesize(topology: Topology, collective: str, strategy: str, root: int, links: str,
                 progress: Callable[[str], None] | None, size: int | None,
-                dialect: str | None, timed: bool, protocols: Sequence[str] | None) -> SynthesisResult:
+                dialect: str | None, timed: bool, protocols: Sequence[str] | None,
+                form: str | None) -> SynthesisResult:
     if size is not None and size <= 0:
         raise SynthesisError(f"size must be a positive number of bytes, got {size}")
     if collective not in synthesizable_collectives():
@@ -338,6 +351,10 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
                 if strategy != "auto":
                     raise
                 skipped.append(f"{r.strategy} (its algorithm fails verification: {e})")
+                rejected.add(id(r))
+                return False
+            if form is not None and form not in r.report.modes and strategy == "auto":
+                skipped.append(f"{r.strategy} (verified {r.report.modes_text} only, not {form})")
                 rejected.add(id(r))
                 return False
             verified.add(id(r))
