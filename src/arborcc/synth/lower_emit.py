@@ -131,23 +131,26 @@ def broadcast_blocks(blocks, chunks: int, channels: ChannelMap, buffer: Buffer =
 
 
 def reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc: Buffer,
-                  root_slot: tuple[Buffer, int] | None = None, tree: int = 0, copied: bool = False) -> None:
+                  root_slot: tuple[Buffer, int] | None = None, tree: int = 0,
+                  copied: frozenset[int] = frozenset()) -> None:
     """Reduce ``size`` chunks at ``idx`` of every rank into the root, leaves first.
 
     Inner ranks accumulate into their own ``(acc, idx)`` slots (copying their input
-    there first when ``acc`` is not the input, unless ``copied``: the caller copied it
-    already); leaves send their input; the root accumulates into ``root_slot`` when
-    given (e.g. its output for reduce-scatter).
+    there first when ``acc`` is not the input); leaves send their input; the root
+    accumulates into ``root_slot`` when given (e.g. its output for reduce-scatter).
+    The ranks ``copied`` hold their input in ``acc`` already (the caller copied it):
+    they copy nothing and send from ``acc`` - so that in an in-place call, where that
+    copy writes the input, nothing reads the input unordered with it.
     """
     depth = {root: 0}
     for parent, child, _ in breadth_first_hops(root, kids):
         depth[child] = depth[parent] + 1
     for v in sorted((v for v in kids if kids[v]), key=lambda v: (-depth[v], v)):
         buf, i = root_slot if (v == root and root_slot) else (acc, idx)
-        if (buf, i) != (INPUT, idx) and not copied:
+        if (buf, i) != (INPUT, idx) and v not in copied:
             local_copy(v, (INPUT, idx), (buf, i), size)
         for child, path in kids[v]:
-            src = acc if kids.get(child) else INPUT
+            src = acc if kids.get(child) or child in copied else INPUT
             chunk(v, buf, i, size).reduce(chunk(child, src, idx, size),
                                           ch=channels.channel(child, v, tuple(reversed(path)), tree))
 
@@ -289,12 +292,14 @@ def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[
                           fuse) as prog:
         reduces, broadcasts = aligned_blocks([c for _, c in reduce_trees], [c for _, c in broadcast_trees], rounds)
         shapes = [tree_children(t, index) for t, _ in reduce_trees]
-        if acc is OUTPUT:  # inner ranks copy their input into their output first, in the order it is reduced
-            inner = sorted({v for _, kids in shapes for v in kids if kids[v]})
-            prog.trace_copies([c for v in inner for c in local_copies(v, (INPUT, 0), (OUTPUT, 0), chunks)])
+        # out of place, the ranks inner in some reduce tree copy their input into their
+        # output first, in the order it is reduced (a copy per pipelined round would
+        # push the thread blocks over the runtimes' step limits)
+        inner = frozenset(v for _, kids in shapes for v in kids if kids[v]) if acc is OUTPUT else frozenset()
+        prog.trace_copies([c for v in sorted(inner) for c in local_copies(v, (INPUT, 0), (OUTPUT, 0), chunks)])
         for t, start, size in reduces:
             root, kids = shapes[t]
-            reduce_block(root, kids, start, size, channels, acc, tree=t, copied=True)
+            reduce_block(root, kids, start, size, channels, acc, tree=t, copied=inner)
         offset = len(reduce_trees)
         for t, start, size in broadcasts:
             root, kids = tree_children(broadcast_trees[t][0], index)

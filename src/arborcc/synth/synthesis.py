@@ -278,6 +278,45 @@ def _verify(result: SynthesisResult, dialect: str | None) -> None:
     result.report = report
 
 
+def _in_both_forms(best: SynthesisResult, request: SynthesisRequest, size: int, size_is_default: bool,
+                   dialect: str | None, protocols: Sequence[str] | None) -> SynthesisResult:
+    """``best``, or - where ``best`` is proven in place only - its strategy lowered out of
+    place (:func:`arborcc.synth.lower_emit.out_of_place_lowering`) when that one program
+    is proven in both call forms, within the dialect's limits where ``best`` is, and
+    simulates no slower as written: one file for both forms where it costs nothing.
+    Otherwise ``best``, with a note of why its out-of-place form is not the one written."""
+    from arborcc.ir.aliasing import Mode
+    from arborcc.synth.lower_emit import out_of_place_lowering
+
+    if "out-of-place" in best.report.modes or best.time is None:
+        return best
+    topology = request.topology
+    try:
+        with out_of_place_lowering(), operations_budget(topology.num_ranks):
+            other = BY_NAME[best.strategy].function(request)
+        _verify(other, dialect)
+    except (SynthesisError, VerificationError) as e:
+        best.notes.append(f"claims in-place calls only: {best.strategy} has no out-of-place form here ({e})")
+        return best
+    if "in-place" not in other.report.modes or "out-of-place" not in other.report.modes:
+        best.notes.append(f"claims in-place calls only: the out-of-place form of {best.strategy} is verified "
+                          f"{other.report.modes_text} only (synth --outofplace writes it)")
+        return best
+    if dialect is not None and _within_limits(best, dialect) and not _within_limits(other, dialect):
+        best.notes.append(f"claims in-place calls only: the out-of-place form of {best.strategy} exceeds the "
+                          f"{dialect} limits")
+        return best
+    _time_as_written(other, topology, size, size_is_default, None, dialect, protocols)
+    if other.time is None or other.time > best.time:
+        slower = "" if other.time is None else f" {other.time * 1e6:.1f} us,"
+        best.notes.append(f"claims in-place calls only: the program correct in both forms is{slower} slower "
+                          f"(synth --outofplace writes it)")
+        return best
+    other.notes.append(f"one program for {' and '.join(m.label for m in Mode)} calls, as fast as the "
+                       f"in-place-only one ({best.time * 1e6:.1f} us)")
+    return other
+
+
 def synthesize(topology: Topology, collective: str, strategy: str = "auto", root: int = 0,
                links: str = "all", progress: Callable[[str], None] | None = None,
                size: int | None = None, dialect: str | None = "executor", timed: bool = True,
@@ -400,6 +439,8 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
         if timed:
             _time_as_written(best, topology, ranked_size, size is None, predicted.get(id(best)), dialect,
                              protocols)
+            if form is None and topology.num_ranks <= TIME_RANKED_RANKS:
+                best = _in_both_forms(best, request, ranked_size, size is None, dialect, protocols)
     best.bound_exact, best.bound_basis = request.bound.exact, request.bound.basis
     if not best.bound_exact and best.algbw >= request.bound.algbw * (1 - 1e-9) and \
             getattr(request.bound, "cut_links", None) is not None:
