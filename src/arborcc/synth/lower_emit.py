@@ -55,10 +55,17 @@ def out_of_place_lowering():
         OUT_OF_PLACE.reset(token)
 
 
+def lowering_in_place() -> bool:
+    """Whether the lowerings run now emit in-place programs (not inside
+    :func:`out_of_place_lowering`); for strategies built on library programs that take
+    ``inplace``."""
+    return not OUT_OF_PLACE.get()
+
+
 def accumulating_buffer() -> Buffer:
     """Where an all-reduce lowering accumulates and leaves its result: the output inside
     :func:`out_of_place_lowering`, else the input (an in-place program)."""
-    return OUTPUT if OUT_OF_PLACE.get() else INPUT
+    return INPUT if lowering_in_place() else OUTPUT
 
 
 @dataclass
