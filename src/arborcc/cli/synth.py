@@ -101,11 +101,13 @@ def cmd_synth(args: argparse.Namespace) -> int:
     if args.mode is not None and args.mode not in result.report.modes:
         from arborcc.errors import InputError
 
+        strategy = result.strategy.split(":")[-1]
         why = ("its steps race or read the wrong chunk once input and output alias" if args.mode == "in-place"
-               else "its program accumulates in the input and leaves the result there, "
-                    "and no out-of-place lowering of it exists")
+               else f"its program works in one buffer that input and output share, and {strategy} has no "
+                    f"out-of-place lowering of {result.collective}")
         raise InputError(f"{result.strategy} {result.collective} has no {args.mode} form here: it is verified "
-                         f"{result.report.modes_text} only ({why}); nothing written", source=f"<flag --{args.mode.replace('-', '')}>")
+                         f"{result.report.modes_text} only ({why}); nothing written",
+                         source=f"<flag --{args.mode.replace('-', '')}>")
     violations = result.report.violations if fmt == "xml" else []
     nccl = None
     if result.time is not None:
