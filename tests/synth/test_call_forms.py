@@ -28,8 +28,7 @@ ONE_HOST, TWO_HOSTS = "4@100", "2@100,2@25"
 #: strategies that need several hosts
 SEVERAL_HOSTS = {"composed", "three-phase", "two-step", "three-step"}
 #: (strategy, collective) whose programs are written in place only: --outofplace is refused
-IN_PLACE_ONLY = {("composed", "allreduce"), ("three-phase", "allreduce"), ("nccl-ring", "allgather"),
-                 ("nccl-ring", "broadcast")}
+IN_PLACE_ONLY = {("three-phase", "allreduce"), ("nccl-ring", "allgather"), ("nccl-ring", "broadcast")}
 
 CASES = [(s.name, c, h) for s in STRATEGIES for c in s.collectives for h in (ONE_HOST, TWO_HOSTS)
          if (s.name, c) not in IN_PLACE_ONLY and (h == TWO_HOSTS or s.name not in SEVERAL_HOSTS)]
@@ -46,10 +45,11 @@ def test_out_of_place_form_is_proven_and_runs(strategy, collective, hosts):
     assert_executes(r.algorithm, modes=[Mode.OUTOFPLACE], seed=1)
 
 
-@pytest.mark.parametrize("strategy", ["trees", "binary-trees", "blueconnect", "hierarchical", "nccl-ring",
+@pytest.mark.parametrize("strategy", ["trees", "binary-trees", "blueconnect", "composed", "hierarchical", "nccl-ring",
                                       "double-binary-tree", "halving-doubling", "ring"])
 def test_out_of_place_all_reduce_is_also_correct_in_place(strategy):
-    r = synthesize(hierarchy(ONE_HOST), "allreduce", strategy, timed=False, form="out-of-place")
+    hosts = TWO_HOSTS if strategy in SEVERAL_HOSTS else ONE_HOST
+    r = synthesize(hierarchy(hosts), "allreduce", strategy, timed=False, form="out-of-place")
     assert set(r.report.modes) == {"in-place", "out-of-place"}
     assert_executes(r.algorithm, modes=list(Mode), seed=2)
 
