@@ -283,7 +283,8 @@ def _in_both_forms(best: SynthesisResult, request: SynthesisRequest, size: int, 
     """``best``, or - where ``best`` is proven in place only - its strategy lowered out of
     place (:func:`arborcc.synth.lower_emit.out_of_place_lowering`) when that one program
     is proven in both call forms, within the dialect's limits where ``best`` is, and
-    simulates no slower as written: one file for both forms where it costs nothing.
+    simulates no slower as written with ``best``'s protocol (one simulation): one file
+    for both forms where it costs nothing.
     Otherwise ``best``, with a note of why its out-of-place form is not the one written."""
     from arborcc.ir.aliasing import Mode
     from arborcc.synth.lower_emit import out_of_place_lowering
@@ -294,6 +295,7 @@ def _in_both_forms(best: SynthesisResult, request: SynthesisRequest, size: int, 
     try:
         with out_of_place_lowering(), operations_budget(topology.num_ranks):
             other = BY_NAME[best.strategy].function(request)
+        _with_protocol(other, best.algorithm.protocol)  # timed once, with the protocol ``best`` is written with
         _verify(other, dialect)
     except (SynthesisError, VerificationError) as e:
         best.notes.append(f"claims in-place calls only: {best.strategy} has no out-of-place form here ({e})")
@@ -306,7 +308,8 @@ def _in_both_forms(best: SynthesisResult, request: SynthesisRequest, size: int, 
         best.notes.append(f"claims in-place calls only: the out-of-place form of {best.strategy} exceeds the "
                           f"{dialect} limits")
         return best
-    _time_as_written(other, topology, size, size_is_default, None, dialect, protocols)
+    _time_as_written(other, topology, size, size_is_default, predict_time(other.algorithm, topology, size), dialect,
+                     protocols)
     if other.time is None or other.time > best.time:
         slower = "" if other.time is None else f" {other.time * 1e6:.1f} us,"
         best.notes.append(f"claims in-place calls only: the program correct in both forms is{slower} slower "
