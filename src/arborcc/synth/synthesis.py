@@ -338,7 +338,9 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
     ``protocols`` (default: LL, LL128 and Simple, which both MSCCL dialects run) that
     makes that call the fastest.
     ``form``: the call the algorithm must be proven in, ``"in-place"`` or
-    ``"out-of-place"`` (None: any; the algorithm claims every form the verifier proves).
+    ``"out-of-place"`` (None: any; the algorithm claims every form the verifier proves;
+    in place or None, one program for both forms where it costs nothing:
+    :func:`_in_both_forms`).
     Out of place, the lowerings emit programs that read the input and leave the result
     in the output (:func:`arborcc.synth.lower_emit.out_of_place_lowering`); ``auto``
     skips candidates not proven in ``form``, saying why.
@@ -442,7 +444,7 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
         if timed:
             _time_as_written(best, topology, ranked_size, size is None, predicted.get(id(best)), dialect,
                              protocols)
-            if form is None and topology.num_ranks <= TIME_RANKED_RANKS:
+            if form != "out-of-place" and topology.num_ranks <= TIME_RANKED_RANKS:
                 best = _in_both_forms(best, request, ranked_size, size is None, dialect, protocols)
     best.bound_exact, best.bound_basis = request.bound.exact, request.bound.basis
     if not best.bound_exact and best.algbw >= request.bound.algbw * (1 - 1e-9) and \
