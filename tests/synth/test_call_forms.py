@@ -78,8 +78,19 @@ def test_in_place_call_is_no_slower_than_the_in_place_only_program(form):
     [fastest] = protocol_sweep(in_place_only.algorithm, t, [64 << 20])
     r = synthesize(t, "allreduce", "trees", size=64 << 20, form=form)
     assert in_place_only.report.modes == ["in-place"]
-    assert set(r.report.modes) == {"in-place", "out-of-place"}  # here one program costs nothing
+    assert "in-place" in r.report.modes
     assert r.time <= fastest.time
+
+
+def test_a_faster_program_for_both_forms_is_not_swapped_in_silently():
+    # on DGX-1V GPUs 1,4,5,6 the out-of-place trees (31 rounds) simulate 12% faster than the
+    # in-place ones (46 rounds): another version, not the same time - the note says so
+    r = synthesize(dgx1v_1456(), "allreduce", "trees", size=64 << 20)
+    assert r.report.modes == ["in-place"]
+    assert any("correct in both forms simulates at another time" in note for note in r.notes)
+    both = synthesize(dgx1v_1456(), "allreduce", "trees", size=64 << 20, form="out-of-place")
+    assert set(both.report.modes) == {"in-place", "out-of-place"}
+    assert both.time < r.time
 
 
 def test_default_claims_both_forms_where_one_program_costs_nothing():
