@@ -175,4 +175,4 @@ def test_synth_json_is_the_only_thing_on_stdout():
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
-    assert summary["bound_exact"] is False and summary["modes"] == ["in-place"]
+    assert summary["bound_exact"] is False and summary["modes"] == ["out-of-place", "in-place"]

@@ -13,7 +13,9 @@ the file as written - the number ``arborcc simulate FILE`` gives - against NCCL'
 verified (and, for XML, checked against the dialect's runtime limits) before anything
 is written: exit 1 when it fails that check, 2 for bad input. The file claims exactly
 the calls (in-place, out-of-place) in which the verifier proves it correct;
-``--inplace``/``--outofplace`` require one (exit 2 when it is not proven). The strategies
+``--inplace``/``--outofplace`` require one (exit 2 when it is not proven):
+``--outofplace`` has the lowerings emit an out-of-place program (the input read, the
+result left in the output), and ``auto`` keeps only candidates proven in it. The strategies
 are those of the registry (``arborcc.synth.registry``).
 """
 
@@ -94,14 +96,18 @@ def cmd_synth(args: argparse.Namespace) -> int:
     # written with the protocol fastest at the size among those the format can name
     result = synthesize(topology, args.collective, args.strategy, args.root, args.links, progress=_progress,
                         size=args.size, dialect=args.dialect,
-                        protocols=MSCCLPP_PROTOCOLS if fmt == "mscclpp" else None)
+                        protocols=MSCCLPP_PROTOCOLS if fmt == "mscclpp" else None, form=args.mode)
     algo = result.algorithm
     if args.mode is not None and args.mode not in result.report.modes:
         from arborcc.errors import InputError
 
+        strategy = result.strategy.split(":")[-1]
+        why = ("its steps race or read the wrong chunk once input and output alias" if args.mode == "in-place"
+               else f"its program works in one buffer that input and output share, and {strategy} has no "
+                    f"out-of-place lowering of {result.collective}")
         raise InputError(f"{result.strategy} {result.collective} has no {args.mode} form here: it is verified "
-                         f"{result.report.modes_text} only (its steps race or read the wrong chunk once "
-                         f"input and output alias); nothing written")
+                         f"{result.report.modes_text} only ({why}); nothing written",
+                         source=f"<flag --{args.mode.replace('-', '')}>")
     violations = result.report.violations if fmt == "xml" else []
     nccl = None
     if result.time is not None:

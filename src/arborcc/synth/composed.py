@@ -51,7 +51,7 @@ from arborcc.lang import AllGather, AllReduce, Broadcast, Gather, Reduce, Reduce
 from arborcc.synth.hosts import Cluster
 from arborcc.synth.lower_blocks import transfer_pieces
 from arborcc.synth.lower_channels import ChannelMap
-from arborcc.synth.lower_emit import Lowered, finish, local_copy, lowering_program
+from arborcc.synth.lower_emit import Lowered, accumulating_buffer, finish, local_copy, lowering_program
 
 INPUT, OUTPUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 
@@ -208,12 +208,18 @@ def lower_composed_reducescatter(cluster: Cluster, name: str, spread: int = 0) -
 
 def lower_composed_allreduce(cluster: Cluster, name: str, spread: int = 0) -> Lowered:
     """All-reduce: the reduce-scatter's phases, then the all-gather's, in place on the
-    input (module doc); both directions of every connection, as the reduce-scatter."""
+    input (module doc) - or, inside :func:`~arborcc.synth.lower_emit.out_of_place_lowering`,
+    on the output, every rank's input copied there first; both directions of every
+    connection, as the reduce-scatter."""
     tr, local, network, spread_, channels = _both_ways(cluster, spread)
     n = cluster.topology.num_ranks
-    with lowering_program(name, AllReduce(n, n, inplace=True), tr, channels, fuse=False) as prog:
-        _reduce_scatter_phases(cluster, local, network, spread_, channels, tr)
-        _allgather_phases(cluster, local, network, spread_, INPUT, channels, tr)
+    acc = accumulating_buffer()
+    with lowering_program(name, AllReduce(n, n, inplace=acc is INPUT), tr, channels, fuse=False) as prog:
+        if acc is not INPUT:
+            for r in range(n):
+                local_copy(r, (INPUT, 0), (acc, 0), n)
+        _reduce_scatter_phases(cluster, local, network, spread_, channels, tr, acc)
+        _allgather_phases(cluster, local, network, spread_, acc, channels, tr)
     return finish(prog, cluster.topology, channels, n, [_summary("all-reduce", cluster, network)])
 
 
@@ -226,13 +232,13 @@ def _allgather_phases(cluster, local, network, spread_, buffer: Buffer, channels
         _copy(src, dst, interval, buffer, channels, tr, cluster.local[dst])
 
 
-def _reduce_scatter_phases(cluster, local, network, spread_, channels, tr) -> None:
+def _reduce_scatter_phases(cluster, local, network, spread_, channels, tr, buffer: Buffer = INPUT) -> None:
     for src, dst, interval in spread_:  # (3') GPU k sums its range over its host
-        _reduce(src, dst, interval, INPUT, channels, tr, cluster.local[src])
+        _reduce(src, dst, interval, buffer, channels, tr, cluster.local[src])
     for src, dst, interval in network:  # (2') to the owner host's GPU k
-        _reduce(src, dst, interval, INPUT, channels, tr, cluster.local[src])
+        _reduce(src, dst, interval, buffer, channels, tr, cluster.local[src])
     for src, dst, interval in local:  # (1') each GPU sums its own block
-        _reduce(src, dst, interval, INPUT, channels, tr, cluster.local[src])
+        _reduce(src, dst, interval, buffer, channels, tr, cluster.local[src])
 
 
 def _summary(what: str, cluster: Cluster, network: list) -> str:

@@ -12,10 +12,18 @@ all-gather) or is reduced leaves-first towards the root (reduce, reduce-scatter)
 blocks and their order as :mod:`.lower_blocks` works them out, the channels as
 :mod:`.lower_channels` plans them. :mod:`.lower_search` tries the versions of a
 lowering (rounds, fusion, spreads) until one fits the runtimes' limits.
+
+Call forms (:mod:`arborcc.ir.aliasing`): the all-reduce lowerings accumulate in the
+input and write the result over it (an in-place program) unless they run inside
+:func:`out_of_place_lowering`; there each block's first reduction step copies the
+rank's input into its output and accumulates there, and the result lands in the
+output: an out-of-place program, which reads the input and never writes it.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -31,6 +39,33 @@ from arborcc.synth.trees import Tree, breadth_first_hops, tree_children
 from arborcc.topology.model import Topology
 
 INPUT, OUTPUT = Buffer.INPUT, Buffer.OUTPUT
+
+#: whether the lowerings run now emit out-of-place programs (:func:`out_of_place_lowering`)
+OUT_OF_PLACE = ContextVar("arborcc_synth_out_of_place", default=False)
+
+
+@contextmanager
+def out_of_place_lowering():
+    """Within this block the all-reduce lowerings emit out-of-place programs: the input
+    is read, the result is accumulated and left in the output (module doc)."""
+    token = OUT_OF_PLACE.set(True)
+    try:
+        yield
+    finally:
+        OUT_OF_PLACE.reset(token)
+
+
+def lowering_in_place() -> bool:
+    """Whether the lowerings run now emit in-place programs (not inside
+    :func:`out_of_place_lowering`); for strategies built on library programs that take
+    ``inplace``."""
+    return not OUT_OF_PLACE.get()
+
+
+def accumulating_buffer() -> Buffer:
+    """Where an all-reduce lowering accumulates and leaves its result: the output inside
+    :func:`out_of_place_lowering`, else the input (an in-place program)."""
+    return INPUT if lowering_in_place() else OUTPUT
 
 
 @dataclass
@@ -103,22 +138,26 @@ def broadcast_blocks(blocks, chunks: int, channels: ChannelMap, buffer: Buffer =
 
 
 def reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc: Buffer,
-                  root_slot: tuple[Buffer, int] | None = None, tree: int = 0) -> None:
+                  root_slot: tuple[Buffer, int] | None = None, tree: int = 0,
+                  copied: frozenset[int] = frozenset()) -> None:
     """Reduce ``size`` chunks at ``idx`` of every rank into the root, leaves first.
 
     Inner ranks accumulate into their own ``(acc, idx)`` slots (copying their input
     there first when ``acc`` is not the input); leaves send their input; the root
     accumulates into ``root_slot`` when given (e.g. its output for reduce-scatter).
+    The ranks ``copied`` hold their input in ``acc`` already (the caller copied it):
+    they copy nothing and send from ``acc`` - so that in an in-place call, where that
+    copy writes the input, nothing reads the input unordered with it.
     """
     depth = {root: 0}
     for parent, child, _ in breadth_first_hops(root, kids):
         depth[child] = depth[parent] + 1
     for v in sorted((v for v in kids if kids[v]), key=lambda v: (-depth[v], v)):
         buf, i = root_slot if (v == root and root_slot) else (acc, idx)
-        if (buf, i) != (INPUT, idx):
+        if (buf, i) != (INPUT, idx) and v not in copied:
             local_copy(v, (INPUT, idx), (buf, i), size)
         for child, path in kids[v]:
-            src = acc if kids.get(child) else INPUT
+            src = acc if kids.get(child) or child in copied else INPUT
             chunk(v, buf, i, size).reduce(chunk(child, src, idx, size),
                                           ch=channels.channel(child, v, tuple(reversed(path)), tree))
 
@@ -199,33 +238,38 @@ def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Seque
 def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
                           spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
     """All-reduce = reduce-scatter on the reversed per-root trees + all-gather on the
-    per-root out-trees (``trees`` are the out-trees), in place."""
+    per-root out-trees (``trees`` are the out-trees), accumulated in
+    :func:`accumulating_buffer` (in place, or out of place)."""
     if not spread:
         trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts, both_ways=True))
     blocks, chunks = per_root_blocks(topology, trees, counts, rounds)
     n, channels = topology.num_ranks, tree_channel_map(topology, trees, spread, True, counts, rounds)
-    with lowering_program(name, AllReduce(n, n * chunks, inplace=True), topology, channels, fuse) as prog:
+    acc = accumulating_buffer()
+    with lowering_program(name, AllReduce(n, n * chunks, inplace=acc is INPUT), topology, channels, fuse) as prog:
         for r, kids, start, size, t in blocks:
-            reduce_block(r, kids, r * chunks + start, size, channels, INPUT, tree=t)
-        prog.trace_broadcasts(broadcast_blocks(blocks, chunks, channels, INPUT))
+            reduce_block(r, kids, r * chunks + start, size, channels, acc, tree=t)
+        prog.trace_broadcasts(broadcast_blocks(blocks, chunks, channels, acc))
     return finish(prog, topology, channels, chunks)
 
 
 def lower_allreduce_trees(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
                           spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
     """All-reduce as reduce + broadcast over each tree (Blink section 3.3; MXNet's trees):
-    a block is reduced up its tree into the root and broadcast back down, in place."""
+    a block is reduced up its tree into the root and broadcast back down, accumulated in
+    :func:`accumulating_buffer` (in place, or out of place)."""
     index = {g: i for i, g in enumerate(topology.ranks)}
     chunks, channels = sum(counts), tree_channel_map(topology, trees, spread, True, counts, rounds)
     shapes = [tree_children(t, index) for t in trees]
-    with lowering_program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels, fuse) as prog:
+    acc = accumulating_buffer()
+    with lowering_program(name, AllReduce(topology.num_ranks, chunks, inplace=acc is INPUT), topology, channels,
+                          fuse) as prog:
         blocks = transfer_blocks(counts, rounds)
         for t, start, size in blocks:
             root, kids = shapes[t]
-            reduce_block(root, kids, start, size, channels, INPUT, tree=t)
+            reduce_block(root, kids, start, size, channels, acc, tree=t)
         for t, start, size in blocks:
             root, kids = shapes[t]
-            broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels, t)
+            broadcast_block(root, kids, (acc, start), (acc, start), size, channels, t)
     return finish(prog, topology, channels, chunks)
 
 
@@ -235,7 +279,8 @@ def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[
     """All-reduce through one root with separate reduce and broadcast trees: the buffer
     (``sum`` of either side's chunk counts) is reduced along the in-trees, then
     broadcast along the out-trees (Blink section 3.3 with the link split of
-    :func:`arborcc.synth.bounds.tree_allreduce_split`), in place."""
+    :func:`arborcc.synth.bounds.tree_allreduce_split`), accumulated in
+    :func:`accumulating_buffer` (in place, or out of place)."""
     index = {g: i for i, g in enumerate(topology.ranks)}
     chunks = sum(c for _, c in reduce_trees)
     if chunks != sum(c for _, c in broadcast_trees):
@@ -249,33 +294,44 @@ def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[
     trees = [t for t, _ in reduce_trees] + [t for t, _ in broadcast_trees]
     counts = [c for _, c in list(reduce_trees) + list(broadcast_trees)]
     channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
-    with lowering_program(name, AllReduce(topology.num_ranks, chunks, inplace=True), topology, channels, fuse) as prog:
+    acc = accumulating_buffer()
+    with lowering_program(name, AllReduce(topology.num_ranks, chunks, inplace=acc is INPUT), topology, channels,
+                          fuse) as prog:
         reduces, broadcasts = aligned_blocks([c for _, c in reduce_trees], [c for _, c in broadcast_trees], rounds)
+        shapes = [tree_children(t, index) for t, _ in reduce_trees]
+        # out of place, the ranks inner in some reduce tree copy their input into their
+        # output first, in the order it is reduced (a copy per pipelined round would
+        # push the thread blocks over the runtimes' step limits)
+        inner = frozenset(v for _, kids in shapes for v in kids if kids[v]) if acc is OUTPUT else frozenset()
+        prog.trace_copies([c for v in sorted(inner) for c in local_copies(v, (INPUT, 0), (OUTPUT, 0), chunks)])
         for t, start, size in reduces:
-            root, kids = tree_children(reduce_trees[t][0], index)
-            reduce_block(root, kids, start, size, channels, INPUT, tree=t)
+            root, kids = shapes[t]
+            reduce_block(root, kids, start, size, channels, acc, tree=t, copied=inner)
         offset = len(reduce_trees)
         for t, start, size in broadcasts:
             root, kids = tree_children(broadcast_trees[t][0], index)
-            broadcast_block(root, kids, (INPUT, start), (INPUT, start), size, channels, offset + t)
+            broadcast_block(root, kids, (acc, start), (acc, start), size, channels, offset + t)
     return finish(prog, topology, channels, chunks)
 
 
 def lower_ring_allreduce(topology: Topology, rings: Sequence[Sequence[int]],
                          hops: Sequence[Sequence[tuple[str, ...]]] | None, name: str) -> Lowered:
     """Ring all-reduce (reduce-scatter then all-gather around each ring), the data split
-    equally over the rings; ring k uses channel k and the paths ``hops[k]``."""
+    equally over the rings; ring k uses channel k and the paths ``hops[k]``. Out of place
+    (:func:`out_of_place_lowering`) the rank completing a chunk's sum copies its input into
+    its output there and the all-gather trip goes around the outputs."""
     n = topology.num_ranks
     if len(rings) > MAX_CHANNELS:
         raise SynthesisError(f"{len(rings)} rings exceed MSCCL's {MAX_CHANNELS} channels")
     routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
-    with Program(name, AllReduce(n, n * len(rings), inplace=True), topology) as prog:
+    acc = accumulating_buffer()
+    with Program(name, AllReduce(n, n * len(rings), inplace=acc is INPUT), topology) as prog:
         for k, ring in enumerate(rings):
             for i in range(n):
                 a, b = ring[i], ring[(i + 1) % n]
                 routes[(a, b, k)] = (hops[k][i] if hops else
                                      topology.route(topology.ranks[a], topology.ranks[b]).path)
             for i in range(n):
-                ring_allreduce_trip(ring, i, k * n + i, k)
+                ring_allreduce_trip(ring, i, k * n + i, k, acc, into_output=acc is OUTPUT)
     algo = prog.compile()
     return Lowered(algo, routes, n * len(rings), steady_state_bandwidth(algo, topology, routes))

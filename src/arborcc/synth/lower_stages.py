@@ -54,7 +54,7 @@ from arborcc.synth.blueconnect import HD, RING, RS, BlueConnectPlan, GridAxis, S
 from arborcc.synth.hosts import ranks_by_host
 from arborcc.synth.lower_blocks import MAX_COUNT
 from arborcc.synth.lower_channels import ChannelMap, PlannedPairs
-from arborcc.synth.lower_emit import Lowered, finish, lowering_program
+from arborcc.synth.lower_emit import Lowered, accumulating_buffer, finish, local_copy, lowering_program
 from arborcc.topology.model import Topology
 
 #: ring sub-block pieces per channel in one stage (executor runtimes: 64 steps per thread block)
@@ -146,30 +146,32 @@ def _ring_pieces(m: int) -> list[tuple[int, int]]:
     return [(a, min(RING_PIECE, m - a)) for a in range(0, m, RING_PIECE)]
 
 
-def _ring_reduce_scatter(g: list[int], off: int, m: int, ch: int, split: int = 1) -> None:
+def _ring_reduce_scatter(g: list[int], off: int, m: int, ch: int, split: int = 1, buf: Buffer = IN) -> None:
     """GC3 Fig. 3b ring reduce-scatter: sub-block k starts at ``g[k+1]``, is reduced
     by every member in ring order and ends, fully reduced, on ``g[k]``. Sub-block k
     runs on channel ``ch + k % split``. The sub-blocks go round piece by piece
-    (:func:`_ring_pieces`), every sub-block's first piece first."""
+    (:func:`_ring_pieces`), every sub-block's first piece first. ``buf``: the buffer
+    reduced in."""
     p = len(g)
     for a0, c in _ring_pieces(m):
         for k in range(p):
             a = off + k * m + a0
-            ref = chunk(g[(k + 1) % p], IN, a, c)
+            ref = chunk(g[(k + 1) % p], buf, a, c)
             for s in range(2, p + 1):
-                ref = chunk(g[(k + s) % p], IN, a, c).reduce(ref, ch=ch + k % split)
+                ref = chunk(g[(k + s) % p], buf, a, c).reduce(ref, ch=ch + k % split)
 
 
-def _ring_all_gather(g: list[int], off: int, m: int, ch: int, split: int = 1) -> None:
+def _ring_all_gather(g: list[int], off: int, m: int, ch: int, split: int = 1, buf: Buffer = IN) -> None:
     """GC3 Fig. 3b ring all-gather: sub-block k leaves ``g[k]`` and goes once round,
-    on channel ``ch + k % split``, piece by piece as in :func:`_ring_reduce_scatter`."""
+    on channel ``ch + k % split``, piece by piece as in :func:`_ring_reduce_scatter`,
+    within ``buf``."""
     p = len(g)
     for a0, c in _ring_pieces(m):
         for k in range(p):
             a = off + k * m + a0
-            ref = chunk(g[k], IN, a, c)
+            ref = chunk(g[k], buf, a, c)
             for s in range(1, p):
-                ref = ref.copy(g[(k + s) % p], IN, a, ch=ch + k % split)
+                ref = ref.copy(g[(k + s) % p], buf, a, ch=ch + k % split)
 
 
 def _channel_splits(plan: BlueConnectPlan, layout) -> list[int]:
@@ -222,24 +224,28 @@ def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | N
     splits = _channel_splits(plan, layout)
     base = [sum(splits[:i]) for i in range(2 * k)]
     connectivity = PlannedPairs(paths, n) if path else topology
-    with lowering_program(name, AllReduce(n, n, inplace=True), connectivity, channels) as prog:
+    acc = accumulating_buffer()
+    with lowering_program(name, AllReduce(n, n, inplace=acc is IN), connectivity, channels) as prog:
+        if acc is not IN:  # out of place: the stages work in the output, the input copied there first
+            for r in range(n):
+                local_copy(r, (IN, 0), (acc, 0), n)
         for i, (st, (blocks, m)) in enumerate(zip(plan.stages[:k], layout)):  # going up: lines 7-11
             if st.factor < 2:
                 continue
             for g, off in blocks:
                 if st.algorithm == HD:
-                    recursive_halving(g, off, m, IN, base[i], _pieces)
+                    recursive_halving(g, off, m, acc, base[i], _pieces)
                 else:
-                    _ring_reduce_scatter(g, off, m, base[i], splits[i])
+                    _ring_reduce_scatter(g, off, m, base[i], splits[i], acc)
         for i, st in enumerate(plan.stages[k:]):  # coming down: lines 12-16
             blocks, m = layout[k - 1 - i]
             if st.factor < 2:
                 continue
             for g, off in blocks:
                 if st.algorithm == HD:
-                    recursive_doubling(g, off, m, IN, base[k + i], _pieces)
+                    recursive_doubling(g, off, m, acc, base[k + i], _pieces)
                 else:
-                    _ring_all_gather(g, off, m, base[k + i], splits[k + i])
+                    _ring_all_gather(g, off, m, base[k + i], splits[k + i], acc)
     return prog, channels
 
 
@@ -250,8 +256,10 @@ def describe(plan: BlueConnectPlan) -> str:
 
 
 def lower_blueconnect(topology: Topology, plan: BlueConnectPlan, name: str | None = None, path=None) -> Lowered:
-    """BlueConnect's decomposed all-reduce (Algorithm 1; Figure 4) as an in-place
-    ``AllReduce(n, n)`` program: the plan's reduce-scatter stages in order, then its
+    """BlueConnect's decomposed all-reduce (Algorithm 1; Figure 4) as an ``AllReduce(n, n)``
+    program, in place (out of place inside
+    :func:`~arborcc.synth.lower_emit.out_of_place_lowering`: every rank copies its input
+    into its output first and the stages work there): the plan's reduce-scatter stages in order, then its
     all-gather stages (which mirror them) - compiled and estimated; ``synthesize()``
     verifies what it returns.
 

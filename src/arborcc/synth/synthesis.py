@@ -278,10 +278,60 @@ def _verify(result: SynthesisResult, dialect: str | None) -> None:
     result.report = report
 
 
+#: the program correct in both forms replaces the in-place one where it simulates within
+#: this fraction below the in-place one's time, never above: the same time, what it costs
+#: nothing means. One faster by more is another version of the schedule (the version
+#: search kept other rounds), and ``compare``/``tune``, which simulate the in-place
+#: program (untimed synthesis), would then report another number than ``synth``
+SAME_TIME_MARGIN = 0.01
+
+
+def _in_both_forms(best: SynthesisResult, request: SynthesisRequest, size: int, size_is_default: bool,
+                   dialect: str | None, protocols: Sequence[str] | None) -> SynthesisResult:
+    """``best``, or - where ``best`` is proven in place only - its strategy lowered out of
+    place (:func:`arborcc.synth.lower_emit.out_of_place_lowering`) when that one program
+    is proven in both call forms, within the dialect's limits where ``best`` is, and
+    simulates as written with ``best``'s protocol (one simulation) no slower and at most
+    :data:`SAME_TIME_MARGIN` faster: one file for both forms where it costs nothing.
+    Otherwise ``best``, with a note of why its out-of-place form is not the one written."""
+    from arborcc.ir.aliasing import Mode
+    from arborcc.synth.lower_emit import out_of_place_lowering
+
+    if "out-of-place" in best.report.modes or best.time is None:
+        return best
+    topology = request.topology
+    try:
+        with out_of_place_lowering(), operations_budget(topology.num_ranks):
+            other = BY_NAME[best.strategy].function(request)
+        _with_protocol(other, best.algorithm.protocol)  # timed once, with the protocol ``best`` is written with
+        _verify(other, dialect)
+    except (SynthesisError, VerificationError) as e:
+        best.notes.append(f"claims in-place calls only: {best.strategy} has no out-of-place form here ({e})")
+        return best
+    if "in-place" not in other.report.modes or "out-of-place" not in other.report.modes:
+        best.notes.append(f"claims in-place calls only: the out-of-place form of {best.strategy} is verified "
+                          f"{other.report.modes_text} only (synth --outofplace writes it)")
+        return best
+    if dialect is not None and _within_limits(best, dialect) and not _within_limits(other, dialect):
+        best.notes.append(f"claims in-place calls only: the out-of-place form of {best.strategy} exceeds the "
+                          f"{dialect} limits")
+        return best
+    _time_as_written(other, topology, size, size_is_default, predict_time(other.algorithm, topology, size), dialect,
+                     protocols)
+    if other.time is None or not best.time * (1 - SAME_TIME_MARGIN) <= other.time <= best.time:
+        differs = "" if other.time is None else f" ({other.time * 1e6:.1f} us)"
+        best.notes.append(f"claims in-place calls only: the program correct in both forms simulates at another "
+                          f"time{differs} (synth --outofplace writes it)")
+        return best
+    other.notes.append(f"one program for {' and '.join(m.label for m in Mode)} calls, as fast as the "
+                       f"in-place-only one ({best.time * 1e6:.1f} us)")
+    return other
+
+
 def synthesize(topology: Topology, collective: str, strategy: str = "auto", root: int = 0,
                links: str = "all", progress: Callable[[str], None] | None = None,
                size: int | None = None, dialect: str | None = "executor", timed: bool = True,
-               protocols: Sequence[str] | None = None) -> SynthesisResult:
+               protocols: Sequence[str] | None = None, form: str | None = None) -> SynthesisResult:
     """Run one strategy (or, with ``auto``, every one that applies and keep the fastest).
 
     ``size``: the buffer size in bytes the algorithm is meant for, for strategies whose
@@ -295,15 +345,30 @@ def synthesize(topology: Topology, collective: str, strategy: str = "auto", root
     over sizes, pass False); the algorithm is then written with the protocol of
     ``protocols`` (default: LL, LL128 and Simple, which both MSCCL dialects run) that
     makes that call the fastest.
+    ``form``: the call the algorithm must be proven in, ``"in-place"`` or
+    ``"out-of-place"`` (None: any; the algorithm claims every form the verifier proves;
+    in place or None, one program for both forms where it costs nothing:
+    :func:`_in_both_forms`).
+    Out of place, the lowerings emit programs that read the input and leave the result
+    in the output (:func:`arborcc.synth.lower_emit.out_of_place_lowering`); ``auto``
+    skips candidates not proven in ``form``, saying why.
     """
-    with collector_paused():  # trees, copies and steps: hundreds of thousands, all acyclic
+    from contextlib import nullcontext
+
+    from arborcc.synth.lower_emit import out_of_place_lowering
+
+    if form not in (None, "in-place", "out-of-place"):
+        raise SynthesisError(f"unknown call form {form!r} (known: in-place, out-of-place)")
+    emission = out_of_place_lowering() if form == "out-of-place" else nullcontext()
+    with collector_paused(), emission:  # trees, copies and steps: hundreds of thousands, all acyclic
         return _synthesize(topology, collective, strategy, root, links, progress, size, dialect, timed,
-                           protocols)
+                           protocols, form)
 
 
 def _synthesize(topology: Topology, collective: str, strategy: str, root: int, links: str,
                 progress: Callable[[str], None] | None, size: int | None,
-                dialect: str | None, timed: bool, protocols: Sequence[str] | None) -> SynthesisResult:
+                dialect: str | None, timed: bool, protocols: Sequence[str] | None,
+                form: str | None) -> SynthesisResult:
     if size is not None and size <= 0:
         raise SynthesisError(f"size must be a positive number of bytes, got {size}")
     if collective not in synthesizable_collectives():
@@ -338,6 +403,10 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
                 if strategy != "auto":
                     raise
                 skipped.append(f"{r.strategy} (its algorithm fails verification: {e})")
+                rejected.add(id(r))
+                return False
+            if form is not None and form not in r.report.modes and strategy == "auto":
+                skipped.append(f"{r.strategy} (verified {r.report.modes_text} only, not {form})")
                 rejected.add(id(r))
                 return False
             verified.add(id(r))
@@ -383,6 +452,14 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
         if timed:
             _time_as_written(best, topology, ranked_size, size is None, predicted.get(id(best)), dialect,
                              protocols)
+            if form != "out-of-place" and topology.num_ranks <= TIME_RANKED_RANKS:
+                chosen, best = best, _in_both_forms(best, request, ranked_size, size is None, dialect, protocols)
+                if best is not chosen:  # the notes list the written program's time
+                    results = [best if r is chosen else r for r in results]
+                    if id(chosen) in predicted:
+                        predicted[id(best)] = best.time
+                    if id(chosen) in fits:
+                        fits[id(best)] = fits[id(chosen)]
     best.bound_exact, best.bound_basis = request.bound.exact, request.bound.basis
     if not best.bound_exact and best.algbw >= request.bound.algbw * (1 - 1e-9) and \
             getattr(request.bound, "cut_links", None) is not None:
