@@ -20,7 +20,16 @@ TWO_GPUS = ["--machine", "dgx1v", "--gpus", "0,1", "--sizes", "1M"]
 
 
 def ring_text() -> str:
-    return write_msccl_xml(ring_allreduce_algorithm([[0, 1]]), "legacy")
+    """NCCL's 2-rank ring all-reduce worked in its input buffer alone: correct in place,
+    wrong out of place (the output is never written)."""
+    text = write_msccl_xml(ring_allreduce_algorithm([[0, 1]]), "legacy")
+    return text.replace('buf="o"', 'buf="i"').replace('outofplace="1"', 'outofplace="0"')
+
+
+def test_the_ring_in_its_input_is_correct_in_place_only(tmp_path, capsys):
+    (tmp_path / "algo.xml").write_text(ring_text())
+    assert main(["verify", str(tmp_path / "algo.xml")]) == 0
+    assert 'outofplace="0"' in ring_text() and 'buf="o"' not in ring_text()
 
 
 #: name -> (how the valid 2-rank ring is broken, what the refusal says)
@@ -31,7 +40,7 @@ BROKEN = {
     # beyond any buffer arborcc can address: the reader's
     "offset-10^30": (lambda t: t.replace('srcoff="1"', 'srcoff="' + "1" + "0" * 30 + '"', 1),
                      r"srcoff: expected .*chunk offset.*got a 31-digit number"),
-    "claims-out-of-place": (lambda t: t.replace('inplace="1"', 'inplace="0" outofplace="1"', 1),
+    "claims-out-of-place": (lambda t: t.replace('inplace="1" outofplace="0"', 'inplace="0" outofplace="1"', 1),
                             r"not a correct algorithm out-of-place.*\[postcondition\]"),
     "wrong-postcondition": (lambda t: t.replace('dstoff="0"', 'dstoff="1"', 1),
                             r"not a correct algorithm in-place.*misses chunk 0.*\[postcondition\]"),

@@ -38,7 +38,9 @@ _O = Buffer.OUTPUT
 def ring_allreduce_algorithm(rings: Sequence[Sequence[int]], name: str = "nccl-ring-allreduce",
                              protocol: Protocol = Protocol.SIMPLE) -> Algorithm:
     """NCCL's ring all-reduce over ``rings`` (one per channel, each visiting every rank
-    once; rank indices 0..n-1), in place, ``len(rings) x n`` chunks."""
+    once; rank indices 0..n-1), ``len(rings) x n`` chunks. As NCCL's kernel does, the
+    reduction reads the input and the sums land in the output, so one program serves
+    both call forms."""
     with collector_paused():  # millions of acyclic steps
         return _ring_allreduce(rings, name, protocol)
 
@@ -63,13 +65,13 @@ def _ring_allreduce(rings: Sequence[Sequence[int]], name: str, protocol: Protoco
             own, ahead = base + p, base + (p + 1) % n
             steps = [Step(send, _I, behind[0], _I, behind[0])]
             steps += [Step(reduce_send, _I, k, _I, k) for k in behind[1:]]
-            steps.append(Step(reduce_copy_send, _I, own, _I, own))
-            steps += [Step(copy_send, _I, k, _I, k) for k in behind[:-1]]
-            steps.append(Step(recv, _I, ahead, _I, ahead))
+            steps.append(Step(reduce_copy_send, _I, own, _O, own))
+            steps += [Step(copy_send, _O, k, _O, k) for k in behind[:-1]]
+            steps.append(Step(recv, _O, ahead, _O, ahead))
             programs[rank].threadblocks.append(
                 ThreadBlock(c, send=ring[(p + 1) % n], recv=ring[(p - 1) % n], channel=c, steps=steps))
     return Algorithm(name, "allreduce", n, n * len(rings), programs, protocol=protocol, inplace=True,
-                     outofplace=False)
+                     outofplace=True)
 
 
 def ring_broadcast_algorithm(rings: Sequence[Sequence[int]], root: int = 0, name: str = "nccl-ring-broadcast",
