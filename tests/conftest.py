@@ -34,14 +34,31 @@ def looks_at_shared_memory(path: Path) -> bool:
                for p in (path, path.parent / "conftest.py"))
 
 
+#: the module whose tests are the steps of the docs, ``...[docs/torch.md:25:command:...]``
+DOC_STEPS_MODULE = "tests/docs/test_documented_commands.py"
+
+
+def doc_of_step(nodeid: str) -> str | None:
+    """The doc whose step the test ``nodeid`` runs, or None for any other test."""
+    module, _, rest = nodeid.partition("::")
+    if module != DOC_STEPS_MODULE or "[" not in rest:
+        return None
+    return rest.split("[", 1)[1].split(":", 1)[0]
+
+
 def pytest_xdist_make_scheduler(config, log):
     """Under ``-n``: each test its own unit of work, except the modules that look at
-    /dev/shm, which are one unit (see above), handed out first since it is the longest."""
+    /dev/shm, which are one unit (see above), handed out first since it is the longest,
+    and the steps of one doc, one unit each: a step runs its doc's earlier steps first
+    (tests/docs), so a doc's steps spread over workers would run them once per worker."""
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedMemoryTestsInTurn(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return SHARED_MEMORY_SCOPE if looks_at_shared_memory(config.rootpath / module) else nodeid
+            if looks_at_shared_memory(config.rootpath / module):
+                return SHARED_MEMORY_SCOPE
+            doc = doc_of_step(nodeid)
+            return f"{DOC_STEPS_MODULE}::{doc}" if doc is not None else nodeid
 
     return SharedMemoryTestsInTurn(config, log)

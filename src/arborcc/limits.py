@@ -99,7 +99,7 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
           "what arborcc writes at 1024 ranks, the largest scale it measures: the all-reduce synth writes for 128 "
           "DGX A100 nodes (698,831 steps) is an 80 MiB JSON or 84 MiB XML file, verified in 18 s with 0.7 GB "
           "(JSON) or 7.7 s with 0.4 GB (XML); a 1024-rank ring all-reduce (2.1 million steps) is a 230 MiB "
-          "JSON file, shown in 35 s with 1.6 GB; a file over the limit is refused when written as when read, "
+          "JSON file, shown in 15 s with 1.6 GB; a file over the limit is refused when written as when read, "
           "so what arborcc writes it reads back"),
     Limit("algorithm-items", 4 * 2**20, "items",
           "per algorithm file", "ranks, thread blocks and steps of an algorithm file: XML elements, JSON "
@@ -145,7 +145,7 @@ LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
           "128-rank ring all-reduce (32,512 operations) is more likely a runaway loop. The algorithms "
           "arborcc builds itself (synthesis, a library algorithm named to compile) may trace what its "
           "largest library algorithm traces at 1024 ranks, an all-pairs all-reduce's 3 n (n - 1): a "
-          "1024-rank ring all-reduce (2,095,104) compiles in 20 s with 2.3 GB"),
+          "1024-rank ring all-reduce (2,095,104) compiles in 12 s with 2.3 GB"),
     Limit("local-ranks", 256, "processes",
           "per run, bench or demo", "rank processes started on this machine (arborcc run -n, bench -n)",
           "one process per rank, each mapping its connections' FIFOs; a machine's GPUs (8-16 per node) or "

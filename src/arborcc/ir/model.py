@@ -142,6 +142,20 @@ FIELD_RANGES: dict[str, tuple[int, int | str, str]] = {
 }
 
 
+def field_bounds() -> dict[str, tuple[int, int]]:
+    """The range of every kind of :data:`FIELD_RANGES` under the limits in force now: a
+    reader takes them once per file and checks its millions of fields against them
+    (:func:`field_problem` says why a value outside is refused)."""
+    from arborcc.limits import limit
+
+    bounds = {}
+    for kind, (low, high, _) in FIELD_RANGES.items():
+        if isinstance(high, str):
+            high = limit(high).value - 1 if high == "ranks" else limit(high).value
+        bounds[kind] = (low, high)
+    return bounds
+
+
 def field_problem(value: int, kind: str) -> str | None:
     """Why the integer ``value`` cannot be a field of ``kind`` (:data:`FIELD_RANGES`), or
     None: ``expected -1 (none) or a rank from -1 to 32,767 (ARBORCC_MAX_RANKS ...), got 40000``."""

@@ -62,6 +62,7 @@ from arborcc.ir.model import (
     MAX_INDEX,
     ThreadBlock,
     check_written_size,
+    field_bounds,
     field_problem,
 )
 from arborcc.limits import limit
@@ -210,6 +211,7 @@ class _Reader:
         self.gpu: RankProgram | None = None
         self.max_channel = -1
         self.max_chunks = limit("chunks").value  #: the highest offset or count a step may name
+        self.bounds = field_bounds()  # the limits in force, looked up once per file
 
     # -- errors -----------------------------------------------------------------------
     def _fail(self, what: str, problem: str):
@@ -235,9 +237,9 @@ class _Reader:
         except ValueError:
             self._fail(f"{what}: attribute {key}", f"{clipped(raw)!r} is not an integer")
         if kind is not None:
-            problem = field_problem(value, kind)
-            if problem:
-                self._fail(f"{what}: attribute {key}", problem)
+            low, high = self.bounds[kind]
+            if not low <= value <= high:
+                self._fail(f"{what}: attribute {key}", field_problem(value, kind))
         return value
 
     def _flag(self, attrs: dict, key: str, what: str, default: bool) -> bool:
