@@ -25,7 +25,7 @@ MAY_IMPORT = {
     "compat": {TOP, "ir", "lang", "topology", "verify"},
     "sim": {TOP, "ir", "topology"},
     "synth": {TOP, "ir", "lang", "library", "sim", "topology", "verify"},
-    "tune": {TOP, "ir", "sim", "synth", "topology", "verify"},
+    "tune": {TOP, "ir", "library", "sim", "synth", "topology", "verify"},
     "runtime": {TOP, "ir", "lang", "library", "topology", "verify"},
     "torch": {TOP, "ir", "runtime", "topology"},
     "bench": {TOP, "ir", "runtime", "topology"},
