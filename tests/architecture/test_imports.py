@@ -26,7 +26,7 @@ MAY_IMPORT = {
     "sim": {TOP, "ir", "topology"},
     "synth": {TOP, "ir", "lang", "library", "sim", "topology", "verify"},
     "tune": {TOP, "ir", "library", "sim", "synth", "topology", "verify"},
-    "runtime": {TOP, "ir", "lang", "library", "topology", "verify"},
+    "runtime": {TOP, "ir", "library", "topology", "verify"},
     "torch": {TOP, "ir", "runtime", "topology"},
     "bench": {TOP, "ir", "runtime", "topology"},
 }
