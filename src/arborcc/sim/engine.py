@@ -452,7 +452,7 @@ def _events(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m
                         if record:
                             rate_log.append((t, now, end, free_rate[c]))  # type: ignore[union-attr]
                     else:
-                        fair.start(now, t, nbytes, links, cap)
+                        fair.start(now, t, nbytes, links, free_rate[c])  # its slowest link bounds it too
                     break
                 # the piece is done
                 if record:
