@@ -62,8 +62,8 @@ def test_synth_without_a_size_names_the_default_it_ranked_at(capsys):
 
 
 def test_synth_says_when_nccl_is_faster_in_simulation(capsys):
-    # NCCL's rings reach the NICs through other GPUs (PXN), routes an MSCCL file cannot name
-    args = ["--machine", "dgx-h100", "--nodes", "2", "--collective", "reducescatter", "--size", "64M"]
+    # NCCL all-reduces in the NVSwitch (NVLS) on DGX H100, which an MSCCL file cannot express
+    args = ["--machine", "dgx-h100", "--collective", "allreduce", "--size", "64M"]
     summary = synth_json(capsys, *args)
     assert summary["time_us"] > summary["nccl_time_us"]
     assert main(["synth", *args]) == 0
