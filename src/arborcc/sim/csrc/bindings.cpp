@@ -75,17 +75,21 @@ class FlowReader {
   ~FlowReader() {
     for (int64_t l : global_) Links::scratch()[(size_t)l] = -1;
   }
-  // the flow's links and cap; true when it crosses exactly one link (its global index in *only)
-  void add(PyObject* flow) {
-    py::object tuple = links_of(flow);
-    const py::ssize_t k = PySequence_Fast_GET_SIZE(tuple.ptr());
+  // the flow's links and cap; each link it is the first to cross goes to new_link(index, link)
+  template <class NewLink>
+  void add(PyObject* flow, NewLink&& new_link) {
+    py::object links = py::reinterpret_steal<py::object>(checked(PyObject_GetAttr(flow, names().links.ptr())));
+    py::object seq = py::reinterpret_steal<py::object>(checked(PySequence_Fast(links.ptr(), "a flow's links must be a tuple")));
+    const py::ssize_t k = PySequence_Fast_GET_SIZE(seq.ptr());
     std::vector<int32_t>& local = Links::scratch();
     for (py::ssize_t j = 0; j < k; ++j) {
-      const int64_t l = links_.index(PySequence_Fast_GET_ITEM(tuple.ptr(), j));
+      PyObject* item = PySequence_Fast_GET_ITEM(seq.ptr(), j);
+      const int64_t l = links_.index(item);
       if (local[(size_t)l] < 0) {
         local[(size_t)l] = (int32_t)global_.size();
         global_.push_back(l);
         flows.capacity.push_back(links_.capacity(l));
+        new_link(l, item);
       }
       const int32_t index = local[(size_t)l];
       for (int32_t m = flows.offset.back(); m < (int32_t)flows.link.size(); ++m)
@@ -97,20 +101,45 @@ class FlowReader {
     if (std::isnan(cap)) throw py::value_error("a flow's cap is NaN");
     flows.cap.push_back(cap);
   }
+  void add(PyObject* flow) {
+    add(flow, [](int64_t, PyObject*) {});
+  }
   // every flow crosses the same one link
-  bool one_link() const {
-    return global_.size() == 1 && flows.link.size() == flows.cap.size();
-  }
-  static py::object links_of(PyObject* flow) {
-    py::object links = py::reinterpret_steal<py::object>(checked(PyObject_GetAttr(flow, names().links.ptr())));
-    return py::reinterpret_steal<py::object>(checked(PySequence_Fast(links.ptr(), "a flow's links must be a tuple")));
-  }
+  bool one_link() const { return global_.size() == 1 && flows.link.size() == flows.cap.size(); }
 
   LinkFlows flows;
 
  private:
   const Links& links_;
   std::vector<int64_t> global_;  //: the links in order of first appearance
+};
+
+// The flow keys met so far in one walk: a flag per key for the small keys the engine
+// uses (its thread blocks), a hash set for any other; cleared when the walk ends.
+class KeysMet {
+ public:
+  ~KeysMet() {
+    for (long long k : small_) flags()[(size_t)k] = 0;
+  }
+  // true the first time a key is met
+  bool first(long long k) {
+    if (k < 0 || k >= SMALL) return other_.insert(k).second;
+    std::vector<char>& met = flags();
+    if ((size_t)k >= met.size()) met.resize((size_t)k + 1, 0);
+    if (met[(size_t)k]) return false;
+    met[(size_t)k] = 1;
+    small_.push_back(k);
+    return true;
+  }
+
+ private:
+  static constexpr long long SMALL = 1 << 22;
+  static std::vector<char>& flags() {
+    thread_local std::vector<char> met;
+    return met;
+  }
+  std::vector<long long> small_;
+  std::unordered_set<long long> other_;
 };
 
 py::list rates_list(const std::vector<double>& rate) {
@@ -131,52 +160,49 @@ py::list max_min_rates_py(py::handle flows, py::handle capacity) {
 
 // The flows connected to `link` through shared links (on_link: link -> set of flow keys,
 // flows: key -> Flow), walked as FairShare's Python walk did: links from a stack, each
-// link's flows in its set's order. Their links go into `seen`. Returns (flow, rate) for
-// every flow whose rate differs from its current one, in the walk's order.
+// link's flows in its set's order, a flow's links in its order. Their links go into
+// `seen`. Returns (flow, rate) for every flow whose rate differs from its current one, in
+// the walk's order.
 py::list settle_component(py::handle link, py::dict on_link, py::dict flows, py::handle capacity, py::set seen) {
   const Links links(capacity);
+  const int64_t start = links.index(link.ptr());
+  FlowReader reader(links);  // numbers the links as the walk first meets them in the flows
   std::vector<PyObject*> component;  // borrowed from `flows`, which nothing changes during the call
-  std::vector<PyObject*> walked{link.ptr()};  // borrowed from the flows' link tuples (and `link`)
-  std::unordered_set<int64_t> seen_links{links.index(link.ptr())};
-  std::unordered_set<long long> seen_flows;
-  std::vector<PyObject*> todo{link.ptr()};
+  std::vector<py::object> walked;  // the links met, in order
+  KeysMet keys_met;
+  std::vector<py::object> todo{py::reinterpret_borrow<py::object>(link)};
+  const auto met_link = [&](int64_t l, PyObject* obj) {
+    walked.push_back(py::reinterpret_borrow<py::object>(obj));
+    if (l != start) todo.push_back(walked.back());  // the start link is walked first
+  };
   while (!todo.empty()) {
-    PyObject* l = todo.back();
+    const py::object l = std::move(todo.back());
     todo.pop_back();
-    PyObject* on = PyDict_GetItemWithError(on_link.ptr(), l);
+    PyObject* on = PyDict_GetItemWithError(on_link.ptr(), l.ptr());
     if (on == nullptr) {
       if (PyErr_Occurred()) throw py::error_already_set();
       continue;
     }
     py::object keys = py::reinterpret_steal<py::object>(checked(PyObject_GetIter(on)));
     while (PyObject* raw = PyIter_Next(keys.ptr())) {
-      py::object key = py::reinterpret_steal<py::object>(raw);
+      const py::object key = py::reinterpret_steal<py::object>(raw);
       const long long k = PyLong_AsLongLong(raw);
       if (k == -1 && PyErr_Occurred()) throw py::error_already_set();
-      if (!seen_flows.insert(k).second) continue;
+      if (!keys_met.first(k)) continue;
       PyObject* flow = PyDict_GetItemWithError(flows.ptr(), raw);
       if (flow == nullptr) {
         if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, raw);
         throw py::error_already_set();
       }
       component.push_back(flow);
-      py::object tuple = FlowReader::links_of(flow);
-      for (py::ssize_t j = 0; j < PySequence_Fast_GET_SIZE(tuple.ptr()); ++j) {
-        PyObject* m = PySequence_Fast_GET_ITEM(tuple.ptr(), j);
-        if (seen_links.insert(links.index(m)).second) {
-          walked.push_back(m);
-          todo.push_back(m);
-        }
-      }
+      reader.add(flow, met_link);
     }
     if (PyErr_Occurred()) throw py::error_already_set();
   }
   py::list changed;
   if (component.empty()) return changed;
-  for (PyObject* m : walked)
-    if (PySet_Add(seen.ptr(), m) != 0) throw py::error_already_set();
-  FlowReader reader(links);
-  for (PyObject* flow : component) reader.add(flow);
+  for (const py::object& m : walked)
+    if (PySet_Add(seen.ptr(), m.ptr()) != 0) throw py::error_already_set();
   std::vector<double> rate;
   if (reader.one_link())
     one_link_rates(reader.flows.cap, reader.flows.capacity[0], rate);
