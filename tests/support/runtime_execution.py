@@ -137,10 +137,11 @@ def case_steps(case: RuntimeCase) -> int:
 
 
 #: seconds a rank of a launch that has a CPU to itself waits for a peer's progress
-#: (:func:`launch_timeouts`); a step takes 0.1 ms of wall time with 3 ranks on 2 busy
-#: CPUs, so :data:`SECONDS_PER_STEP` is ~30 times that
+#: (:func:`launch_timeouts`); the snapshot set's launches take 0.02-0.06 ms of wall time
+#: per step and rank per CPU on 2 CPUs busy with other work, :data:`SECONDS_PER_STEP` is
+#: ~10 times that
 WAIT_PER_CPU_SHARE = 30.0
-SECONDS_PER_STEP = 3e-3
+SECONDS_PER_STEP = 3e-4
 
 
 def launch_timeouts(cases: list[RuntimeCase], num_ranks: int) -> tuple[float, float]:
