@@ -9,7 +9,8 @@ The test takes the set's quick variant but its five largest algorithms (:data:`F
 and runs the 23 of :data:`ON_RUNTIME` on the shared-memory runtime; ``ARBORCC_MSCCLPP_FULL=1``
 takes every algorithm of the full set (515 synthesized cases and the 8 library algorithms:
 518 round-trip, the other 5 do not synthesize on their topology) and runs every one that
-round-trips on the runtime too (:data:`RUNTIME_BATCHES`: a few launches per rank count).
+round-trips on the runtime too (:data:`RUNTIME_BATCHES`: one or two launches per rank
+count), but the two of :data:`BEYOND_RUNTIME_CHANNELS`.
 
 Each algorithm is synthesized and round-tripped once: the round-trip test leaves the
 algorithms it read back in a folder the session's workers share (:func:`read_back_folder`),
@@ -113,9 +114,9 @@ RUNTIME_STEMS = tuple(CASES) if FULL else ON_RUNTIME
 
 #: the algorithms that round-trip but do not run on the shared-memory runtime: their plans
 #: read back with more channels between two ranks than a communicator has (at most 32,
-#: MSCCL's limit): the translation gives each pair of thread blocks that exchange packets
-#: a channel of its own, and these all-reduce trees of 4 ranks exchange packets between
-#: 39-40 pairs; the runtime test asserts that reason instead of running them
+#: MSCCL's limit): the translation gives each pair of thread blocks that exchange data
+#: a channel of its own, and these all-reduce trees of 4 ranks need 39-40 channels between
+#: a pair of ranks; the runtime test asserts that reason instead of running them
 BEYOND_RUNTIME_CHANNELS = ("dgx1v-gpu0-gpu1-gpu4-gpu5-allreduce-trees", "dgx1p-gpu0-gpu1-gpu4-gpu5-allreduce-trees")
 
 #: at most this many rank programs (algorithms times ranks) per launch: each rank keeps
