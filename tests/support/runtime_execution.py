@@ -10,10 +10,16 @@ The inputs are those of the reference executor (:func:`arborcc.ir.reference.make
 expected result is the collective's numpy reference (:func:`arborcc.ir.reference.reference`);
 for a ``custom`` collective, which has none, the reference executor's send and receive
 buffers after the same call.
+
+Timeouts: a rank waits ``wait`` seconds at most for a peer's progress (a hung case fails
+by itself, named, and the launch goes on), the whole launch ``timeout`` seconds at most;
+:func:`launch_timeouts` sizes both from the steps and the ranks per CPU. After a launch,
+nothing of it may be left in /dev/shm (:func:`left_in_shared_memory`).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,13 +75,14 @@ def run_call(comm, algo: Algorithm, mode: Mode, inputs: list[np.ndarray], elems:
     return bufs
 
 
-def run_cases_on_rank(cases: list[RuntimeCase], elems: int, seed: int) -> dict[str, tuple[bool, object]]:
-    """What one rank does: every case in turn; per case id, (True, call buffers) or
-    (False, the error)."""
+def run_cases_on_rank(cases: list[RuntimeCase], elems: int, seed: int, wait: float) -> tuple[int, dict]:
+    """What one rank does: every case in turn, waiting ``wait`` seconds at most for a
+    peer's progress; returns its pid (rank 0's names the shared-memory segment) and per
+    case id, (True, call buffers) or (False, the error)."""
     from arborcc.runtime.communicator import Communicator
 
     out = {}
-    comm = Communicator.from_env(timeout=30.0)
+    comm = Communicator.from_env(timeout=wait)
     try:
         for case in cases:
             try:
@@ -85,7 +92,7 @@ def run_cases_on_rank(cases: list[RuntimeCase], elems: int, seed: int) -> dict[s
                 out[case_id(case)] = (False, f"{type(e).__name__}: {e}")
     finally:
         comm.close()
-    return out
+    return os.getpid(), out
 
 
 def expected_buffers(algo: Algorithm, mode: Mode, inputs: list[np.ndarray], elems: int) -> list[dict]:
@@ -124,19 +131,59 @@ def compare_results(case: RuntimeCase, per_rank: list[tuple[bool, object]], elem
     return "; ".join(problems[:4])
 
 
+def case_steps(case: RuntimeCase) -> int:
+    """The steps of every rank of ``case``'s algorithm."""
+    return sum(len(tb.steps) for program in case.algo.ranks for tb in program.threadblocks)
+
+
+#: seconds a rank of a launch that has a CPU to itself waits for a peer's progress
+#: (:func:`launch_timeouts`); the snapshot set's launches take 0.02-0.06 ms of wall time
+#: per step and rank per CPU on 2 CPUs busy with other work, :data:`SECONDS_PER_STEP` is
+#: ~10 times that
+WAIT_PER_CPU_SHARE = 30.0
+SECONDS_PER_STEP = 3e-4
+
+
+def launch_timeouts(cases: list[RuntimeCase], num_ranks: int) -> tuple[float, float]:
+    """(a rank's wait for a peer's progress, the whole launch's hard timeout) for
+    ``cases`` on ``num_ranks`` ranks, generous on a loaded machine: with more ranks than
+    CPUs the ranks take turns, so both grow with the ranks per CPU; the launch's also
+    with the steps, and it outlasts one hung case's wait."""
+    from arborcc.runtime.launch import available_cpus
+
+    share = max(1.0, num_ranks / available_cpus())
+    wait = WAIT_PER_CPU_SHARE * share
+    return wait, 2 * wait + 60.0 + SECONDS_PER_STEP * share * sum(map(case_steps, cases))
+
+
+def left_in_shared_memory(pid: int) -> list[str]:
+    """The shared-memory objects of process ``pid`` still in /dev/shm (its segment and
+    shared arrays: ``arborcc-<pid>-...``)."""
+    from arborcc.runtime.communicator import SEGMENT_PREFIX
+
+    return sorted(e for e in os.listdir("/dev/shm") if e.startswith(f"{SEGMENT_PREFIX}{pid}-"))
+
+
 def runtime_failures(cases: list[RuntimeCase], num_ranks: int, elems: int = 4, seed: int = 0,
-                     timeout: float = 240.0) -> dict[str, str]:
+                     timeout: float | None = None, wait: float | None = None) -> dict[str, str]:
     """Run every case (all of ``num_ranks`` ranks) in one launch, ``timeout`` seconds at
-    most; per case id (:func:`case_id`), what went wrong ("": nothing)."""
+    most, each rank waiting ``wait`` seconds at most for a peer's progress (None:
+    :func:`launch_timeouts`'); per case id (:func:`case_id`), what went wrong ("":
+    nothing). A launch that leaves its segment in /dev/shm fails."""
     from arborcc.errors import ArborccError
     from arborcc.runtime.launch import run_ranks
     from arborcc.runtime.plan import require_verified
 
+    default_wait, default_timeout = launch_timeouts(cases, num_ranks)
+    wait = default_wait if wait is None else wait
+    timeout = default_timeout if timeout is None else timeout
     for case in cases:  # verified once here: the forked ranks inherit the verdicts
         try:
             require_verified(case.algo)
         except ArborccError:
             pass  # every rank reports it for its case
-    per_rank = run_ranks(run_cases_on_rank, num_ranks, (cases, elems, seed), timeout=timeout)
-    return {case_id(c): compare_results(c, [results[case_id(c)] for results in per_rank], elems, seed)
+    per_rank = run_ranks(run_cases_on_rank, num_ranks, (cases, elems, seed, wait), timeout=timeout)
+    left = left_in_shared_memory(per_rank[0][0])  # rank 0 makes the segment
+    assert not left, f"the launch left {left} in /dev/shm"
+    return {case_id(c): compare_results(c, [results[case_id(c)] for _, results in per_rank], elems, seed)
             for c in cases}
