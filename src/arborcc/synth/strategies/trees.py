@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from arborcc.synth.result import SynthesisRequest, SynthesisResult
     from arborcc.synth.trees import Tree
     from arborcc.topology.model import Topology
@@ -137,10 +139,9 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
     """Blink: pack arborescences to the bound, round to chunks, lower. Gather/scatter:
     trees that are paths, a single-sink flow decomposition (:mod:`.gather`)."""
     from arborcc.synth.gather import synth_gather
-    from arborcc.synth.lower_emit import (lower_allgather, lower_broadcast, lower_reduce,
-                                          lower_reducescatter)
+    from arborcc.synth.lower_emit import lower_broadcast, lower_reduce
     from arborcc.synth.lower_search import within_limits
-    from arborcc.synth.packing import pack_allgather, pack_broadcast, pack_reduce, pack_reducescatter
+    from arborcc.synth.packing import pack_broadcast, pack_reduce
     from arborcc.synth.quantize import TOLERANCE
     from arborcc.synth.result import SynthesisResult
 
@@ -162,22 +163,38 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
             [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees ({packing.method}), "
              f"{a.chunks} chunks"], used, [c for c in a.counts if c])
     if collective in ("allgather", "reducescatter"):
-        pack = pack_allgather if collective == "allgather" else pack_reducescatter
-        packing = pack(topology, links, threshold=TOLERANCE, bound=request.bound)
-        a = _apportion(topology, list(packing.trees), packing.algbw)
-        lower = lower_allgather if collective == "allgather" else lower_reducescatter
-        used = [t for t, c in zip(packing.trees, a.counts) if c]
-        lowered = within_limits(lower, topology, used, [c for c in a.counts if c], name,
-                                takes_rounds=True, takes_fuse=True)
-        return SynthesisResult.from_lowered(
-            "trees", request, lowered,
-            [f"per-root packing {packing.algbw / 1e9:.2f} GB/s with {packing.num_trees} trees, "
-             f"{a.chunks} chunks per rank"], used, [c for c in a.counts if c])
+        result = _per_root_trees(request, name)
+        return _fastest_pipelined(request, result, name, _per_root_trees)
     # all-reduce: reduce-scatter + all-gather on per-root trees, or reduce + broadcast
     # over trees from one root on a split of the links. The family with the higher
     # bound is built; the other only if rounding left the first short of 99%.
     result = _tree_allreduce_family(request, name)
-    return _fastest_pipelined(request, result, name)
+    return _fastest_pipelined(request, result, name, _tree_allreduce_family)
+
+
+def _per_root_trees(request: SynthesisRequest, name: str, chunks: int | None = None,
+                    scale: int = 1) -> SynthesisResult:
+    """All-gather on one set of per-root out-trees (ForestColl), reduce-scatter on one
+    set of per-root in-trees: the halves of :func:`_rs_ag_allreduce`. ``chunks``,
+    ``scale``: as :func:`_tree_allreduce` takes them, per rank."""
+    from arborcc.synth.lower_emit import lower_allgather, lower_reducescatter
+    from arborcc.synth.lower_search import within_limits
+    from arborcc.synth.packing import pack_allgather, pack_reducescatter
+    from arborcc.synth.quantize import TOLERANCE
+    from arborcc.synth.result import SynthesisResult
+
+    topology, collective = request.topology, request.collective
+    pack = pack_allgather if collective == "allgather" else pack_reducescatter
+    packing = pack(topology, request.links, threshold=TOLERANCE, bound=request.bound)
+    a = _apportion(topology, list(packing.trees), packing.algbw, chunks=chunks)
+    lower = lower_allgather if collective == "allgather" else lower_reducescatter
+    used = [t for t, c in zip(packing.trees, a.counts) if c]
+    counts = [c * scale for c in a.counts if c]
+    lowered = within_limits(lower, topology, used, counts, name, takes_rounds=True, takes_fuse=True)
+    return SynthesisResult.from_lowered(
+        "trees", request, lowered,
+        [f"per-root packing {packing.algbw / 1e9:.2f} GB/s with {packing.num_trees} trees, "
+         f"{a.chunks * scale} chunks per rank"], used, counts)
 
 
 def _tree_allreduce_family(request: SynthesisRequest, name: str, chunks: int | None = None,
@@ -211,7 +228,8 @@ COARSE_CHUNKS = (1, 2)
 COARSE_LOOP = 256
 
 
-def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name: str) -> SynthesisResult:
+def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name: str,
+                       family: Callable[..., SynthesisResult]) -> SynthesisResult:
     """``result`` (the trees apportioned to within 0.5% of the packing's rate), or the
     candidate the simulator times at least 10% faster (:data:`PIPELINED_MARGIN`) at the
     request's size (at most 1 GiB; :data:`TREES_REFERENCE_SIZE` without one), when
@@ -249,14 +267,14 @@ def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name:
     topology = request.topology
     shards = result.algorithm.chunks_per_loop // max(1, result.chunks)  # 1 for reduce + broadcast, else ranks
     builders = [(f"{c} chunk{'s' if c > 1 else ''} per shard x {max(1, COARSE_LOOP // (shards * c))}",
-                 lambda c=c: _tree_allreduce_family(request, name, c, max(1, COARSE_LOOP // (shards * c))))
+                 lambda c=c: family(request, name, c, max(1, COARSE_LOOP // (shards * c))))
                 for c in COARSE_CHUNKS]
     kinds = {l.kind for l in topology.links.values()}
     if LinkKind.NVLINK in kinds and not kinds <= {LinkKind.NVLINK}:
         def nvlink() -> SynthesisResult:
             check_strongly_connected(flow_graph(topology, "nvlink"), request.collective)
             bound = collective_bound(topology, request.collective, request.root, "nvlink")
-            out = _tree_allreduce_family(replace(request, links="nvlink", bound=bound), name)
+            out = family(replace(request, links="nvlink", bound=bound), name)
             out.bound = request.bound.algbw
             return out
         builders.append(("NVLink-only trees", nvlink))
