@@ -2,10 +2,11 @@
 
 Every package of arborcc with a ``csrc`` folder gets one extension module named
 ``arborcc.<package>.native``, built from every .cpp file in that folder (bindings.cpp
-holds the module), five of them: ``runtime`` (the shared-memory data plane),
+holds the module), six of them: ``runtime`` (the shared-memory data plane),
 ``compiler`` (the per-instruction passes), ``lang`` (the DSL's bulk copy and broadcast
-traces), ``verify`` (the structure, pieces and symbolic runs) and ``synth`` (the
-packing's routes, arborescence oracle, rounding and orbits). No
+traces), ``verify`` (the structure, pieces and symbolic runs), ``synth`` (the
+packing's routes, arborescence oracle, rounding and orbits) and ``sim`` (the
+simulator's max-min fair share). No
 ``-march=native``: vector kernels carry per-function target attributes and pick them at
 run time (see runtime/csrc/kernels.cpp). ``ir/csrc`` holds only headers shared by the
 modules (the step table, ``step_codes.hpp``). The .cpp files compile in parallel, one job per

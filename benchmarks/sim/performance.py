@@ -12,7 +12,7 @@ Every timing is given as wall time and as the process's processor time: on a mac
 shared with other work the wall time includes the time other processes had the cores,
 the processor time is what the run costs alone (on an idle machine the two agree).
 
-What is timed: the 1024-rank ring is NCCL's ring kernel (arborcc.sim.nccl_ring,
+What is timed: the 1024-rank ring is NCCL's ring kernel (arborcc.library.nccl_ring,
 2,096,128 steps) on 128 DGX A100 nodes (fat tree), simulated at 1 GiB; "cold" includes
 turning the algorithm into the simulator's flat form, "warm" reuses it (the
 engine's kept runs are dropped first, so it simulates again). Routing the
@@ -33,7 +33,7 @@ import time
 import tracemalloc
 
 from arborcc.sim.engine import forget_runs
-from arborcc.sim.nccl_ring import ring_allreduce_algorithm
+from arborcc.library.nccl_ring import ring_allreduce_algorithm
 from arborcc.sim.simulate import simulate
 from arborcc.topology.cluster import build_cluster
 from arborcc.topology.machines import build_machine

@@ -145,8 +145,6 @@ PASSES = (
     ("arborcc.verify", ("verify_algorithm",), "verifying"),
     ("arborcc.verify.checker", ("check_structure",), "  structure"),
     ("arborcc.verify.checker", ("symbolic_run", "prove_layouts"), "  symbolic run, compiled (both call modes)"),
-    ("arborcc.verify.checker", ("simulate_layouts",), "  values in Python (layouts not followed)"),
-    ("arborcc.verify.checker", ("check_postcondition",), "  postconditions in Python (not proved)"),
 )
 #: the label of the whole synthesis (every top-level entry is part of it)
 WHOLE = "whole synthesize"

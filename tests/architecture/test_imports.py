@@ -25,8 +25,8 @@ MAY_IMPORT = {
     "compat": {TOP, "ir", "lang", "topology", "verify"},
     "sim": {TOP, "ir", "topology"},
     "synth": {TOP, "ir", "lang", "library", "sim", "topology", "verify"},
-    "tune": {TOP, "ir", "sim", "synth", "topology", "verify"},
-    "runtime": {TOP, "ir", "lang", "library", "topology", "verify"},
+    "tune": {TOP, "ir", "library", "sim", "synth", "topology", "verify"},
+    "runtime": {TOP, "ir", "library", "topology", "verify"},
     "torch": {TOP, "ir", "runtime", "topology"},
     "bench": {TOP, "ir", "runtime", "topology"},
 }

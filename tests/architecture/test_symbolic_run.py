@@ -1,8 +1,11 @@
-"""One symbolic run: the verifier's schedule of steps over bounded FIFOs is made once, in
-compiled code (``run_layouts`` of ``verify/csrc/symbolic.cpp``). So no Python module of
-the verifier keeps a FIFO (a ``collections.deque``, a ``queue``, a ``popleft``) - the
-Python side follows values over the order that run returns and formats its findings -
-and exactly one C++ source of the verifier defines a symbolic run over layouts."""
+"""One symbolic run: the verifier's schedule of steps over bounded FIFOs, and the values,
+races and postcondition on every memory layout, are made once, in compiled code
+(``run_layouts`` of ``verify/csrc/symbolic.cpp``); the Python side only words its
+findings. So no Python module of the verifier follows values: none keeps a FIFO (a
+``collections.deque``, a ``queue``, a ``popleft``) to make a schedule of its own, and
+none walks the compiled run's schedule (its completion ``order`` or the send each
+receive popped, ``recv_src``) - a values walk needs one or the other. And exactly one
+C++ source of the verifier defines a symbolic run over layouts."""
 
 from __future__ import annotations
 
@@ -31,6 +34,17 @@ def fifo_uses(source: str) -> list[int]:
     return lines
 
 
+#: what the compiled run (``native.SymbolicRun``) says of its schedule that only a walk over it reads
+SCHEDULE_ATTRIBUTES = {"order", "recv_src"}
+
+
+def schedule_walks(source: str) -> list[int]:
+    """Lines of ``source`` that read the compiled run's completion order or the sends its
+    receives popped (an attribute ``order`` or ``recv_src``)."""
+    return sorted({node.lineno for node in ast.walk(ast.parse(source))
+                   if isinstance(node, ast.Attribute) and node.attr in SCHEDULE_ATTRIBUTES})
+
+
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 #: a definition (not a call) of a function running the steps over memory layouts
 _RUN_DEFINITION = re.compile(r"^\w[\w:<>, ]*\s+(\w*_layouts)\s*\([^;]*?\)\s*\{", re.M)
@@ -48,6 +62,8 @@ def test_the_rules_see_what_they_forbid():
     assert fifo_uses("from collections import Counter\n") == []
     assert layout_runs("Proof run_layouts(const Program& p, int slots) {\n  return {};\n}\n") == ["run_layouts"]
     assert layout_runs("  Proof x = run_layouts(p, slots);\n// Proof prove_layouts(int) {\n") == []
+    assert schedule_walks("for gid in run.order:\n    src = run.recv_src[gid]\n") == [1, 2]
+    assert schedule_walks("order = sorted(x)\nrun.blocked\n") == []
 
 
 def test_no_python_module_of_the_verifier_keeps_a_fifo():
@@ -55,6 +71,14 @@ def test_no_python_module_of_the_verifier_keeps_a_fifo():
              for line in fifo_uses(path.read_text())]
     assert not found, ("the symbolic run's schedule is compiled (verify/csrc/symbolic.cpp); Python follows "
                        "its order (SymbolicRun.order, recv_src) instead of keeping FIFOs:\n" + "\n".join(found))
+
+
+def test_no_python_module_of_the_verifier_follows_values():
+    found = [f"{path.relative_to(VERIFY.parent)}:{line}" for path in sorted(VERIFY.rglob("*.py"))
+             for line in schedule_walks(path.read_text())]
+    assert not found, ("the values, races and postcondition of every layout are followed in compiled code "
+                       "(verify/csrc/symbolic.cpp); Python words its findings (verify/findings.py) instead of "
+                       "walking its schedule:\n" + "\n".join(found))
 
 
 def test_one_compiled_symbolic_run():

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from arborcc.cli.main import main
 from arborcc.ir.json_io import algorithm_to_json
 from arborcc.ir.msccl_xml import write_msccl_xml
-from arborcc.sim.nccl_ring import ring_allreduce_algorithm
+from arborcc.library.nccl_ring import ring_allreduce_algorithm
 
 EXAMPLES = int(os.environ.get("ARBORCC_FUZZ_EXAMPLES", "30"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None,

@@ -13,7 +13,7 @@ import pytest
 
 from arborcc.cli.main import main
 from arborcc.ir.msccl_xml import write_msccl_xml
-from arborcc.sim.nccl_ring import ring_allreduce_algorithm
+from arborcc.library.nccl_ring import ring_allreduce_algorithm
 from support.cli_runs import arborcc, refused
 
 pytest.importorskip("matplotlib")

@@ -10,7 +10,7 @@ import pytest
 
 from arborcc.cli.main import main
 from arborcc.ir.msccl_xml import write_msccl_xml
-from arborcc.sim.nccl_ring import ring_allreduce_algorithm
+from arborcc.library.nccl_ring import ring_allreduce_algorithm
 
 SMALL = ["--machine", "dgx1v", "--gpus", "0,1,2,3"]
 

@@ -8,11 +8,11 @@ import json
 import re
 
 from support.cli_runs import IR_SAMPLES, arborcc, refused
+from support.in_process import arborcc_in_process
 
 
 def ring_json(tmp_path) -> dict:
-    run = arborcc("compile", "ring-allreduce", "--ranks", "3", "-o", "a.json", cwd=tmp_path)
-    assert run.code == 0, run.err
+    assert arborcc_in_process("compile", "ring-allreduce", "--ranks", "3", "-o", str(tmp_path / "a.json")) == 0
     return json.loads((tmp_path / "a.json").read_text())
 
 

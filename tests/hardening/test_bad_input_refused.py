@@ -1,6 +1,8 @@
 """Hostile or careless input to the readers, the DSL and the outputs, one test per case:
 one line and exit status 2 (or the right result), within 30 s and 1 GB (docs/limits.md).
-Every case runs ``arborcc`` as a subprocess (:mod:`support.cli_runs`)."""
+Every case runs ``arborcc`` as a subprocess (:mod:`support.cli_runs`); the files a case
+starts from, and the outputs whose check needs no process, are written in-process
+(:mod:`support.in_process`)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import stat
 import pytest
 
 from support.cli_runs import SAMPLES, IR_SAMPLES, arborcc, refused, within_budget
+from support.in_process import arborcc_in_process
 
 
 # ------------------------------------------------------------------ memory and time bombs
@@ -46,8 +49,7 @@ def test_msccl_xml_chunk_counts_are_refused_before_allocating(tmp_path, exponent
 
 
 def test_chunk_counts_in_json_algorithms_are_refused(tmp_path):
-    run = arborcc("compile", "ring-allreduce", "--ranks", "2", "-o", "a.json", cwd=tmp_path)
-    assert run.code == 0, run.err
+    assert arborcc_in_process("compile", "ring-allreduce", "--ranks", "2", "-o", str(tmp_path / "a.json")) == 0
     doc = json.loads((tmp_path / "a.json").read_text())
     doc["ranks"][1]["output_chunks"] = 10**12
     (tmp_path / "a.json").write_text(json.dumps(doc))
@@ -121,9 +123,8 @@ def test_an_output_naming_a_directory_is_refused(tmp_path, command):
 
 
 def test_trees_png_creates_missing_folders_like_o(tmp_path):
-    run = arborcc("synth", "--machine", "dgx1v", "--gpus", "0,1,2,3", "--strategy", "trees", "--trees-png", "new/sub/t.png",
-                  "-o", "new/other/a.xml", cwd=tmp_path)
-    assert run.code == 0, run.err
+    assert arborcc_in_process("synth", "--machine", "dgx1v", "--gpus", "0,1,2,3", "--strategy", "trees",
+                              "--trees-png", str(tmp_path / "new/sub/t.png"), "-o", str(tmp_path / "new/other/a.xml")) == 0
     assert (tmp_path / "new/sub/t.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "new/other/a.xml").read_text().startswith("<algo")
 
@@ -164,8 +165,7 @@ def test_arborcc_debug_shows_the_programs_traceback(tmp_path):
 def test_o_writes_through_a_symbolic_link(tmp_path):
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "link.xml").symlink_to(tmp_path / "elsewhere" / "target.xml")
-    run = arborcc("compile", "ring-allreduce", "--ranks", "4", "-o", "link.xml", cwd=tmp_path)
-    assert run.code == 0, run.err
+    assert arborcc_in_process("compile", "ring-allreduce", "--ranks", "4", "-o", str(tmp_path / "link.xml")) == 0
     assert (tmp_path / "link.xml").is_symlink()
     assert (tmp_path / "elsewhere" / "target.xml").read_text().startswith("<algo")
 
@@ -227,8 +227,8 @@ def test_verify_checks_both_runtimes_limits_by_default(tmp_path):
     run = arborcc("verify", "over.xml", cwd=tmp_path)
     assert run.code == 1 and "channel 40" in run.out and "within neither MSCCL dialect's limits" in run.out
     # within the legacy runtime's 256 steps per thread block, over the executor's 64: OK, and it says which
-    assert arborcc("compile", "ring-allreduce", "--ranks", "40", "--dialect", "legacy", "-o", "r.xml",
-                   cwd=tmp_path).code == 0
+    assert arborcc_in_process("compile", "ring-allreduce", "--ranks", "40", "--dialect", "legacy",
+                              "-o", str(tmp_path / "r.xml")) == 0
     run = arborcc("verify", "r.xml", cwd=tmp_path)
     assert run.code == 0 and "within legacy limits (not executor's" in run.out, run.out
 

@@ -28,8 +28,9 @@ def test_compare_on_16_dgx_a100_nodes_simulates_the_nccl_ring_candidate(tmp_path
 
 
 def test_a_library_algorithm_over_the_user_default_compiles(tmp_path):
-    # 2 x 400 x 399 = 319,200 operations
-    run = arborcc("compile", "ring-allreduce", "--ranks", "400", "--format", "json", "-o", "r.json",
+    # 2 x 355 x 354 = 251,340 operations: the fewest ranks whose ring traces more than the
+    # user default of 250,000 (354 ranks trace 249,924)
+    run = arborcc("compile", "ring-allreduce", "--ranks", "355", "--format", "json", "-o", "r.json",
                   cwd=tmp_path, seconds=LARGE_SECONDS)
     assert run.code == 0, run.err[-2000:]
     assert arborcc("show", "r.json", cwd=tmp_path, seconds=LARGE_SECONDS).code == 0
@@ -47,9 +48,10 @@ def test_a_1024_rank_ring_allreduce_compiles_and_reads_back(tmp_path):
 
 
 def test_what_synth_writes_for_128_dgx_a100_nodes_reads_back(tmp_path):
+    # verify reads the file through the reader show uses (ir/load.py, the default limits) and
+    # then verifies it; show's summary at scale is the 1024-rank test's
     run = arborcc("synth", "--machine", "dgx-a100", "--nodes", "128", "-o", "big.xml", cwd=tmp_path,
                   seconds=LARGE_SECONDS, address_space=LARGE_ADDRESS_SPACE)
     assert run.code == 0, run.err[-2000:]
-    for command in ("verify", "show"):
-        read = arborcc(command, "big.xml", cwd=tmp_path, seconds=LARGE_SECONDS, address_space=LARGE_ADDRESS_SPACE)
-        assert read.code == 0, (command, read.err[-2000:])
+    read = arborcc("verify", "big.xml", cwd=tmp_path, seconds=LARGE_SECONDS, address_space=LARGE_ADDRESS_SPACE)
+    assert read.code == 0, read.err[-2000:]

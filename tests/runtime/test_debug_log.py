@@ -13,6 +13,7 @@ import pytest
 from arborcc.cli.main import main
 from arborcc.debuglog import LOGGER, StderrHandler, configure_debug_logging, debug_level
 from support.cli_runs import arborcc
+from support.in_process import arborcc_in_process
 from support.segments import leftovers, segments
 
 #: all-reduces in place and out of place at sizes of two of the default plan's ranges
@@ -81,7 +82,7 @@ def test_info_names_the_plan_entry_that_matched(tmp_path):
 
 
 def test_any_value_still_turns_on_the_command_lines_debug_logging(tmp_path):
-    assert arborcc("compile", "ring-allreduce", "--ranks", "2", "-o", "a.json", cwd=tmp_path).code == 0
+    assert arborcc_in_process("compile", "ring-allreduce", "--ranks", "2", "-o", str(tmp_path / "a.json")) == 0
     quiet = arborcc("verify", "a.json", cwd=tmp_path)
     loud = arborcc("verify", "a.json", cwd=tmp_path, env={"ARBORCC_DEBUG": "INFO"})
     assert quiet.code == loud.code == 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from arborcc.runtime.direct import DIRECT_COLLECTIVES, direct_algorithm, owner_allreduce
+from arborcc.library.direct import DIRECT_COLLECTIVES, owner_allreduce
+from arborcc.runtime.direct import direct_algorithm
 from support.execution import assert_executes
 from arborcc.verify import verify_algorithm
 

@@ -193,7 +193,7 @@ def test_staged_and_interpreted_owner_allreduce_agree_bit_for_bit(ranks):
 
 def test_runs_staged_only_the_builtin_owner_and_one_shot_allreduce_and_reduce_scatter():
     from arborcc.ir.aliasing import Mode
-    from arborcc.runtime.direct import owner_allreduce
+    from arborcc.library.direct import owner_allreduce
 
     plan, mb = Plan(), 1 << 20
     owner = plan.select("allreduce", 4, Mode.INPLACE, mb // 4, 4, 0, 2 * mb)

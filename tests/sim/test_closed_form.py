@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from arborcc.errors import VerificationError
 from arborcc.ir.model import Op, Protocol, ThreadBlock
 from arborcc.sim.fidelity import IDEAL
-from arborcc.sim.nccl_ring import ring_allreduce_algorithm
+from arborcc.library.nccl_ring import ring_allreduce_algorithm
 from arborcc.sim.protocols import PROTOCOL_MODELS
 from arborcc.sim.simulate import simulate
 from arborcc.topology.model import GB

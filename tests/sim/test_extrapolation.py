@@ -4,7 +4,7 @@ next size of a sweep is simulated whole at once, and gives the exact time."""
 import pytest
 
 from arborcc.sim import engine
-from arborcc.sim.nccl_ring import ring_allreduce_algorithm
+from arborcc.library.nccl_ring import ring_allreduce_algorithm
 from arborcc.sim.simulate import simulate
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.machines import build_machine

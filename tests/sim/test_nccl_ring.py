@@ -5,7 +5,7 @@ import pytest
 
 from arborcc.errors import SynthesisError
 from arborcc.ir.reference import make_inputs, reference, run
-from arborcc.sim.nccl_ring import ring_allreduce_algorithm
+from arborcc.library.nccl_ring import ring_allreduce_algorithm
 from arborcc.verify import verify_algorithm
 
 
@@ -33,7 +33,7 @@ def test_ring_kernel_rejects_a_non_ring():
 
 @pytest.mark.parametrize("rings,root", [([[0, 1]], 1), ([[0, 1, 2, 3]], 2), ([[0, 2, 1, 3], [3, 1, 2, 0]], 3)])
 def test_ring_broadcast_is_a_correct_broadcast(rings, root):
-    from arborcc.sim.nccl_ring import ring_broadcast_algorithm
+    from arborcc.library.nccl_ring import ring_broadcast_algorithm
 
     algo = ring_broadcast_algorithm(rings, root)
     report = verify_algorithm(algo, "legacy")

@@ -7,7 +7,7 @@ import pytest
 from arborcc.errors import SynthesisError
 from arborcc.ir.aliasing import declared_modes
 from arborcc.ir.reference import make_inputs, reference, run
-from arborcc.sim.nccl_ring import RING_COLLECTIVES, ring_algorithm
+from arborcc.library.nccl_ring import RING_COLLECTIVES, ring_algorithm
 from arborcc.verify import verify_algorithm
 
 RINGS = [[[0, 1]], [[0, 1, 2]], [[0, 2, 1, 3], [3, 1, 2, 0]], [[4, 0, 3, 1, 2]] * 2, [list(range(8))] * 3]

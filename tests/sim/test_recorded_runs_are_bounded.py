@@ -12,7 +12,7 @@ from arborcc.cli.main import main
 from arborcc.cli.simulate import MAX_RECORDED_PIECES, check_recording
 from arborcc.errors import InputError
 from arborcc.ir.msccl_xml import write_msccl_xml
-from arborcc.sim.nccl_ring import ring_allreduce_algorithm
+from arborcc.library.nccl_ring import ring_allreduce_algorithm
 
 RING2 = ring_allreduce_algorithm([[0, 1]])
 

@@ -9,7 +9,7 @@ from arborcc.errors import VerificationError
 from arborcc.ir.model import Op, ThreadBlock
 from arborcc.sim import engine
 from arborcc.sim.fidelity import fidelity_for
-from arborcc.sim.nccl_ring import ring_allreduce_algorithm, ring_broadcast_algorithm
+from arborcc.library.nccl_ring import ring_allreduce_algorithm, ring_broadcast_algorithm
 from arborcc.sim.program import compile_algorithm
 from arborcc.sim.protocols import PROTOCOL_MODELS
 from arborcc.sim.simulate import run_setup

@@ -6,7 +6,7 @@ import pytest
 
 from arborcc.ir.model import Protocol
 from arborcc.sim.fidelity import fidelity_for
-from arborcc.sim.nccl_ring import nccl_channel_count
+from arborcc.sim.nccl_channels import nccl_channel_count
 from arborcc.sim.simulate import predict_time
 from arborcc.synth.nccl_rings import nccl_rings
 from arborcc.synth.synthesis import synthesize

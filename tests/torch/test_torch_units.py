@@ -178,7 +178,7 @@ def test_a_reply_may_land_where_the_message_it_answers_was_sent_from():
     """The executor receives into memory a send in flight still reads only when the peer
     sends that message after it has received the send (no temporary, no copy)."""
     from arborcc.ir.aliasing import Mode
-    from arborcc.runtime.direct import owner_allreduce
+    from arborcc.library.direct import owner_allreduce
     from arborcc.runtime.lowering import lower_rank
     from arborcc.torch.executor import lowered_program, received_before_reply
 

@@ -8,7 +8,7 @@ from arborcc.errors import SynthesisError
 from arborcc.library import LIBRARY
 from arborcc.ir.reference import make_inputs, reference, run
 from arborcc.sim.fidelity import IDEAL
-from arborcc.sim.nccl_ring import ring_allreduce_algorithm, ring_broadcast_algorithm
+from arborcc.library.nccl_ring import ring_allreduce_algorithm, ring_broadcast_algorithm
 from arborcc.sim.simulate import simulate
 from arborcc.topology.machines import build_machine
 from arborcc.tune.instances import with_instances

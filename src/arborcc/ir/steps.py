@@ -30,7 +30,7 @@ adds (it reads its source and also the received data or its destination) and is
 For ``s`` the destination fields and for ``r`` the source fields name the remote
 chunk; the runtimes do not use them and neither does the verifier. A write made by a
 receiving step carries received data, so it cannot start before the matching send
-has started (used by the race check, :mod:`arborcc.verify.races`).
+has started (used by the race check, ``verify/csrc/races.cpp``).
 
 ``code`` is the integer the compiler's instruction table, the shared-memory runtime's
 lowered programs and the torch executor use (``ra`` has none: only the legacy runtime

@@ -8,6 +8,11 @@
 
 The functions themselves live one family per module (:mod:`.ring`, :mod:`.allpairs`,
 :mod:`.halving_doubling`, :mod:`.hierarchical`, :mod:`.alltoall`, :mod:`.alltonext`).
+
+The runtime's built-in algorithms live here too, as functions returning an ``Algorithm``
+(not in ``LIBRARY``: they take no named parameters and are not compiled by name):
+:mod:`.direct`, the direct algorithm of every collective. So do NCCL's ring kernels
+(:mod:`.nccl_ring`), which the NCCL baseline and the ``nccl-ring`` strategy run.
 """
 
 from arborcc.lazy import lazy_exports

@@ -17,6 +17,17 @@ not numbered node by node: the CPU runtime's groups of ranks sharing a socket or
 ``inplace=False`` builds the out-of-place algorithm: every rank first copies its input
 into its output, and the four phases run there (the input is left as it was).
 
+Two other all-reduces follow the same decomposition without this builder. The torch
+backend's across hosts (:meth:`arborcc.torch.hierarchical.Transport.allreduce`) runs
+the phases as whole collectives on two transports (shared memory inside a host, gloo
+between hosts), which one program for one runtime cannot express. The synthesizer's
+``hierarchical`` strategy is a two-level BlueConnect plan
+(:func:`arborcc.synth.lower_stages.hierarchical_plan`) lowered with that module's own
+ring helpers: the same copies and reductions, traced in another order (every
+inter-node reduce-scatter before any inter-node all-gather) on channels of their own
+per stage (the same lowering also runs the ``blueconnect`` strategy's halving-doubling
+stages).
+
 References:
 
 * GC3: M. Cowan, S. Maleki, M. Musuvathi, O. Saarikivi, Y. Xiong, "GC3: An Optimizing Compiler

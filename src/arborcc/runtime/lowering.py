@@ -12,7 +12,7 @@ each block into the algorithm's ``P`` chunks per block (``chunks_per_loop / n`` 
 rank-multiplied collectives, else ``chunks_per_loop``) of ``C = count // P`` elements;
 chunk ``c`` of a call buffer starts at ``(c // P) * count + (c % P) * C``. The last
 ``count - P * C`` elements of every block (fewer than ``P``) are the tail: they run
-through a direct algorithm with one chunk per block (:mod:`arborcc.runtime.direct`),
+through a direct algorithm with one chunk per block (:mod:`arborcc.library.direct`),
 so any count works, as NCCL handles counts that do not divide.
 """
 

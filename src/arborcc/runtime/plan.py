@@ -11,7 +11,7 @@ wins; when none matches, the built-in default plan of the machine decides:
 - all-reduce: the one-shot direct algorithm (every rank reduces everything in one step)
   below ``small_bytes`` (``staged_small_bytes`` when the call runs staged), else
   reduce-scatter + all-gather with one owner rank per chunk;
-- every other collective: its direct algorithm (:mod:`arborcc.runtime.direct`);
+- every other collective: its direct algorithm (:mod:`arborcc.library.direct`);
 - but an all-reduce whose ranks span more than one socket or L3 domain, in equal groups
   of at least two ranks (the communicator's ``groups``: :func:`arborcc.topology.cpus.rank_groups`),
   runs the hierarchical all-reduce over those groups (:func:`layout_choice`) where the

@@ -18,7 +18,9 @@ Model (``docs/simulator.md`` has the full description):
 * A flow's rate: connections whose links can never be oversubscribed (the
   uncontended rates of all connections crossing each link fit its capacity) run at
   that fixed rate without any bookkeeping; the others share their links max-min
-  fairly (:mod:`arborcc.sim.fairshare`), recomputed whenever one of them starts or ends.
+  fairly (:mod:`arborcc.sim.fairshare`), recomputed whenever one of them starts or ends,
+  each still capped at its uncontended rate: a flow that shares one link is bound by the
+  slowest link of its route too (and the thread block's cap).
 
 A program in which no connection ever contends (every rate fixed) and that is large
 enough is computed in rounds over arrays instead (:mod:`arborcc.sim.uncontended`), with
@@ -452,7 +454,7 @@ def _events(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m
                         if record:
                             rate_log.append((t, now, end, free_rate[c]))  # type: ignore[union-attr]
                     else:
-                        fair.start(now, t, nbytes, links, cap)
+                        fair.start(now, t, nbytes, links, free_rate[c])  # its slowest link bounds it too
                     break
                 # the piece is done
                 if record:

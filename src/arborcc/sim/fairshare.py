@@ -11,11 +11,18 @@ the changed one, directly or through other flows: :class:`FairShare` recomputes 
 components alone, once per instant however many flows started and ended in it, so a change costs time in the size of its component, not in the
 number of flows in the system. Remaining bytes are advanced lazily (each flow keeps
 the time its rate was last set).
+
+The component walk and its rates run in compiled code (``arborcc.sim.native``,
+csrc/fairshare.cpp): the same walk order, comparisons and floating-point operations as
+the Python they replaced (kept as the oracle of tests/sim/test_fairshare_native.py), so
+every simulated time is the same to the bit.
 """
 
 from __future__ import annotations
 
 import math
+
+import arborcc.sim.native as native
 
 
 class Flow:
@@ -37,57 +44,11 @@ class Flow:
 
 
 def max_min_rates(flows: list[Flow], capacity: list[float]) -> dict[int, float]:
-    """Progressive filling over ``flows`` (keyed by ``Flow.key``) on links of the given
-    capacities: repeatedly find the tightest constraint - a link's capacity left split
-    evenly among its unfrozen flows, or a flow's own cap - and freeze the flows it binds."""
-    left: dict[int, float] = {}
-    users: dict[int, list[Flow]] = {}
-    for f in flows:
-        for l in f.links:
-            if l not in users:
-                users[l] = []
-                left[l] = capacity[l]
-            users[l].append(f)
-    count = {l: len(u) for l, u in users.items()}
-    rates: dict[int, float] = {}
-    open_flows = sorted(flows, key=lambda f: f.cap)
-    while open_flows:
-        share, tight = math.inf, None
-        for l, k in count.items():
-            if k:
-                s = left[l] / k
-                if s < share:
-                    share, tight = s, l
-        capped = open_flows[0].cap
-        if capped <= share:
-            frozen = [f for f in open_flows if f.cap <= capped]
-            level = capped
-        else:
-            frozen = [f for f in users[tight] if f.key not in rates]  # type: ignore[index]
-            level = share
-        for f in frozen:
-            rates[f.key] = level
-            for l in f.links:
-                left[l] = max(0.0, left[l] - level)
-                count[l] -= 1
-        done = {f.key for f in frozen}
-        open_flows = [f for f in open_flows if f.key not in done]
-    return rates
-
-
-def _one_link_rates(flows: list[Flow], capacity: float) -> dict[int, float]:
-    """:func:`max_min_rates` when every flow crosses the same single link."""
-    if all(f.cap == math.inf for f in flows):
-        share = capacity / len(flows)
-        return {f.key: share for f in flows}
-    rates = {}
-    left, todo = capacity, sorted(flows, key=lambda f: f.cap)
-    for i, f in enumerate(todo):
-        share = left / (len(todo) - i)
-        rate = min(f.cap, share)
-        rates[f.key] = rate
-        left -= rate
-    return rates
+    """Progressive filling over ``flows`` (keyed by ``Flow.key``, no link twice in a flow)
+    on links of the given capacities: repeatedly find the tightest constraint - a link's
+    capacity left split evenly among its unfrozen flows, or a flow's own cap - and freeze
+    the flows it binds (compiled: ``arborcc.sim.native.max_min_rates``)."""
+    return dict(zip([f.key for f in flows], native.max_min_rates(flows, capacity)))
 
 
 class FairShare:
@@ -111,31 +72,6 @@ class FairShare:
     def _close(self, f: Flow, now: float) -> None:
         if self.log is not None and f.rate > 0 and now > f.since:
             self.log.append((f.key, f.since, now, f.rate))
-
-    def _component(self, links: tuple[int, ...]) -> list[Flow]:
-        if len(links) == 1:  # the common case: one shared link whose flows use no other
-            on = self.on_link.get(links[0])
-            if not on:
-                return []
-            flows = [self.flows[k] for k in on]
-            if all(len(f.links) == 1 for f in flows):
-                return flows
-        seen_links, seen_flows = set(links), set()
-        todo = list(links)
-        out = []
-        while todo:
-            l = todo.pop()
-            for k in self.on_link.get(l, ()):
-                if k in seen_flows:
-                    continue
-                seen_flows.add(k)
-                f = self.flows[k]
-                out.append(f)
-                for m in f.links:
-                    if m not in seen_links:
-                        seen_links.add(m)
-                        todo.append(m)
-        return out
 
     def settle(self, now: float) -> list[Flow]:
         """Recompute the rates of every component touched since the last call; the
@@ -176,28 +112,13 @@ class FairShare:
                             f.rate = rate
                             changed.append(f)
                     continue
-            component = self._component((l,))
             if seen is None:
                 seen = set()
-            for f in component:
-                seen.update(f.links)
-            if component:
-                changed += self._rebalance(now, component)
-        self.dirty.clear()
-        return changed
-
-    def _rebalance(self, now: float, component: list[Flow]) -> list[Flow]:
-        first = component[0].links
-        if len(first) == 1 and all(f.links == first for f in component):
-            rates = _one_link_rates(component, self.capacity[first[0]])
-        else:
-            rates = max_min_rates(component, self.capacity)
-        changed = []
-        for f in component:
-            new = rates[f.key]
-            if new != f.rate:
-                self._set(f, new, now)
+            # the component of flows l reaches, its links into seen, its rates (compiled)
+            for f, rate in native.settle_component(l, on_link, flows_by_key, capacity, seen):
+                self._set(f, rate, now)
                 changed.append(f)
+        self.dirty.clear()
         return changed
 
     def _set(self, f: Flow, rate: float, now: float) -> None:

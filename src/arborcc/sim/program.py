@@ -80,7 +80,7 @@ def compile_algorithm(algo: Algorithm, topology: Topology,
     hit = _COMPILED.get_for_each((algo, topology, routes))
     if hit is not None:
         return hit
-    with collector_paused():  # a list entry per step, millions on large rings: see nccl_ring
+    with collector_paused():  # a list entry per step, millions on large rings: see library/nccl_ring.py
         compiled = _compile(algo, topology, routes or {})
     _COMPILED.put_for_each((algo, topology, routes), compiled)
     return compiled

@@ -22,7 +22,9 @@ three-step example):
 * ``two-step``: a block for GPU g of another host first goes, inside its host, to the
   GPU with index g (rail g), which sends the G blocks it gathered for that destination in
   one transfer: each NIC carries exactly its share, so it reaches the cut bound of a
-  cluster of equal hosts; a rank talks to its host's GPUs and to the GPUs of its rail;
+  cluster of equal hosts; a rank talks to its host's GPUs and to the GPUs of its rail.
+  The algorithm is the library's (:mod:`arborcc.library.alltoall`); this module adds
+  the cluster's checks and rank pairs;
 * ``three-step``: for thousands of GPUs, where a rank cannot hold a connection to every
   host: the traffic of each pair of hosts goes through one GPU on each side (the pairs
   spread round-robin over the GPUs, GC3's rule), which gathers the host's G x G blocks,
@@ -45,6 +47,7 @@ from arborcc.errors import SynthesisError
 from arborcc.ir.limits import MAX_CHANNELS, dialect_limits
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllToAll, Program, ThreadblockPolicy, chunk
+from arborcc.library.alltoall import trace_twostep_alltoall
 from arborcc.synth.hosts import Cluster, cluster_of
 from arborcc.synth.lower_blocks import MAX_COUNT, transfer_pieces
 from arborcc.synth.lower_channels import ChannelMap
@@ -124,6 +127,12 @@ def lower_direct(topology, name: str):
 
 
 def lower_two_step(cluster: Cluster, name: str):
+    """The two-step all-to-all (module doc): the library's
+    (:func:`arborcc.library.alltoall.trace_twostep_alltoall`), traced in the synthesizer's
+    order (every in-host move, then every transfer between hosts) into a program that
+    checks its transfers against the rank pairs it uses - a rank's host and its rail -
+    and their device paths in ``cluster``. Needs host-major ranks
+    (:func:`check_consecutive_hosts`), which the library's rank numbering is."""
     H, G = cluster.num_hosts, cluster.per_host
     n = H * G
     pairs = _Pairs(cluster.path)
@@ -136,21 +145,7 @@ def lower_two_step(cluster: Cluster, name: str):
                 pairs.add(cluster.rank(m, i), cluster.rank(k, i))
     channels = pairs.channels()
     with lowering_program(name, AllToAll(n, 1), pairs, channels, fuse=False) as prog:
-        for m in range(H):
-            for i in range(G):
-                src = cluster.rank(m, i)
-                for g in range(G):  # inside the host: straight to the destination
-                    _copy(pairs, src, INPUT, cluster.rank(m, g), cluster.rank(m, g), OUTPUT, src)
-                for k in range(H):  # to GPU g of this host, for GPU g of host k
-                    if k != m:
-                        for g in range(G):
-                            _copy(pairs, src, INPUT, cluster.rank(k, g), cluster.rank(m, g), SCRATCH, k * G + i)
-        for m in range(H):
-            for g in range(G):
-                hub = cluster.rank(m, g)
-                for k in range(H):
-                    if k != m:
-                        chunk(hub, SCRATCH, k * G, G).copy(cluster.rank(k, g), OUTPUT, cluster.rank(m, 0))
+        trace_twostep_alltoall(H, G, transfers_last=True)
     return finish(prog, cluster.topology, channels, n,
                   [f"two-step: inside each host to the destination's rail, then {G} blocks per transfer "
                    f"to each of {H - 1} hosts"])

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from arborcc.ir.collectives import COLLECTIVES as ALL_COLLECTIVES
-from arborcc.sim.nccl_ring import RING_COLLECTIVES
+from arborcc.library.nccl_ring import RING_COLLECTIVES
 from arborcc.synth.strategies.binary_trees import synth_binary_trees
 from arborcc.synth.strategies.blueconnect import synth_blueconnect
 from arborcc.synth.strategies.composed import synth_composed

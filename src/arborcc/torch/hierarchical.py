@@ -11,7 +11,12 @@ On one host every collective is the shared-memory runtime's
   gloo group of those ranks, running arborcc's algorithm for that group), an all-gather
   inside each host. When the hosts run different numbers of ranks or the tensor does
   not split into the host's ranks: an all-reduce inside the host, one between the first
-  ranks of the hosts, a broadcast inside the host;
+  ranks of the hosts, a broadcast inside the host. This is the decomposition of the
+  library's hierarchical all-reduce (:mod:`arborcc.library.hierarchical`) but not its
+  program, and does not use it: that is one program over every rank for one runtime,
+  while here each phase is a whole collective on another transport - shared memory
+  inside a host, gloo between hosts - and may itself run any arborcc algorithm
+  (:meth:`Transport.allreduce`);
 - the other collectives run one arborcc algorithm over every rank with the executor
   (:class:`arborcc.torch.executor.GroupExecutor`) on a gloo group of the whole job.
 
@@ -151,6 +156,10 @@ class Transport:
         return self.local.inplace_allreduce(t.numel(), DTYPE_NAMES[str(t.dtype)], op)
 
     def allreduce(self, t, op: str) -> None:
+        """All-reduce ``t`` in place. Across hosts, the three phases of a hierarchical
+        all-reduce as three collectives on two transports (module doc): the library's
+        :func:`arborcc.library.hierarchical.hierarchical_allreduce` builds one program for
+        one runtime, which would put the phases inside a host on gloo too."""
         if not self.multi_host:
             self.local.allreduce(t, op=op)
             return

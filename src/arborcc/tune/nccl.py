@@ -26,7 +26,7 @@ NCCL (2.18, NVIDIA/nccl ``src/graph``, ``src/enqueue.cc``):
   NVLS kernel for the other collectives); the baseline takes it when it is faster than
   the ring.
 
-The rings run as NCCL's ring kernels (:func:`arborcc.sim.nccl_ring.ring_algorithm`) on
+The rings run as NCCL's ring kernels (:func:`arborcc.library.nccl_ring.ring_algorithm`) on
 the device paths the ring search chose; identical channels are simulated as instances
 (exact, see :mod:`arborcc.sim.simulate`). :meth:`NcclBaseline.options` lists every
 algorithm x protocol NCCL could run for a collective, :meth:`NcclBaseline.simulate_option`
@@ -44,7 +44,8 @@ from arborcc.ir.model import Algorithm
 from arborcc.sim.fidelity import Fidelity, fidelity_for
 from arborcc.ir.collectives import busbw_factor
 from arborcc.sim.nccl_model import nccl_estimate
-from arborcc.sim.nccl_ring import RING_COLLECTIVES, nccl_channel_count, ring_algorithm
+from arborcc.library.nccl_ring import RING_COLLECTIVES, ring_algorithm
+from arborcc.sim.nccl_channels import nccl_channel_count
 from arborcc.sim.nvls import nvls_allreduce_time
 from arborcc.sim.simulate import SimResult, simulate
 from arborcc.synth.nccl_rings import RingSchedule, link_class, nccl_rings, nic_path

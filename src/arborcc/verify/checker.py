@@ -8,11 +8,10 @@ Order of the checks (GC3 section 4-6 model; docs/ir.md):
    by :mod:`arborcc.ir.aliasing`): the symbolic run with bounded FIFOs, made once
    in compiled code (:mod:`.proof`), that finds deadlocks, races, uninitialized
    reads, count mismatches, unreceived data and wrong output chunks (the
-   postcondition, :mod:`.postconditions`), formatted by :mod:`.findings`; a layout it
-   does not follow (big buffers, numbers beyond 32 bits) has its values followed in
-   Python over the run's order (:mod:`.symbolic`), with the same messages. A file that
-   claims both modes must be correct in both; every violation names the mode it was
-   found in;
+   postcondition, :mod:`.postconditions`), worded by :mod:`.findings`; a program with
+   numbers beyond 32 bits, which that run cannot hold, is not verified (a violation
+   says so). A file that claims both modes must be correct in both; every violation
+   names the mode it was found in;
 4. when those runs finish without a violation, the deadlock check with steps cut into
    the runtimes' pieces (:mod:`.pieces`), which the one-message-per-step FIFOs of step
    3 do not see (``pieces=False`` skips it).
@@ -43,13 +42,15 @@ from arborcc.verify.encoding import encodings
 from arborcc.verify.findings import StepNames, report_findings
 from arborcc.verify.layout import check_layout, memory_map
 from arborcc.verify.pieces import check_pieces
-from arborcc.verify.postconditions import check_postcondition
 from arborcc.verify.proof import symbolic_run
 from arborcc.verify.semantics import OPS
 from arborcc.verify.structure import check_structure
-from arborcc.verify.symbolic import simulate_layouts
 
 log_ = logging.getLogger(__name__)
+
+#: why a program the symbolic run cannot hold is not verified
+UNFOLLOWED = ("a buffer size, offset, count or dependency step beyond 2,147,483,647 (32 bits): the symbolic run "
+              "cannot follow this program, so it is not verified")
 
 
 def verify_algorithm(algo: Algorithm, dialect: str | None = None, *, slots: int = DEFAULT_SLOTS,
@@ -115,26 +116,19 @@ def _verify(algo: Algorithm, dialect: str | None, slots: int, check_races: bool,
         mms = [memory_map(algo, mode) for mode in run_modes]
         started = time.perf_counter()
         run, proofs, found = symbolic_run(algo, mms, slots, check_races) if run_modes else (None, [], [])
-        left = [v for v, layout in enumerate(found) if layout is None]  # their values are followed in Python
-        cuts = structure.cuts if structure.cuts is not None or not left else \
-            check_structure(algo, compiled=False).cuts
-        sims = dict(zip(left, simulate_layouts(algo, run, [mms[v] for v in left], cuts, [logs[v] for v in left],
-                                               slots=slots, check_races=check_races))) if left else {}
         postcondition_known = has_signature(algo.collective, algo.num_ranks, algo.chunks_per_loop)
         names = StepNames(algo) if not all(proofs) else None
         results, also_ok = [], []
         for v, (mode, mm, log) in enumerate(zip(run_modes, mms, logs)):
-            sim = sims.get(v)
             if proofs[v]:  # finished, no violation, the postcondition met where there is one
                 finished, ok, steps, candidates, how = True, postcondition_known, run.steps_run, 0, "proved"
-            elif sim is None:  # the compiled run's findings say what is wrong
+            elif found[v] is None:  # numbers the compiled run cannot hold: nothing was followed
+                log.add(None, None, None, "structure", UNFOLLOWED)
+                finished, ok, steps, candidates, how = False, False, 0, 0, "not run"
+            else:  # the compiled run's findings say what is wrong
                 report_findings(names, run, found[v], mm, log, slots, _writer_namer(algo))
                 finished, steps, candidates = not run.blocked, run.steps_run, found[v].found["race_candidates"]
                 ok, how = finished and postcondition_known, "compiled findings"
-            else:
-                finished, steps, candidates = sim.finished, sim.steps_run, sim.race_candidates
-                ok = finished and check_postcondition(algo, mm, sim.memory, _writer_namer(algo), log)
-                how = "values in Python"
             log_.debug("%s: %s call: %d steps, %d race candidates, %s, %.2f s", algo.name, mode.label, steps,
                        candidates, how, time.perf_counter() - started)
             if mode not in checked:
@@ -146,8 +140,9 @@ def _verify(algo: Algorithm, dialect: str | None, slots: int, check_races: bool,
                 failed.append(mode.label)
             violations.extend(log.items)
             notes.extend(log.omitted_notes())
-            notes.append(f"{mode.label} call: ran {steps} steps with {slots} slots per connection"
-                         + ("" if finished else " before deadlocking"))
+            if found[v] is not None or proofs[v]:
+                notes.append(f"{mode.label} call: ran {steps} steps with {slots} slots per connection"
+                             + ("" if finished else " before deadlocking"))
         postcondition_checked = bool(results) and all(results)
         pieces_ok = not pieces
         if pieces and results and not violations:

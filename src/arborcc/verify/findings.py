@@ -4,15 +4,17 @@ The compiled run (:func:`arborcc.verify.proof.symbolic_run`) says what it found 
 step ids (gids: thread blocks numbered rank by rank, ranks by id, thread blocks in file
 order), slot addresses and codes; :class:`StepNames` turns them into the violations
 the verifier reports, and :func:`report_findings` logs everything the run found on one
-memory layout, in the order the run found it: count mismatches and reads of
-uninitialized memory as they ran, races, the deadlock or the messages never received,
-and the wrong output chunks of the postcondition.
+memory layout, in the order the run found it: count mismatches, reads of
+uninitialized memory and steps reaching outside their buffers as they ran, races, the
+deadlock or the messages never received, and the wrong output chunks of the
+postcondition. :func:`range_problem` words a step's range outside its buffer for the
+structure rules (:mod:`arborcc.verify.structure`) and the run alike.
 """
 
 from __future__ import annotations
 
 from arborcc.ir.collectives import has_signature
-from arborcc.ir.model import Algorithm, Buffer
+from arborcc.ir.model import Algorithm, Buffer, Op
 from arborcc.ir.report import ViolationLog
 from arborcc.verify.deadlock import TbName, Wait, explain_deadlock
 from arborcc.verify.encoding import encoded_program
@@ -25,7 +27,18 @@ MAX_CANDIDATES = 2_000_000  #: conflicting pairs analysed across ranks before gi
 #: the waits of ``SymbolicRun.blocked``, by code
 WAIT_KINDS = ("dep", "recv", "send")
 #: the events of a layout's findings, by code (symbolic.hpp, ``Event``)
-MISMATCH, UNINITIALIZED_SOURCE, UNINITIALIZED_DESTINATION = 0, 1, 2
+MISMATCH, UNINITIALIZED_SOURCE, UNINITIALIZED_DESTINATION, OUTSIDE_SOURCE, OUTSIDE_DESTINATION = 0, 1, 2, 3, 4
+
+
+def range_problem(op: Op, what: str, buf, off: int, cnt: int, size: int | None) -> tuple[str, str]:
+    """The kind and message of a step ``op`` whose ``what`` ("source" or "destination")
+    range ``buf[off:off+cnt]`` is not inside its rank's buffer of ``size`` chunks (None:
+    the rank has no such buffer)."""
+    if buf is None:
+        return "structure", f"'{op.value}' needs a {what} buffer"
+    if size is None:
+        return "structure", f"unknown {what} buffer {buf!r}"
+    return "bounds", f"{what} chunks {off}..{off + cnt - 1} of buffer '{buf.value}' are outside its {size} chunks"
 
 
 class StepNames:
@@ -70,6 +83,16 @@ class StepNames:
         st = self.tb_obj[self.gid_tb[gid]].steps[i]
         log.add(r, tb, i, "uninitialized",
                 f"'{st.op.value}' reads {self.slot_name(bases, r, addr)} ({what}), which holds no data yet")
+
+    def outside(self, log: ViolationLog, gid: int, what: str) -> None:
+        """Step ``gid``'s ``what`` ("source" or "destination") range is outside its buffer."""
+        r, tb, i = self.where(gid)
+        st = self.tb_obj[self.gid_tb[gid]].steps[i]
+        buf, off = (st.src_buf, st.src_off) if what == "source" else (st.dst_buf, st.dst_off)
+        prog = self.progs[r]
+        size = {Buffer.INPUT: prog.input_chunks, Buffer.OUTPUT: prog.output_chunks,
+                Buffer.SCRATCH: prog.scratch_chunks}.get(buf)
+        log.add(r, tb, i, *range_problem(st.op, what, buf, off, st.count, size))
 
     def mismatch(self, log: ViolationLog, gid: int, sgid: int) -> None:
         r, tb, i = self.where(gid)
@@ -150,6 +173,8 @@ def report_findings(names: StepNames, run, layout, mm: MemoryMap, log: Violation
     for kind, gid, x in found["events"]:
         if kind == MISMATCH:
             names.mismatch(log, gid, x)
+        elif kind in (OUTSIDE_SOURCE, OUTSIDE_DESTINATION):
+            names.outside(log, gid, "source" if kind == OUTSIDE_SOURCE else "destination")
         else:
             names.uninitialized(log, mm.bases, gid, x, "source" if kind == UNINITIALIZED_SOURCE else "destination")
     for y, x, addr, y_writes, x_writes in found["races"]:
@@ -160,17 +185,19 @@ def report_findings(names: StepNames, run, layout, mm: MemoryMap, log: Violation
     algo = names.algo
     if run.blocked or not has_signature(algo.collective, algo.num_ranks, algo.chunks_per_loop):
         return
-    for k, j, writer, initialized, dup, parts in found["wrong"]:
+    for k, j, length, writer, initialized, dup, parts in found["wrong"]:
         r, first, chunk, mask = layout.wanted[k]
-        log_wrong_chunk(log, algo.collective, r, first + j, chunk + j, mask, held_value(initialized, dup, parts),
-                        writer_of, writer)
+        for d in range(j, j + length):
+            log_wrong_chunk(log, algo.collective, r, first + d, chunk + d, mask,
+                            held_value(initialized, dup, parts, d - j), writer_of, writer)
 
 
-def held_value(initialized: bool, dup: bool, parts: list[tuple[int, list[int]]]):
-    """A value of the compiled run as :mod:`arborcc.verify.values` writes it."""
+def held_value(initialized: bool, dup: bool, parts: list[tuple[int, list[int]]], shift: int = 0):
+    """A value of the compiled run as :mod:`arborcc.verify.values` writes it, with every
+    input chunk index ``shift`` higher (the value ``shift`` slots further along a run)."""
     if not initialized:
         return None
-    masks = {c: sum(1 << r for r in ranks) for c, ranks in parts}
+    masks = {c + shift: sum(1 << r for r in ranks) for c, ranks in parts}
     if not dup and len(masks) == 1:
         (c, m), = masks.items()
         return (c, m)

@@ -1,4 +1,4 @@
-"""Checking a finished symbolic run against the collective's postcondition.
+"""The collective's postcondition: what a finished symbolic run must leave in the outputs.
 
 GC3 section 3.2: "for each index of each output buffer, the postcondition specifies
 either an input chunk or a reduction chunk that the algorithm must place into it";
@@ -29,8 +29,9 @@ same size or with 0 chunks; their contents are not constrained (and a non-root i
 of broadcast and scatter holds no data: reading it is reading uninitialized memory).
 Every listed contribution must appear exactly once and nothing else may appear.
 
-Both the requirement and the memory come as runs of consecutive chunks, so a correct
-output is confirmed a run at a time; only wrong runs are looked at chunk by chunk.
+The requirement comes as runs of consecutive chunks (:func:`expected_runs`), which the
+compiled symbolic run (:mod:`arborcc.verify.proof`) checks its memory against; a wrong
+output chunk it finds is worded by :func:`log_wrong_chunk`.
 
 References:
 
@@ -41,46 +42,8 @@ References:
 
 from __future__ import annotations
 
-from arborcc.ir.collectives import has_signature
-from arborcc.ir.model import Algorithm, Buffer
 from arborcc.ir.report import ViolationLog
-from arborcc.verify.layout import MemoryMap
-from arborcc.verify.memory import RankMemory
-from arborcc.verify.values import compare, format_ranks, mask_ranks, run_values
-
-
-def check_postcondition(algo: Algorithm, mm: MemoryMap, memory: list[RankMemory], writer_of,
-                        log: ViolationLog) -> bool:
-    """Log a ``postcondition`` violation per wrong output chunk; True if it was checkable.
-
-    ``writer_of(gid)`` names the step that last wrote a slot (for the message).
-    """
-    coll, n, k = algo.collective, algo.num_ranks, algo.chunks_per_loop
-    if not has_signature(coll, n, k):
-        return False
-    root = algo.effective_root
-    for prog in sorted(algo.ranks, key=lambda p: p.rank):
-        r = prog.rank
-        lay = mm.layouts[r]
-        if not lay.result_checked:
-            continue
-        base = mm.bases[r][Buffer.OUTPUT]
-        for first, length, chunk, mask in expected_runs(coll, n, k, r, root, lay.received_chunks):
-            start = base + first
-            for a, size, v, w in memory[r].pieces(start, start + length):
-                c = chunk + a - start
-                if v != (c, mask):
-                    _log_wrong_chunks(log, coll, r, a - base, c, mask, run_values(size, v), writer_of, w)
-    return True
-
-
-def _log_wrong_chunks(log: ViolationLog, coll: str, r: int, x: int, chunk: int, mask: int, values: list,
-                      writer_of, w: int) -> None:
-    """Output chunks ``x, x+1, ...`` of rank ``r`` hold ``values`` and need ``chunk + j`` of
-    the ranks in ``mask``; ``w`` last wrote them."""
-    for j, v in enumerate(values):
-        if v != (chunk + j, mask):
-            log_wrong_chunk(log, coll, r, x + j, chunk + j, mask, v, writer_of, w)
+from arborcc.verify.values import compare, format_ranks, mask_ranks
 
 
 def log_wrong_chunk(log: ViolationLog, coll: str, r: int, x: int, chunk: int, mask: int, value, writer_of,

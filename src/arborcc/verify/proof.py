@@ -3,12 +3,11 @@
 It runs ``run_layouts`` of ``verify/csrc/symbolic.cpp``: the schedule (every program:
 the order steps complete in, the send each receive pops, count mismatches, the waits of
 a deadlock, messages never received) and, per kind of call, the values, race rule and
-postcondition, one value per chunk slot, with what they find (reads of uninitialized
-memory, races, wrong output chunks), which :mod:`arborcc.verify.findings` formats; a
-layout with no finding is proved. Layouts it is not handed (more than
-:data:`SLOTS_PER_STEP` slots per step, numbers beyond 32 bits) or that a step reaches
-outside of are not followed: :mod:`arborcc.verify.symbolic` follows their values in
-Python over the order this run returns.
+postcondition over memory kept in segments, with what they find (reads of uninitialized
+memory, steps reaching outside their buffers, races, wrong output chunks), which
+:mod:`arborcc.verify.findings` words; a layout with no finding is proved. No other
+module follows values: a program with numbers beyond 32 bits (which the compiled form
+cannot hold) has no run on its layouts, and the verifier says so.
 """
 
 from __future__ import annotations
@@ -21,13 +20,6 @@ import arborcc.verify.native as native
 from arborcc.verify.encoding import BUFFERS, encoded_program
 from arborcc.verify.layout import MemoryMap
 from arborcc.verify.postconditions import expected_runs
-
-
-#: the compiled run keeps 16 bytes per chunk slot (and its work is the chunks the steps
-#: move); the Python values keep a segment per range the steps cut
-#: (:mod:`arborcc.verify.memory`). Beyond this many slots per step (big buffers moved in
-#: few long steps) those are the cheaper ones and the layout is left to them.
-SLOTS_PER_STEP = 16
 
 
 class LayoutRun(NamedTuple):
@@ -44,32 +36,23 @@ def symbolic_run(algo: Algorithm, mms: list[MemoryMap], slots: int,
     """The symbolic run of ``algo`` with ``slots`` FIFO slots per connection (a
     ``native.SymbolicRun``: its order and the findings of its schedule); per memory
     layout of ``mms``: is the run on it free of every violation, its postcondition met
-    where the collective has one; and what it found there (None where the values are
-    left to :func:`arborcc.verify.symbolic.simulate_layouts`). Layouts of more than
-    :data:`SLOTS_PER_STEP` slots per step (and 65,536), layouts a step reaches outside
-    of, and programs with numbers beyond 32 bits have no findings (and are not proved).
+    where the collective has one; and what it found there (None for every layout of a
+    program with numbers beyond 32 bits: not run, not proved).
 
     Assumes :func:`arborcc.verify.structure.check_structure` found nothing fatal."""
     if slots < 1:
         raise ValueError("a connection needs at least one slot")
     program = encoded_program(algo)
-    most = SLOTS_PER_STEP * program.num_steps + (1 << 16)
-    layouts = [None if program.clamped or mm.total > most else _layout_arrays(algo, mm) for mm in mms]
-    tried = [v for v, lay in enumerate(layouts) if lay is not None]
-    run = native.run_layouts(program, algo.num_ranks, [layouts[v][0] for v in tried], slots, check_races)
-    proved = [False] * len(mms)
-    found: list[LayoutRun | None] = [None] * len(mms)
-    for v, ok, layout in zip(tried, run.proved, run.layouts):
-        proved[v] = ok
-        if layout["followed"]:
-            found[v] = LayoutRun(layout, layouts[v][1])
-    return run, proved, found
+    layouts = [] if program.clamped else [_layout_arrays(algo, mm) for mm in mms]
+    run = native.run_layouts(program, algo.num_ranks, [lay[0] for lay in layouts], slots, check_races)
+    if program.clamped:
+        return run, [False] * len(mms), [None] * len(mms)
+    return run, list(run.proved), [LayoutRun(found, lay[1]) for found, lay in zip(run.layouts, layouts)]
 
 
-def _layout_arrays(algo: Algorithm, mm: MemoryMap) -> tuple[tuple, list] | None:
+def _layout_arrays(algo: Algorithm, mm: MemoryMap) -> tuple[tuple, list]:
     """``mm`` and the postcondition as the compiled run takes them, and the
-    postcondition's runs as :class:`LayoutRun` lists them; or None if the postcondition
-    asks for a set of ranks other than one rank or all of them (none does)."""
+    postcondition's runs as :class:`LayoutRun` lists them."""
     n = algo.num_ranks
     ranks = sorted(p.rank for p in algo.ranks)
     bases, data, data_end, expected, wanted = [], [], [], [], []
@@ -90,10 +73,8 @@ def _layout_arrays(algo: Algorithm, mm: MemoryMap) -> tuple[tuple, list] | None:
             for first, length, chunk, mask in expected_runs(coll, n, k, r, root, lay.received_chunks):
                 if mask == everyone:
                     whose = -1
-                elif mask & (mask - 1) == 0:
+                else:  # one rank: every postcondition asks for one rank's chunks or everyone's
                     whose = mask.bit_length() - 1
-                else:
-                    return None
                 expected.append((out + first, length, chunk, whose))
                 wanted.append((r, first, chunk, mask))
     return (mm.total, bases, data, data_end, expected), wanted

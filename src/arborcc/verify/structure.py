@@ -27,6 +27,7 @@ from arborcc.ir.model import Algorithm, Buffer, Op, Protocol
 from arborcc.ir.report import Violation
 import arborcc.verify.native as native
 from arborcc.verify.encoding import encoded_program
+from arborcc.verify.findings import range_problem
 from arborcc.verify.semantics import OPS
 
 
@@ -35,12 +36,6 @@ class StructureResult:
     violations: list[Violation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     fatal: bool = False
-    #: by rank id and buffer: the chunk offsets where a range the steps access starts or
-    #: ends (collected by the Python rules, where every range is visited anyway, for the
-    #: symbolic run's memory: :func:`arborcc.verify.memory.initial_memory`); None when
-    #: the compiled rules found nothing (``check_structure(algo, compiled=False)``
-    #: collects them)
-    cuts: dict[int, dict[Buffer, set[int]]] | None = field(default_factory=dict)
 
     def add(self, rank, tb, step, kind: str, message: str, fatal: bool = False) -> None:
         self.violations.append(Violation(rank, tb, step, kind, message))
@@ -90,7 +85,6 @@ def check_structure(algo: Algorithm, max_per_kind: int = 20, compiled: bool = Tr
         except (KeyError, TypeError, AttributeError):  # not encodable: the rules below say why
             clean = False
         if clean:
-            res.cuts = None
             if unwaited:
                 res.notes.append(_unwaited_note(unwaited))
             return res
@@ -115,7 +109,6 @@ def check_structure(algo: Algorithm, max_per_kind: int = 20, compiled: bool = Tr
         r = prog.rank
         sizes = {Buffer.INPUT: prog.input_chunks, Buffer.OUTPUT: prog.output_chunks,
                  Buffer.SCRATCH: prog.scratch_chunks}
-        cuts = res.cuts[r] = {buf: set() for buf in sizes}
         for buf, size in sizes.items():
             if size < 0:
                 add_step(r, None, None, "structure", f"negative {buf.name.lower()} chunk count {size}", True)
@@ -179,11 +172,7 @@ def check_structure(algo: Algorithm, max_per_kind: int = 20, compiled: bool = Tr
                     size = sizes_get(st.src_buf)
                     off = st.src_off
                     src_ok = size is not None and 0 <= off and off + cnt <= size
-                    if src_ok:
-                        at = cuts[st.src_buf]
-                        at.add(off)
-                        at.add(off + cnt)
-                    else:
+                    if not src_ok:
                         _range_violation(add_step, r, tb.id, i, op, "source", st.src_buf, off, cnt, size)
                 if writes_dst or reads_dst:
                     size = sizes_get(st.dst_buf)
@@ -192,9 +181,6 @@ def check_structure(algo: Algorithm, max_per_kind: int = 20, compiled: bool = Tr
                     if not dst_ok:
                         _range_violation(add_step, r, tb.id, i, op, "destination", st.dst_buf, off, cnt, size)
                         continue
-                    at = cuts[st.dst_buf]
-                    at.add(off)
-                    at.add(off + cnt)
                     if src_ok and st.src_buf is st.dst_buf:
                         o1 = st.src_off
                         if o1 != off and o1 < off + cnt and off < o1 + cnt:
@@ -273,10 +259,4 @@ def _check_dependency(add_step, r: int, tb, i: int, dep, by_id: dict, waited: se
 def _range_violation(add_step, r: int, tb: int, i: int, op: Op, what: str, buf, off: int, cnt: int,
                      size: int | None) -> None:
     """Log why ``buf[off:off+cnt]`` is not inside the rank's buffer (fatal)."""
-    if buf is None:
-        add_step(r, tb, i, "structure", f"'{op.value}' needs a {what} buffer", True)
-    elif size is None:
-        add_step(r, tb, i, "structure", f"unknown {what} buffer {buf!r}", True)
-    else:
-        add_step(r, tb, i, "bounds",
-                 f"{what} chunks {off}..{off + cnt - 1} of buffer '{buf.value}' are outside its {size} chunks", True)
+    add_step(r, tb, i, *range_problem(op, what, buf, off, cnt, size), True)

@@ -1,7 +1,7 @@
 // The staged all-reduce: the owner all-reduce (reduce-scatter + all-gather with one owner
-// rank per share, arborcc.runtime.direct.owner_allreduce) run natively for caller-owned
+// rank per share, arborcc.library.direct.owner_allreduce) run natively for caller-owned
 // buffers, through each rank's persistent staging area in the communicator's segment; and
-// the staged reduce-scatter (arborcc.runtime.direct.direct_reducescatter: its first half).
+// the staged reduce-scatter (arborcc.library.direct.direct_reducescatter: its first half).
 //
 // Every rank maps every rank's staging area. A rank's area starts with its progress
 // counters (one cache line each) and holds a ring of slots of `slot_bytes`; slice k of a

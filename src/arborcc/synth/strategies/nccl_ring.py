@@ -2,8 +2,8 @@
 for every collective NCCL runs.
 
 Every collective (all-reduce, all-gather, reduce-scatter, broadcast, reduce) runs NCCL's
-ring kernel (:func:`arborcc.sim.nccl_ring.ring_algorithm`) with as many channels as NCCL
-runs (:func:`arborcc.sim.nccl_ring.nccl_channel_count`: every ring twice, 24 or 32 rings
+ring kernel (:func:`arborcc.library.nccl_ring.ring_algorithm`) with as many channels as NCCL
+runs (:func:`arborcc.sim.nccl_channels.nccl_channel_count`: every ring twice, 24 or 32 rings
 of one order on NVSwitch machines): the program the NCCL baseline simulates, so the two
 tie. NCCL simulates its identical channels as instances of one ring; an MSCCL file has no
 instance count, so the channels are written out: ring ``c mod R`` on channel ``c`` (R
@@ -25,7 +25,8 @@ def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
     possible), one channel per ring NCCL runs (module doc)."""
     from arborcc.sim.bandwidth import steady_state_bandwidth
     from arborcc.sim.fidelity import fidelity_for
-    from arborcc.sim.nccl_ring import nccl_channel_count, ring_algorithm
+    from arborcc.library.nccl_ring import ring_algorithm
+    from arborcc.sim.nccl_channels import nccl_channel_count
     from arborcc.synth.nccl_rings import file_rings, nccl_rings
     from arborcc.synth.strategies.nccl_notes import NOTED_PROTOCOL, nccl_prediction
 

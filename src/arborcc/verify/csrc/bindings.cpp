@@ -101,17 +101,18 @@ PYBIND11_MODULE(native, m) {
           for (const WrongValue& w : f.wrong) {
             py::list parts;
             for (const auto& [chunk, ranks] : w.parts) parts.append(py::make_tuple(chunk, ranks));
-            wrong.append(py::make_tuple(w.run, w.index, w.writer, w.initialized, w.dup, parts));
+            wrong.append(py::make_tuple(w.run, w.index, w.length, w.writer, w.initialized, w.dup, parts));
           }
-          out.append(py::dict(py::arg("followed") = f.followed, py::arg("events") = events, py::arg("races") = races,
+          out.append(py::dict(py::arg("events") = events, py::arg("races") = races,
                               py::arg("race_candidates") = f.race_candidates,
                               py::arg("races_incomplete") = f.races_incomplete, py::arg("wrong") = wrong));
         }
         return out;
-      }, "per layout: followed (False: the values are left to Python), events (kind: 0 mismatch, 1 uninitialized "
-         "source, 2 uninitialized destination; gid; slot or sending gid), races (later gid, earlier gid, slot, later "
-         "writes, earlier writes), race_candidates, races_incomplete, wrong output chunks (expected run, index in "
-         "it, last writer, initialized, repeated contribution, [(chunk, ranks)])");
+      }, "per layout: events (kind: 0 mismatch, 1 uninitialized source, 2 uninitialized destination, 3 source "
+         "outside its buffer, 4 destination outside its buffer; gid; slot, sending gid or 0), races (later gid, "
+         "earlier gid, slot, later writes, earlier writes), race_candidates, races_incomplete, wrong output chunks "
+         "(expected run, index in it of the first, how many, last writer, initialized, repeated contribution, "
+         "[(chunk, ranks)] of the first; each next one's chunks are one higher)");
   m.def("run_layouts", [](const Program& p, int num_ranks, const py::list& layouts, int slots, bool check_races) {
     std::vector<Layout> lays;
     for (py::handle h : layouts) {

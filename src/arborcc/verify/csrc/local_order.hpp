@@ -1,9 +1,9 @@
-// Rank-local happens-before for the proof (symbolic.cpp): the part of HappensBefore in
-// arborcc/verify/races.py that program order and dependencies decide (known,
-// on_dependency, ordered_locally). races.py keeps, per step, the bitset of the rank's
-// steps ordered before it, always a union of thread block prefixes; here that union is
-// written as a vector clock - per thread block of the rank, its highest step so
-// ordered (-1: none) - kept per thread block as change points, like races.py's.
+// Rank-local happens-before for the symbolic run (symbolic.cpp): the part of the race
+// rule (docs/ir.md section 5, races) that program order and dependencies decide. What
+// they order before a step is always a union of thread block prefixes of its rank,
+// written as a vector clock - per thread block of the rank, its highest step so ordered
+// (-1: none) - kept per thread block as change points (it changes only at steps with a
+// dependency).
 
 #pragma once
 

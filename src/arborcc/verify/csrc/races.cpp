@@ -1,5 +1,5 @@
-// ordered_through_ranks (races.hpp): the happens-before of arborcc/verify/races.py across
-// ranks. X happens before Y when there is a path X -> ... -> Y whose last edge is program
+// ordered_through_ranks (races.hpp): the happens-before of the race rule (docs/ir.md
+// section 5, races) across ranks. X happens before Y when there is a path X -> ... -> Y whose last edge is program
 // order or a dependency; a send S -> the receive R that pops its data is a weak edge (it
 // orders what comes after R, not R itself), and a write of received data by Y is also
 // ordered after a path ending strongly at the send that produced the data.

@@ -1,5 +1,5 @@
 // Cross-rank race ordering (races.cpp): whether the conflicting pairs that the rank's
-// program order and dependencies do not order (race candidates of arborcc.verify.races)
+// program order and dependencies do not order (race candidates of symbolic.cpp)
 // are ordered through other ranks, decided over the symbolic run's completion order.
 
 #pragma once

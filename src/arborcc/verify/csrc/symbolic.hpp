@@ -32,21 +32,31 @@ struct Unreceived {
   int connection, first_gid, messages;  // the messages left in a connection, the oldest first
 };
 
-// What the run found on one layout, in run order (symbolic.py formats it).
-enum Event : int { MISMATCH = 0, UNINITIALIZED_SOURCE = 1, UNINITIALIZED_DESTINATION = 2 };
+// What the run found on one layout, in run order (findings.py words it). OUTSIDE_*: the
+// step's range lies outside its rank's buffer (or it names none); the layout's values are
+// not followed past it.
+enum Event : int {
+  MISMATCH = 0,
+  UNINITIALIZED_SOURCE = 1,
+  UNINITIALIZED_DESTINATION = 2,
+  OUTSIDE_SOURCE = 3,
+  OUTSIDE_DESTINATION = 4
+};
 
-// A wrong output chunk: which expected run and slot of it, its last writer, and its value.
+// Consecutive wrong output chunks with the same history: which expected run, the index
+// of the first in it and how many, their last writer, and the value of the first (each
+// next chunk holds it with every input chunk index one higher).
 struct WrongValue {
   int run = 0;
-  long long index = 0;
+  long long index = 0, length = 0;
   int writer = -1;
   bool initialized = false, dup = false;
   std::vector<std::pair<int, std::vector<int>>> parts;  // (input chunk, ranks)
 };
 
 struct LayoutFindings {
-  bool followed = false;  // false: a step accesses memory outside the layout; Python follows the values
-  std::vector<std::array<long long, 3>> events;  // (Event, gid, slot address or, for MISMATCH, the send's gid)
+  // (Event, gid, slot address or, for MISMATCH, the send's gid; 0 for OUTSIDE_*)
+  std::vector<std::array<long long, 3>> events;
   // races no path orders, each (earlier, later) pair once: (later gid, earlier gid, slot, later writes,
   // earlier writes)
   std::vector<std::array<long long, 5>> races;

@@ -1,5 +1,5 @@
-"""NCCL's ring kernels (all-reduce, all-gather, reduce-scatter, broadcast, reduce)
-written out as MSCCL steps, built directly.
+"""NCCL's ring kernels as arborcc programs: all-reduce, all-gather, reduce-scatter,
+broadcast and reduce written out as MSCCL steps, built directly.
 
 Per channel NCCL runs one ring; every rank's thread block sends to the next rank of the
 ring and receives from the previous one, and the buffer is cut into one chunk per rank
@@ -20,7 +20,10 @@ and the root adds the sum into its output. Per channel each rank's block is one 
 Written step by step here (no DSL, no compiler) because the simulator needs it at
 thousands of ranks, where the ring holds millions of steps; the result is an ordinary
 Algorithm (in place; reduce-scatter and reduce also out of place), which the tests
-prove with the verifier and run against the numpy reference.
+prove with the verifier and run against the numpy reference. The NCCL baseline
+(:mod:`arborcc.tune.nccl`) and the ``nccl-ring`` strategy
+(:mod:`arborcc.synth.strategies.nccl_ring`) run them with as many channels as NCCL
+does (:func:`arborcc.sim.nccl_channels.nccl_channel_count`).
 """
 
 from __future__ import annotations
@@ -176,20 +179,6 @@ def ring_reduce_algorithm(rings: Sequence[Sequence[int]], root: int = 0, name: s
                                  steps=[Step(Op.RECV_REDUCE_SEND, _I, c, _I, c)])
             programs[rank].threadblocks.append(tb)
     return Algorithm(name, "reduce", n, k, programs, protocol=protocol, inplace=True, outofplace=True, root=root)
-
-
-#: the most channels NCCL runs (MAXCHANNELS)
-MAX_NCCL_CHANNELS = 32
-
-
-def nccl_channel_count(distinct_rings: int, switch_channels: int = 0) -> int:
-    """The channels NCCL runs on ``distinct_rings`` rings: every ring twice
-    (``ncclTopoPostset`` duplicates the channels), or, where its search found a single
-    ring order on a switch machine, ``switch_channels`` rings of that order (the fidelity
-    profile's ``nccl_channels``: 24 on DGX A100, 32 on DGX H100); at most
-    :data:`MAX_NCCL_CHANNELS`."""
-    wanted = switch_channels if distinct_rings == 1 and switch_channels else 2 * distinct_rings
-    return max(1, min(MAX_NCCL_CHANNELS, wanted))
 
 
 #: NCCL's collectives, each with its ring kernel's builder
