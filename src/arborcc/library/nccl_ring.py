@@ -91,18 +91,30 @@ def ring_broadcast_algorithm(rings: Sequence[Sequence[int]], root: int = 0, name
         if sorted(ring) != list(range(n)):
             raise SynthesisError(f"ring {c} {list(ring)} does not visit every rank 0..{n - 1} exactly once")
         start = list(ring).index(root)
-        chain = [ring[(start + j) % n] for j in range(n)]
-        for j, rank in enumerate(chain):
-            if j == 0:
-                tb = ThreadBlock(c, send=chain[1], channel=c, steps=[Step(Op.SEND, _I, c, _I, c)])
-            elif j == n - 1:
-                tb = ThreadBlock(c, recv=chain[j - 1], channel=c, steps=[Step(Op.RECV, _I, c, _I, c)])
-            else:
-                tb = ThreadBlock(c, send=chain[j + 1], recv=chain[j - 1], channel=c,
-                                 steps=[Step(Op.RECV_COPY_SEND, _I, c, _I, c)])
-            programs[rank].threadblocks.append(tb)
+        _chain_threadblocks(programs, c, [ring[(start + j) % n] for j in range(n)],
+                            Step(Op.SEND, _I, c, _I, c), Step(Op.RECV_COPY_SEND, _I, c, _I, c),
+                            Step(Op.RECV, _I, c, _I, c))
     return Algorithm(name, "broadcast", n, k, programs, protocol=protocol, inplace=True, outofplace=False,
                      root=root)
+
+
+def _chain_threadblocks(programs: list[RankProgram], c: int, chain: list[int], first: Step, middle: Step,
+                        last: Step) -> None:
+    """Ring ``c``'s thread blocks along ``chain`` (a path through every rank): the first
+    rank's ``first`` step sends, each middle rank's ``middle`` step receives and sends
+    on, the last rank's ``last`` step receives; thread block and channel ``c``. Each
+    thread block gets its own copy of its step (steps are mutable)."""
+    from dataclasses import replace
+
+    n = len(chain)
+    for j, rank in enumerate(chain):
+        if j == 0:
+            tb = ThreadBlock(c, send=chain[1], channel=c, steps=[replace(first)])
+        elif j == n - 1:
+            tb = ThreadBlock(c, recv=chain[j - 1], channel=c, steps=[replace(last)])
+        else:
+            tb = ThreadBlock(c, send=chain[j + 1], recv=chain[j - 1], channel=c, steps=[replace(middle)])
+        programs[rank].threadblocks.append(tb)
 
 
 def _check_rings(rings: Sequence[Sequence[int]], what: str) -> int:
@@ -168,16 +180,9 @@ def ring_reduce_algorithm(rings: Sequence[Sequence[int]], root: int = 0, name: s
     programs = [RankProgram(r, k, k) for r in range(n)]
     for c, ring in enumerate(rings):
         start = list(ring).index(root)
-        chain = [ring[(start + 1 + j) % n] for j in range(n)]  # ends at the root
-        for j, rank in enumerate(chain):
-            if j == 0:
-                tb = ThreadBlock(c, send=chain[1], channel=c, steps=[Step(Op.SEND, _I, c, _I, c)])
-            elif j == n - 1:
-                tb = ThreadBlock(c, recv=chain[j - 1], channel=c, steps=[Step(Op.RECV_REDUCE_COPY, _I, c, _O, c)])
-            else:
-                tb = ThreadBlock(c, send=chain[j + 1], recv=chain[j - 1], channel=c,
-                                 steps=[Step(Op.RECV_REDUCE_SEND, _I, c, _I, c)])
-            programs[rank].threadblocks.append(tb)
+        _chain_threadblocks(programs, c, [ring[(start + 1 + j) % n] for j in range(n)],  # ends at the root
+                            Step(Op.SEND, _I, c, _I, c), Step(Op.RECV_REDUCE_SEND, _I, c, _I, c),
+                            Step(Op.RECV_REDUCE_COPY, _I, c, _O, c))
     return Algorithm(name, "reduce", n, k, programs, protocol=protocol, inplace=True, outofplace=True, root=root)
 
 
