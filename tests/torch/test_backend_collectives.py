@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from support.segments import leftovers, segments
+from support.shared_work import once
 from torchjobs import launch
 
 COLLECTIVES = r"""
-arborcc.torch.init(timeout=60)
 gloo = dist.new_group(backend="gloo")
 w = dist.get_world_size()
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.int32,
@@ -132,16 +133,16 @@ report({"prepared": prepared, "compared": compared, "wrong": wrong[:5], "nwrong"
         "fallback": fallback, "repeated": max(counts.values(), default=0),
         "async": [float(x[0]), float(y[0]), float(fut_value[0]), all(wk.is_completed() for wk in works)],
         "backend": dist.get_backend()})
-dist.destroy_process_group()
 """
 
 
-@pytest.mark.timeout(240)
-def test_every_collective_dtype_and_op_equals_gloo(tmp_path):
-    code, said, err = launch(tmp_path, 4, COLLECTIVES, hard_timeout=220)
+@pytest.mark.timeout(400)
+def test_every_collective_dtype_and_op_equals_gloo(job):
+    code, said, err, left = job
     assert code == 0, err[-3000:]
+    assert left == set(), "an arborcc shared-memory segment was left in /dev/shm"
     for rank in range(4):
-        (r,) = said[rank]
+        r, _ = said[rank]
         assert r["backend"] == "arborcc"
         assert r["nwrong"] == 0, r["wrong"]
         assert r["compared"] > 700
@@ -160,7 +161,6 @@ def test_every_collective_dtype_and_op_equals_gloo(tmp_path):
 
 
 EXECUTOR = r"""
-arborcc.torch.init(timeout=60)
 from arborcc.library.allpairs import allpairs_allreduce
 from arborcc.library.halving_doubling import hd_allreduce
 from arborcc.library.ring import ring_allgather, ring_allreduce, ring_reducescatter
@@ -201,16 +201,32 @@ a, b = x.clone(), x.clone()
 ex.allreduce(a, "max"); dist.all_reduce(b, op=dist.ReduceOp.MAX, group=gloo)
 results.append(["allreduce max (plan)", "float32", 1001, torch.equal(a, b)])
 report(results)
-dist.destroy_process_group()
 """
 
+#: both checks in one job of 4 ranks (a job's start, torch's import on every rank, is most
+#: of a check's time): the collectives' report first, then the executor's
+JOB = "arborcc.torch.init(timeout=60)\n" + COLLECTIVES + EXECUTOR + "dist.destroy_process_group()\n"
 
-@pytest.mark.timeout(200)
-def test_executor_runs_algorithms_as_the_runtime_does(tmp_path):
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """(exit status, each rank's reports, the ranks' stderr, what the job left in /dev/shm):
+    run once in the session, whichever xdist worker the tests go to."""
+    def run():
+        before = segments()
+        code, said, err = launch(tmp_path_factory.mktemp("collectives"), 4, JOB, hard_timeout=360)
+        return code, said, err, leftovers(before)
+
+    return once(tmp_path_factory, "torch-collectives-job", run)
+
+
+@pytest.mark.timeout(400)
+def test_executor_runs_algorithms_as_the_runtime_does(job):
     """The torch.distributed executor over gloo gives the shared-memory runtime's results, bit for bit."""
-    code, said, err = launch(tmp_path, 4, EXECUTOR, hard_timeout=180)
+    code, said, err, left = job
     assert code == 0, err[-3000:]
+    assert left == set(), "an arborcc shared-memory segment was left in /dev/shm"
     for rank in range(4):
-        rows = said[rank][0]
+        rows = said[rank][1]
         assert len(rows) == 33
         assert all(ok for *_, ok in rows), [r for r in rows if not r[-1]]
