@@ -382,7 +382,7 @@ def test_a_rank_answered_with_random_bytes_fails_in_one_line_or_gets_a_name(blob
         thread.start()
         where = LaunchEnv(1, 2, 1, "127.0.0.1", server.getsockname()[1], b"ours")
         try:
-            name = fetch_name(where, 0.3)
+            name = fetch_name(where, 0.1)
         except CommunicationError as e:
             assert str(e).startswith("rank 1: ") and "\n" not in str(e)
         else:  # only a greeting of this version, then a name answer, gives a name
