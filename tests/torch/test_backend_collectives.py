@@ -1,6 +1,7 @@
 """Every collective through the "arborcc" backend equals gloo's result, for every element
 type torch has on CPU and every reduction; what arborcc does not run goes to gloo with
-one warning per job for each kind of call; async_op and Work futures; DDP unchanged on the backend."""
+one warning per job for each kind of call; async_op and Work futures; DDP unchanged on the backend;
+several process groups of one job, each with its own communicator."""
 
 from __future__ import annotations
 
@@ -142,7 +143,7 @@ def test_every_collective_dtype_and_op_equals_gloo(job):
     assert code == 0, err[-3000:]
     assert left == set(), "an arborcc shared-memory segment was left in /dev/shm"
     for rank in range(4):
-        r, _ = said[rank]
+        r, _, _ = said[rank]
         assert r["backend"] == "arborcc"
         assert r["nwrong"] == 0, r["wrong"]
         assert r["compared"] > 700
@@ -203,9 +204,23 @@ results.append(["allreduce max (plan)", "float32", 1001, torch.equal(a, b)])
 report(results)
 """
 
-#: both checks in one job of 4 ranks (a job's start, torch's import on every rank, is most
-#: of a check's time): the collectives' report first, then the executor's
-JOB = "arborcc.torch.init(timeout=60)\n" + COLLECTIVES + EXECUTOR + "dist.destroy_process_group()\n"
+#: several groups of one job: the same ranks again, and two of them
+GROUPS = r"""
+again = dist.new_group(backend="arborcc")
+pair = dist.new_group(ranks=[0, 1], backend="arborcc")
+sums = []
+for value, group in ((1.0, None), (10.0, again), (100.0, pair), (1000.0, None)):
+    if group is pair and rank not in (0, 1):
+        continue
+    x = torch.full((8,), value * (rank + 1))
+    dist.all_reduce(x, group=group)
+    sums.append(x[0].item())
+report(sums)
+"""
+
+#: the checks in one job of 4 ranks (a job's start, torch's import on every rank, is most
+#: of a check's time): the collectives' report first, then the executor's, then the groups'
+JOB = "arborcc.torch.init(timeout=60)\n" + COLLECTIVES + EXECUTOR + GROUPS + "dist.destroy_process_group()\n"
 
 
 @pytest.fixture(scope="module")
@@ -230,3 +245,12 @@ def test_executor_runs_algorithms_as_the_runtime_does(job):
         rows = said[rank][1]
         assert len(rows) == 33
         assert all(ok for *_, ok in rows), [r for r in rows if not r[-1]]
+
+
+@pytest.mark.timeout(400)
+def test_several_torch_process_groups_of_one_job_each_have_their_own_communicator(job):
+    """torch hands each group's backend a store under the group's own prefix, so the
+    segment name one group publishes never reaches another."""
+    code, said, err, left = job
+    assert code == 0, err[-3000:]
+    assert [said[rank][2] for rank in range(4)] == [[10.0, 100.0, 300.0, 10000.0]] * 2 + [[10.0, 100.0, 10000.0]] * 2
