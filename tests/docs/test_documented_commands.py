@@ -5,7 +5,10 @@ The steps are read from the Markdown when the tests are collected
 file. Each doc runs in its own folder (empty but for links to the checkout's
 examples/ and benchmarks/, which docs name from the checkout's root), its steps in the order written (a
 command may use a file an earlier one wrote); running one step runs the doc's steps
-before it first. A command must exit 0 and print every output line the doc shows
+before it first. A doc's folder and its steps' outcomes are the session's, shared by the
+xdist workers (:mod:`support.shared_work`): a step runs once in a session, whichever
+worker its doc's tests go to; a command that another test runs as well
+(:data:`support.shared_commands.SHARED`) runs once for both. A command must exit 0 and print every output line the doc shows
 after it (``...`` in a shown line matches anything, a number any number). A doc marks what cannot run here
 (``<!-- doctest: skip REASON -->``, ``<!-- doctest: skip-command PREFIX: REASON -->``),
 and the reason appears in the test report.
@@ -26,6 +29,8 @@ import pytest
 import yaml
 
 from docblocks import ROOT, DocStep, all_steps
+from support.shared_commands import SHARED, run_shared
+from support.shared_work import exclusive, session_folder
 
 STEPS = all_steps()
 TIMEOUT = 240  # seconds per step: a hang guard, not a performance check
@@ -39,30 +44,43 @@ class Outcome:
 
 
 class DocRun:
-    """One doc's steps run in order in one folder; each step's outcome is kept."""
+    """One doc's steps run in order in one folder; each step's outcome is kept in a file
+    beside the folder, under a lock, so the session's workers share them."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, shared):
         self.folder = folder
-        self.done: dict[int, Outcome] = {}
+        self.shared = shared  #: a command of :data:`SHARED` -> (exit status, stdout, stderr)
+        self.outcomes = folder.with_name(folder.name + ".outcomes.json")
+        self.lock = folder.with_name(folder.name + ".lock")
 
     def outcome(self, index: int) -> Outcome:
-        for k in range(index + 1):
-            if k not in self.done and STEPS[k].doc == STEPS[index].doc and not STEPS[k].skip:
-                self.done[k] = run_step(STEPS[k], self.folder)
-        return self.done[index]
+        with exclusive(self.lock):
+            if not self.folder.exists():
+                self.folder.mkdir()
+                for shipped in ("examples", "benchmarks"):  # docs name them as seen from a checkout's root
+                    (self.folder / shipped).symlink_to(ROOT / shipped, target_is_directory=True)
+            done = {int(k): Outcome(*v) for k, v in json.loads(self.outcomes.read_text()).items()} \
+                if self.outcomes.exists() else {}
+            for k in range(index + 1):
+                if k not in done and STEPS[k].doc == STEPS[index].doc and not STEPS[k].skip:
+                    done[k] = self.run(STEPS[k])
+                    self.outcomes.write_text(json.dumps({k: [o.code, o.output] for k, o in done.items()}))
+            return done[index]
+
+    def run(self, step: DocStep) -> Outcome:
+        if step.kind == "command" and step.text.strip() in SHARED:  # a test of its own runs it too
+            code, out, err = self.shared(step.text.strip())
+            return Outcome(code, out + err)
+        return run_step(step, self.folder)
 
 
 @pytest.fixture(scope="session")
 def doc_runs(tmp_path_factory):
-    runs: dict[str, DocRun] = {}
+    folder = session_folder(tmp_path_factory, "documented-steps")
 
     def get(doc: str) -> DocRun:
-        if doc not in runs:
-            folder = tmp_path_factory.mktemp(doc.replace("/", "_").replace(".", "_"))
-            for shipped in ("examples", "benchmarks"):  # docs name them as seen from a checkout's root
-                (folder / shipped).symlink_to(ROOT / shipped, target_is_directory=True)
-            runs[doc] = DocRun(folder)
-        return runs[doc]
+        return DocRun(folder / doc.replace("/", "_").replace(".", "_"),
+                      lambda command: run_shared(tmp_path_factory, command))
 
     return get
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from support.segments import leftovers, segments
+from support.shared_work import once
 
 from arborcc.runtime.launch import run_ranks
 
@@ -112,15 +113,19 @@ def _run_cases(names: list[str]) -> list[tuple[int, str]]:
 
 
 @pytest.fixture(scope="module")
-def outcomes():
-    """world size -> case -> every rank's (failed call, message)."""
-    before = segments()
-    made = {}
-    for world in (2, 3):
-        ranks = run_ranks(_run_cases, world, (list(CASES),), timeout=240)
-        made[world] = {name: [ranks[r][i] for r in range(world)] for i, name in enumerate(CASES)}
-    assert leftovers(before) == set(), "an arborcc shared-memory segment was left in /dev/shm"
-    return made
+def outcomes(tmp_path_factory):
+    """world size -> case -> every rank's (failed call, message); run once in the session,
+    whichever xdist worker the tests go to."""
+    def run() -> dict:
+        before = segments()
+        made = {}
+        for world in (2, 3):
+            ranks = run_ranks(_run_cases, world, (list(CASES),), timeout=240)
+            made[world] = {name: [ranks[r][i] for r in range(world)] for i, name in enumerate(CASES)}
+        assert leftovers(before) == set(), "an arborcc shared-memory segment was left in /dev/shm"
+        return made
+
+    return once(tmp_path_factory, "runtime-call-agreement", run)
 
 
 @pytest.mark.timeout(300)

@@ -111,14 +111,22 @@ def test_rank_that_never_calls_times_out_naming_it(tmp_path, shm_unchanged):
 
 
 def test_rank_that_never_arrives_is_named(tmp_path, shm_unchanged):
-    code, said = launch(tmp_path, 3, """
+    # rank 2 stays alive without arriving until the others have given up and said so
+    # (they leave a file each): nothing waits longer than their 4 s
+    code, said = launch(tmp_path, 3, f"""
+        done = [os.path.join({str(tmp_path)!r}, f"done{{r}}") for r in (0, 1)]
         if rank == 2:
-            time.sleep(8)
+            t0 = time.monotonic()
+            while not all(map(os.path.exists, done)) and time.monotonic() - t0 < 40:
+                time.sleep(0.05)
+            report("never arrived")
+            sys.exit(0)
         try:
             Communicator.from_env(timeout=4)
             report("no error")
         except CommunicationError as e:
             report(str(e))
+        open(done[rank], "w").close()
     """)
     assert "never arrived" in said[0] and "2 never arrived" in said[0], said
     assert "rank 0" in said[1], said  # rank 0 never answered it
@@ -317,17 +325,22 @@ def test_mismatched_staged_allreduces_are_reported(tmp_path, shm_unchanged):
 
 
 def test_rank_missing_a_staged_allreduce_times_out_naming_it(tmp_path, shm_unchanged):
-    code, said = launch(tmp_path, 2, """
+    code, said = launch(tmp_path, 2, f"""
+        done = os.path.join({str(tmp_path)!r}, "done0")
         comm = Communicator.from_env(timeout=2 if rank == 0 else 8)  # rank 0 times out first
         x = np.ones(1 << 18, np.float32)
         comm.allreduce(x)
         try:
             if rank == 0:
                 comm.allreduce(x)
-            else:
-                time.sleep(5)  # alive, not calling: rank 0 times out
+            else:  # alive, not calling, until rank 0 has timed out and said so (it leaves a file)
+                t0 = time.monotonic()
+                while not os.path.exists(done) and time.monotonic() - t0 < 40:
+                    time.sleep(0.05)
             report("no error" if rank == 0 else "skipped")
         except CommunicationError as e:
             report(str(e))
+        if rank == 0:
+            open(done, "w").close()
     """)
     assert "timed out after 2 s waiting for rank 1" in said[0] and "staged all-reduce" in said[0], said

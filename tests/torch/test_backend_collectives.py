@@ -1,15 +1,17 @@
 """Every collective through the "arborcc" backend equals gloo's result, for every element
 type torch has on CPU and every reduction; what arborcc does not run goes to gloo with
-one warning per job for each kind of call; async_op and Work futures; DDP unchanged on the backend."""
+one warning per job for each kind of call; async_op and Work futures; DDP unchanged on the backend;
+several process groups of one job, each with its own communicator."""
 
 from __future__ import annotations
 
 import pytest
 
+from support.segments import leftovers, segments
+from support.shared_work import once
 from torchjobs import launch
 
 COLLECTIVES = r"""
-arborcc.torch.init(timeout=60)
 gloo = dist.new_group(backend="gloo")
 w = dist.get_world_size()
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.int32,
@@ -132,16 +134,16 @@ report({"prepared": prepared, "compared": compared, "wrong": wrong[:5], "nwrong"
         "fallback": fallback, "repeated": max(counts.values(), default=0),
         "async": [float(x[0]), float(y[0]), float(fut_value[0]), all(wk.is_completed() for wk in works)],
         "backend": dist.get_backend()})
-dist.destroy_process_group()
 """
 
 
-@pytest.mark.timeout(240)
-def test_every_collective_dtype_and_op_equals_gloo(tmp_path):
-    code, said, err = launch(tmp_path, 4, COLLECTIVES, hard_timeout=220)
+@pytest.mark.timeout(400)
+def test_every_collective_dtype_and_op_equals_gloo(job):
+    code, said, err, left = job
     assert code == 0, err[-3000:]
+    assert left == set(), "an arborcc shared-memory segment was left in /dev/shm"
     for rank in range(4):
-        (r,) = said[rank]
+        r, _, _ = said[rank]
         assert r["backend"] == "arborcc"
         assert r["nwrong"] == 0, r["wrong"]
         assert r["compared"] > 700
@@ -160,7 +162,6 @@ def test_every_collective_dtype_and_op_equals_gloo(tmp_path):
 
 
 EXECUTOR = r"""
-arborcc.torch.init(timeout=60)
 from arborcc.library.allpairs import allpairs_allreduce
 from arborcc.library.halving_doubling import hd_allreduce
 from arborcc.library.ring import ring_allgather, ring_allreduce, ring_reducescatter
@@ -201,16 +202,55 @@ a, b = x.clone(), x.clone()
 ex.allreduce(a, "max"); dist.all_reduce(b, op=dist.ReduceOp.MAX, group=gloo)
 results.append(["allreduce max (plan)", "float32", 1001, torch.equal(a, b)])
 report(results)
-dist.destroy_process_group()
 """
 
+#: several groups of one job: the same ranks again, and two of them
+GROUPS = r"""
+again = dist.new_group(backend="arborcc")
+pair = dist.new_group(ranks=[0, 1], backend="arborcc")
+sums = []
+for value, group in ((1.0, None), (10.0, again), (100.0, pair), (1000.0, None)):
+    if group is pair and rank not in (0, 1):
+        continue
+    x = torch.full((8,), value * (rank + 1))
+    dist.all_reduce(x, group=group)
+    sums.append(x[0].item())
+report(sums)
+"""
 
-@pytest.mark.timeout(200)
-def test_executor_runs_algorithms_as_the_runtime_does(tmp_path):
+#: the checks in one job of 4 ranks (a job's start, torch's import on every rank, is most
+#: of a check's time): the collectives' report first, then the executor's, then the groups'
+JOB = "arborcc.torch.init(timeout=60)\n" + COLLECTIVES + EXECUTOR + GROUPS + "dist.destroy_process_group()\n"
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """(exit status, each rank's reports, the ranks' stderr, what the job left in /dev/shm):
+    run once in the session, whichever xdist worker the tests go to."""
+    def run():
+        before = segments()
+        code, said, err = launch(tmp_path_factory.mktemp("collectives"), 4, JOB, hard_timeout=360)
+        return code, said, err, leftovers(before)
+
+    return once(tmp_path_factory, "torch-collectives-job", run)
+
+
+@pytest.mark.timeout(400)
+def test_executor_runs_algorithms_as_the_runtime_does(job):
     """The torch.distributed executor over gloo gives the shared-memory runtime's results, bit for bit."""
-    code, said, err = launch(tmp_path, 4, EXECUTOR, hard_timeout=180)
+    code, said, err, left = job
     assert code == 0, err[-3000:]
+    assert left == set(), "an arborcc shared-memory segment was left in /dev/shm"
     for rank in range(4):
-        rows = said[rank][0]
+        rows = said[rank][1]
         assert len(rows) == 33
         assert all(ok for *_, ok in rows), [r for r in rows if not r[-1]]
+
+
+@pytest.mark.timeout(400)
+def test_several_torch_process_groups_of_one_job_each_have_their_own_communicator(job):
+    """torch hands each group's backend a store under the group's own prefix, so the
+    segment name one group publishes never reaches another."""
+    code, said, err, left = job
+    assert code == 0, err[-3000:]
+    assert [said[rank][2] for rank in range(4)] == [[10.0, 100.0, 300.0, 10000.0]] * 2 + [[10.0, 100.0, 10000.0]] * 2

@@ -38,7 +38,12 @@ except Exception as e:
     noticed = time.time()
     report({"error": f"{type(e).__name__}: {e}", "after_kill": noticed - float(open(killed_at).read()),
             "calls": calls})
-    time.sleep(2)  # stay up while the other ranks report (a rank that left is another failure)
+    # stay up until the other survivors have reported too (a rank that left is another failure)
+    open(f"{killed_at}.reported{rank}", "w").close()
+    waited = time.monotonic()
+    while (not all(os.path.exists(f"{killed_at}.reported{r}") for r in range(victim))
+           and time.monotonic() - waited < 30):
+        time.sleep(0.05)
 os._exit(0)
 """
 

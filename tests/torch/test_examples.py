@@ -1,5 +1,6 @@
 """The README's PyTorch examples run and their equality checks pass: DDP on 4 ranks
-(``arborcc run``, the backend arborcc, compared with gloo and with the hook), and the
+(``arborcc run``, the backend arborcc, compared with gloo and with the hook: docs/torch.md's
+command, whose outcome the doc test shares), and the
 two-"host" job on loopback (two torchrun nodes)."""
 
 from __future__ import annotations
@@ -10,18 +11,18 @@ import sys
 
 import pytest
 
+from support.shared_commands import run_shared
 from torchjobs import ROOT
 
 
-@pytest.mark.timeout(150)
-def test_ddp_example_weights_equal_gloo():
-    proc = subprocess.run([sys.executable, "-m", "arborcc.cli.main", "run", "-n", "4", "--timeout", "120",
-                           "examples/ddp_train.py", "--steps", "6", "--width", "128", "--hook"],
-                          capture_output=True, text=True, timeout=140, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert "weights equal within tolerance" in proc.stdout
+@pytest.mark.timeout(300)
+def test_ddp_example_weights_equal_gloo(tmp_path_factory):
+    """docs/torch.md's command, run once in the session for this test and the doc's."""
+    code, out, err = run_shared(tmp_path_factory, "arborcc run -n 4 examples/ddp_train.py --hook")
+    assert code == 0, out[-2000:] + err[-3000:]
+    assert "weights equal within tolerance" in out
     for run in ("arborcc", "gloo", "gloo + arborcc hook"):
-        assert f"\n{run} " in proc.stdout
+        assert f"\n{run} " in out
 
 
 @pytest.mark.timeout(200)

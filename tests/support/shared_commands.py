@@ -1,0 +1,38 @@
+"""Commands that a doc shows and a test of its own checks as well, run once in the session
+(:func:`support.shared_work.once`) for both: the doc test runs each step of a doc, and a
+test that runs the same command reads the same outcome instead of starting it again.
+
+Only commands that write nothing and read only the checkout belong here: where they run
+(the checkout's root, or a doc's folder, whose ``examples/`` links to the checkout's)
+makes no difference to them."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from support.shared_work import once
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+TIMEOUT = 240  # seconds: a hang guard, not a performance check
+
+#: docs/torch.md's DDP example with the hook: 4 ranks, three trainings compared
+SHARED = frozenset({"arborcc run -n 4 examples/ddp_train.py --hook"})
+
+
+def run_shared(tmp_path_factory, command: str) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of ``command`` (one of :data:`SHARED`), run by bash in
+    the checkout's root with this interpreter's ``arborcc`` first on the PATH."""
+    assert command in SHARED, command
+
+    def run() -> tuple[int, str, str]:
+        env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", MPLBACKEND="Agg")
+        proc = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    return once(tmp_path_factory, "command-" + hashlib.sha256(command.encode()).hexdigest()[:16], run)
