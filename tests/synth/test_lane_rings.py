@@ -85,7 +85,7 @@ def test_a_ring_and_its_reverse_share_a_channel_on_dgx1v(dgx1v):
        st.integers(1, 70), st.integers(1, 32))
 def test_shared_channels_never_connect_a_pair_twice_on_one_channel(rings, copies, channels):
     placed = shared_channels(rings, copies, channels)
-    assert 1 <= len(placed) <= copies or channels == 0
+    assert 1 <= len(placed) <= copies
     seen: dict[int, set] = {}
     for k, (ring, channel) in enumerate(placed):
         assert ring == list(rings[k % len(rings)]) and 0 <= channel < channels
