@@ -125,7 +125,8 @@ def test_outofplace_of_an_in_place_only_strategy_is_refused_saying_why(tmp_path,
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(nvlink_pcie_box(3, 5), st.sampled_from(["trees", "binary-trees", "ring", "nccl-ring", "double-binary-tree"]))
+@given(nvlink_pcie_box(3, 5), st.sampled_from(["trees", "binary-trees", "ring", "nccl-ring", "lane-rings",
+                                              "double-binary-tree"]))
 def test_random_topologies_out_of_place_all_reduce_is_proven_and_runs(t, strategy):
     try:
         r = synthesize(t, "allreduce", strategy, timed=False, form="out-of-place")

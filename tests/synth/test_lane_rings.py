@@ -7,7 +7,7 @@ NCCL's rings at 64 MiB and 1 GiB on DGX-1V and DGX-1P."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arborcc.errors import SynthesisError
@@ -22,6 +22,7 @@ from arborcc.synth.synthesis import synthesize
 from arborcc.topology.cluster import build_hierarchy, parse_hierarchy
 from arborcc.topology.machines import build_machine
 from tests.support.execution import assert_executes
+from tests.support.topologies import nvlink_pcie_box
 
 GIB, MIB = 1 << 30, 1 << 20
 
@@ -92,3 +93,11 @@ def test_shared_channels_never_connect_a_pair_twice_on_one_channel(rings, copies
         pairs = ring_connections(ring)
         assert not seen.get(channel, set()) & pairs
         seen.setdefault(channel, set()).update(pairs)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nvlink_pcie_box(2, 5), st.sampled_from(LANE_RING_COLLECTIVES))
+def test_lane_rings_on_random_boxes_verify_and_equal_numpy(topology, collective):
+    result = synthesize(topology, collective, "lane-rings", timed=False)
+    assert result.report.ok and not result.report.violations
+    assert_executes(result.algorithm, seed=3)
