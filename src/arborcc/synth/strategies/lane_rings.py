@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     from arborcc.synth.result import SynthesisRequest, SynthesisResult
 
-#: the collectives the strategy builds (NCCL's ring kernels of the bandwidth-bound all-to-all-like collectives)
+#: the collectives the strategy builds: those whose ring kernel has every rank send all the time
 LANE_RING_COLLECTIVES = ("allreduce", "allgather", "reducescatter")
 
 
