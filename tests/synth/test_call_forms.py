@@ -28,11 +28,15 @@ from support.topologies import nvlink_pcie_box
 ONE_HOST, TWO_HOSTS = "4@100", "2@100,2@25"
 #: strategies that need several hosts
 SEVERAL_HOSTS = {"composed", "three-phase", "two-step", "three-step"}
+#: strategies that run inside one host
+ONE_HOST_ONLY = {"lane-rings"}
 #: (strategy, collective) whose programs are written in place only: --outofplace is refused
-IN_PLACE_ONLY = {("three-phase", "allreduce"), ("nccl-ring", "allgather"), ("nccl-ring", "broadcast")}
+IN_PLACE_ONLY = {("three-phase", "allreduce"), ("nccl-ring", "allgather"), ("nccl-ring", "broadcast"),
+                 ("lane-rings", "allgather")}
 
 CASES = [(s.name, c, h) for s in STRATEGIES for c in s.collectives for h in (ONE_HOST, TWO_HOSTS)
-         if (s.name, c) not in IN_PLACE_ONLY and (h == TWO_HOSTS or s.name not in SEVERAL_HOSTS)]
+         if (s.name, c) not in IN_PLACE_ONLY and (h == TWO_HOSTS or s.name not in SEVERAL_HOSTS)
+         and (h == ONE_HOST or s.name not in ONE_HOST_ONLY)]
 
 
 def hierarchy(spec: str):
@@ -47,7 +51,7 @@ def test_out_of_place_form_is_proven_and_runs(strategy, collective, hosts):
 
 
 @pytest.mark.parametrize("strategy", ["trees", "binary-trees", "blueconnect", "composed", "hierarchical", "nccl-ring",
-                                      "double-binary-tree", "halving-doubling", "ring"])
+                                      "lane-rings", "double-binary-tree", "halving-doubling", "ring"])
 def test_out_of_place_all_reduce_is_also_correct_in_place(strategy):
     hosts = TWO_HOSTS if strategy in SEVERAL_HOSTS else ONE_HOST
     r = synthesize(hierarchy(hosts), "allreduce", strategy, timed=False, form="out-of-place")
@@ -112,7 +116,8 @@ def test_synth_outofplace_writes_a_verified_out_of_place_file(tmp_path):
 
 @pytest.mark.parametrize("strategy,collective", sorted(IN_PLACE_ONLY))
 def test_outofplace_of_an_in_place_only_strategy_is_refused_saying_why(tmp_path, strategy, collective):
-    run = arborcc("synth", "--machine", f"hierarchy:{TWO_HOSTS}", "--strategy", strategy, "--collective",
+    hosts = ONE_HOST if strategy in ONE_HOST_ONLY else TWO_HOSTS
+    run = arborcc("synth", "--machine", f"hierarchy:{hosts}", "--strategy", strategy, "--collective",
                   collective, "--outofplace", "-o", "x.xml", cwd=tmp_path)
     refused(run, r"--outofplace", "no out-of-place form", "in-place only", "one buffer that input and output share",
             f"{strategy} has no out-of-place lowering of {collective}", "nothing written")
@@ -120,7 +125,8 @@ def test_outofplace_of_an_in_place_only_strategy_is_refused_saying_why(tmp_path,
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(nvlink_pcie_box(3, 5), st.sampled_from(["trees", "binary-trees", "ring", "nccl-ring", "double-binary-tree"]))
+@given(nvlink_pcie_box(3, 5), st.sampled_from(["trees", "binary-trees", "ring", "nccl-ring", "lane-rings",
+                                              "double-binary-tree"]))
 def test_random_topologies_out_of_place_all_reduce_is_proven_and_runs(t, strategy):
     try:
         r = synthesize(t, "allreduce", strategy, timed=False, form="out-of-place")

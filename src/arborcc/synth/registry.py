@@ -21,6 +21,7 @@ from arborcc.synth.strategies.composed import synth_composed
 from arborcc.synth.strategies.direct import synth_direct
 from arborcc.synth.strategies.double_binary_tree import synth_double_binary_tree
 from arborcc.synth.strategies.halving_doubling import synth_halving_doubling
+from arborcc.synth.strategies.lane_rings import LANE_RING_COLLECTIVES, synth_lane_rings
 from arborcc.synth.strategies.hierarchical import synth_hierarchical
 from arborcc.synth.strategies.nccl_ring import synth_nccl_ring
 from arborcc.synth.strategies.ring import synth_ring
@@ -74,6 +75,8 @@ class Strategy:
 #: 1.2 s at 32, 10 s at 64, 194 s at 128; three-phase 3.8 s at 128, 28 s at 256;
 #: nccl-ring 4.3 s at 128 and minutes at 1024, where its rings hold millions of steps,
 #: as the plain ring's two million (so for every collective it runs).
+#: lane-rings stops at 32 ranks, where a ring all-reduce's 2(n-1) steps per thread block
+#: reach the executor dialect's 64.
 #: Simulated (``compare``, ``tune``; ``arborcc compare --machine dgx-a100 --nodes N
 #: --sizes 1M``): at 1024 ranks blueconnect takes 20 s and 2.7 GB to synthesize and 65 s to
 #: simulate, hierarchical 25 s and 74 s, composed over 2 minutes to simulate, while
@@ -99,6 +102,9 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("nccl-ring", RING_COLLECTIVES, synth_nccl_ring,
              "the rings NCCL's search builds, with NCCL's ring kernel for each collective",
              dict.fromkeys(RING_COLLECTIVES, 128)),
+    Strategy("lane-rings", LANE_RING_COLLECTIVES, synth_lane_rings,
+             "inside one machine: the rings of NCCL's search on as many thread blocks as the runtime takes, "
+             "rings without a common connection sharing a channel", dict.fromkeys(LANE_RING_COLLECTIVES, 32)),
     Strategy("double-binary-tree", ALLREDUCE, synth_double_binary_tree,
              "NCCL's double binary trees over the nodes, chains inside them"),
     Strategy("halving-doubling", ALLREDUCE, synth_halving_doubling,
