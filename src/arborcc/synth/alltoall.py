@@ -18,7 +18,9 @@ Communication", 2022, https://arxiv.org/abs/2201.11840, section 7.3 and its publ
 three-step example):
 
 * ``direct``: every block straight to its destination (one thread block per peer and
-  direction: small jobs);
+  direction: small jobs). The algorithm is the library's, the runtime's built-in
+  (:func:`arborcc.library.direct.trace_direct_alltoall`); this module adds the rank
+  pairs and their paths;
 * ``two-step``: a block for GPU g of another host first goes, inside its host, to the
   GPU with index g (rail g), which sends the G blocks it gathered for that destination in
   one transfer: each NIC carries exactly its share, so it reaches the cut bound of a
