@@ -173,6 +173,12 @@ def test_stages_that_leave_a_rank_more_than_one_chunk_are_refused():
         StagedAllReduce(stages, 4)
 
 
+def test_an_all_gather_stage_missing_is_refused():
+    stages = grid_stages([2, 2], [RING, RING])
+    with pytest.raises(SynthesisError, match="3 stages"):
+        StagedAllReduce(stages[:3], 4)
+
+
 def test_more_levels_than_channels_are_refused():
     level = Stage([[0], [1]], RING)
     k = MAX_CHANNELS // 2 + 1

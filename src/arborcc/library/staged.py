@@ -80,9 +80,14 @@ class Stage(Protocol):
     ``k xor 2^s``), each running ``algorithm``
     (:class:`arborcc.synth.blueconnect.Stage` is one)."""
 
-    groups: Sequence[Sequence[int]]
-    algorithm: str
-    factor: int
+    @property
+    def groups(self) -> Sequence[Sequence[int]]: ...
+
+    @property
+    def algorithm(self) -> str: ...
+
+    @property
+    def factor(self) -> int: ...
 
 
 class StagedAllReduce:
@@ -90,14 +95,18 @@ class StagedAllReduce:
     (the first half), then the all-gather stages (the second half, mirroring them:
     all-gather stage i runs the groups of reduce-scatter stage ``k - 1 - i``).
 
-    Built once the stages are checked: raises SynthesisError when the stages need more
-    than MSCCL's channels, or when a stage's groups do not share a block (module doc).
+    Built once the stages are checked: raises SynthesisError when the stages are not
+    halves of equal length, need more than MSCCL's channels, or when a stage's groups do
+    not share a block (module doc).
     The groups are taken as given (a partition of the ranks, sizes equal to the factors:
     :meth:`arborcc.synth.blueconnect.BlueConnectPlan.validate` checks that).
     """
 
     def __init__(self, stages: Sequence[Stage], num_ranks: int):
         k = len(stages) // 2
+        if len(stages) % 2:
+            raise SynthesisError(f"{len(stages)} stages: a staged all-reduce has an all-gather stage for "
+                                 f"each reduce-scatter stage")
         if 2 * k > MAX_CHANNELS:
             raise SynthesisError(f"{k} levels need {2 * k} channels, more than MSCCL's {MAX_CHANNELS}")
         self.stages = list(stages)
