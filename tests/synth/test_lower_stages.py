@@ -10,9 +10,10 @@ from arborcc.errors import SynthesisError
 from support.execution import assert_executes
 from arborcc.sim.blueconnect_model import blueconnect_time
 from arborcc.synth.blueconnect import HD, RING, blueconnect_plan, choose_blueconnect
+from arborcc.library.halving_doubling import near_equal_transfers
+from arborcc.library.staged import StagedAllReduce
+from arborcc.synth.lower_blocks import MAX_COUNT
 from arborcc.synth.lower_stages import (
-    _layout,
-    _pieces,
     hierarchical_plan,
     level_times,
     lower_blueconnect,
@@ -87,9 +88,11 @@ def test_lowered_plan_verifies_and_executes(label, key, make):
 
 
 def test_transfers_are_aggregated_and_split_at_64():
-    assert _pieces(10, 128) == [(10, 64), (74, 64)]
-    assert _pieces(0, 100) == [(0, 50), (50, 50)]
-    assert _pieces(5, 3) == [(5, 3)]
+    pieces = near_equal_transfers(MAX_COUNT)
+    assert MAX_COUNT == 64
+    assert pieces(10, 128) == [(10, 64), (74, 64)]
+    assert pieces(0, 100) == [(0, 50), (50, 50)]
+    assert pieces(5, 3) == [(5, 3)]
     # one-level halving-doubling on 16 ranks: round 1 moves 8 chunks in ONE step per rank
     t = topo(H16)
     low = lower_blueconnect(t, blueconnect_plan(t, [16], [HD]))
@@ -109,7 +112,7 @@ def test_figure_4_ownership():
     t = topo(FIG1)
     plan = blueconnect_plan(t, algorithm=RING)
     assert plan.factors == [3, 2, 2]
-    layout = _layout(plan, t.num_ranks)
+    layout = StagedAllReduce(plan.stages, t.num_ranks).layout
     owned = []
     for blocks, m in layout:
         at = {}

@@ -8,10 +8,14 @@
 
 The functions themselves live one family per module (:mod:`.ring`, :mod:`.allpairs`,
 :mod:`.halving_doubling`, :mod:`.hierarchical`, :mod:`.alltoall`, :mod:`.alltonext`).
+The staged (BlueConnect/hierarchical) all-reduce the synthesizer's ``blueconnect`` and
+``hierarchical`` strategies trace lives in :mod:`.staged`, on :mod:`.ring`'s and
+:mod:`.halving_doubling`'s helpers.
 
 The runtime's built-in algorithms live here too, as functions returning an ``Algorithm``
 (not in ``LIBRARY``: they take no named parameters and are not compiled by name):
-:mod:`.direct`, the direct algorithm of every collective. So do NCCL's ring kernels
+:mod:`.direct`, the direct algorithm of every collective (the synthesizer's ``direct``
+all-to-all traces its all-to-all). So do NCCL's ring kernels
 (:mod:`.nccl_ring`), which the NCCL baseline and the ``nccl-ring`` strategy run.
 """
 

@@ -52,7 +52,11 @@ def _allgather(n: int, inplace: bool) -> None:
                 c.copy(p, OUT, r)
 
 
-def _alltoall(n: int, inplace: bool) -> None:
+def trace_direct_alltoall(n: int, inplace: bool) -> None:
+    """Trace the direct all-to-all of ``n`` ranks (one chunk per block) into the current
+    program: source by source, every block straight to its destination. The runtime's
+    built-in (:func:`build_direct_algorithm`) and the synthesizer's ``direct`` strategy
+    (:func:`arborcc.synth.alltoall.lower_direct`, out of place) trace this one."""
     if not inplace:
         for r in range(n):
             for j in range(n):
@@ -118,7 +122,7 @@ def build_direct_algorithm(collective: str, num_ranks: int, inplace: bool, root:
         name = f"direct-oneshot-allreduce-{n}r-{tag}"
     elif collective in ("allgather", "alltoall"):
         coll = {"allgather": AllGather, "alltoall": AllToAll}[collective](n, 1, ip)
-        body = {"allgather": _allgather, "alltoall": _alltoall}[collective]
+        body = {"allgather": _allgather, "alltoall": trace_direct_alltoall}[collective]
         body = (lambda f=body: f(n, ip))
         name = f"direct-{collective}-{n}r-{tag}"
     elif collective in ("broadcast", "reduce", "gather", "scatter"):

@@ -29,12 +29,30 @@ IN, OUT = Buffer.INPUT, Buffer.OUTPUT
 Transfers = Callable[[int, int], Iterable[tuple[int, int]]]
 
 
-def _whole(start: int, count: int) -> list[tuple[int, int]]:
+def whole_transfers(start: int, count: int) -> list[tuple[int, int]]:
+    """A range as one transfer."""
     return [(start, count)]
 
 
+def near_equal_transfers(most: int) -> Transfers:
+    """A range cut into the fewest near-equal transfers of at most ``most`` chunks (the
+    first ones a chunk larger where they do not divide evenly)."""
+    def cut(start: int, count: int) -> list[tuple[int, int]]:
+        if count <= 0:
+            return []
+        parts = -(-count // most)
+        base, extra = divmod(count, parts)
+        out, at = [], start
+        for j in range(parts):
+            size = base + (1 if j < extra else 0)
+            out.append((at, size))
+            at += size
+        return out
+    return cut
+
+
 def recursive_halving(group: Sequence[int], offset: int, block: int, buffer: Buffer = IN, ch: int = -1,
-                      transfers: Transfers = _whole) -> None:
+                      transfers: Transfers = whole_transfers) -> None:
     """Reduce-scatter among ``group`` (ranks by position) of the ``len(group)`` blocks of
     ``block`` chunks at ``offset`` of ``buffer``: position j ends owning block j, reduced.
     ``transfers`` cuts each exchanged range into transfers (default: one)."""
@@ -56,7 +74,7 @@ def recursive_halving(group: Sequence[int], offset: int, block: int, buffer: Buf
 
 
 def recursive_doubling(group: Sequence[int], offset: int, block: int, buffer: Buffer = IN, ch: int = -1,
-                       transfers: Transfers = _whole) -> None:
+                       transfers: Transfers = whole_transfers) -> None:
     """All-gather among ``group`` of the blocks :func:`recursive_halving` left: at distance
     d = 1, 2, ..., p/2 every position sends all it owns to its partner ``j XOR d``."""
     p = len(group)

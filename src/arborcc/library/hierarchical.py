@@ -22,11 +22,13 @@ backend's across hosts (:meth:`arborcc.torch.hierarchical.Transport.allreduce`) 
 the phases as whole collectives on two transports (shared memory inside a host, gloo
 between hosts), which one program for one runtime cannot express. The synthesizer's
 ``hierarchical`` strategy is a two-level BlueConnect plan
-(:func:`arborcc.synth.lower_stages.hierarchical_plan`) lowered with that module's own
-ring helpers: the same copies and reductions, traced in another order (every
-inter-node reduce-scatter before any inter-node all-gather) on channels of their own
-per stage (the same lowering also runs the ``blueconnect`` strategy's halving-doubling
-stages).
+(:func:`arborcc.synth.lower_stages.hierarchical_plan`) traced as the library's staged
+all-reduce (:class:`arborcc.library.staged.StagedAllReduce`, which also runs the
+``blueconnect`` strategy's stages), on the same ring helpers as this builder
+(:func:`~arborcc.library.ring.ring_reduce_scatter`,
+:func:`~arborcc.library.ring.ring_all_gather`): the same copies and reductions, traced
+in another order (every inter-node reduce-scatter before any inter-node all-gather) on
+channels of their own per stage.
 
 References:
 

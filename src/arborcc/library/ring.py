@@ -25,35 +25,41 @@ from arborcc.library.spec import Built, built
 IN, OUT = Buffer.INPUT, Buffer.OUTPUT
 
 
-def ring_reduce_scatter(ranks: list[int], offset: int, count: int, ch: int | None = None,
-                        buffer: Buffer = IN) -> None:
+def ring_reduce_scatter(ranks: Sequence[int], offset: int, count: int, ch: int | None = None,
+                        buffer: Buffer = IN, split: int = 1) -> None:
     """DSL helper (GC3 Figure 3b): ring reduce-scatter of ``len(ranks)`` blocks of ``count``
-    chunks at ``offset`` of ``buffer`` (the input unless said); block i ends reduced on ``ranks[i]``.
+    chunks at ``offset`` of ``buffer`` (the input unless said); block i starts at
+    ``ranks[i + 1]``, is reduced by every member in ring order and ends reduced on ``ranks[i]``.
 
-    The blocks go round one chunk at a time, every block's first chunk first: the MSCCL
-    runtimes cut a step into one piece per chunk on large buffers and a Simple FIFO holds
-    two pieces, so a ring whose members first send more than one chunk each fills every
-    FIFO and deadlocks (``arborcc.verify.pieces``)."""
+    Block i runs on channel ``ch + i % split`` (``split`` channels from ``ch``: a long
+    ring spread over several thread blocks per member); ``ch=None``: one channel, the
+    compiler's pick. The blocks go round one chunk at a time, every block's first chunk
+    first: the MSCCL runtimes cut a step into one piece per chunk on large buffers and a
+    Simple FIFO holds two pieces, so a ring whose members first send more than one chunk
+    each fills every FIFO and deadlocks (``arborcc.verify.pieces``)."""
     n = len(ranks)
     for j in range(count):
         for i in range(n):
             index = offset + i * count + j
+            block_ch = -1 if ch is None else ch + i % split
             c = chunk(ranks[(i + 1) % n], buffer, index)
             for step in range(1, n):
-                c = chunk(ranks[(step + i + 1) % n], buffer, index).reduce(c, ch=-1 if ch is None else ch)
+                c = chunk(ranks[(step + i + 1) % n], buffer, index).reduce(c, ch=block_ch)
 
 
-def ring_all_gather(ranks: list[int], offset: int, count: int, ch: int | None = None,
-                    buffer: Buffer = IN) -> None:
+def ring_all_gather(ranks: Sequence[int], offset: int, count: int, ch: int | None = None,
+                    buffer: Buffer = IN, split: int = 1) -> None:
     """DSL helper (GC3 Figure 3b): ring all-gather of the blocks ``ring_reduce_scatter`` left
-    in ``buffer``, one chunk at a time as there."""
+    in ``buffer``: block i leaves ``ranks[i]`` and goes once round, on channel
+    ``ch + i % split``, one chunk at a time as there."""
     n = len(ranks)
     for j in range(count):
         for i in range(n):
             index = offset + i * count + j
+            block_ch = -1 if ch is None else ch + i % split
             c = chunk(ranks[i], buffer, index)
             for step in range(1, n):
-                c = c.copy(ranks[(step + i) % n], buffer, index, ch=-1 if ch is None else ch)
+                c = c.copy(ranks[(step + i) % n], buffer, index, ch=block_ch)
 
 
 def ring_allreduce_trip(ring: Sequence[int], start: int, index: int, ch: int, dst: Buffer = IN,

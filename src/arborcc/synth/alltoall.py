@@ -18,7 +18,9 @@ Communication", 2022, https://arxiv.org/abs/2201.11840, section 7.3 and its publ
 three-step example):
 
 * ``direct``: every block straight to its destination (one thread block per peer and
-  direction: small jobs);
+  direction: small jobs). The algorithm is the library's, the runtime's built-in
+  (:func:`arborcc.library.direct.trace_direct_alltoall`); this module adds the rank
+  pairs and their paths;
 * ``two-step``: a block for GPU g of another host first goes, inside its host, to the
   GPU with index g (rail g), which sends the G blocks it gathered for that destination in
   one transfer: each NIC carries exactly its share, so it reaches the cut bound of a
@@ -48,10 +50,11 @@ from arborcc.ir.limits import MAX_CHANNELS, dialect_limits
 from arborcc.ir.model import Buffer
 from arborcc.lang import AllToAll, Program, ThreadblockPolicy, chunk
 from arborcc.library.alltoall import trace_twostep_alltoall
+from arborcc.library.direct import trace_direct_alltoall
 from arborcc.synth.hosts import Cluster, cluster_of
 from arborcc.synth.lower_blocks import MAX_COUNT, transfer_pieces
 from arborcc.synth.lower_channels import ChannelMap
-from arborcc.synth.lower_emit import finish, local_copy, lowering_program
+from arborcc.synth.lower_emit import finish, lowering_program
 
 INPUT, OUTPUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
 
@@ -75,13 +78,6 @@ class _Pairs:
 
     def channels(self) -> ChannelMap:
         return ChannelMap((a, b, p) for (a, b), p in self.pairs.items())
-
-
-def _copy(pairs: _Pairs, src: int, sbuf: Buffer, sidx: int, dst: int, dbuf: Buffer, didx: int, size: int = 1) -> None:
-    if src == dst:
-        local_copy(src, (sbuf, sidx), (dbuf, didx), size)
-    else:
-        chunk(src, sbuf, sidx, size).copy(dst, dbuf, didx)
 
 
 def check_thread_blocks(strategy: str, needed: int, dialect: str | None) -> None:
@@ -112,6 +108,10 @@ def check_consecutive_hosts(cluster: Cluster, strategy: str) -> None:
 # --- algorithms -------------------------------------------------------------------------
 
 def lower_direct(topology, name: str):
+    """The direct all-to-all (module doc): the library's
+    (:func:`arborcc.library.direct.trace_direct_alltoall`, out of place), traced into a
+    program that checks its transfers against every pair of ranks and their device paths
+    (the cluster's where ``topology`` is one, else its routes)."""
     n = topology.num_ranks
     pairs = _Pairs(_path_function(topology))
     pairs.n = n
@@ -120,9 +120,7 @@ def lower_direct(topology, name: str):
             pairs.add(s, d)
     channels = pairs.channels()
     with lowering_program(name, AllToAll(n, 1), pairs, channels, fuse=False) as prog:
-        for s in range(n):
-            for d in range(n):
-                _copy(pairs, s, INPUT, d, d, OUTPUT, s)
+        trace_direct_alltoall(n, inplace=False)
     return finish(prog, topology, channels, n, [f"direct: {n * (n - 1)} blocks straight to their destination"])
 
 

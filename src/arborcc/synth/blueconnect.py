@@ -43,12 +43,13 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from arborcc.errors import SynthesisError
+from arborcc.library.staged import HALVING_DOUBLING as HD, RING
 from arborcc.synth.flowgraph import check_routable
 from arborcc.sim.blueconnect_model import halving_doubling_time, is_power_of_two, ring_reduce_scatter_time
 from arborcc.topology.model import DeviceKind, Topology
 
 RS, AG = "reducescatter", "allgather"
-RING, HD = "ring", "halving-doubling"
+#: the algorithms a stage runs in its groups (the library's, :mod:`arborcc.library.staged`)
 ALGORITHMS = (RING, HD)
 
 

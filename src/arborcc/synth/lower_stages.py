@@ -3,30 +3,11 @@
 Source: Cho, Finkler, Kung & Hunter, "BlueConnect: Decomposing All-Reduce for Deep
 Learning on Heterogeneous Network Hierarchy", SysML 2019
 (https://proceedings.mlsys.org/paper_files/paper/2019/hash/0c8abcf158ed12d0dd94480681186fda-Abstract.html),
-section 3.1 (eq. 8: the
-rank count factored as ``p0 x p1 x ... x p_{k-1}``), section 3.2.2 (Figure 4: the
-reduce-scatter stages, "reverse steps with all-gather shall be taken to complete
-all-reduce") and Algorithm 1 (lines 7-16: the per-learner offsets ``g`` and sizes
-``N / n``). The ring reduce-scatter and all-gather inside a group are GC3's (Cowan et
-al., Figure 3b: ``ring_reduce_scatter``/``ring_all_gather``); halving-doubling is
-Thakur, Rabenseifner and Gropp's recursive halving / doubling (BlueConnect eq. 2).
-
-Chunk ownership (Algorithm 1, lines 6-11). The in-place buffer of an all-reduce over
-``n`` ranks is split into ``n`` chunks. Before stage 0 every rank owns the whole buffer
-(offset ``g = 0``, size ``n``). Reduce-scatter stage i runs, in each of its groups, a
-reduce-scatter of the block the group's members own together (they must own the same
-block: they agree on every earlier stage's coordinate); the block is cut into ``p_i``
-contiguous sub-blocks and the member at position ``l`` of the group ends owning
-sub-block ``l`` (line 10: ``g = g + N l[i] / n``). After stage i, rank r owns the
-chunks whose mixed-radix digits (stage 0 the most significant) equal r's positions in
-its groups of stages 0..i - Figure 4: after stage 0 GPU 0 owns partitions .00-.03 of
-12, after stage 1 .00-.01, after stage 2 .00. After the last stage every rank owns one
-distinct chunk, fully reduced. All-gather stages run the same groups in reverse order
-(lines 12-16), each member broadcasting its sub-block to the group.
-
-Every transfer moves a contiguous range of chunks (GC3's aggregation, multi-count
-references), split into at most ``MAX_COUNT`` (64) chunks per transfer, so the step
-count is that of the schedule, not of the chunk count.
+section 3 and Algorithm 1. The plans (:mod:`arborcc.synth.blueconnect`, and here the
+hierarchical baseline's, :func:`hierarchical_plan`) are synthesis; the program they
+stand for - chunk ownership, the ring and halving-doubling stages, their channels - is
+the library's staged all-reduce (:mod:`arborcc.library.staged`), which
+:func:`blueconnect_program` traces into a program checked against the plan's routes.
 
 Within a group, ``group[k]`` is position k (ring order for rings; for
 halving-doubling, position k pairs with ``k xor 2^s``), as :class:`Stage` documents.
@@ -46,24 +27,16 @@ from __future__ import annotations
 import math
 
 from arborcc.errors import SynthesisError
-from arborcc.ir.limits import MAX_CHANNELS
 from arborcc.ir.model import Buffer
-from arborcc.lang import AllReduce, chunk
-from arborcc.library.halving_doubling import recursive_doubling, recursive_halving
-from arborcc.synth.blueconnect import HD, RING, RS, BlueConnectPlan, GridAxis, Stage, build_plan, stage_algorithms
+from arborcc.lang import AllReduce
+from arborcc.library.halving_doubling import near_equal_transfers
+from arborcc.library.staged import StagedAllReduce
+from arborcc.synth.blueconnect import RING, RS, BlueConnectPlan, GridAxis, Stage, build_plan, stage_algorithms
 from arborcc.synth.hosts import ranks_by_host
 from arborcc.synth.lower_blocks import MAX_COUNT
 from arborcc.synth.lower_channels import ChannelMap, PlannedPairs
 from arborcc.synth.lower_emit import Lowered, accumulating_buffer, finish, local_copy, lowering_program
 from arborcc.topology.model import Topology
-
-#: ring sub-block pieces per channel in one stage (executor runtimes: 64 steps per thread block)
-_RING_STEPS_PER_CHANNEL = 60
-#: chunks per ring transfer: a ring member sends its first piece and then forwards;
-#: the MSCCL runtimes cut a step into one piece per chunk on large buffers and a Simple
-#: FIFO holds two pieces, so a first send of more than one chunk fills the FIFO and
-#: the ring deadlocks (:mod:`arborcc.verify.pieces`)
-RING_PIECE = 1
 
 IN = Buffer.INPUT
 
@@ -71,56 +44,7 @@ __all__ = ["lower_blueconnect", "blueconnect_program", "describe", "hierarchical
            "sequential_algbw", "stage_pairs"]
 
 
-# ----------------------------------------------------------------- ownership ---
-def _pieces(start: int, count: int) -> list[tuple[int, int]]:
-    """``count`` contiguous chunks from ``start`` as near-equal transfers of at most
-    MAX_COUNT chunks each."""
-    if count <= 0:
-        return []
-    parts = -(-count // MAX_COUNT)
-    base, extra = divmod(count, parts)
-    out, at = [], start
-    for j in range(parts):
-        size = base + (1 if j < extra else 0)
-        out.append((at, size))
-        at += size
-    return out
-
-
-def _layout(plan: BlueConnectPlan, n: int) -> list[tuple[list[tuple[list[int], int]], int]]:
-    """Per reduce-scatter stage: [(group, offset of the group's block)], sub-block size.
-
-    Algorithm 1, lines 6-11 (module doc). Raises SynthesisError when a group's members
-    do not own the same block (the groups do not form the mixed-radix grid of eq. 8).
-    """
-    k = len(plan.factors)
-    offset = [0] * n
-    size = n
-    out = []
-    for i, st in enumerate(plan.stages[:k]):
-        p = st.factor
-        if size % p:
-            raise SynthesisError(f"stage {i}: a block of {size} chunks cannot be cut into {p} parts")
-        m = size // p
-        blocks = []
-        for g in st.groups:
-            off = offset[g[0]]
-            if any(offset[r] != off for r in g):
-                owners = {r: offset[r] for r in g}
-                raise SynthesisError(f"stage {i}: group {g} spans ranks owning different blocks after the "
-                                     f"earlier stages (chunk offsets {owners}); the stages' groups must "
-                                     f"differ in one coordinate of the rank grid (BlueConnect eq. 8)")
-            blocks.append((g, off))
-        for g, off in blocks:
-            for pos, r in enumerate(g):
-                offset[r] = off + pos * m
-        out.append((blocks, m))
-        size = m
-    if size != 1 or len(set(offset)) != n:  # pragma: no cover - implied by validate + the grid check
-        raise SynthesisError("the reduce-scatter stages do not leave every rank one distinct chunk")
-    return out
-
-
+# ------------------------------------------------------------------ program ---
 def stage_pairs(stage: Stage) -> list[tuple[int, int]]:
     """The (sender, receiver) rank pairs a stage uses: ring neighbours, or every
     halving-doubling round's partners (both directions)."""
@@ -139,78 +63,19 @@ def stage_pairs(stage: Stage) -> list[tuple[int, int]]:
     return pairs
 
 
-# ---------------------------------------------------------------- emission ---
-def _ring_pieces(m: int) -> list[tuple[int, int]]:
-    """A ring sub-block of ``m`` chunks as ``(offset in the sub-block, size)`` pieces of
-    at most :data:`RING_PIECE` chunks."""
-    return [(a, min(RING_PIECE, m - a)) for a in range(0, m, RING_PIECE)]
-
-
-def _ring_reduce_scatter(g: list[int], off: int, m: int, ch: int, split: int = 1, buf: Buffer = IN) -> None:
-    """GC3 Fig. 3b ring reduce-scatter: sub-block k starts at ``g[k+1]``, is reduced
-    by every member in ring order and ends, fully reduced, on ``g[k]``. Sub-block k
-    runs on channel ``ch + k % split``. The sub-blocks go round piece by piece
-    (:func:`_ring_pieces`), every sub-block's first piece first. ``buf``: the buffer
-    reduced in."""
-    p = len(g)
-    for a0, c in _ring_pieces(m):
-        for k in range(p):
-            a = off + k * m + a0
-            ref = chunk(g[(k + 1) % p], buf, a, c)
-            for s in range(2, p + 1):
-                ref = chunk(g[(k + s) % p], buf, a, c).reduce(ref, ch=ch + k % split)
-
-
-def _ring_all_gather(g: list[int], off: int, m: int, ch: int, split: int = 1, buf: Buffer = IN) -> None:
-    """GC3 Fig. 3b ring all-gather: sub-block k leaves ``g[k]`` and goes once round,
-    on channel ``ch + k % split``, piece by piece as in :func:`_ring_reduce_scatter`,
-    within ``buf``."""
-    p = len(g)
-    for a0, c in _ring_pieces(m):
-        for k in range(p):
-            a = off + k * m + a0
-            ref = chunk(g[k], buf, a, c)
-            for s in range(1, p):
-                ref = ref.copy(g[(k + s) % p], buf, a, ch=ch + k % split)
-
-
-def _channel_splits(plan: BlueConnectPlan, layout) -> list[int]:
-    """Channels per stage (reduce-scatter stages, then all-gather stages): a ring stage
-    puts one step per sub-block piece on each member's thread block, so a ring of more
-    than about 60 pieces is spread over several channels to stay within the executor
-    runtimes' 64 steps per thread block (room left for the compiler's dependency
-    steps); one channel per stage otherwise, or when the spreads would need more than
-    MSCCL's channels."""
-    k = len(plan.factors)
-    blocks = [layout[i][1] for i in range(k)] + [layout[k - 1 - i][1] for i in range(k)]
-    splits = [1 if st.algorithm == HD or st.factor < 2 else
-              math.ceil(st.factor * len(_ring_pieces(m)) / _RING_STEPS_PER_CHANNEL)
-              for st, m in zip(plan.stages, blocks)]
-    return splits if sum(splits) <= MAX_CHANNELS else [1] * len(splits)
-
-
 def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | None = None, path=None):
     """The traced DSL program of :func:`lower_blueconnect` and its channel map (not yet
     compiled): ``(program, channels)``. Same checks as :func:`lower_blueconnect`.
 
-    Channels: every stage has its own channels, reduce-scatter stages first, then the
-    all-gather stages (GC3's hierarchical all-reduce likewise gives each phase its
-    channel); one per stage, more for long rings (:func:`_channel_splits`). Instruction fusion joins only transfers of one channel, so it chains
-    receives and sends inside a stage (a ring's ``rrs``/``rcs`` pipeline) but never
-    across stages. Two reasons: with one channel for everything, a receive of a
-    reduce-scatter gets fused with a send of an all-gather far later in the program,
-    and the compiler's FIFO repair (``compiler/order.py``, which chains a fused
-    instruction at its receive's program position) finds no order and raises
-    AssertionError (e.g. halving-doubling on 16 ranks with one-chunk transfers); and
-    with one channel per phase, a chain from a stage's last receive into the next
-    stage's first send would need one thread block with two send peers.
+    The stages are the library's staged all-reduce (:class:`arborcc.library.staged.StagedAllReduce`:
+    chunk ownership, one channel per stage, more for long rings), checked before any
+    route is asked for; halving-doubling transfers are cut at MAX_COUNT chunks. This
+    adds the plan's routes: the device path of every rank pair a stage uses, which the
+    channel map and the program's connectivity follow.
     """
     n = topology.num_ranks
     plan.validate(n)
-    k = len(plan.factors)
-    if 2 * k > MAX_CHANNELS:
-        raise SynthesisError(f"{k} levels need {2 * k} channels, more than MSCCL's {MAX_CHANNELS}")
-    layout = _layout(plan, n)
+    staged = StagedAllReduce(plan.stages, n)
     name = name or f"{plan.name}-allreduce-" + "x".join(map(str, plan.factors))
 
     hops, paths = [], {}
@@ -221,31 +86,13 @@ def blueconnect_program(topology: Topology, plan: BlueConnectPlan, name: str | N
                 hops.append((a, b, paths[(a, b)]))
     channels = ChannelMap(hops)
 
-    splits = _channel_splits(plan, layout)
-    base = [sum(splits[:i]) for i in range(2 * k)]
     connectivity = PlannedPairs(paths, n) if path else topology
     acc = accumulating_buffer()
     with lowering_program(name, AllReduce(n, n, inplace=acc is IN), connectivity, channels) as prog:
         if acc is not IN:  # out of place: the stages work in the output, the input copied there first
             for r in range(n):
                 local_copy(r, (IN, 0), (acc, 0), n)
-        for i, (st, (blocks, m)) in enumerate(zip(plan.stages[:k], layout)):  # going up: lines 7-11
-            if st.factor < 2:
-                continue
-            for g, off in blocks:
-                if st.algorithm == HD:
-                    recursive_halving(g, off, m, acc, base[i], _pieces)
-                else:
-                    _ring_reduce_scatter(g, off, m, base[i], splits[i], acc)
-        for i, st in enumerate(plan.stages[k:]):  # coming down: lines 12-16
-            blocks, m = layout[k - 1 - i]
-            if st.factor < 2:
-                continue
-            for g, off in blocks:
-                if st.algorithm == HD:
-                    recursive_doubling(g, off, m, acc, base[k + i], _pieces)
-                else:
-                    _ring_all_gather(g, off, m, base[k + i], splits[k + i], acc)
+        staged.trace(acc, near_equal_transfers(MAX_COUNT))
     return prog, channels
 
 

@@ -1,5 +1,6 @@
 """The ``blueconnect`` strategy: BlueConnect (Cho et al., SysML 2019) section 3, Algorithm 1:
-stages along the hierarchy (:mod:`arborcc.synth.blueconnect`, :mod:`arborcc.synth.lower_stages`)."""
+stages along the hierarchy (:mod:`arborcc.synth.blueconnect`, :mod:`arborcc.synth.lower_stages`), traced as
+the library's staged all-reduce (:mod:`arborcc.library.staged`)."""
 
 from __future__ import annotations
 

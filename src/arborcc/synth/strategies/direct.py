@@ -1,5 +1,6 @@
 """The ``direct`` all-to-all strategy: all pairs, every block straight to its destination
-(:mod:`arborcc.synth.alltoall`)."""
+(:mod:`arborcc.synth.alltoall`; the library's direct all-to-all,
+:func:`arborcc.library.direct.trace_direct_alltoall`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The ``hierarchical`` strategy: the two-level reduce-scatter / all-gather baseline (in
-each node, then across nodes; :mod:`arborcc.synth.lower_stages`)."""
+each node, then across nodes; :mod:`arborcc.synth.lower_stages`), traced as the library's
+staged all-reduce (:mod:`arborcc.library.staged`)."""
 
 from __future__ import annotations
 
