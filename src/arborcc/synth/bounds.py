@@ -76,6 +76,14 @@ from arborcc.synth.hosts import Cluster, cluster_of
 from arborcc.synth.lp import INF, GrowingLP
 from arborcc.topology.model import GB, Topology
 
+#: solves of the tree all-reduce LP's cutting-plane loop (each adds the violated cuts);
+#: counts, not times, so a bound does not depend on the machine's load. The benchmark
+#: set's (``benchmarks/synthesis/xml_snapshot.py``) converge within 25.
+CUT_ROUNDS = 500
+#: solver iterations of the all-to-all maximum-concurrent-flow LP (at most
+#: :data:`EXACT_LP_RANKS` ranks: 4 x DGX H100 takes about 5,000, 0.3 CPU seconds)
+FLOW_LP_ITERATIONS = 500_000
+
 
 # --- results -----------------------------------------------------------------------
 
@@ -234,14 +242,14 @@ def reduce_bound(topology: Topology, root: str | int, links: LinkSelector = "all
 
 # --- all-gather / reduce-scatter --------------------------------------------------------
 
-def allgather_cut_bound(g: FlowGraph, collective: str, time_limit: float) -> Bound:
+def allgather_cut_bound(g: FlowGraph, collective: str) -> Bound:
     """``x* = min_S cap(out S)/|S n ranks|`` by parametric min-cut + Dinkelbach (see module
     doc; every rank a source, one sink per orbit of the automorphisms, which all fix the
     super source and so have the same max-flows)."""
     t0 = time.perf_counter()
     check_strongly_connected(g, collective)
     ranks = [int(i) for i in g.ranks]
-    cut = min_ratio_cut(g, ranks, g.orbits().representatives(ranks), collective, time_limit)
+    cut = min_ratio_cut(g, ranks, g.orbits().representatives(ranks), collective)
     return _cut_bound(g, collective, None, cut, t0)
 
 
@@ -256,18 +264,18 @@ def _cut_bound(g: FlowGraph, collective: str, root: str | None, cut: RatioCut, t
                  tuple(g.original_link(int(i)) for i in arcs), cut_cap, k, g.links, time.perf_counter() - t0)
 
 
-def allgather_bound(topology: Topology, links: LinkSelector = "all", time_limit: float = 30.0) -> Bound:
+def allgather_bound(topology: Topology, links: LinkSelector = "all") -> Bound:
     """Best all-gather: per-shard rate ``x* = min_S cap(out of S)/|S n ranks|``; ``algbw = N x*``.
 
     ``cut`` is a minimising ``S`` (it holds ``cut_ranks`` ranks and misses one);
     ``cut_links`` are the links leaving it. See the module doc for the theorem.
     """
-    return allgather_cut_bound(flow_graph(topology, links), "allgather", time_limit)
+    return allgather_cut_bound(flow_graph(topology, links), "allgather")
 
 
-def reducescatter_bound(topology: Topology, links: LinkSelector = "all", time_limit: float = 30.0) -> Bound:
+def reducescatter_bound(topology: Topology, links: LinkSelector = "all") -> Bound:
     """Best reduce-scatter: all-gather on the reversed graph (``cut_links`` enter ``cut``)."""
-    return allgather_cut_bound(flow_graph(topology, links).reversed(), "reducescatter", time_limit)
+    return allgather_cut_bound(flow_graph(topology, links).reversed(), "reducescatter")
 
 
 # --- gather / scatter ----------------------------------------------------------------
@@ -301,7 +309,7 @@ def scatter_bound(topology: Topology, root: str | int, links: LinkSelector = "al
 
 # --- all-reduce -----------------------------------------------------------------------
 
-def tree_allreduce_split(g: FlowGraph, r: int, time_limit: float = 30.0) -> tuple[float, np.ndarray, np.ndarray]:
+def tree_allreduce_split(g: FlowGraph, r: int, max_rounds: int = CUT_ROUNDS) -> tuple[float, np.ndarray, np.ndarray]:
     """``(R, c_b, c_r)``: the largest ``R`` for which a reduce to node ``r`` and a broadcast from it, both of rate
     R, can run at once with point-to-point routes through relays (Blink section 3.3).
 
@@ -318,12 +326,13 @@ def tree_allreduce_split(g: FlowGraph, r: int, time_limit: float = 30.0) -> tupl
     method, Dantzig, Fulkerson & Johnson 1954): start from the cuts around single
     ranks, solve, find each rank's minimum cut under the current split by max-flow,
     add the violated ones, re-solve warm; it ends when no cut is violated (within
-    ``1e-7`` relative), which is the optimum of the per-destination flow LP.
+    ``1e-7`` relative), which is the optimum of the per-destination flow LP, or raises
+    :class:`SolverLimitError` after ``max_rounds`` solves (a count, not a time: the
+    answer does not depend on the machine's load).
     Symmetry (:mod:`.symmetry`): the automorphisms fixing ``r`` permute the LP's
     constraints, so one variable per arc orbit suffices, and with orbit-constant
     splits one destination per rank orbit.
     """
-    t0 = time.perf_counter()
     E, scale = len(g.src), float(g.cap.max())
     orbits = g.orbits(fixed=r)
     classes, cls = np.unique(orbits.arc, return_inverse=True)  # arc e -> its orbit's variable
@@ -369,11 +378,8 @@ def tree_allreduce_split(g: FlowGraph, r: int, time_limit: float = 30.0) -> tupl
         add_cut(CR, arcs[g.src == v])
     add_cut(CB, arcs[g.src == r])
     add_cut(CR, arcs[g.dst == r])
-    while True:
-        left = time_limit - (time.perf_counter() - t0)
-        if left <= 0:
-            raise SolverLimitError(f"{g.name}: tree all-reduce LP hit its {time_limit:g} s limit")
-        x = lp.solve(left).x
+    for _ in range(max_rounds):
+        x = lp.solve().x
         R = float(x[0])
         added = 0
         # broadcast: cuts of c_b leaving a set around r; reduce: cuts of c_r entering it,
@@ -386,6 +392,8 @@ def tree_allreduce_split(g: FlowGraph, r: int, time_limit: float = 30.0) -> tupl
                 added += add_cut(base, h.cut_arcs(r, v, caps))
         if not added:
             return R * scale, x[CB:CB + K][cls] * scale, x[CR:CR + K][cls] * scale
+    raise SolverLimitError(f"{g.name}: tree all-reduce LP (root {g.nodes[r]}) still violated a cut "
+                           f"after {max_rounds} rounds")
 
 
 def _tree_rate_ceiling(g: FlowGraph, r: int) -> float:
@@ -408,8 +416,8 @@ def _tree_rate_ceiling(g: FlowGraph, r: int) -> float:
     return min(single, touching / (2 * (len(g.ranks) - 1)))
 
 
-def allreduce_bound(topology: Topology, links: LinkSelector = "all", tree_roots: Sequence[str] | None = None,
-                    time_limit: float = 60.0) -> AllreduceBound:
+def allreduce_bound(topology: Topology, links: LinkSelector = "all",
+                    tree_roots: Sequence[str] | None = None) -> AllreduceBound:
     """Both all-reduce bounds (see module doc).
 
     ``tree_roots``: roots whose reduce+broadcast LP is solved (each one reported in
@@ -421,8 +429,8 @@ def allreduce_bound(topology: Topology, links: LinkSelector = "all", tree_roots:
     """
     t0 = time.perf_counter()
     g = flow_graph(topology, links)
-    rs = allgather_cut_bound(g.reversed(), "reducescatter", time_limit)
-    ag = allgather_cut_bound(g, "allgather", time_limit)
+    rs = allgather_cut_bound(g.reversed(), "reducescatter")
+    ag = allgather_cut_bound(g, "allgather")
     rs_ag = 1.0 / (1.0 / rs.algbw + 1.0 / ag.algbw)
     rates: dict[str, float] = {}
     splits: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -438,11 +446,8 @@ def allreduce_bound(topology: Topology, links: LinkSelector = "all", tree_roots:
     for i, v in enumerate(todo):
         if v in ceiling and ceiling[v] <= max([rs_ag, *rates.values()]) * (1 + 1e-9):
             break  # sorted: no later root can do better either
-        left = time_limit - (time.perf_counter() - t0)
         try:
-            if left <= 0:
-                raise SolverLimitError(f"{topology.name}: all-reduce bound not found within {time_limit:g} s")
-            rate, cap_b, cap_r = tree_allreduce_split(g, v, left)
+            rate, cap_b, cap_r = tree_allreduce_split(g, v)
         except SolverLimitError:
             if v not in ceiling:  # roots asked for by name: no ceiling to fall back on
                 raise
@@ -552,9 +557,10 @@ def alltoall_cut_bound(topology: Topology, links: LinkSelector = "all"):
     return g, best
 
 
-def max_concurrent_flow(g, time_limit: float = 30.0) -> float:
+def max_concurrent_flow(g, max_iterations: int = FLOW_LP_ITERATIONS) -> float:
     """The all-to-all rate ``x`` per ordered pair: the maximum concurrent flow, as an LP
-    with one flow per source rank (HiGHS); exact."""
+    with one flow per source rank (HiGHS); exact. Raises :class:`SolverLimitError` after
+    ``max_iterations`` solver iterations (a count, not a time)."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
@@ -587,26 +593,26 @@ def max_concurrent_flow(g, time_limit: float = 30.0) -> float:
     c = np.zeros(N * E + 1)
     c[-1] = -1.0
     res = linprog(c, A_ub=a_ub, b_ub=g.cap / scale, A_eq=a_eq, b_eq=np.array(b_eq), bounds=(0, None),
-                  method="highs", options={"time_limit": time_limit})
+                  method="highs", options={"maxiter": int(max_iterations)})
     if res.status == 1:
-        raise SolverLimitError(f"{g.name}: the all-to-all flow LP hit its {time_limit:g} s limit")
+        raise SolverLimitError(f"{g.name}: the all-to-all flow LP hit its limit of {max_iterations} iterations")
     if res.status != 0:
         raise SynthesisError(f"{g.name}: the all-to-all flow LP ended: {res.message}")
     return float(res.x[-1]) * scale
 
 
-def alltoall_bound(topology: Topology, links: LinkSelector = "all", time_limit: float = 30.0) -> Bound:
+def alltoall_bound(topology: Topology, links: LinkSelector = "all") -> Bound:
     """The all-to-all bound (:mod:`arborcc.synth.alltoall` explains it) as a :class:`Bound`:
     ``rate`` is the per-pair rate, ``algbw = N rate``; ``exact`` says whether it is the
     optimum (the LP, or a routing that reaches the cut) or only an upper bound (also when
-    the LP hits ``time_limit``: ``basis`` says so)."""
+    the LP hits its iteration limit: ``basis`` says so)."""
     t0 = time.perf_counter()
     g, (x, members) = alltoall_cut_bound(topology, links)
     N = len(g.ranks)
     exact, basis = False, "the least cut around a rank, a host or a switch's hosts (an upper bound)"
     if N <= EXACT_LP_RANKS:
         try:
-            x_lp = max_concurrent_flow(g, time_limit)
+            x_lp = max_concurrent_flow(g)
         except SolverLimitError as e:
             basis += f" - {e}"
         else:

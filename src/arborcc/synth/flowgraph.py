@@ -29,7 +29,6 @@ https://doi.org/10.1287/mnsc.13.7.492).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Iterable, Sequence, Union
@@ -448,7 +447,7 @@ class RatioCut:
 
 
 def min_ratio_cut(g: FlowGraph, sources: Sequence[int], sinks: Sequence[int], what: str,
-                  time_limit: float | None = None, with_flow: bool = False) -> RatioCut:
+                  with_flow: bool = False) -> RatioCut:
     """``x* = min_S cap(out of S) / |S n sources|`` over node sets ``S`` that miss one of
     ``sinks``, exactly (module doc).
 
@@ -460,7 +459,6 @@ def min_ratio_cut(g: FlowGraph, sources: Sequence[int], sinks: Sequence[int], wh
     minimising set strictly drops, so it ends within ``|sources|`` rounds, each one
     integer max-flow per sink. ``with_flow`` (one sink only): also a flow at the ratio.
     """
-    t0 = time.perf_counter()
     K, N = len(sources), len(g.ranks)
     out_cap = g.out_capacity()
     x0 = float(min(out_cap[v] for v in sources))
@@ -479,8 +477,6 @@ def min_ratio_cut(g: FlowGraph, sources: Sequence[int], sinks: Sequence[int], wh
     dst = np.concatenate([g.dst, np.array(sources)])
     network = IntegerMaxFlow(g.n + 1, src, dst)
     for _ in range(K + 2):
-        if time_limit is not None and time.perf_counter() - t0 > time_limit:
-            raise SolverLimitError(f"{g.name}: {what} bound not found within {time_limit:g} s")
         p, q = ratio.numerator, ratio.denominator
         cap = np.concatenate([icap * q, np.full(K, p, dtype=np.int64)])
         if int(cap.max()) > INT32_MAX:

@@ -20,6 +20,13 @@ import numpy as np
 from arborcc.errors import SolverLimitError, SynthesisError
 
 INF = float("inf")
+#: the simplex work one LP may do over all its solves, in iterations x (rows + columns) at
+#: each solve (an iteration's cost grows with the LP): a count, not a time, so what a solve
+#: returns does not depend on the machine's load. The LPs of
+#: ``benchmarks/synthesis/xml_snapshot.py`` take under 1e7 (at most 865 iterations);
+#: all-gather trees on 8 x DGX A100 (64 roots) 1.5e8, about 20 CPU seconds; 16 x DGX A100
+#: needs more and is refused after about 25 CPU seconds (a 30 s clock limit did before).
+WORK_LIMIT = 200_000_000
 
 
 @dataclass
@@ -73,12 +80,15 @@ def _packed(entries, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 class GrowingLP:
     """``minimize c x`` subject to ``row_lo <= A x <= row_hi`` and column bounds, with
-    rows and columns added between solves. Each solve starts from the last basis."""
+    rows and columns added between solves. Each solve starts from the last basis; all of
+    them together may do ``work_limit`` simplex work (:data:`WORK_LIMIT`)."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, work_limit: int = WORK_LIMIT):
         import highspy
 
         self.name = name
+        self.work_limit = work_limit
+        self.work = 0
         with quiet_stdout():
             self._h = highspy.Highs()
         self._h.setOptionValue("output_flag", False)
@@ -120,17 +130,20 @@ class GrowingLP:
         self.num_rows += 1
         return self.num_rows - 1
 
-    def solve(self, time_limit: float) -> Solution:
-        """Solve (warm); raises SolverLimitError at the time limit, SynthesisError if the
-        LP is infeasible or unbounded."""
+    def solve(self) -> Solution:
+        """Solve (warm); raises SolverLimitError when the LP's simplex work reaches its
+        ``work_limit``, SynthesisError if the LP is infeasible or unbounded."""
         import highspy
 
         h = self._h
-        h.setOptionValue("time_limit", max(float(time_limit), 0.01))
+        size = self.num_rows + self.num_cols
+        h.setOptionValue("simplex_iteration_limit", max((self.work_limit - self.work) // max(size, 1), 0))
         h.run()
+        self.work += h.getInfo().simplex_iteration_count * size
         status = h.getModelStatus()
-        if status == highspy.HighsModelStatus.kTimeLimit:
-            raise SolverLimitError(f"{self.name}: LP hit its {time_limit:g} s time limit")
+        if status == highspy.HighsModelStatus.kIterationLimit:
+            raise SolverLimitError(f"{self.name}: LP used its simplex work limit of {self.work_limit:.3g} "
+                                   f"(iterations x (rows + columns))")
         if status != highspy.HighsModelStatus.kOptimal:
             raise SynthesisError(f"{self.name}: LP ended {h.modelStatusToString(status)}")
         sol = h.getSolution()

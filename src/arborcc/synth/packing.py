@@ -38,11 +38,14 @@ may be fractional (each used tree still counts one). ``threshold`` defaults to 1
 minimise by default, all-gather/reduce-scatter do not (their LP optimum is already a
 basic solution with few trees per root; on a switch it is Blink's one-hop trees).
 
-Time: every solver stage checks a deadline (``time_limit`` seconds for the whole call;
-``ilp_time_limit`` for the tree-count program, a safety net behind its node limit
-:data:`ILP_NODE_LIMIT`, which keeps its answer independent of the machine's load). When
-the packing itself is cut short, :class:`SolverLimitError` is raised, or with
-``allow_partial=True`` the packing reached so far is returned with ``limit_hit`` set.
+Budgets, never clocks: the same input gives the same trees on any machine at any load.
+Column generation stops after ``max_rounds`` rounds (:data:`COLUMN_GENERATION_ROUNDS`;
+for ``method="mwu"`` the budget counts oracle calls, :data:`MWU_ORACLE_CALLS`), each LP
+after :data:`~arborcc.synth.lp.WORK_LIMIT` simplex work (iterations x size), the
+tree-count program after :data:`ILP_NODE_LIMIT` branch-and-bound nodes, and the dive
+after its ``k`` steps (each a bounded search). When the packing itself is cut short,
+:class:`SolverLimitError` is raised, or with ``allow_partial=True`` the packing reached
+so far is returned with ``limit_hit`` set.
 """
 
 from __future__ import annotations
@@ -70,6 +73,12 @@ METHODS = ("exact", "mwu")
 #: it is kept; the whole-machine DGX-2 broadcast, the largest case of the benchmark set,
 #: proves optimality at about 1,800 nodes and finds its optimum well before 1,000)
 ILP_NODE_LIMIT = 1000
+#: rounds of column generation (one master LP solve and one pricing per root each); a
+#: count, like every budget here. The packings of ``benchmarks/synthesis/xml_snapshot.py``
+#: converge within 45 rounds, the all-gather on 8 x DGX A100 (64 roots) in 54
+COLUMN_GENERATION_ROUNDS = 1000
+#: oracle calls of the multiplicative-weights packing (``method="mwu"``)
+MWU_ORACLE_CALLS = 200_000
 _TINY = 1e-9  # added to link lengths: keeps zero-price links real edges, prefers short routes
 
 
@@ -209,27 +218,27 @@ class _Master:
                                     np.concatenate(index), np.concatenate(value))
         self.cols.extend(cols)
 
-    def solve(self, time_limit: float):
+    def solve(self):
         """(x, weights, link prices y, root prices pi)."""
-        sol = self.lp.solve(time_limit)
+        sol = self.lp.solve()
         dual = -sol.row_dual
         return float(sol.x[0]), sol.x[1:], np.maximum(dual[:self.E], 0.0), np.maximum(dual[self.E:], 0.0)
 
 
 def _column_generation(oracle: _RouteOracle, cap: np.ndarray, roots: list[int], cols: list[_Column],
-                       deadline: float, tol: float, target: float | None):
-    """Grow ``cols`` until the master LP is optimal over all trees (within ``tol``).
+                       max_rounds: int, tol: float, target: float | None):
+    """Grow ``cols`` until the master LP is optimal over all trees (within ``tol``), for
+    at most ``max_rounds`` rounds of pricing.
 
     Returns (x, weights, cols, limit_hit, upper_bound).
     """
     keys = {c.key for c in cols}
     master = _Master(cap, roots, cols)
     upper = math.inf
-    while True:
-        if time.perf_counter() > deadline:
-            x, w, _, _ = master.solve(1.0)
+    for done in range(max_rounds + 1):
+        x, w, y, pi = master.solve()
+        if done == max_rounds:
             return x, w, master.cols, True, upper
-        x, w, y, pi = master.solve(deadline - time.perf_counter())
         if target is not None and x >= target * (1 - 1e-9):
             return x, w, master.cols, False, upper
         theta, added = 0.0, []
@@ -262,8 +271,7 @@ def _seed_columns(oracle: _RouteOracle, cap: np.ndarray, roots: list[int], per_r
 
 # --- Blink: multiplicative weights ----------------------------------------------------------
 
-def _mwu_candidates(oracle: _RouteOracle, cap: np.ndarray, root: int, eps: float, deadline: float,
-                    max_calls: int | None = None):
+def _mwu_candidates(oracle: _RouteOracle, cap: np.ndarray, root: int, eps: float, max_calls: int):
     """Garg-Koenemann fractional packing of arborescences rooted at ``root``.
 
     Lengths start at ``delta / c_e``; each step routes the bottleneck amount along a
@@ -272,7 +280,8 @@ def _mwu_candidates(oracle: _RouteOracle, cap: np.ndarray, root: int, eps: float
     feasible and (1 - eps)^3-optimal (Garg & Koenemann 1998). As in Fleischer (2000)
     a tree is reused while its length stays within ``1 + eps`` of the cheapest one
     found, which saves most oracle calls. Returns (columns, scaled weights, limit_hit);
-    ``max_calls`` bounds the oracle calls (the result is then just a candidate set).
+    ``max_calls`` bounds the oracle calls (``limit_hit``: it stopped there; the weights
+    are still feasible, below the guarantee - or the trees are just a candidate set).
     """
     m = len(cap)
     delta = (1 + eps) / ((1 + eps) * m) ** (1 / eps)
@@ -282,8 +291,8 @@ def _mwu_candidates(oracle: _RouteOracle, cap: np.ndarray, root: int, eps: float
     limit = False
     calls = 0
     while float(cap @ length) < 1.0:
-        if calls and (time.perf_counter() > deadline or (max_calls is not None and calls >= max_calls)):
-            limit = time.perf_counter() > deadline  # one tree at least, even past the deadline
+        if calls >= max(max_calls, 1):  # one tree at least
+            limit = True
             break
         alpha, col = oracle.cheapest_tree(length, root)
         calls += 1
@@ -310,7 +319,7 @@ def _mwu_candidates(oracle: _RouteOracle, cap: np.ndarray, root: int, eps: float
 # --- Blink: fewest trees --------------------------------------------------------------------
 
 def _fewest_trees(cols: list[_Column], cap: np.ndarray, roots: list[int], targets: dict[int, float],
-                  grains: tuple, deadline: float, scale: float) -> tuple[np.ndarray | None, str]:
+                  grains: tuple, scale: float) -> tuple[np.ndarray | None, str]:
     """The fewest trees (and their weights) giving each root at least ``targets[root]``.
 
     Tries weights that are integer multiples of each grain in turn (``None``: any
@@ -323,9 +332,6 @@ def _fewest_trees(cols: list[_Column], cap: np.ndarray, roots: list[int], target
     upper = np.array([float(np.min(cap[c.load > 0] / c.load[c.load > 0])) for c in cols])
     total = sum(targets.values())
     for grain in grains:
-        left = deadline - time.perf_counter()
-        if left <= 0:
-            return None, "time limit before the tree-count program"
         g = 1.0 if grain is None else grain
         kmax = np.floor(upper / g + 1e-9)
         if grain is not None and kmax.max() < 1:
@@ -350,17 +356,16 @@ def _fewest_trees(cols: list[_Column], cap: np.ndarray, roots: list[int], target
         with quiet_stdout():
             res = milp(obj, constraints=cons, integrality=integrality,
                        bounds=Bounds(np.zeros(2 * J), np.concatenate([kub, np.ones(J)])),
-                       options={"node_limit": ILP_NODE_LIMIT, "time_limit": left, "disp": False,
-                                "presolve": False})
-        # 0 optimal; 4: the node limit (the incumbent is kept: the same on every run);
-        # 1: the wall-clock safety limit (only on a machine far slower than measured)
-        if res.x is not None and res.status in (0, 1, 4):
+                       options={"node_limit": ILP_NODE_LIMIT, "disp": False, "presolve": False})
+        # 0 optimal; 4: the node limit (HiGHS's solution limit, a status scipy does not
+        # name; the incumbent is kept: the same on every run)
+        if res.x is not None and res.status in (0, 4):
             w = g * (np.round(res.x[:J]) if grain is not None else res.x[:J])
             w[res.x[J:] < 0.5] = 0.0
             w[w < 1e-12] = 0.0
             if all(sum(w[j] for j in range(J) if cols[j].root == r) >= targets[r] * (1 - 1e-7) for r in roots):
                 how = ("fractional weights" if grain is None else f"weights in multiples of {grain * scale / 1e9:.4g} GB/s")
-                return w, how + {0: "", 1: " (MILP time limit)", 4: " (MILP node limit)"}[res.status]
+                return w, how + ("" if res.status == 0 else " (MILP node limit)")
     return None, "no subset of the candidate trees reaches the threshold"
 
 
@@ -381,7 +386,7 @@ def _supports(g: FlowGraph, cap: np.ndarray, root: int, amount: float) -> bool:
 
 
 def _dive(oracle: _RouteOracle, cap: np.ndarray, root: int, k: int, q: float, cols: list[_Column],
-          deadline: float, tol: float, scale: float) -> list[_Column] | None:
+          max_rounds: int, tol: float, scale: float) -> list[_Column] | None:
     """``k`` trees of weight ``q`` each (a packing of rate k q), or None.
 
     Lovasz's proof of Edmonds' theorem takes one arborescence at a time, keeping the
@@ -414,9 +419,9 @@ def _dive(oracle: _RouteOracle, cap: np.ndarray, root: int, k: int, q: float, co
                 w[j] = max(w[j] - q, 0.0)
         if picked is None:
             w = None
-            picked = _fitting_tree(oracle, residual, root, q, need, scale, deadline)
+            picked = _fitting_tree(oracle, residual, root, q, need, scale)
         if picked is None:
-            x, w, pool, limit, _ = _column_generation(oracle, residual, [root], pool, deadline, tol, need)
+            x, w, pool, limit, _ = _column_generation(oracle, residual, [root], pool, max_rounds, tol, need)
             if limit or x < need * (1 - 1e-7):
                 return None
             # the LP's trees (heaviest first); other known trees, those leaving most slack first
@@ -424,8 +429,6 @@ def _dive(oracle: _RouteOracle, cap: np.ndarray, root: int, k: int, q: float, co
             order += sorted(set(range(len(pool))) - set(order),
                             key=lambda j: float(np.max(pool[j].load / np.maximum(residual, 1e-12))))
             for j in order:
-                if time.perf_counter() > deadline:
-                    return None
                 if passes(pool[j], w[j]):
                     picked = pool[j]
                     if w[j] >= q * (1 - 1e-9):
@@ -442,7 +445,7 @@ def _dive(oracle: _RouteOracle, cap: np.ndarray, root: int, k: int, q: float, co
 
 
 def _fitting_tree(oracle: _RouteOracle, residual: np.ndarray, root: int, q: float, need: float, scale: float,
-                  deadline: float, tries: int = 4) -> _Column | None:
+                  tries: int = 4) -> _Column | None:
     """A new tree of weight ``q`` that fits in ``residual`` and keeps ``need - q`` packable.
 
     Grown like Prim's algorithm: each step adds the hop from the tree to a new rank
@@ -462,8 +465,6 @@ def _fitting_tree(oracle: _RouteOracle, residual: np.ndarray, root: int, q: floa
         inside[root] = True
         hops = []
         while not inside.all():
-            if time.perf_counter() > deadline:
-                return None
             slack = residual - q * load
             length = np.where(slack >= q * (1 - 1e-9), penalty / np.maximum(slack, 1e-12), 1e12)
             D, pred = oracle.routes(length + _TINY)
@@ -533,15 +534,16 @@ def _pool(cols: list[_Column], w: np.ndarray, extra: list[_Column], extra_w: np.
 
 
 def _pack(topology, g: FlowGraph, roots: list[int], bound: Bound, collective: str, method: str,
-          threshold: float, minimize_trees: bool, time_limit: float, eps: float, allow_partial: bool,
-          t0: float, tol: float, ilp_time_limit: float, pool_size: int = 80) -> TreePacking:
+          threshold: float, minimize_trees: bool, max_rounds: int | None, eps: float, allow_partial: bool,
+          t0: float, tol: float, pool_size: int = 80) -> TreePacking:
     if method not in METHODS:
         raise SynthesisError(f"unknown packing method {method!r} (known: {', '.join(METHODS)})")
     if not 0 <= threshold < 1:
         raise SynthesisError(f"threshold must be in [0, 1), got {threshold}")
-    if not time_limit > 0:
-        raise SynthesisError(f"time_limit must be positive, got {time_limit}")
-    deadline = t0 + time_limit
+    if max_rounds is None:
+        max_rounds = MWU_ORACLE_CALLS if method == "mwu" else COLUMN_GENERATION_ROUNDS
+    if isinstance(max_rounds, bool) or not (isinstance(max_rounds, int) and max_rounds >= 1):
+        raise SynthesisError(f"max_rounds must be a positive integer, got {max_rounds!r}")
     scale = float(g.cap.max())
     cap = g.cap / scale
     oracle = _RouteOracle(g)
@@ -554,48 +556,47 @@ def _pack(topology, g: FlowGraph, roots: list[int], bound: Bound, collective: st
     if method == "mwu":
         if len(roots) != 1:
             raise SynthesisError("the multiplicative-weights method packs trees of one root; use method='exact'")
-        mcols, mw, limit = _mwu_candidates(oracle, cap, roots[0], eps, deadline)
+        mcols, mw, limit = _mwu_candidates(oracle, cap, roots[0], eps, max_rounds)
         notes.append(f"MWU (eps={eps:g}): {len(mcols)} candidate trees, rate {float(mw.sum()) * gb:.6g} GB/s "
                      f"({time.perf_counter() - tick:.3f} s)")
         cols = mcols
-        x, w, _, _ = _Master(cap, roots, cols).solve(max(deadline - time.perf_counter(), 0.05))
+        x, w, _, _ = _Master(cap, roots, cols).solve()
         notes.append(f"LP over the candidates: {x * gb:.6g} GB/s")
     else:
         if len(roots) == 1:  # a short MWU run gives varied, often integral, seed trees
-            mcols, mw, _ = _mwu_candidates(oracle, cap, roots[0], max(eps, 0.2), deadline,
-                                           max_calls=3 * len(g.ranks))
+            mcols, mw, _ = _mwu_candidates(oracle, cap, roots[0], max(eps, 0.2), max_calls=3 * len(g.ranks))
         else:
             # more seeds per root on small machines: fewer LP rounds (measured on DGX-1V,
             # A100/H100 boxes and 2x8 A100; the master LP grows with ranks x seeds)
             mcols = _seed_columns(oracle, cap, roots, per_root=max(2, 64 // len(roots)))
             mw = np.zeros(len(mcols))
-        x, w, cols, limit, upper = _column_generation(oracle, cap, roots, list(mcols), deadline, tol, target)
+        x, w, cols, limit, upper = _column_generation(oracle, cap, roots, list(mcols), max_rounds, tol, target)
         notes.append(f"column generation: {len(cols)} trees, LP {x * gb:.6g} GB/s"
                      + (f", Lagrangian bound {upper * gb:.6g} GB/s" if math.isfinite(upper) else "")
                      + f" ({time.perf_counter() - tick:.3f} s)")
     if limit and not allow_partial:
-        raise SolverLimitError(f"{g.name}: {collective} packing did not finish within {time_limit:g} s "
+        budget = "oracle calls" if method == "mwu" else "rounds of column generation"
+        raise SolverLimitError(f"{g.name}: {collective} packing did not finish within {max_rounds} {budget} "
                                f"(reached {x * gb:.6g} of {bound.rate / 1e9:.6g} GB/s)")
     if minimize_trees and not limit:
         tick = time.perf_counter()
-        ilp_deadline = min(deadline, tick + ilp_time_limit)
         # within the threshold of the bound, or of what the candidate trees can do if less
         goal = (1 - threshold) * min(target, x)
         targets = {r: goal for r in roots}
         pool = _pool(cols, w, mcols, mw, max(pool_size, int((w > 1e-12).sum())))
         q = _lane_unit(topology, g) / scale
-        few, how = _fewest_trees(pool, cap, roots, targets, (q,), ilp_deadline, scale)
+        few, how = _fewest_trees(pool, cap, roots, targets, (q,), scale)
         k = int(math.floor(min(target, x) / q + 1e-9))
         if few is None and len(roots) == 1 and k >= 1 and k * q >= goal:
             try:
-                dived = _dive(oracle, cap, roots[0], k, q, pool, ilp_deadline, tol, scale)
-            except SolverLimitError:  # the dive is optional polish: past its time, keep the LP's trees
+                dived = _dive(oracle, cap, roots[0], k, q, pool, max_rounds, tol, scale)
+            except SolverLimitError:  # the dive is optional polish: past its budget, keep the LP's trees
                 dived = None
-                notes.append("integral dive stopped at the tree-count time limit")
+                notes.append("integral dive stopped at a solver's iteration limit")
             if dived is not None:
                 keys = {c.key for c in pool}
                 pool = pool + [c for c in dived if c.key not in keys]
-                few, how = _fewest_trees(pool, cap, roots, targets, (q,), ilp_deadline, scale)
+                few, how = _fewest_trees(pool, cap, roots, targets, (q,), scale)
                 if few is None:  # keep the dive's own trees
                     index = {c.key: j for j, c in enumerate(pool)}
                     few = np.zeros(len(pool))
@@ -603,7 +604,7 @@ def _pack(topology, g: FlowGraph, roots: list[int], bound: Bound, collective: st
                         few[index[c.key]] += q
                     how = f"{k} integral trees from the dive"
         if few is None:
-            few, how = _fewest_trees(pool, cap, roots, targets, (q / 2, q / 4, None), ilp_deadline, scale)
+            few, how = _fewest_trees(pool, cap, roots, targets, (q / 2, q / 4, None), scale)
         if few is not None:
             cols, w = pool, few
             notes.append(f"fewest trees: {int((w > 1e-12).sum())} of {len(pool)} candidates, with {how} "
@@ -619,28 +620,28 @@ def _pack(topology, g: FlowGraph, roots: list[int], bound: Bound, collective: st
 
 
 def pack_broadcast(topology, root: str | int, links: LinkSelector = "all", method: str = "exact", *,
-                   threshold: float = 0.01, minimize_trees: bool = True, time_limit: float = 10.0,
-                   eps: float = 0.1, allow_partial: bool = False, tol: float = 1e-6,
-                   ilp_time_limit: float = 10.0) -> TreePacking:
+                   threshold: float = 0.01, minimize_trees: bool = True, max_rounds: int | None = None,
+                   eps: float = 0.1, allow_partial: bool = False, tol: float = 1e-6) -> TreePacking:
     """Weighted out-trees from ``root`` reaching every rank, at (or near) the bound.
 
     ``method``: ``"exact"`` (column generation, optimal within ``tol``) or ``"mwu"``
     (Blink). ``minimize_trees``: Blink's integer program, keeping at least
-    ``1 - threshold`` of the rate. Raises :class:`SolverLimitError` after
-    ``time_limit`` seconds unless ``allow_partial`` (then ``limit_hit`` is set).
+    ``1 - threshold`` of the rate. Raises :class:`SolverLimitError` after ``max_rounds``
+    rounds of column generation (``"mwu"``: oracle calls; default
+    :data:`COLUMN_GENERATION_ROUNDS` or :data:`MWU_ORACLE_CALLS`) unless
+    ``allow_partial`` (then ``limit_hit`` is set).
     """
     t0 = time.perf_counter()
     g = flow_graph(topology, links)
     r = root_index(g, root)
     bound = single_source_bound(g, r, "broadcast", g.nodes[r])
     return _pack(topology, g, [int(np.nonzero(g.ranks == r)[0][0])], bound, "broadcast", method, threshold,
-                 minimize_trees, time_limit, eps, allow_partial, t0, tol, ilp_time_limit)
+                 minimize_trees, max_rounds, eps, allow_partial, t0, tol)
 
 
 def pack_reduce(topology, root: str | int, links: LinkSelector = "all", method: str = "exact", *,
-                threshold: float = 0.01, minimize_trees: bool = True, time_limit: float = 10.0,
-                eps: float = 0.1, allow_partial: bool = False, tol: float = 1e-6,
-                   ilp_time_limit: float = 10.0) -> TreePacking:
+                threshold: float = 0.01, minimize_trees: bool = True, max_rounds: int | None = None,
+                eps: float = 0.1, allow_partial: bool = False, tol: float = 1e-6) -> TreePacking:
     """Weighted in-trees into ``root``: a broadcast packing of the reversed graph, reversed."""
     t0 = time.perf_counter()
     g = flow_graph(topology, links)
@@ -648,34 +649,34 @@ def pack_reduce(topology, root: str | int, links: LinkSelector = "all", method: 
     rg = g.reversed()
     bound = single_source_bound(rg, r, "reduce", g.nodes[r])
     return _pack(topology, rg, [int(np.nonzero(g.ranks == r)[0][0])], bound, "reduce", method, threshold,
-                 minimize_trees, time_limit, eps, allow_partial, t0, tol, ilp_time_limit)
+                 minimize_trees, max_rounds, eps, allow_partial, t0, tol)
 
 
 def pack_allgather(topology, links: LinkSelector = "all", *, threshold: float = 0.01,
-                   minimize_trees: bool = False, time_limit: float = 30.0, allow_partial: bool = False,
-                   tol: float = 1e-6, ilp_time_limit: float = 10.0, bound: Bound | None = None) -> TreePacking:
+                   minimize_trees: bool = False, max_rounds: int | None = None, allow_partial: bool = False,
+                   tol: float = 1e-6, bound: Bound | None = None) -> TreePacking:
     """Out-trees rooted at every rank sharing the links, each root at the same rate,
     reaching the all-gather bound (ForestColl; exact column generation).
 
     The LP's basic optimum already uses at most ``links + ranks`` trees, so tree-count
     minimisation is off by default; ``minimize_trees=True`` trades up to ``threshold``
-    of the rate for fewer trees (Blink 3.2.1), within ``ilp_time_limit`` seconds.
+    of the rate for fewer trees (Blink 3.2.1), within :data:`ILP_NODE_LIMIT` nodes.
     ``bound``: the all-gather bound of ``topology`` over ``links`` when already computed.
     """
     t0 = time.perf_counter()
     g = flow_graph(topology, links)
-    bound = bound or allgather_cut_bound(g, "allgather", time_limit)
+    bound = bound or allgather_cut_bound(g, "allgather")
     return _pack(topology, g, list(range(len(g.ranks))), bound, "allgather", "exact", threshold,
-                 minimize_trees, time_limit, 0.1, allow_partial, t0, tol, ilp_time_limit)
+                 minimize_trees, max_rounds, 0.1, allow_partial, t0, tol)
 
 
 def pack_reducescatter(topology, links: LinkSelector = "all", *, threshold: float = 0.01,
-                       minimize_trees: bool = False, time_limit: float = 30.0, allow_partial: bool = False,
-                       tol: float = 1e-6, ilp_time_limit: float = 10.0, bound: Bound | None = None) -> TreePacking:
+                       minimize_trees: bool = False, max_rounds: int | None = None, allow_partial: bool = False,
+                       tol: float = 1e-6, bound: Bound | None = None) -> TreePacking:
     """In-trees into every rank: the all-gather packing of the reversed graph, reversed
     (``bound``: the reduce-scatter bound when already computed)."""
     t0 = time.perf_counter()
     g = flow_graph(topology, links).reversed()
-    bound = bound or allgather_cut_bound(g, "reducescatter", time_limit)
+    bound = bound or allgather_cut_bound(g, "reducescatter")
     return _pack(topology, g, list(range(len(g.ranks))), bound, "reducescatter", "exact", threshold,
-                 minimize_trees, time_limit, 0.1, allow_partial, t0, tol, ilp_time_limit)
+                 minimize_trees, max_rounds, 0.1, allow_partial, t0, tol)
