@@ -150,6 +150,10 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
     if collective in ("gather", "scatter"):
         lowered, notes, _ = synth_gather(topology, collective, request.root, links, name)
         return SynthesisResult.from_lowered("trees", request, lowered, notes)
+    if collective == "broadcast":
+        switch = _switch_broadcast(request, name)
+        if switch is not None:
+            return switch
     if collective in ("broadcast", "reduce"):
         pack = pack_broadcast if collective == "broadcast" else pack_reduce
         packing = pack(topology, r, links, threshold=TOLERANCE)
@@ -170,6 +174,63 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
     # bound is built; the other only if rounding left the first short of 99%.
     result = _tree_allreduce_family(request, name)
     return _fastest_pipelined(request, result, name, _tree_allreduce_family)
+
+
+#: chunks per tree the candidates of :func:`_switch_broadcast` carry, one chunk per transfer
+SWITCH_BROADCAST_SCALES = (1, 4, 16, 64)
+#: the most chunks per loop they may have (the largest count :mod:`.quantize` allows)
+SWITCH_BROADCAST_MOST_CHUNKS = 1024
+
+
+def _switch_broadcast(request: SynthesisRequest, name: str) -> SynthesisResult | None:
+    """On a switch machine, the scatter-and-forward trees of
+    :func:`arborcc.synth.trees.switch_broadcast_trees` (None elsewhere): they reach the
+    switch ports' bound, the most any file can reach there (MSCCL XML names no route: a
+    packing's PCIe hops run over the pair's NVSwitch route as written), so the packing is
+    not built.
+
+    Every tree carries ``s`` chunks, each its own transfer, relays unfused
+    (:func:`~arborcc.synth.lower_emit.lower_broadcast`), for ``s`` in
+    :data:`SWITCH_BROADCAST_SCALES`; the candidate the simulator times fastest as
+    written at the request's size (:data:`TREES_REFERENCE_SIZE` without one; calls
+    above :data:`LOOPED_CALL` pipeline as 1 GiB does) is kept, fewer chunks unless
+    more are faster by 0.5%. A relay forwards a transfer once it has all of it, so the
+    pipeline fills and drains by a transfer per level: small transfers suit mid sizes,
+    where a chunk is below the protocol's slice (DGX-2 at 64 MiB: 16 chunks 92.4 GB/s,
+    512 chunks 114.1), few chunks small calls (1 MiB: 19.6 and 15.7 with Simple);
+    from 1 GiB every slice is a full one and all are equal."""
+    from functools import partial
+
+    from arborcc.sim.protocol_choice import BY_BANDWIDTH, protocol_sweep
+    from arborcc.synth.lower_emit import lower_broadcast
+    from arborcc.synth.lower_search import within_limits
+    from arborcc.synth.quantize import TOLERANCE
+    from arborcc.synth.result import SynthesisResult
+    from arborcc.synth.trees import switch_broadcast_trees
+
+    topology = request.topology
+    trees = switch_broadcast_trees(topology, topology.ranks[request.root], request.links)
+    if trees is None:
+        return None
+    size = min(request.size or TREES_REFERENCE_SIZE, LOOPED_CALL)
+    best, best_time = None, 0.0
+    for scale in SWITCH_BROADCAST_SCALES:
+        if scale > 1 and scale * len(trees) > SWITCH_BROADCAST_MOST_CHUNKS:
+            break
+        lower = partial(lower_broadcast, rounds=scale, fuse=False, balance=False)
+        lowered = within_limits(lower, topology, trees, [scale] * len(trees), name)
+        if best is not None and not (lowered.limits and lowered.limits[1]):
+            break  # more chunks only lengthen the thread blocks
+        t = protocol_sweep(lowered.algorithm, topology, [size], protocols=BY_BANDWIDTH)[0].time
+        if best is None or t < (1 - TOLERANCE) * best_time:
+            best, best_time, best_scale = lowered, t, scale
+    chunks = best_scale * len(trees)
+    return SynthesisResult.from_lowered(
+        "trees", request, best,
+        [f"scatter over {len(trees)} trees through {len(topology.ranks) - 1} relays on the switch "
+         f"({sum(t.weight for t in trees) / 1e9:.2f} GB/s), {chunks} chunks, one per transfer; relays forward "
+         f"to all their children at once: simulated {best_time * 1e6:.0f} us at {size} bytes"],
+        trees, [best_scale] * len(trees))
 
 
 def _per_root_trees(request: SynthesisRequest, name: str, chunks: int | None = None,
