@@ -139,14 +139,10 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
     """Blink: pack arborescences to the bound, round to chunks, lower. Gather/scatter:
     trees that are paths, a single-sink flow decomposition (:mod:`.gather`)."""
     from arborcc.synth.gather import synth_gather
-    from arborcc.synth.lower_emit import lower_broadcast, lower_reduce
-    from arborcc.synth.lower_search import within_limits
-    from arborcc.synth.packing import pack_broadcast, pack_reduce
-    from arborcc.synth.quantize import TOLERANCE
     from arborcc.synth.result import SynthesisResult
 
     topology, collective, links = request.topology, request.collective, request.links
-    r, name = topology.ranks[request.root], f"trees-{collective}"
+    name = f"trees-{collective}"
     if collective in ("gather", "scatter"):
         lowered, notes, _ = synth_gather(topology, collective, request.root, links, name)
         return SynthesisResult.from_lowered("trees", request, lowered, notes)
@@ -155,17 +151,8 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
         if switch is not None:
             return switch
     if collective in ("broadcast", "reduce"):
-        pack = pack_broadcast if collective == "broadcast" else pack_reduce
-        packing = pack(topology, r, links, threshold=TOLERANCE)
-        a = _apportion(topology, list(packing.trees), packing.rate)
-        lower = lower_broadcast if collective == "broadcast" else lower_reduce
-        used = [t for t, c in zip(packing.trees, a.counts) if c]
-        lowered = within_limits(lower, topology, used, [c for c in a.counts if c], name,
-                                takes_rounds=True, takes_fuse=True)
-        return SynthesisResult.from_lowered(
-            "trees", request, lowered,
-            [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees ({packing.method}), "
-             f"{a.chunks} chunks"], used, [c for c in a.counts if c])
+        result = _single_root_trees(request, name)
+        return _faster_over_nvlink(request, result, name) if collective == "broadcast" else result
     if collective in ("allgather", "reducescatter"):
         result = _per_root_trees(request, name)
         return _fastest_pipelined(request, result, name, _per_root_trees)
@@ -174,6 +161,69 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
     # bound is built; the other only if rounding left the first short of 99%.
     result = _tree_allreduce_family(request, name)
     return _fastest_pipelined(request, result, name, _tree_allreduce_family)
+
+
+def _single_root_trees(request: SynthesisRequest, name: str) -> SynthesisResult:
+    """Broadcast or reduce on one packing of out- or in-trees (Blink), rounded to chunks
+    and lowered."""
+    from arborcc.synth.lower_emit import lower_broadcast, lower_reduce
+    from arborcc.synth.lower_search import within_limits
+    from arborcc.synth.packing import pack_broadcast, pack_reduce
+    from arborcc.synth.quantize import TOLERANCE
+    from arborcc.synth.result import SynthesisResult
+
+    topology, collective = request.topology, request.collective
+    pack = pack_broadcast if collective == "broadcast" else pack_reduce
+    packing = pack(topology, topology.ranks[request.root], request.links, threshold=TOLERANCE)
+    a = _apportion(topology, list(packing.trees), packing.rate)
+    lower = lower_broadcast if collective == "broadcast" else lower_reduce
+    used = [t for t, c in zip(packing.trees, a.counts) if c]
+    lowered = within_limits(lower, topology, used, [c for c in a.counts if c], name,
+                            takes_rounds=True, takes_fuse=True)
+    return SynthesisResult.from_lowered(
+        "trees", request, lowered,
+        [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees ({packing.method}), "
+         f"{a.chunks} chunks"], used, [c for c in a.counts if c])
+
+
+def _faster_over_nvlink(request: SynthesisRequest, result: SynthesisResult, name: str) -> SynthesisResult:
+    """``result`` (the broadcast trees over every link), or the trees over NVLink alone
+    where the machine has other links too and the simulator times their file at least
+    10% faster (:data:`PIPELINED_MARGIN`) as written at the request's size (:data:`TREES_REFERENCE_SIZE` without one; calls above
+    :data:`LOOPED_CALL` as 1 GiB).
+
+    A packing over every link routes hops over PCIe between GPUs an NVLink joins; MSCCL
+    XML names no route, so the runtime sends them over the NVLink, which then carries
+    more than its share (DGX-1P: planned 16,300 us at 1 GiB, 22,986 us as written), and
+    its hundreds of chunks per loop pipeline only through the steps of one loop. The
+    NVLink trees are few, with few chunks: DGX-1P at 64 MiB 42.4 GB/s busbw over every
+    link, 54.1 over NVLink (NCCL's ring 37.5); at 1 GiB 46.7 and 66.0."""
+    from dataclasses import replace
+
+    from arborcc.errors import SynthesisError
+    from arborcc.sim.protocol_choice import BY_BANDWIDTH, protocol_sweep
+    from arborcc.synth.bounds import collective_bound
+    from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
+    from arborcc.topology.model import LinkKind
+
+    topology = request.topology
+    kinds = {l.kind for l in topology.links.values()}
+    if request.links != "all" or LinkKind.NVLINK not in kinds or kinds <= {LinkKind.NVLINK}:
+        return result
+    try:
+        check_strongly_connected(flow_graph(topology, "nvlink"), request.collective)
+        bound = collective_bound(topology, request.collective, request.root, "nvlink")
+        nvlink = _single_root_trees(replace(request, links="nvlink", bound=bound), name)
+    except SynthesisError:
+        return result  # NVLink alone does not reach every rank
+    nvlink.bound = request.bound.algbw
+    size = min(request.size or TREES_REFERENCE_SIZE, LOOPED_CALL)
+    times = [protocol_sweep(r.algorithm, topology, [size], protocols=BY_BANDWIDTH)[0].time for r in (result, nvlink)]
+    if times[1] >= PIPELINED_MARGIN * times[0]:
+        return result
+    nvlink.notes.append(f"the trees over NVLink alone: simulated {times[1] * 1e6:.0f} us at {size} bytes, more "
+                        f"than 10% faster than the {times[0] * 1e6:.0f} us of the trees over every link as written")
+    return nvlink
 
 
 #: chunks per tree the candidates of :func:`_switch_broadcast` carry, one chunk per transfer
