@@ -6,6 +6,8 @@ children at once, with a power-of-two chunk count."""
 from collections import Counter
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from arborcc.ir.model import Op
 from arborcc.sim.fidelity import efficiency_adjusted
@@ -117,3 +119,18 @@ def test_switch_broadcast_pipelines_a_64_mib_call_in_small_transfers():
     few = synthesize(t, "broadcast", "trees", size=GiB)
     assert few.algorithm.chunks_per_loop == 16
     assert simulate(r.algorithm, t, 64 * MiB).time < simulate(few.algorithm, t, 64 * MiB).time
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["dgx-a100", "dgx-h100", "dgx2"]), st.data())
+def test_random_switch_allocations_broadcast_from_any_root_verifies_and_computes(machine, data):
+    t = build_machine(machine)
+    gpus = data.draw(st.lists(st.sampled_from(range(len(t.ranks))), min_size=2, max_size=len(t.ranks), unique=True))
+    t = allocation(machine, ",".join(map(str, sorted(gpus))))
+    root = data.draw(st.integers(0, t.num_ranks - 1))
+    trees = switch_broadcast_trees(t, t.ranks[root])
+    assert max(port_loads(trees).values()) == len(trees)
+    r = synthesize(t, "broadcast", "trees", root=root, size=data.draw(st.sampled_from([MiB, 64 * MiB])))
+    assert r.trees == trees and r.algorithm.chunks_per_loop % len(trees) == 0
+    assert verify_algorithm(r.algorithm).ok
+    assert_executes(r.algorithm, seed=root)
