@@ -139,29 +139,20 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
     """Blink: pack arborescences to the bound, round to chunks, lower. Gather/scatter:
     trees that are paths, a single-sink flow decomposition (:mod:`.gather`)."""
     from arborcc.synth.gather import synth_gather
-    from arborcc.synth.lower_emit import lower_broadcast, lower_reduce
-    from arborcc.synth.lower_search import within_limits
-    from arborcc.synth.packing import pack_broadcast, pack_reduce
-    from arborcc.synth.quantize import TOLERANCE
     from arborcc.synth.result import SynthesisResult
 
     topology, collective, links = request.topology, request.collective, request.links
-    r, name = topology.ranks[request.root], f"trees-{collective}"
+    name = f"trees-{collective}"
     if collective in ("gather", "scatter"):
         lowered, notes, _ = synth_gather(topology, collective, request.root, links, name)
         return SynthesisResult.from_lowered("trees", request, lowered, notes)
+    if collective == "broadcast":
+        switch = _switch_broadcast(request, name)
+        if switch is not None:
+            return switch
     if collective in ("broadcast", "reduce"):
-        pack = pack_broadcast if collective == "broadcast" else pack_reduce
-        packing = pack(topology, r, links, threshold=TOLERANCE)
-        a = _apportion(topology, list(packing.trees), packing.rate)
-        lower = lower_broadcast if collective == "broadcast" else lower_reduce
-        used = [t for t, c in zip(packing.trees, a.counts) if c]
-        lowered = within_limits(lower, topology, used, [c for c in a.counts if c], name,
-                                takes_rounds=True, takes_fuse=True)
-        return SynthesisResult.from_lowered(
-            "trees", request, lowered,
-            [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees ({packing.method}), "
-             f"{a.chunks} chunks"], used, [c for c in a.counts if c])
+        result = _single_root_trees(request, name)
+        return _faster_over_nvlink(request, result, name) if collective == "broadcast" else result
     if collective in ("allgather", "reducescatter"):
         result = _per_root_trees(request, name)
         return _fastest_pipelined(request, result, name, _per_root_trees)
@@ -170,6 +161,126 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
     # bound is built; the other only if rounding left the first short of 99%.
     result = _tree_allreduce_family(request, name)
     return _fastest_pipelined(request, result, name, _tree_allreduce_family)
+
+
+def _single_root_trees(request: SynthesisRequest, name: str) -> SynthesisResult:
+    """Broadcast or reduce on one packing of out- or in-trees (Blink), rounded to chunks
+    and lowered."""
+    from arborcc.synth.lower_emit import lower_broadcast, lower_reduce
+    from arborcc.synth.lower_search import within_limits
+    from arborcc.synth.packing import pack_broadcast, pack_reduce
+    from arborcc.synth.quantize import TOLERANCE
+    from arborcc.synth.result import SynthesisResult
+
+    topology, collective = request.topology, request.collective
+    pack = pack_broadcast if collective == "broadcast" else pack_reduce
+    packing = pack(topology, topology.ranks[request.root], request.links, threshold=TOLERANCE)
+    a = _apportion(topology, list(packing.trees), packing.rate)
+    lower = lower_broadcast if collective == "broadcast" else lower_reduce
+    used = [t for t, c in zip(packing.trees, a.counts) if c]
+    lowered = within_limits(lower, topology, used, [c for c in a.counts if c], name,
+                            takes_rounds=True, takes_fuse=True)
+    return SynthesisResult.from_lowered(
+        "trees", request, lowered,
+        [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees ({packing.method}), "
+         f"{a.chunks} chunks"], used, [c for c in a.counts if c])
+
+
+def _faster_over_nvlink(request: SynthesisRequest, result: SynthesisResult, name: str) -> SynthesisResult:
+    """``result`` (the broadcast trees over every link), or the trees over NVLink alone
+    where the machine has other links too and the simulator times their file at least
+    10% faster (:data:`PIPELINED_MARGIN`) as written at the request's size (:data:`TREES_REFERENCE_SIZE` without one; calls above
+    :data:`LOOPED_CALL` as 1 GiB).
+
+    A packing over every link routes hops over PCIe between GPUs an NVLink joins; MSCCL
+    XML names no route, so the runtime sends them over the NVLink, which then carries
+    more than its share (DGX-1P: planned 16,300 us at 1 GiB, 22,986 us as written), and
+    its hundreds of chunks per loop pipeline only through the steps of one loop. The
+    NVLink trees are few, with few chunks: DGX-1P at 64 MiB 42.4 GB/s busbw over every
+    link, 54.1 over NVLink (NCCL's ring 37.5); at 1 GiB 46.7 and 66.0."""
+    from dataclasses import replace
+
+    from arborcc.errors import SynthesisError
+    from arborcc.sim.protocol_choice import BY_BANDWIDTH, protocol_sweep
+    from arborcc.synth.bounds import collective_bound
+    from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
+    from arborcc.topology.model import LinkKind
+
+    topology = request.topology
+    kinds = {l.kind for l in topology.links.values()}
+    if request.links != "all" or LinkKind.NVLINK not in kinds or kinds <= {LinkKind.NVLINK}:
+        return result
+    try:
+        check_strongly_connected(flow_graph(topology, "nvlink"), request.collective)
+        bound = collective_bound(topology, request.collective, request.root, "nvlink")
+        nvlink = _single_root_trees(replace(request, links="nvlink", bound=bound), name)
+    except SynthesisError:
+        return result  # NVLink alone does not reach every rank
+    nvlink.bound = request.bound.algbw
+    size = min(request.size or TREES_REFERENCE_SIZE, LOOPED_CALL)
+    times = [protocol_sweep(r.algorithm, topology, [size], protocols=BY_BANDWIDTH)[0].time for r in (result, nvlink)]
+    if times[1] >= PIPELINED_MARGIN * times[0]:
+        return result
+    nvlink.notes.append(f"the trees over NVLink alone: simulated {times[1] * 1e6:.0f} us at {size} bytes, more "
+                        f"than 10% faster than the {times[0] * 1e6:.0f} us of the trees over every link as written")
+    return nvlink
+
+
+#: chunks per tree the candidates of :func:`_switch_broadcast` carry, one chunk per transfer
+SWITCH_BROADCAST_SCALES = (1, 4, 16, 64)
+#: the most chunks per loop they may have (the largest count :mod:`.quantize` allows)
+SWITCH_BROADCAST_MOST_CHUNKS = 1024
+
+
+def _switch_broadcast(request: SynthesisRequest, name: str) -> SynthesisResult | None:
+    """On a switch machine, the scatter-and-forward trees of
+    :func:`arborcc.synth.trees.switch_broadcast_trees` (None elsewhere): they reach the
+    switch ports' bound, the most any file can reach there (MSCCL XML names no route: a
+    packing's PCIe hops run over the pair's NVSwitch route as written), so the packing is
+    not built.
+
+    Every tree carries ``s`` chunks, each its own transfer, relays unfused
+    (:func:`~arborcc.synth.lower_emit.lower_broadcast`), for ``s`` in
+    :data:`SWITCH_BROADCAST_SCALES`; the candidate the simulator times fastest as
+    written at the request's size (:data:`TREES_REFERENCE_SIZE` without one; calls
+    above :data:`LOOPED_CALL` pipeline as 1 GiB does) is kept, fewer chunks unless
+    more are faster by 0.5%. A relay forwards a transfer once it has all of it, so the
+    pipeline fills and drains by a transfer per level: small transfers suit mid sizes,
+    where a chunk is below the protocol's slice (DGX-2 at 64 MiB: 16 chunks 92.4 GB/s,
+    512 chunks 114.1), few chunks small calls (1 MiB: 19.6 and 15.7 with Simple);
+    from 1 GiB every slice is a full one and all are equal."""
+    from functools import partial
+
+    from arborcc.sim.protocol_choice import BY_BANDWIDTH, protocol_sweep
+    from arborcc.synth.lower_emit import lower_broadcast
+    from arborcc.synth.lower_search import within_limits
+    from arborcc.synth.quantize import TOLERANCE
+    from arborcc.synth.result import SynthesisResult
+    from arborcc.synth.trees import switch_broadcast_trees
+
+    topology = request.topology
+    trees = switch_broadcast_trees(topology, topology.ranks[request.root], request.links)
+    if trees is None:
+        return None
+    size = min(request.size or TREES_REFERENCE_SIZE, LOOPED_CALL)
+    best, best_time = None, 0.0
+    for scale in SWITCH_BROADCAST_SCALES:
+        if scale > 1 and scale * len(trees) > SWITCH_BROADCAST_MOST_CHUNKS:
+            break
+        lower = partial(lower_broadcast, rounds=scale, fuse=False, balance=False)
+        lowered = within_limits(lower, topology, trees, [scale] * len(trees), name)
+        if best is not None and not (lowered.limits and lowered.limits[1]):
+            break  # more chunks only lengthen the thread blocks
+        t = protocol_sweep(lowered.algorithm, topology, [size], protocols=BY_BANDWIDTH)[0].time
+        if best is None or t < (1 - TOLERANCE) * best_time:
+            best, best_time, best_scale = lowered, t, scale
+    chunks = best_scale * len(trees)
+    return SynthesisResult.from_lowered(
+        "trees", request, best,
+        [f"scatter over {len(trees)} trees through {len(topology.ranks) - 1} relays on the switch "
+         f"({sum(t.weight for t in trees) / 1e9:.2f} GB/s), {chunks} chunks, one per transfer; relays forward "
+         f"to all their children at once: simulated {best_time * 1e6:.0f} us at {size} bytes"],
+        trees, [best_scale] * len(trees))
 
 
 def _per_root_trees(request: SynthesisRequest, name: str, chunks: int | None = None,
