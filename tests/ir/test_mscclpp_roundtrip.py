@@ -10,7 +10,8 @@ and runs the 23 of :data:`ON_RUNTIME` on the shared-memory runtime; ``ARBORCC_MS
 takes every algorithm of the full set (515 synthesized cases and the 8 library algorithms:
 518 round-trip, the other 5 do not synthesize on their topology) and runs every one that
 round-trips on the runtime too (:data:`RUNTIME_BATCHES`: one or two launches per rank
-count), but the two of :data:`BEYOND_RUNTIME_CHANNELS`.
+count). The two of :data:`MANY_CHANNELS_BOTH_WAYS` (full set only) read back within the
+runtime's 32 channels per pair of ranks and run on it by default too.
 
 Each algorithm is synthesized and round-tripped once: the round-trip test leaves the
 algorithms it read back in a folder the session's workers share (:func:`read_back_folder`),
@@ -112,12 +113,11 @@ CASES = {case.stem: case for case in snapshot_cases()}
 #: every one, else :data:`ON_RUNTIME`
 RUNTIME_STEMS = tuple(CASES) if FULL else ON_RUNTIME
 
-#: the algorithms that round-trip but do not run on the shared-memory runtime: their plans
-#: read back with more channels between two ranks than a communicator has (at most 32,
-#: MSCCL's limit): the translation gives each pair of thread blocks that exchange data
-#: a channel of its own, and these all-reduce trees of 4 ranks need 39-40 channels between
-#: a pair of ranks; the runtime test asserts that reason instead of running them
-BEYOND_RUNTIME_CHANNELS = ("dgx1v-gpu0-gpu1-gpu4-gpu5-allreduce-trees", "dgx1p-gpu0-gpu1-gpu4-gpu5-allreduce-trees")
+#: full-set algorithms whose ranks exchange data both ways on 20-23 channels each way: their
+#: plans have up to 46 channel pairs between two ranks (the credits of one way go back on
+#: the pairs of the other), and they read back with a channel per link that carries data,
+#: within the runtime's 32 (MSCCL's limit); the default run takes them on the runtime too
+MANY_CHANNELS_BOTH_WAYS = ("dgx1v-gpu0-gpu1-gpu4-gpu5-allreduce-trees", "dgx1p-gpu0-gpu1-gpu4-gpu5-allreduce-trees")
 
 #: at most this many rank programs (algorithms times ranks) per launch: each rank keeps
 #: every algorithm of its launch, and a launch of 8 or more ranks on 2 CPUs takes long
@@ -150,11 +150,11 @@ def round_trip(algo, mode):
     return plan_to_algorithm(plan, algo.name)
 
 
-def read_back(stem: str) -> list[tuple]:
-    """The snapshot algorithm ``stem`` synthesized and round-tripped through a plan in
-    every mode it claims: (mode, the algorithm read back); SynthesisError where it does
-    not synthesize."""
-    algo = CASES[stem].make()
+def read_back(stem: str, case: SnapshotCase | None = None) -> list[tuple]:
+    """The snapshot algorithm ``stem`` (``case``: one of the full set the quick one lacks)
+    synthesized and round-tripped through a plan in every mode it claims: (mode, the
+    algorithm read back); SynthesisError where it does not synthesize."""
+    algo = (case or CASES[stem]).make()
     return [(mode, round_trip(algo, mode)) for mode in declared_modes(algo)]
 
 
@@ -225,7 +225,6 @@ def test_the_runtime_subset_covers_every_collective():
 
 
 def test_every_runtime_algorithm_is_in_one_launch_of_its_rank_count():
-    assert set(BEYOND_RUNTIME_CHANNELS) <= set(snapshot_module_stems(quick=False)) - set(ON_RUNTIME)
     launched = [stem for _, stems in RUNTIME_BATCHES for stem in stems]
     assert sorted(launched) == sorted(RUNTIME_STEMS)
     assert all(CASES[stem].num_ranks == num_ranks for num_ranks, stems in RUNTIME_BATCHES for stem in stems)
@@ -246,10 +245,7 @@ def batch_id(batch) -> str:
 def test_snapshot_plans_run_on_the_shared_memory_runtime(batch, read_back_folder):
     """Each algorithm of the launch as read back from its plan (what the round-trip test
     left, else made here), run on the shared-memory runtime in every mode it claims, every
-    rank's result equal to numpy's; one that does not synthesize has no plan to run, one
-    of :data:`BEYOND_RUNTIME_CHANNELS` needs more channels than the runtime has."""
-    from arborcc.runtime.environment import MAX_CHANNELS
-
+    rank's result equal to numpy's; one that does not synthesize has no plan to run."""
     num_ranks, stems = batch
     cases, unmade = [], {}
     for stem in stems:
@@ -264,10 +260,6 @@ def test_snapshot_plans_run_on_the_shared_memory_runtime(batch, read_back_folder
                 continue
         if isinstance(plans, str):
             continue
-        if stem in BEYOND_RUNTIME_CHANNELS:
-            channels = max(tb.channel for _, back in plans for rank in back.ranks for tb in rank.threadblocks)
-            assert channels >= MAX_CHANNELS, f"{stem} uses channels 0 to {channels}: take it off BEYOND_RUNTIME_CHANNELS"
-            continue
         cases += [RuntimeCase(stem, back, mode) for mode, back in plans]
     assert not unmade, "\n".join(f"{stem}: {problem}" for stem, problem in unmade.items())
     assert all(case.algo.num_ranks == num_ranks for case in cases)
@@ -275,3 +267,43 @@ def test_snapshot_plans_run_on_the_shared_memory_runtime(batch, read_back_folder
     failed = {key: problem for key, problem in verdicts.items() if problem}
     assert not failed, "\n".join(f"{key}: {problem}" for key, problem in failed.items())
     assert len(verdicts) == len(cases) == len({case_id(c) for c in cases})
+
+
+def channels_between(algo) -> dict[tuple[int, int], int]:
+    """(sender, receiver) -> the channels the runtime needs between them: the highest
+    channel index their thread blocks use, plus one."""
+    out: dict[tuple[int, int], int] = {}
+    for prog in algo.ranks:
+        for tb in prog.threadblocks:
+            if tb.send >= 0:
+                out[(prog.rank, tb.send)] = max(out.get((prog.rank, tb.send), 0), tb.channel + 1)
+            if tb.recv >= 0:
+                out[(tb.recv, prog.rank)] = max(out.get((tb.recv, prog.rank), 0), tb.channel + 1)
+    return out
+
+
+def test_the_algorithms_of_many_channels_both_ways_are_in_the_full_set_only():
+    assert set(MANY_CHANNELS_BOTH_WAYS) <= snapshot_module_stems(quick=False) - snapshot_module_stems(quick=True)
+
+
+@pytest.mark.timeout(ROUND_TRIP_TIMEOUT)
+def test_plans_of_many_channels_both_ways_read_back_within_the_runtime_channels_and_run_on_it():
+    """Each read back with no more channels between two ranks than the runtime has (the
+    translation numbered the credit-only links too: 39-40), verified, and run on the
+    shared-memory runtime with every rank's result equal to numpy's."""
+    from arborcc.runtime.environment import MAX_CHANNELS
+
+    full = {stem: SnapshotCase(stem, lambda b=build, c=coll, s=strat: _synthesize(b(), c, s), build)
+            for stem, build, coll, strat in snapshot_module().cases(quick=False) if stem in MANY_CHANNELS_BOTH_WAYS}
+    cases = []
+    for stem in MANY_CHANNELS_BOTH_WAYS:
+        for mode, back in read_back(stem, full[stem]):
+            beyond = {pair: n for pair, n in channels_between(back).items() if n > MAX_CHANNELS}
+            assert beyond == {}, f"{stem} {mode.label}: channels per (sender, receiver) beyond {MAX_CHANNELS}"
+            report = verify_algorithm(back, modes=(mode,))
+            assert report.ok, f"{stem} {mode.label}: {report.violations[0]}"
+            cases.append(RuntimeCase(stem, back, mode))
+    verdicts = runtime_failures(cases, 4)
+    failed = {key: problem for key, problem in verdicts.items() if problem}
+    assert not failed, "\n".join(f"{key}: {problem}" for key, problem in failed.items())
+    assert len(verdicts) == len(cases) >= len(MANY_CHANNELS_BOTH_WAYS)

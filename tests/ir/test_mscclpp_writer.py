@@ -122,6 +122,35 @@ def test_long_thread_blocks_become_continuations_that_read_back_as_one():
     assert verify_algorithm(back, modes=(Mode.INPLACE,)).ok
 
 
+def channels_between(algo) -> dict[tuple[int, int], int]:
+    """(sender, receiver) -> the channels the algorithm needs between them: its highest
+    channel index plus one (the runtime numbers a pair's channels from 0, at most 32)."""
+    out: dict[tuple[int, int], int] = {}
+    for prog in algo.ranks:
+        for tb in prog.threadblocks:
+            for pair in ([(prog.rank, tb.send)] if tb.send >= 0 else []) + ([(tb.recv, prog.rank)] if tb.recv >= 0
+                                                                               else []):
+                out[pair] = max(out.get(pair, 0), tb.channel + 1)
+    return out
+
+
+def assert_no_more_channels_than_written(back, written) -> None:
+    needed, had = channels_between(back), channels_between(written)
+    assert {pair: n for pair, n in needed.items() if n > had.get(pair, 0)} == {}
+
+
+@pytest.mark.parametrize("protocol", [Protocol.SIMPLE, Protocol.LL])
+@pytest.mark.parametrize("index", range(len(CASES)))
+def test_a_read_back_plan_has_no_more_channels_between_two_ranks_than_the_algorithm_written(index, protocol):
+    """Credits travel back on the channel pair of the data they free room for: a
+    channel that only signals is no connection of the algorithm read back."""
+    written = convert_for_mscclpp(library(index, protocol))
+    for mode in declared_modes(written):
+        for slots in (8, 1):
+            back = read_back(write_mscclpp_plan(written, mode, slots=slots))
+            assert_no_more_channels_than_written(back, written)
+
+
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(name=st.sampled_from(["ring-allreduce", "ring-allgather", "ring-reducescatter", "allpairs-allreduce"]),
        ranks=st.integers(2, 5), channels=st.integers(1, 2), ll=st.booleans(), slots=st.integers(1, 4))
@@ -138,6 +167,7 @@ def test_random_library_algorithms_round_trip(name, ranks, channels, ll, slots):
         return
     assert verify_algorithm(back, modes=(mode,)).ok
     assert_executes(back, modes=(mode,))
+    assert_no_more_channels_than_written(back, convert_for_mscclpp(algo))
 
 
 # ------------------------------------------------------------------------- command line

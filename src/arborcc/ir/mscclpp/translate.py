@@ -8,7 +8,9 @@ rewrites one into the other:
 * a *link* is one direction of a channel pair: rank ``r``'s ``k``-th channel of a type
   to ``p`` pairs with ``p``'s ``k``-th channel to ``r`` (the executor connects them so),
   and the ``n``-th ``wait``/``rlxwait`` on ``p``'s side returns after the ``n``-th
-  ``signal``/``rlxsignal`` on ``r``'s; each link is one IR connection ``r -> p``;
+  ``signal``/``rlxsignal`` on ``r``'s; each link that carries data is one IR connection
+  ``r -> p`` (a link that only signals, such as a credit, has none: the IR has as many
+  channels between two ranks as links that carry data between them);
 * a write into ``p``'s buffer (``put pws pwsf``, the remote part of ``res rres``) is
   sent at the writer's next signal to ``p`` and received at the wait that signal
   releases, into the written chunks;
@@ -450,7 +452,11 @@ class _Translator:
         return at
 
     def channel_of(self, lk: tuple) -> int:
-        """The IR channel of a link: numbered among the links between the same two ranks."""
+        """The IR channel of a link that carries data: numbered among such links from the
+        same rank to the same peer, in the order they first carry some. A link that only
+        signals (the writer's credits go back on the channel pair of the data they free
+        room for) has no IR connection: numbering it too gave two ranks that exchange data
+        both ways up to twice the original's channels (beyond the runtime's 32)."""
         if lk not in self.link_ids:
             pair = (lk[1], lk[2]) if lk[0] != "pkt" else (lk[1], lk[3])
             self.link_ids[lk] = self.pair_links[pair]
@@ -557,6 +563,8 @@ class _Translator:
                 self.signal_at[(lk, ordinals[("s",) + lk])] = self.ranks[r].last.get(ptb)
                 msgs = self.batch(lk, ordinals[("s",) + lk])
                 ordinals[("s",) + lk] += 1
+                if not msgs:  # a signal only (a credit): no IR connection for it
+                    continue
                 channel = self.channel_of(lk)
                 for m in msgs:
                     self.carried[(r, lk[2], channel)].add(m.switch)
@@ -589,6 +597,8 @@ class _Translator:
             for lk in self.channel_links(r, tb, op, where, False):
                 msgs = self.batch(lk, ordinals[("w",) + lk])
                 ordinals[("w",) + lk] += 1
+                if not msgs:
+                    continue
                 channel = self.channel_of(lk)
                 for m in msgs:
                     step = Step(Op.RECV, None, -1, m.dst[0], m.dst[1], m.dst[2])
