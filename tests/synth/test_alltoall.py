@@ -108,7 +108,9 @@ def test_1024_gpus_fit_the_executor_at_the_bound():
 def test_three_step_is_verified_at_the_bound_within_the_limits_and_executes(hosts, per_host):
     t = equal_hosts(hosts, per_host)
     plan = HostPairing(hosts, per_host)
-    r = synthesize(t, "alltoall", "three-step")
+    # untimed: the program is the same (synthesize's timing only simulates it and picks its
+    # protocol, Simple here either way), and nothing below reads its simulated time
+    r = synthesize(t, "alltoall", "three-step", timed=False)
     assert verify_algorithm(r.algorithm, "executor").ok
     assert not check_dialect_limits(r.algorithm, "executor")
     C = plan.channels("executor")

@@ -58,6 +58,10 @@ VERSION = 1
 _OPS = {op.value: op for op in Op}
 _BUFFERS = {b.value: b for b in Buffer}
 _PROTOCOLS = {p.value: p for p in Protocol}
+#: a step's keys (:meth:`_Validator.step`), and a buffer field's JSON values (null: none)
+_STEP_KEYS = frozenset(("op", "src_buf", "src_off", "dst_buf", "dst_off", "count", "dep", "has_dep"))
+_BUFFER_OR_NONE = {None: None, **_BUFFERS}
+_ABSENT = object()
 
 
 # ------------------------------------------------------------------------------ writing
@@ -276,8 +280,45 @@ class _Validator:
             send=self.integer(d.get("send", -1), f"{path}.send", "peer"),
             recv=self.integer(d.get("recv", -1), f"{path}.recv", "peer"),
             channel=self.integer(d.get("channel", 0), f"{path}.channel", "channel"),
-            steps=[self.step(s, f"{path}.steps[{i}]") for i, s in enumerate(steps_raw)],
+            steps=[self.well_formed_step(s) or self.step(s, f"{path}.steps[{i}]") for i, s in enumerate(steps_raw)],
         )
+
+    def well_formed_step(self, raw: Any) -> Step | None:
+        """The step of ``raw`` when every field is present or defaulted, of its exact JSON
+        type and within its range - what a file arborcc wrote holds, millions of times -
+        else None, and :meth:`step` reads it field by field and names the first bad one.
+        The same Step :meth:`step` builds, without the per-field checks' calls."""
+        if type(raw) is not dict or not raw.keys() <= _STEP_KEYS:
+            return None
+        get = raw.get
+        op = _OPS.get(get("op")) if type(get("op")) is str else None
+        src_buf, dst_buf = get("src_buf"), get("dst_buf")  # absent or null: no buffer
+        if op is None or not (src_buf is None or type(src_buf) is str) or \
+                not (dst_buf is None or type(dst_buf) is str):
+            return None
+        src_buf_value, dst_buf_value = _BUFFER_OR_NONE.get(src_buf, _ABSENT), _BUFFER_OR_NONE.get(dst_buf, _ABSENT)
+        src_off, dst_off, count, has_dep = get("src_off", -1), get("dst_off", -1), get("count", 1), get("has_dep", False)
+        offset_low, offset_high = self.bounds["offset"]
+        count_low, count_high = self.bounds["count"]
+        if src_buf_value is _ABSENT or dst_buf_value is _ABSENT or type(src_off) is not int or \
+                type(dst_off) is not int or type(count) is not int or type(has_dep) is not bool or \
+                not offset_low <= src_off <= offset_high or not offset_low <= dst_off <= offset_high or \
+                not count_low <= count <= count_high:
+            return None
+        dep_raw = get("dep")
+        dep = None
+        if dep_raw is not None:
+            if type(dep_raw) is not list or len(dep_raw) != 2:
+                return None
+            tb, step = dep_raw
+            tb_low, tb_high = self.bounds["threadblock"]
+            step_low, step_high = self.bounds["step"]
+            if type(tb) is not int or type(step) is not int or not tb_low <= tb <= tb_high or \
+                    not step_low <= step <= step_high:
+                return None
+            dep = Dependency(tb, step)
+        return Step(op=op, src_buf=src_buf_value, src_off=src_off, dst_buf=dst_buf_value, dst_off=dst_off,
+                    count=count, dep=dep, has_dep=has_dep)
 
     def step(self, raw: Any, path: str) -> Step:
         d = self.obj(raw, path, {"op": True, "src_buf": False, "src_off": False, "dst_buf": False,

@@ -118,6 +118,26 @@ class _Graph:
         self.members: dict[object, list[int]] = {}  #: host (None: the network) -> its devices
         for i, h in enumerate(self.host):
             self.members.setdefault(h, []).append(i)
+        self.toward_cache: dict[tuple[int, object], list[tuple[int, float]]] = {}
+
+    def toward(self, u: int, target) -> list[tuple[int, float]]:
+        """The links out of ``u`` that a search toward host ``target`` (None: the source's
+        host and the network alone) may take from ``u``, in the order of ``out[u]``: a
+        route never re-enters the source's host once it left it, and enters no host but
+        ``target`` (module doc). ``u`` is on the source's host, the network or ``target``;
+        each list is built once (a large cluster's switches have a link to every host)."""
+        key = (u, target)
+        found = self.toward_cache.get(key)
+        if found is None:
+            hu = self.host[u]
+            if hu is None:  # the network: on through it, or into the target host
+                allowed = {None, target}
+            elif hu == target:  # inside the target host: it is never left
+                allowed = {target}
+            else:  # the source's host: within it, into the network or straight into the target host
+                allowed = {hu, None, target}
+            found = self.toward_cache[key] = [(v, bw) for v, bw in self.out[u] if self.host[v] in allowed]
+        return found
 
 
 class RouteTable:
@@ -218,14 +238,9 @@ def _search(g: _Graph, s: int, target) -> dict[int, dict[int, list[int]]]:
             u = queue.popleft()
             if u != s and not g.relay[u]:
                 continue  # a GPU ends a path, it does not forward
-            hu = g.host[u]
-            pu, du = (1 if hu is None else (0 if hu == home else 2)), depth[u]
-            for v, bw in g.out[u]:
+            du = depth[u]
+            for v, bw in g.toward(u, target):
                 if bw < width:
-                    continue
-                hv = g.host[v]
-                pv = 1 if hv is None else (0 if hv == home else 2)
-                if pv < pu or (pu == 2 and hu != hv) or (pv == 2 and hv != target):
                     continue
                 dv = depth.get(v)
                 if dv is None:
