@@ -14,7 +14,7 @@ so here every ring runs on as many thread blocks as the runtime takes (64 per ra
 the executor dialect): copies of the rings, each copy on the first channel whose
 connections none of the rings already there uses (a ring and its reverse share one;
 MSCCL connects a pair of ranks once per channel and direction), at most MSCCL's 32
-channels. DGX-1V: 60 ring copies on 30 channels, 124.1 GB/s all-reduce busbw at 1 GiB
+channels. DGX-1V: 60 ring copies on 20 channels, 124.1 GB/s all-reduce busbw at 1 GiB
 against NCCL's 118.8 (0.91 of the adjusted bound). The program is NCCL's ring kernel
 (:func:`arborcc.library.nccl_ring.ring_algorithm`), unchanged.
 
