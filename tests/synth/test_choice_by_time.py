@@ -2,14 +2,10 @@
 for, else at ``RANKING_SIZE`` - never by the steady-state model: the algorithm it returns
 is the fastest candidate at that size."""
 
-import copy
-import dataclasses
-
 import pytest
 
 from arborcc.ir.limits import check_dialect_limits
-from arborcc.synth.lower_emit import lowering_in_place
-from arborcc.synth.registry import BY_NAME, STRATEGIES
+from arborcc.synth.registry import STRATEGIES
 from arborcc.synth.synthesis import RANKING_SIZE, synthesize
 from arborcc.errors import SynthesisError
 from arborcc.topology.allocation import induced
@@ -17,31 +13,12 @@ from arborcc.topology.cluster import build_cluster
 from arborcc.topology.machines import build_machine
 
 
+#: auto and each strategy on its own ask the strategy for the same schedule (conftest)
+pytestmark = pytest.mark.usefixtures("each_strategy_builds_once_per_request")
+
+
 def blink_allocation():
     return induced(build_machine("dgx1v"), ["gpu1", "gpu4", "gpu5", "gpu6"])
-
-
-@pytest.fixture(autouse=True)
-def each_strategy_builds_once_per_request(monkeypatch):
-    """Each strategy's schedule built once per request (and call form) in a test: auto
-    and the strategy on its own ask for the same one - the 2 x DGX A100 trees, four
-    times with their out-of-place forms, simulating their pipelined candidates each time.
-    Every call gets its own copy; what ``synthesize`` does with it (verify, choose the
-    protocol, time it as written, the form for both calls) is done anew each time."""
-    built = {}
-
-    def once_per_request(name, function):
-        def build(request):
-            # the bound is the topology's, collective's, root's and links' (its solve time aside)
-            key = (name, id(request.topology), request.collective, request.root, request.links, request.size,
-                   request.dialect, lowering_in_place())
-            if key not in built:
-                built[key] = function(request)
-            return copy.deepcopy(built[key], {id(request.topology): request.topology})
-        return build
-
-    for name, spec in list(BY_NAME.items()):
-        monkeypatch.setitem(BY_NAME, name, dataclasses.replace(spec, function=once_per_request(name, spec.function)))
 
 
 def candidate_times(topology, collective, size):
