@@ -13,6 +13,10 @@ from arborcc.topology.cluster import build_cluster
 from arborcc.topology.machines import build_machine
 
 
+#: auto and each strategy on its own ask the strategy for the same schedule (conftest)
+pytestmark = pytest.mark.usefixtures("each_strategy_builds_once_per_request")
+
+
 def blink_allocation():
     return induced(build_machine("dgx1v"), ["gpu1", "gpu4", "gpu5", "gpu6"])
 

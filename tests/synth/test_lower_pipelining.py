@@ -86,18 +86,17 @@ def as_written(algo, topology, size=64 << 20) -> float:
     return protocol_sweep(algo, topology, [size])[0].time
 
 
-def test_dgx1v_allreduce_takes_the_candidate_whose_file_is_fastest():
+def test_dgx1v_allreduce_takes_the_candidate_whose_file_is_fastest(dgx1v_allreduce_trees,
+                                                                   dgx1v_allreduce_trees_precise):
     """DGX-1V, 8 GPUs: the trees at full precision need a loop too long to pipeline; the
     candidate taken is the one whose file (no routes: the runtime takes each pair's own
     link) runs fastest, at least 10% faster than the precise trees' file, and it is cut
     into rounds, verifies and computes the sum."""
     dgx = build_machine("dgx1v")
-    r = synthesize(dgx, "allreduce", "trees")
+    r = dgx1v_allreduce_trees
     assert any("more than 10% faster than the trees at full precision" in n for n in r.notes), r.notes
     assert _rounds(r.notes) >= PIPELINE_ROUNDS[0]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)
-        precise = synthesize(dgx, "allreduce", "trees")
+    precise = dgx1v_allreduce_trees_precise  # PIPELINED_MARGIN 0: the trees at full precision
     assert as_written(r.algorithm, dgx) < 0.9 * as_written(precise.algorithm, dgx)
     assert r.report.ok and deadlock_free(r.algorithm)
     assert_executes(r.algorithm, elems=1)

@@ -29,8 +29,8 @@ def _steps(algo):
     return [st for p in algo.ranks for tb in p.threadblocks for st in tb.steps]
 
 
-def test_dgx1v_allreduce_is_pipelined_and_fused():
-    r = synthesize(build_machine("dgx1v"), "allreduce", "trees")
+def test_dgx1v_allreduce_is_pipelined_and_fused(dgx1v_allreduce_trees):
+    r = dgx1v_allreduce_trees
     algo = r.algorithm
     ops = {st.op for st in _steps(algo)}
     assert Op.RECV_REDUCE_SEND in ops and Op.RECV_COPY_SEND in ops  # relays forward as they receive
@@ -79,7 +79,7 @@ def test_aligned_blocks_give_both_families_the_same_chunks_round_by_round():
     assert covered == list(range(8))
 
 
-def test_every_tree_gets_its_own_connections_when_they_fit(monkeypatch):
+def test_every_tree_gets_its_own_connections_when_they_fit(dgx1v_allreduce_trees_precise):
     """Trees that share a rank pair (either way) never share a channel; a tree's hops all
     use one channel, so its relays can fuse."""
     topo = induced(build_machine("dgx1v"), ["gpu0", "gpu1", "gpu2", "gpu3"])
@@ -93,9 +93,8 @@ def test_every_tree_gets_its_own_connections_when_they_fit(monkeypatch):
                 assert colour[a] != colour[b]
     # too many connections for the runtimes: the compiler's choice (the spreads follow);
     # the 37 trees at full precision (the coarser candidate that pipelines fits)
-    monkeypatch.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)
     dgx = build_machine("dgx1v")
-    ar = synthesize(dgx, "allreduce", "trees")
+    ar = dgx1v_allreduce_trees_precise
     assert tree_threadblocks(dgx, ar.trees, True) > MAX_THREADBLOCKS
     assert tree_channel_map(dgx, ar.trees, both_ways=True).tree_channels is None
 
@@ -145,7 +144,7 @@ def test_heavy_trees_are_cut_into_copies_in_proportion_to_their_counts():
     assert own_connections_fit(topo, expanded, tree_colours(topo, expanded), False)
 
 
-def test_when_not_every_tree_fits_the_heaviest_get_their_own_connections(monkeypatch):
+def test_when_not_every_tree_fits_the_heaviest_get_their_own_connections(dgx1v_allreduce_trees_precise):
     """DGX-1V, 8 GPUs, all-reduce (37 trees, about 92 thread blocks per rank on their own
     connections): the heaviest trees apart, the light ones on a few shared channels, within
     the runtimes' limits (simulated at about 0.78 of the attainable rate, where a spread over
@@ -155,9 +154,8 @@ def test_when_not_every_tree_fits_the_heaviest_get_their_own_connections(monkeyp
     from arborcc.sim.fidelity import fidelity_for
     from arborcc.sim.simulate import simulate
 
-    monkeypatch.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)  # the trees at full precision
     dgx = build_machine("dgx1v")
-    r = synthesize(dgx, "allreduce", "trees")
+    r = dgx1v_allreduce_trees_precise  # the trees at full precision
     colour = heavy_trees_apart(dgx, r.trees, r.counts, True, PIPELINE_ROUNDS[0])
     assert colour is not None and max(colour) < 32
     heaviest = sorted(range(len(r.trees)), key=lambda i: -r.counts[i])[:5]

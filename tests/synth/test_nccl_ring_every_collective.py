@@ -34,6 +34,7 @@ def test_nccl_ring_runs_as_many_channels_as_nccl():
     assert len(channels) == nccl_channel_count(distinct, fidelity_for(topology).nccl_channels) == 2 * distinct
 
 
+@pytest.mark.usefixtures("each_strategy_builds_once_per_request")  # auto builds the ring and trees too
 @pytest.mark.parametrize("machine,collective,size", [("dgx1v", "allgather", 64 << 20), ("dgx1p", "allgather", 1 << 20)])
 def test_auto_takes_the_nccl_ring_where_it_is_the_fastest(machine, collective, size):
     topology = build_machine(machine)

@@ -58,14 +58,12 @@ def test_dgx1v_nvlink_broadcast_is_six_trees_of_one_lane():
     assert_executes(r.algorithm)
 
 
-def test_dgx1v_allreduce_trees_schedule_beats_nccl_rings():
+def test_dgx1v_allreduce_trees_schedule_beats_nccl_rings(dgx1v_allreduce_trees_precise):
     """The trees' schedule (at full precision, with the PCIe relays it plans) beats NCCL's
     six NVLink rings in the steady-state model; what its file reaches as written is the
     simulator's question (docs/against-nccl.md)."""
     t = dgx1v()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)  # keep the full precision
-        trees = synthesize(t, "allreduce", "trees")
+    trees = dgx1v_allreduce_trees_precise  # PIPELINED_MARGIN 0: keep the full precision
     rings = synthesize(t, "allreduce", "nccl-ring")
     assert trees.ratio >= 0.99
     assert rings.algbw == pytest.approx(6 * 25 * GB * 8 / 14)  # 6 NVLink rings: busbw 150
