@@ -11,10 +11,13 @@ https://proceedings.mlsys.org/paper/2020/hash/43ec517d68b6edd3015b3edc9a11367b-A
   NVLink ring exists), both steady-state rates.
 * Fig. 15 / 17 - simulated broadcast (from the first GPU) and all-reduce throughput
   (algbw, ``--size``, Blink used 500 MB) per DGX-1V allocation class: the ``trees``
-  strategy's algorithm against what NCCL runs (``tune.nccl.NcclBaseline``), both through
-  the event-driven simulator with the V100 fidelity profile; then each one's simulated
-  algbw over its attainable rate (``sim.bandwidth.attainable_algbw``: the emitted
-  schedule's steady-state rate at the profile's link efficiencies).
+  strategy's algorithm, timed as its written file runs (each pair on its own route, as
+  ``arborcc simulate FILE`` and ``arborcc compare`` do: an MSCCL XML file cannot carry
+  the packing's planned PCIe relays; the fastest protocol), against what NCCL runs
+  (``tune.nccl.NcclBaseline``), both through the event-driven simulator with the V100
+  fidelity profile; then each one's simulated algbw over its attainable rate
+  (``sim.bandwidth.attainable_algbw``: the emitted schedule's steady-state rate on the
+  routes it runs on, at the profile's link efficiencies).
 * Fig. 19 / 20 - DGX-2, 16 GPUs: all-reduce throughput and latency per size, Blink's
   one-hop trees (``trees``) against NCCL (its rings and protocol choice; the double
   binary tree also shown).
@@ -87,7 +90,7 @@ def fig14() -> dict:
 def fig15_17(size: int) -> list[dict]:
     """Simulated broadcast and all-reduce algbw per DGX-1V allocation class."""
     from arborcc.sim.bandwidth import attainable_algbw, steady_state_bandwidth
-    from arborcc.sim.simulate import simulate
+    from arborcc.sim.protocol_choice import protocol_sweep
     from arborcc.synth.synthesis import synthesize
     from arborcc.tune.nccl import NcclBaseline
 
@@ -95,8 +98,9 @@ def fig15_17(size: int) -> list[dict]:
     for c, sub in allocation_topologies("dgx1v"):
         base = NcclBaseline(sub)
 
-        def attainable(algo, routes) -> float:
+        def attainable(algo, routes=None) -> float:
             # the emitted schedule's steady-state rate with the profile's link efficiencies
+            # (no routes: on each pair's own route, as a written file runs)
             return attainable_algbw(steady_state_bandwidth(algo, sub, routes), sub, base.fidelity.efficiency) / GB
 
         row = {"gpus": ",".join(g.removeprefix("gpu") for g in c.gpus), "n": len(c.gpus),
@@ -104,10 +108,12 @@ def fig15_17(size: int) -> list[dict]:
         for coll in ("broadcast", "allreduce"):
             try:
                 r = synthesize(sub, coll, "trees", 0)
-                best = min((simulate(r.algorithm, sub, size, p, routes=r.routes) for p in ("LL128", "Simple")),
-                           key=lambda s: s.time)
+                # timed as its written file runs (as `arborcc compare` and `simulate FILE` do):
+                # each pair on its own route - an MSCCL XML file cannot carry the packing's
+                # planned PCIe relays - with the fastest protocol
+                best, = protocol_sweep(r.algorithm, sub, [size], "auto", base.fidelity)
                 row[f"{coll}_trees"] = best.algbw / GB
-                row[f"{coll}_trees_rate"] = attainable(r.algorithm, r.routes)
+                row[f"{coll}_trees_rate"] = attainable(r.algorithm)
             except (SynthesisError, VerificationError) as e:
                 # a deadlock here: a step of more pieces than FIFO slots (none since the pieces check)
                 row[f"{coll}_trees"] = row[f"{coll}_trees_rate"] = float("nan")
@@ -179,7 +185,7 @@ def dgx2_small_trees() -> None:
 
     machine = build_machine("dgx2")
     r = synthesize(machine, "allreduce", "trees")
-    s = simulate(r.algorithm, machine, 1024, "LL", routes=r.routes, record=True)
+    s = simulate(r.algorithm, machine, 1024, "LL", record=True)  # as its file runs (Fig. 19/20 too)
     path = s.critical_path.summary()
     tbs = [len(p.threadblocks) for p in r.algorithm.ranks]
     sends = [sum(1 for st in tb.steps if st.op.sends) for p in r.algorithm.ranks for tb in p.threadblocks]
@@ -224,7 +230,7 @@ def what_trees_wait_for() -> None:
 
     machine = build_machine("dgx1v")
     r = synthesize(machine, "allreduce", "trees")
-    s = simulate(r.algorithm, machine, 64 << 20, "Simple", routes=r.routes, record=True)
+    s = simulate(r.algorithm, machine, 64 << 20, "Simple", record=True)  # as its file runs
     by_kind: dict[str, float] = {}
     for seg in s.critical_path.segments:
         by_kind[seg.kind] = by_kind.get(seg.kind, 0.0) + seg.end - seg.start
@@ -238,7 +244,7 @@ def what_trees_wait_for() -> None:
     verdicts = []
     for k in range(20, 30):
         try:
-            simulate(r.algorithm, sub, 1 << k, "Simple", routes=r.routes)
+            simulate(r.algorithm, sub, 1 << k, "Simple")
             verdicts.append(f"{1 << (k - 20)}M ok")
         except VerificationError:
             verdicts.append(f"{1 << (k - 20)}M deadlock")
