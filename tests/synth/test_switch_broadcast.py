@@ -134,3 +134,17 @@ def test_random_switch_allocations_broadcast_from_any_root_verifies_and_computes
     assert r.trees == trees and r.algorithm.chunks_per_loop % len(trees) == 0
     assert verify_algorithm(r.algorithm).ok
     assert_executes(r.algorithm, seed=root)
+
+
+@pytest.mark.parametrize("machine", ["dgx2", "dgx-a100", "dgx-h100"])
+def test_every_allocation_size_and_root_of_a_switch_machine_gets_switch_trees(machine):
+    """The extra trees fit every rank's forwarding budget at every allocation size (DGX-2
+    at 14-15 GPUs needs the least loaded parents first), so that no port carries more
+    than the chunk count."""
+    whole = build_machine(machine)
+    for n in range(2, whole.num_ranks + 1):
+        t = allocation(machine, ",".join(map(str, range(n))))
+        for root in t.ranks:
+            trees = switch_broadcast_trees(t, root)
+            assert trees is not None, (n, root)
+            assert max(port_loads(trees).values()) == len(trees)

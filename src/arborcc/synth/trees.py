@@ -299,7 +299,8 @@ def switch_broadcast_trees(topology: Topology, root: str, links: LinkSelector = 
     of 32 chunks simulated 363 GB/s at 1 GiB on DGX H100, 8 trees of one chunk 384).
     Each tree's weight is the rate the busiest port leaves it.
 
-    None where there is no common switch, a hop's links are outside ``links``, or the
+    None where there is no common switch, a hop's links are outside ``links``, no placement
+    of the extra trees keeps every rank within its forwarding budget, or the
     trees would not reach the ports' bound - the least of the root's port out and the
     other ranks' ports in (ports of unequal rates)."""
     from arborcc.synth.quantize import TOLERANCE
@@ -316,23 +317,37 @@ def switch_broadcast_trees(topology: Topology, root: str, links: LinkSelector = 
     hops = [[Hop(root, x, path[(root, x)])] + [Hop(x, y, path[(x, y)]) for y in others if y != x] for x in others]
     chunks = 1 << (len(others) - 1).bit_length()
     extra_children = chunks - len(others) + 1  # the most any rank forwards over the extra trees
-    load = {g: 0 for g in others}
-    for j in range(chunks - len(others)):
-        order = others[j:] + others[:j]
-        first = min(order, key=lambda g: load[g])
-        depth = {first: 1}
-        tree = [Hop(root, first, path[(root, first)])]
-        for v in order:
-            if v == first:
-                continue
-            parent = min((u for u in depth if load[u] < extra_children), key=lambda u: (depth[u], load[u]),
-                         default=None)
-            if parent is None:
-                return None
-            load[parent] += 1
-            depth[v] = depth[parent] + 1
-            tree.append(Hop(parent, v, path[(parent, v)]))
-        hops.append(tree)
+
+    def extra_trees(shallow_first: bool) -> list[list[Hop]] | None:
+        """The ``chunks - len(others)`` extra trees, tree j over ``others`` rotated by j,
+        each rank under the shallowest (``shallow_first``, else the least loaded) rank
+        already in its tree that may still forward a chunk; None where none may."""
+        load = {g: 0 for g in others}
+        trees = []
+        for j in range(chunks - len(others)):
+            order = others[j:] + others[:j]
+            first = min(order, key=lambda g: load[g])
+            depth = {first: 1}
+            tree = [Hop(root, first, path[(root, first)])]
+            for v in order:
+                if v == first:
+                    continue
+                parent = min((u for u in depth if load[u] < extra_children), default=None,
+                             key=lambda u: (depth[u], load[u]) if shallow_first else (load[u], depth[u]))
+                if parent is None:
+                    return None
+                load[parent] += 1
+                depth[v] = depth[parent] + 1
+                tree.append(Hop(parent, v, path[(parent, v)]))
+            trees.append(tree)
+        return trees
+
+    # shallow trees where the forwarding budget allows them (every DGX A100 and DGX H100
+    # allocation, DGX-2 but for 14-15 GPUs), else the least loaded parents first
+    extra = extra_trees(True) or extra_trees(False)
+    if extra is None:
+        return None
+    hops += extra
     use: Counter = Counter()
     for tree in hops:
         for h in tree:
