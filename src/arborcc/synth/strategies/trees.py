@@ -163,6 +163,22 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
     return _fastest_pipelined(request, result, name, _tree_allreduce_family)
 
 
+def _reference_size(request: SynthesisRequest) -> int:
+    """The size the trees' candidates are timed at: the request's
+    (:data:`TREES_REFERENCE_SIZE` without one), calls above :data:`LOOPED_CALL` as 1 GiB
+    (larger calls pipeline as it does)."""
+    return min(request.size or TREES_REFERENCE_SIZE, LOOPED_CALL)
+
+
+def _time_as_written(algorithm, topology: Topology, size: int) -> float:
+    """Seconds ``algorithm``'s file takes at ``size`` bytes as it runs: no routes (a file
+    names none), its fastest protocol there - the time synth reports and ``arborcc
+    simulate`` gives."""
+    from arborcc.sim.protocol_choice import BY_BANDWIDTH, protocol_sweep
+
+    return protocol_sweep(algorithm, topology, [size], protocols=BY_BANDWIDTH)[0].time
+
+
 def _single_root_trees(request: SynthesisRequest, name: str) -> SynthesisResult:
     """Broadcast or reduce on one packing of out- or in-trees (Blink), rounded to chunks
     and lowered."""
@@ -201,7 +217,6 @@ def _faster_over_nvlink(request: SynthesisRequest, result: SynthesisResult, name
     from dataclasses import replace
 
     from arborcc.errors import SynthesisError
-    from arborcc.sim.protocol_choice import BY_BANDWIDTH, protocol_sweep
     from arborcc.synth.bounds import collective_bound
     from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
     from arborcc.topology.model import LinkKind
@@ -217,8 +232,8 @@ def _faster_over_nvlink(request: SynthesisRequest, result: SynthesisResult, name
     except SynthesisError:
         return result  # NVLink alone does not reach every rank
     nvlink.bound = request.bound.algbw
-    size = min(request.size or TREES_REFERENCE_SIZE, LOOPED_CALL)
-    times = [protocol_sweep(r.algorithm, topology, [size], protocols=BY_BANDWIDTH)[0].time for r in (result, nvlink)]
+    size = _reference_size(request)
+    times = [_time_as_written(r.algorithm, topology, size) for r in (result, nvlink)]
     if times[1] >= PIPELINED_MARGIN * times[0]:
         return result
     nvlink.notes.append(f"the trees over NVLink alone: simulated {times[1] * 1e6:.0f} us at {size} bytes, more "
@@ -251,7 +266,6 @@ def _switch_broadcast(request: SynthesisRequest, name: str) -> SynthesisResult |
     from 1 GiB every slice is a full one and all are equal."""
     from functools import partial
 
-    from arborcc.sim.protocol_choice import BY_BANDWIDTH, protocol_sweep
     from arborcc.synth.lower_emit import lower_broadcast
     from arborcc.synth.lower_search import within_limits
     from arborcc.synth.quantize import TOLERANCE
@@ -262,7 +276,7 @@ def _switch_broadcast(request: SynthesisRequest, name: str) -> SynthesisResult |
     trees = switch_broadcast_trees(topology, topology.ranks[request.root], request.links)
     if trees is None:
         return None
-    size = min(request.size or TREES_REFERENCE_SIZE, LOOPED_CALL)
+    size = _reference_size(request)
     best, best_time = None, 0.0
     for scale in SWITCH_BROADCAST_SCALES:
         if scale > 1 and scale * len(trees) > SWITCH_BROADCAST_MOST_CHUNKS:
@@ -271,7 +285,7 @@ def _switch_broadcast(request: SynthesisRequest, name: str) -> SynthesisResult |
         lowered = within_limits(lower, topology, trees, [scale] * len(trees), name)
         if best is not None and not (lowered.limits and lowered.limits[1]):
             break  # more chunks only lengthen the thread blocks
-        t = protocol_sweep(lowered.algorithm, topology, [size], protocols=BY_BANDWIDTH)[0].time
+        t = _time_as_written(lowered.algorithm, topology, size)
         if best is None or t < (1 - TOLERANCE) * best_time:
             best, best_time, best_scale = lowered, t, scale
     chunks = best_scale * len(trees)
@@ -371,7 +385,6 @@ def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name:
 
     from arborcc.errors import SynthesisError
     from arborcc.sim.protocols import PROTOCOL_MODELS
-    from arborcc.sim.protocol_choice import BY_BANDWIDTH, protocol_sweep
     from arborcc.synth.bounds import collective_bound
     from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
     from arborcc.topology.model import LinkKind
@@ -393,21 +406,15 @@ def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name:
             out.bound = request.bound.algbw
             return out
         builders.append(("NVLink-only trees", nvlink))
-    size = min(request.size or TREES_REFERENCE_SIZE, LOOPED_CALL)  # larger calls pipeline as 1 GiB does
-
-    def as_written(r: SynthesisResult) -> float:
-        # the file names no routes and is written with its fastest protocol at the size:
-        # the time synth reports and ``arborcc simulate`` gives
-        return protocol_sweep(r.algorithm, topology, [size], protocols=BY_BANDWIDTH)[0].time
-
-    best_time = PIPELINED_MARGIN * as_written(result)
+    size = _reference_size(request)
+    best_time = PIPELINED_MARGIN * _time_as_written(result.algorithm, topology, size)
     best, how = result, ""
     for label, build in builders:
         try:
             candidate = build()
         except SynthesisError:
             continue
-        t = as_written(candidate)
+        t = _time_as_written(candidate.algorithm, topology, size)
         if t < best_time:
             best, best_time, how = candidate, t, label
     if best is not result:
