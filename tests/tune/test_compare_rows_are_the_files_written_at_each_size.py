@@ -6,6 +6,8 @@ there (within 1%: ``auto`` may write the one program for both call forms, at mos
 faster)."""
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from arborcc.errors import SynthesisError
 from arborcc.synth.registry import BY_NAME
@@ -114,3 +116,20 @@ def test_tune_refuses_a_size_no_candidate_builds_for(monkeypatch):
     refusing_below(monkeypatch, "binary-trees", 64 * MIB)
     with pytest.raises(SynthesisError, match="at 1M"):
         tune(blink_allocation(), "allreduce", [MIB, 64 * MIB], strategies=["binary-trees"], instances=(1,))
+
+
+@settings(max_examples=6, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sizes=st.lists(st.integers(min_value=10, max_value=28).map(lambda k: 1 << k), min_size=1, max_size=4))
+def test_every_row_of_a_size_dependent_strategy_is_its_file_for_that_size(sizes):
+    """Whatever the sizes, one row per size, in size order, each the time of the file
+    binary-trees writes for that size simulated with the row's protocol."""
+    from arborcc.sim.simulate import simulate
+
+    topology = blink_allocation()
+    cmp = compare(topology, "allreduce", sizes, strategies=["binary-trees"], baselines=False)
+    assert [r["size"] for r in cmp.rows] == sorted(set(sizes))
+    for row in cmp.rows:
+        written = synthesize(topology, "allreduce", "binary-trees", size=row["size"], timed=False).algorithm
+        # the row's time_us is rounded to nanoseconds
+        assert simulate(written, topology, row["size"], row["protocol"]).time * 1e6 == pytest.approx(
+            row["time_us"], abs=6e-4), row
