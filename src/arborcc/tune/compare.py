@@ -172,7 +172,7 @@ def files_per_size(topology: Topology, collective: str, name: str, root: int, si
         except SynthesisError as e:
             failed[size] = _reason(name, e)
             continue
-        key = _file_key(candidate.algorithm)
+        key = _file_key(candidate.algorithm) or f"no file at {size}".encode()  # unwritable: a candidate of its own
         if key in by_file:
             by_file[key].sizes += (size,)
         else:
@@ -204,13 +204,18 @@ def _reason(name: str, error: SynthesisError) -> str:
     return text.split(": ", 1)[-1] if name in text else text
 
 
-def _file_key(algorithm: Algorithm) -> bytes:
-    """A digest of ``algorithm``'s MSCCL XML: equal for byte-identical files."""
+def _file_key(algorithm: Algorithm) -> bytes | None:
+    """A digest of ``algorithm``'s MSCCL XML: equal for byte-identical files (None where
+    it cannot be written, over a limit of the format)."""
     import hashlib
 
+    from arborcc.errors import ArborccError
     from arborcc.ir.msccl_xml import write_msccl_xml
 
-    return hashlib.sha256(write_msccl_xml(algorithm).encode()).digest()
+    try:
+        return hashlib.sha256(write_msccl_xml(algorithm).encode()).digest()
+    except ArborccError:
+        return None
 
 
 def nccl_time(topology: Topology, collective: str, size: int, root: int = 0,
