@@ -10,7 +10,9 @@ bandwidth):
   simulated time of its file at that size) and that file's simulated time - the number
   ``synth`` reports and ``arborcc simulate FILE`` prints;
 * ``best``: the fastest of every strategy's file at that size with the fastest protocol
-  (``arborcc compare``'s rows);
+  (``arborcc compare``'s rows: each the file ``arborcc synth --strategy S --size SIZE``
+  writes, so chosen is one of them and beats best by at most the 1% its one program for
+  both call forms may gain);
 * ``nccl``: NCCL's own choice of algorithm, protocol and channels (``compare``'s ``nccl``
   row; NVLS all-reduce where the switch reduces); ``ring``: NCCL without NVLS, the baseline
   the targets use on NVSwitch machines with in-switch reduction (NVLS is beyond the MSCCL IR);
@@ -141,7 +143,7 @@ def measure(case: Case, collective: str, sizes: tuple[int, ...]) -> list[Row]:
 
         here = [r for r in table.rows if r["size"] == size]
         ours = [r for r in here if r["strategy"] not in ("nccl", MODEL)]
-        best = min(ours, key=lambda r: r["time_us"])
+        best = min(ours, key=lambda r: r["time_us"])  # among the files synth writes at this size
         call = baseline.call(size, collective)  # the table's ``nccl`` row, its time unrounded
         algorithm, protocol = baseline.model_pick(size, collective)  # NCCL's choice with NVLS ruled out
         ring = baseline.simulate_option(size, collective, algorithm, protocol,

@@ -57,6 +57,11 @@ class Strategy:
     auto_rank_limits: Mapping[str, int] = field(default_factory=dict)
     clusters_first: bool = False
     simulated_rank_limits: Mapping[str, int] = field(default_factory=dict)
+    size_dependent: tuple[str, ...] = ()
+
+    def depends_on_size(self, collective: str) -> bool:
+        """Whether the algorithm built for ``collective`` depends on the request's size."""
+        return collective in self.size_dependent
 
     def left_out(self, collective: str, num_ranks: int, simulated: bool = False) -> int | None:
         """The rank limit above which ``auto`` (``simulated``: ``compare`` and ``tune``)
@@ -85,9 +90,13 @@ SIMULATED_RANKS = 128
 STRATEGIES: tuple[Strategy, ...] = (
     Strategy("trees", TREE_COLLECTIVES, synth_trees,
              "Blink tree packing (MLSys 2020, 3.1-3.3), ForestColl per-root packings; gather/scatter as a "
-             "single-sink flow split into paths", {"allreduce": 32}),
+             "single-sink flow split into paths", {"allreduce": 32},
+             # the pipelined candidates, the NVLink-only broadcast and the switch broadcast's
+             # chunk count are chosen by their simulated time at the request's size
+             size_dependent=("allreduce", "allgather", "reducescatter", "broadcast")),
     Strategy("binary-trees", ALLREDUCE, synth_binary_trees,
-             "MXNet tree all-reduce proposal: balanced max-weight binary trees, one per root", {"allreduce": 32}),
+             "MXNet tree all-reduce proposal: balanced max-weight binary trees, one per root", {"allreduce": 32},
+             size_dependent=ALLREDUCE),  # one tree below MXNet's size threshold
     Strategy("blueconnect", ALLREDUCE, synth_blueconnect,
              "BlueConnect (SysML 2019) section 3, Algorithm 1: stages along the hierarchy",
              simulated_rank_limits={"allreduce": SIMULATED_RANKS}),

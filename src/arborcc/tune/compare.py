@@ -6,7 +6,11 @@ Rows, per size:
 * each synthesis strategy that can build the collective (``synth.strategies``), its
   algorithm simulated as its written file runs: on each pair's own route (MSCCL XML
   names no route, so relays a strategy planned are not taken), the time ``arborcc
-  simulate FILE`` gives;
+  simulate FILE`` gives. At each size it is the file ``arborcc synth --strategy S
+  --size SIZE`` writes: a strategy whose file depends on the size
+  (:meth:`arborcc.synth.registry.Strategy.depends_on_size`) is synthesized for every
+  size and each distinct file simulated at the sizes it was built for (byte-identical
+  files once, at all their sizes together); the others once, simulated at every size;
 * ``nccl``: what NCCL runs for all-reduce, all-gather, reduce-scatter, broadcast and
   reduce (:mod:`arborcc.tune.nccl`: its rings, its tree for all-reduce across nodes, its
   protocol choice, NVLS all-reduce where the switch reduces), simulated;
@@ -20,7 +24,7 @@ With ``protocol="auto"`` every strategy runs with the fastest protocol for each 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
 from arborcc.errors import SynthesisError
@@ -43,6 +47,25 @@ class Candidate:
     algorithm: Algorithm
     routes: dict = field(default_factory=dict)  #: the routes it runs on (none: each pair's own, as a file runs)
     note: str = ""
+    #: the sizes it is the strategy's file for, ascending (None: every size; a strategy
+    #: whose file depends on the size has one candidate per distinct file)
+    sizes: tuple[int, ...] | None = None
+
+    @property
+    def built_for(self) -> int | None:
+        """The least size its algorithm was synthesized for (None: it serves every size)."""
+        return None if self.sizes is None else self.sizes[0]
+
+    @property
+    def key(self) -> str:
+        """Its name among the candidates (:func:`candidate_key`)."""
+        return candidate_key(self.name, self.built_for)
+
+
+def candidate_key(name: str, built_for: int | None) -> str:
+    """A candidate's name among the others: its strategy's, and where the strategy writes
+    other files at other sizes, the least size its file was built for (``trees@1M``)."""
+    return name if built_for is None else f"{name}@{format_size(built_for)}"
 
 
 @dataclass
@@ -78,24 +101,27 @@ class Comparison:
 
 
 def strategy_candidates(topology: Topology, collective: str, root: int = 0, strategies: Sequence[str] | None = None,
-                        progress: Callable[[str], None] | None = None) -> tuple[list[Candidate], list[str]]:
+                        progress: Callable[[str], None] | None = None,
+                        sizes: Sequence[int] | None = None) -> tuple[list[Candidate], list[str]]:
     """The algorithms of every strategy that builds ``collective`` on ``topology``
-    (``strategies`` picks some); the rest with the reason they were left out
-    (:func:`each_candidate`)."""
+    (``strategies`` picks some) for ``sizes``; the rest with the reason they were left
+    out (:func:`each_candidate`)."""
     skipped: list[str] = []
-    return list(each_candidate(topology, collective, root, strategies, progress, skipped)), skipped
+    return list(each_candidate(topology, collective, root, strategies, progress, skipped, sizes)), skipped
 
 
 def each_candidate(topology: Topology, collective: str, root: int = 0, strategies: Sequence[str] | None = None,
                    progress: Callable[[str], None] | None = None,
-                   skipped: list[str] | None = None) -> Iterator[Candidate]:
+                   skipped: list[str] | None = None, sizes: Sequence[int] | None = None) -> Iterator[Candidate]:
     """Each strategy's candidate in turn, synthesized when asked for (so a caller that
-    simulates one and drops it holds one algorithm at a time); those left out, with the
-    reason, are appended to ``skipped``. Without an explicit list, strategies are left
-    out above the rank counts where their synthesis or their simulation explodes
-    (:meth:`arborcc.synth.registry.Strategy.left_out`, the limits ``auto`` uses too)."""
+    simulates one and drops it holds one strategy's algorithms at a time); those left
+    out, with the reason, are appended to ``skipped``. Without an explicit list,
+    strategies are left out above the rank counts where their synthesis or their
+    simulation explodes (:meth:`arborcc.synth.registry.Strategy.left_out`, the limits
+    ``auto`` uses too). With ``sizes``, a strategy whose file depends on the size is
+    synthesized for each (:func:`files_per_size`); without, every strategy once, for
+    large buffers."""
     from arborcc.synth.registry import BY_NAME, STRATEGIES
-    from arborcc.synth.synthesis import synthesize
 
     skipped = [] if skipped is None else skipped
     names = list(strategies) if strategies else [s.name for s in STRATEGIES if collective in s.collectives]
@@ -109,18 +135,87 @@ def each_candidate(topology: Topology, collective: str, root: int = 0, strategie
             skipped.append(f"{name}: left out above {limit} ranks, where its {work} takes too long "
                            f"(name it with --strategies to run it)")
             continue
+        if sizes and entry.depends_on_size(collective):
+            built = files_per_size(topology, collective, name, root, sizes, progress, skipped)
+            while built:  # each dropped once the caller is done with it
+                yield built.pop(0)
+            continue
         if progress:
             progress(f"synthesizing {collective} with {name}")
         try:
-            r = synthesize(topology, collective, name, root, timed=False)
+            candidate = _candidate(topology, collective, name, root, None)
         except SynthesisError as e:
-            skipped.append(f"{name}: {str(e).split(': ', 1)[-1] if name in str(e) else e}")
+            skipped.append(f"{name}: {_reason(name, e)}")
             continue
-        # simulated as its file runs: MSCCL XML cannot carry the strategy's planned relays
-        candidate = Candidate(name, r.algorithm, {}, "; ".join(r.notes[:1]))
-        del r
         yield candidate
         del candidate  # resumed: the caller is done with it, not held through the next synthesis
+
+
+def files_per_size(topology: Topology, collective: str, name: str, root: int, sizes: Sequence[int],
+                   progress: Callable[[str], None] | None = None,
+                   skipped: list[str] | None = None) -> list[Candidate]:
+    """Strategy ``name``'s algorithm synthesized for each of ``sizes`` (the file ``arborcc
+    synth --strategy NAME --size SIZE`` writes), one candidate per distinct file - keyed
+    by its MSCCL XML, so byte-identical files are one candidate with all their sizes -
+    in the order of the least size each serves; a single file for every size is one
+    candidate for every size (``sizes`` None). A size it cannot be built for is
+    appended to ``skipped`` with the reason (once for all, where none builds)."""
+    skipped = [] if skipped is None else skipped
+    by_file: dict[bytes, Candidate] = {}
+    failed: dict[int, str] = {}
+    sizes = sorted(set(int(s) for s in sizes))
+    for size in sizes:
+        if progress:
+            progress(f"synthesizing {collective} with {name} for {format_size(size)}")
+        try:
+            candidate = _candidate(topology, collective, name, root, size)
+        except SynthesisError as e:
+            failed[size] = _reason(name, e)
+            continue
+        key = _file_key(candidate.algorithm) or f"no file at {size}".encode()  # unwritable: a candidate of its own
+        if key in by_file:
+            by_file[key].sizes += (size,)
+        else:
+            by_file[key] = replace(candidate, sizes=(size,))
+        del candidate
+    if failed and not by_file and len(set(failed.values())) == 1:
+        skipped.append(f"{name}: {next(iter(failed.values()))}")
+    else:
+        skipped += [f"{name} at {format_size(size)}: {why}" for size, why in failed.items()]
+    built = list(by_file.values())
+    if len(built) == 1 and not failed:
+        built[0].sizes = None
+    return built
+
+
+def _candidate(topology: Topology, collective: str, name: str, root: int, size: int | None) -> Candidate:
+    """Strategy ``name``'s algorithm for ``size`` (None: large buffers), unsimulated."""
+    from arborcc.synth.synthesis import synthesize
+
+    sized = {} if size is None else {"size": size}
+    r = synthesize(topology, collective, name, root, timed=False, **sized)
+    # simulated as its file runs: MSCCL XML cannot carry the strategy's planned relays
+    return Candidate(name, r.algorithm, {}, "; ".join(r.notes[:1]))
+
+
+def _reason(name: str, error: SynthesisError) -> str:
+    """Why strategy ``name`` could not build: the error without its leading strategy name."""
+    text = str(error)
+    return text.split(": ", 1)[-1] if name in text else text
+
+
+def _file_key(algorithm: Algorithm) -> bytes | None:
+    """A digest of ``algorithm``'s MSCCL XML: equal for byte-identical files (None where
+    it cannot be written, over a limit of the format)."""
+    import hashlib
+
+    from arborcc.errors import ArborccError
+    from arborcc.ir.msccl_xml import write_msccl_xml
+
+    try:
+        return hashlib.sha256(write_msccl_xml(algorithm).encode()).digest()
+    except ArborccError:
+        return None
 
 
 def nccl_time(topology: Topology, collective: str, size: int, root: int = 0,
@@ -159,19 +254,26 @@ def compare(topology: Topology, collective: str = "allreduce", sizes: Sequence[i
     rows: list[dict] = []
     synth_seconds = sim_seconds = sim_cpu_seconds = 0.0
     t0 = time.perf_counter()
-    # each candidate simulated as soon as it is built, then dropped: one algorithm held at a time
-    for c in each_candidate(topology, collective, root, strategies, progress, skipped):
+    # each candidate simulated as soon as it is built, then dropped: one strategy's
+    # algorithms held at a time; each at the sizes it is the strategy's file for
+    for c in each_candidate(topology, collective, root, strategies, progress, skipped, sizes):
         t1, c1 = time.perf_counter(), time.process_time()
         synth_seconds += t1 - t0
+        at = sizes if c.sizes is None else list(c.sizes)
         if progress:
-            progress(f"simulating {c.name} at {len(sizes)} sizes")
-        for r in protocol_sweep(c.algorithm, topology, sizes, protocol, fidelity, c.routes):
+            built = "" if c.built_for is None else f" (its file for {format_size(c.built_for)})"
+            progress(f"simulating {c.name}{built} at {len(at)} size{'s' if len(at) > 1 else ''}")
+        for r in protocol_sweep(c.algorithm, topology, at, protocol, fidelity, c.routes):
             rows.append({"strategy": c.name, **r.row()})
         del c
         t0 = time.perf_counter()
         sim_seconds += t0 - t1
         sim_cpu_seconds += time.process_time() - c1
     synth_seconds += time.perf_counter() - t0
+    first = {}
+    for r in rows:
+        first.setdefault(r["strategy"], len(first))
+    rows.sort(key=lambda r: (first[r["strategy"]], r["size"]))  # per strategy in size order, as one file gives
     t1, c1 = time.perf_counter(), time.process_time()
     if baselines and collective in NCCL_COLLECTIVES:
         if progress:

@@ -2,7 +2,10 @@
 (strategy, instances, protocol) at every size by simulation, grouped into size buckets.
 
 Candidates are the algorithms of every strategy that builds the collective
-(:func:`arborcc.tune.compare.strategy_candidates`), each run as 1, 2, 4, ... instances
+(:func:`arborcc.tune.compare.strategy_candidates`: at each size the file ``arborcc synth
+--strategy S --size SIZE`` writes, as ``compare`` has them - a strategy whose file
+depends on the size has one candidate per distinct file, tried at the sizes it was
+built for), each run as 1, 2, 4, ... instances
 (:mod:`arborcc.tune.instances`; counts whose copies break the MSCCL dialect's limits on
 channels, thread blocks or steps are left out, since a runtime refuses such a file)
 and with each protocol. The chunk count is the strategy's own: synthesis strategies
@@ -26,9 +29,10 @@ from arborcc.ir.limits import check_dialect_limits
 from arborcc.ir.model import Algorithm
 from arborcc.sim.fidelity import Fidelity, fidelity_for
 from arborcc.sim.protocols import protocol_name
+from arborcc.sizes import format_size
 from arborcc.topology.model import Topology
 from arborcc.sim.protocol_choice import BY_BANDWIDTH, protocol_sweep
-from arborcc.tune.compare import Candidate, strategy_candidates
+from arborcc.tune.compare import Candidate, candidate_key, strategy_candidates
 from arborcc.tune.instances import with_instances
 
 DEFAULT_INSTANCES = (1, 2, 4)
@@ -41,10 +45,16 @@ class Choice:
     strategy: str
     instances: int
     protocol: str
+    built_for: int | None = None  #: the candidate's :attr:`~arborcc.tune.compare.Candidate.built_for`
+
+    @property
+    def key(self) -> str:
+        """The candidate's key in :attr:`TuneResult.candidates`."""
+        return candidate_key(self.strategy, self.built_for)
 
     @property
     def label(self) -> str:
-        return f"{self.strategy} x{self.instances} {self.protocol}"
+        return f"{self.key} x{self.instances} {self.protocol}"
 
 
 @dataclass
@@ -69,7 +79,7 @@ class TuneResult:
     fidelity: str
     sizes: list[int]
     buckets: list[Bucket]
-    candidates: dict[str, Candidate]
+    candidates: dict[str, Candidate]  #: by :attr:`~arborcc.tune.compare.Candidate.key`
     skipped: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -81,9 +91,9 @@ class TuneResult:
         from arborcc.ir.model import Protocol
 
         c = bucket.choice
-        algo = with_instances(self.candidates[c.strategy].algorithm, c.instances)
+        algo = with_instances(self.candidates[c.key].algorithm, c.instances)
         return replace(algo, protocol=Protocol(c.protocol), min_bytes=bucket.min_bytes, max_bytes=bucket.max_bytes,
-                       name=f"{self.collective}-{c.strategy}-x{c.instances}-{c.protocol}")
+                       name=f"{self.collective}-{c.key}-x{c.instances}-{c.protocol}")
 
 
 def instance_counts(algo: Algorithm, counts: Sequence[int], dialect: str) -> tuple[list[int], list[str]]:
@@ -116,22 +126,24 @@ def tune(topology: Topology, collective: str, sizes: Sequence[int], strategies: 
         raise SynthesisError("no sizes to tune for")
     if protocol != "auto":
         protocol = protocol_name(protocol)
-    cands, skipped = strategy_candidates(topology, collective, root, strategies, progress)
+    cands, skipped = strategy_candidates(topology, collective, root, strategies, progress, sizes)
     if not cands:
         raise SynthesisError(f"no strategy builds {collective} on {topology.name}: " + "; ".join(skipped))
     best: dict[int, tuple[float, Choice]] = {}
     for cand in cands:
         counts, why = instance_counts(cand.algorithm, instances, dialect)
-        skipped += [f"{cand.name} {w}" for w in why]
+        skipped += [f"{cand.key} {w}" for w in why]
+        at = sizes if cand.sizes is None else list(cand.sizes)
         for n in counts:
             if progress:
-                progress(f"simulating {cand.name} x{n} at {len(sizes)} sizes")
-            for r in protocol_sweep(cand.algorithm, topology, sizes, protocol, fidelity, cand.routes, n,
+                progress(f"simulating {cand.key} x{n} at {len(at)} size{'s' if len(at) > 1 else ''}")
+            for r in protocol_sweep(cand.algorithm, topology, at, protocol, fidelity, cand.routes, n,
                                     protocols=protocols or BY_BANDWIDTH):
                 if r.size not in best or r.time < best[r.size][0]:
-                    best[r.size] = (r.time, Choice(cand.name, n, r.protocol))
-    if not best:
-        raise SynthesisError(f"no configuration of {collective} on {topology.name} is within the {dialect} "
+                    best[r.size] = (r.time, Choice(cand.name, n, r.protocol, cand.built_for))
+    if len(best) < len(sizes):  # a strategy whose file depends on the size may build at some sizes only
+        at = "" if not best else " at " + ", ".join(format_size(s) for s in sizes if s not in best)
+        raise SynthesisError(f"no configuration of {collective} on {topology.name}{at} is within the {dialect} "
                              f"dialect's limits: " + "; ".join(skipped))
     buckets: list[Bucket] = []
     for s in sizes:
@@ -144,4 +156,4 @@ def tune(topology: Topology, collective: str, sizes: Sequence[int], strategies: 
     for a, b in zip(buckets, buckets[1:]):
         a.max_bytes = min(b.times) - 1
     return TuneResult(topology.name, topology.num_ranks, collective, dialect, fidelity.name, sizes, buckets,
-                      {c.name: c for c in cands}, skipped, time.perf_counter() - t0)
+                      {c.key: c for c in cands}, skipped, time.perf_counter() - t0)
