@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TIMEOUT = 240  # seconds: a hang guard, not a performance check
 
-#: docs/torch.md's DDP example with the hook: 4 ranks, three trainings compared
+#: the DDP example with the hook (README.md, docs/torch.md, tests/torch): 4 ranks, three trainings compared
 SHARED = frozenset({"arborcc run -n 4 examples/ddp_train.py --hook"})
 
 
