@@ -20,8 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TIMEOUT = 240  # seconds: a hang guard, not a performance check
 
+#: docs/limits.md's compare at 128 ranks, whose NCCL-ring candidate traces more operations
+#: than a user program may (tests/hardening/test_large_valid_inputs.py reads its table)
+COMPARE_ON_16_DGX_A100_NODES = "arborcc compare --machine dgx-a100 --nodes 16 --sizes 1M"
 #: the DDP example with the hook (README.md, docs/torch.md, tests/torch): 4 ranks, three trainings compared
-SHARED = frozenset({"arborcc run -n 4 examples/ddp_train.py --hook"})
+DDP_EXAMPLE_WITH_HOOK = "arborcc run -n 4 examples/ddp_train.py --hook"
+
+SHARED = frozenset({COMPARE_ON_16_DGX_A100_NODES, DDP_EXAMPLE_WITH_HOOK})
 
 
 def run_shared(tmp_path_factory, command: str) -> tuple[int, str, str]:
