@@ -8,7 +8,7 @@ command may use a file an earlier one wrote); running one step runs the doc's st
 before it first. A doc's folder and its steps' outcomes are the session's, shared by the
 xdist workers (:mod:`support.shared_work`): a step runs once in a session, whichever
 worker its doc's tests go to; a command that another test runs as well
-(:data:`support.shared_commands.SHARED`) runs once for both. A command must exit 0 and print every output line the doc shows
+(:data:`support.shared_commands.SHARED`), or that several docs show, runs once for all. A command must exit 0 and print every output line the doc shows
 after it (``...`` in a shown line matches anything, a number any number). A doc marks what cannot run here
 (``<!-- doctest: skip REASON -->``, ``<!-- doctest: skip-command PREFIX: REASON -->``),
 and the reason appears in the test report.
@@ -68,7 +68,7 @@ class DocRun:
             return done[index]
 
     def run(self, step: DocStep) -> Outcome:
-        if step.kind == "command" and step.text.strip() in SHARED:  # a test of its own runs it too
+        if step.kind == "command" and step.text.strip() in SHARED:  # another test or doc runs it too
             code, out, err = self.shared(step.text.strip())
             return Outcome(code, out + err)
         return run_step(step, self.folder)

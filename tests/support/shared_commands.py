@@ -1,6 +1,7 @@
-"""Commands that a doc shows and a test of its own checks as well, run once in the session
-(:func:`support.shared_work.once`) for both: the doc test runs each step of a doc, and a
-test that runs the same command reads the same outcome instead of starting it again.
+"""Commands that a doc shows and a test of its own checks as well, or that several docs
+show, run once in the session (:func:`support.shared_work.once`) for all of them: the doc
+test runs each step of a doc, and a test or another doc's step that runs the same command
+reads the same outcome instead of starting it again.
 
 Only commands that write nothing and read only the checkout belong here: where they run
 (the checkout's root, or a doc's folder, whose ``examples/`` links to the checkout's)
@@ -20,8 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TIMEOUT = 240  # seconds: a hang guard, not a performance check
 
-#: docs/torch.md's DDP example with the hook: 4 ranks, three trainings compared
-SHARED = frozenset({"arborcc run -n 4 examples/ddp_train.py --hook"})
+#: docs/limits.md's compare at 128 ranks, whose NCCL-ring candidate traces more operations
+#: than a user program may (tests/hardening/test_large_valid_inputs.py reads its table)
+COMPARE_ON_16_DGX_A100_NODES = "arborcc compare --machine dgx-a100 --nodes 16 --sizes 1M"
+#: the DDP example with the hook (README.md, docs/torch.md, tests/torch): 4 ranks, three trainings compared
+DDP_EXAMPLE_WITH_HOOK = "arborcc run -n 4 examples/ddp_train.py --hook"
+
+#: every strategy against NCCL on the README's allocation (README.md, docs/gpu.md, docs/simulator.md)
+COMPARE_ON_THE_READMES_ALLOCATION = "arborcc compare --machine dgx1v --gpus 1,4,5,6 --collective allreduce --sizes 1K:1G"
+
+SHARED = frozenset({COMPARE_ON_16_DGX_A100_NODES, DDP_EXAMPLE_WITH_HOOK, COMPARE_ON_THE_READMES_ALLOCATION})
 
 
 def run_shared(tmp_path_factory, command: str) -> tuple[int, str, str]:
