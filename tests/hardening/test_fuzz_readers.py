@@ -170,3 +170,20 @@ def test_a_very_long_unknown_key_is_quoted_by_its_ends():
         parse_topology(text, "yaml", "f.yaml")
     message = str(info.value)
     assert "unknown key 'kindxxx" in message and "..." in message and len(message) < 300, message
+
+
+@pytest.mark.parametrize("key, line", [("host", "host: 0"), ("kind", "kind: cpu"),
+                                       ("arborcc_topology", "arborcc_topology: 1")])
+def test_a_very_long_wrong_value_is_quoted_by_its_ends(key, line):
+    # found by the fuzz test above (random run): a mutation turned a device's host into a
+    # 750-character string of many words, and "expected an integer" quoted it whole
+    from arborcc.topology.machines import build_machine
+    from arborcc.topology.topofile import dump_topology, parse_topology
+
+    text = dump_topology(build_machine("dgx1v"), "yaml")
+    assert line in text
+    text = text.replace(line, f"{key}: '{'yy ' * 250}'", 1)
+    with pytest.raises(ArborccError) as info:
+        parse_topology(text, "yaml", "f.yaml")
+    message = str(info.value)
+    assert "yy yy" in message and "..." in message and len(message) < 400, message

@@ -317,14 +317,14 @@ class _Reader:
     def enum(self, value: Any, path: DocPath, kind: type) -> Any:
         names = [k.value for k in kind]
         if value not in names:
-            raise self.fail(path, f"unknown kind {value!r}: expected one of {', '.join(names)}")
+            raise self.fail(path, f"unknown kind {clipped(repr(value))}: expected one of {', '.join(names)}")
         return kind(value)
 
     def build(self, doc: Any, default_name: str) -> Topology:
         doc = self.keys(doc, (), TOP_KEYS, ("arborcc_topology", "devices"))
         version = doc["arborcc_topology"]
         if isinstance(version, bool) or version != FORMAT_VERSION:
-            raise self.fail(("arborcc_topology",), f"unsupported format version {version!r} (this arborcc reads {FORMAT_VERSION})")
+            raise self.fail(("arborcc_topology",), f"unsupported format version {clipped(repr(version))} (this arborcc reads {FORMAT_VERSION})")
         name = self.string(doc.get("name", default_name), ("name",))
         meta = doc.get("meta", {})
         if not isinstance(meta, dict):
@@ -390,9 +390,9 @@ def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
     if isinstance(value, (int, Decimal, float)):
-        return f"the number {value}"
+        return f"the number {clipped(str(value))}"
     if isinstance(value, str):
-        return f"the string {value!r}"
+        return f"the string {clipped(value)!r}"
     if isinstance(value, list):
         return "a list"
     if isinstance(value, dict):
