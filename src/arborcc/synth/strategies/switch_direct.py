@@ -1,8 +1,8 @@
 """The ``switch-direct`` strategy: on a switch machine, reduce-scatter and all-gather as
 direct transfers between every pair of ranks, every pair on several thread blocks.
 
-On a machine whose GPUs all reach each other through one NVSwitch
-(:func:`arborcc.synth.trees.common_switch`: DGX-2, DGX A100, DGX H100) every pair is
+On a machine whose GPUs all reach each other through one switch (:func:`one_switch`:
+the NVSwitch of DGX-2, DGX A100, DGX H100; one level of a hierarchy) every pair is
 one hop apart, so the bound of both collectives - each port carries ``(n - 1) / n`` of
 the buffer - is reached with no relay at all: rank ``r`` sends its block ``p`` straight
 to rank ``p`` (reduce-scatter; ``p`` reduces the ``n - 1`` blocks it receives into its
@@ -49,6 +49,17 @@ CHUNKS_PER_LANE = (1, 4, 16, 64)
 REFERENCE_SIZE, LARGEST_TIMED = 64 << 20, 1 << 30
 #: a candidate with more chunks is kept only when it is faster by more than this share
 MORE_CHUNKS_MARGIN = 0.005
+
+
+def one_switch(topology: Topology) -> str | None:
+    """The device every rank reaches every other rank through, one hop each way (an
+    NVSwitch, or the one network switch of a single-level hierarchy), or None."""
+    ranks = set(topology.ranks)
+    middles = {topology.route(a, b).path[1:-1] for a in ranks for b in ranks if a != b}
+    if len(middles) != 1:
+        return None
+    (middle,) = middles
+    return middle[0] if len(middle) == 1 and middle[0] not in ranks else None
 
 
 def lanes_for(num_ranks: int, max_threadblocks: int, max_channels: int) -> int:
@@ -126,13 +137,12 @@ def synth_switch_direct(request: SynthesisRequest) -> SynthesisResult:
     from arborcc.ir.limits import DIALECTS, MAX_CHANNELS
     from arborcc.sim.bandwidth import steady_state_bandwidth
     from arborcc.synth.result import SynthesisResult
-    from arborcc.synth.trees import common_switch
 
     topology, collective = request.topology, request.collective
     if collective not in SWITCH_DIRECT_COLLECTIVES:
         raise SynthesisError(f"switch-direct builds {', '.join(SWITCH_DIRECT_COLLECTIVES)}, not {collective}")
-    if common_switch(topology) is None:
-        raise SynthesisError(f"{topology.name}: the ranks do not all reach each other through one NVSwitch; "
+    if one_switch(topology) is None:
+        raise SynthesisError(f"{topology.name}: the ranks do not all reach each other through one switch; "
                              "switch-direct needs a switch machine")
     n = topology.num_ranks
     dialects = DIALECTS.values() if request.dialect is None else [DIALECTS[request.dialect]]
