@@ -99,3 +99,14 @@ def test_any_lane_and_chunk_count_verifies_and_equals_numpy(collective, ranks, l
     report = verify_algorithm(algorithm, dialect=LEGACY.name)
     assert report.ok and not report.violations
     assert_executes(algorithm, modes=list(Mode), seed=ranks + lanes + per_lane)
+
+
+def test_switch_direct_runs_on_the_shared_memory_runtime_as_numpy_computes():
+    from tests.support.runtime_execution import RuntimeCase, runtime_failures
+
+    box = build_hierarchy(parse_hierarchy("4@100"))
+    cases = [RuntimeCase(f"{collective}-{mode.value}", synthesize(box, collective, "switch-direct", size=MIB).algorithm,
+                         mode)
+             for collective in SWITCH_DIRECT_COLLECTIVES for mode in Mode]
+    verdicts = runtime_failures(cases, box.num_ranks, timeout=120)
+    assert verdicts and not any(verdicts.values()), verdicts
