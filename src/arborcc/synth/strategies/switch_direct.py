@@ -61,13 +61,21 @@ MORE_CHUNKS_MARGIN = 0.005
 
 def one_switch(topology: Topology) -> str | None:
     """The device every rank reaches every other rank through, one hop each way (an
-    NVSwitch, or the one network switch of a single-level hierarchy), or None."""
-    ranks = set(topology.ranks)
-    middles = {topology.route(a, b).path[1:-1] for a in ranks for b in ranks if a != b}
-    if len(middles) != 1:
+    NVSwitch, or the one network switch of a single-level hierarchy), or None. Ranks on
+    more than one host have none (refused before any route is looked at)."""
+    ranks = topology.ranks
+    if len({topology.devices[g].host for g in ranks}) != 1:
         return None
-    (middle,) = middles
-    return middle[0] if len(middle) == 1 and middle[0] not in ranks else None
+    switch = None
+    for a in ranks:
+        for b in ranks:
+            if a == b:
+                continue
+            path = topology.route(a, b).path
+            if len(path) != 3 or path[1] in ranks or (switch is not None and path[1] != switch):
+                return None
+            switch = path[1]
+    return switch
 
 
 def lanes_for(collective: str, num_ranks: int, max_threadblocks: int, max_channels: int) -> int:
