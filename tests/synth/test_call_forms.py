@@ -29,7 +29,7 @@ ONE_HOST, TWO_HOSTS = "4@100", "2@100,2@25"
 #: strategies that need several hosts
 SEVERAL_HOSTS = {"composed", "three-phase", "two-step", "three-step"}
 #: strategies that run inside one host
-ONE_HOST_ONLY = {"lane-rings"}
+ONE_HOST_ONLY = {"lane-rings", "switch-direct"}
 #: (strategy, collective) whose programs are written in place only: --outofplace is refused
 IN_PLACE_ONLY = {("three-phase", "allreduce"), ("nccl-ring", "allgather"), ("nccl-ring", "broadcast"),
                  ("lane-rings", "allgather")}

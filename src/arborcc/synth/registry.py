@@ -25,6 +25,7 @@ from arborcc.synth.strategies.lane_rings import LANE_RING_COLLECTIVES, synth_lan
 from arborcc.synth.strategies.hierarchical import synth_hierarchical
 from arborcc.synth.strategies.nccl_ring import synth_nccl_ring
 from arborcc.synth.strategies.ring import synth_ring
+from arborcc.synth.strategies.switch_direct import SWITCH_DIRECT_COLLECTIVES, synth_switch_direct
 from arborcc.synth.strategies.three_phase import synth_three_phase
 from arborcc.synth.strategies.three_step import synth_three_step
 from arborcc.synth.strategies.trees import synth_trees
@@ -114,6 +115,9 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("lane-rings", LANE_RING_COLLECTIVES, synth_lane_rings,
              "inside one machine: the rings of NCCL's search on as many thread blocks as the runtime takes, "
              "rings without a common connection sharing a channel", dict.fromkeys(LANE_RING_COLLECTIVES, 32)),
+    Strategy("switch-direct", SWITCH_DIRECT_COLLECTIVES, synth_switch_direct,
+             "switch machines: every block straight to its destination over the switch, each pair on several "
+             "thread blocks, the chunk count timed fastest at the size"),
     Strategy("double-binary-tree", ALLREDUCE, synth_double_binary_tree,
              "NCCL's double binary trees over the nodes, chains inside them"),
     Strategy("halving-doubling", ALLREDUCE, synth_halving_doubling,
