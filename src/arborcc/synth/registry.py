@@ -117,7 +117,8 @@ STRATEGIES: tuple[Strategy, ...] = (
              "rings without a common connection sharing a channel", dict.fromkeys(LANE_RING_COLLECTIVES, 32)),
     Strategy("switch-direct", SWITCH_DIRECT_COLLECTIVES, synth_switch_direct,
              "switch machines: every block straight to its destination over the switch, each pair on several "
-             "thread blocks, the chunk count timed fastest at the size"),
+             "thread blocks, the chunk count timed fastest at the size",
+             size_dependent=SWITCH_DIRECT_COLLECTIVES),
     Strategy("double-binary-tree", ALLREDUCE, synth_double_binary_tree,
              "NCCL's double binary trees over the nodes, chains inside them"),
     Strategy("halving-doubling", ALLREDUCE, synth_halving_doubling,
