@@ -105,13 +105,13 @@ def test_compiler_piece_model_is_the_verifiers():
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(programs(sizes=(1, 2, 3)), st.sampled_from([1, 2]), st.booleans())
-def test_compiler_and_verifier_agree_whether_a_schedule_finishes_in_pieces(program, instances, fusion):
+@given(programs(sizes=(1, 2, 3)), st.sampled_from([1, 2]), st.booleans(), st.sampled_from(["Simple", "LL"]))
+def test_compiler_and_verifier_agree_whether_a_schedule_finishes_in_pieces(program, instances, fusion, protocol):
     ranks, ops = program
-    prog, applied = trace(ranks, ops, instances, fusion)
+    prog, applied = trace(ranks, ops, instances, fusion, protocol)
     if not applied:
         return
     unchecked, verdicts = compile_unchecked(prog)
     assert verdicts == [deadlock_free(unchecked)]
-    prog, _ = trace(ranks, ops, instances, fusion)
+    prog, _ = trace(ranks, ops, instances, fusion, protocol)
     assert deadlock_free(prog.compile())
