@@ -65,6 +65,7 @@ def test_fused_relay_filling_a_connection_compiles_deadlock_free():
             assert report.ok, (instances, fusion, [str(v) for v in report.violations])
             assert_computes(algo, ranks, applied)
     # the last (2 instances, fused): unfused, the global order finishes
+    assert prog.compile_stats.pieces_fallback
     assert prog.compile_stats.fused == 0 and prog.compile_stats.unfused > 0
     assert not prog.compile_stats.in_program_order
 
@@ -81,6 +82,7 @@ def test_relay_keeps_its_fusion_where_the_protocol_has_room():
     prog, _ = trace(*RELAY, instances=2, fusion=True, protocol="LL")
     algo = prog.compile()
     assert algo.protocol is Protocol.LL
+    assert not prog.compile_stats.pieces_fallback
     assert prog.compile_stats.fused > 0 and prog.compile_stats.unfused == 0
     assert verify_algorithm(algo).ok
 
@@ -93,7 +95,7 @@ def test_program_order_when_unfused_global_order_deadlocks_in_pieces():
     prog, applied = trace(ranks, ops, instances=1, fusion=False)
     assert applied == ops
     algo = prog.compile()
-    assert prog.compile_stats.in_program_order
+    assert prog.compile_stats.pieces_fallback and prog.compile_stats.in_program_order
     report = verify_algorithm(algo)
     assert report.ok, [str(v) for v in report.violations]
     assert_computes(algo, ranks, applied)

@@ -47,8 +47,11 @@ class CompileStats:
     thread_blocks: int = 0
     reordered: bool = False  #: the priority order needed repairing for FIFO consistency
     unfused: int = 0  #: fusions undone: no FIFO-consistent order or no channel kept them
-    #: the schedule in the global order did not finish with steps cut into pieces, nor did
-    #: it unfused (:mod:`.pieces`): it is in program order, every fusion undone
+    #: the schedule in the global order did not finish with steps cut into pieces
+    #: (:mod:`.pieces`): the compiler fell back, to it unfused or to program order - a
+    #: version a search over programs should not prefer
+    pieces_fallback: bool = False
+    #: the fallback was program order, every fusion undone (unfused did not finish either)
     in_program_order: bool = False
     steps: int = 0
     seconds: dict[str, float] = field(default_factory=dict)  #: wall time per pass
@@ -183,6 +186,7 @@ def _compile(prog, stats: CompileStats) -> Algorithm:
     schedule = emit_steps(table, order, dag.pred_rows, asg)
     lap("sync")
     if not finishes_in_pieces(schedule, asg, prog.protocol):
+        stats.pieces_fallback = True
         asg, schedule = _finishing_schedule(prog, table, dag, manual, stats)
     stats.nops = schedule.nops
     lap("pieces")
