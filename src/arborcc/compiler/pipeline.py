@@ -53,6 +53,8 @@ class CompileStats:
     pieces_fallback: bool = False
     #: the fallback was program order, every fusion undone (unfused did not finish either)
     in_program_order: bool = False
+    #: fusions the fallback undid (those of the schedule that did not finish)
+    unfused_for_pieces: int = 0
     steps: int = 0
     seconds: dict[str, float] = field(default_factory=dict)  #: wall time per pass
     cpu_seconds: dict[str, float] = field(default_factory=dict)  #: CPU time per pass
@@ -186,7 +188,7 @@ def _compile(prog, stats: CompileStats) -> Algorithm:
     schedule = emit_steps(table, order, dag.pred_rows, asg)
     lap("sync")
     if not finishes_in_pieces(schedule, asg, prog.protocol):
-        stats.pieces_fallback = True
+        stats.pieces_fallback, stats.unfused_for_pieces = True, table.fusion_count
         asg, schedule = _finishing_schedule(prog, table, dag, manual, stats)
     stats.nops = schedule.nops
     lap("pieces")

@@ -130,8 +130,9 @@ def _search_versions(lower, args, dialect: str, takes_rounds: bool, takes_fuse: 
                 if fuse is False:
                     lowered.notes.append("relays not fused: the fused chains would deadlock")
                 return lowered
-            fused = fused or any(st.op.sends and st.op.receives for r in lowered.algorithm.ranks
-                                 for tb in r.threadblocks for st in tb.steps)  # rcs, rrs, rrcs
+            fused = fused or lowered.pieces_unfused > 0 or any(
+                st.op.sends and st.op.receives for r in lowered.algorithm.ranks
+                for tb in r.threadblocks for st in tb.steps)  # rcs, rrs, rrcs
             steps_over, tbs_over = overflow(lowered.algorithm)
             over = max(steps_over, tbs_over)
             stale = stale + 1 if variant_best is not None and over > 0.9 * variant_best else 0
