@@ -34,12 +34,13 @@ BUFFERS = [IN, OUT, "relay"]
 
 
 @st.composite
-def programs(draw):
+def programs(draw, sizes=(1, 1, 1, 2)):
+    """(ranks, operations): up to 14 random copies and reduces of ``sizes`` chunks."""
     ranks = draw(st.integers(2, 4))
     n_ops = draw(st.integers(1, 14))
     ops = []
     for _ in range(n_ops):
-        size = draw(st.sampled_from([1, 1, 1, 2]))
+        size = draw(st.sampled_from(sizes))
         ops.append(dict(
             kind=draw(st.sampled_from(["copy", "copy", "reduce"])),
             src=(draw(st.integers(0, ranks - 1)), draw(st.sampled_from(BUFFERS)), draw(st.integers(0, CF - size))),
@@ -48,10 +49,10 @@ def programs(draw):
     return ranks, ops
 
 
-def trace(ranks, ops, instances, fusion):
+def trace(ranks, ops, instances, fusion, protocol="Simple"):
     """Build the program, skipping operations that would be invalid; returns (program, applied)."""
     applied = []
-    with Program("random", Anything(ranks, CF), instances=instances, instr_fusion=fusion) as prog:
+    with Program("random", Anything(ranks, CF), instances=instances, instr_fusion=fusion, protocol=protocol) as prog:
         for op in ops:
             (sr, sb, si), (dr, db, di), n = op["src"], op["dst"], op["size"]
             src = chunk(sr, sb, si, n)
@@ -96,6 +97,11 @@ def test_random_programs_compile_to_what_they_say(program, instances, fusion):
     assert thread_block_rule_violations(algo) == []
     report = verify_algorithm(algo)
     assert report.ok, [str(v) for v in report.violations]
+    assert_computes(algo, ranks, applied)
+
+
+def assert_computes(algo, ranks, applied):
+    """``algo``, run on the numpy IR interpreter, leaves the outputs ``applied`` says."""
     # physical chunk k of a buffer holds part (k % (n*L)) of logical chunk k // (n*L)
     # (custom collectives replicate chunk by chunk)
     per = algo.ranks[0].input_chunks // CF

@@ -22,16 +22,18 @@ from arborcc.ir.reference import execute, make_inputs, run
 from support.execution import assert_executes
 from arborcc.verify import check_algorithm
 from support.ir_checks import op_counts, thread_block_rule_violations
+from test_compiler_pieces import compile_unchecked
 
 IN, OUT = Buffer.INPUT, Buffer.OUTPUT
 
 
-def _check(prog, pieces: bool = True):
-    """Compile, check the thread-block rules and verify (``pieces=False``: without the
-    runtimes' piece model, for programs whose multi-chunk steps deadlock there)."""
+def _check(prog):
+    """Compile, check the thread-block rules and verify (with steps cut into the runtimes'
+    pieces: the compiler falls back where its global order's schedule does not finish
+    there, see arborcc.compiler.pieces)."""
     algo = prog.compile()
     assert thread_block_rule_violations(algo) == []
-    check_algorithm(algo, pieces=pieces)
+    check_algorithm(algo)
     return algo
 
 
@@ -102,9 +104,10 @@ def test_multi_count_tree_allreduce():
         for parent, child, i in [(0, 1, 0), (1, 3, 0), (3, 2, 0), (1, 0, 1), (1, 3, 1), (0, 2, 1),
                                  (2, 3, 2), (3, 1, 2), (1, 0, 2), (3, 1, 3), (3, 2, 3), (1, 0, 3)]:
             chunk(parent, IN, 3 * i, 3).copy(child, IN, 3 * i)
-    # 3-chunk steps of two trees crossing on one connection deadlock once the runtimes
-    # cut them into pieces (Simple, large buffers): the compiler is what is tested here
-    algo = _check(prog, pieces=False)
+    # 3-chunk steps of two trees crossing on one connection, relays fused, deadlock once
+    # the runtimes cut them into pieces (Simple, large buffers): compiled unfused
+    algo = _check(prog)
+    assert prog.compile_stats.fused == 0
     assert {s.count for r in algo.ranks for tb in r.threadblocks for s in tb.steps if s.op is not Op.NOP} == {3}
     assert_executes(algo)
 
@@ -160,26 +163,34 @@ def test_repaired_order_keeps_few_messages_in_flight():
     ops = [("reduce", 2, 1, 11, 4), ("reduce", 0, 2, 20, 3), ("reduce", 1, 2, 23, 1), ("copy", 0, 2, 3, 2),
            ("copy", 1, 0, 11, 4), ("copy", 0, 2, 5, 4), ("copy", 1, 0, 24, 3), ("copy", 2, 1, 23, 1),
            ("copy", 1, 0, 15, 1), ("copy", 0, 2, 11, 4), ("copy", 2, 1, 0, 3), ("copy", 2, 1, 20, 3)]
-    with Program("slots", _InPlace(3, 27, inplace=True)) as prog:
+
+    def traced():
+        with Program("slots", _InPlace(3, 27, inplace=True)) as prog:
+            for kind, a, b, idx, size in ops:
+                if kind == "reduce":
+                    chunk(b, IN, idx, size).reduce(chunk(a, IN, idx, size))
+                else:
+                    chunk(a, IN, idx, size).copy(b, IN, idx)
+        return prog
+
+    # multi-chunk sends into a 3-rank cycle: the repaired order is deadlock-free as
+    # messages (what this tests); with steps cut into pieces its fused schedule is not, and
+    # the compiler falls back
+    prog = traced()
+    repaired, _ = compile_unchecked(prog)
+    assert prog.compile_stats.reordered
+    check_algorithm(repaired, pieces=False)
+    for algo in (repaired, _check(traced())):
+        inputs = make_inputs(algo, elems=2, seed=1)
+        want = [x.copy() for x in inputs]
         for kind, a, b, idx, size in ops:
             if kind == "reduce":
-                chunk(b, IN, idx, size).reduce(chunk(a, IN, idx, size))
+                want[b][idx:idx + size] += want[a][idx:idx + size]
             else:
-                chunk(a, IN, idx, size).copy(b, IN, idx)
-    # multi-chunk sends into a 3-rank cycle: deadlock-free as messages (what this tests),
-    # not once the runtimes cut steps into pieces
-    algo = _check(prog, pieces=False)
-    assert prog.compile_stats.reordered
-    inputs = make_inputs(algo, elems=2, seed=1)
-    want = [x.copy() for x in inputs]
-    for kind, a, b, idx, size in ops:
-        if kind == "reduce":
-            want[b][idx:idx + size] += want[a][idx:idx + size]
-        else:
-            want[b][idx:idx + size] = want[a][idx:idx + size]
-    out = [b[IN] for b in execute(algo, inputs, slots=2)]
-    for r in range(3):
-        assert np.allclose(out[r], want[r]), r
+                want[b][idx:idx + size] = want[a][idx:idx + size]
+        out = [b[IN] for b in execute(algo, inputs, slots=2)]
+        for r in range(3):
+            assert np.allclose(out[r], want[r]), r
 
 
 def test_fused_chain_revisiting_a_rank_is_cut():
@@ -279,7 +290,7 @@ def test_random_tree_allreduces_compile_verify_and_execute(case, fusion):
                 chunk(b, IN, idx, size).reduce(chunk(a, IN, idx, size))
             else:  # parent a -> child b
                 chunk(a, IN, idx, size).copy(b, IN, idx)
-    # random multi-chunk blocks in random order: the compiler's output is checked as
-    # messages; in the runtimes' piece model such programs may deadlock (verify/pieces.py)
-    algo = _check(prog, pieces=False)
+    # random multi-chunk blocks in random order: in the runtimes' piece model the global
+    # order's schedule may deadlock (verify/pieces.py); the compiler then falls back
+    algo = _check(prog)
     assert_executes(algo)

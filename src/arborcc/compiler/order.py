@@ -29,7 +29,10 @@ A repaired order must also be *slot-safe* (:func:`slot_safe`): connections are b
 queues, and an order that keeps many messages of a pair in flight can deadlock where
 the unbounded model would not. If every attempt fails, the pipeline undoes fusions
 (:func:`fifo_conflicting_fusions`, then all of them: program order of the unfused
-instructions always works).
+instructions always works). Slot safety counts messages, and the priority order is not
+held to it; what decides is the schedule built from the order, run with its steps cut
+into the runtimes' pieces (:mod:`.pieces`, after thread blocks and synchronization):
+where that does not finish the pipeline falls back.
 
 References:
 

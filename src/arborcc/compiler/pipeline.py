@@ -1,7 +1,8 @@
 """The compiler pipeline (GC3 sections 4-5), one pass per module:
 
 trace (:mod:`arborcc.lang`) -> layout -> instructions -> instruction DAG -> fusion ->
-global order -> thread blocks and channels -> synchronization -> IR (with instances).
+global order -> thread blocks and channels -> synchronization -> check with steps cut
+into pieces (falling back to unfused, then program order) -> IR (with instances).
 
 Every pass is linear in the number of chunk operations (the order is one sort), so a
 1024-rank ring all-reduce - two million operations - compiles in seconds rather than
@@ -19,6 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import arborcc.compiler.native as native
 from arborcc.collector import collector_paused
 from arborcc.compiler.dag import Dag, build_dag, reverse_depths
 from arborcc.compiler.emit import build_algorithm
@@ -26,6 +28,7 @@ from arborcc.compiler.fusion import fuse_instructions, unfuse
 from arborcc.compiler.instructions import KIND_NAME, InstrTable, lower_operations
 from arborcc.compiler.layout import IB_INPUT, IB_OUTPUT, plan_layout
 from arborcc.compiler.order import fifo_conflicting_fusions, fifo_consistent, global_order, repair_order, slot_safe
+from arborcc.compiler.pieces import finishes_in_pieces
 from arborcc.compiler.sync import emit_steps
 from arborcc.compiler.threadblocks import assign_auto, assign_manual
 from arborcc.ir.model import Algorithm
@@ -44,6 +47,14 @@ class CompileStats:
     thread_blocks: int = 0
     reordered: bool = False  #: the priority order needed repairing for FIFO consistency
     unfused: int = 0  #: fusions undone: no FIFO-consistent order or no channel kept them
+    #: the schedule in the global order did not finish with steps cut into pieces
+    #: (:mod:`.pieces`): the compiler fell back, to it unfused or to program order - a
+    #: version a search over programs should not prefer
+    pieces_fallback: bool = False
+    #: the fallback was program order, every fusion undone (unfused did not finish either)
+    in_program_order: bool = False
+    #: fusions the fallback undid (those of the schedule that did not finish)
+    unfused_for_pieces: int = 0
     steps: int = 0
     seconds: dict[str, float] = field(default_factory=dict)  #: wall time per pass
     cpu_seconds: dict[str, float] = field(default_factory=dict)  #: CPU time per pass
@@ -99,6 +110,32 @@ def _fifo_order(table: InstrTable, dag: Dag, stats: CompileStats) -> list[int]:
     return [i for i, alive in enumerate(table.alive) if alive]
 
 
+def _assign(prog, table: InstrTable, order: list[int], dag: Dag, manual: bool) -> native.Assignment:
+    """Thread blocks and channels of ``order`` by the program's policy (:mod:`.threadblocks`)."""
+    if manual:
+        return assign_manual(table, order, prog.num_ranks, prog)
+    return assign_auto(table, order, dag.pred_rows, prog.num_ranks)
+
+
+def _finishing_schedule(prog, table: InstrTable, dag: Dag, manual: bool,
+                        stats: CompileStats) -> tuple[native.Assignment, native.Schedule]:
+    """Thread blocks and steps that finish with steps cut into pieces (:mod:`.pieces`), for
+    a program whose schedule in the global order did not: every fusion undone and the
+    global order again, else program order, which always finishes (:mod:`.pieces`)."""
+    if table.fusion_count:
+        unfuse(table, table.fused_receives())
+        reverse_depths(table, dag, fused=True)
+        order = _fifo_order(table, dag, stats)
+        asg = _assign(prog, table, order, dag, manual)
+        schedule = emit_steps(table, order, dag.pred_rows, asg)
+        if finishes_in_pieces(schedule, asg, prog.protocol):
+            return asg, schedule
+    stats.in_program_order = True
+    order = [i for i, alive in enumerate(table.alive) if alive]
+    asg = _assign(prog, table, order, dag, manual)
+    return asg, emit_steps(table, order, dag.pred_rows, asg)
+
+
 #: what the passes read of a traced program (:class:`arborcc.lang.program.Program` has them)
 TRACED_PROGRAM_ATTRIBUTES = ("name", "ops", "num_ranks", "collective", "instances", "protocol",
                              "threadblock_policy", "instr_fusion", "replication", "input_sizes",
@@ -146,14 +183,15 @@ def _compile(prog, stats: CompileStats) -> Algorithm:
     lap("depths")
     order = _fifo_order(table, dag, stats)
     lap("order")
-    if manual:
-        asg = assign_manual(table, order, prog.num_ranks, prog)
-    else:
-        asg = assign_auto(table, order, dag.pred_rows, prog.num_ranks)
+    asg = _assign(prog, table, order, dag, manual)
     lap("threadblocks")
     schedule = emit_steps(table, order, dag.pred_rows, asg)
-    stats.nops = schedule.nops
     lap("sync")
+    if not finishes_in_pieces(schedule, asg, prog.protocol):
+        stats.pieces_fallback, stats.unfused_for_pieces = True, table.fusion_count
+        asg, schedule = _finishing_schedule(prog, table, dag, manual, stats)
+    stats.nops = schedule.nops
+    lap("pieces")
     algo = build_algorithm(prog, layout, asg, schedule)
     lap("emit")
     stats.instructions = len(table)

@@ -80,6 +80,12 @@ class Lowered:
     #: (dialect, whether ``algorithm`` is within its runtime limits) where the version
     #: search (:func:`~.lower_search.within_limits`) checked it, else None
     limits: tuple[str, bool] | None = None
+    #: the compiler's schedule would have deadlocked with steps cut into the runtimes'
+    #: pieces and it fell back (unfused or program order: ``CompileStats.pieces_fallback``)
+    pieces_fallback: bool = False
+    #: fusions that fallback undid (``CompileStats.unfused_for_pieces``): the version
+    #: was built fused although its algorithm has no fused step
+    pieces_unfused: int = 0
 
 
 def lowering_program(name: str, collective, topology: object, channels: ChannelMap, fuse: bool = True) -> Program:
@@ -98,7 +104,9 @@ def finish(prog: Program, topology: Topology, channels: ChannelMap, chunks: int,
     algorithm it returns (candidates that lose are not worth proving)."""
     algo = prog.compile()
     routes = channels.routes(algo)
-    return Lowered(algo, routes, chunks, steady_state_bandwidth(algo, topology, routes), list(notes))
+    return Lowered(algo, routes, chunks, steady_state_bandwidth(algo, topology, routes), list(notes),
+                   pieces_fallback=prog.compile_stats.pieces_fallback,
+                   pieces_unfused=prog.compile_stats.unfused_for_pieces)
 
 
 def local_copy(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int) -> None:
@@ -344,4 +352,6 @@ def lower_ring_allreduce(topology: Topology, rings: Sequence[Sequence[int]],
             for i in range(n):
                 ring_allreduce_trip(ring, i, k * n + i, k, acc, into_output=acc is OUTPUT)
     algo = prog.compile()
-    return Lowered(algo, routes, n * len(rings), steady_state_bandwidth(algo, topology, routes))
+    return Lowered(algo, routes, n * len(rings), steady_state_bandwidth(algo, topology, routes),
+                   pieces_fallback=prog.compile_stats.pieces_fallback,
+                   pieces_unfused=prog.compile_stats.unfused_for_pieces)

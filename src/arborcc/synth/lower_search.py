@@ -28,7 +28,8 @@ def within_limits(lower, *args, dialect: str = "executor", takes_rounds: bool = 
     the first with a version within the limits wins. A version that would deadlock
     (:func:`arborcc.verify.pieces.deadlock_free`: instruction fusion can chain trees
     into a cycle of full FIFOs, and long steps deadlock once the runtime cuts them
-    into pieces) counts as not fitting. When none fits, the version closest to the
+    into pieces), or that the compiler only kept free of deadlock by falling back
+    (:attr:`~.lower_emit.Lowered.pieces_fallback`), counts as not fitting. When none fits, the version closest to the
     limits is returned with a note saying so (the verifier reports the violations,
     and ``--dialect legacy`` has no such limits). The version returned carries the
     search's verdict on ``dialect``'s limits (:attr:`~.lower_emit.Lowered.limits`),
@@ -83,7 +84,8 @@ def more_rounds(lower, args, fitting: Lowered, rounds: int, spread: int, fuse, d
         longest = max((len(tb.steps) for r in lowered.algorithm.ranks for tb in r.threadblocks), default=0)
         if longest <= steps:
             break  # no tree block has more chunks than it already had transfers
-        if check_dialect_limits(lowered.algorithm, dialect) or not deadlock_free(lowered.algorithm):
+        if (check_dialect_limits(lowered.algorithm, dialect) or lowered.pieces_fallback
+                or not deadlock_free(lowered.algorithm)):
             break
         lowered.limits = (dialect, True)
         fitting, rounds = lowered, more
@@ -117,7 +119,7 @@ def _search_versions(lower, args, dialect: str, takes_rounds: bool, takes_fuse: 
                 continue
             lowered = lower(*args, spread=spread, **extra)
             lowered.limits = (dialect, not check_dialect_limits(lowered.algorithm, dialect))
-            if lowered.limits[1] and deadlock_free(lowered.algorithm):
+            if lowered.limits[1] and not lowered.pieces_fallback and deadlock_free(lowered.algorithm):
                 if rounds:
                     lowered, rounds = more_rounds(lower, args, lowered, rounds, spread, fuse, dialect)
                 if spread:
@@ -128,8 +130,9 @@ def _search_versions(lower, args, dialect: str, takes_rounds: bool, takes_fuse: 
                 if fuse is False:
                     lowered.notes.append("relays not fused: the fused chains would deadlock")
                 return lowered
-            fused = fused or any(st.op.sends and st.op.receives for r in lowered.algorithm.ranks
-                                 for tb in r.threadblocks for st in tb.steps)  # rcs, rrs, rrcs
+            fused = fused or lowered.pieces_unfused > 0 or any(
+                st.op.sends and st.op.receives for r in lowered.algorithm.ranks
+                for tb in r.threadblocks for st in tb.steps)  # rcs, rrs, rrcs
             steps_over, tbs_over = overflow(lowered.algorithm)
             over = max(steps_over, tbs_over)
             stale = stale + 1 if variant_best is not None and over > 0.9 * variant_best else 0

@@ -2,7 +2,8 @@
 // every instruction - instruction generation (instructions.cpp), the instruction DAG's
 // scan and reverse depths (dag.cpp), fusion (fusion.cpp), the global order's FIFO checks
 // and repair (order.cpp), the automatic thread-block assignment (threadblocks.cpp),
-// synchronization (sync.cpp) and the IR objects (irobjects.cpp). The instruction table
+// synchronization (sync.cpp), the schedule's run with steps cut into FIFO slices
+// (pieces.cpp) and the IR objects (irobjects.cpp). The instruction table
 // (InstrTable), the DAG scan (DagScan, its predecessors as PredRows), an assignment
 // (Assignment) and the steps (Schedule) stay here between the passes; Python sees their
 // columns as lists on demand. Orders come in and go out as lists of ints.
@@ -16,6 +17,7 @@
 #include "instructions.hpp"
 #include "irobjects.hpp"
 #include "order.hpp"
+#include "pieces.hpp"
 #include "pyints.hpp"
 #include "sync.hpp"
 #include "step_codes.hpp"
@@ -247,6 +249,14 @@ PYBIND11_MODULE(native, m) {
         return emit_steps(t, to_ints(order), preds, a);
       },
       "every instruction as a step of its thread block, with dependencies and nop steps (a Schedule)");
+
+  m.def(
+      "finishes_in_pieces",
+      [](const Schedule& s, const ThreadBlocks& a, int64_t capacity, int64_t per_piece) {
+        return finishes_in_pieces(s, a, capacity, per_piece);
+      },
+      "whether every thread block finishes with a step of cnt chunks moving cnt * per_piece slices through "
+      "connections of `capacity` slices");
 
   m.def(
       "build_threadblocks",

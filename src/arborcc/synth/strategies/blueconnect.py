@@ -25,7 +25,7 @@ def synth_blueconnect(request: SynthesisRequest) -> SynthesisResult:
             else hierarchical_plan(topology, algorithm=None, name="blueconnect"))
     lowered = lower_blueconnect(topology, plan, "blueconnect-allreduce")
     notes = [describe(plan)]
-    if not deadlock_free(lowered.algorithm):
+    if lowered.pieces_fallback or not deadlock_free(lowered.algorithm):
         # partners of halving-doubling exchanging long steps can fill each other's FIFOs
         # once the runtimes cut steps into pieces (on 128 x 8 A100); rings move one chunk at a time
         rings = hierarchical_plan(topology, algorithm=RING, name="blueconnect")
