@@ -9,6 +9,7 @@ protocol cases run rank 0 and the other ranks as threads of this process."""
 from __future__ import annotations
 
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -31,11 +32,15 @@ from arborcc.runtime.rendezvous import (ANSWER, GREETING, HELLO, MAGIC, NAME, VE
 
 HARD_TIMEOUT = 60  # seconds any rank process may live (a hang guard)
 
-#: one rank: a communicator from the environment, an all-reduce of CONTRIBUTION, one line on stdout
+#: one rank: its imports, "imported" on stderr, then (once a line comes on stdin: the
+#: test's go) a communicator from the environment, an all-reduce of CONTRIBUTION, one
+#: line on stdout
 RANK_SCRIPT = textwrap.dedent("""
     import os, sys
     import numpy as np
     from arborcc.runtime import Communicator, CommunicationError
+    print("imported", file=sys.stderr, flush=True)
+    sys.stdin.readline()
     try:
         comm = Communicator.from_env()
         x = np.full(4, float(os.environ["CONTRIBUTION"]))
@@ -50,20 +55,23 @@ RANK_SCRIPT = textwrap.dedent("""
 
 @pytest.fixture
 def ranks():
-    """``start(rank, world, port, contribution, timeout, secret=None, **variables)`` starts a
-    rank process; ``result(proc)`` is its exit status and its line. Every process is
-    killed at the end, and /dev/shm must be as before."""
+    """``start(rank, world, port, contribution, timeout, secret=None, go_now=True, **variables)``
+    starts a rank process (with ``go_now=False`` it waits, imported, for :func:`go`);
+    ``result(proc)`` is its exit status and its line. Every process is killed at the end,
+    and /dev/shm must be as before."""
     before = segments()
     started: list[subprocess.Popen] = []
 
     def start(rank: int, world: int, port: int, contribution: float, timeout: float, secret: str | None = None,
-              **variables: str) -> subprocess.Popen:
+              go_now: bool = True, **variables: str) -> subprocess.Popen:
         base = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC_")}
         env = rank_env(rank, world, port, base, secret)
         env.update(ARBORCC_TIMEOUT=str(timeout), CONTRIBUTION=str(contribution), **variables)
-        proc = subprocess.Popen([sys.executable, "-c", RANK_SCRIPT], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([sys.executable, "-c", RANK_SCRIPT], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         started.append(proc)
+        if go_now:
+            go(proc)
         return proc
 
     yield start
@@ -71,9 +79,23 @@ def ranks():
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-        for stream in (proc.stdout, proc.stderr):
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
             stream.close()
     assert leftovers(before) == set(), "an arborcc shared-memory segment was left in /dev/shm"
+
+
+def imported(proc: subprocess.Popen) -> None:
+    """Wait until the rank process has done its imports (its first line on stderr)."""
+    ready, _, _ = select.select([proc.stderr], [], [], HARD_TIMEOUT)
+    assert ready, "the rank process did not finish its imports"
+    line = proc.stderr.readline()
+    assert line == "imported\n", line + proc.stderr.read()
+
+
+def go(proc: subprocess.Popen) -> None:
+    """Let the rank process start its communicator."""
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
 
 
 def result(proc: subprocess.Popen) -> tuple[int, str]:
@@ -134,29 +156,44 @@ def test_stray_connections_do_not_count_as_ranks(ranks):
         assert heard.startswith(MAGIC) and b"arborcc-" not in heard, (kind, heard)
 
 
+#: rank 0's timeout where the case waits for it to pass: rank 1 is started (imported, then
+#: let go) once rank 0 listens, and proves itself in milliseconds of that
+SHORT_TIMEOUT = 2
+
+
+def rank_0_listening_then_rank_1(ranks, world: int, port: int, secrets: tuple[str, str]):
+    """Rank 0 with :data:`SHORT_TIMEOUT` and rank 1, both imported before rank 0 starts
+    its rendezvous, rank 1 let go once rank 0 listens (so rank 1 arrives well within rank
+    0's timeout, however slow the machine is to start Python); (rank 0, rank 1)."""
+    r0 = ranks(0, world, port, 1, SHORT_TIMEOUT, secret=secrets[0], go_now=False)
+    r1 = ranks(1, world, port, 1, 5, secret=secrets[1], go_now=False)
+    imported(r0)
+    imported(r1)
+    go(r0)
+    wait_listening(port + 1, r0)
+    go(r1)
+    return r0, r1
+
+
 def test_a_rank_with_another_jobs_secret_is_refused(ranks):
     port = free_port_pair()
-    r0 = ranks(0, 2, port, 1, 5, secret="ours")
-    wait_listening(port + 1, r0)
-    r1 = ranks(1, 2, port, 1, 5, secret="theirs")
+    r0, r1 = rank_0_listening_then_rank_1(ranks, 2, port, ("ours", "theirs"))
     code, line = result(r1)
     assert code != 0 and f"rank 1: refused by the rendezvous at 127.0.0.1:{port + 1}" in line, line
     assert "another job" in line, line
     code, line = result(r0)
     assert code != 0, line
-    assert "rank 0: rank 1 never arrived within 5 s; 1 other connection was refused as not this job's rank " \
-           "(1 another job's rank)" in line, line
+    assert f"rank 0: rank 1 never arrived within {SHORT_TIMEOUT} s; 1 other connection was refused as not this " \
+           "job's rank (1 another job's rank)" in line, line
 
 
 def test_a_rank_never_started_is_the_only_one_named(ranks):
     port = free_port_pair()
-    r0 = ranks(0, 3, port, 1, 5, secret="job")
-    wait_listening(port + 1, r0)
-    r1 = ranks(1, 3, port, 1, 5, secret="job")
+    r0, r1 = rank_0_listening_then_rank_1(ranks, 3, port, ("job", "job"))
     (code0, line0), (code1, line1) = result(r0), result(r1)
-    assert code0 != 0 and "error rank 0: rank 2 never arrived within 5 s" in line0, line0
+    assert code0 != 0 and f"error rank 0: rank 2 never arrived within {SHORT_TIMEOUT} s" in line0, line0
     assert "rank 1" not in line0 and "ranks" not in line0, line0
-    assert code1 != 0 and "rank 1: rank 0 gave up: rank 2 never arrived within 5 s" in line1, line1
+    assert code1 != 0 and f"rank 1: rank 0 gave up: rank 2 never arrived within {SHORT_TIMEOUT} s" in line1, line1
 
 
 def test_a_restarted_torchrun_jobs_rank_never_joins_the_one_before(ranks):
@@ -366,7 +403,7 @@ def test_a_rank_answered_with_random_bytes_fails_in_one_line_or_gets_a_name(blob
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(8)
-        server.settimeout(0.05)  # the loop looks at ``stop`` this often
+        server.settimeout(0.01)  # the loop looks at ``stop`` this often
         stop = threading.Event()
 
         def answer() -> None:
@@ -382,7 +419,7 @@ def test_a_rank_answered_with_random_bytes_fails_in_one_line_or_gets_a_name(blob
         thread.start()
         where = LaunchEnv(1, 2, 1, "127.0.0.1", server.getsockname()[1], b"ours")
         try:
-            name = fetch_name(where, 0.1)
+            name = fetch_name(where, 0.05)  # a rank retries until then: a few connections per example
         except CommunicationError as e:
             assert str(e).startswith("rank 1: ") and "\n" not in str(e)
         else:  # only a greeting of this version, then a name answer, gives a name

@@ -112,7 +112,9 @@ def test_rank_that_never_calls_times_out_naming_it(tmp_path, shm_unchanged):
 
 def test_rank_that_never_arrives_is_named(tmp_path, shm_unchanged):
     # rank 2 stays alive without arriving until the others have given up and said so
-    # (they leave a file each): nothing waits longer than their 4 s
+    # (they leave a file each): nothing waits longer than their 1 s. Rank 1 may arrive
+    # late on a busy machine: rank 0 then names it too, and it hears rank 0's verdict or
+    # finds no rank 0 - the checks below hold either way
     code, said = launch(tmp_path, 3, f"""
         done = [os.path.join({str(tmp_path)!r}, f"done{{r}}") for r in (0, 1)]
         if rank == 2:
@@ -122,7 +124,7 @@ def test_rank_that_never_arrives_is_named(tmp_path, shm_unchanged):
             report("never arrived")
             sys.exit(0)
         try:
-            Communicator.from_env(timeout=4)
+            Communicator.from_env(timeout=1)
             report("no error")
         except CommunicationError as e:
             report(str(e))

@@ -9,8 +9,6 @@ import tomllib
 
 import pytest
 
-from support.segments import leftovers, segments
-from support.shared_work import once
 from torchjobs import ROOT, launch
 
 ALL_REDUCE = """
@@ -22,38 +20,15 @@ dist.destroy_process_group()
 """
 
 
-LOGGED = """
-import logging
-logging.basicConfig(level=logging.INFO, format="LOG %(name)s %(levelname)s %(message)s")
-""" + ALL_REDUCE.replace("dist.destroy_process_group()\n", "") + """
-for _ in range(3):
-    t = torch.ones(8, dtype=torch.int8)
-    dist.all_reduce(t, op=dist.ReduceOp.BOR)
-dist.destroy_process_group()
-"""
-
-
-@pytest.fixture(scope="module")
-def logged_job(tmp_path_factory):
-    """One job of 2 ranks for two checks: the group of ``init_process_group("arborcc")``
-    after ``import arborcc.torch`` (the import registers it, not the entry point, if
-    installed) and what it logs at INFO; (exit status, reports, stderr, what it left in /dev/shm),
-    run once in the session, whichever xdist worker the tests go to."""
-    def run():
-        before = segments()
-        env = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-        code, said, err = launch(tmp_path_factory.mktemp("logged"), 2, LOGGED, hard_timeout=120, env=env)
-        return code, said, err, leftovers(before)
-
-    return once(tmp_path_factory, "torch-logged-job", run)
-
-
 @pytest.mark.timeout(150)
-def test_init_process_group_arborcc_works_after_importing_arborcc_torch(logged_job):
-    code, said, err, left = logged_job
+def test_init_process_group_arborcc_works_after_importing_arborcc_torch(two_rank_job):
+    """The shared job (torchjobs.TWO_RANK_JOB): ``init_process_group("arborcc")`` after
+    ``import arborcc.torch`` (the import registers the backend, not the entry point, if
+    installed), its first report."""
+    code, said, err, left = two_rank_job
     assert code == 0, err[-3000:]
     assert left == set(), "an arborcc shared-memory segment was left in /dev/shm"
-    assert [said[r] for r in range(2)] == [[{"backend": "arborcc", "sum": 3.0}]] * 2
+    assert [said[r][0] for r in range(2)] == [{"backend": "arborcc", "sum": 3.0}] * 2
 
 
 def entry_point_site(tmp_path):
@@ -101,8 +76,8 @@ def test_import_torch_alone_registers_the_backend_through_the_entry_point(tmp_pa
 
 
 @pytest.mark.timeout(150)
-def test_every_rank_logs_its_group_and_its_fallbacks_at_info(logged_job):
-    code, said, err, left = logged_job
+def test_every_rank_logs_its_group_and_its_fallbacks_at_info(two_rank_job):
+    code, said, err, left = two_rank_job
     assert code == 0, err[-3000:]
     assert left == set(), "an arborcc shared-memory segment was left in /dev/shm"
     logged = [line for line in err.splitlines() if line.startswith("LOG ")]
@@ -110,7 +85,7 @@ def test_every_rank_logs_its_group_and_its_fallbacks_at_info(logged_job):
         created = [line for line in logged if f"rank {rank}: arborcc group of 2 ranks on 1 host" in line]
         assert len(created) == 1 and created[0].startswith("LOG arborcc.torch.backend INFO"), logged
         assert "collectives on shared memory" in created[0]
-        fallbacks = [line for line in logged if f"rank {rank}: all_reduce with op BOR on int8 tensors goes to gloo"
+        fallbacks = [line for line in logged if f"rank {rank}: all_reduce with op BAND on int8 tensors goes to gloo"
                      in line]
         # once per rank and kind, not once per call
         assert len(fallbacks) == 1 and fallbacks[0].startswith("LOG arborcc.torch.fallback INFO"), logged

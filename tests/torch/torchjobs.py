@@ -59,3 +59,36 @@ def launch(tmp_path, nranks: int, body: str, hard_timeout: float = 150,
                 said.setdefault(int(rank), []).append(json.loads(text))
     code = next((p.returncode for p in procs if p.returncode), 0)
     return code, said, "\n".join(errs)
+
+
+#: one job of 2 ranks that several tests read (a job's start, torch's import on every rank,
+#: is most of a check's time): ``init_process_group("arborcc")`` after ``import
+#: arborcc.torch`` with the ``arborcc`` loggers at INFO, an all-reduce (report: the backend
+#: and the sum), then each kind of fallback three times on both ranks (report per round:
+#: what gloo computed; a send and a receive: one rank each)
+TWO_RANK_JOB = """
+import logging
+logging.basicConfig(level=logging.INFO, format="LOG %(name)s %(levelname)s %(message)s")
+dist.init_process_group("arborcc")
+t = torch.full((1000,), float(rank + 1))
+dist.all_reduce(t)
+report({"backend": dist.get_backend(), "sum": float(t[0])})
+for _ in range(3):
+    a = torch.ones(8, dtype=torch.int8)
+    dist.all_reduce(a, op=dist.ReduceOp.BAND)
+    b = torch.ones(8, dtype=torch.int8)
+    dist.all_reduce(b)
+    c = torch.ones(8, dtype=torch.bool)
+    dist.broadcast(c, src=0)
+    out = torch.empty(3)
+    dist.all_to_all_single(out, torch.arange(3.0), [1, 2] if rank == 0 else [2, 1], [1, 2] if rank == 0 else [2, 1])
+    g = [torch.empty(4) for _ in range(2)] if rank == 0 else None
+    dist.gather(torch.full((4,), float(rank)), g, dst=0)
+    p = torch.full((4,), float(rank))
+    if rank == 0:
+        dist.send(p, 1)
+    else:
+        dist.recv(p, 0)
+    report([float(a[0]), float(b[0]), bool(c[0]), float(p[0])])
+dist.destroy_process_group()
+"""

@@ -335,6 +335,9 @@ class Communicator {
   staged::Ring ring_;                   // the staging ring of staged all-reduces
   std::map<int64_t, Window> windows_;  // shared arrays by id
   double spin_seconds_ = 20e-6, yield_seconds_ = 200e-6;
+  // no yield phase before this time (steady clock, ns): set when a single yield lost the
+  // CPU for longer than the whole phase (wait_change); atomic: worker threads wait too
+  std::atomic<int64_t> yields_resume_ns_{0};
   volatile uint64_t probe_value_ = PROBE;
   std::atomic<int64_t> remote_outstanding_{0};
   std::vector<Program> programs_;

@@ -8,6 +8,16 @@
 
 namespace dataplane {
 
+// A yield that kept the CPU away this long went to another program's process (a peer rank
+// holds a CPU for microseconds between its waits, a scheduler slice lasts milliseconds);
+// the rank then skips its yield phase for YIELD_PAUSE_NS.
+constexpr double YIELD_LOST_SECONDS = 1e-3;
+constexpr int64_t YIELD_PAUSE_NS = 100000000;
+
+static int64_t steady_ns(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
 void Communicator::wait_change(uint32_t s, long nanos) {
   RankCell& me = seg_.hdr()->ranks[rank_];
   auto t0 = std::chrono::steady_clock::now();
@@ -16,12 +26,24 @@ void Communicator::wait_change(uint32_t s, long nanos) {
     _mm_pause();
     if ((i & 63) == 63 && elapsed(t0) > spin_seconds_) break;
   }
-  if (yield_seconds_ > 0) {
+  // Yield, unless a yield recently lost the CPU for a scheduler slice: then a process of
+  // another program competes for this CPU, and each yield hands it a whole slice (the
+  // peer's wake-up cannot end a yield, as it ends a sleep), paid at every wait - 3 ranks
+  // on 2 CPUs beside one busy process took 10x longer per staged call. Such a rank goes
+  // from its spin straight to sleep for YIELD_PAUSE_NS, then tries a yield again.
+  if (yield_seconds_ > 0 &&
+      steady_ns(std::chrono::steady_clock::now()) >= yields_resume_ns_.load(std::memory_order_relaxed)) {
     t0 = std::chrono::steady_clock::now();
-    for (int i = 0;; ++i) {
+    for (;;) {
       if (me.seq.load(std::memory_order_relaxed) != s) return;
+      const auto before = std::chrono::steady_clock::now();
       sched_yield();
-      if ((i & 15) == 15 && elapsed(t0) > yield_seconds_) break;
+      const auto after = std::chrono::steady_clock::now();
+      if (std::chrono::duration<double>(after - before).count() > YIELD_LOST_SECONDS) {
+        yields_resume_ns_.store(steady_ns(after) + YIELD_PAUSE_NS, std::memory_order_relaxed);
+        break;
+      }
+      if (std::chrono::duration<double>(after - t0).count() > yield_seconds_) break;
     }
   }
   sleep_on_seq(s, nanos);
