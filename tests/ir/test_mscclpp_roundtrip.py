@@ -244,7 +244,11 @@ def test_the_full_only_algorithms_are_in_the_quick_set():
 
 def test_the_runtime_subset_covers_every_collective():
     assert set(ON_RUNTIME) <= set(CASES), "an algorithm of ON_RUNTIME is not in the snapshot set"
-    collectives = {CASES[stem].make().collective for stem in ON_RUNTIME}
+    # a synthesized one's collective is the one it is synthesized for (no need to synthesize
+    # 19 algorithms here); a library one's is built, quickly
+    synthesized = {stem: coll for stem, _, coll, _ in snapshot_module().cases(quick=not FULL)}
+    collectives = {synthesized[stem] if stem in synthesized else CASES[stem].make().collective
+                   for stem in ON_RUNTIME}
     assert collectives == {"allreduce", "broadcast", "reduce", "allgather", "reducescatter", "gather", "scatter",
                            "alltoall", "custom"}
     assert sorted({CASES[stem].num_ranks for stem in ON_RUNTIME}) == [3, 4, 8]
