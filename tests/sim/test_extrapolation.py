@@ -1,10 +1,14 @@
 """The steady-period shortcut on programs whose period estimates do not settle: the
 next size of a sweep is simulated whole at once, and gives the exact time."""
 
+import copy
+import dataclasses
+
 import pytest
 
 from arborcc.sim import engine
 from arborcc.library.nccl_ring import ring_allreduce_algorithm
+from arborcc.sim.program import compile_algorithm
 from arborcc.sim.simulate import simulate
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.machines import build_machine
@@ -53,3 +57,27 @@ def test_an_exactly_periodic_program_stays_extrapolated(runs):
         if r.iterations > 8:
             assert r.simulated_iterations < r.iterations
     assert not engine._UNSETTLED
+
+
+def test_a_copy_of_an_algorithm_reuses_the_runs_of_the_original_and_times_alike(runs):
+    """An equal program compiled from another object (a deep copy timed again) simulates
+    nothing anew, and every number of its result is the original's."""
+    topo = build_machine("dgx1v")
+    r = synthesize(topo, "allreduce", "binary-trees", timed=False)
+    first = simulate(r.algorithm, topo, 256 * MIB, "LL128", routes=r.routes)
+    simulated = len(runs)
+    assert simulated > 0
+    again = simulate(copy.deepcopy(r.algorithm), topo, 256 * MIB, "LL128", routes=copy.deepcopy(r.routes))
+    assert len(runs) == simulated
+    assert again == first
+
+
+def test_programs_that_differ_in_what_a_run_reads_have_different_content_keys():
+    """The content key tells apart programs a run would simulate differently (here only a
+    connection's latency differs) and equates a program with its copy."""
+    topo = build_machine("dgx1v")
+    prog = compile_algorithm(ring_allreduce_algorithm([list(range(8))]), topo)
+    copied = compile_algorithm(copy.deepcopy(prog.algorithm), topo)
+    assert copied is not prog and engine.content_key(copied) == engine.content_key(prog)
+    slower = dataclasses.replace(prog, conn_latency=[2 * x for x in prog.conn_latency], kept={})
+    assert engine.content_key(slower) != engine.content_key(prog)

@@ -21,11 +21,9 @@ from arborcc.sim.protocols import PROTOCOL_MODELS
 from arborcc.sizes import MAX_BYTES
 from arborcc.topology.machines import build_machine
 from arborcc.tune.compare import strategy_candidates
-from support.cli_runs import arborcc
+from support.in_process import arborcc_in_process
 
 LARGEST = str(MAX_BYTES)
-#: a hang guard, not a timing assertion: each command took 4-18 s on the loaded 2-core machine
-HANG_GUARD = 120
 
 
 @pytest.fixture(scope="module")
@@ -105,45 +103,51 @@ def test_sizes_up_to_1_gib_give_the_same_time_as_before_the_bound(machine, strat
     assert r.time == before
 
 
-def test_simulate_at_the_largest_size_finishes_with_a_finite_time(tmp_path):
-    synth = arborcc("synth", "--machine", "dgx1v", "--strategy", "trees", "-o", "trees8.xml", cwd=tmp_path,
-                    seconds=HANG_GUARD)
-    assert synth.code == 0, synth.err
-    run = arborcc("simulate", "trees8.xml", "--machine", "dgx1v", "--sizes", LARGEST, "--protocol", "Simple",
-                  "--json", cwd=tmp_path, seconds=HANG_GUARD)
-    assert run.code == 0, run.err
-    [row] = json.loads(run.out)["results"]
+def cli(capsys, *args: str) -> tuple[int, str]:
+    """(exit status, stdout) of ``arborcc ARGS`` run in this process (:mod:`support.in_process`):
+    these tests check that the commands finish with what they print, which needs no process
+    of its own (the suite's timeout guards against a hang); paths are absolute."""
+    code = arborcc_in_process(*args)
+    return code, capsys.readouterr().out
+
+
+def test_simulate_at_the_largest_size_finishes_with_a_finite_time(tmp_path, capsys):
+    trees = str(tmp_path / "trees8.xml")
+    code, out = cli(capsys, "synth", "--machine", "dgx1v", "--strategy", "trees", "-o", trees)
+    assert code == 0, out
+    code, out = cli(capsys, "simulate", trees, "--machine", "dgx1v", "--sizes", LARGEST, "--protocol", "Simple",
+                    "--json")
+    assert code == 0, out
+    [row] = json.loads(out)["results"]
     assert row["size"] == MAX_BYTES
     assert math.isfinite(row["time_us"]) and row["time_us"] > 0
 
 
-def test_simulate_table_says_where_the_period_did_not_settle(tmp_path):
-    synth = arborcc("synth", "--machine", "dgx1v", "--strategy", "binary-trees", "-o", "bt.xml", cwd=tmp_path,
-                    seconds=HANG_GUARD)
-    assert synth.code == 0, synth.err
-    run = arborcc("simulate", "bt.xml", "--machine", "dgx1v", "--sizes", f"1M,{LARGEST}", "--protocol", "LL",
-                  cwd=tmp_path, seconds=HANG_GUARD)
-    assert run.code == 0, run.err
-    notes = [line for line in run.out.splitlines() if "did not settle" in line]
-    assert len(notes) == 1 and notes[0].startswith(f"# {LARGEST} B:"), run.out
+def test_simulate_table_says_where_the_period_did_not_settle(tmp_path, capsys):
+    bt = str(tmp_path / "bt.xml")
+    code, out = cli(capsys, "synth", "--machine", "dgx1v", "--strategy", "binary-trees", "-o", bt)
+    assert code == 0, out
+    code, out = cli(capsys, "simulate", bt, "--machine", "dgx1v", "--sizes", f"1M,{LARGEST}", "--protocol", "LL")
+    assert code == 0, out
+    notes = [line for line in out.splitlines() if "did not settle" in line]
+    assert len(notes) == 1 and notes[0].startswith(f"# {LARGEST} B:"), out
 
 
-def test_compare_at_the_largest_size_finishes_with_finite_times(tmp_path):
-    run = arborcc("compare", "--machine", "dgx1v", "--sizes", f"1K,{LARGEST}", cwd=tmp_path, seconds=HANG_GUARD)
-    assert run.code == 0, run.err
-    [row] = [line.split() for line in run.out.splitlines() if line.split()[:1] == [LARGEST]]
+def test_compare_at_the_largest_size_finishes_with_finite_times(capsys):
+    code, out = cli(capsys, "compare", "--machine", "dgx1v", "--sizes", f"1K,{LARGEST}")
+    assert code == 0, out
+    [row] = [line.split() for line in out.splitlines() if line.split()[:1] == [LARGEST]]
     values = [float(v.rstrip("*")) for v in row[1:]]
     assert values and all(math.isfinite(v) and v > 0 for v in values)
 
 
-def test_synth_at_the_largest_size_finishes_and_writes_the_algorithm(tmp_path):
+def test_synth_at_the_largest_size_finishes_and_writes_the_algorithm(tmp_path, capsys):
     """On DGX A100 auto simulates seven candidates at the largest size, and its trees need a
     loop so long that their pipelined candidates are built and simulated (at 1 GiB, the size
     capped there): what DGX-1V (three candidates simulated) checks, in under half its time;
     DGX-1V's drifting estimates at this size are the simulate and compare tests' above."""
-    run = arborcc("synth", "--machine", "dgx-a100", "--size", LARGEST, "-o", "auto.xml", cwd=tmp_path,
-                  seconds=HANG_GUARD)
-    assert run.code == 0, run.err
+    code, out = cli(capsys, "synth", "--machine", "dgx-a100", "--size", LARGEST, "-o", str(tmp_path / "auto.xml"))
+    assert code == 0, out
     assert (tmp_path / "auto.xml").stat().st_size > 0
-    [chose] = [line for line in (run.out + run.err).splitlines() if "auto chose" in line]
+    [chose] = [line for line in out.splitlines() if "auto chose" in line]
     assert "nan" not in chose and "inf" not in chose, chose

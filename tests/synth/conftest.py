@@ -37,6 +37,17 @@ def dgx1v_allreduce_trees_precise(tmp_path_factory):
 
 
 @pytest.fixture
+def dgx_a100_trees(tmp_path_factory):
+    """``synthesize(dgx-a100, collective, "trees")`` by collective, made once in the session
+    (test_lower_pipelining and test_reducescatter_allgather_pipelining both look at the
+    reduce-scatter): each call gets its own copy."""
+    def made(collective: str):
+        return once(tmp_path_factory, f"dgx-a100-{collective}-trees",
+                    lambda: synthesize(build_machine("dgx-a100"), collective, "trees"))
+    return made
+
+
+@pytest.fixture
 def each_strategy_builds_once_per_request(monkeypatch):
     """Each strategy's schedule built once per request (and call form) in a test, for
     tests that compare auto with the strategies on their own, which ask for the same

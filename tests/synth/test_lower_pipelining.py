@@ -27,11 +27,11 @@ def _longest(algo) -> int:
     return max(len(tb.steps) for p in algo.ranks for tb in p.threadblocks)
 
 
-def test_rounds_grow_into_the_step_budget_and_stay_within_the_limits():
+def test_rounds_grow_into_the_step_budget_and_stay_within_the_limits(dgx_a100_trees):
     """DGX A100 reduce-scatter: 8 rounds fill 29 of the executor's 64 steps per thread
     block; the lowering raises them (17 rounds, simulated 188 -> 231 GB/s busbw at 1 GiB)
     and what it returns still fits and is free of deadlock."""
-    r = synthesize(build_machine("dgx-a100"), "reducescatter", "trees")
+    r = dgx_a100_trees("reducescatter")
     assert _rounds(r.notes) > PIPELINE_ROUNDS[0], r.notes
     assert not check_dialect_limits(r.algorithm, "executor")
     assert deadlock_free(r.algorithm) and r.report.ok

@@ -36,10 +36,10 @@ def test_dgx2_reducescatter_takes_a_candidate_that_pipelines_and_nears_the_calib
 
 
 @pytest.mark.parametrize("collective", ["reducescatter", "allgather"])
-def test_halves_on_dgx_a100_verify_fit_and_compute(collective):
+def test_halves_on_dgx_a100_verify_fit_and_compute(collective, dgx_a100_trees):
     """Whatever version the choice keeps on DGX A100, it is proven, within the executor's
     limits, free of deadlock and computes the collective."""
-    r = synthesize(build_machine("dgx-a100"), collective, "trees")
+    r = dgx_a100_trees(collective)
     assert r.report.ok and not check_dialect_limits(r.algorithm, "executor") and deadlock_free(r.algorithm)
     assert_executes(r.algorithm, elems=1)
 

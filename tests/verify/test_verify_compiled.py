@@ -279,13 +279,10 @@ def test_public_samples_agree():
         compare(load_algorithm(path))
 
 
-def test_synthesized_programs_are_proved():
-    """The synthesized tree programs the proof exists for: both calls proved."""
-    from arborcc.synth import synthesize
-    from arborcc.topology.machines import build_machine
-
+def test_synthesized_programs_are_proved(dgx1v_auto):
+    """The programs synthesized for DGX-1V (auto) the proof exists for: both calls proved."""
     for coll in ("allgather", "allreduce", "reducescatter", "broadcast"):
-        algo = synthesize(build_machine("dgx1v"), coll).algorithm
+        algo = dgx1v_auto(coll)
         proved, clean = compare(algo)
         assert proved == clean and any(proved), coll
 

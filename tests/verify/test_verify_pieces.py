@@ -173,16 +173,12 @@ def _slice_by_slice(algo: Algorithm, model: PieceModel, allowed: int) -> tuple[l
     return pc, {f: n for f, n in filled.items() if n}
 
 
-def test_the_run_moves_what_the_slice_by_slice_run_moves():
+def test_the_run_moves_what_the_slice_by_slice_run_moves(dgx1v_auto):
     """The run moves slices through chains of parked senders and receivers at once
     (:meth:`PieceSchedule.run`): it stops where the plain sweep stops, on every corpus
     algorithm (rings among them) and synthesized tree programs full of fused relays, for
     every piece model and several counts."""
-    from arborcc.synth import synthesize
-    from arborcc.topology.machines import build_machine
-
-    corpus = list(_corpus()) + [(f"dgx1v {c}", synthesize(build_machine("dgx1v"), c).algorithm)
-                                for c in ("allgather", "allreduce")]
+    corpus = list(_corpus()) + [(f"dgx1v {c}", dgx1v_auto(c)) for c in ("allgather", "allreduce")]
     for name, algo in corpus:
         for model in (SIMPLE_PIECES, LL_PIECES, PieceModel("one slice", 1, 1), PieceModel("odd", 3, 2)):
             for allowed in (1, 3, MAX_ALLOWED_COUNT):
