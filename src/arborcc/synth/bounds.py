@@ -62,12 +62,14 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from arborcc.errors import SolverLimitError, SynthesisError
+from arborcc.memo import CallMemo
 from arborcc.ir.collectives import busbw_factor
 from arborcc.synth.flowgraph import (FlowGraph, IntegerMaxFlow, LinkSelector, RatioCut, RealMaxFlow,
                                      capacity_unit, check_reachable, check_strongly_connected, flow_graph,
@@ -634,11 +636,35 @@ def alltoall_bound(topology: Topology, links: LinkSelector = "all") -> Bound:
                  exact=exact, basis=basis)
 
 
+#: the bounds proven inside one sweep over sizes: ``compare`` and ``tune`` synthesize a
+#: strategy whose file depends on the size once per size, and its bound does not
+_proven = CallMemo("synth.bounds.proven", opened_by="compare and tune (remembering_bounds)",
+                   purpose="a collective's bound on a topology, proven once for every size of a sweep")
+
+
+@contextmanager
+def remembering_bounds() -> Iterator[None]:
+    """Within the block, :func:`collective_bound` proves each (topology, collective,
+    root, links) once; the bounds are frozen, so every caller may share one."""
+    with _proven.active():
+        yield
+
+
 def collective_bound(topology: Topology, collective: str, root: int = 0,
                      links: LinkSelector = "all") -> Bound | AllreduceBound:
     """The best rate the links allow for ``collective``; ``.algbw`` is in B/s (nccl-tests
     convention). For all-reduce the :class:`AllreduceBound` also carries the best root's
-    link split, which the tree strategy builds on."""
+    link split, which the tree strategy builds on. Inside :func:`remembering_bounds`
+    each is proven once."""
+    key = (collective, root, links)
+    bound = _proven.get_for(topology, key)
+    if bound is None:
+        bound = _prove(topology, collective, root, links)
+        _proven.put_for(topology, bound, key)
+    return bound
+
+
+def _prove(topology: Topology, collective: str, root: int, links: LinkSelector) -> Bound | AllreduceBound:
     r = topology.ranks[root]
     if collective == "broadcast":
         return broadcast_bound(topology, r, links)

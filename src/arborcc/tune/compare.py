@@ -160,24 +160,27 @@ def files_per_size(topology: Topology, collective: str, name: str, root: int, si
     in the order of the least size each serves; a single file for every size is one
     candidate for every size (``sizes`` None). A size it cannot be built for is
     appended to ``skipped`` with the reason (once for all, where none builds)."""
+    from arborcc.synth.bounds import remembering_bounds
+
     skipped = [] if skipped is None else skipped
     by_file: dict[bytes, Candidate] = {}
     failed: dict[int, str] = {}
     sizes = sorted(set(int(s) for s in sizes))
-    for size in sizes:
-        if progress:
-            progress(f"synthesizing {collective} with {name} for {format_size(size)}")
-        try:
-            candidate = _candidate(topology, collective, name, root, size)
-        except SynthesisError as e:
-            failed[size] = _reason(name, e)
-            continue
-        key = _file_key(candidate.algorithm) or f"no file at {size}".encode()  # unwritable: a candidate of its own
-        if key in by_file:
-            by_file[key].sizes += (size,)
-        else:
-            by_file[key] = replace(candidate, sizes=(size,))
-        del candidate
+    with remembering_bounds():  # the bound does not depend on the size: proven once for all
+        for size in sizes:
+            if progress:
+                progress(f"synthesizing {collective} with {name} for {format_size(size)}")
+            try:
+                candidate = _candidate(topology, collective, name, root, size)
+            except SynthesisError as e:
+                failed[size] = _reason(name, e)
+                continue
+            key = _file_key(candidate.algorithm) or f"no file at {size}".encode()  # unwritable: its own candidate
+            if key in by_file:
+                by_file[key].sizes += (size,)
+            else:
+                by_file[key] = replace(candidate, sizes=(size,))
+            del candidate
     if failed and not by_file and len(set(failed.values())) == 1:
         skipped.append(f"{name}: {next(iter(failed.values()))}")
     else:
