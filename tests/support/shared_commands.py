@@ -23,7 +23,7 @@ TIMEOUT = 240  # seconds: a hang guard, not a performance check
 
 #: docs/limits.md's compare at 128 ranks, whose NCCL-ring candidate traces more operations
 #: than a user program may (tests/hardening/test_large_valid_inputs.py reads its table)
-COMPARE_ON_16_DGX_A100_NODES = "arborcc compare --machine dgx-a100 --nodes 16 --sizes 1M"
+COMPARE_ON_16_DGX_A100_NODES = "arborcc compare --machine dgx-a100 --nodes 16 --strategies nccl-ring --sizes 1M"
 #: the DDP example with the hook (README.md, docs/torch.md, tests/torch): 4 ranks, three trainings compared
 DDP_EXAMPLE_WITH_HOOK = "arborcc run -n 4 examples/ddp_train.py --hook"
 
