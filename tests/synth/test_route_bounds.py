@@ -74,3 +74,24 @@ def test_refused_above_the_rank_limit():
 def test_refused_for_an_unknown_collective():
     with pytest.raises(SynthesisError, match="no file bound"):
         file_bound(mesh(4), "custom")
+
+
+@pytest.mark.parametrize("machine, gpus, collective, strategy", [
+    ("dgx-a100", None, "reducescatter", "switch-direct"),  # within 2% of its file bound
+    ("dgx1v", ["gpu1", "gpu4", "gpu5", "gpu6"], "allreduce", "trees"),  # its packing plans PCIe relays
+    ("dgx1p", None, "broadcast", "trees"),
+])
+def test_no_written_file_simulates_faster_than_its_file_bound(machine, gpus, collective, strategy):
+    # the simulator scales every link by its profile's efficiency: the file bound of the
+    # efficiency-adjusted topology, routed on the nominal one, caps every file it times
+    from arborcc.sim.fidelity import fidelity_for
+    from arborcc.synth.synthesis import synthesize
+    from arborcc.topology.allocation import induced
+
+    topology = build_machine(machine)
+    topology = induced(topology, gpus) if gpus else topology
+    size = 1 << 30
+    written = synthesize(topology, collective, strategy, size=size)
+    bound = file_bound(efficiency_adjusted(topology, fidelity_for(topology)), collective, routed_on=topology)
+    assert size / written.time <= bound.algbw * (1 + 1e-9), (size / written.time / GB, bound.algbw / GB)
+    assert size / written.time >= 0.5 * bound.algbw  # a real file, not a degenerate one
