@@ -23,9 +23,9 @@ from arborcc.synth.strategies.switch_direct import (
     allgather_program,
     allreduce_program,
     lanes_for,
-    one_switch,
     reducescatter_program,
 )
+from arborcc.synth.trees import one_switch
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.cluster import build_cluster, build_hierarchy, parse_hierarchy
 from arborcc.topology.machines import build_machine

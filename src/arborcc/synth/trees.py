@@ -258,12 +258,10 @@ def breadth_first_hops(root: int, kids: dict[int, list[tuple[int, tuple[str, ...
     return order
 
 
-def common_switch(topology: Topology) -> str | None:
-    """The NVSwitch every rank reaches every other rank through, one hop each way
-    (DGX-2, DGX A100, DGX H100 and their allocations: each pair's own route is
-    ``gpu -> nvswitch -> gpu``), or None. Ranks on more than one host have none."""
-    from arborcc.topology.model import DeviceKind
-
+def one_switch(topology: Topology) -> str | None:
+    """The device every rank reaches every other rank through, one hop each way (an
+    NVSwitch, or the one network switch of a single-level hierarchy), or None. Ranks on
+    more than one host have none (refused before any route is looked at)."""
     ranks = topology.ranks
     if len({topology.devices[g].host for g in ranks}) != 1:
         return None
@@ -273,9 +271,19 @@ def common_switch(topology: Topology) -> str | None:
             if a == b:
                 continue
             path = topology.route(a, b).path
-            if len(path) != 3 or (switch is not None and path[1] != switch):
+            if len(path) != 3 or path[1] in ranks or (switch is not None and path[1] != switch):
                 return None
             switch = path[1]
+    return switch
+
+
+def common_switch(topology: Topology) -> str | None:
+    """The NVSwitch every rank reaches every other rank through, one hop each way
+    (DGX-2, DGX A100, DGX H100 and their allocations: each pair's own route is
+    ``gpu -> nvswitch -> gpu``; :func:`one_switch` of kind NVSwitch), or None."""
+    from arborcc.topology.model import DeviceKind
+
+    switch = one_switch(topology)
     if switch is None or topology.devices[switch].kind is not DeviceKind.NVSWITCH:
         return None
     return switch

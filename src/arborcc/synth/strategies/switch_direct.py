@@ -2,7 +2,8 @@
 all-reduce as direct transfers between every pair of ranks, every pair on several thread
 blocks.
 
-On a machine whose GPUs all reach each other through one switch (:func:`one_switch`:
+On a machine whose GPUs all reach each other through one switch
+(:func:`arborcc.synth.trees.one_switch`:
 the NVSwitch of DGX-2, DGX A100, DGX H100; one level of a hierarchy) every pair is
 one hop apart, so the bound of both collectives - each port carries ``(n - 1) / n`` of
 the buffer - is reached with no relay at all: rank ``r`` sends its block ``p`` straight
@@ -57,25 +58,6 @@ CHUNKS_PER_LANE = (1, 4, 16, 64)
 REFERENCE_SIZE, LARGEST_TIMED = 64 << 20, 1 << 30
 #: a candidate with more chunks is kept only when it is faster by more than this share
 MORE_CHUNKS_MARGIN = 0.005
-
-
-def one_switch(topology: Topology) -> str | None:
-    """The device every rank reaches every other rank through, one hop each way (an
-    NVSwitch, or the one network switch of a single-level hierarchy), or None. Ranks on
-    more than one host have none (refused before any route is looked at)."""
-    ranks = topology.ranks
-    if len({topology.devices[g].host for g in ranks}) != 1:
-        return None
-    switch = None
-    for a in ranks:
-        for b in ranks:
-            if a == b:
-                continue
-            path = topology.route(a, b).path
-            if len(path) != 3 or path[1] in ranks or (switch is not None and path[1] != switch):
-                return None
-            switch = path[1]
-    return switch
 
 
 def lanes_for(collective: str, num_ranks: int, max_threadblocks: int, max_channels: int) -> int:
@@ -200,6 +182,7 @@ def synth_switch_direct(request: SynthesisRequest) -> SynthesisResult:
     from arborcc.ir.limits import DIALECTS, MAX_CHANNELS
     from arborcc.sim.bandwidth import steady_state_bandwidth
     from arborcc.synth.result import SynthesisResult
+    from arborcc.synth.trees import one_switch
 
     topology, collective = request.topology, request.collective
     if collective not in SWITCH_DIRECT_COLLECTIVES:
