@@ -77,3 +77,16 @@ def protocol_sweep(algo: Algorithm, topology: Topology, sizes: Sequence[int], pr
         slower = {r.protocol for i, r in enumerate(results) if any(r.time > PRUNE * q.time for q in results[i + 1:])}
         alive = [p for p in alive if p not in slower]
     return [best_at[s] for s in sizes]
+
+
+def time_as_written(algo: Algorithm, topology: Topology, size: int) -> float:
+    """Seconds ``algo``'s file takes at ``size`` bytes as it runs: no routes (a file names
+    none), its fastest protocol there - the time synth reports and ``arborcc simulate``
+    gives. A protocol whose link loads alone take longer than the fastest simulated is not
+    simulated (as ``auto`` ranks: the least is the same; LL at 1 GiB took 8 s of the 9 s a
+    DGX-1V candidate's sweep took)."""
+    from arborcc.sim.bandwidth import attainable_algbw, steady_state_bandwidth
+    from arborcc.sim.fidelity import fidelity_for
+
+    algbw = attainable_algbw(steady_state_bandwidth(algo, topology), topology, fidelity_for(topology).efficiency)
+    return protocol_sweep(algo, topology, [size], protocols=BY_BANDWIDTH, least_seconds_per_byte=1 / algbw)[0].time

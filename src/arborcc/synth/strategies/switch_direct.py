@@ -137,42 +137,32 @@ def allreduce_program(num_ranks: int, lanes: int, per_lane: int, name: str) -> A
         own = r * k
         tbs: list[ThreadBlock] = []
 
-        def add(steps_of, **peer_and_channel):
-            tbs.append(ThreadBlock(len(tbs), steps=steps_of(len(tbs)), **peer_and_channel))
+        def add(steps: list[Step], **peer_and_channel) -> int:
+            tbs.append(ThreadBlock(len(tbs), steps=steps, **peer_and_channel))
+            return len(tbs) - 1
 
         for c in range(lanes):
             for p in peers:
-                add(lambda _, p=p, c=c: [Step(Op.SEND, IN, p * k + s * lanes + c, OUT, p * k + s * lanes + c)
-                                         for s in range(per_lane)], send=p, channel=c)
+                add([Step(Op.SEND, IN, p * k + s * lanes + c, OUT, p * k + s * lanes + c) for s in range(per_lane)],
+                    send=p, channel=c)
         reduced = {}
         for i, p in enumerate(peers):
             for c in range(lanes):
-                def reductions(tb_id, i=i, c=c):
-                    return [Step(Op.RECV_REDUCE_COPY, IN if i == 0 else OUT, own + s * lanes + c,
-                                 OUT, own + s * lanes + c, dep=Dependency(reduced[(i - 1, c)], s) if i else None,
-                                 has_dep=True) for s in range(per_lane)]
-                reduced[(i, c)] = len(tbs)
-                add(reductions, recv=p, channel=c)
+                reduced[(i, c)] = add([Step(Op.RECV_REDUCE_COPY, IN if i == 0 else OUT, own + s * lanes + c,
+                                            OUT, own + s * lanes + c,
+                                            dep=Dependency(reduced[(i - 1, c)], s) if i else None, has_dep=True)
+                                       for s in range(per_lane)], recv=p, channel=c)
         last = len(peers) - 1
         for c in range(lanes):
             for p in peers:
-                add(lambda _, c=c: [Step(Op.SEND, OUT, own + s * lanes + c, OUT, own + s * lanes + c,
-                                         dep=Dependency(reduced[(last, c)], s)) for s in range(per_lane)],
-                    send=p, channel=lanes + c)
+                add([Step(Op.SEND, OUT, own + s * lanes + c, OUT, own + s * lanes + c,
+                          dep=Dependency(reduced[(last, c)], s)) for s in range(per_lane)], send=p, channel=lanes + c)
         for c in range(lanes):
             for p in peers:
-                add(lambda _, p=p, c=c: [Step(Op.RECV, OUT, p * k + s * lanes + c, OUT, p * k + s * lanes + c)
-                                         for s in range(per_lane)], recv=p, channel=lanes + c)
+                add([Step(Op.RECV, OUT, p * k + s * lanes + c, OUT, p * k + s * lanes + c) for s in range(per_lane)],
+                    recv=p, channel=lanes + c)
         ranks.append(RankProgram(r, n * k, n * k, 0, tbs))
     return Algorithm(name, "allreduce", n, n * k, ranks, inplace=True, outofplace=True)
-
-
-def time_as_written(algorithm: Algorithm, topology: Topology, size: int) -> float:
-    """Seconds ``algorithm``'s file takes at ``size`` bytes with its fastest protocol there
-    (the time ``synth`` reports and ``arborcc simulate`` gives)."""
-    from arborcc.sim.protocol_choice import BY_BANDWIDTH, protocol_sweep
-
-    return protocol_sweep(algorithm, topology, [size], protocols=BY_BANDWIDTH)[0].time
 
 
 def synth_switch_direct(request: SynthesisRequest) -> SynthesisResult:
@@ -181,6 +171,7 @@ def synth_switch_direct(request: SynthesisRequest) -> SynthesisResult:
     from arborcc.errors import SynthesisError
     from arborcc.ir.limits import DIALECTS, MAX_CHANNELS
     from arborcc.sim.bandwidth import steady_state_bandwidth
+    from arborcc.sim.protocol_choice import time_as_written
     from arborcc.synth.result import SynthesisResult
     from arborcc.synth.trees import one_switch
 

@@ -170,21 +170,6 @@ def _reference_size(request: SynthesisRequest) -> int:
     return min(request.size or TREES_REFERENCE_SIZE, LOOPED_CALL)
 
 
-def _time_as_written(algorithm, topology: Topology, size: int) -> float:
-    """Seconds ``algorithm``'s file takes at ``size`` bytes as it runs: no routes (a file
-    names none), its fastest protocol there - the time synth reports and ``arborcc
-    simulate`` gives. A protocol whose link loads alone take longer than the fastest
-    simulated is not simulated (as ``auto`` ranks: the least is the same; LL at 1 GiB
-    took 8 s of the 9 s a DGX-1V candidate's sweep took)."""
-    from arborcc.sim.bandwidth import attainable_algbw, steady_state_bandwidth
-    from arborcc.sim.fidelity import fidelity_for
-    from arborcc.sim.protocol_choice import BY_BANDWIDTH, protocol_sweep
-
-    algbw = attainable_algbw(steady_state_bandwidth(algorithm, topology), topology, fidelity_for(topology).efficiency)
-    return protocol_sweep(algorithm, topology, [size], protocols=BY_BANDWIDTH,
-                          least_seconds_per_byte=1 / algbw)[0].time
-
-
 def _single_root_trees(request: SynthesisRequest, name: str) -> SynthesisResult:
     """Broadcast or reduce on one packing of out- or in-trees (Blink), rounded to chunks
     and lowered."""
@@ -223,6 +208,7 @@ def _faster_over_nvlink(request: SynthesisRequest, result: SynthesisResult, name
     from dataclasses import replace
 
     from arborcc.errors import SynthesisError
+    from arborcc.sim.protocol_choice import time_as_written
     from arborcc.synth.bounds import collective_bound
     from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
     from arborcc.topology.model import LinkKind
@@ -239,7 +225,7 @@ def _faster_over_nvlink(request: SynthesisRequest, result: SynthesisResult, name
         return result  # NVLink alone does not reach every rank
     nvlink.bound = request.bound.algbw
     size = _reference_size(request)
-    times = [_time_as_written(r.algorithm, topology, size) for r in (result, nvlink)]
+    times = [time_as_written(r.algorithm, topology, size) for r in (result, nvlink)]
     if times[1] >= PIPELINED_MARGIN * times[0]:
         return result
     nvlink.notes.append(f"the trees over NVLink alone: simulated {times[1] * 1e6:.0f} us at {size} bytes, more "
@@ -272,6 +258,7 @@ def _switch_broadcast(request: SynthesisRequest, name: str) -> SynthesisResult |
     from 1 GiB every slice is a full one and all are equal."""
     from functools import partial
 
+    from arborcc.sim.protocol_choice import time_as_written
     from arborcc.synth.lower_emit import lower_broadcast
     from arborcc.synth.lower_search import within_limits
     from arborcc.synth.quantize import TOLERANCE
@@ -291,7 +278,7 @@ def _switch_broadcast(request: SynthesisRequest, name: str) -> SynthesisResult |
         lowered = within_limits(lower, topology, trees, [scale] * len(trees), name)
         if best is not None and not (lowered.limits and lowered.limits[1]):
             break  # more chunks only lengthen the thread blocks
-        t = _time_as_written(lowered.algorithm, topology, size)
+        t = time_as_written(lowered.algorithm, topology, size)
         if best is None or t < (1 - TOLERANCE) * best_time:
             best, best_time, best_scale = lowered, t, scale
     chunks = best_scale * len(trees)
@@ -390,6 +377,7 @@ def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name:
     from dataclasses import replace
 
     from arborcc.errors import SynthesisError
+    from arborcc.sim.protocol_choice import time_as_written
     from arborcc.sim.protocols import PROTOCOL_MODELS
     from arborcc.synth.bounds import collective_bound
     from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
@@ -413,14 +401,14 @@ def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name:
             return out
         builders.append(("NVLink-only trees", nvlink))
     size = _reference_size(request)
-    best_time = PIPELINED_MARGIN * _time_as_written(result.algorithm, topology, size)
+    best_time = PIPELINED_MARGIN * time_as_written(result.algorithm, topology, size)
     best, how = result, ""
     for label, build in builders:
         try:
             candidate = build()
         except SynthesisError:
             continue
-        t = _time_as_written(candidate.algorithm, topology, size)
+        t = time_as_written(candidate.algorithm, topology, size)
         if t < best_time:
             best, best_time, how = candidate, t, label
     if best is not result:
