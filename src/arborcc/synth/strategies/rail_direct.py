@@ -16,8 +16,11 @@ network traffic.
   ``(a, j)`` sums the node's contributions to ``(c, j)``'s block into its scratch and sends
   each chunk to ``(c, j)`` over its NIC as soon as the chunk's last local sum is done,
   while the switch still carries the node's own blocks; ``(c, j)`` adds the sums it
-  receives to its own block after its local ones. 2 x DGX H100 at 64 MiB: 1/16 of the
-  buffer crosses each NIC (about 87 us at 48 GB/s) beside the 150 us the ports need.
+  receives to its own block first, as they arrive (a receive that waited for the local
+  sums would hold the network connection's slots, and the sender, until those end), then
+  the local contributions. 2 x DGX H100 at 64 MiB: 1/16 of the buffer crosses each NIC
+  (about 87 us at 48 GB/s) beside the 150 us the ports need: 173.6 us, 362.3 GB/s busbw
+  (NCCL's ring 281.1).
 * all-gather: the reverse - every rank sends its block over its NIC to its rail peers and
   over the switch to its local peers at once, then forwards each chunk of its rail peers'
   blocks to its local peers as it arrives.
@@ -28,8 +31,9 @@ network traffic.
   fully summed chunk sent on to the local peers as soon as it is done: one crossing of the
   network per chunk, the switch's two passes pipelined behind it.
 
-Sums run in one fixed order per chunk (the local peers in rotation order, then the rail
-peers), each reduction waiting for the previous one of that chunk, as in switch-direct.
+Sums run in one fixed order per chunk (reduce-scatter: the rail peers, then the local
+peers in rotation order; the all-reduce's host sums: the local peers, then the rail peer),
+each reduction waiting for the previous one of that chunk, as in switch-direct.
 Every block is cut into ``lanes x m`` chunks; chunk ``x`` of a block travels between
 local peers on lane ``x mod lanes`` (the lane's channel and thread block) and between
 rail peers on NIC lane ``x mod nic_lanes``. ``m`` is chosen per size as switch-direct
@@ -125,9 +129,19 @@ def reducescatter_program(hosts: list[list[int]], lanes: int, nic_lanes: int, pe
                     destinations = [(hosts[h][j], SCRATCH, bi * k) for bi, h in enumerate(remote)] + [(p, OUT, 0)]
                     add([Step(Op.SEND, IN, block * k + s * L + c, buf, base + s * L + c)
                          for block, buf, base in destinations for s in range(m)], send=p, channel=c)
+            # the rail peers' sums of this rank's block first: they arrive while the switch still
+            # carries the remote-destined blocks, and a receive waiting for the local sums would
+            # hold the network connection's slots until those end
+            remote_sum = {}
+            for bi, h in enumerate(remote):
+                for lane in range(nic_lanes):
+                    remote_sum[(bi, lane)] = add([
+                        Step(Op.RECV_REDUCE_COPY, *((OUT, x) if bi else (IN, r * k + x)), OUT, x,
+                             dep=Dependency(remote_sum[(bi - 1, lane)], x // nic_lanes) if bi else None,
+                             has_dep=True)
+                        for x in range(lane, k, nic_lanes)], recv=hosts[h][i], channel=lane)
             local_sum = {}
             for t, q in enumerate(peers):
-                last = t == len(peers) - 1
                 for c in range(L):
                     steps = []
                     for bi, h in enumerate(remote):
@@ -139,10 +153,10 @@ def reducescatter_program(hosts: list[list[int]], lanes: int, nic_lanes: int, pe
                                               has_dep=True))
                     for s in range(m):
                         x = s * L + c
-                        source = (IN, r * k + x) if t == 0 else (OUT, x)
-                        steps.append(Step(Op.RECV_REDUCE_COPY, *source, OUT, x,
-                                          dep=Dependency(local_sum[(t - 1, c)], (N - 1) * m + s) if t else None,
-                                          has_dep=True))
+                        previous = (Dependency(local_sum[(t - 1, c)], (N - 1) * m + s) if t
+                                    else Dependency(remote_sum[(N - 2, x % nic_lanes)], x // nic_lanes))
+                        steps.append(Step(Op.RECV_REDUCE_COPY, OUT, x, OUT, x, dep=previous,
+                                          has_dep=t < len(peers) - 1))
                     local_sum[(t, c)] = add(steps, recv=q, channel=c)
             final = len(peers) - 1
             for bi, h in enumerate(remote):
@@ -150,15 +164,6 @@ def reducescatter_program(hosts: list[list[int]], lanes: int, nic_lanes: int, pe
                     add([Step(Op.SEND, SCRATCH, bi * k + x, OUT, x,
                               dep=Dependency(local_sum[(final, x % L)], bi * m + x // L))
                          for x in range(lane, k, nic_lanes)], send=hosts[h][i], channel=lane)
-            remote_sum = {}
-            for bi, h in enumerate(remote):
-                for lane in range(nic_lanes):
-                    remote_sum[(bi, lane)] = add([
-                        Step(Op.RECV_REDUCE_COPY, OUT, x, OUT, x,
-                             dep=(Dependency(remote_sum[(bi - 1, lane)], x // nic_lanes) if bi
-                                  else Dependency(local_sum[(final, x % L)], (N - 1) * m + x // L)),
-                             has_dep=bi < N - 2)
-                        for x in range(lane, k, nic_lanes)], recv=hosts[h][i], channel=lane)
             programs[r] = RankProgram(r, n * k, k, (N - 1) * k, tbs)
     return Algorithm(name, "reducescatter", n, n * k, [programs[r] for r in range(n)], inplace=True, outofplace=True)
 
