@@ -55,31 +55,26 @@ RAIL_DIRECT_COLLECTIVES = ("allreduce", "allgather", "reducescatter")
 
 
 def switch_hosts(topology: Topology) -> list[list[int]] | str:
-    """The ranks of each host (hosts in id order, ranks in rank order), or why the strategy
-    does not apply: fewer than two hosts, hosts of unequal rank counts or of one rank, or a
-    host whose ranks do not all reach each other through one switch, one hop each way."""
-    by_host: dict[int, list[int]] = {}
-    for r, device in enumerate(topology.ranks):
-        host = topology.devices[device].host
-        if host is None:
-            return f"rank {r} ({device}) belongs to no host"
-        by_host.setdefault(host, []).append(r)
-    hosts = [by_host[h] for h in sorted(by_host)]
+    """The ranks of each host (hosts in id order, ranks in rank order,
+    :func:`arborcc.synth.hosts.host_groups`), or why the strategy does not apply: a rank on
+    no host, fewer than two hosts, hosts of unequal rank counts or of one rank, or a host
+    whose ranks do not all reach each other through one switch
+    (:func:`arborcc.synth.trees.one_switch` of the host's own devices)."""
+    from arborcc.synth.hosts import host_groups, server_topology
+    from arborcc.synth.trees import one_switch
+
+    hosts = host_groups(topology)
+    homeless = [r for r in hosts[0] if topology.devices[topology.ranks[r]].host is None]
+    if homeless:
+        return f"rank {homeless[0]} ({topology.ranks[homeless[0]]}) belongs to no host"
     if len(hosts) < 2:
         return "the ranks are on one host (switch-direct builds one switch machine)"
     if len({len(h) for h in hosts}) != 1 or len(hosts[0]) < 2:
         return "rail-direct needs at least two ranks on every host, the same number on each"
     for members in hosts:
-        switch = None
-        for a in members:
-            for b in members:
-                if a == b:
-                    continue
-                path = topology.route(topology.ranks[a], topology.ranks[b]).path
-                if len(path) != 3 or (switch is not None and path[1] != switch) or path[1] in topology.ranks:
-                    return (f"the ranks of host {topology.devices[topology.ranks[a]].host} do not all reach "
-                            "each other through one switch")
-                switch = path[1]
+        gpus = [topology.ranks[r] for r in members]
+        if one_switch(server_topology(topology, gpus)) is None:
+            return f"the ranks of host {topology.devices[gpus[0]].host} do not all reach each other through one switch"
     return hosts
 
 
