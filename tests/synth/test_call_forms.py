@@ -27,7 +27,7 @@ from support.topologies import nvlink_pcie_box
 
 ONE_HOST, TWO_HOSTS = "4@100", "2@100,2@25"
 #: strategies that need several hosts
-SEVERAL_HOSTS = {"composed", "three-phase", "two-step", "three-step"}
+SEVERAL_HOSTS = {"composed", "three-phase", "two-step", "three-step", "rail-direct"}
 #: strategies that run inside one host
 ONE_HOST_ONLY = {"lane-rings", "switch-direct"}
 #: (strategy, collective) whose programs are written in place only: --outofplace is refused

@@ -73,7 +73,7 @@ def test_dgx1v_allreduce_trees_schedule_beats_nccl_rings(dgx1v_allreduce_trees_p
 
 
 ALLREDUCE_STRATEGIES = [s.name for s in STRATEGIES if "allreduce" in s.collectives]
-MULTI_HOST = ("three-phase", "composed")
+MULTI_HOST = ("three-phase", "composed", "rail-direct")
 #: strategies that need every rank behind one switch
 SWITCH_ONLY = ("switch-direct",)
 

@@ -24,6 +24,7 @@ from arborcc.synth.strategies.halving_doubling import synth_halving_doubling
 from arborcc.synth.strategies.lane_rings import LANE_RING_COLLECTIVES, synth_lane_rings
 from arborcc.synth.strategies.hierarchical import synth_hierarchical
 from arborcc.synth.strategies.nccl_ring import synth_nccl_ring
+from arborcc.synth.strategies.rail_direct import RAIL_DIRECT_COLLECTIVES, synth_rail_direct
 from arborcc.synth.strategies.ring import synth_ring
 from arborcc.synth.strategies.switch_direct import SWITCH_DIRECT_COLLECTIVES, synth_switch_direct
 from arborcc.synth.strategies.three_phase import synth_three_phase
@@ -119,6 +120,10 @@ STRATEGIES: tuple[Strategy, ...] = (
              "switch machines: every block straight to its destination over the switch, each pair on several "
              "thread blocks, the chunk count timed fastest at the size",
              size_dependent=SWITCH_DIRECT_COLLECTIVES),
+    Strategy("rail-direct", RAIL_DIRECT_COLLECTIVES, synth_rail_direct,
+             "switch machines joined rail by rail: switch-direct inside each node, each chunk between rail peers "
+             "over their own NICs as soon as it is summed or arrives, the chunk count timed fastest at the size",
+             size_dependent=RAIL_DIRECT_COLLECTIVES),
     Strategy("double-binary-tree", ALLREDUCE, synth_double_binary_tree,
              "NCCL's double binary trees over the nodes, chains inside them"),
     Strategy("halving-doubling", ALLREDUCE, synth_halving_doubling,

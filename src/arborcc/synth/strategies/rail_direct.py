@@ -1,0 +1,329 @@
+"""The ``rail-direct`` strategy: on switch machines joined rail by rail (2 x DGX H100,
+2 x DGX A100: every GPU's own NIC), reduce-scatter, all-gather and all-reduce as
+:mod:`switch-direct <arborcc.synth.strategies.switch_direct>`'s direct transfers inside
+each node, pipelined chunk by chunk with one transfer per chunk between rail peers.
+
+Rank ``(a, i)`` is the ``i``-th rank (in rank order) of host ``a``; its rail peers are
+``(c, i)`` on the other hosts. A file names no route, and the runtime routes every pair
+of ranks on different hosts through the sender's and the receiver's own NICs
+(:func:`arborcc.topology.routing.route`; ``synth/nccl_rings.py`` ``file_rings``), so
+every transfer between nodes here goes between rail peers and no GPU forwards another's
+network traffic.
+
+* reduce-scatter: every rank sends each local peer ``(a, j)`` the blocks of ``(c, j)``
+  for every other host ``c`` first and then ``(a, j)``'s own block (``(n_host - 1) /
+  n_host`` of the buffer through each switch port, as on one machine);
+  ``(a, j)`` sums the node's contributions to ``(c, j)``'s block into its scratch and sends
+  each chunk to ``(c, j)`` over its NIC as soon as the chunk's last local sum is done,
+  while the switch still carries the node's own blocks; ``(c, j)`` adds the sums it
+  receives to its own block first, as they arrive (a receive that waited for the local
+  sums would hold the network connection's slots, and the sender, until those end), then
+  the local contributions. 2 x DGX H100 at 64 MiB: 1/16 of the buffer crosses each NIC
+  (about 87 us at 48 GB/s) beside the 150 us the ports need: 173.6 us, 362.3 GB/s busbw
+  (NCCL's ring 281.1).
+* all-gather: the reverse - every rank sends its block over its NIC to its rail peers and
+  over the switch to its local peers at once, then forwards each chunk of its rail peers'
+  blocks to its local peers as it arrives.
+* all-reduce (two hosts): a node-level reduce-scatter of ``n_host`` blocks (rank ``(a,
+  i)`` sums the node's share of block ``i`` into its scratch, chunk by chunk), each summed
+  chunk sent to the rail peer, which adds it to its own node's sum of the same block (the
+  two hosts add the same two numbers, so every rank ends with the same bits), and each
+  fully summed chunk sent on to the local peers as soon as it is done: one crossing of the
+  network per chunk, the switch's two passes pipelined behind it.
+
+Sums run in one fixed order per chunk (reduce-scatter: the rail peers, then the local
+peers in rotation order; the all-reduce's host sums: the local peers, then the rail peer),
+each reduction waiting for the previous one of that chunk, as in switch-direct.
+Every block is cut into ``lanes x m`` chunks; chunk ``x`` of a block travels between
+local peers on lane ``x mod lanes`` (the lane's channel and thread block) and between
+rail peers on NIC lane ``x mod nic_lanes``. ``m`` is chosen per size as switch-direct
+chooses it (the candidate the simulator times fastest as written at the request's size,
+:data:`arborcc.synth.strategies.switch_direct.CHUNKS_PER_LANE`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from arborcc.ir.model import Algorithm
+    from arborcc.synth.result import SynthesisRequest, SynthesisResult
+    from arborcc.topology.model import Topology
+
+#: the collectives the strategy builds
+RAIL_DIRECT_COLLECTIVES = ("allreduce", "allgather", "reducescatter")
+
+
+def switch_hosts(topology: Topology) -> list[list[int]] | str:
+    """The ranks of each host (hosts in id order, ranks in rank order,
+    :func:`arborcc.synth.hosts.host_groups`), or why the strategy does not apply: a rank on
+    no host, fewer than two hosts, hosts of unequal rank counts or of one rank, or a host
+    whose ranks do not all reach each other through one switch
+    (:func:`arborcc.synth.trees.one_switch` of the host's own devices)."""
+    from arborcc.synth.hosts import host_groups, server_topology
+    from arborcc.synth.trees import one_switch
+
+    hosts = host_groups(topology)
+    homeless = [r for r in hosts[0] if topology.devices[topology.ranks[r]].host is None]
+    if homeless:
+        return f"rank {homeless[0]} ({topology.ranks[homeless[0]]}) belongs to no host"
+    if len(hosts) < 2:
+        return "the ranks are on one host (switch-direct builds one switch machine)"
+    if len({len(h) for h in hosts}) != 1 or len(hosts[0]) < 2:
+        return "rail-direct needs at least two ranks on every host, the same number on each"
+    for members in hosts:
+        gpus = [topology.ranks[r] for r in members]
+        if one_switch(server_topology(topology, gpus)) is None:
+            return f"the ranks of host {topology.devices[gpus[0]].host} do not all reach each other through one switch"
+    return hosts
+
+
+def lanes_for(collective: str, ranks_per_host: int, num_hosts: int, max_threadblocks: int,
+              max_channels: int) -> tuple[int, int]:
+    """(lanes per local peer, NIC lanes per rail peer): the most local lanes for which one
+    NIC lane fits the thread blocks (one per peer, lane and direction; for all-reduce two
+    per local peer and lane and direction; the all-gather's copy) and channels, then as many
+    NIC lanes, up to the local lanes, as the rest allows; (0, 0) when nothing fits."""
+    local = (4 if collective == "allreduce" else 2) * (ranks_per_host - 1)
+    nic = 2 * (num_hosts - 1)
+    budget = max_threadblocks - (1 if collective == "allgather" else 0)
+    channels = max_channels // 2 if collective == "allreduce" else max_channels
+    lanes = max(0, min(channels, (budget - nic) // local))
+    if lanes == 0:
+        return 0, 0
+    return lanes, max(1, min(lanes, max_channels, (budget - local * lanes) // nic))
+
+
+def _remote_hosts(a: int, num_hosts: int) -> list[int]:
+    return [(a + d) % num_hosts for d in range(1, num_hosts)]
+
+
+def reducescatter_program(hosts: list[list[int]], lanes: int, nic_lanes: int, per_lane: int,
+                          name: str) -> Algorithm:
+    """Reduce-scatter inside each host and between rail peers, ``lanes x per_lane`` chunks
+    per block (module doc)."""
+    from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, RankProgram, Step, ThreadBlock
+
+    IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
+    N, g = len(hosts), len(hosts[0])
+    n, L, m, k = N * g, lanes, per_lane, lanes * per_lane
+    programs = {}
+    for a, members in enumerate(hosts):
+        remote = _remote_hosts(a, N)
+        for i, r in enumerate(members):
+            peers = [members[(i + d) % g] for d in range(1, g)]
+            tbs: list[ThreadBlock] = []
+
+            def add(steps: list[Step], **peer_and_channel) -> int:
+                tbs.append(ThreadBlock(len(tbs), steps=steps, **peer_and_channel))
+                return len(tbs) - 1
+
+            for c in range(L):
+                for p in peers:
+                    j = members.index(p)
+                    destinations = [(hosts[h][j], SCRATCH, bi * k) for bi, h in enumerate(remote)] + [(p, OUT, 0)]
+                    add([Step(Op.SEND, IN, block * k + s * L + c, buf, base + s * L + c)
+                         for block, buf, base in destinations for s in range(m)], send=p, channel=c)
+            # the rail peers' sums of this rank's block first: they arrive while the switch still
+            # carries the remote-destined blocks, and a receive waiting for the local sums would
+            # hold the network connection's slots until those end
+            remote_sum = {}
+            for bi, h in enumerate(remote):
+                for lane in range(nic_lanes):
+                    remote_sum[(bi, lane)] = add([
+                        Step(Op.RECV_REDUCE_COPY, *((OUT, x) if bi else (IN, r * k + x)), OUT, x,
+                             dep=Dependency(remote_sum[(bi - 1, lane)], x // nic_lanes) if bi else None,
+                             has_dep=True)
+                        for x in range(lane, k, nic_lanes)], recv=hosts[h][i], channel=lane)
+            local_sum = {}
+            for t, q in enumerate(peers):
+                for c in range(L):
+                    steps = []
+                    for bi, h in enumerate(remote):
+                        for s in range(m):
+                            x = s * L + c
+                            source = (IN, hosts[h][i] * k + x) if t == 0 else (SCRATCH, bi * k + x)
+                            steps.append(Step(Op.RECV_REDUCE_COPY, *source, SCRATCH, bi * k + x,
+                                              dep=Dependency(local_sum[(t - 1, c)], bi * m + s) if t else None,
+                                              has_dep=True))
+                    for s in range(m):
+                        x = s * L + c
+                        previous = (Dependency(local_sum[(t - 1, c)], (N - 1) * m + s) if t
+                                    else Dependency(remote_sum[(N - 2, x % nic_lanes)], x // nic_lanes))
+                        steps.append(Step(Op.RECV_REDUCE_COPY, OUT, x, OUT, x, dep=previous,
+                                          has_dep=t < len(peers) - 1))
+                    local_sum[(t, c)] = add(steps, recv=q, channel=c)
+            final = len(peers) - 1
+            for bi, h in enumerate(remote):
+                for lane in range(nic_lanes):
+                    add([Step(Op.SEND, SCRATCH, bi * k + x, OUT, x,
+                              dep=Dependency(local_sum[(final, x % L)], bi * m + x // L))
+                         for x in range(lane, k, nic_lanes)], send=hosts[h][i], channel=lane)
+            programs[r] = RankProgram(r, n * k, k, (N - 1) * k, tbs)
+    return Algorithm(name, "reducescatter", n, n * k, [programs[r] for r in range(n)], inplace=True, outofplace=True)
+
+
+def allgather_program(hosts: list[list[int]], lanes: int, nic_lanes: int, per_lane: int, name: str) -> Algorithm:
+    """All-gather inside each host and between rail peers, ``lanes x per_lane`` chunks per
+    block (module doc)."""
+    from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, RankProgram, Step, ThreadBlock
+
+    IN, OUT = Buffer.INPUT, Buffer.OUTPUT
+    N, g = len(hosts), len(hosts[0])
+    n, L, m, k = N * g, lanes, per_lane, lanes * per_lane
+    programs = {}
+    for a, members in enumerate(hosts):
+        remote = _remote_hosts(a, N)
+        for i, r in enumerate(members):
+            peers = [members[(i + d) % g] for d in range(1, g)]
+            own = r * k
+            # thread block 0 copies the input into the rank's block; every send reads it there,
+            # so the same file is correct in place and out of place
+            tbs = [ThreadBlock(0, steps=[Step(Op.COPY, IN, x, OUT, own + x, has_dep=True) for x in range(k)])]
+
+            def add(steps: list[Step], **peer_and_channel) -> int:
+                tbs.append(ThreadBlock(len(tbs), steps=steps, **peer_and_channel))
+                return len(tbs) - 1
+
+            arrived = {}
+            for bi, h in enumerate(remote):
+                block = hosts[h][i] * k
+                for lane in range(nic_lanes):
+                    arrived[(bi, lane)] = add([Step(Op.RECV, OUT, block + x, OUT, block + x, has_dep=True)
+                                               for x in range(lane, k, nic_lanes)], recv=hosts[h][i], channel=lane)
+                for lane in range(nic_lanes):
+                    add([Step(Op.SEND, OUT, own + x, OUT, own + x, dep=Dependency(0, x))
+                         for x in range(lane, k, nic_lanes)], send=hosts[h][i], channel=lane)
+            for c in range(L):
+                for p in peers:
+                    steps = [Step(Op.SEND, OUT, own + s * L + c, OUT, own + s * L + c, dep=Dependency(0, s * L + c))
+                             for s in range(m)]
+                    for bi, h in enumerate(remote):
+                        block = hosts[h][i] * k
+                        steps += [Step(Op.SEND, OUT, block + x, OUT, block + x,
+                                       dep=Dependency(arrived[(bi, x % nic_lanes)], x // nic_lanes))
+                                  for x in range(c, k, L)]
+                    add(steps, send=p, channel=c)
+            for c in range(L):
+                for q in peers:
+                    j = members.index(q)
+                    blocks = [q] + [hosts[h][j] for h in remote]
+                    add([Step(Op.RECV, OUT, block * k + x, OUT, block * k + x) for block in blocks
+                         for x in range(c, k, L)], recv=q, channel=c)
+            programs[r] = RankProgram(r, k, n * k, 0, tbs)
+    return Algorithm(name, "allgather", n, n * k, [programs[r] for r in range(n)], inplace=True, outofplace=True)
+
+
+def allreduce_program(hosts: list[list[int]], lanes: int, nic_lanes: int, per_lane: int, name: str) -> Algorithm:
+    """All-reduce on two hosts: a node-level reduce-scatter into scratch, one exchange
+    between rail peers per chunk, each fully summed chunk sent on to the local peers;
+    ``lanes x per_lane`` chunks per rank-sized block (module doc)."""
+    from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, RankProgram, Step, ThreadBlock
+
+    if len(hosts) != 2:
+        raise ValueError("the rail-direct all-reduce is built for two hosts")
+    IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
+    N, g = len(hosts), len(hosts[0])
+    n, L = N * g, lanes
+    K = N * lanes * per_lane  # chunks of the node-level block each local index sums
+    programs = {}
+    for a, members in enumerate(hosts):
+        (rail_host,) = _remote_hosts(a, N)
+        for i, r in enumerate(members):
+            rail = hosts[rail_host][i]
+            peers = [members[(i + d) % g] for d in range(1, g)]
+            own = i * K
+            tbs: list[ThreadBlock] = []
+
+            def add(steps: list[Step], **peer_and_channel) -> int:
+                tbs.append(ThreadBlock(len(tbs), steps=steps, **peer_and_channel))
+                return len(tbs) - 1
+
+            for c in range(L):
+                for p in peers:
+                    block = members.index(p) * K
+                    add([Step(Op.SEND, IN, block + x, SCRATCH, x) for x in range(c, K, L)], send=p, channel=c)
+            local_sum = {}
+            for t, q in enumerate(peers):
+                for c in range(L):
+                    local_sum[(t, c)] = add([
+                        Step(Op.RECV_REDUCE_COPY, *((IN, own + x) if t == 0 else (SCRATCH, x)), SCRATCH, x,
+                             dep=Dependency(local_sum[(t - 1, c)], x // L) if t else None, has_dep=True)
+                        for x in range(c, K, L)], recv=q, channel=c)
+            final = len(peers) - 1
+            for lane in range(nic_lanes):
+                add([Step(Op.SEND, SCRATCH, x, OUT, own + x, dep=Dependency(local_sum[(final, x % L)], x // L))
+                     for x in range(lane, K, nic_lanes)], send=rail, channel=lane)
+            summed = {}
+            for lane in range(nic_lanes):
+                summed[lane] = add([Step(Op.RECV_REDUCE_COPY, SCRATCH, x, OUT, own + x,
+                                         dep=Dependency(local_sum[(final, x % L)], x // L), has_dep=True)
+                                    for x in range(lane, K, nic_lanes)], recv=rail, channel=lane)
+            for c in range(L):
+                for p in peers:
+                    add([Step(Op.SEND, OUT, own + x, OUT, own + x, dep=Dependency(summed[x % nic_lanes], x // nic_lanes))
+                         for x in range(c, K, L)], send=p, channel=L + c)
+            for c in range(L):
+                for q in peers:
+                    block = members.index(q) * K
+                    add([Step(Op.RECV, OUT, block + x, OUT, block + x) for x in range(c, K, L)],
+                        recv=q, channel=L + c)
+            programs[r] = RankProgram(r, g * K, g * K, K, tbs)
+    return Algorithm(name, "allreduce", n, g * K, [programs[r] for r in range(n)], inplace=True, outofplace=True)
+
+
+BUILDERS = {"allreduce": allreduce_program, "allgather": allgather_program, "reducescatter": reducescatter_program}
+
+
+def synth_rail_direct(request: SynthesisRequest) -> SynthesisResult:
+    """Direct transfers inside each switch host, rail peers across hosts, the chunk count
+    timed fastest at the request's size (module doc)."""
+    from arborcc.errors import SynthesisError
+    from arborcc.ir.limits import DIALECTS, MAX_CHANNELS
+    from arborcc.sim.bandwidth import steady_state_bandwidth
+    from arborcc.sim.protocol_choice import time_as_written
+    from arborcc.synth.result import SynthesisResult
+    from arborcc.synth.strategies.switch_direct import (
+        CHUNKS_PER_LANE,
+        LARGEST_TIMED,
+        MORE_CHUNKS_MARGIN,
+        REFERENCE_SIZE,
+    )
+
+    topology, collective = request.topology, request.collective
+    if collective not in RAIL_DIRECT_COLLECTIVES:
+        raise SynthesisError(f"rail-direct builds {', '.join(RAIL_DIRECT_COLLECTIVES)}, not {collective}")
+    hosts = switch_hosts(topology)
+    if isinstance(hosts, str):
+        raise SynthesisError(f"{topology.name}: {hosts}; rail-direct needs switch machines joined by a network")
+    N, g = len(hosts), len(hosts[0])
+    if collective == "allreduce" and N != 2:
+        raise SynthesisError(f"{topology.name}: the rail-direct all-reduce is built for two hosts, not {N}")
+    dialects = DIALECTS.values() if request.dialect is None else [DIALECTS[request.dialect]]
+    max_tbs = min(d.max_threadblocks_per_rank for d in dialects)
+    max_steps = min(d.max_steps_per_threadblock for d in dialects)
+    lanes, nic_lanes = lanes_for(collective, g, N, max_tbs, MAX_CHANNELS)
+    if lanes == 0:
+        per_lane = 4 if collective == "allreduce" else 2
+        needed = per_lane * (g - 1) + 2 * (N - 1) + (1 if collective == "allgather" else 0)
+        raise SynthesisError(f"rail-direct needs {needed} thread blocks per rank for a {collective} on {N} hosts "
+                             f"of {g} ranks, the runtime allows {max_tbs}")
+    size = min(request.size or REFERENCE_SIZE, LARGEST_TIMED)
+    best = best_time = best_m = None
+    for m in CHUNKS_PER_LANE:
+        algorithm = BUILDERS[collective](hosts, lanes, nic_lanes, m, f"rail-direct-{collective}")
+        if max(len(tb.steps) for p in algorithm.ranks for tb in p.threadblocks) > max_steps:
+            break
+        t = time_as_written(algorithm, topology, size)
+        if best is not None and t >= best_time:
+            break  # the tail no longer shortens: more chunks only add steps
+        if best is None or t < (1 - MORE_CHUNKS_MARGIN) * best_time:
+            best, best_time, best_m = algorithm, t, m
+    if best is None:
+        raise SynthesisError(f"rail-direct needs {N} steps per thread block for a {collective} on {N} hosts, "
+                             f"the runtime allows {max_steps}")
+    estimate = steady_state_bandwidth(best, topology)
+    notes = [f"direct inside each of {N} hosts on {lanes} lanes, rail peers on {nic_lanes}, "
+             f"{lanes * best_m} chunks per block: simulated {best_time * 1e6:.1f} us at {size} bytes"]
+    return SynthesisResult("rail-direct", collective, best, request.bound.algbw, estimate.algbw,
+                           chunks=best.chunks_per_loop, notes=notes)
