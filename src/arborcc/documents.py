@@ -276,11 +276,13 @@ def load_json(text: str | bytes, source: str | None = None, error: type[InputErr
             raise error(f"not UTF-8 text ({e.reason} at byte {e.start})", source=source) from None
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in items:
-            if k in out:
-                raise _DuplicateKey(k)
-            out[k] = v
+        out = dict(items)
+        if len(out) != len(items):  # a key given twice: name the first one
+            seen: set[str] = set()
+            for k, _ in items:
+                if k in seen:
+                    raise _DuplicateKey(k)
+                seen.add(k)
         return out
 
     def constant(name: str) -> Any:
@@ -342,17 +344,14 @@ def _json_depth(text: str) -> tuple[int, int | None]:
 
 
 def _depth_over(doc: Any, cap: int) -> bool:
-    """Whether ``doc`` nests deeper than ``cap`` (no recursion)."""
-    todo = [(doc, 1)]
-    while todo:
-        value, depth = todo.pop()
-        if isinstance(value, dict):
-            children = value.values()
-        elif isinstance(value, list):
-            children = value
-        else:
-            continue
+    """Whether ``doc`` nests deeper than ``cap`` (no recursion): one level of containers
+    at a time, each level's children gathered in one comprehension."""
+    level = [doc] if isinstance(doc, (dict, list)) else []
+    depth = 0
+    while level:
+        depth += 1
         if depth > cap:
             return True
-        todo.extend((v, depth + 1) for v in children if isinstance(v, (dict, list)))
+        level = [v for c in level for v in (c.values() if isinstance(c, dict) else c)
+                 if isinstance(v, (dict, list))]
     return False

@@ -203,6 +203,9 @@ class _Validator:
     def __init__(self, source: str):
         self.source = source
         self.bounds = field_bounds()  # the limits in force, looked up once per file
+        # the ranges well_formed_step checks, unpacked once: (offset, count) and (threadblock, step)
+        self.step_bounds = (*self.bounds["offset"], *self.bounds["count"])
+        self.dep_bounds = (*self.bounds["threadblock"], *self.bounds["step"])
 
     def fail(self, path: str, problem: str):
         raise IRFormatError(problem, source=self.source, place=path or "top level")
@@ -275,12 +278,13 @@ class _Validator:
     def threadblock(self, raw: Any, path: str) -> ThreadBlock:
         d = self.obj(raw, path, {"id": True, "send": False, "recv": False, "channel": False, "steps": False})
         steps_raw = self.array(d.get("steps", []), f"{path}.steps")
+        well_formed_step = self.well_formed_step
         return ThreadBlock(
             id=self.integer(d["id"], f"{path}.id", "threadblock"),
             send=self.integer(d.get("send", -1), f"{path}.send", "peer"),
             recv=self.integer(d.get("recv", -1), f"{path}.recv", "peer"),
             channel=self.integer(d.get("channel", 0), f"{path}.channel", "channel"),
-            steps=[self.well_formed_step(s) or self.step(s, f"{path}.steps[{i}]") for i, s in enumerate(steps_raw)],
+            steps=[well_formed_step(s) or self.step(s, f"{path}.steps[{i}]") for i, s in enumerate(steps_raw)],
         )
 
     def well_formed_step(self, raw: Any) -> Step | None:
@@ -291,15 +295,15 @@ class _Validator:
         if type(raw) is not dict or not raw.keys() <= _STEP_KEYS:
             return None
         get = raw.get
-        op = _OPS.get(get("op")) if type(get("op")) is str else None
+        op = get("op")
+        op = _OPS.get(op) if type(op) is str else None
         src_buf, dst_buf = get("src_buf"), get("dst_buf")  # absent or null: no buffer
         if op is None or not (src_buf is None or type(src_buf) is str) or \
                 not (dst_buf is None or type(dst_buf) is str):
             return None
         src_buf_value, dst_buf_value = _BUFFER_OR_NONE.get(src_buf, _ABSENT), _BUFFER_OR_NONE.get(dst_buf, _ABSENT)
         src_off, dst_off, count, has_dep = get("src_off", -1), get("dst_off", -1), get("count", 1), get("has_dep", False)
-        offset_low, offset_high = self.bounds["offset"]
-        count_low, count_high = self.bounds["count"]
+        offset_low, offset_high, count_low, count_high = self.step_bounds
         if src_buf_value is _ABSENT or dst_buf_value is _ABSENT or type(src_off) is not int or \
                 type(dst_off) is not int or type(count) is not int or type(has_dep) is not bool or \
                 not offset_low <= src_off <= offset_high or not offset_low <= dst_off <= offset_high or \
@@ -311,14 +315,12 @@ class _Validator:
             if type(dep_raw) is not list or len(dep_raw) != 2:
                 return None
             tb, step = dep_raw
-            tb_low, tb_high = self.bounds["threadblock"]
-            step_low, step_high = self.bounds["step"]
+            tb_low, tb_high, step_low, step_high = self.dep_bounds
             if type(tb) is not int or type(step) is not int or not tb_low <= tb <= tb_high or \
                     not step_low <= step <= step_high:
                 return None
             dep = Dependency(tb, step)
-        return Step(op=op, src_buf=src_buf_value, src_off=src_off, dst_buf=dst_buf_value, dst_off=dst_off,
-                    count=count, dep=dep, has_dep=has_dep)
+        return Step(op, src_buf_value, src_off, dst_buf_value, dst_off, count, dep, has_dep)
 
     def step(self, raw: Any, path: str) -> Step:
         d = self.obj(raw, path, {"op": True, "src_buf": False, "src_off": False, "dst_buf": False,
