@@ -249,8 +249,9 @@ def _gloo_rank(spec: Spec) -> dict:
 
 
 def run_gloo(spec: Spec) -> list[Row]:
-    if importlib.util.find_spec("torch") is None:  # not imported here: the ranks are forked from this process
+    if importlib.util.find_spec("torch") is None:
         raise MissingDependencyError("--backend gloo", "torch", "torch")
+    import torch.distributed  # noqa: F401  imported once here: the ranks are forked from this process with it
     from arborcc.runtime.launch import run_ranks
 
     try:
