@@ -114,6 +114,16 @@ def _fastest_protocol(algo: Algorithm, topology: Topology, size: int, protocols:
     return fastest.time, Protocol(fastest.protocol)
 
 
+def _attainable_algbw(algo: Algorithm, topology: Topology) -> float:
+    """The most bytes per second ``algo`` as written can reach with any protocol: its link
+    loads at the fidelity profile's link efficiencies (``attainable_algbw`` of the
+    written routes; no simulation beats it)."""
+    from arborcc.sim.bandwidth import attainable_algbw, steady_state_bandwidth
+    from arborcc.sim.fidelity import fidelity_for
+
+    return attainable_algbw(steady_state_bandwidth(algo, topology), topology, fidelity_for(topology).efficiency)
+
+
 def _with_protocol(result: SynthesisResult, protocol: Protocol) -> None:
     """Make ``result``'s algorithm declare ``protocol`` (its file is written with it)."""
     if result.algorithm.protocol is not protocol:
@@ -132,12 +142,7 @@ def _simulated_times(results: list[SynthesisResult], fits: dict, topology: Topol
     dialect's limits, ``fits``) cannot win and is not simulated (``inf``); one the
     simulator cannot compile (steps that do not pair up) gets None, for the verifier to
     reject with its reason."""
-    from arborcc.sim.bandwidth import attainable_algbw, steady_state_bandwidth
-    from arborcc.sim.fidelity import fidelity_for
-
-    efficiency = fidelity_for(topology).efficiency
-    least = {id(r): size / attainable_algbw(steady_state_bandwidth(r.algorithm, topology), topology, efficiency)
-             for r in results}
+    least = {id(r): size / _attainable_algbw(r.algorithm, topology) for r in results}
     times: dict[int, float] = {}
     for r in sorted(results, key=lambda r: least[id(r)]):
         fit = fits.get(id(r), True)
@@ -195,7 +200,10 @@ def _time_as_written(result: SynthesisResult, topology: Topology, size: int, siz
                             f"other protocols are not simulated (one LL simulation of a large call takes minutes "
                             f"there; arborcc simulate FILE --protocol auto tries them)")
     else:
-        result.time, protocol = _fastest_protocol(result.algorithm, topology, size, protocols)
+        # a protocol whose link loads alone take longer than the fastest simulated is not
+        # simulated: it cannot be the fastest (LL at 64 MiB took 2 s of a trees candidate's 2.5 s)
+        result.time, protocol = _fastest_protocol(result.algorithm, topology, size, protocols,
+                                                  1 / _attainable_algbw(result.algorithm, topology))
         if protocol is not result.algorithm.protocol:
             verified_as, report = result.algorithm, result.report
             _with_protocol(result, protocol)
