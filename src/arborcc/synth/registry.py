@@ -87,12 +87,18 @@ class Strategy:
 #: Simulated (``compare``, ``tune``; ``arborcc compare --machine dgx-a100 --nodes N
 #: --sizes 1M``): at 1024 ranks blueconnect takes 20 s and 2.7 GB to synthesize and 65 s to
 #: simulate, hierarchical 25 s and 74 s, composed over 2 minutes to simulate, while
-#: double-binary-tree (6 s + 3 s) and halving-doubling (2 s + 5 s) stay fast.
+#: double-binary-tree (6 s + 3 s) and halving-doubling (2 s + 5 s) stay fast. The trees'
+#: per-root packings (all-gather, reduce-scatter, broadcast, reduce), built for each size:
+#: ``benchmarks/synthesis/against_nccl.py``'s all-gather on 16 x 8 A100 (128 ranks) compares
+#: every candidate at three sizes in 187 s, on 128 x 8 it had not finished the trees after an hour.
 SIMULATED_RANKS = 128
 STRATEGIES: tuple[Strategy, ...] = (
     Strategy("trees", TREE_COLLECTIVES, synth_trees,
              "Blink tree packing (MLSys 2020, 3.1-3.3), ForestColl per-root packings; gather/scatter as a "
              "single-sink flow split into paths", {"allreduce": 32},
+             # the per-root packings, built anew for every size compared
+             simulated_rank_limits=dict.fromkeys(("allgather", "reducescatter", "broadcast", "reduce"),
+                                                 SIMULATED_RANKS),
              # the pipelined candidates, the NVLink-only broadcast and the switch broadcast's
              # chunk count are chosen by their simulated time at the request's size
              size_dependent=("allreduce", "allgather", "reducescatter", "broadcast")),
