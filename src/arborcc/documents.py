@@ -277,11 +277,13 @@ def load_json(text: str | bytes, source: str | None = None, error: type[InputErr
             raise error(f"not UTF-8 text ({e.reason} at byte {e.start})", source=source) from None
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in items:
-            if k in out:
-                raise _DuplicateKey(k)
-            out[k] = v
+        out = dict(items)  # built in C: millions of objects in a large algorithm
+        if len(out) != len(items):  # a key given twice: name the first one that repeats
+            seen: set[str] = set()
+            for k, _ in items:
+                if k in seen:
+                    raise _DuplicateKey(k)
+                seen.add(k)
         return out
 
     def constant(name: str) -> Any:
