@@ -43,7 +43,10 @@ chooses it (the candidate the simulator times fastest as written at the request'
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
+
+from arborcc.synth.strategies.switch_direct import add_threadblock
 
 if TYPE_CHECKING:
     from arborcc.ir.model import Algorithm
@@ -114,9 +117,7 @@ def reducescatter_program(hosts: list[list[int]], lanes: int, nic_lanes: int, pe
             peers = [members[(i + d) % g] for d in range(1, g)]
             tbs: list[ThreadBlock] = []
 
-            def add(steps: list[Step], **peer_and_channel) -> int:
-                tbs.append(ThreadBlock(len(tbs), steps=steps, **peer_and_channel))
-                return len(tbs) - 1
+            add = partial(add_threadblock, tbs)
 
             for c in range(L):
                 for p in peers:
@@ -181,9 +182,7 @@ def allgather_program(hosts: list[list[int]], lanes: int, nic_lanes: int, per_la
             # so the same file is correct in place and out of place
             tbs = [ThreadBlock(0, steps=[Step(Op.COPY, IN, x, OUT, own + x, has_dep=True) for x in range(k)])]
 
-            def add(steps: list[Step], **peer_and_channel) -> int:
-                tbs.append(ThreadBlock(len(tbs), steps=steps, **peer_and_channel))
-                return len(tbs) - 1
+            add = partial(add_threadblock, tbs)
 
             arrived = {}
             for bi, h in enumerate(remote):
@@ -235,9 +234,7 @@ def allreduce_program(hosts: list[list[int]], lanes: int, nic_lanes: int, per_la
             own = i * K
             tbs: list[ThreadBlock] = []
 
-            def add(steps: list[Step], **peer_and_channel) -> int:
-                tbs.append(ThreadBlock(len(tbs), steps=steps, **peer_and_channel))
-                return len(tbs) - 1
+            add = partial(add_threadblock, tbs)
 
             for c in range(L):
                 for p in peers:

@@ -43,10 +43,11 @@ the first candidate no faster than the best before it.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from arborcc.ir.model import Algorithm
+    from arborcc.ir.model import Algorithm, Step, ThreadBlock
     from arborcc.synth.result import SynthesisRequest, SynthesisResult
     from arborcc.topology.model import Topology
 
@@ -58,6 +59,15 @@ CHUNKS_PER_LANE = (1, 4, 16, 64)
 REFERENCE_SIZE, LARGEST_TIMED = 64 << 20, 1 << 30
 #: a candidate with more chunks is kept only when it is faster by more than this share
 MORE_CHUNKS_MARGIN = 0.005
+
+
+def add_threadblock(tbs: list[ThreadBlock], steps: list[Step], **peer_and_channel) -> int:
+    """Append a thread block running ``steps`` to a rank's ``tbs`` (its id: its place
+    there) and return that id."""
+    from arborcc.ir.model import ThreadBlock
+
+    tbs.append(ThreadBlock(len(tbs), steps=steps, **peer_and_channel))
+    return len(tbs) - 1
 
 
 def lanes_for(collective: str, num_ranks: int, max_threadblocks: int, max_channels: int) -> int:
@@ -137,9 +147,7 @@ def allreduce_program(num_ranks: int, lanes: int, per_lane: int, name: str) -> A
         own = r * k
         tbs: list[ThreadBlock] = []
 
-        def add(steps: list[Step], **peer_and_channel) -> int:
-            tbs.append(ThreadBlock(len(tbs), steps=steps, **peer_and_channel))
-            return len(tbs) - 1
+        add = partial(add_threadblock, tbs)
 
         for c in range(lanes):
             for p in peers:
