@@ -40,7 +40,8 @@ same against ``file`` where it is known (``adjusted`` where it is not): what the
 runtime can run leave of each target.
 
     python benchmarks/synthesis/against_nccl.py --quick          # built-in machines, 2-node clusters: minutes
-    python benchmarks/synthesis/against_nccl.py                  # everything (DGX-1 classes, 128 nodes): an hour on 2 cores
+    python benchmarks/synthesis/against_nccl.py                  # everything (DGX-1 classes, 128 nodes): hours on 2 cores
+    python benchmarks/synthesis/against_nccl.py --json rows.json --resume   # a stopped run goes on from its rows
     python benchmarks/synthesis/against_nccl.py --markdown docs/against_nccl.md --plot docs/against_nccl.png
 """
 
@@ -292,6 +293,27 @@ def plot(rows: list[Row], path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def write_rows(path: Path, rows: list[Row]) -> None:
+    """The rows as JSON, replaced whole (a stopped run leaves the last complete file)."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+    part.replace(path)
+
+
+def saved_rows(path: Path, work: list[tuple[Case, str, tuple[int, ...]]]) -> list[Row]:
+    """The rows of ``path`` (written by :func:`write_rows`) for cases of ``work`` whose every
+    size is there: a case cut short or run at other sizes is run again."""
+    if not path.exists():
+        return []
+    rows = [Row(**r) for r in json.loads(path.read_text())]
+    wanted = {(case.label, collective): set(sizes) for case, collective, sizes in work}
+    have: dict[tuple[str, str], set[int]] = {}
+    for r in rows:
+        have.setdefault((r.label, r.collective), set()).add(r.size)
+    complete = {key for key, sizes in have.items() if wanted.get(key) == sizes}
+    return [r for r in rows if (r.label, r.collective) in complete]
+
+
 def main(argv: list[str] | None = None) -> int:
     from arborcc.sizes import parse_sizes
 
@@ -301,7 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--collectives", default=",".join(COLLECTIVES))
     ap.add_argument("--only", default=None, help="only topologies whose label contains this")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: every CPU)")
-    ap.add_argument("--json", default=None, help="also write the rows as JSON here")
+    ap.add_argument("--json", default=None,
+                    help="also write the rows as JSON here, rewritten as each case finishes")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the rows already in the --json file and run only the cases it lacks")
     ap.add_argument("--markdown", default=None, help="also write the table and the targets as Markdown here")
     ap.add_argument("--plot", default=None, help="also draw the 1 GiB ratios into this PNG")
     args = ap.parse_args(argv)
@@ -309,19 +334,27 @@ def main(argv: list[str] | None = None) -> int:
     collectives = [c.strip() for c in args.collectives.split(",") if c.strip()]
     work = [(c, coll, sizes) for c in cases(args.quick) if not args.only or args.only in c.label
             for coll in collectives]
+    if args.resume and not args.json:
+        ap.error("--resume needs --json (the file that holds the rows so far)")
+    rows = saved_rows(Path(args.json), work) if args.resume else []
+    done = {(r.label, r.collective) for r in rows}
+    if done:
+        print(f"  resuming: {len(done)} of {len(work)} cases already in {args.json}", file=sys.stderr)
+    work = [w for w in work if (w[0].label, w[1]) not in done]
     started = time.perf_counter()
-    rows: list[Row] = []
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for i, got in enumerate(pool.map(run_one, work), 1):
             rows += got
             print(f"  [{i}/{len(work)}] {got[0].label} {got[0].collective}: {got[0].seconds * len(got):.1f} s",
                   file=sys.stderr)
+            if args.json:  # a long run keeps what it measured if it is stopped
+                write_rows(Path(args.json), rows)
     command = "python benchmarks/synthesis/against_nccl.py " + " ".join(argv if argv is not None else sys.argv[1:])
     print(f"busbw GB/s, simulated; {len(rows)} rows in {time.perf_counter() - started:.0f} s")
     print(text_table(rows))
     print(summary(rows))
     if args.json:
-        Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+        write_rows(Path(args.json), rows)
     if args.markdown:
         Path(args.markdown).write_text(f"<!-- written by: {command.strip()} -->\n\n{markdown_table(rows)}\n\n"
                                        "```\n" + summary(rows) + "\n```\n")
