@@ -258,6 +258,10 @@ py::tuple run_events_py(const EngineProgram& prog, int64_t iterations, double ti
 
 PYBIND11_MODULE(native, m) {
   m.doc() = "arborcc's simulator loops (C++): the event-driven run and the max-min fair share of links among flows";
+  m.attr("RECEIVES") = (int)sim::RECEIVES;
+  m.attr("SENDS") = (int)sim::SENDS;
+  m.attr("REDUCES") = (int)sim::REDUCES;
+  m.attr("COPIES") = (int)sim::COPIES;
   py::class_<sim::EngineProgram>(m, "EngineProgram",
                                  "A CompiledAlgorithm's thread blocks flattened for run_events (made once per program).")
       .def(py::init(&sim::engine_program), py::arg("tb_flags"), py::arg("tb_counts"), py::arg("tb_deps"),

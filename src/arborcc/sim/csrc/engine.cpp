@@ -323,7 +323,7 @@ void run_events(const EngineProgram& prog, const EngineSetup& setup, EngineOutco
               break;
             }
           }
-          if (f & RECV) {
+          if (f & RECEIVES) {
             const int32_t c = prog.recv_conn[t];
             std::deque<double>& q = arrivals[(size_t)c];
             if (q.empty()) {
@@ -352,11 +352,11 @@ void run_events(const EngineProgram& prog, const EngineSetup& setup, EngineOutco
             rec.ready = now;
             woke[t].first = -1;
           }
-          if (f & (REDUCE | COPY)) {
+          if (f & (REDUCES | COPIES)) {
             const double nbytes = (double)std::min(m, prog.counts[(size_t)(base + p)] - piece[t] * m) * tile;
-            const double dur = nbytes * ((f & REDUCE) ? setup.inv_reduce : setup.inv_copy);
+            const double dur = nbytes * ((f & REDUCES) ? setup.inv_reduce : setup.inv_copy);
             if (dur > 0) {
-              const int32_t c = (f & SEND) ? prog.send_conn[t] : -1;
+              const int32_t c = (f & SENDS) ? prog.send_conn[t] : -1;
               if (c >= 0 && !record && !shared(c) && posted[(size_t)c] - consumed[(size_t)c] < depth) {
                 // compute, then a transfer at a fixed rate: nothing can change in between
                 ++posted[(size_t)c];
@@ -377,7 +377,7 @@ void run_events(const EngineProgram& prog, const EngineSetup& setup, EngineOutco
           }
           ph = 1;
         }
-        if (ph == 1 && (f & SEND)) {
+        if (ph == 1 && (f & SENDS)) {
           const int32_t c = prog.send_conn[t];
           if (posted[(size_t)c] - consumed[(size_t)c] >= depth) {
             phase[t] = 1;

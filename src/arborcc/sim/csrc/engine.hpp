@@ -9,8 +9,8 @@
 
 namespace sim {
 
-// The step flags of arborcc.sim.program (RECV, SEND, REDUCE, COPY)
-constexpr int32_t RECV = 1, SEND = 2, REDUCE = 4, COPY = 8;
+// What a step of a flat program does, as bits (arborcc.sim.program reads them from here)
+enum StepBit : int32_t { RECEIVES = 1, SENDS = 2, REDUCES = 4, COPIES = 8 };
 
 // A flat program: thread block t's steps are step_start[t] .. step_start[t + 1] - 1, each
 // with its flags, chunk count and dependency (thread block dep_tb, its step dep_step; -1:
