@@ -1,15 +1,18 @@
-"""Max-min fair sharing: known allocations and the defining property."""
+"""Max-min fair sharing: known allocations, the defining property, and the event loop's
+rates as flows start and end."""
 
 import math
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from arborcc.sim.fairshare import FairShare, Flow, max_min_rates
+import arborcc.sim.native as native
+from arborcc.sim.fairshare import Flow, max_min_rates
+from arborcc.sim.program import COPY, RECV, SEND
 
 
 def flows(*specs):
-    return [Flow(k, 1.0, links, cap, 0.0) for k, (links, cap) in enumerate(specs)]
+    return [Flow(k, links, cap) for k, (links, cap) in enumerate(specs)]
 
 
 def test_shared_bottleneck_splits_evenly():
@@ -27,27 +30,26 @@ def test_a_flow_cap_frees_capacity_for_others():
     assert rates == pytest.approx({0: 0.2, 1: 0.8})
 
 
+def two_senders(free_rate: list[float], second_starts_after: float) -> list[float]:
+    """The event loop's finish time of each of 4 thread blocks: 0 and 1 send 100 bytes each
+    over one shared link of 10 B/s to 2 and 3 (1 computes for ``second_starts_after``
+    seconds first); per connection its uncontended rate ``free_rate``."""
+    prog = native.EngineProgram([[SEND], [COPY | SEND], [RECV], [RECV]], [[1]] * 4, [None] * 4,
+                                [0, 1, -1, -1], [-1, -1, 0, 1], 2)
+    finish, stuck, _, _ = native.run_events(prog, 1, 100.0, 1, 1, 0.0, second_starts_after / 100.0, [0.0, 0.0],
+                                            free_rate, [(0,), (0,)], [10.0], False)
+    assert stuck is None
+    return finish
+
+
 def test_rates_change_only_when_flows_start_and_end():
-    fs = FairShare([10.0])
-    fs.start(0.0, 1, 100.0, (0,), math.inf)
-    changed = fs.settle(0.0)
-    assert [f.key for f in changed] == [1] and changed[0].finish_time() == pytest.approx(10.0)
-    fs.start(5.0, 2, 100.0, (0,), math.inf)  # flow 1 has 50 bytes left
-    changed = fs.settle(5.0)
-    assert {f.key: f.finish_time() for f in changed} == pytest.approx({1: 15.0, 2: 25.0})
-    fs.end(15.0, 1)  # flow 2 has 50 left, now alone
-    changed = fs.settle(15.0)
-    assert {f.key: f.finish_time() for f in changed} == pytest.approx({2: 20.0})
+    # 0 alone for 5 s (50 bytes), both at 5 B/s until 0 ends at 15, then 1 alone: 20
+    assert two_senders([math.inf, math.inf], 5.0) == pytest.approx([15.0, 20.0, 15.0, 20.0])
 
 
-def test_an_end_and_a_start_at_one_instant_leave_the_others_alone():
-    fs = FairShare([10.0])
-    fs.start(0.0, 1, 100.0, (0,), math.inf)
-    fs.start(0.0, 2, 100.0, (0,), math.inf)
-    fs.settle(0.0)
-    fs.end(20.0, 1)
-    fs.start(20.0, 3, 100.0, (0,), math.inf)
-    assert [f.key for f in fs.settle(20.0)] == [3]
+def test_a_capped_flow_leaves_the_rest_of_the_link_to_the_other():
+    # 0 capped at 2 B/s, 1 takes the 8 left (done at 12.5), then 0 alone stays at its cap
+    assert two_senders([2.0, 100.0], 0.0) == pytest.approx([50.0, 12.5, 50.0, 12.5])
 
 
 @settings(max_examples=60, deadline=None)

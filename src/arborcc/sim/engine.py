@@ -22,9 +22,10 @@ Model (``docs/simulator.md`` has the full description):
   each still capped at its uncontended rate: a flow that shares one link is bound by the
   slowest link of its route too (and the thread block's cap).
 
-A program in which no connection ever contends (every rate fixed) and that is large
-enough is computed in rounds over arrays instead (:mod:`arborcc.sim.uncontended`), with
-the same rules and identical results.
+The event loop runs in compiled code (``arborcc.sim.native.run_events``,
+sim/csrc/engine.cpp) over the program flattened once. A program in which no connection
+ever contends (every rate fixed) and that is large enough is computed in rounds over
+arrays instead (:mod:`arborcc.sim.uncontended`), with the same rules and identical results.
 
 For many iterations the run can stop early: short runs measure the steady period and
 the remaining iterations add one period each (:func:`run` with ``window``);
@@ -37,17 +38,15 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import heapq
 import math
 import pickle
-from collections import deque
 from dataclasses import dataclass, field
 
 from arborcc.collector import collector_paused
 from arborcc.errors import VerificationError
 from arborcc.memo import BoundedCache
-from arborcc.sim.fairshare import FairShare
-from arborcc.sim.program import COPY, RECV, REDUCE, SEND, CompiledAlgorithm
+import arborcc.sim.native as native
+from arborcc.sim.program import CompiledAlgorithm
 from arborcc.sim.uncontended import MIN_STEPS, run_uncontended
 
 
@@ -313,264 +312,47 @@ def _extrapolate(run: EngineResult, period: float, iters: int, spread: float) ->
 
 def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: int,
          record: bool) -> EngineResult:
-    """One run of ``iters`` iterations (:func:`_events`) with the cyclic garbage
-    collector paused: a run makes many short-lived objects (flows, events) and no
-    cycles, so reference counting frees them all and the collector's passes over the
-    sweep's live algorithms would be wasted (about 3% of a ``compare`` sweep)."""
-    with collector_paused():
-        return _events(prog, setup, iters, tile, m, record)
-
-
-def _events(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: int,
-            record: bool) -> EngineResult:
     """The event-driven run (module doc) of ``iters`` iterations, ``tile`` bytes per
-    chunk and iteration, at most ``m`` chunks per transfer."""
-    n = prog.num_tbs
-    flags, counts, deps = prog.tb_flags, prog.tb_counts, prog.tb_deps
-    send_conn, recv_conn = prog.tb_send, prog.tb_recv
-    tb_len = [len(f) for f in flags]
-    nconn = len(prog.conn_keys)
+    chunk and iteration, at most ``m`` chunks per transfer: a large program that never
+    contends in rounds over arrays (:mod:`arborcc.sim.uncontended`), every other by the
+    compiled event loop (``arborcc.sim.native.run_events``, sim/csrc/engine.cpp)."""
     link_rate = setup.link_rate
-
-    cap = setup.tb_cap
-    free_rate, shared_links = _rates(prog, link_rate, cap)
-    rate_log: list | None = [] if record else None
-    fair = FairShare(link_rate, rate_log)
-    active = fair.flows  #: the shared flows under way, by key (FairShare.current)
+    free_rate, shared_links = _rates(prog, link_rate, setup.tb_cap)
     latency = [lat * setup.latency_scale + setup.extra_latency for lat in prog.conn_latency]
     depth = max(1, setup.fifo_slices)
     inv_red = 1.0 / setup.reduce_bandwidth if setup.reduce_bandwidth < math.inf else 0.0
     inv_cpy = 1.0 / setup.copy_bandwidth if setup.copy_bandwidth < math.inf else 0.0
-
     if (not record and prog.num_steps * iters >= MIN_STEPS and all(s is None for s in shared_links)
-            and not any(0 <= s == r for s, r in zip(send_conn, recv_conn))):
+            and not any(0 <= s == r for s, r in zip(prog.tb_send, prog.tb_recv))):
         finish = run_uncontended(prog, iters, tile, m, depth, free_rate, latency, inv_red, inv_cpy)
         if finish is not None:
             return EngineResult(max(finish, default=0.0), iters, iters, 0.0, m, tile,
                                 _link_bytes(prog, len(link_rate), tile, iters), tb_finish=finish)
-    pieces_of = prog.kept.get(("pieces_of", m))  #: per thread block, the pieces of each step
-    if pieces_of is None:
-        pieces_of = prog.kept[("pieces_of", m)] = [[(k + m - 1) // m for k in cs] for cs in counts]
-    pos = [0] * n
-    it = [0] * n
-    piece = [0] * n
-    phase = [0] * n
-    dep_waiters: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    recv_wait = [-1] * nconn
-    fifo_wait = [-1] * nconn
-    arrivals: list[deque] = [deque() for _ in range(nconn)]
-    posted = [0] * nconn
-    consumed = [0] * nconn
-    tb_finish = [0.0] * n
-    # the event queue: a heap of distinct times, the events of each time in order
-    times: list[float] = []
-    bucket: dict[float, list] = {}
-
-    pending, push = bucket.get, heapq.heappush
-
-    def schedule(at: float, item) -> None:
-        b = pending(at)
-        if b is None:
-            bucket[at] = [item]
-            push(times, at)
-        else:
-            b.append(item)
-
-    now = 0.0
-    ready: deque = deque()
-    for t in range(n):
-        if tb_len[t]:
-            ready.append(t)
-        else:
-            it[t] = iters
-    # recording (critical path): the piece each thread block is on, what woke it
-    pieces: list[Piece] = []
-    current = [-1] * n
-    last_done = [-1] * n
-    woke: list[tuple[str, int] | None] = [None] * n
-    sent_by: list[deque] = [deque() for _ in range(nconn)] if record else []
-
-    while True:
-        while ready:
-            t = ready.popleft()
-            L = tb_len[t]
-            tflags, tdeps = flags[t], deps[t]
-            while True:
-                p = pos[t]
-                if p == L:
-                    it[t] += 1
-                    pos[t] = p = 0
-                    if it[t] == iters:
-                        tb_finish[t] = now
-                        break
-                f = tflags[p]
-                ph = phase[t]
-                if record and current[t] < 0:
-                    current[t] = len(pieces)
-                    ref = last_done[t]
-                    pieces.append(Piece(t, p, it[t], "prev" if ref >= 0 else "start", ref, now))
-                if ph == 0:
-                    if tdeps is not None and piece[t] == 0:
-                        d = tdeps[p]
-                        if d is not None:
-                            dt, ds = d
-                            need = it[t] * tb_len[dt] + ds + 1
-                            if it[dt] * tb_len[dt] + pos[dt] < need:
-                                dep_waiters[dt].append((need, t))
-                                break
-                    if f & RECV:
-                        c = recv_conn[t]
-                        q = arrivals[c]
-                        if not q:
-                            recv_wait[c] = t
-                            break
-                        if q[0] > now:
-                            schedule(q[0], t << 1)
-                            if record:
-                                woke[t] = ("data", sent_by[c][0])
-                            break
-                        q.popleft()
-                        consumed[c] += 1
-                        if record:
-                            sent_by[c].popleft()
-                        w = fifo_wait[c]
-                        if w >= 0:
-                            fifo_wait[c] = -1
-                            ready.append(w)
-                            if record:
-                                woke[w] = ("fifo", current[t])
-                    if record and woke[t] is not None:
-                        rec = pieces[current[t]]
-                        rec.cause, rec.ref = woke[t]  # type: ignore[misc]
-                        rec.ready = now
-                        woke[t] = None
-                    if f & (REDUCE | COPY):
-                        nbytes = min(m, counts[t][p] - piece[t] * m) * tile
-                        dur = nbytes * (inv_red if f & REDUCE else inv_cpy)
-                        if dur > 0:
-                            c = send_conn[t] if f & SEND else -1
-                            if c >= 0 and not record and shared_links[c] is None and posted[c] - consumed[c] < depth:
-                                # compute, then a transfer at a fixed rate: nothing can change in between
-                                posted[c] += 1
-                                phase[t] = 2
-                                schedule(now + dur + nbytes / free_rate[c], (t << 1) | 1)
-                                break
-                            phase[t] = 1
-                            schedule(now + dur, t << 1)
-                            if record:
-                                pieces[current[t]].compute = (now, now + dur)
-                            break
-                    ph = 1
-                if ph == 1 and f & SEND:
-                    c = send_conn[t]
-                    if posted[c] - consumed[c] >= depth:
-                        phase[t] = 1
-                        fifo_wait[c] = t
-                        break
-                    posted[c] += 1
-                    nbytes = min(m, counts[t][p] - piece[t] * m) * tile
-                    phase[t] = 2
-                    if record:
-                        rec = pieces[current[t]]
-                        if woke[t] is not None:  # a FIFO slot was what it waited for last
-                            rec.cause, rec.ref = woke[t]  # type: ignore[misc]
-                            woke[t] = None
-                        rec.send = (now, now)
-                    links = shared_links[c]
-                    if links is None:
-                        end = now + nbytes / free_rate[c]
-                        b = pending(end)  # schedule(end, (t << 1) | 1), inline on the busiest path
-                        if b is None:
-                            bucket[end] = [(t << 1) | 1]
-                            push(times, end)
-                        else:
-                            b.append((t << 1) | 1)
-                        if record:
-                            rate_log.append((t, now, end, free_rate[c]))  # type: ignore[union-attr]
-                    else:
-                        fair.start(now, t, nbytes, links, free_rate[c])  # its slowest link bounds it too
-                    break
-                # the piece is done
-                if record:
-                    pieces[current[t]].end = now
-                    last_done[t] = current[t]
-                    current[t] = -1
-                phase[t] = 0
-                k = piece[t] + 1
-                if k < pieces_of[t][p]:
-                    piece[t] = k
-                    continue
-                piece[t] = 0
-                pos[t] = p + 1
-                waiters = dep_waiters[t]
-                if waiters:
-                    done = it[t] * L + p + 1
-                    keep = []
-                    for need, w in waiters:
-                        if need <= done:
-                            ready.append(w)
-                            if record:
-                                woke[w] = ("dep", last_done[t])
-                        else:
-                            keep.append((need, w))
-                    dep_waiters[t] = keep
-        if fair.dirty:
-            for fl in fair.settle(now):
-                # its finish event: only when it comes earlier than the one queued (a later
-                # finish is queued when the earlier event comes, see below)
-                at = fl.since + fl.remaining / fl.rate if fl.rate > 0 else math.inf
-                if fl.due is None or at < fl.due:
-                    fl.due = at
-                    schedule(at, fl)
-        if not times:
-            break
-        now = heapq.heappop(times)
-        for item in bucket.pop(now):
-            if type(item) is int:
-                t = item >> 1
-                if not item & 1:
-                    ready.append(t)
-                    continue
-            else:  # a shared flow's finish event, stale unless the flow still expects it now
-                t = item.key
-                if active.get(t) is not item or item.due != now:
-                    continue
-                at = item.since + item.remaining / item.rate if item.rate > 0 else math.inf
-                if at > now:  # its rate fell since the event was queued: the finish comes later
-                    item.due = at
-                    schedule(at, item)
-                    continue
-                fair.end(now, t)
-            # the transfer of thread block t has drained: its data arrives after the latency
-            c = send_conn[t]
-            arrive = now + latency[c]
-            arrivals[c].append(arrive)
-            if record:
-                rec = pieces[current[t]]
-                rec.send = (rec.send[0], now)  # type: ignore[index]
-                sent_by[c].append(current[t])
-            w = recv_wait[c]
-            if w >= 0:
-                recv_wait[c] = -1
-                schedule(arrive, w << 1)
-                if record:
-                    woke[w] = ("data", current[t])
-            ready.append(t)
-
-    stuck = [t for t in range(n) if it[t] < iters]
-    if stuck:
-        t = stuck[0]
+    flat = prog.kept.get(("engine",))
+    if flat is None:
+        flat = prog.kept[("engine",)] = native.EngineProgram(prog.tb_flags, prog.tb_counts, prog.tb_deps, prog.tb_send,
+                                                              prog.tb_recv, len(prog.conn_keys))
+    finish, stuck, rate_log, records = native.run_events(flat, iters, tile, m, depth, inv_red, inv_cpy, latency,
+                                                         free_rate, shared_links, link_rate, record)
+    if stuck is not None:
+        t, step, iteration = stuck
         raise VerificationError(
             f"{prog.algorithm.name}: the simulation cannot finish - rank {prog.tb_rank[t]} thread block "
-            f"{prog.tb_id[t]} waits forever at step {pos[t]} of iteration {it[t]} (deadlock)")
-    link_bytes = _link_bytes(prog, len(link_rate), tile, iters)
+            f"{prog.tb_id[t]} waits forever at step {step} of iteration {iteration} (deadlock)")
     segments = []
-    if rate_log:
-        for key, a, b, rate in rate_log:
-            for l in prog.conn_links[send_conn[key]]:
-                segments.append((l, a, b, rate))
-    return EngineResult(max(tb_finish, default=0.0), iters, iters, 0.0, m, tile, link_bytes, segments,
-                        pieces, tb_finish)
+    pieces: list[Piece] = []
+    if record:
+        send_conn = prog.tb_send
+        with collector_paused():  # many objects, no cycles: the collector's passes would be wasted
+            for key, a, b, rate in rate_log:
+                for l in prog.conn_links[send_conn[key]]:
+                    segments.append((l, a, b, rate))
+            for tb, step, iteration, cause, ref, ready, compute, send, end in records:
+                piece = Piece(tb, step, iteration, cause, ref, ready)
+                piece.compute, piece.send, piece.end = compute, send, end
+                pieces.append(piece)
+    return EngineResult(max(finish, default=0.0), iters, iters, 0.0, m, tile,
+                        _link_bytes(prog, len(link_rate), tile, iters), segments, pieces, finish)
 
 
 def _rates(prog: CompiledAlgorithm, link_rate: list[float],

@@ -16,13 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+import arborcc.sim.native as native
 from arborcc.collector import collector_paused
 from arborcc.errors import VerificationError
 from arborcc.ir.model import Algorithm, Op
 from arborcc.memo import BoundedCache
 from arborcc.topology.model import LinkKind, Topology
 
-RECV, SEND, REDUCE, COPY = 1, 2, 4, 8
+#: the bits of a step's flags, as the compiled event loop reads them (sim/csrc/engine.hpp)
+RECV, SEND, REDUCE, COPY = native.RECEIVES, native.SENDS, native.REDUCES, native.COPIES
 #: the flat forms built last, by the identities of algorithm, topology and routes
 _COMPILED = BoundedCache("sim.program.compiled", 16, purpose="flat forms by algorithm, topology and routes objects")
 
