@@ -23,9 +23,7 @@ Model (``docs/simulator.md`` has the full description):
   slowest link of its route too (and the thread block's cap).
 
 The event loop runs in compiled code (``arborcc.sim.native.run_events``,
-sim/csrc/engine.cpp) over the program flattened once. A program in which no connection
-ever contends (every rate fixed) and that is large enough is computed in rounds over
-arrays instead (:mod:`arborcc.sim.uncontended`), with the same rules and identical results.
+sim/csrc/engine.cpp) over the program flattened once.
 
 For many iterations the run can stop early: short runs measure the steady period and
 the remaining iterations add one period each (:func:`run` with ``window``);
@@ -47,7 +45,6 @@ from arborcc.errors import VerificationError
 from arborcc.memo import BoundedCache
 import arborcc.sim.native as native
 from arborcc.sim.program import CompiledAlgorithm
-from arborcc.sim.uncontended import MIN_STEPS, run_uncontended
 
 
 
@@ -65,10 +62,9 @@ UNSETTLED_REACH = 16
 #: beyond its ``whole_up_to`` iterations a call is never simulated whole: its probes stop
 #: at the longest run of at most this many steps x iterations (but at least three period
 #: estimates: 16 iterations with probes of 2, 4, 8, 16), and the period is extrapolated
-#: from them whether or not the estimates settled. A contended run costs about 25 us per
-#: step x iteration on the 2-core reference machine (DGX-1V trees, 5,414 steps: 32
-#: iterations 4.2 s), so the probes, about twice the longest, stay near 3 s; uncontended
-#: ones are about 40x cheaper
+#: from them whether or not the estimates settled. A contended run costs about 2 us per
+#: step x iteration on a slow 2-core machine (DGX-1V trees all-reduce), so the probes,
+#: about twice the longest, stay well under a second
 MAX_PROBED_STEPS = 1 << 16
 #: runs simulated so far (iteration count -> result) per program object, by everything
 #: else a run depends on; kept across calls (a sweep over sizes asks for the same probes)
@@ -313,21 +309,14 @@ def _extrapolate(run: EngineResult, period: float, iters: int, spread: float) ->
 def _run(prog: CompiledAlgorithm, setup: RunSetup, iters: int, tile: float, m: int,
          record: bool) -> EngineResult:
     """The event-driven run (module doc) of ``iters`` iterations, ``tile`` bytes per
-    chunk and iteration, at most ``m`` chunks per transfer: a large program that never
-    contends in rounds over arrays (:mod:`arborcc.sim.uncontended`), every other by the
-    compiled event loop (``arborcc.sim.native.run_events``, sim/csrc/engine.cpp)."""
+    chunk and iteration, at most ``m`` chunks per transfer, by the compiled event loop
+    (``arborcc.sim.native.run_events``, sim/csrc/engine.cpp)."""
     link_rate = setup.link_rate
     free_rate, shared_links = _rates(prog, link_rate, setup.tb_cap)
     latency = [lat * setup.latency_scale + setup.extra_latency for lat in prog.conn_latency]
     depth = max(1, setup.fifo_slices)
     inv_red = 1.0 / setup.reduce_bandwidth if setup.reduce_bandwidth < math.inf else 0.0
     inv_cpy = 1.0 / setup.copy_bandwidth if setup.copy_bandwidth < math.inf else 0.0
-    if (not record and prog.num_steps * iters >= MIN_STEPS and all(s is None for s in shared_links)
-            and not any(0 <= s == r for s, r in zip(prog.tb_send, prog.tb_recv))):
-        finish = run_uncontended(prog, iters, tile, m, depth, free_rate, latency, inv_red, inv_cpy)
-        if finish is not None:
-            return EngineResult(max(finish, default=0.0), iters, iters, 0.0, m, tile,
-                                _link_bytes(prog, len(link_rate), tile, iters), tb_finish=finish)
     flat = prog.kept.get(("engine",))
     if flat is None:
         flat = prog.kept[("engine",)] = native.EngineProgram(prog.tb_flags, prog.tb_counts, prog.tb_deps, prog.tb_send,
