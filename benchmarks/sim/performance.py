@@ -6,8 +6,7 @@ every strategy ``compare`` runs, and memory against the number of steps.
 Targets: the 1024-rank ring in under 5 s, the 8-GPU sweep (8 B to 1 GB,
 factor 2) in under 2 s, memory linear in steps. The machine is shared and noisy, so
 every timing is a median of ``--repeat`` runs and is printed next to a fixed reference
-workload (a pure-Python heap loop of 2 million push/pop pairs, the simulator's own
-inner operation) timed in the same run: the ratio is what to compare across machines.
+workload (a pure-Python heap loop of 2 million push/pop pairs) timed in the same run: the ratio is what to compare across machines.
 Every timing is given as wall time and as the process's processor time: on a machine
 shared with other work the wall time includes the time other processes had the cores,
 the processor time is what the run costs alone (on an idle machine the two agree).
