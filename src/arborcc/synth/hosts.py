@@ -98,6 +98,9 @@ class Cluster:
         self._nic: dict[int, str] = {}
         self._switch_paths: dict[tuple[str, str], tuple[str, ...]] = {}
         self._paths: dict[tuple[int, int], tuple[str, ...]] = {}
+        #: routes inside a host, by (host, from, to): a large cluster has more hosts than the
+        #: topology routing keeps route tables for, so each is asked for once
+        self._local_paths: dict[tuple[int, str, str], tuple[str, ...]] = {}
         self._network: dict[str, list[str]] | None = None
         self._downlink: dict[str, str] = {}
         self._host_nics: dict[int | None, list[str]] = {}
@@ -210,16 +213,22 @@ class Cluster:
             ha, hb = self.host_of[a], self.host_of[b]
             ga, gb = t.ranks[a], t.ranks[b]
             if ha == hb:
-                path = self._route(self.local_topology(ha), ga, gb)
+                path = self._local_path(ha, ga, gb)
             elif not self._host_nics.get(self.host_ids[ha]) or not self._host_nics.get(self.host_ids[hb]):
                 path = self._route(t, ga, gb)  # hosts without NICs: the topology's own route
             else:
                 na, nb = self.nic(a), self.nic(b)
-                out = self._route(self.local_topology(ha), ga, na)
-                into = self._route(self.local_topology(hb), nb, gb)
-                path = out + self._network_path(na, nb)[1:-1] + into
+                path = self._local_path(ha, ga, na) + self._network_path(na, nb)[1:-1] + self._local_path(hb, nb, gb)
             self._paths[key] = path
         return self._paths[key]
+
+    def _local_path(self, host: int, a: str, b: str) -> tuple[str, ...]:
+        """The route from device ``a`` to ``b`` inside host ``host`` (:meth:`_route`)."""
+        key = (host, a, b)
+        path = self._local_paths.get(key)
+        if path is None:
+            path = self._local_paths[key] = self._route(self.local_topology(host), a, b)
+        return path
 
     def _route(self, topology: Topology, a: str, b: str) -> tuple[str, ...]:
         """``topology``'s route from device ``a`` to ``b``; SynthesisError when there is none
