@@ -349,7 +349,7 @@ def _rates(prog: CompiledAlgorithm, link_rate: list[float],
     """Per connection its uncontended rate (the least of its links' rates and the
     thread block's cap) and the links it may have to share - those whose connections'
     uncontended rates add up to more than the link carries - or None: a fixed rate
-    where no link can be oversubscribed, the rest share through FairShare. Kept on
+    where no link can be oversubscribed, the rest share them max-min fairly. Kept on
     ``prog`` per rates and cap (every size of a sweep asks for the same)."""
     key = ("rates", tuple(link_rate), cap)
     kept = prog.kept.get(key)

@@ -30,9 +30,16 @@ double as_double(PyObject* obj) {
   return x;
 }
 
+// a Python int's value, or the Python error raised
+long long as_int(PyObject* obj) {
+  const long long x = PyLong_AsLongLong(obj);
+  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return x;
+}
+
 // the names of Flow's attributes read here, made once
 struct FlowNames {
-  py::str links{"links"}, cap{"cap"}, rate{"rate"};
+  py::str links{"links"}, cap{"cap"};
 };
 const FlowNames& names() {
   static const FlowNames* made = new FlowNames();  // never freed: outlives the interpreter's teardown order
@@ -52,8 +59,7 @@ class Links {
   double capacity(int64_t l) const { return as_double(PySequence_Fast_GET_ITEM(seq_.ptr(), (py::ssize_t)l)); }
   // the link a Python int names, checked against the capacities
   int64_t index(PyObject* obj) const {
-    const long long l = PyLong_AsLongLong(obj);
-    if (l == -1 && PyErr_Occurred()) throw py::error_already_set();
+    const long long l = as_int(obj);
     if (l < 0 || l >= size_) throw py::index_error("link " + std::to_string(l) + " has no capacity");
     return l;
   }
@@ -130,11 +136,6 @@ void each(py::handle seq_obj, const char* what, Item&& item) {
   for (py::ssize_t i = 0; i < k; ++i) item(PySequence_Fast_GET_ITEM(seq.ptr(), i));
 }
 
-long long as_int(PyObject* obj) {
-  const long long x = PyLong_AsLongLong(obj);
-  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
-  return x;
-}
 
 std::vector<double> doubles(py::handle seq, const char* what) {
   std::vector<double> out;
