@@ -151,3 +151,23 @@ def test_synth_at_the_largest_size_finishes_and_writes_the_algorithm(tmp_path, c
     assert (tmp_path / "auto.xml").stat().st_size > 0
     [chose] = [line for line in out.splitlines() if "auto chose" in line]
     assert "nan" not in chose and "inf" not in chose, chose
+
+
+def test_a_program_above_the_rank_limit_is_bounded_below_1_gib(dgx1v, binary_trees, monkeypatch):
+    """Above ``WHOLE_UP_TO_RANKS`` ranks a call is never simulated whole beyond the longest
+    probe, at any size (here the limit is lowered to put DGX-1V's 8 ranks above it): the
+    binary trees with LL at 256 MiB, simulated whole below the limit, stop at the longest
+    probe, their period extrapolated with its uncertainty stated."""
+    prog = compile_algorithm(binary_trees.algorithm, dgx1v, binary_trees.routes)
+    size = 256 << 20
+    engine.forget_runs()
+    whole = simulate(binary_trees.algorithm, dgx1v, size, "LL", routes=binary_trees.routes)
+    assert whole.simulated_iterations == whole.iterations > engine.probe_limit(prog, 2)
+    assert whole.uncertainty == 0
+    monkeypatch.setattr("arborcc.sim.simulate.WHOLE_UP_TO_RANKS", 4)
+    engine.forget_runs()
+    bounded = simulate(binary_trees.algorithm, dgx1v, size, "LL", routes=binary_trees.routes)
+    assert bounded.iterations == whole.iterations
+    assert bounded.simulated_iterations <= engine.probe_limit(prog, 2)
+    assert math.isfinite(bounded.uncertainty) and bounded.uncertainty > 0
+    assert bounded.time == pytest.approx(whole.time, rel=max(0.01, 2 * bounded.uncertainty))

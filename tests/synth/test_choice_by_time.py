@@ -54,3 +54,24 @@ def test_auto_without_a_size_ranks_at_the_default_and_says_so():
     [note] = [n for n in best.notes if n.startswith("auto chose")]
     assert f"us simulated for {RANKING_SIZE} bytes" in note and "no size given" in note
 
+
+
+def test_a_candidate_over_the_limits_is_not_simulated_where_others_fit(monkeypatch):
+    """A candidate outside the dialect's limits never beats one within them, whatever the
+    times, so once one within them is simulated it is not: here the fastest candidate is
+    made to count as over the limits. auto returns the fastest of the others, and its note
+    says why the one left out has no time."""
+    import arborcc.synth.synthesis as synthesis
+
+    topology = blink_allocation()
+    times = candidate_times(topology, "allreduce", None)
+    fastest = min(times, key=times.get)
+    within = synthesis._within_limits
+    monkeypatch.setattr(synthesis, "_within_limits", lambda r, dialect: r.strategy != fastest and within(r, dialect))
+    best = synthesize(topology, "allreduce")
+    others = {name: t for name, t in times.items() if name != fastest}
+    assert best.strategy == "auto:" + min(others, key=others.get), (best.strategy, times)
+    [note] = [n for n in best.notes if n.startswith("auto chose")]
+    assert f"not simulated, over the executor limits where others fit: {fastest}" in note, note
+    timed = note.split(" among ")[1].split(" us simulated for ")[0]
+    assert fastest not in [item.rsplit(" ", 1)[0] for item in timed.split(", ")], note  # no time listed for it

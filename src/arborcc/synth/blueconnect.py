@@ -277,6 +277,18 @@ def _groups_of(n: int, dims: Sequence[GridAxis], axis: int) -> list[list[int]]:
     return sorted(groups, key=lambda g: g[0])
 
 
+def _stage_groups(cache: dict, n: int, dims: Sequence[GridAxis], axis: int) -> list[list[int]]:
+    """:func:`_groups_of`, kept in ``cache``: a stage's groups depend on its axis and on
+    the set of the other axes, not on their order (the stage orders that
+    :func:`choose_blueconnect` scores share both). The entry keeps the axes it is keyed by
+    (their ids) alive."""
+    key = ("groups", id(dims[axis]), frozenset(map(id, dims)))
+    kept = cache.get(key)
+    if kept is None:
+        kept = cache[key] = (_groups_of(n, dims, axis), tuple(dims))
+    return kept[0]
+
+
 def _transfers(groups: list[list[int]], algorithm: str) -> list[list[tuple[int, int]]]:
     """The concurrent point-to-point transfers of a stage, per communication round."""
     if algorithm == RING:
@@ -320,14 +332,23 @@ def stage_cost(topology: Topology, groups: list[list[int]], algorithm: str, path
 def build_plan(topology: Topology, dims: Sequence[GridAxis], algorithms: Sequence[str], alpha: float | None,
                cache: dict, name: str = "blueconnect", path=None) -> BlueConnectPlan:
     """The plan whose reduce-scatter stage i runs along axis ``dims[i]`` with
-    ``algorithms[i]``, then the mirrored all-gather stages; ``cache`` keeps stage costs
-    between plans of one topology; ``alpha`` overrides the route latency (s); ``path``
-    as in :func:`stage_cost`."""
+    ``algorithms[i]``, then the mirrored all-gather stages, checked
+    (:meth:`BlueConnectPlan.validate`); ``cache`` keeps stage costs between plans of one
+    topology; ``alpha`` overrides the route latency (s); ``path`` as in :func:`stage_cost`."""
+    plan = _unchecked_plan(topology, dims, algorithms, alpha, cache, name, path)
+    plan.validate(topology.num_ranks)
+    return plan
+
+
+def _unchecked_plan(topology: Topology, dims: Sequence[GridAxis], algorithms: Sequence[str], alpha: float | None,
+                    cache: dict, name: str = "blueconnect", path=None) -> BlueConnectPlan:
+    """:func:`build_plan` without the check (for candidates scored and dropped: the one
+    kept is checked)."""
     n = topology.num_ranks
     up = []
     fraction = 1.0
     for i, (d, alg) in enumerate(zip(dims, algorithms)):
-        groups = _groups_of(n, dims, i)
+        groups = _stage_groups(cache, n, dims, i)
         key = (tuple(map(tuple, groups)), alg)
         if key not in cache:
             cache[key] = stage_cost(topology, groups, alg, path)
@@ -335,9 +356,7 @@ def build_plan(topology: Topology, dims: Sequence[GridAxis], algorithms: Sequenc
         up.append(Stage(RS, groups, alg, lat if alpha is None else alpha, beta, d.radix, fraction))
         fraction /= d.radix
     down = [Stage(AG, s.groups, s.algorithm, s.alpha, s.beta, s.factor, s.data_fraction) for s in reversed(up)]
-    plan = BlueConnectPlan([d.radix for d in dims], up + down, name)
-    plan.validate(n)
-    return plan
+    return BlueConnectPlan([d.radix for d in dims], up + down, name)
 
 
 def stage_algorithms(dims: Sequence[GridAxis], algorithm: str | None) -> list[str]:
@@ -430,8 +449,9 @@ def choose_blueconnect(topology: Topology, n_bytes: float, alpha: float | None =
         # with two ranks ring and halving-doubling are the same exchange
         options = [[RING, HD] if is_power_of_two(d.radix) and d.radix > 2 else [RING] for d in od]
         for algs in itertools.product(*options):
-            plan = build_plan(topology, od, list(algs), alpha, cache)
+            plan = _unchecked_plan(topology, od, list(algs), alpha, cache)
             t = plan.predicted_time(n_bytes)
             if t < best_t * (1 - 1e-12):
                 best, best_t = plan, t
+    best.validate(n)
     return best

@@ -137,16 +137,17 @@ def _simulated_times(results: list[SynthesisResult], fits: dict, topology: Topol
     fastest protocol, which the candidate's algorithm then declares, for each candidate
     that can still win. Candidates go in the order of the least time their link loads
     allow (``attainable_algbw`` of the written routes, at the fidelity profile's link
-    efficiencies: no simulation beats it, whatever the protocol); one whose least time is
-    already above the time of a simulated candidate at least as preferred (within the
-    dialect's limits, ``fits``) cannot win and is not simulated (``inf``); one the
-    simulator cannot compile (steps that do not pair up) gets None, for the verifier to
-    reject with its reason."""
+    efficiencies: no simulation beats it, whatever the protocol), those within the
+    dialect's limits (``fits``) first. A candidate cannot win and is not simulated
+    (``inf``) when a simulated one is preferred whatever the times (it fits the limits
+    and this one does not) or is as preferred and its time is already below this one's
+    least time. One the simulator cannot compile (steps that do not pair up) gets None,
+    for the verifier to reject with its reason."""
     least = {id(r): size / _attainable_algbw(r.algorithm, topology) for r in results}
     times: dict[int, float] = {}
-    for r in sorted(results, key=lambda r: least[id(r)]):
+    for r in sorted(results, key=lambda r: (not fits.get(id(r), True), least[id(r)])):
         fit = fits.get(id(r), True)
-        if any(times[id(q)] is not None and times[id(q)] <= least[id(r)]
+        if any(times[id(q)] is not None and (fits.get(id(q), True) > fit or times[id(q)] <= least[id(r)])
                for q in results if id(q) in times and fits.get(id(q), True) >= fit):
             times[id(r)] = float("inf")
             continue
@@ -485,14 +486,18 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
                      f" GB/s steady-state algbw (above {SIMULATED_RANKS} ranks simulating every candidate takes "
                      f"minutes)" if len(results) > 1 and topology.num_ranks > SIMULATED_RANKS else " GB/s")
         listed = [r for r in results if predicted.get(id(r), 0.0) != float("inf")]
-        unsimulated = [r.strategy for r in results if predicted.get(id(r), 0.0) == float("inf")]
+        unsimulated = [r for r in results if predicted.get(id(r), 0.0) == float("inf")]
+        over_limits = [r.strategy for r in unsimulated if not fits.get(id(r), True) and fits.get(id(best), True)]
+        slower = [r.strategy for r in unsimulated if r.strategy not in over_limits]
         best.notes.append(f"auto chose {best.strategy} ({why}) among " + ", ".join(
             (f"{r.strategy} {predicted[id(r)] * 1e6:.1f}" if by_time else f"{r.strategy} {r.algbw / 1e9:.1f}")
             + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
             for r in listed) + ranked_by
             + (f"; each with its fastest protocol: " + ", ".join(f"{r.strategy} {r.algorithm.protocol.value}"
                                                                   for r in listed) if by_time else "")
-            + (f"; not simulated, their link loads alone take longer: {', '.join(unsimulated)}" if unsimulated else "")
+            + (f"; not simulated, their link loads alone take longer: {', '.join(slower)}" if slower else "")
+            + (f"; not simulated, over the {dialect} limits where others fit: {', '.join(over_limits)}"
+               if over_limits else "")
             + ("; skipped " + "; ".join(skipped) if skipped else ""))
         best.strategy = f"auto:{best.strategy}"
     return best
