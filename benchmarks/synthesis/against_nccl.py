@@ -42,6 +42,7 @@ runtime can run leave of each target.
     python benchmarks/synthesis/against_nccl.py --quick          # built-in machines, 2-node clusters: minutes
     python benchmarks/synthesis/against_nccl.py                  # everything (DGX-1 classes, 128 nodes): hours on 2 cores
     python benchmarks/synthesis/against_nccl.py --json rows.json --resume   # a stopped run goes on from its rows
+    python benchmarks/synthesis/against_nccl.py --skip "128 x" --json rows.json  # beside a run of --only "128 x"
     python benchmarks/synthesis/against_nccl.py --markdown docs/against_nccl.md --plot docs/against_nccl.png
 """
 
@@ -322,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default=None, help="sizes (default 1M,64M,1G)")
     ap.add_argument("--collectives", default=",".join(COLLECTIVES))
     ap.add_argument("--only", default=None, help="only topologies whose label contains this")
+    ap.add_argument("--skip", default=None,
+                    help="leave out topologies whose label contains this (e.g. '128 x', run on its own)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: every CPU)")
     ap.add_argument("--json", default=None,
                     help="also write the rows as JSON here, rewritten as each case finishes")
@@ -332,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     sizes = tuple(sorted(parse_sizes(args.sizes))) if args.sizes else SIZES
     collectives = [c.strip() for c in args.collectives.split(",") if c.strip()]
-    work = [(c, coll, sizes) for c in cases(args.quick) if not args.only or args.only in c.label
+    work = [(c, coll, sizes) for c in cases(args.quick)
+            if (not args.only or args.only in c.label) and not (args.skip and args.skip in c.label)
             for coll in collectives]
     if args.resume and not args.json:
         ap.error("--resume needs --json (the file that holds the rows so far)")

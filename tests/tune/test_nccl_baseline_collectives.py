@@ -119,3 +119,24 @@ def test_random_allocations_collectives_and_sizes_give_a_sane_nccl_call(gpus, co
     # no faster than the rings' links allow at nominal rates
     assert 0 < busbw <= base.schedule.bus_bandwidth * (1 + 1e-9)
     assert (call.algorithm, call.protocol) in base.options(collective)
+
+
+def test_the_tree_baseline_is_built_within_arborccs_own_program_budget(monkeypatch):
+    """NCCL's tree is a program arborcc builds itself, so the user's default operations limit
+    does not bind it (16 trees over 128 x 8 GPUs trace 250,001 operations, one over the
+    default). The default is lowered here until the 2-node tree is over it."""
+    import dataclasses
+
+    from arborcc.errors import ProgramError
+    from arborcc.limits import LIMITS
+    from arborcc.synth.lower_emit import lower_allreduce_trees
+    from arborcc.topology.cluster import build_cluster
+    from arborcc.tune.nccl import TREE_CHUNKS, nccl_trees
+
+    baseline = NcclBaseline(build_cluster("dgx-a100", 2))
+    monkeypatch.setitem(LIMITS, "operations", dataclasses.replace(LIMITS["operations"], default=100))
+    trees = nccl_trees(baseline.topology, baseline.schedule)[:2]
+    with pytest.raises(ProgramError, match="operations"):  # the lowered default binds a program of the user's
+        lower_allreduce_trees(baseline.topology, trees, [TREE_CHUNKS] * 2, "user-tree", rounds=TREE_CHUNKS)
+    algo, _ = baseline.tree_algorithm(2)
+    assert algo.num_ranks == 16

@@ -149,11 +149,13 @@ class NcclBaseline:
         """NCCL's tree all-reduce over the first ``distinct`` channels' trees, with routes."""
         key = ("tree", 0, distinct)
         if key not in self._algorithms:
+            from arborcc.lang.program import own_program_budget
             from arborcc.synth.lower_emit import lower_allreduce_trees
 
             trees = nccl_trees(self.topology, self.schedule)[:distinct]
-            lowered = lower_allreduce_trees(self.topology, trees, [TREE_CHUNKS] * len(trees),
-                                            f"nccl-tree-allreduce-{distinct}", rounds=TREE_CHUNKS)
+            with own_program_budget():  # arborcc's own program: 16 trees over 1024 GPUs trace 250,001 operations
+                lowered = lower_allreduce_trees(self.topology, trees, [TREE_CHUNKS] * len(trees),
+                                                f"nccl-tree-allreduce-{distinct}", rounds=TREE_CHUNKS)
             self._algorithms[key] = (lowered.algorithm, lowered.routes)
         return self._algorithms[key]
 
