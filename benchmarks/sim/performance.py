@@ -1,7 +1,7 @@
 """Simulator performance: a 1024-rank ring all-reduce at one size, a full 8-GPU sweep of
 every strategy ``compare`` runs, and memory against the number of steps.
 
-    .venv/bin/python benchmarks/sim/performance.py [--repeat 3] [--skip-1024 | --only-1024]
+    .venv/bin/python benchmarks/sim/performance.py [--repeat 3] [--skip-1024 | --only-1024 | --contended]
 
 Targets: the 1024-rank ring in under 5 s, the 8-GPU sweep (8 B to 1 GB,
 factor 2) in under 2 s, memory linear in steps. The machine is shared and noisy, so
@@ -19,6 +19,8 @@ cluster's 1024 rank pairs is the topology's work, shared by every later simulati
 it, and is timed separately. The sweep times the simulations of ``compare`` on an
 8-GPU DGX-1V (every synthesis strategy that applies, the NCCL baseline and NCCL's
 model, the fastest protocol per size); synthesizing the strategies is timed apart.
+``--contended`` times instead the 128-GPU all-reduce candidates whose flows share links
+(no target: the before/after of a change to the fair share).
 """
 
 from __future__ import annotations
@@ -188,6 +190,32 @@ def ring_report(repeat: int) -> None:
           f"({bc + rc + cc:.2f} s processor)")
 
 
+#: the contended case: every 128-GPU all-reduce candidate that shares NICs and switch links
+CONTENDED = ("composed", "blueconnect", "three-phase")
+
+
+def contended_report(repeat: int) -> None:
+    """Simulating programs whose flows share links: the all-reduce candidates ``auto``
+    simulates on 16 x DGX A100 (128 GPUs), each at 1 GiB with Simple, cold each time (the
+    engine's kept runs dropped): the max-min fair share is recomputed at every flow's start
+    and end over components of hundreds of flows, the work that grows with a cluster."""
+    from arborcc.synth.synthesis import synthesize
+
+    topo = build_cluster("dgx-a100", 16)
+    print(f"\ncontended: all-reduce candidates on 16 x DGX A100 (128 GPUs), 1 GiB, Simple, median of {repeat}")
+    for strategy in CONTENDED:
+        algo = synthesize(topo, "allreduce", strategy, timed=False).algorithm
+
+        def cold():
+            forget_runs()
+            return simulate(algo, topo, GIB, "Simple")
+
+        (wall, cpu), r = median_time(cold, repeat)
+        steps = sum(len(tb.steps) for p in algo.ranks for tb in p.threadblocks)
+        print(f"  {strategy:<12} {steps:>7,} steps  {r.time * 1e6:10.1f} us simulated   {wall:.2f} s wall, "
+              f"{cpu:.2f} s processor")
+
+
 def verdict(seconds: float, target: float = 2.0) -> str:
     return "met" if seconds < target else "NOT met"
 
@@ -198,7 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-1024", action="store_true", help="leave out the 1024-rank ring (and its memory point)")
     ap.add_argument("--only-1024", action="store_true",
                     help="only the 1024-rank ring (it runs against older versions of arborcc too, for a before/after)")
+    ap.add_argument("--contended", action="store_true",
+                    help="only the contended 128-GPU candidates (they run against older versions too)")
     args = ap.parse_args(argv)
+    if args.contended:
+        contended_report(args.repeat)
+        return 0
     if not args.only_1024:
         sweep_report(args.repeat)
     if not args.skip_1024:

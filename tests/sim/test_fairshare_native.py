@@ -82,6 +82,26 @@ def test_compiled_progressive_filling_equals_the_python_rates_bit_for_bit(case):
     assert bits(native.max_min_rates(flows, capacity)) == bits([expected[f.key] for f in flows])
 
 
+@st.composite
+def many_links_and_flows(draw):
+    """Components of up to 60 links and 150 flows: the compiled code looks for the
+    tightest link in blocks of links, and these span several."""
+    capacity = draw(st.lists(st.one_of(st.sampled_from(VALUES), st.floats(0.0, 1e11)), min_size=20, max_size=60))
+    flows = []
+    for key in draw(st.permutations(range(draw(st.integers(20, 150))))):
+        links = draw(st.lists(st.integers(0, len(capacity) - 1), min_size=1, max_size=4, unique=True))
+        flows.append(Flow(key, tuple(links), draw(caps)))
+    return capacity, flows
+
+
+@settings(max_examples=100, deadline=None)
+@given(many_links_and_flows())
+def test_large_components_get_the_python_rates_bit_for_bit(case):
+    capacity, flows = case
+    expected = reference_max_min_rates(flows, capacity)
+    assert bits(native.max_min_rates(flows, capacity)) == bits([expected[f.key] for f in flows])
+
+
 def test_the_first_link_to_tie_binds_first():
     """Links 0 and 1 tie at 1/3 per flow (to the bit); link 0, seen first, freezes flows
     0-2 at 1/3 and flow 3 gets what is left of link 1. Had link 1 gone first, flows 0 and

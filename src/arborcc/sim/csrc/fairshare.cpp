@@ -3,7 +3,7 @@
 // them: a tie between links goes to the link seen first, frozen flows are taken in the
 // flows' order, and a link's capacity left never drops below 0. Only the work is less: a
 // link's even split is divided out when its capacity left or its count changes, not in
-// every round, and links without open flows are no longer scanned.
+// every round, and a round rescans only the blocks of links whose splits changed.
 
 #include "fairshare.hpp"
 
@@ -26,6 +26,9 @@ std::vector<int32_t> by_cap(const std::vector<double>& cap) {
 // Python's max(0.0, x): x only when greater than 0.0 (so -0.0 and NaN give 0.0)
 inline double at_least_zero(double x) { return x > 0.0 ? x : 0.0; }
 
+// links per block of the search for the tightest link (max_min_rates)
+constexpr size_t BLOCK = 16;
+
 }  // namespace
 
 void max_min_rates(const LinkFlows& flows, std::vector<double>& rate) {
@@ -46,21 +49,33 @@ void max_min_rates(const LinkFlows& flows, std::vector<double>& rate) {
   std::vector<char> frozen_yet(n, 0);
   rate.assign(n, 0.0);
   std::vector<int32_t> frozen;
-  std::vector<int32_t> active;  // the links with open flows, in order (the others never bind again)
-  std::vector<double> even(links);  // per active link left / count, redone whenever either changes
-  for (size_t l = 0; l < links; ++l) {
-    if (count[l] != 0) {
-      active.push_back((int32_t)l);
-      even[l] = left[l] / (double)count[l];
-    }
-  }
+  // The tightest link - the least even split (left / count) among links with open flows,
+  // the first such link on a tie - from the links in blocks of BLOCK: each block keeps
+  // its own tightest link, found again only when a split in it changed. A round reads
+  // the blocks' minima and rescans the blocks that changed: never much more work than a
+  // scan of every link, and far less in a component of many links where a round changes
+  // a few.
+  std::vector<double> even(links);  // per link left / count, redone whenever either changes
+  for (size_t l = 0; l < links; ++l)
+    if (count[l] != 0) even[l] = left[l] / (double)count[l];
+  const size_t blocks = (links + BLOCK - 1) / BLOCK;
+  std::vector<double> block_share(blocks, INFINITY);
+  std::vector<int64_t> block_tight(blocks, -1);
+  std::vector<char> stale(blocks, 1);
   size_t head = 0, open = n;  // order[head] is the first unfrozen flow by cap
   while (open > 0) {
     while (frozen_yet[(size_t)order[head]]) ++head;
     double share = INFINITY;
     int64_t tight = -1;
-    for (int32_t l : active) {
-      if (even[(size_t)l] < share) share = even[(size_t)l], tight = l;
+    for (size_t b = 0; b < blocks; ++b) {
+      if (stale[b]) {
+        double least = INFINITY;
+        int64_t at = -1;
+        for (size_t l = b * BLOCK, end = std::min(links, l + BLOCK); l < end; ++l)
+          if (count[l] != 0 && even[l] < least) least = even[l], at = (int64_t)l;
+        block_share[b] = least, block_tight[b] = at, stale[b] = 0;
+      }
+      if (block_share[b] < share) share = block_share[b], tight = block_tight[b];
     }
     const double capped = flows.cap[(size_t)order[head]];
     double level;
@@ -85,11 +100,10 @@ void max_min_rates(const LinkFlows& flows, std::vector<double>& rate) {
         const size_t l = (size_t)flows.link[(size_t)k];
         left[l] = at_least_zero(left[l] - level);
         if (--count[l] != 0) even[l] = left[l] / (double)count[l];
+        stale[l / BLOCK] = 1;
       }
     }
     open -= frozen.size();
-    active.erase(std::remove_if(active.begin(), active.end(), [&](int32_t l) { return count[(size_t)l] == 0; }),
-                 active.end());
   }
 }
 
