@@ -210,3 +210,23 @@ def test_auto_skips_a_strategy_whose_algorithm_fails_verification(monkeypatch):
     assert f"{first} (its algorithm fails verification" in r.notes[-1]
     with pytest.raises(VerificationError):
         synthesize(t, "allreduce", first)
+
+
+def test_a_strategy_whose_program_is_over_the_size_limits_is_refused_with_why(monkeypatch):
+    """The trees all-gather on 16 x DGX H100 lays out 8,388,608 chunks, over the
+    ``buffer-chunks`` limit that every algorithm file is read within: a strategy whose
+    program is over such a limit is refused with a SynthesisError naming it, which
+    ``compare`` turns into a skipped candidate and ``auto`` into a skipped strategy. Here
+    the limit is lowered until DGX-1V's trees all-gather is over it."""
+    import dataclasses
+
+    from arborcc.limits import LIMITS
+    from arborcc.tune.compare import compare
+
+    monkeypatch.setitem(LIMITS, "buffer-chunks", dataclasses.replace(LIMITS["buffer-chunks"], default=1000))
+    dgx1v = build_machine("dgx1v")
+    with pytest.raises(SynthesisError, match="trees: its program is over arborcc's limits: .*buffer-chunks"):
+        synthesize(dgx1v, "allgather", "trees", timed=False)
+    table = compare(dgx1v, "allgather", [1 << 20], strategies=["trees", "nccl-ring"])
+    assert any(s.startswith("trees") and "buffer-chunks" in s for s in table.skipped), table.skipped
+    assert "nccl-ring" in table.names()

@@ -35,7 +35,7 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from arborcc.collector import collector_paused
-from arborcc.errors import SynthesisError, VerificationError
+from arborcc.errors import ProgramError, SynthesisError, VerificationError
 from arborcc.ir.limits import check_dialect_limits, remembering_limits
 from arborcc.ir.model import Algorithm, Protocol
 from arborcc.lang.program import own_program_budget
@@ -426,8 +426,11 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
             if progress:
                 progress(f"{name}: synthesizing {collective} on {topology.name} ({time.perf_counter() - t0:.1f} s)")
             try:
-                with operations_budget(topology.num_ranks):
-                    results.append(BY_NAME[name].function(request))
+                try:
+                    with operations_budget(topology.num_ranks):
+                        results.append(BY_NAME[name].function(request))
+                except ProgramError as e:  # its program is over a size limit: arborcc writes no file it would refuse
+                    raise SynthesisError(f"{name}: its program is over arborcc's limits: {e}") from e
             except SynthesisError as e:
                 if strategy != "auto":
                     raise
