@@ -59,19 +59,22 @@ def bits(rates: list[float]) -> list[str]:
     return [r.hex() for r in rates]
 
 
-capacities = st.lists(st.one_of(st.sampled_from(VALUES), st.floats(0.0, 1e11)), min_size=1, max_size=6)
+capacity = st.one_of(st.sampled_from(VALUES), st.floats(0.0, 1e11))
 caps = st.one_of(st.just(math.inf), st.sampled_from(VALUES), st.floats(0.0, 1e11))
 
 
 @st.composite
-def links_and_flows(draw, max_flows: int = 12):
-    capacity = draw(capacities)
-    n = draw(st.integers(1, max_flows))
-    flows = []
-    for key in draw(st.permutations(range(n))):  # keys out of order: the order is the list's
-        links = draw(st.lists(st.integers(0, len(capacity) - 1), min_size=1, max_size=len(capacity), unique=True))
-        flows.append(Flow(key, tuple(links), draw(caps)))
-    return capacity, flows
+def links_and_flows(draw, links: tuple[int, int] = (1, 6), flows: tuple[int, int] = (1, 12),
+                    path: int | None = None):
+    """Link capacities and flows (a number of each in the ranges given; ``path``: the most
+    links a flow crosses, None for any number)."""
+    capacities = draw(st.lists(capacity, min_size=links[0], max_size=links[1]))
+    out = []
+    for key in draw(st.permutations(range(draw(st.integers(*flows))))):  # keys out of order: the order is the list's
+        crossed = draw(st.lists(st.integers(0, len(capacities) - 1), min_size=1, max_size=path or len(capacities),
+                                unique=True))
+        out.append(Flow(key, tuple(crossed), draw(caps)))
+    return capacities, out
 
 
 @settings(max_examples=300, deadline=None)
@@ -82,21 +85,11 @@ def test_compiled_progressive_filling_equals_the_python_rates_bit_for_bit(case):
     assert bits(native.max_min_rates(flows, capacity)) == bits([expected[f.key] for f in flows])
 
 
-@st.composite
-def many_links_and_flows(draw):
+@settings(max_examples=100, deadline=None)
+@given(links_and_flows(links=(20, 60), flows=(20, 150), path=4))
+def test_large_components_get_the_python_rates_bit_for_bit(case):
     """Components of up to 60 links and 150 flows: the compiled code looks for the
     tightest link in blocks of links, and these span several."""
-    capacity = draw(st.lists(st.one_of(st.sampled_from(VALUES), st.floats(0.0, 1e11)), min_size=20, max_size=60))
-    flows = []
-    for key in draw(st.permutations(range(draw(st.integers(20, 150))))):
-        links = draw(st.lists(st.integers(0, len(capacity) - 1), min_size=1, max_size=4, unique=True))
-        flows.append(Flow(key, tuple(links), draw(caps)))
-    return capacity, flows
-
-
-@settings(max_examples=100, deadline=None)
-@given(many_links_and_flows())
-def test_large_components_get_the_python_rates_bit_for_bit(case):
     capacity, flows = case
     expected = reference_max_min_rates(flows, capacity)
     assert bits(native.max_min_rates(flows, capacity)) == bits([expected[f.key] for f in flows])
@@ -113,6 +106,21 @@ def test_the_first_link_to_tie_binds_first():
     assert rates[:3] == [1.0 / 3.0] * 3
     assert rates[3] == max(0.0, 2.0 / 3.0 - 1.0 / 3.0)
     assert bits(rates) == bits([reference_max_min_rates(flows, capacity)[k] for k in range(4)])
+
+
+def test_the_first_link_to_tie_binds_first_across_blocks_of_links():
+    """The same tie with 16 links between the two (each with one flow of its own that
+    binds last): the compiled search keeps each block of 16 links' tightest link, and the
+    tie still goes to the link seen first, in the first block."""
+    fillers = [Flow(2 + k, (1 + k,), math.inf) for k in range(16)]
+    flows = [Flow(0, (0,), math.inf), Flow(1, (0,), math.inf), *fillers,
+             Flow(18, (0, 17), math.inf), Flow(19, (17,), math.inf)]
+    capacity = [1.0] + [100.0] * 16 + [2.0 / 3.0]
+    rates = native.max_min_rates(flows, capacity)
+    assert rates[:2] + rates[-2:-1] == [1.0 / 3.0] * 3
+    assert rates[-1] == max(0.0, 2.0 / 3.0 - 1.0 / 3.0)
+    expected = reference_max_min_rates(flows, capacity)
+    assert bits(rates) == bits([expected[f.key] for f in flows])
 
 
 def test_a_flow_that_lists_a_link_twice_is_refused():
