@@ -52,6 +52,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -353,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             if args.json:  # a long run keeps what it measured if it is stopped
                 write_rows(Path(args.json), rows)
-    command = "python benchmarks/synthesis/against_nccl.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python benchmarks/synthesis/against_nccl.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     print(f"busbw GB/s, simulated; {len(rows)} rows in {time.perf_counter() - started:.0f} s")
     print(text_table(rows))
     print(summary(rows))
