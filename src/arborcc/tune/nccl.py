@@ -149,11 +149,12 @@ class NcclBaseline:
         """NCCL's tree all-reduce over the first ``distinct`` channels' trees, with routes."""
         key = ("tree", 0, distinct)
         if key not in self._algorithms:
-            from arborcc.lang.program import own_program_budget
             from arborcc.synth.lower_emit import lower_allreduce_trees
+            from arborcc.synth.synthesis import operations_budget
 
             trees = nccl_trees(self.topology, self.schedule)[:distinct]
-            with own_program_budget():  # arborcc's own program: 16 trees over 1024 GPUs trace 250,001 operations
+            # arborcc's own program, as synthesized ones: 16 trees over 1024 GPUs trace 250,001 operations
+            with operations_budget(self.topology.num_ranks):
                 lowered = lower_allreduce_trees(self.topology, trees, [TREE_CHUNKS] * len(trees),
                                                 f"nccl-tree-allreduce-{distinct}", rounds=TREE_CHUNKS)
             self._algorithms[key] = (lowered.algorithm, lowered.routes)
