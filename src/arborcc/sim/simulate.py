@@ -41,8 +41,8 @@ _ROOT_HOLDS_ALL = ("gather", "scatter")
 #: period estimates do not settle (``SimResult.uncertainty``)
 WHOLE_UP_TO_BYTES = 1 << 30
 #: ... except for programs of more ranks than this, whose calls are bounded at every
-#: size: a 1024-rank all-reduce of 700,000 steps whose estimates do not settle at 64 MiB
-#: would otherwise be simulated whole, 1,024 iterations, hours on 2 cores
+#: size: a 1024-rank all-reduce of 700,000 steps whose estimates did not settle at 64 MiB
+#: was simulated whole, 1,024 iterations, and had not finished after 13 minutes on 2 cores
 WHOLE_UP_TO_RANKS = 128
 
 
