@@ -55,9 +55,11 @@ Design.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import pairwise
 from typing import NamedTuple
 
@@ -103,21 +105,33 @@ class _Server:
     ports: dict[str, list[Path]]
     shares: dict[tuple[str, int], float] = field(default_factory=dict)
 
-    def root_share(self, gpu: str) -> float:
-        return sum(v for (g, _), v in self.shares.items() if g == gpu)
-
-    def trees_of(self, gpu: str) -> list[int]:
-        return [t for t, tree in enumerate(self.trees) if tree.root == gpu]
+    def weights(self) -> list[tuple[str, float, list[tuple[int, float]], list[float]]]:
+        """Per GPU: its share of the buffer as a root, its trees (index, weight) and
+        each port's share: what cutting a block among the server needs."""
+        return [(g, sum(v for (h, _), v in self.shares.items() if h == g),
+                 [(t, tree.weight) for t, tree in enumerate(self.trees) if tree.root == g],
+                 [self.shares.get((g, p), 0.0) for p in range(len(self.ports[g]))])
+                for g in self.gpus]
 
 
 @dataclass(frozen=True)
 class _Layout:
-    """Whole-chunk plan: ``local`` (server, tree, start, size) blocks for phases 1 and 3;
-    ``cross`` (owner server, start, size, endpoint per server) pieces for phase 2."""
+    """Whole-chunk plan: ``local_ranges`` (server, tree, start, stop) for phases 1 and 3;
+    ``cross_ranges`` (owner server, start, stop, endpoint per server) for phase 2. The
+    rate needs only the ranges; the lowering sends their pieces (``local``, ``cross``:
+    each range as transfers of at most ``MAX_COUNT`` chunks, with their start and size)."""
 
     chunks: int
-    local: list[tuple[int, int, int, int]]
-    cross: list[tuple[int, int, int, tuple[End, ...]]]
+    local_ranges: list[tuple[int, int, int, int]]
+    cross_ranges: list[tuple[int, int, int, tuple[End, ...]]]
+
+    @cached_property
+    def local(self) -> list[tuple[int, int, int, int]]:
+        return [(s, t, p, size) for s, t, x, y in self.local_ranges for p, size in transfer_pieces(x, y)]
+
+    @cached_property
+    def cross(self) -> list[tuple[int, int, int, tuple[End, ...]]]:
+        return [(k, p, size, ends) for k, a, b, ends in self.cross_ranges for p, size in transfer_pieces(a, b)]
 
 
 # ------------------------------------------------------------------- servers ---
@@ -267,19 +281,19 @@ def _cuts(start: int, stop: int, weights: Sequence[float]) -> list[int]:
     return out
 
 
-def _cut_server(s: int, srv: _Server, lo: int, hi: int, local: list) -> list[tuple[int, End]]:
+def _cut_server(s: int, srv: _Server, weights: list, lo: int, hi: int, local: list) -> list[tuple[int, End]]:
     """Cut owner block ``[lo, hi)`` among server ``s``'s roots, each root's part among
-    its trees (appended to ``local``) and its ports; returns (end, endpoint) per port range."""
+    its trees (ranges appended to ``local``) and its ports (``weights``: ``srv.weights()``);
+    returns (end, endpoint) per port range."""
     ranges = []
-    roots = _cuts(lo, hi, [srv.root_share(g) for g in srv.gpus])
-    for g, a, b in zip(srv.gpus, roots, roots[1:]):
-        trees = srv.trees_of(g)
-        tree_cuts = _cuts(a, b, [srv.trees[t].weight for t in trees])
-        for t, x, y in zip(trees, tree_cuts, tree_cuts[1:]):
-            local += [(s, t, p, size) for p, size in transfer_pieces(x, y)]
-        ports = range(len(srv.ports[g]))
-        port_cuts = _cuts(a, b, [srv.shares.get((g, p), 0.0) for p in ports])
-        ranges += [(y, (g, srv.ports[g][p])) for p, x, y in zip(ports, port_cuts, port_cuts[1:]) if y > x]
+    roots = _cuts(lo, hi, [share for _, share, _, _ in weights])
+    for (g, _, trees, ports), a, b in zip(weights, roots, roots[1:]):
+        tree_cuts = _cuts(a, b, [w for _, w in trees])
+        for (t, _), x, y in zip(trees, tree_cuts, tree_cuts[1:]):
+            local.append((s, t, x, y))
+        port_cuts = _cuts(a, b, ports)
+        ranges += [(y, (g, srv.ports[g][p])) for p, x, y in zip(range(len(ports)), port_cuts, port_cuts[1:])
+                   if y > x]
     return ranges
 
 
@@ -289,13 +303,15 @@ def _layout(servers: list[_Server], chunks: int) -> _Layout:
     n = len(servers)
     local, cross = [], []
     blocks = _cuts(0, chunks, [1.0] * n)
+    weights = [srv.weights() for srv in servers]
     for k in range(n):
         lo, hi = blocks[k], blocks[k + 1]
-        ranges = [_cut_server(s, srv, lo, hi, local) for s, srv in enumerate(servers)]
+        ranges = [_cut_server(s, srv, weights[s], lo, hi, local) for s, srv in enumerate(servers)]
+        ends_of = [([end for end, _ in rs], [e for _, e in rs]) for rs in ranges]
         bounds = sorted({lo, hi} | {end for rs in ranges for end, _ in rs})
-        for a, b in pairwise(bounds):
-            ends = tuple(next(e for end, e in rs if end > a) for rs in ranges)
-            cross += [(k, p, size, ends) for p, size in transfer_pieces(a, b)]
+        for a, b in pairwise(bounds):  # each server's port range holding [a, b): the first ending after a
+            ends = tuple(es[bisect_right(stops, a)] for stops, es in ends_of)
+            cross.append((k, a, b, ends))
     return _Layout(chunks, local, cross)
 
 
@@ -314,14 +330,20 @@ def _rate(topology: Topology, both_ways: dict[tuple[int, int], Counter], layout:
     """Steady-state rate (B/s) of the layout: the busiest link's bytes / bandwidth.
     ``both_ways[(s, t)]``: the links server s's tree t uses, up and down."""
     on_tree = Counter()
-    for s, t, _, size in layout.local:
-        on_tree[(s, t)] += size
+    for s, t, x, y in layout.local_ranges:
+        on_tree[(s, t)] += y - x
     load = Counter()
     for key, size in on_tree.items():
         for l, k in both_ways[key].items():
             load[l] += size * k
-    for _, _, path, size in _cross_hops(layout, network):
-        for l in pairwise(path):
+    pair = Counter()  # (from end, to end) -> chunks, as _cross_hops sends them
+    for k, a, b, ends in layout.cross_ranges:
+        for s, e in enumerate(ends):
+            if s != k:
+                pair[(e, ends[k])] += b - a
+                pair[(ends[k], e)] += b - a
+    for (a, b), size in pair.items():
+        for l in pairwise(network.path(a, b)):
             load[l] += size
     return layout.chunks / max(v / topology.links[l].bandwidth for l, v in load.items())
 
