@@ -78,7 +78,12 @@ class Strategy:
 
 #: every strategy, in the order ``auto`` tries them. Rank limits measured on DGX A100
 #: fat trees, 2-core machine, with ``arborcc synth --machine dgx-a100 --nodes N
-#: --strategy S``: trees 0.3 s at 32 ranks, over its 30 s limit at 64; binary-trees
+#: --strategy S``: trees' all-reduce 0.3 s at 32 ranks, over its 30 s limit at 64 (its
+#: all-gather and reduce-scatter 0.6 s at 32, 76-85 s at 64, where the per-root packing's
+#: column generation grows with the roots and the file is over the executor's limits;
+#: broadcast and reduce 2-3 s at 64, 74 s at 128, most of it the fewest-trees MILP:
+#: faster than the others at 64 MiB there, 59 GB/s busbw against nccl-ring's 37 on
+#: 16 x 8 A100, so ``--strategy trees`` is worth its minute there); binary-trees
 #: 1.2 s at 32, 10 s at 64, 194 s at 128; three-phase 3.8 s at 128, 28 s at 256;
 #: nccl-ring 4.3 s at 128 and minutes at 1024, where its rings hold millions of steps,
 #: as the plain ring's two million (so for every collective it runs).
@@ -95,7 +100,8 @@ SIMULATED_RANKS = 128
 STRATEGIES: tuple[Strategy, ...] = (
     Strategy("trees", TREE_COLLECTIVES, synth_trees,
              "Blink tree packing (MLSys 2020, 3.1-3.3), ForestColl per-root packings; gather/scatter as a "
-             "single-sink flow split into paths", {"allreduce": 32},
+             "single-sink flow split into paths",
+             {"allreduce": 32, "allgather": 32, "reducescatter": 32, "broadcast": 64, "reduce": 64},
              # the per-root packings, built anew for every size compared
              simulated_rank_limits=dict.fromkeys(("allgather", "reducescatter", "broadcast", "reduce"),
                                                  SIMULATED_RANKS),

@@ -19,11 +19,12 @@ says what the file loses. The steady-state ``algbw`` is a property of the schedu
 not a claim of speed: the time ranking can overturn it (2 x 8 A100 all-reduce:
 blueconnect's 586 us beats composed's 969 us at 64 MiB, both within 1% of the bound).
 
-``auto`` runs every candidate up to :data:`TIME_RANKED_RANKS` ranks. Above, where
-simulating every candidate takes longer than synthesis by far, it is a cascade: on a job
-spanning several hosts the strategies marked ``clusters_first`` go first, then the
-others in registry order, and it stops at the first algorithm that reaches the bound
-(steady-state model) within the dialect's limits; nothing is simulated there. A strategy
+``auto`` runs every candidate up to :data:`arborcc.synth.registry.SIMULATED_RANKS`
+ranks. Above, where simulating every candidate takes longer than synthesis by far, it
+is a cascade: on a job spanning several hosts the strategies marked ``clusters_first``
+go first, then the others in registry order, and it stops at the first algorithm that
+reaches the bound (steady-state model) within the dialect's limits; nothing is
+simulated there. A strategy
 that cannot apply (or whose solver hits its time limit) is skipped with its reason.
 Its notes say which strategy it used and why, among what, and what it skipped.
 """
@@ -79,26 +80,19 @@ def _candidates(strategy: str, collective: str, num_ranks: int, clusters: bool) 
 #: the call size (bytes) ``auto`` ranks candidates at, and ``synthesize`` reports the
 #: time of, when no size is given: large enough that every candidate is bandwidth-bound
 #: (and above MXNet's 40 MB one-tree threshold, so each strategy builds its large-buffer
-#: schedule), small enough that simulating a 128-rank candidate takes seconds, not
-#: minutes (the simulator's work grows with the slices per chunk: a 128-GPU composed
-#: all-reduce simulates in 2 s at 16 MiB, 8 s at 64 MiB, 30 s at 256 MiB)
+#: schedule), small enough that simulating a 128-GPU candidate takes under a second
+#: (16 x 8 A100 all-reduce: 0.3-0.6 s each for composed, hierarchical, blueconnect and
+#: three-phase; the simulator's work grows with the slices per chunk)
 RANKING_SIZE = 64 << 20
-
-
-#: ``auto`` ranks every candidate by simulated time up to this many ranks; above, the
-#: cascade stops at the first algorithm that reaches the bound in the steady-state model
-#: (simulating the three bound-reaching candidates of a 128-GPU all-reduce at 64 MiB took
-#: 37 s of CPU time where synthesis takes 0.5 s: benchmarks/synthesis/cluster_scale.py's target is
-#: under 10 s at 16 nodes; at 64 ranks ranking by time takes 7 s)
-TIME_RANKED_RANKS = 64
 
 
 def _ranks_by_time(strategy: str, num_ranks: int) -> bool:
     """Whether ``auto`` runs every candidate and ranks them by simulated time: up to
-    :data:`TIME_RANKED_RANKS` ranks; above, the cascade stops at the first algorithm
-    that reaches the bound in the steady-state model (its time is still simulated and
-    reported up to :data:`arborcc.synth.registry.SIMULATED_RANKS` ranks)."""
-    return strategy == "auto" and num_ranks <= TIME_RANKED_RANKS
+    :data:`arborcc.synth.registry.SIMULATED_RANKS` ranks (128 GPUs: every collective of
+    16 x 8 A100 in 1-11 s, ``benchmarks/synthesis/cluster_scale.py``); above, where one
+    simulation can take minutes, the cascade stops at the first algorithm that reaches
+    the bound in the steady-state model (module doc)."""
+    return strategy == "auto" and num_ranks <= SIMULATED_RANKS
 
 
 def _fastest_protocol(algo: Algorithm, topology: Topology, size: int, protocols: Sequence[str] | None,
@@ -182,8 +176,8 @@ def _time_as_written(result: SynthesisResult, topology: Topology, size: int, siz
     its protocol, the number ``arborcc simulate FILE`` prints - and, where the strategy's
     own routes (relays over PCIe or a host the file cannot express) would be faster, the
     planned time and a note of what the file loses. ``known``: the written time already
-    simulated (with the fastest protocol, which the algorithm declares); otherwise, up
-    to :data:`TIME_RANKED_RANKS` ranks, the fastest protocol is found here and, where it is not the one the algorithm was
+    simulated (with the fastest protocol, which the algorithm declares); otherwise the
+    fastest protocol is found here and, where it is not the one the algorithm was
     verified with, the algorithm is verified again with it (for ``dialect``; should that
     fail, it keeps its protocol). Above :data:`arborcc.synth.registry.SIMULATED_RANKS`
     ranks, where one simulation can take minutes, nothing is simulated: a note says so."""
@@ -195,11 +189,6 @@ def _time_as_written(result: SynthesisResult, topology: Topology, size: int, siz
     finite = known is not None and known != float("inf")  # a candidate left unsimulated is simulated now
     if finite:
         result.time = known
-    elif topology.num_ranks > TIME_RANKED_RANKS:
-        result.time = predict_time(result.algorithm, topology, size)
-        result.notes.append(f"written with {result.algorithm.protocol.value}: above {TIME_RANKED_RANKS} ranks the "
-                            f"other protocols are not simulated (one LL simulation of a large call takes minutes "
-                            f"there; arborcc simulate FILE --protocol auto tries them)")
     else:
         # a protocol whose link loads alone take longer than the fastest simulated is not
         # simulated: it cannot be the fastest (LL at 64 MiB took 2 s of a trees candidate's 2.5 s)
@@ -464,7 +453,7 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
         if timed:
             _time_as_written(best, topology, ranked_size, size is None, predicted.get(id(best)), dialect,
                              protocols)
-            if form != "out-of-place" and topology.num_ranks <= TIME_RANKED_RANKS:
+            if form != "out-of-place" and topology.num_ranks <= SIMULATED_RANKS:
                 chosen, best = best, _in_both_forms(best, request, ranked_size, size is None, dialect, protocols)
                 if best is not chosen:  # the notes list the written program's time
                     results = [best if r is chosen else r for r in results]
