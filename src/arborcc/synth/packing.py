@@ -64,6 +64,7 @@ from arborcc.synth.bounds import Bound, allgather_cut_bound, single_source_bound
 from arborcc.synth.flowgraph import FlowGraph, LinkSelector, flow_graph, root_index
 from arborcc.synth.lp import INF, GrowingLP, quiet_stdout
 from arborcc.synth.trees import Hop, Tree, TreePacking
+from arborcc.topology.routing import can_route, route
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +171,75 @@ class _RouteOracle:
             raise SynthesisError(f"{g.name}: some rank cannot be reached from {g.nodes[g.ranks[root]]} "
                                  f"over {g.links} links")
         return [_Column(root, hops, load) for root, hops, load in trees]
+
+
+class _PairRouteOracle:
+    """The oracle of :class:`_RouteOracle` where every hop takes the runtime's route of its
+    pair of ranks (:func:`arborcc.topology.routing.route`): the trees a file can express
+    (MSCCL XML names no route), packed on the pair graph of
+    :mod:`arborcc.synth.route_bounds`, whose broadcast optimum Edmonds' theorem makes the
+    file bound. A pair whose route leaves ``g``'s links is no hop."""
+
+    def __init__(self, topology, g: FlowGraph):
+        self.g = g
+        N, E = len(g.ranks), len(g.src)
+        arc = {g.original_link(i): i for i in range(E)}
+        ranks = [g.nodes[v] for v in g.ranks.tolist()]
+        self.arcs: dict[tuple[int, int], tuple[int, ...]] = {}
+        for k in range(N):
+            for j in range(N):
+                if k == j:
+                    continue
+                a, b = (ranks[j], ranks[k]) if g.reversed_of_original else (ranks[k], ranks[j])
+                if not can_route(topology, a, b):
+                    continue
+                path = route(topology, a, b).path
+                links = list(zip(path, path[1:]))
+                if g.reversed_of_original:
+                    links.reverse()
+                if all(l in arc for l in links):
+                    self.arcs[(k, j)] = tuple(arc[l] for l in links)
+        self.incidence = np.zeros((N * N, E))
+        for (k, j), ids in self.arcs.items():
+            np.add.at(self.incidence[k * N + j], list(ids), 1.0)
+        self.missing = np.ones((N, N), dtype=bool)
+        for k, j in self.arcs:
+            self.missing[k, j] = False
+
+    def routes(self, length: np.ndarray) -> tuple[np.ndarray, None]:
+        """``(D, None)``: ``D[k, j]`` the cost of pair k -> j's route (inf: no hop)."""
+        N = len(self.g.ranks)
+        D = (self.incidence @ length).reshape(N, N)
+        D[self.missing] = np.inf
+        return D, None
+
+    def path(self, pred, k: int, j: int) -> list[int]:
+        return list(self.arcs[(k, j)])
+
+    def cheapest_tree(self, length: np.ndarray, root_pos: int) -> tuple[float, "_Column"]:
+        return self.cheapest_trees(length, [root_pos])[0]
+
+    def cheapest_trees(self, length: np.ndarray, roots: list[int]) -> list[tuple[float, "_Column"]]:
+        D, _ = self.routes(length + _TINY)
+        out = []
+        for r in roots:
+            parent = min_arborescence(D, r)
+            hops = tuple((int(parent[v]), v, self.arcs[(int(parent[v]), v)]) for v in range(len(parent)) if v != r)
+            load = np.zeros(len(length))
+            for *_, ids in hops:
+                np.add.at(load, list(ids), 1.0)
+            out.append((float(load @ length), _Column(r, hops, load)))
+        return out
+
+    def seed_trees(self, cap: np.ndarray, roots: list[int], per_root: int) -> list["_Column"]:
+        """As :meth:`_RouteOracle.seed_trees`."""
+        length, out = 1.0 / cap, []
+        for _ in range(per_root):
+            for r in roots:
+                _, col = self.cheapest_tree(length, r)
+                out.append(col)
+                length = length * (1.0 + col.load / cap * float(cap.min()))
+        return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -535,7 +605,7 @@ def _pool(cols: list[_Column], w: np.ndarray, extra: list[_Column], extra_w: np.
 
 def _pack(topology, g: FlowGraph, roots: list[int], bound: Bound, collective: str, method: str,
           threshold: float, minimize_trees: bool, max_rounds: int | None, eps: float, allow_partial: bool,
-          t0: float, tol: float, pool_size: int = 80) -> TreePacking:
+          t0: float, tol: float, pool_size: int = 80, routed: bool = False) -> TreePacking:
     if method not in METHODS:
         raise SynthesisError(f"unknown packing method {method!r} (known: {', '.join(METHODS)})")
     if not 0 <= threshold < 1:
@@ -546,7 +616,7 @@ def _pack(topology, g: FlowGraph, roots: list[int], bound: Bound, collective: st
         raise SynthesisError(f"max_rounds must be a positive integer, got {max_rounds!r}")
     scale = float(g.cap.max())
     cap = g.cap / scale
-    oracle = _RouteOracle(g)
+    oracle = _PairRouteOracle(topology, g) if routed else _RouteOracle(g)
     inward = collective in ("reduce", "reducescatter")
     target = bound.rate / scale
     notes: list[str] = []
@@ -621,7 +691,8 @@ def _pack(topology, g: FlowGraph, roots: list[int], bound: Bound, collective: st
 
 def pack_broadcast(topology, root: str | int, links: LinkSelector = "all", method: str = "exact", *,
                    threshold: float = 0.01, minimize_trees: bool = True, max_rounds: int | None = None,
-                   eps: float = 0.1, allow_partial: bool = False, tol: float = 1e-6) -> TreePacking:
+                   eps: float = 0.1, allow_partial: bool = False, tol: float = 1e-6,
+                   routed: bool = False) -> TreePacking:
     """Weighted out-trees from ``root`` reaching every rank, at (or near) the bound.
 
     ``method``: ``"exact"`` (column generation, optimal within ``tol``) or ``"mwu"``
@@ -629,27 +700,31 @@ def pack_broadcast(topology, root: str | int, links: LinkSelector = "all", metho
     ``1 - threshold`` of the rate. Raises :class:`SolverLimitError` after ``max_rounds``
     rounds of column generation (``"mwu"``: oracle calls; default
     :data:`COLUMN_GENERATION_ROUNDS` or :data:`MWU_ORACLE_CALLS`) unless
-    ``allow_partial`` (then ``limit_hit`` is set).
+    ``allow_partial`` (then ``limit_hit`` is set). ``routed``: every hop on its pair's
+    runtime route (:class:`_PairRouteOracle`), the trees a file can express; the rate is
+    then at most the file bound, below the bound that ``bound`` reports.
     """
     t0 = time.perf_counter()
     g = flow_graph(topology, links)
     r = root_index(g, root)
     bound = single_source_bound(g, r, "broadcast", g.nodes[r])
     return _pack(topology, g, [int(np.nonzero(g.ranks == r)[0][0])], bound, "broadcast", method, threshold,
-                 minimize_trees, max_rounds, eps, allow_partial, t0, tol)
+                 minimize_trees, max_rounds, eps, allow_partial, t0, tol, routed=routed)
 
 
 def pack_reduce(topology, root: str | int, links: LinkSelector = "all", method: str = "exact", *,
                 threshold: float = 0.01, minimize_trees: bool = True, max_rounds: int | None = None,
-                eps: float = 0.1, allow_partial: bool = False, tol: float = 1e-6) -> TreePacking:
-    """Weighted in-trees into ``root``: a broadcast packing of the reversed graph, reversed."""
+                eps: float = 0.1, allow_partial: bool = False, tol: float = 1e-6,
+                routed: bool = False) -> TreePacking:
+    """Weighted in-trees into ``root``: a broadcast packing of the reversed graph, reversed
+    (``routed``: as :func:`pack_broadcast` takes it)."""
     t0 = time.perf_counter()
     g = flow_graph(topology, links)
     r = root_index(g, root)
     rg = g.reversed()
     bound = single_source_bound(rg, r, "reduce", g.nodes[r])
     return _pack(topology, rg, [int(np.nonzero(g.ranks == r)[0][0])], bound, "reduce", method, threshold,
-                 minimize_trees, max_rounds, eps, allow_partial, t0, tol)
+                 minimize_trees, max_rounds, eps, allow_partial, t0, tol, routed=routed)
 
 
 def pack_allgather(topology, links: LinkSelector = "all", *, threshold: float = 0.01,

@@ -105,9 +105,10 @@ STRATEGIES: tuple[Strategy, ...] = (
              # the per-root packings, built anew for every size compared
              simulated_rank_limits=dict.fromkeys(("allgather", "reducescatter", "broadcast", "reduce"),
                                                  SIMULATED_RANKS),
-             # the pipelined candidates, the NVLink-only broadcast and the switch broadcast's
-             # chunk count are chosen by their simulated time at the request's size
-             size_dependent=("allreduce", "allgather", "reducescatter", "broadcast")),
+             # the pipelined candidates, the broadcast and reduce trees a file runs as
+             # planned and the switch broadcast's chunk count are chosen by their
+             # simulated time at the request's size
+             size_dependent=("allreduce", "allgather", "reducescatter", "broadcast", "reduce")),
     Strategy("binary-trees", ALLREDUCE, synth_binary_trees,
              "MXNet tree all-reduce proposal: balanced max-weight binary trees, one per root", {"allreduce": 32},
              size_dependent=ALLREDUCE),  # one tree below MXNet's size threshold

@@ -152,7 +152,7 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
             return switch
     if collective in ("broadcast", "reduce"):
         result = _single_root_trees(request, name)
-        return _faster_over_nvlink(request, result, name) if collective == "broadcast" else result
+        return _faster_as_written(request, result, name)
     if collective in ("allgather", "reducescatter"):
         result = _per_root_trees(request, name)
         return _fastest_pipelined(request, result, name, _per_root_trees)
@@ -170,9 +170,9 @@ def _reference_size(request: SynthesisRequest) -> int:
     return min(request.size or TREES_REFERENCE_SIZE, LOOPED_CALL)
 
 
-def _single_root_trees(request: SynthesisRequest, name: str) -> SynthesisResult:
+def _single_root_trees(request: SynthesisRequest, name: str, routed: bool = False) -> SynthesisResult:
     """Broadcast or reduce on one packing of out- or in-trees (Blink), rounded to chunks
-    and lowered."""
+    and lowered (``routed``: every hop on its pair's runtime route)."""
     from arborcc.synth.lower_emit import lower_broadcast, lower_reduce
     from arborcc.synth.lower_search import within_limits
     from arborcc.synth.packing import pack_broadcast, pack_reduce
@@ -181,7 +181,7 @@ def _single_root_trees(request: SynthesisRequest, name: str) -> SynthesisResult:
 
     topology, collective = request.topology, request.collective
     pack = pack_broadcast if collective == "broadcast" else pack_reduce
-    packing = pack(topology, topology.ranks[request.root], request.links, threshold=TOLERANCE)
+    packing = pack(topology, topology.ranks[request.root], request.links, threshold=TOLERANCE, routed=routed)
     a = _apportion(topology, list(packing.trees), packing.rate)
     lower = lower_broadcast if collective == "broadcast" else lower_reduce
     used = [t for t, c in zip(packing.trees, a.counts) if c]
@@ -189,22 +189,29 @@ def _single_root_trees(request: SynthesisRequest, name: str) -> SynthesisResult:
                             takes_rounds=True, takes_fuse=True)
     return SynthesisResult.from_lowered(
         "trees", request, lowered,
-        [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees ({packing.method}), "
+        [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees ({packing.method}"
+         f"{', on the runtime routes' if routed else ''}), "
          f"{a.chunks} chunks"], used, [c for c in a.counts if c])
 
 
-def _faster_over_nvlink(request: SynthesisRequest, result: SynthesisResult, name: str) -> SynthesisResult:
-    """``result`` (the broadcast trees over every link), or the trees over NVLink alone
-    where the machine has other links too and the simulator times their file at least
-    10% faster (:data:`PIPELINED_MARGIN`) as written at the request's size (:data:`TREES_REFERENCE_SIZE` without one; calls above
-    :data:`LOOPED_CALL` as 1 GiB).
+def _faster_as_written(request: SynthesisRequest, result: SynthesisResult, name: str) -> SynthesisResult:
+    """``result`` (the broadcast or reduce trees over every link), or the fastest of two packings
+    whose hops a file takes as planned, where the simulator times its file at least 10%
+    faster (:data:`PIPELINED_MARGIN`) as written at the request's size
+    (:data:`TREES_REFERENCE_SIZE` without one; calls above :data:`LOOPED_CALL` as 1 GiB):
+    the trees over NVLink alone, where the machine has other links too, and the trees
+    whose every hop takes its pair's runtime route
+    (:func:`arborcc.synth.packing.pack_broadcast` with ``routed``), where ``result``
+    relays a hop elsewhere.
 
     A packing over every link routes hops over PCIe between GPUs an NVLink joins; MSCCL
     XML names no route, so the runtime sends them over the NVLink, which then carries
     more than its share (DGX-1P: planned 16,300 us at 1 GiB, 22,986 us as written), and
     its hundreds of chunks per loop pipeline only through the steps of one loop. The
     NVLink trees are few, with few chunks: DGX-1P at 64 MiB 42.4 GB/s busbw over every
-    link, 54.1 over NVLink (NCCL's ring 37.5); at 1 GiB 46.7 and 66.0."""
+    link, 54.1 over NVLink (NCCL's ring 37.5); at 1 GiB 46.7 and 66.0. The routed trees
+    also use the routes between GPUs no NVLink joins (across the CPUs' link): DGX-1V
+    GPUs 0,1,4,5 pack 70 GB/s that way against 50 over NVLink alone."""
     from dataclasses import replace
 
     from arborcc.errors import SynthesisError
@@ -214,23 +221,39 @@ def _faster_over_nvlink(request: SynthesisRequest, result: SynthesisResult, name
     from arborcc.topology.model import LinkKind
 
     topology = request.topology
-    kinds = {l.kind for l in topology.links.values()}
-    if request.links != "all" or LinkKind.NVLINK not in kinds or kinds <= {LinkKind.NVLINK}:
+    if request.links != "all":
         return result
-    try:
+
+    def nvlink() -> SynthesisResult:
         check_strongly_connected(flow_graph(topology, "nvlink"), request.collective)
         bound = collective_bound(topology, request.collective, request.root, "nvlink")
-        nvlink = _single_root_trees(replace(request, links="nvlink", bound=bound), name)
-    except SynthesisError:
-        return result  # NVLink alone does not reach every rank
-    nvlink.bound = request.bound.algbw
-    size = _reference_size(request)
-    times = [time_as_written(r.algorithm, topology, size) for r in (result, nvlink)]
-    if times[1] >= PIPELINED_MARGIN * times[0]:
+        out = _single_root_trees(replace(request, links="nvlink", bound=bound), name)
+        out.bound = request.bound.algbw
+        return out
+
+    kinds = {l.kind for l in topology.links.values()}
+    builders = []
+    if LinkKind.NVLINK in kinds and not kinds <= {LinkKind.NVLINK}:
+        builders.append(("the trees over NVLink alone", nvlink))
+    if any(tuple(h.path) != topology.route(h.src, h.dst).path for t in result.trees for h in t.hops):
+        builders.append(("the trees on the runtime's routes", lambda: _single_root_trees(request, name, True)))
+    if not builders:
         return result
-    nvlink.notes.append(f"the trees over NVLink alone: simulated {times[1] * 1e6:.0f} us at {size} bytes, more "
-                        f"than 10% faster than the {times[0] * 1e6:.0f} us of the trees over every link as written")
-    return nvlink
+    size = _reference_size(request)
+    planned = time_as_written(result.algorithm, topology, size)
+    best, best_time, how = result, PIPELINED_MARGIN * planned, ""
+    for label, build in builders:
+        try:
+            candidate = build()
+        except SynthesisError:
+            continue  # NVLink alone does not reach every rank
+        t = time_as_written(candidate.algorithm, topology, size)
+        if t < best_time:
+            best, best_time, how = candidate, t, label
+    if best is not result:
+        best.notes.append(f"{how}: simulated {best_time * 1e6:.0f} us at {size} bytes, more than 10% faster than "
+                          f"the {planned * 1e6:.0f} us of the trees over every link as written")
+    return best
 
 
 #: chunks per tree the candidates of :func:`_switch_broadcast` carry, one chunk per transfer
