@@ -83,9 +83,19 @@ def test_synth_says_how_much_faster_than_nccl_where_it_is(capsys):
     assert f"{summary['nccl_time_us'] / summary['time_us']:.2f}x faster than NCCL" in out
 
 
-def test_synth_says_what_relays_the_file_cannot_express_would_gain(capsys):
-    # Blink's fragmented allocation: the trees relay gpu4 -> gpu5 over PCIe, the XML cannot
-    summary = synth_json(capsys, "--machine", "dgx1v", "--gpus", "1,4,5,6", "--size", "64M", "--strategy", "trees")
+def test_synth_says_what_relays_the_file_cannot_express_would_gain(capsys, monkeypatch):
+    # Blink's fragmented allocation: the trees at full precision relay gpu4 -> gpu5 over
+    # PCIe, the XML cannot
+    monkeypatch.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)
+    args = ("--machine", "dgx1v", "--gpus", "1,4,5,6", "--size", "64M", "--strategy", "trees")
+    summary = synth_json(capsys, *args)
     assert summary["planned_time_us"] < summary["time_us"]
     [note] = [n for n in summary["notes"] if n.startswith("planned")]
     assert "cannot express" in note and f"as written {summary['time_us']:.1f} us" in note
+    # by default the trees on the runtime's routes replace them there: the file runs as
+    # planned, more than 10% faster than the relaying trees as written
+    monkeypatch.undo()
+    routed = synth_json(capsys, *args)
+    assert routed["planned_time_us"] is None
+    assert any("on the runtime's routes" in n for n in routed["notes"]), routed["notes"]
+    assert routed["time_us"] < 0.9 * summary["time_us"]

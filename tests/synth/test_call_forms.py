@@ -86,15 +86,16 @@ def test_in_place_call_is_no_slower_than_the_in_place_only_program(form):
     assert r.time <= fastest.time
 
 
-def test_a_faster_program_for_both_forms_is_not_swapped_in_silently():
-    # on DGX-1V GPUs 1,4,5,6 the out-of-place trees (31 rounds) simulate 12% faster than the
-    # in-place ones (46 rounds): another version, not the same time - the note says so
+def test_a_program_for_both_forms_at_another_time_is_not_swapped_in_silently():
+    # on DGX-1V GPUs 1,4,5,6 the trees' program correct in both forms is another version
+    # (other rounds), 5% slower at 64 MiB: not the same time - the note says so, with its time
     r = synthesize(dgx1v_1456(), "allreduce", "trees", size=64 << 20)
     assert r.report.modes == ["in-place"]
-    assert any("correct in both forms simulates at another time" in note for note in r.notes)
     both = synthesize(dgx1v_1456(), "allreduce", "trees", size=64 << 20, form="out-of-place")
     assert set(both.report.modes) == {"in-place", "out-of-place"}
-    assert both.time < r.time
+    assert abs(both.time - r.time) > 0.01 * r.time
+    assert any(f"correct in both forms simulates at another time ({both.time * 1e6:.1f} us)" in note
+               for note in r.notes), r.notes
 
 
 def test_default_claims_both_forms_where_one_program_costs_nothing():

@@ -50,13 +50,20 @@ def test_rounds_are_not_raised_past_the_chunks_a_block_has():
     assert _longest(kept.algorithm) <= 64
 
 
+def _packed_rate(notes) -> float:
+    """The rate (B/s) of the packing the trees were apportioned from, as their note states it."""
+    return float(re.search(r"\(Blink 3\.3\) at ([0-9.]+) GB/s", notes[0]).group(1)) * 1e9
+
+
 def test_raised_rounds_keep_the_lowering_within_every_dialect():
     topo = induced(build_machine("dgx1v"), ["gpu1", "gpu4", "gpu5", "gpu6"])
     r = synthesize(topo, "allreduce", "trees")
     rounds = _rounds(r.notes)
     assert rounds > PIPELINE_ROUNDS[0]
     assert _longest(r.algorithm) <= 64 and not check_dialect_limits(r.algorithm, "executor")
-    assert r.ratio >= 0.99  # the same trees and chunks: only the transfers are cut finer
+    # the same trees and chunks: only the transfers are cut finer (the trees on the
+    # runtime's routes, below the bound that relays reach, are the faster file here)
+    assert r.algbw >= 0.99 * _packed_rate(r.notes)
     assert_executes(r.algorithm, elems=1)
 
 
@@ -104,12 +111,12 @@ def test_dgx1v_allreduce_takes_the_candidate_whose_file_is_fastest(dgx1v_allredu
 
 def test_no_candidate_is_tried_where_the_loop_pipelines():
     """DGX-1V GPUs 1,4,5,6: 512 chunks per loop, so a 1 GiB call runs the loop twice:
-    the trees at full precision stay (and reach the bound)."""
+    the trees at full precision stay (and reach their packing's rate)."""
     topo = induced(build_machine("dgx1v"), ["gpu1", "gpu4", "gpu5", "gpu6"])
     r = synthesize(topo, "allreduce", "trees")
     assert r.algorithm.chunks_per_loop == 512
     assert not any("full precision" in n for n in r.notes)
-    assert r.ratio >= 0.99
+    assert r.algbw >= 0.99 * _packed_rate(r.notes)
 
 
 @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

@@ -729,9 +729,10 @@ def pack_reduce(topology, root: str | int, links: LinkSelector = "all", method: 
 
 def pack_allgather(topology, links: LinkSelector = "all", *, threshold: float = 0.01,
                    minimize_trees: bool = False, max_rounds: int | None = None, allow_partial: bool = False,
-                   tol: float = 1e-6, bound: Bound | None = None) -> TreePacking:
+                   tol: float = 1e-6, bound: Bound | None = None, routed: bool = False) -> TreePacking:
     """Out-trees rooted at every rank sharing the links, each root at the same rate,
-    reaching the all-gather bound (ForestColl; exact column generation).
+    reaching the all-gather bound (ForestColl; exact column generation); ``routed``: as
+    :func:`pack_broadcast` takes it.
 
     The LP's basic optimum already uses at most ``links + ranks`` trees, so tree-count
     minimisation is off by default; ``minimize_trees=True`` trades up to ``threshold``
@@ -742,16 +743,17 @@ def pack_allgather(topology, links: LinkSelector = "all", *, threshold: float = 
     g = flow_graph(topology, links)
     bound = bound or allgather_cut_bound(g, "allgather")
     return _pack(topology, g, list(range(len(g.ranks))), bound, "allgather", "exact", threshold,
-                 minimize_trees, max_rounds, 0.1, allow_partial, t0, tol)
+                 minimize_trees, max_rounds, 0.1, allow_partial, t0, tol, routed=routed)
 
 
 def pack_reducescatter(topology, links: LinkSelector = "all", *, threshold: float = 0.01,
                        minimize_trees: bool = False, max_rounds: int | None = None, allow_partial: bool = False,
-                       tol: float = 1e-6, bound: Bound | None = None) -> TreePacking:
+                       tol: float = 1e-6, bound: Bound | None = None, routed: bool = False) -> TreePacking:
     """In-trees into every rank: the all-gather packing of the reversed graph, reversed
-    (``bound``: the reduce-scatter bound when already computed)."""
+    (``bound``: the reduce-scatter bound when already computed; ``routed``: as
+    :func:`pack_broadcast` takes it)."""
     t0 = time.perf_counter()
     g = flow_graph(topology, links).reversed()
     bound = bound or allgather_cut_bound(g, "reducescatter")
     return _pack(topology, g, list(range(len(g.ranks))), bound, "reducescatter", "exact", threshold,
-                 minimize_trees, max_rounds, 0.1, allow_partial, t0, tol)
+                 minimize_trees, max_rounds, 0.1, allow_partial, t0, tol, routed=routed)
