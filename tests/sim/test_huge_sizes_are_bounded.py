@@ -100,7 +100,9 @@ def test_sizes_up_to_1_gib_give_the_same_time_as_before_the_bound(machine, strat
     engine.forget_runs()
     r = simulate(candidate.algorithm, topology, size, protocol, routes=candidate.routes)
     assert r.iterations == iterations
-    assert r.time == before
+    # the same time; extrapolated from a later probe where two estimates agreed (three
+    # must now), it may differ in the last bits
+    assert r.time == pytest.approx(before, rel=1e-12)
 
 
 def cli(capsys, *args: str) -> tuple[int, str]:

@@ -9,12 +9,13 @@ with the fastest protocol (LL, LL128, Simple) per size - what ``arborcc compare`
   simulated at this size (a call does not get faster with more bytes; the margin covers
   the small dips where one more pipelined iteration starts); the last size's winner is
   simulated first;
-* given ``least_seconds_per_byte`` (the least time per byte the algorithm's link loads
-  allow at full wire efficiency, :func:`arborcc.sim.bandwidth.attainable_algbw`), a
-  protocol whose least time at a size (that time over its wire efficiency: LL moves half
-  a payload byte per wire byte) is already no less than the best time found there is
-  not simulated: no simulation beats its link loads. At one size (``synth``) the
-  protocols go in the order of that least time plus their base latency.
+* the least time per byte the algorithm's link loads allow at full wire efficiency
+  (``least_seconds_per_byte``, by default worked out here:
+  :func:`arborcc.sim.bandwidth.attainable_algbw` of its loads on the routes it runs, at
+  the profile's link efficiencies): a protocol whose least time at a size (that time
+  over its wire efficiency: LL moves half a payload byte per wire byte) is already no
+  less than the best time found there is not simulated, since no simulation beats its
+  link loads. The protocols go in the order of that least time plus their base latency.
 
 Each rule skips only a protocol that cannot be the fastest at that size, so the
 protocol and time at a size do not depend on which other sizes are swept with it:
@@ -54,6 +55,8 @@ def protocol_sweep(algo: Algorithm, topology: Topology, sizes: Sequence[int], pr
         return (s * least_seconds_per_byte / PROTOCOL_MODELS[p].wire_efficiency
                 if least_seconds_per_byte else 0.0)
 
+    if least_seconds_per_byte is None:
+        least_seconds_per_byte = _least_seconds_per_byte(algo, topology, fidelity, routes)
     alive = [p for p in BY_BANDWIDTH if p in {protocol_name(q) for q in protocols}]
     best_at: dict[int, SimResult] = {}
     last: dict[str, float] = {}  # each protocol's time at the largest size it was simulated at
@@ -75,14 +78,28 @@ def protocol_sweep(algo: Algorithm, topology: Topology, sizes: Sequence[int], pr
     return [best_at[s] for s in sizes]
 
 
-def time_as_written(algo: Algorithm, topology: Topology, size: int) -> float:
-    """Seconds ``algo``'s file takes at ``size`` bytes as it runs: no routes (a file names
-    none), its fastest protocol there - the time synth reports and ``arborcc simulate``
-    gives. A protocol whose link loads alone take longer than the fastest simulated is not
-    simulated (as ``auto`` ranks: the least is the same; LL at 1 GiB took 8 s of the 9 s a
-    DGX-1V candidate's sweep took)."""
+def _least_seconds_per_byte(algo: Algorithm, topology: Topology, fidelity: Fidelity | None,
+                            routes: dict | None) -> float | None:
+    """The least seconds per byte of a call of ``algo`` that its link loads allow at the
+    profile's link efficiencies (None: not known - a program whose switch reduces, whose
+    loads the steady-state model does not count)."""
+    from arborcc.errors import ArborccError
     from arborcc.sim.bandwidth import attainable_algbw, steady_state_bandwidth
     from arborcc.sim.fidelity import fidelity_for
 
-    algbw = attainable_algbw(steady_state_bandwidth(algo, topology), topology, fidelity_for(topology).efficiency)
-    return protocol_sweep(algo, topology, [size], protocols=BY_BANDWIDTH, least_seconds_per_byte=1 / algbw)[0].time
+    if algo.switch_traffic is not None:
+        return None
+    try:
+        estimate = steady_state_bandwidth(algo, topology, routes)
+    except ArborccError:
+        return None
+    algbw = attainable_algbw(estimate, topology, (fidelity or fidelity_for(topology)).efficiency)
+    return 1 / algbw if 0 < algbw < float("inf") else None
+
+
+def time_as_written(algo: Algorithm, topology: Topology, size: int) -> float:
+    """Seconds ``algo``'s file takes at ``size`` bytes as it runs: no routes (a file names
+    none), its fastest protocol there - the time synth reports and ``arborcc simulate``
+    gives (a protocol whose link loads alone take longer than the fastest simulated is not
+    simulated: LL at 1 GiB took 8 s of the 9 s a DGX-1V candidate's sweep took)."""
+    return protocol_sweep(algo, topology, [size], protocols=BY_BANDWIDTH)[0].time
