@@ -1,8 +1,9 @@
-"""Broadcast trees a file runs as planned. A packing over every link routes hops over PCIe
-between GPUs an NVLink joins, which the file (MSCCL XML names no route) sends over the
-NVLink. Two packings whose hops the file takes as planned replace it where their file
-simulates at least 10% faster: the trees over NVLink alone, and the trees whose every hop
-takes its pair's runtime route (which also use the routes between GPUs no NVLink joins)."""
+"""Trees a file runs as planned. A packing over every link routes hops over PCIe between
+GPUs an NVLink joins, which the file (MSCCL XML names no route) sends over the NVLink.
+Packings whose hops the file takes as planned replace it where their file simulates at
+least 10% faster: the trees whose every hop takes its pair's runtime route (which also
+use the routes between GPUs no NVLink joins), and for broadcast and reduce the trees over
+NVLink alone."""
 
 import pytest
 
@@ -69,3 +70,20 @@ def test_routed_packings_reach_the_file_bound_on_the_runtime_routes(machine, gpu
 def test_nvlink_only_machines_keep_the_packing():
     r = synthesize(build_machine("dgx1v"), "broadcast", "trees", links="nvlink", size=64 * MiB)
     assert not any(label in n for n in r.notes for label in AS_WRITTEN)
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce"])
+def test_per_root_and_allreduce_trees_take_the_runtime_routes_where_faster_and_compute(collective, monkeypatch):
+    """DGX-1V GPUs 0,1,2,5: the packing over every link relays over PCIe beside NVLinks;
+    the trees on the runtime's routes run as planned, more than 10% faster, and compute
+    the collective (verifier and the numpy executor)."""
+    t = induced(build_machine("dgx1v"), ["gpu0", "gpu1", "gpu2", "gpu5"])
+    r = synthesize(t, collective, "trees", size=1 << 30)
+    assert any("on the runtime's routes" in n for n in r.notes), r.notes
+    assert on_runtime_routes(t, r.trees) and r.planned_time is None
+    assert verify_algorithm(r.algorithm).ok
+    assert_executes(r.algorithm, seed=4)
+    monkeypatch.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)  # the packing over every link
+    every_link = synthesize(t, collective, "trees", size=1 << 30)
+    assert not on_runtime_routes(t, every_link.trees)
+    assert r.time <= 0.9 * every_link.time
