@@ -164,7 +164,7 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
     return _as_written_or_routed(request, name, _tree_allreduce_family)
 
 
-def _on_runtime_routes(topology, trees) -> bool:
+def _on_runtime_routes(topology: Topology, trees: list[Tree]) -> bool:
     """Whether every hop of ``trees`` takes its pair's runtime route (a file runs it as planned)."""
     return all(tuple(h.path) == topology.route(h.src, h.dst).path for t in trees for h in t.hops)
 
@@ -286,8 +286,8 @@ def _faster_as_written(request: SynthesisRequest, result: SynthesisResult, name:
     if not builders:
         return result
     size = _reference_size(request)
-    planned = time_as_written(result.algorithm, topology, size)
-    best, best_time, how = result, PIPELINED_MARGIN * planned, ""
+    every_link = time_as_written(result.algorithm, topology, size)
+    best, best_time, how = result, PIPELINED_MARGIN * every_link, ""
     for label, build in builders:
         try:
             candidate = build()
@@ -298,7 +298,7 @@ def _faster_as_written(request: SynthesisRequest, result: SynthesisResult, name:
             best, best_time, how = candidate, t, label
     if best is not result:
         best.notes.append(f"{how}: simulated {best_time * 1e6:.0f} us at {size} bytes, more than 10% faster than "
-                          f"the {planned * 1e6:.0f} us of the trees over every link as written")
+                          f"the {every_link * 1e6:.0f} us of the trees over every link as written")
     return best
 
 
