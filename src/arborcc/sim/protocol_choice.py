@@ -56,7 +56,7 @@ def protocol_sweep(algo: Algorithm, topology: Topology, sizes: Sequence[int], pr
                 if least_seconds_per_byte else 0.0)
 
     if least_seconds_per_byte is None:
-        least_seconds_per_byte = _least_seconds_per_byte(algo, topology, fidelity, routes)
+        least_seconds_per_byte = link_load_seconds_per_byte(algo, topology, fidelity, routes)
     alive = [p for p in BY_BANDWIDTH if p in {protocol_name(q) for q in protocols}]
     best_at: dict[int, SimResult] = {}
     last: dict[str, float] = {}  # each protocol's time at the largest size it was simulated at
@@ -78,8 +78,8 @@ def protocol_sweep(algo: Algorithm, topology: Topology, sizes: Sequence[int], pr
     return [best_at[s] for s in sizes]
 
 
-def _least_seconds_per_byte(algo: Algorithm, topology: Topology, fidelity: Fidelity | None,
-                            routes: dict | None) -> float | None:
+def link_load_seconds_per_byte(algo: Algorithm, topology: Topology, fidelity: Fidelity | None = None,
+                               routes: dict | None = None) -> float | None:
     """The least seconds per byte of a call of ``algo`` that its link loads allow at the
     profile's link efficiencies (None: not known - a program whose switch reduces, whose
     loads the steady-state model does not count)."""

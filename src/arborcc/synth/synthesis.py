@@ -108,16 +108,6 @@ def _fastest_protocol(algo: Algorithm, topology: Topology, size: int, protocols:
     return fastest.time, Protocol(fastest.protocol)
 
 
-def _attainable_algbw(algo: Algorithm, topology: Topology) -> float:
-    """The most bytes per second ``algo`` as written can reach with any protocol: its link
-    loads at the fidelity profile's link efficiencies (``attainable_algbw`` of the
-    written routes; no simulation beats it)."""
-    from arborcc.sim.bandwidth import attainable_algbw, steady_state_bandwidth
-    from arborcc.sim.fidelity import fidelity_for
-
-    return attainable_algbw(steady_state_bandwidth(algo, topology), topology, fidelity_for(topology).efficiency)
-
-
 def _with_protocol(result: SynthesisResult, protocol: Protocol) -> None:
     """Make ``result``'s algorithm declare ``protocol`` (its file is written with it)."""
     if result.algorithm.protocol is not protocol:
@@ -137,7 +127,10 @@ def _simulated_times(results: list[SynthesisResult], fits: dict, topology: Topol
     and this one does not) or is as preferred and its time is already below this one's
     least time. One the simulator cannot compile (steps that do not pair up) gets None,
     for the verifier to reject with its reason."""
-    least = {id(r): size / _attainable_algbw(r.algorithm, topology) for r in results}
+    from arborcc.sim.protocol_choice import link_load_seconds_per_byte
+
+    per_byte = {id(r): link_load_seconds_per_byte(r.algorithm, topology) or 0.0 for r in results}
+    least = {key: size * seconds for key, seconds in per_byte.items()}
     times: dict[int, float] = {}
     for r in sorted(results, key=lambda r: (not fits.get(id(r), True), least[id(r)])):
         fit = fits.get(id(r), True)
@@ -148,7 +141,7 @@ def _simulated_times(results: list[SynthesisResult], fits: dict, topology: Topol
         if progress:
             progress(f"simulating the {r.strategy} algorithm at {format_size(size)}")
         try:
-            times[id(r)], protocol = _fastest_protocol(r.algorithm, topology, size, protocols, least[id(r)] / size)
+            times[id(r)], protocol = _fastest_protocol(r.algorithm, topology, size, protocols, per_byte[id(r)])
         except VerificationError:  # its connections do not pair up: not a candidate
             times[id(r)] = None
             continue
@@ -192,8 +185,7 @@ def _time_as_written(result: SynthesisResult, topology: Topology, size: int, siz
     else:
         # a protocol whose link loads alone take longer than the fastest simulated is not
         # simulated: it cannot be the fastest (LL at 64 MiB took 2 s of a trees candidate's 2.5 s)
-        result.time, protocol = _fastest_protocol(result.algorithm, topology, size, protocols,
-                                                  1 / _attainable_algbw(result.algorithm, topology))
+        result.time, protocol = _fastest_protocol(result.algorithm, topology, size, protocols)
         if protocol is not result.algorithm.protocol:
             verified_as, report = result.algorithm, result.report
             _with_protocol(result, protocol)

@@ -155,7 +155,7 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
             return switch
     if collective in ("broadcast", "reduce"):
         result = _single_root_trees(request, name)
-        return _faster_as_written(request, result, name)
+        return _as_written_single_root(request, result, name)
     if collective in ("allgather", "reducescatter"):
         return _as_written_or_routed(request, name, _per_root_trees)
     # all-reduce: reduce-scatter + all-gather on per-root trees, or reduce + broadcast
@@ -183,26 +183,13 @@ def _as_written_or_routed(request: SynthesisRequest, name: str,
     routes."""
     from functools import partial
 
-    from arborcc.errors import SynthesisError
-    from arborcc.sim.protocol_choice import time_as_written
-
     result = _fastest_pipelined(request, family(request, name), name, family)
-    topology = request.topology
-    if request.links != "all" or _on_runtime_routes(topology, result.trees):
+    if request.links != "all" or _on_runtime_routes(request.topology, result.trees):
         return result
     on_routes = partial(family, routed=True)
-    try:
-        routed = _fastest_pipelined(request, on_routes(request, name), name, on_routes)
-    except SynthesisError:
-        return result
-    size = _reference_size(request)
-    times = [time_as_written(r.algorithm, topology, size) for r in (result, routed)]
-    if times[1] >= PIPELINED_MARGIN * times[0]:
-        return result
-    routed.notes.append(f"the trees on the runtime's routes: simulated {times[1] * 1e6:.0f} us at {size} bytes, "
-                        f"more than 10% faster than the {times[0] * 1e6:.0f} us of the trees over every link as "
-                        f"written")
-    return routed
+    return _faster_as_written(request, result, [
+        ("the trees on the runtime's routes", lambda: _fastest_pipelined(request, on_routes(request, name), name,
+                                                                        on_routes))])
 
 
 def _reference_size(request: SynthesisRequest) -> int:
@@ -240,15 +227,12 @@ def _single_root_trees(request: SynthesisRequest, name: str, routed: bool = Fals
          f"{a.chunks} chunks"], used, [c for c in a.counts if c])
 
 
-def _faster_as_written(request: SynthesisRequest, result: SynthesisResult, name: str) -> SynthesisResult:
-    """``result`` (the broadcast or reduce trees over every link), or the fastest of two packings
-    whose hops a file takes as planned, where the simulator times its file at least 10%
-    faster (:data:`PIPELINED_MARGIN`) as written at the request's size
-    (:data:`TREES_REFERENCE_SIZE` without one; calls above :data:`LOOPED_CALL` as 1 GiB):
-    the trees over NVLink alone, where the machine has other links too, and the trees
-    whose every hop takes its pair's runtime route
-    (:func:`arborcc.synth.packing.pack_broadcast` with ``routed``), where ``result``
-    relays a hop elsewhere.
+def _as_written_single_root(request: SynthesisRequest, result: SynthesisResult, name: str) -> SynthesisResult:
+    """``result`` (the broadcast or reduce trees over every link), or one of two packings
+    whose hops a file takes as planned (:func:`_faster_as_written`): the trees over
+    NVLink alone, where the machine has other links too, and the trees whose every hop
+    takes its pair's runtime route (:func:`arborcc.synth.packing.pack_broadcast` with
+    ``routed``), where ``result`` relays a hop elsewhere.
 
     A packing over every link routes hops over PCIe between GPUs an NVLink joins; MSCCL
     XML names no route, so the runtime sends them over the NVLink, which then carries
@@ -260,8 +244,6 @@ def _faster_as_written(request: SynthesisRequest, result: SynthesisResult, name:
     GPUs 0,1,4,5 pack 70 GB/s that way against 50 over NVLink alone."""
     from dataclasses import replace
 
-    from arborcc.errors import SynthesisError
-    from arborcc.sim.protocol_choice import time_as_written
     from arborcc.synth.bounds import collective_bound
     from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
     from arborcc.topology.model import LinkKind
@@ -283,16 +265,29 @@ def _faster_as_written(request: SynthesisRequest, result: SynthesisResult, name:
         builders.append(("the trees over NVLink alone", nvlink))
     if not _on_runtime_routes(topology, result.trees):
         builders.append(("the trees on the runtime's routes", lambda: _single_root_trees(request, name, True)))
+    return _faster_as_written(request, result, builders)
+
+
+def _faster_as_written(request: SynthesisRequest, result: SynthesisResult,
+                       builders: list[tuple[str, Callable[[], SynthesisResult]]]) -> SynthesisResult:
+    """``result`` (trees packed over every link), or the fastest of the candidates
+    ``builders`` make ((label, build) each; one that cannot be built is skipped) whose
+    file the simulator times at least 10% faster (:data:`PIPELINED_MARGIN`) as written at
+    the request's size (:data:`TREES_REFERENCE_SIZE` without one; calls above
+    :data:`LOOPED_CALL` as 1 GiB), with a note saying so."""
+    from arborcc.errors import SynthesisError
+    from arborcc.sim.protocol_choice import time_as_written
+
     if not builders:
         return result
-    size = _reference_size(request)
+    topology, size = request.topology, _reference_size(request)
     every_link = time_as_written(result.algorithm, topology, size)
     best, best_time, how = result, PIPELINED_MARGIN * every_link, ""
     for label, build in builders:
         try:
             candidate = build()
-        except SynthesisError:
-            continue  # NVLink alone does not reach every rank
+        except SynthesisError:  # e.g. NVLink alone does not reach every rank
+            continue
         t = time_as_written(candidate.algorithm, topology, size)
         if t < best_time:
             best, best_time, how = candidate, t, label
