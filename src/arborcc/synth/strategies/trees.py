@@ -242,6 +242,19 @@ def _as_written_single_root(request: SynthesisRequest, result: SynthesisResult, 
     link, 54.1 over NVLink (NCCL's ring 37.5); at 1 GiB 46.7 and 66.0. The routed trees
     also use the routes between GPUs no NVLink joins (across the CPUs' link): DGX-1V
     GPUs 0,1,4,5 pack 70 GB/s that way against 50 over NVLink alone."""
+    topology = request.topology
+    if request.links != "all":
+        return result
+    builders = [("the trees over NVLink alone", build) for build in _over_nvlink(request, name, _single_root_trees)]
+    if not _on_runtime_routes(topology, result.trees):
+        builders.append(("the trees on the runtime's routes", lambda: _single_root_trees(request, name, True)))
+    return _faster_as_written(request, result, builders)
+
+
+def _over_nvlink(request: SynthesisRequest, name: str,
+                 family: Callable[..., SynthesisResult]) -> list[Callable[[], SynthesisResult]]:
+    """What builds ``family``'s trees over NVLink alone (judged against the bound over
+    every link), where the machine has NVLink and other links; else nothing."""
     from dataclasses import replace
 
     from arborcc.synth.bounds import collective_bound
@@ -249,40 +262,35 @@ def _as_written_single_root(request: SynthesisRequest, result: SynthesisResult, 
     from arborcc.topology.model import LinkKind
 
     topology = request.topology
-    if request.links != "all":
-        return result
+    kinds = {l.kind for l in topology.links.values()}
+    if LinkKind.NVLINK not in kinds or kinds <= {LinkKind.NVLINK}:
+        return []
 
-    def nvlink() -> SynthesisResult:
+    def build() -> SynthesisResult:
         check_strongly_connected(flow_graph(topology, "nvlink"), request.collective)
         bound = collective_bound(topology, request.collective, request.root, "nvlink")
-        out = _single_root_trees(replace(request, links="nvlink", bound=bound), name)
+        out = family(replace(request, links="nvlink", bound=bound), name)
         out.bound = request.bound.algbw
         return out
-
-    kinds = {l.kind for l in topology.links.values()}
-    builders = []
-    if LinkKind.NVLINK in kinds and not kinds <= {LinkKind.NVLINK}:
-        builders.append(("the trees over NVLink alone", nvlink))
-    if not _on_runtime_routes(topology, result.trees):
-        builders.append(("the trees on the runtime's routes", lambda: _single_root_trees(request, name, True)))
-    return _faster_as_written(request, result, builders)
+    return [build]
 
 
 def _faster_as_written(request: SynthesisRequest, result: SynthesisResult,
-                       builders: list[tuple[str, Callable[[], SynthesisResult]]]) -> SynthesisResult:
-    """``result`` (trees packed over every link), or the fastest of the candidates
-    ``builders`` make ((label, build) each; one that cannot be built is skipped) whose
-    file the simulator times at least 10% faster (:data:`PIPELINED_MARGIN`) as written at
-    the request's size (:data:`TREES_REFERENCE_SIZE` without one; calls above
-    :data:`LOOPED_CALL` as 1 GiB), with a note saying so."""
+                       builders: list[tuple[str, Callable[[], SynthesisResult]]],
+                       than: str = "the {us:.0f} us of the trees over every link as written") -> SynthesisResult:
+    """``result``, or the fastest of the candidates ``builders`` make ((label, build)
+    each; one that cannot be built is skipped) whose file the simulator times at least
+    10% faster (:data:`PIPELINED_MARGIN`) as written at the request's size
+    (:data:`TREES_REFERENCE_SIZE` without one; calls above :data:`LOOPED_CALL` as 1 GiB),
+    with a note saying so and what it beat (``than``, given ``result``'s time as ``us``)."""
     from arborcc.errors import SynthesisError
     from arborcc.sim.protocol_choice import time_as_written
 
     if not builders:
         return result
     topology, size = request.topology, _reference_size(request)
-    every_link = time_as_written(result.algorithm, topology, size)
-    best, best_time, how = result, PIPELINED_MARGIN * every_link, ""
+    beaten = time_as_written(result.algorithm, topology, size)
+    best, best_time, how = result, PIPELINED_MARGIN * beaten, ""
     for label, build in builders:
         try:
             candidate = build()
@@ -293,7 +301,7 @@ def _faster_as_written(request: SynthesisRequest, result: SynthesisResult,
             best, best_time, how = candidate, t, label
     if best is not result:
         best.notes.append(f"{how}: simulated {best_time * 1e6:.0f} us at {size} bytes, more than 10% faster than "
-                          f"the {every_link * 1e6:.0f} us of the trees over every link as written")
+                          + than.format(us=beaten * 1e6))
     return best
 
 
@@ -439,45 +447,16 @@ def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name:
     the packing's, which the result's ratio reports. The halves alone had none of this
     and stayed far below the all-reduce: DGX-2 reduce-scatter at 1 GiB 30.7 GB/s busbw
     (the all-reduce 121-125), now 115.7; 2 x DGX A100 94.3, now 247.6."""
-    from dataclasses import replace
-
-    from arborcc.errors import SynthesisError
-    from arborcc.sim.protocol_choice import time_as_written
     from arborcc.sim.protocols import PROTOCOL_MODELS
-    from arborcc.synth.bounds import collective_bound
-    from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
-    from arborcc.topology.model import LinkKind
 
     looped = result.algorithm.chunks_per_loop * PROTOCOL_MODELS["Simple"].slice_bytes >= LOOPED_CALL
     if request.links != "all" or not looped:
         return result  # a large call runs the loop more than once: it pipelines over the loop
-    topology = request.topology
     shards = result.algorithm.chunks_per_loop // max(1, result.chunks)  # 1 for reduce + broadcast, else ranks
     builders = [(f"{c} chunk{'s' if c > 1 else ''} per shard x {max(1, COARSE_LOOP // (shards * c))}",
                  lambda c=c: family(request, name, c, max(1, COARSE_LOOP // (shards * c))))
                 for c in COARSE_CHUNKS]
-    kinds = {l.kind for l in topology.links.values()}
-    if LinkKind.NVLINK in kinds and not kinds <= {LinkKind.NVLINK}:
-        def nvlink() -> SynthesisResult:
-            check_strongly_connected(flow_graph(topology, "nvlink"), request.collective)
-            bound = collective_bound(topology, request.collective, request.root, "nvlink")
-            out = family(replace(request, links="nvlink", bound=bound), name)
-            out.bound = request.bound.algbw
-            return out
-        builders.append(("NVLink-only trees", nvlink))
-    size = _reference_size(request)
-    best_time = PIPELINED_MARGIN * time_as_written(result.algorithm, topology, size)
-    best, how = result, ""
-    for label, build in builders:
-        try:
-            candidate = build()
-        except SynthesisError:
-            continue
-        t = time_as_written(candidate.algorithm, topology, size)
-        if t < best_time:
-            best, best_time, how = candidate, t, label
-    if best is not result:
-        best.notes.append(f"{how}: simulated {best_time * 1e6:.0f} us at {size} bytes, more than 10% faster than "
-                          f"the trees at full precision ({result.chunks} chunks per shard, a loop too long to "
-                          "pipeline at large sizes)")
-    return best
+    builders += [("NVLink-only trees", build) for build in _over_nvlink(request, name, family)]
+    return _faster_as_written(request, result, builders,
+                              f"the trees at full precision ({result.chunks} chunks per shard, a loop too long to "
+                              "pipeline at large sizes)")
