@@ -71,9 +71,6 @@ CLUSTER_NODES = (2, 8, 16, 128)
 CLUSTER_MACHINES = ("dgx-a100", "dgx-h100")
 #: T1's sizes; T3's "1 MiB and below"; T4's margin
 LARGE, SMALL_MAX, BEST_MARGIN = (64 * MiB, GiB), MiB, 0.03
-#: equal programs tie: busbw of the same simulated time may differ in the last bits
-#: (one is computed through a different sum of the same steps), never by more than this
-TIE = 1e-9
 
 
 @dataclass
@@ -190,6 +187,8 @@ def run_one(args: tuple[Case, str, tuple[int, ...]]) -> list[Row]:
 
 def target_misses(rows: list[Row]) -> dict[str, list[str]]:
     """Target -> the rows that miss it, as text (module doc)."""
+    from arborcc.tune.compare import TIE
+
     misses: dict[str, list[str]] = {"T1": [], "T2": [], "T3": [], "T4": [], "T1 vs file bound": [],
                                     "T2 vs file bound": [], "no file beats the file bound": []}
 

@@ -7,7 +7,7 @@ import pytest
 from arborcc.errors import SynthesisError
 from arborcc.ir.aliasing import declared_modes
 from arborcc.ir.reference import make_inputs, reference, run
-from arborcc.library.nccl_ring import RING_COLLECTIVES, ring_algorithm
+from arborcc.library.nccl_ring import RING_COLLECTIVES, ring_algorithm, ring_steps_per_threadblock
 from arborcc.verify import verify_algorithm
 
 RINGS = [[[0, 1]], [[0, 1, 2]], [[0, 2, 1, 3], [3, 1, 2, 0]], [[4, 0, 3, 1, 2]] * 2, [list(range(8))] * 3]
@@ -51,3 +51,31 @@ def test_ring_allgather_moves_n_minus_one_blocks_per_rank():
 def test_ring_kernel_of_a_collective_nccl_lacks_is_refused():
     with pytest.raises(SynthesisError, match="no ring kernel for alltoall"):
         ring_algorithm("alltoall", [[0, 1]])
+
+
+LANE_COLLECTIVES = ["allreduce", "allgather", "reducescatter"]
+
+
+@pytest.mark.parametrize("collective", LANE_COLLECTIVES)
+@pytest.mark.parametrize("rings,lanes", [([[0, 2, 1, 3], [3, 1, 2, 0]], 2), ([[4, 0, 3, 1, 2]], 2),
+                                         ([list(range(8))] * 2, 3), ([list(range(6))], 6)])
+def test_ring_kernel_dealt_over_data_lanes_is_a_correct_collective(collective, rings, lanes):
+    algo = ring_algorithm(collective, rings, data_lanes=lanes)
+    check(algo, seed=lanes)
+    whole = ring_algorithm(collective, rings)
+    n = len(rings[0])
+    for rank, dealt in zip(whole.ranks, algo.ranks):
+        assert len(dealt.threadblocks) == lanes * len(rings)
+        assert {tb.channel for tb in dealt.threadblocks} == set(range(lanes * len(rings)))
+        assert sum(len(tb.steps) for tb in dealt.threadblocks) == sum(len(tb.steps) for tb in rank.threadblocks)
+    longest = max(len(tb.steps) for rank in algo.ranks for tb in rank.threadblocks)
+    assert longest == ring_steps_per_threadblock(collective, n, lanes)
+    assert max(len(tb.steps) for rank in whole.ranks for tb in rank.threadblocks) == \
+        ring_steps_per_threadblock(collective, n)
+
+
+def test_ring_kernels_with_one_step_per_thread_block_take_no_data_lanes():
+    with pytest.raises(SynthesisError, match="takes no data lanes"):
+        ring_algorithm("broadcast", [[0, 1, 2]], data_lanes=2)
+    with pytest.raises(SynthesisError, match="1 to 3 data lanes, not 4"):
+        ring_algorithm("allreduce", [[0, 1, 2]], data_lanes=4)

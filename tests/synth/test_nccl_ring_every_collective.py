@@ -4,12 +4,14 @@ computes, and ``auto`` takes it where it is the fastest candidate."""
 
 import pytest
 
+from arborcc.ir.limits import DIALECTS
 from arborcc.ir.model import Protocol
 from arborcc.sim.fidelity import fidelity_for
 from arborcc.sim.nccl_channels import nccl_channel_count
 from arborcc.sim.simulate import predict_time
 from arborcc.synth.nccl_rings import nccl_rings
 from arborcc.synth.synthesis import synthesize
+from arborcc.topology.cluster import build_cluster
 from arborcc.topology.machines import build_machine
 from tests.support.execution import assert_executes
 
@@ -56,3 +58,16 @@ def test_nccl_ring_file_is_written_with_the_fastest_protocol_at_a_small_size():
     result = synthesize(topology, "allgather", "nccl-ring", size=1 << 20)
     assert result.algorithm.protocol is not Protocol.SIMPLE
     assert result.time < predict_time(result.algorithm, topology, 1 << 20, "Simple")
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "reducescatter"])
+def test_nccl_ring_over_the_executors_steps_deals_its_rings_over_data_lanes(collective):
+    topology = build_cluster("dgx-a100", 5)  # 40 ranks: an all-reduce ring holds 79 steps
+    result = synthesize(topology, collective, "nccl-ring", timed=False)
+    limit = DIALECTS["executor"].max_steps_per_threadblock
+    assert result.report.ok
+    assert max(len(tb.steps) for rank in result.algorithm.ranks for tb in rank.threadblocks) <= limit
+    assert any("data lanes" in note for note in result.notes) == (collective == "allreduce")
+    assert_executes(result.algorithm)
+    legacy = synthesize(topology, collective, "nccl-ring", timed=False, dialect="legacy")
+    assert not any("data lanes" in note for note in legacy.notes)

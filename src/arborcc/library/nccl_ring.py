@@ -17,6 +17,14 @@ and forwards n-2 partial sums, and adds the last into its own block; reduce
 (``reduce.h``) starts at the rank after the root, every rank adds its own and forwards,
 and the root adds the sum into its output. Per channel each rank's block is one chunk.
 
+A ring's thread block holds 2n-1 steps (all-reduce) or n (all-gather, reduce-scatter),
+over the 64 per thread block the MSCCL executors accept beyond 32 ranks (all-reduce) or
+64. Those three kernels can deal each ring's chunks over ``data_lanes`` thread blocks,
+as ``arborcc convert`` spreads a long thread block (:mod:`arborcc.ir.convert`): the
+chunk of ring position q goes to lane ``q mod data_lanes``, every lane on its own
+channel (``channel x data_lanes + lane``), so a connection's messages keep their order
+within each lane and the lanes run side by side.
+
 Written step by step here (no DSL, no compiler) because the simulator needs it at
 thousands of ranks, where the ring holds millions of steps; the result is an ordinary
 Algorithm (in place; reduce-scatter and reduce also out of place), which the tests
@@ -39,42 +47,64 @@ _O = Buffer.OUTPUT
 
 
 def ring_allreduce_algorithm(rings: Sequence[Sequence[int]], name: str = "nccl-ring-allreduce",
-                             protocol: Protocol = Protocol.SIMPLE) -> Algorithm:
+                             protocol: Protocol = Protocol.SIMPLE, data_lanes: int = 1) -> Algorithm:
     """NCCL's ring all-reduce over ``rings`` (one per channel, each visiting every rank
-    once; rank indices 0..n-1), ``len(rings) x n`` chunks. As NCCL's kernel does, the
-    reduction reads the input and the sums land in the output, so one program serves
-    both call forms."""
+    once; rank indices 0..n-1), ``len(rings) x n`` chunks, each ring's thread block dealt
+    over ``data_lanes`` (module doc). As NCCL's kernel does, the reduction reads the input
+    and the sums land in the output, so one program serves both call forms."""
     with collector_paused():  # millions of acyclic steps
-        return _ring_allreduce(rings, name, protocol)
+        return _ring_allreduce(rings, name, protocol, data_lanes)
 
 
-def _ring_allreduce(rings: Sequence[Sequence[int]], name: str, protocol: Protocol) -> Algorithm:
-    if not rings:
-        raise SynthesisError("a ring all-reduce needs at least one ring")
-    n = len(rings[0])
-    for c, ring in enumerate(rings):
-        if sorted(ring) != list(range(n)):
-            raise SynthesisError(f"ring {c} {list(ring)} does not visit every rank 0..{n - 1} exactly once")
-    if n < 2:
-        raise SynthesisError("a ring all-reduce needs at least two ranks")
+def _ring_allreduce(rings: Sequence[Sequence[int]], name: str, protocol: Protocol, data_lanes: int) -> Algorithm:
+    n = _check_rings(rings, "all-reduce")
+    _check_lanes(data_lanes, n)
     programs = [RankProgram(r, n * len(rings), n * len(rings)) for r in range(n)]
     send, reduce_send, reduce_copy_send, copy_send, recv = (
         Op.SEND, Op.RECV_REDUCE_SEND, Op.RECV_REDUCE_COPY_SEND, Op.RECV_COPY_SEND, Op.RECV)
     for c, ring in enumerate(rings):
         base = c * n
         for p, rank in enumerate(ring):
-            # behind[s]: the chunk s + 1 places behind position p's own, sent at step s
-            behind = [base + (p - s - 1) % n for s in range(n - 1)]
-            own, ahead = base + p, base + (p + 1) % n
-            steps = [Step(send, _I, behind[0], _I, behind[0])]
-            steps += [Step(reduce_send, _I, k, _I, k) for k in behind[1:]]
-            steps.append(Step(reduce_copy_send, _I, own, _O, own))
-            steps += [Step(copy_send, _O, k, _O, k) for k in behind[:-1]]
-            steps.append(Step(recv, _O, ahead, _O, ahead))
-            programs[rank].threadblocks.append(
-                ThreadBlock(c, send=ring[(p + 1) % n], recv=ring[(p - 1) % n], channel=c, steps=steps))
+            # behind[s]: the ring position s + 1 places behind p, whose chunk p sends at step s
+            behind = [(p - s - 1) % n for s in range(n - 1)]
+            ahead = (p + 1) % n
+            steps = [(behind[0], Step(send, _I, base + behind[0], _I, base + behind[0]))]
+            steps += [(q, Step(reduce_send, _I, base + q, _I, base + q)) for q in behind[1:]]
+            steps.append((p, Step(reduce_copy_send, _I, base + p, _O, base + p)))
+            steps += [(q, Step(copy_send, _O, base + q, _O, base + q)) for q in behind[:-1]]
+            steps.append((ahead, Step(recv, _O, base + ahead, _O, base + ahead)))
+            _deal_over_lanes(programs[rank], c, ring[(p + 1) % n], ring[(p - 1) % n], steps, data_lanes)
     return Algorithm(name, "allreduce", n, n * len(rings), programs, protocol=protocol, inplace=True,
                      outofplace=True)
+
+
+def _deal_over_lanes(program: RankProgram, c: int, send: int, recv: int, steps: list[tuple[int, Step]],
+                     data_lanes: int) -> None:
+    """Ring ``c``'s thread blocks on ``program``'s rank: ``steps`` (ring position of the
+    step's chunk, step), in order, dealt over ``data_lanes`` thread blocks by position
+    (module doc); thread block and channel ``c x data_lanes + lane``."""
+    for lane in range(data_lanes):
+        tb = c * data_lanes + lane
+        program.threadblocks.append(ThreadBlock(tb, send=send, recv=recv, channel=tb,
+                                                steps=[st for q, st in steps if q % data_lanes == lane]))
+
+
+def _check_lanes(data_lanes: int, n: int) -> None:
+    if not 1 <= data_lanes <= n:
+        raise SynthesisError(f"a ring of {n} ranks is dealt over 1 to {n} data lanes, not {data_lanes}")
+
+
+def ring_steps_per_threadblock(collective: str, n: int, data_lanes: int = 1) -> int:
+    """The most steps a thread block of ``collective``'s ring kernel over ``n`` ranks holds
+    with its chunks dealt over ``data_lanes``: all-reduce moves every chunk twice but the
+    rank's own once, all-gather and reduce-scatter every chunk once, broadcast and reduce
+    one chunk per channel."""
+    per_lane = -(-n // data_lanes)
+    if collective == "allreduce":
+        return 2 * per_lane if data_lanes > 1 else 2 * n - 1
+    if collective in ("allgather", "reducescatter"):
+        return per_lane
+    return 1
 
 
 def ring_broadcast_algorithm(rings: Sequence[Sequence[int]], root: int = 0, name: str = "nccl-ring-broadcast",
@@ -130,42 +160,45 @@ def _check_rings(rings: Sequence[Sequence[int]], what: str) -> int:
 
 
 def ring_allgather_algorithm(rings: Sequence[Sequence[int]], name: str = "nccl-ring-allgather",
-                             protocol: Protocol = Protocol.SIMPLE) -> Algorithm:
+                             protocol: Protocol = Protocol.SIMPLE, data_lanes: int = 1) -> Algorithm:
     """NCCL's ring all-gather over ``rings`` (one per channel), in place: rank r's block
     is output chunks ``r x C .. r x C + C - 1`` for C rings, channel c moving chunk c of
-    every block."""
+    every block; each ring's thread block dealt over ``data_lanes`` (module doc)."""
     n = _check_rings(rings, "all-gather")
+    _check_lanes(data_lanes, n)
     k = len(rings)
     programs = [RankProgram(r, k, n * k) for r in range(n)]
     for c, ring in enumerate(rings):
         for p, rank in enumerate(ring):
             def block(q: int) -> int:
                 return ring[q % n] * k + c
-            steps = [Step(Op.SEND, _O, block(p), _O, block(p))]
-            steps += [Step(Op.RECV_COPY_SEND, _O, block(p - 1 - j), _O, block(p - 1 - j)) for j in range(n - 2)]
-            steps.append(Step(Op.RECV, _O, block(p + 1), _O, block(p + 1)))
-            programs[rank].threadblocks.append(
-                ThreadBlock(c, send=ring[(p + 1) % n], recv=ring[(p - 1) % n], channel=c, steps=steps))
+            steps = [(p, Step(Op.SEND, _O, block(p), _O, block(p)))]
+            steps += [((p - 1 - j) % n, Step(Op.RECV_COPY_SEND, _O, block(p - 1 - j), _O, block(p - 1 - j)))
+                      for j in range(n - 2)]
+            steps.append(((p + 1) % n, Step(Op.RECV, _O, block(p + 1), _O, block(p + 1))))
+            _deal_over_lanes(programs[rank], c, ring[(p + 1) % n], ring[(p - 1) % n], steps, data_lanes)
     return Algorithm(name, "allgather", n, n * k, programs, protocol=protocol, inplace=True, outofplace=False)
 
 
 def ring_reducescatter_algorithm(rings: Sequence[Sequence[int]], name: str = "nccl-ring-reducescatter",
-                                 protocol: Protocol = Protocol.SIMPLE) -> Algorithm:
+                                 protocol: Protocol = Protocol.SIMPLE, data_lanes: int = 1) -> Algorithm:
     """NCCL's ring reduce-scatter over ``rings`` (one per channel): rank r's block is
     input chunks ``r x C .. r x C + C - 1`` for C rings, its output chunk c the sum of
-    every rank's input chunk ``r x C + c``."""
+    every rank's input chunk ``r x C + c``; each ring's thread block dealt over
+    ``data_lanes`` (module doc)."""
     n = _check_rings(rings, "reduce-scatter")
+    _check_lanes(data_lanes, n)
     k = len(rings)
     programs = [RankProgram(r, n * k, k) for r in range(n)]
     for c, ring in enumerate(rings):
         for p, rank in enumerate(ring):
             def block(q: int) -> int:
                 return ring[q % n] * k + c
-            steps = [Step(Op.SEND, _I, block(p - 1), _I, block(p - 1))]
-            steps += [Step(Op.RECV_REDUCE_SEND, _I, block(p - 2 - j), _I, block(p - 2 - j)) for j in range(n - 2)]
-            steps.append(Step(Op.RECV_REDUCE_COPY, _I, block(p), _O, c))
-            programs[rank].threadblocks.append(
-                ThreadBlock(c, send=ring[(p + 1) % n], recv=ring[(p - 1) % n], channel=c, steps=steps))
+            steps = [((p - 1) % n, Step(Op.SEND, _I, block(p - 1), _I, block(p - 1)))]
+            steps += [((p - 2 - j) % n, Step(Op.RECV_REDUCE_SEND, _I, block(p - 2 - j), _I, block(p - 2 - j)))
+                      for j in range(n - 2)]
+            steps.append((p, Step(Op.RECV_REDUCE_COPY, _I, block(p), _O, c)))
+            _deal_over_lanes(programs[rank], c, ring[(p + 1) % n], ring[(p - 1) % n], steps, data_lanes)
     return Algorithm(name, "reducescatter", n, n * k, programs, protocol=protocol, inplace=True, outofplace=True)
 
 
@@ -191,15 +224,19 @@ RING_COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "red
 
 
 def ring_algorithm(collective: str, rings: Sequence[Sequence[int]], root: int = 0, name: str | None = None,
-                   protocol: Protocol = Protocol.SIMPLE) -> Algorithm:
-    """NCCL's ring kernel of ``collective`` (one of :data:`RING_COLLECTIVES`) over ``rings``."""
+                   protocol: Protocol = Protocol.SIMPLE, data_lanes: int = 1) -> Algorithm:
+    """NCCL's ring kernel of ``collective`` (one of :data:`RING_COLLECTIVES`) over ``rings``,
+    all-reduce, all-gather and reduce-scatter dealt over ``data_lanes`` (module doc;
+    broadcast and reduce hold one step per thread block and take 1)."""
     name = name or f"nccl-ring-{collective}"
     if collective == "allreduce":
-        return ring_allreduce_algorithm(rings, name, protocol)
+        return ring_allreduce_algorithm(rings, name, protocol, data_lanes)
     if collective == "allgather":
-        return ring_allgather_algorithm(rings, name, protocol)
+        return ring_allgather_algorithm(rings, name, protocol, data_lanes)
     if collective == "reducescatter":
-        return ring_reducescatter_algorithm(rings, name, protocol)
+        return ring_reducescatter_algorithm(rings, name, protocol, data_lanes)
+    if collective in RING_COLLECTIVES and data_lanes != 1:
+        raise SynthesisError(f"NCCL's ring {collective} holds one step per thread block: it takes no data lanes")
     if collective == "broadcast":
         return ring_broadcast_algorithm(rings, root, name, protocol)
     if collective == "reduce":

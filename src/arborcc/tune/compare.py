@@ -233,11 +233,19 @@ def nccl_time(topology: Topology, collective: str, size: int, root: int = 0,
     return NcclBaseline(topology, fidelity or fidelity_for(topology)).call(size, collective, root).result.time
 
 
+#: simulated times this close (relative) are one time: the same program simulated twice,
+#: or written out differently (a ring dealt over data lanes that a NIC paces as NCCL's),
+#: may differ in the last bits of a sum, never by more than this
+TIE = 1e-9
+
+
 def against_nccl(time: float, nccl: float | None, size: int) -> str:
     """One line on how a simulated ``time`` compares with NCCL's at ``size`` bytes,
-    saying so plainly when NCCL is faster."""
+    saying so plainly when NCCL is faster (times within :data:`TIE` are equal)."""
     if nccl is None:
         return "NCCL not compared: the baseline does not cover this collective"
+    if abs(time - nccl) <= TIE * nccl:
+        return f"as fast as NCCL in simulation at {format_size(size)} (NCCL {nccl * 1e6:.1f} us)"
     if time > nccl:
         return (f"slower than NCCL in simulation at {format_size(size)}: {time * 1e6:.1f} us against NCCL's "
                 f"{nccl * 1e6:.1f} us ({nccl / time:.2f}x)")

@@ -10,6 +10,13 @@ instance count, so the channels are written out: ring ``c mod R`` on channel ``c
 distinct rings), each channel carrying its own share of the buffer. A file names no
 route either, so across nodes the rings are re-chained to leave every node through the
 NICs of different GPUs (:func:`arborcc.synth.nccl_rings.file_rings`).
+
+Where a ring's thread block holds more steps than the runtime accepts (all-reduce beyond
+32 ranks, all-gather and reduce-scatter beyond 64, for the MSCCL executors), each ring's
+chunks are dealt over data lanes (:mod:`arborcc.library.nccl_ring`), as few as fit,
+each on its own channel, and the file runs as many rings as the channels then allow
+(at most NCCL's count): on 16 x DGX A100 the all-reduce runs NCCL's 8 rings once, each
+over 4 lanes, on 32 channels, where NCCL runs them twice on 16.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
     possible), one channel per ring NCCL runs (module doc)."""
     from arborcc.sim.bandwidth import steady_state_bandwidth
     from arborcc.sim.fidelity import fidelity_for
-    from arborcc.library.nccl_ring import ring_algorithm
+    from arborcc.library.nccl_ring import ring_algorithm, ring_steps_per_threadblock
     from arborcc.sim.nccl_channels import nccl_channel_count
     from arborcc.synth.nccl_rings import file_rings, nccl_rings
     from arborcc.synth.strategies.nccl_notes import NOTED_PROTOCOL, nccl_prediction
@@ -33,20 +40,54 @@ def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
     topology, collective = request.topology, request.collective
     schedule = file_rings(topology, nccl_rings(topology))
     distinct = len(schedule.rings)
-    channels = nccl_channel_count(distinct, fidelity_for(topology).nccl_channels)
+    nccl_channels = nccl_channel_count(distinct, fidelity_for(topology).nccl_channels)
+    lanes, channels = _lanes_and_rings(request, nccl_channels)
     rings = [schedule.rings[c % distinct] for c in range(channels)]
-    algorithm = ring_algorithm(collective, rings, request.root, f"nccl-ring-{collective}")
+    algorithm = ring_algorithm(collective, rings, request.root, f"nccl-ring-{collective}", data_lanes=lanes)
     routes = {}
     for c, ring in enumerate(rings):
         hops = schedule.hops[c % distinct] if schedule.hops else []
         for k, path in enumerate(hops):
-            routes[(ring[k], ring[(k + 1) % len(ring)], c)] = path
+            for lane in range(lanes):
+                routes[(ring[k], ring[(k + 1) % len(ring)], c * lanes + lane)] = path
     estimate = steady_state_bandwidth(algorithm, topology, routes)
-    notes = [f"{channels} channels: NCCL's {distinct} ring(s) over {schedule.link_kind.value}"
-             + (f", each {channels // distinct} times" if channels > distinct else "")]
+    runs = f", each {channels // distinct} times" if channels > distinct else ""
+    notes = [f"{channels} rings: NCCL's {distinct} ring(s) over {schedule.link_kind.value}{runs}"
+             + (f", each dealt over {lanes} data lanes ({lanes * channels} channels): a whole ring's thread "
+                f"block holds {ring_steps_per_threadblock(collective, topology.num_ranks)} steps, over the "
+                f"runtime's {_step_limit(request)} (NCCL runs {nccl_channels} channels)" if lanes > 1 else "")]
     if collective == "allreduce" and request.size is not None:
         notes.append(nccl_prediction(schedule.nccl_estimate(collective, NOTED_PROTOCOL, request.size), request.size))
     from arborcc.synth.result import SynthesisResult
 
     return SynthesisResult("nccl-ring", collective, algorithm, request.bound.algbw, estimate.algbw,
                            routes=routes, chunks=algorithm.chunks_per_loop, notes=notes)
+
+
+def _step_limit(request: SynthesisRequest) -> int:
+    """Steps per thread block the request's runtime accepts (every runtime's when it names none)."""
+    from arborcc.ir.limits import DIALECTS
+
+    dialects = DIALECTS.values() if request.dialect is None else [DIALECTS[request.dialect]]
+    return min(d.max_steps_per_threadblock for d in dialects)
+
+
+def _lanes_and_rings(request: SynthesisRequest, nccl_channels: int) -> tuple[int, int]:
+    """(data lanes, rings) for the file: the fewest lanes whose thread blocks fit the
+    runtime's steps, and as many rings as the channels and thread blocks then allow, at
+    most ``nccl_channels`` (module doc)."""
+    from arborcc.errors import SynthesisError
+    from arborcc.ir.limits import DIALECTS
+    from arborcc.library.nccl_ring import ring_steps_per_threadblock
+
+    collective, n = request.collective, request.topology.num_ranks
+    dialects = DIALECTS.values() if request.dialect is None else [DIALECTS[request.dialect]]
+    most_channels = min(min(d.max_channels, d.max_threadblocks_per_rank) for d in dialects)
+    limit = _step_limit(request)
+    lanes = 1
+    while ring_steps_per_threadblock(collective, n, lanes) > limit:
+        lanes += 1
+    if lanes > most_channels:
+        raise SynthesisError(f"NCCL's ring {collective} over {n} ranks needs {lanes} data lanes to keep "
+                             f"{limit} steps per thread block, over the runtime's {most_channels} channels")
+    return lanes, min(nccl_channels, most_channels // lanes)
