@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from arborcc.cli.main import main
-from arborcc.synth.synthesis import RANKING_SIZE
+from arborcc.synth.result import RANKING_SIZE
 
 
 def synth_json(capsys, *args: str) -> dict:

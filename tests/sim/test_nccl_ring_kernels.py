@@ -7,7 +7,7 @@ import pytest
 from arborcc.errors import SynthesisError
 from arborcc.ir.aliasing import declared_modes
 from arborcc.ir.reference import make_inputs, reference, run
-from arborcc.library.nccl_ring import RING_COLLECTIVES, ring_algorithm, ring_steps_per_threadblock
+from arborcc.library.nccl_ring import DEALINGS, RING_COLLECTIVES, ring_algorithm, ring_steps_per_threadblock
 from arborcc.verify import verify_algorithm
 
 RINGS = [[[0, 1]], [[0, 1, 2]], [[0, 2, 1, 3], [3, 1, 2, 0]], [[4, 0, 3, 1, 2]] * 2, [list(range(8))] * 3]
@@ -56,11 +56,12 @@ def test_ring_kernel_of_a_collective_nccl_lacks_is_refused():
 LANE_COLLECTIVES = ["allreduce", "allgather", "reducescatter"]
 
 
+@pytest.mark.parametrize("dealing", DEALINGS)
 @pytest.mark.parametrize("collective", LANE_COLLECTIVES)
 @pytest.mark.parametrize("rings,lanes", [([[0, 2, 1, 3], [3, 1, 2, 0]], 2), ([[4, 0, 3, 1, 2]], 2),
                                          ([list(range(8))] * 2, 3), ([list(range(6))], 6)])
-def test_ring_kernel_dealt_over_data_lanes_is_a_correct_collective(collective, rings, lanes):
-    algo = ring_algorithm(collective, rings, data_lanes=lanes)
+def test_ring_kernel_dealt_over_data_lanes_is_a_correct_collective(collective, rings, lanes, dealing):
+    algo = ring_algorithm(collective, rings, data_lanes=lanes, dealing=dealing)
     check(algo, seed=lanes)
     whole = ring_algorithm(collective, rings)
     n = len(rings[0])
@@ -79,3 +80,15 @@ def test_ring_kernels_with_one_step_per_thread_block_take_no_data_lanes():
         ring_algorithm("broadcast", [[0, 1, 2]], data_lanes=2)
     with pytest.raises(SynthesisError, match="1 to 3 data lanes, not 4"):
         ring_algorithm("allreduce", [[0, 1, 2]], data_lanes=4)
+
+
+def test_ring_positions_go_to_lanes_interleaved_or_in_contiguous_runs():
+    def lanes_of_chunks(dealing):  # rank 0's thread blocks: the input chunks each lane's steps read
+        algo = ring_algorithm("reducescatter", [list(range(6))], data_lanes=3, dealing=dealing)
+        return [sorted({st.src_off for st in tb.steps}) for tb in algo.ranks[0].threadblocks]
+    assert lanes_of_chunks("interleaved") == [[0, 3], [1, 4], [2, 5]]
+    assert lanes_of_chunks("contiguous") == [[0, 1], [2, 3], [4, 5]]
+    with pytest.raises(SynthesisError, match="would leave one empty"):
+        ring_algorithm("allreduce", [list(range(6))], data_lanes=4, dealing="contiguous")
+    with pytest.raises(SynthesisError, match="unknown dealing 'striped'"):
+        ring_algorithm("allreduce", [list(range(6))], data_lanes=2, dealing="striped")

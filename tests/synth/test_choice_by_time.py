@@ -6,7 +6,8 @@ import pytest
 
 from arborcc.ir.limits import check_dialect_limits
 from arborcc.synth.registry import STRATEGIES
-from arborcc.synth.synthesis import RANKING_SIZE, synthesize
+from arborcc.synth.result import RANKING_SIZE
+from arborcc.synth.synthesis import synthesize
 from arborcc.errors import SynthesisError
 from arborcc.topology.allocation import induced
 from arborcc.topology.cluster import build_cluster

@@ -4,7 +4,8 @@ the same size - one number per question."""
 
 import pytest
 
-from arborcc.synth.synthesis import RANKING_SIZE, synthesize
+from arborcc.synth.result import RANKING_SIZE
+from arborcc.synth.synthesis import synthesize
 from arborcc.topology.allocation import induced
 from arborcc.topology.machines import build_machine
 from arborcc.tune.compare import compare, nccl_time

@@ -144,7 +144,7 @@ def _synthesize_and_check(alloc, out: _Report):
     from arborcc.verify import verify_algorithm
 
     from arborcc.sizes import format_size
-    from arborcc.synth.synthesis import RANKING_SIZE
+    from arborcc.synth.result import RANKING_SIZE
     from arborcc.tune.compare import against_nccl, nccl_time
 
     size = RANKING_SIZE

@@ -124,8 +124,9 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("three-phase", ALLREDUCE, synth_three_phase,
              "Blink section 3.5: per-server trees, cross-server one-hop trees", {"allreduce": 128}),
     Strategy("nccl-ring", RING_COLLECTIVES, synth_nccl_ring,
-             "the rings NCCL's search builds, with NCCL's ring kernel for each collective",
-             dict.fromkeys(RING_COLLECTIVES, 128)),
+             "the rings NCCL's search builds, with NCCL's ring kernel for each collective; each ring's chunks "
+             "dealt over data lanes, a thread block each, where a whole ring's thread block holds more steps "
+             "than the runtime takes", dict.fromkeys(RING_COLLECTIVES, 128)),
     Strategy("lane-rings", LANE_RING_COLLECTIVES, synth_lane_rings,
              "inside one machine: the rings of NCCL's search on as many thread blocks as the runtime takes, "
              "rings without a common connection sharing a channel", dict.fromkeys(LANE_RING_COLLECTIVES, 32)),

@@ -19,6 +19,16 @@ from arborcc.synth.trees import Tree
 from arborcc.topology.model import Topology
 
 
+#: the call size (bytes) ``auto`` ranks candidates at, ``synthesize`` reports the time
+#: of and strategies time their own candidates at, when no size is given: large enough
+#: that every candidate is bandwidth-bound (and above MXNet's 40 MB one-tree threshold,
+#: so each strategy builds its large-buffer schedule), small enough that simulating a
+#: 128-GPU candidate takes under a second (16 x 8 A100 all-reduce: 0.3-0.6 s each for
+#: composed, hierarchical, blueconnect and three-phase; the simulator's work grows with
+#: the slices per chunk)
+RANKING_SIZE = 64 << 20
+
+
 @dataclass(frozen=True)
 class SynthesisRequest:
     """The inputs of one strategy run (module doc). ``root`` is a rank index."""
@@ -60,7 +70,7 @@ class SynthesisResult:
     #: default route) - what ``arborcc simulate FILE`` prints; set by ``synthesize``
     time: float | None = None
     size: int = 0  #: the bytes ``time`` is for: the request's size, or the default it ranked at (0: not simulated)
-    size_is_default: bool = False  #: no size was given: ``size`` is :data:`arborcc.synth.synthesis.RANKING_SIZE`
+    size_is_default: bool = False  #: no size was given: ``size`` is :data:`RANKING_SIZE`
     #: the time on the strategy's own routes (``routes``) where they beat the written file's
     #: by more than 1% (relays the file cannot express), else None
     planned_time: float | None = None

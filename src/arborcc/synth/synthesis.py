@@ -45,7 +45,7 @@ from arborcc.synth.bounds import collective_bound
 from arborcc.synth.flowgraph import check_strongly_connected, flow_graph
 from arborcc.sizes import format_size
 from arborcc.synth.registry import BY_NAME, SIMULATED_RANKS, STRATEGIES, strategy_names, synthesizable_collectives
-from arborcc.synth.result import SynthesisRequest, SynthesisResult
+from arborcc.synth.result import RANKING_SIZE, SynthesisRequest, SynthesisResult
 from arborcc.verify.pieces import remembering_passes
 from arborcc.topology.model import Topology
 
@@ -76,14 +76,6 @@ def _candidates(strategy: str, collective: str, num_ranks: int, clusters: bool) 
         names.sort(key=lambda name: not BY_NAME[name].clusters_first)
     return names, skipped
 
-
-#: the call size (bytes) ``auto`` ranks candidates at, and ``synthesize`` reports the
-#: time of, when no size is given: large enough that every candidate is bandwidth-bound
-#: (and above MXNet's 40 MB one-tree threshold, so each strategy builds its large-buffer
-#: schedule), small enough that simulating a 128-GPU candidate takes under a second
-#: (16 x 8 A100 all-reduce: 0.3-0.6 s each for composed, hierarchical, blueconnect and
-#: three-phase; the simulator's work grows with the slices per chunk)
-RANKING_SIZE = 64 << 20
 
 
 def _ranks_by_time(strategy: str, num_ranks: int) -> bool:
@@ -477,7 +469,7 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
             (f"{r.strategy} {predicted[id(r)] * 1e6:.1f}" if by_time else f"{r.strategy} {r.algbw / 1e9:.1f}")
             + ("" if fits.get(id(r), True) else f" (over the {dialect} limits)")
             for r in listed) + ranked_by
-            + (f"; each with its fastest protocol: " + ", ".join(f"{r.strategy} {r.algorithm.protocol.value}"
+            + ("; each with its fastest protocol: " + ", ".join(f"{r.strategy} {r.algorithm.protocol.value}"
                                                                   for r in listed) if by_time else "")
             + (f"; not simulated, their link loads alone take longer: {', '.join(slower)}" if slower else "")
             + (f"; not simulated, over the {dialect} limits where others fit: {', '.join(over_limits)}"

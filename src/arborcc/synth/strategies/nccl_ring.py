@@ -16,7 +16,9 @@ Where a ring's thread block holds more steps than the runtime accepts (all-reduc
 chunks are dealt over data lanes (:mod:`arborcc.library.nccl_ring`), as few as fit,
 each on its own channel, and the file runs as many rings as the channels then allow
 (at most NCCL's count): on 16 x DGX A100 the all-reduce runs NCCL's 8 rings once, each
-over 4 lanes, on 32 channels, where NCCL runs them twice on 16.
+over 4 lanes, on 32 channels, where NCCL runs them twice on 16. Both ways of dealing the
+chunks are written and the one whose file the simulator times faster at the request's
+size is kept (without a size: at synthesis' ranking size).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from arborcc.ir.model import Algorithm
     from arborcc.synth.result import SynthesisRequest, SynthesisResult
 
 
@@ -32,7 +35,7 @@ def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
     possible), one channel per ring NCCL runs (module doc)."""
     from arborcc.sim.bandwidth import steady_state_bandwidth
     from arborcc.sim.fidelity import fidelity_for
-    from arborcc.library.nccl_ring import ring_algorithm, ring_steps_per_threadblock
+    from arborcc.library.nccl_ring import ring_steps_per_threadblock
     from arborcc.sim.nccl_channels import nccl_channel_count
     from arborcc.synth.nccl_rings import file_rings, nccl_rings
     from arborcc.synth.strategies.nccl_notes import NOTED_PROTOCOL, nccl_prediction
@@ -43,7 +46,7 @@ def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
     nccl_channels = nccl_channel_count(distinct, fidelity_for(topology).nccl_channels)
     lanes, channels = _lanes_and_rings(request, nccl_channels)
     rings = [schedule.rings[c % distinct] for c in range(channels)]
-    algorithm = ring_algorithm(collective, rings, request.root, f"nccl-ring-{collective}", data_lanes=lanes)
+    algorithm, dealt = _dealt_rings(request, rings, lanes)
     routes = {}
     for c, ring in enumerate(rings):
         hops = schedule.hops[c % distinct] if schedule.hops else []
@@ -55,7 +58,7 @@ def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
     notes = [f"{channels} rings: NCCL's {distinct} ring(s) over {schedule.link_kind.value}{runs}"
              + (f", each dealt over {lanes} data lanes ({lanes * channels} channels): a whole ring's thread "
                 f"block holds {ring_steps_per_threadblock(collective, topology.num_ranks)} steps, over the "
-                f"runtime's {_step_limit(request)} (NCCL runs {nccl_channels} channels)" if lanes > 1 else "")]
+                f"runtime's {_step_limit(request)} (NCCL runs {nccl_channels} channels); {dealt}" if lanes > 1 else "")]
     if collective == "allreduce" and request.size is not None:
         notes.append(nccl_prediction(schedule.nccl_estimate(collective, NOTED_PROTOCOL, request.size), request.size))
     from arborcc.synth.result import SynthesisResult
@@ -91,3 +94,30 @@ def _lanes_and_rings(request: SynthesisRequest, nccl_channels: int) -> tuple[int
         raise SynthesisError(f"NCCL's ring {collective} over {n} ranks needs {lanes} data lanes to keep "
                              f"{limit} steps per thread block, over the runtime's {most_channels} channels")
     return lanes, min(nccl_channels, most_channels // lanes)
+
+
+def _dealt_rings(request: SynthesisRequest, rings: list, lanes: int) -> tuple[Algorithm, str]:
+    """The ring kernel over ``rings`` dealt over ``lanes`` data lanes, and how it was dealt:
+    with more than one lane, the dealing whose file simulates faster at the request's size
+    (:data:`arborcc.synth.result.RANKING_SIZE` without one; module doc)."""
+    from arborcc.errors import SynthesisError
+    from arborcc.library.nccl_ring import DEALINGS, ring_algorithm
+    from arborcc.sim.protocol_choice import time_as_written
+    from arborcc.synth.result import RANKING_SIZE
+
+    name = f"nccl-ring-{request.collective}"
+    if lanes == 1:
+        return ring_algorithm(request.collective, rings, request.root, name), ""
+    size = request.size or RANKING_SIZE
+    timed = []
+    for dealing in DEALINGS:
+        try:
+            algorithm = ring_algorithm(request.collective, rings, request.root, name, data_lanes=lanes,
+                                       dealing=dealing)
+        except SynthesisError:  # a contiguous dealing that would leave a lane empty
+            continue
+        timed.append((time_as_written(algorithm, request.topology, size), dealing, algorithm))
+    best_time, best, algorithm = min(timed, key=lambda t: t[0])
+    others = ", ".join(f"{d} {t * 1e6:.1f} us" for t, d, _ in timed if d != best)
+    return algorithm, (f"{best} lanes: {best_time * 1e6:.1f} us at {size} bytes"
+                       + (f" ({others})" if others else ""))

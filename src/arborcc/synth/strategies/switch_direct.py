@@ -49,7 +49,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from arborcc.ir.model import Algorithm, Step, ThreadBlock
     from arborcc.synth.result import SynthesisRequest, SynthesisResult
-    from arborcc.topology.model import Topology
 
 #: the collectives the strategy builds
 SWITCH_DIRECT_COLLECTIVES = ("allreduce", "allgather", "reducescatter")

@@ -177,7 +177,7 @@ def _as_written_or_routed(request: SynthesisRequest, name: str,
     cannot express - the same packed with every hop on its runtime route (``routed``:
     at most the file bound, which a packing over every link may not reach as written)
     where the simulator times its file at least 10% faster (:data:`PIPELINED_MARGIN`)
-    at the request's size (:data:`TREES_REFERENCE_SIZE` without one; calls above
+    at the request's size (:data:`~arborcc.synth.result.RANKING_SIZE` without one; calls above
     :data:`LOOPED_CALL` as 1 GiB). DGX-1V GPUs 0,1,2,5 all-gather at 64 MiB (1 GiB):
     32.9 (35.8) GB/s busbw over every link as written, 43.5 (49.9) on the runtime
     routes."""
@@ -194,9 +194,11 @@ def _as_written_or_routed(request: SynthesisRequest, name: str,
 
 def _reference_size(request: SynthesisRequest) -> int:
     """The size the trees' candidates are timed at: the request's
-    (:data:`TREES_REFERENCE_SIZE` without one), calls above :data:`LOOPED_CALL` as 1 GiB
-    (larger calls pipeline as it does)."""
-    return min(request.size or TREES_REFERENCE_SIZE, LOOPED_CALL)
+    (:data:`~arborcc.synth.result.RANKING_SIZE` without one), calls above
+    :data:`LOOPED_CALL` as 1 GiB (larger calls pipeline as it does)."""
+    from arborcc.synth.result import RANKING_SIZE
+
+    return min(request.size or RANKING_SIZE, LOOPED_CALL)
 
 
 def _single_root_trees(request: SynthesisRequest, name: str, routed: bool = False) -> SynthesisResult:
@@ -281,7 +283,7 @@ def _faster_as_written(request: SynthesisRequest, result: SynthesisResult,
     """``result``, or the fastest of the candidates ``builders`` make ((label, build)
     each; one that cannot be built is skipped) whose file the simulator times at least
     10% faster (:data:`PIPELINED_MARGIN`) as written at the request's size
-    (:data:`TREES_REFERENCE_SIZE` without one; calls above :data:`LOOPED_CALL` as 1 GiB),
+    (:data:`~arborcc.synth.result.RANKING_SIZE` without one; calls above :data:`LOOPED_CALL` as 1 GiB),
     with a note saying so and what it beat (``than``, given ``result``'s time as ``us``)."""
     from arborcc.errors import SynthesisError
     from arborcc.sim.protocol_choice import time_as_written
@@ -321,7 +323,7 @@ def _switch_broadcast(request: SynthesisRequest, name: str) -> SynthesisResult |
     Every tree carries ``s`` chunks, each its own transfer, relays unfused
     (:func:`~arborcc.synth.lower_emit.lower_broadcast`), for ``s`` in
     :data:`SWITCH_BROADCAST_SCALES`; the candidate the simulator times fastest as
-    written at the request's size (:data:`TREES_REFERENCE_SIZE` without one; calls
+    written at the request's size (:data:`~arborcc.synth.result.RANKING_SIZE` without one; calls
     above :data:`LOOPED_CALL` pipeline as 1 GiB does) is kept, fewer chunks unless
     more are faster by 0.5%. A relay forwards a transfer once it has all of it, so the
     pipeline fills and drains by a transfer per level: small transfers suit mid sizes,
@@ -405,9 +407,6 @@ def _tree_allreduce_family(request: SynthesisRequest, name: str, chunks: int | N
     return result
 
 
-#: the call size the tree all-reduce's candidates are timed at when the request gives
-#: none (:func:`_fastest_pipelined`)
-TREES_REFERENCE_SIZE = 64 << 20
 #: how much faster (simulated) a candidate must be to replace the trees at full precision
 PIPELINED_MARGIN = 0.9
 #: the candidates are built only where a call of this size runs the program's loop once
@@ -424,9 +423,9 @@ def _fastest_pipelined(request: SynthesisRequest, result: SynthesisResult, name:
     """``result`` (the trees apportioned to within 0.5% of the packing's rate), or the
     candidate ``family`` builds (the all-reduce's; reduce-scatter's or all-gather's, the
     halves of its reduce-scatter + all-gather) that the simulator times at least 10%
-    faster (:data:`PIPELINED_MARGIN`) at the request's size (at most 1 GiB; :data:`TREES_REFERENCE_SIZE` without one), when
-    ``result`` needs so many chunks per loop that a 1 GiB call runs its loop once
-    (:data:`LOOPED_CALL`).
+    faster (:data:`PIPELINED_MARGIN`) at the request's size (at most 1 GiB;
+    :data:`~arborcc.synth.result.RANKING_SIZE` without one), when ``result`` needs so
+    many chunks per loop that a 1 GiB call runs its loop once (:data:`LOOPED_CALL`).
 
     The candidates pipeline where ``result`` cannot. Its many light trees need many
     chunks per loop to apportion (DGX A100: 28 trees, 1024 chunks per loop), so a large
