@@ -19,8 +19,8 @@ LARGE_ADDRESS_SPACE = 12 * 2**30
 
 
 def test_compare_on_16_dgx_a100_nodes_simulates_the_nccl_ring_candidate(tmp_path_factory):
-    """The NCCL-ring candidate traces 2 x 8 rings x 128 x 127 = 260,096 operations, over a
-    user program's default of 250,000. docs/limits.md shows this command (the NCCL-ring
+    """The NCCL-ring candidate traces 8 rings x 128 ranks x 254 transfers = 260,096
+    operations (each ring dealt over 4 data lanes), over a user program's default of 250,000. docs/limits.md shows this command (the NCCL-ring
     candidate and the NCCL baseline, allreduce by default): its outcome is run once in the session for the doc's test and
     this one (:mod:`support.shared_commands`)."""
     code, out, err = run_shared(tmp_path_factory, COMPARE_ON_16_DGX_A100_NODES)

@@ -126,7 +126,9 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("nccl-ring", RING_COLLECTIVES, synth_nccl_ring,
              "the rings NCCL's search builds, with NCCL's ring kernel for each collective; each ring's chunks "
              "dealt over data lanes, a thread block each, where a whole ring's thread block holds more steps "
-             "than the runtime takes", dict.fromkeys(RING_COLLECTIVES, 128)),
+             "than the runtime takes", dict.fromkeys(RING_COLLECTIVES, 128),
+             # over 32 ranks the faster dealing at the request's size
+             size_dependent=("allreduce", "allgather", "reducescatter")),
     Strategy("lane-rings", LANE_RING_COLLECTIVES, synth_lane_rings,
              "inside one machine: the rings of NCCL's search on as many thread blocks as the runtime takes, "
              "rings without a common connection sharing a channel", dict.fromkeys(LANE_RING_COLLECTIVES, 32)),
