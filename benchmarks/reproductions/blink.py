@@ -203,7 +203,7 @@ def fig19_20(sizes: list[int]) -> dict:
     cmp = compare(machine, "allreduce", sizes, strategies=["trees", "double-binary-tree", "nccl-ring"])
     names = [n for n in cmp.names() if n != "nccl-model"]
     cells = {(r["strategy"], r["size"]): r for r in cmp.rows}
-    print(f"\nFig. 19 / 20: DGX-2, 16 GPUs, all-reduce, simulated (latency us | algbw GB/s)")
+    print("\nFig. 19 / 20: DGX-2, 16 GPUs, all-reduce, simulated (latency us | algbw GB/s)")
     print(f"{'size':>8} " + "".join(f"{n + ' us':>22}" for n in names) + "".join(f"{n + ' GB/s':>24}" for n in names)
           + f"{'NCCL/trees time':>16}  NCCL ran")
     ratios = []

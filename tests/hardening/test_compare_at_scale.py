@@ -6,7 +6,6 @@ assertion)."""
 
 from __future__ import annotations
 
-import json
 
 from support.cli_runs import arborcc
 

@@ -169,16 +169,16 @@ def test_the_plain_steps_screen_changes_no_answer(seed, monkeypatch):
     rng = random.Random(seed)
     algo = copy.deepcopy(rng.choice([ring_allreduce(4), allpairs_allreduce(4)]))
     steps = [st for prog in algo.ranks for tb in prog.threadblocks for st in tb.steps]
-    for st in rng.sample(steps, rng.randint(0, 3)):
+    for step in rng.sample(steps, rng.randint(0, 3)):
         change = rng.randint(0, 3)
         if change == 0:
-            st.op = rng.choice([Op.NOP, Op.REDUCE, Op.RESIDUAL_ADD])
+            step.op = rng.choice([Op.NOP, Op.REDUCE, Op.RESIDUAL_ADD])
         elif change == 1:
-            st.count = rng.choice([71, 72, 200])
+            step.count = rng.choice([71, 72, 200])
         elif change == 2:
-            st.dep = None
+            step.dep = None
         else:
-            st.has_dep = not st.has_dep
+            step.has_dep = not step.has_dep
     for dialect in DIALECTS:
         screened = check_dialect_limits(algo, dialect)
         with monkeypatch.context() as m:

@@ -19,7 +19,7 @@ from arborcc.ir.aliasing import Mode, declared_modes
 from arborcc.ir.load import load_algorithm
 from arborcc.ir.mscclpp.translate import PlanNotTranslatable
 from arborcc.verify import verify_algorithm
-from support.cli_runs import arborcc, refused
+from support.cli_runs import arborcc
 from support.execution import assert_executes
 from support.runtime_execution import RuntimeCase, case_id, compare_results, runtime_failures
 

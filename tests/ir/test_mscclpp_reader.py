@@ -142,7 +142,7 @@ def test_buffer_lists_of_the_wrong_kind_are_refused():
 def test_more_operations_than_the_device_plan_holds_are_refused():
     doc = plan_doc()
     doc["gpus"][0]["threadblocks"][0]["ops"] = [{"name": "nop"}] * (rules.MAX_OPERATIONS_PER_THREADBLOCK + 1)
-    assert f"65 operations" in refusal(doc) and "MAX_OPERATION" in refusal(doc)
+    assert "65 operations" in refusal(doc) and "MAX_OPERATION" in refusal(doc)
 
 
 def test_more_channels_per_operation_than_mscclpp_holds_are_refused():

@@ -22,7 +22,7 @@ from arborcc.topology.cpus import job_layout, placement_order, rank_groups, rank
 from arborcc.verify import verify_algorithm
 from support.cli_runs import arborcc, refused
 from support.segments import leftovers, segments
-from support.sysfs_trees import write_sockets, write_sysfs
+from support.sysfs_trees import write_sockets
 
 TWO_BY_FOUR = [[0, 1, 2, 3], [4, 5, 6, 7]]
 

@@ -5,7 +5,6 @@ hard timeout) and reads what every rank printed."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap

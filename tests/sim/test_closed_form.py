@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from arborcc.errors import VerificationError
-from arborcc.ir.model import Op, Protocol, ThreadBlock
+from arborcc.ir.model import Op, ThreadBlock
 from arborcc.sim.fidelity import IDEAL
 from arborcc.library.nccl_ring import ring_allreduce_algorithm
 from arborcc.sim.protocols import PROTOCOL_MODELS

@@ -4,7 +4,6 @@ profile; and NCCL's ring all-reduce across two DGX H100 nodes, bound by its 8 NI
 node, lands near the published 380+ GB/s busbw (about 400 peak) without exceeding what
 8 NICs at that rate carry (docs/fidelity.md, "Across nodes")."""
 
-import pytest
 
 from arborcc.sim.fidelity import efficiency_adjusted, fidelity_for
 from arborcc.topology.cluster import build_cluster

@@ -9,7 +9,6 @@ import pytest
 
 from arborcc.ir.model import Op, ThreadBlock
 from arborcc.sim.fidelity import IDEAL
-from arborcc.sim.protocols import PROTOCOL_MODELS
 from arborcc.sim.simulate import simulate
 from arborcc.topology.model import GB, Device, DeviceKind, LinkKind, TopologyBuilder
 

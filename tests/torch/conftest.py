@@ -2,7 +2,6 @@
 runs local ranks in a subprocess with a hard timeout, and /dev/shm is compared before
 and after each test."""
 
-import os
 import sys
 from pathlib import Path
 

@@ -32,8 +32,7 @@ from arborcc.ir.model import Algorithm
 from arborcc.sim.fidelity import Fidelity, fidelity_for
 from arborcc.sim.protocol_choice import protocol_sweep
 from arborcc.sim.protocols import protocol_name
-from arborcc.sim.simulate import SimResult, simulate
-from arborcc.topology.model import GB, Topology
+from arborcc.topology.model import Topology
 from arborcc.sizes import format_size
 
 MODEL = "nccl-model"

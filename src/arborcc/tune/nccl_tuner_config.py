@@ -196,7 +196,7 @@ def tuner_rules(choices: Sequence[SizeChoice], collective: str, nodes: int, rank
 def tuner_config_text(rules: Sequence[TunerRule], topology: str, fidelity: str) -> str:
     """The file: a comment header, then one rule a line."""
     r0 = rules[0]
-    lines = [f"# NCCL example tuner plugin rules (NCCL >= 2.27.5, plugins/tuner/example), written by arborcc tune",
+    lines = ["# NCCL example tuner plugin rules (NCCL >= 2.27.5, plugins/tuner/example), written by arborcc tune",
              f"# for {PLUGIN_COLLECTIVES[r0.collective]} on {topology} ({r0.nodes} node(s), {r0.ranks} ranks), "
              f"simulated with the {fidelity} profile",
              "# use: NCCL_TUNER_PLUGIN=<path to libnccl-tuner-example.so> NCCL_TUNER_CONFIG_FILE=<this file>",

@@ -36,7 +36,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
-from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, Operation, PlanThreadBlock, RemoteBuffer
+from arborcc.ir.mscclpp.plan import BufferRef, ExecutionPlan, PlanThreadBlock, RemoteBuffer
 
 #: the NVLS operations :func:`lower_switch_ops` rewrites
 SWITCH_OPS = ("glres", "gstore", "gstorepkt")
