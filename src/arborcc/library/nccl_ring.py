@@ -39,7 +39,7 @@ does (:func:`arborcc.sim.nccl_channels.nccl_channel_count`).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from arborcc.collector import collector_paused
 from arborcc.errors import SynthesisError
@@ -59,15 +59,12 @@ def ring_allreduce_algorithm(rings: Sequence[Sequence[int]], name: str = "nccl-r
     once; rank indices 0..n-1), ``len(rings) x n`` chunks, each ring's thread block dealt
     over ``data_lanes`` (module doc). As NCCL's kernel does, the reduction reads the input
     and the sums land in the output, so one program serves both call forms."""
-    with collector_paused():  # millions of acyclic steps
-        return _ring_allreduce(rings, name, protocol, data_lanes, dealing)
+    return ring_algorithm("allreduce", rings, 0, name, protocol, data_lanes, dealing)
 
 
-def _ring_allreduce(rings: Sequence[Sequence[int]], name: str, protocol: Protocol, data_lanes: int,
-                    dealing: str) -> Algorithm:
-    n = _check_rings(rings, "all-reduce")
-    lane_of = _lanes(data_lanes, dealing, n)
-    programs = [RankProgram(r, n * len(rings), n * len(rings)) for r in range(n)]
+def _allreduce_blocks(rings: Sequence[Sequence[int]], n: int) -> Iterator[tuple]:
+    """Every ring's thread block on every rank, whole: (ring, rank, send peer, receive
+    peer, steps, the ring position of each step's chunk)."""
     send, reduce_send, reduce_copy_send, copy_send, recv = (
         Op.SEND, Op.RECV_REDUCE_SEND, Op.RECV_REDUCE_COPY_SEND, Op.RECV_COPY_SEND, Op.RECV)
     for c, ring in enumerate(rings):
@@ -76,32 +73,35 @@ def _ring_allreduce(rings: Sequence[Sequence[int]], name: str, protocol: Protoco
             # behind[s]: the ring position s + 1 places behind p, whose chunk p sends at step s
             behind = [(p - s - 1) % n for s in range(n - 1)]
             ahead = (p + 1) % n
-            steps = [(behind[0], Step(send, _I, base + behind[0], _I, base + behind[0]))]
-            steps += [(q, Step(reduce_send, _I, base + q, _I, base + q)) for q in behind[1:]]
-            steps.append((p, Step(reduce_copy_send, _I, base + p, _O, base + p)))
-            steps += [(q, Step(copy_send, _O, base + q, _O, base + q)) for q in behind[:-1]]
-            steps.append((ahead, Step(recv, _O, base + ahead, _O, base + ahead)))
-            _deal_over_lanes(programs[rank], c, ring[(p + 1) % n], ring[(p - 1) % n], steps, lane_of)
-    return Algorithm(name, "allreduce", n, n * len(rings), programs, protocol=protocol, inplace=True,
-                     outofplace=True)
+            steps = [Step(send, _I, base + behind[0], _I, base + behind[0])]
+            steps += [Step(reduce_send, _I, base + q, _I, base + q) for q in behind[1:]]
+            steps.append(Step(reduce_copy_send, _I, base + p, _O, base + p))
+            steps += [Step(copy_send, _O, base + q, _O, base + q) for q in behind[:-1]]
+            steps.append(Step(recv, _O, base + ahead, _O, base + ahead))
+            positions = [behind[0], *behind[1:], p, *behind[:-1], ahead]
+            yield c, rank, ring[(p + 1) % n], ring[(p - 1) % n], steps, positions
 
 
-def _deal_over_lanes(program: RankProgram, c: int, send: int, recv: int, steps: list[tuple[int, Step]],
-                     lane_of: list[int]) -> None:
-    """Ring ``c``'s thread blocks on ``program``'s rank: ``steps`` (ring position of the
-    step's chunk, step), in order, dealt over the data lanes by position (``lane_of``,
-    module doc); thread block and channel ``c x lanes + lane``."""
+def _deal_over_lanes(program: RankProgram, c: int, send: int, recv: int, steps: list[Step],
+                     positions: list[int], lane_of: list[int]) -> None:
+    """Ring ``c``'s thread blocks on ``program``'s rank: ``steps`` in order, the chunk of
+    each at ring position ``positions[i]``, dealt over the data lanes by position
+    (``lane_of``, module doc); thread block and channel ``c x lanes + lane``."""
     lanes = max(lane_of) + 1
+    if lanes == 1:
+        program.threadblocks.append(ThreadBlock(c, send=send, recv=recv, channel=c, steps=steps))
+        return
     dealt: list[list[Step]] = [[] for _ in range(lanes)]
-    for q, st in steps:
+    for q, st in zip(positions, steps):
         dealt[lane_of[q]].append(st)
     for lane, lane_steps in enumerate(dealt):
         tb = c * lanes + lane
         program.threadblocks.append(ThreadBlock(tb, send=send, recv=recv, channel=tb, steps=lane_steps))
 
 
-def _lanes(data_lanes: int, dealing: str, n: int) -> list[int]:
-    """The data lane of each ring position (module doc)."""
+def data_lane_of(n: int, data_lanes: int, dealing: str) -> list[int]:
+    """The data lane of each position of a ring of ``n`` ranks dealt over ``data_lanes``
+    as ``dealing`` says (module doc)."""
     if not 1 <= data_lanes <= n:
         raise SynthesisError(f"a ring of {n} ranks is dealt over 1 to {n} data lanes, not {data_lanes}")
     if dealing == "interleaved":
@@ -185,20 +185,20 @@ def ring_allgather_algorithm(rings: Sequence[Sequence[int]], name: str = "nccl-r
     """NCCL's ring all-gather over ``rings`` (one per channel), in place: rank r's block
     is output chunks ``r x C .. r x C + C - 1`` for C rings, channel c moving chunk c of
     every block; each ring's thread block dealt over ``data_lanes`` (module doc)."""
-    n = _check_rings(rings, "all-gather")
-    lane_of = _lanes(data_lanes, dealing, n)
+    return ring_algorithm("allgather", rings, 0, name, protocol, data_lanes, dealing)
+
+
+def _allgather_blocks(rings: Sequence[Sequence[int]], n: int) -> Iterator[tuple]:
+    """As :func:`_allreduce_blocks`, for the all-gather."""
     k = len(rings)
-    programs = [RankProgram(r, k, n * k) for r in range(n)]
     for c, ring in enumerate(rings):
+        block = [ring[q] * k + c for q in range(n)]  # the chunk of ring position q
         for p, rank in enumerate(ring):
-            def block(q: int) -> int:
-                return ring[q % n] * k + c
-            steps = [(p, Step(Op.SEND, _O, block(p), _O, block(p)))]
-            steps += [((p - 1 - j) % n, Step(Op.RECV_COPY_SEND, _O, block(p - 1 - j), _O, block(p - 1 - j)))
-                      for j in range(n - 2)]
-            steps.append(((p + 1) % n, Step(Op.RECV, _O, block(p + 1), _O, block(p + 1))))
-            _deal_over_lanes(programs[rank], c, ring[(p + 1) % n], ring[(p - 1) % n], steps, lane_of)
-    return Algorithm(name, "allgather", n, n * k, programs, protocol=protocol, inplace=True, outofplace=False)
+            positions = [p, *((p - 1 - j) % n for j in range(n - 2)), (p + 1) % n]
+            steps = [Step(Op.SEND, _O, block[p], _O, block[p])]
+            steps += [Step(Op.RECV_COPY_SEND, _O, block[q], _O, block[q]) for q in positions[1:-1]]
+            steps.append(Step(Op.RECV, _O, block[positions[-1]], _O, block[positions[-1]]))
+            yield c, rank, ring[(p + 1) % n], ring[(p - 1) % n], steps, positions
 
 
 def ring_reducescatter_algorithm(rings: Sequence[Sequence[int]], name: str = "nccl-ring-reducescatter",
@@ -208,20 +208,20 @@ def ring_reducescatter_algorithm(rings: Sequence[Sequence[int]], name: str = "nc
     input chunks ``r x C .. r x C + C - 1`` for C rings, its output chunk c the sum of
     every rank's input chunk ``r x C + c``; each ring's thread block dealt over
     ``data_lanes`` (module doc)."""
-    n = _check_rings(rings, "reduce-scatter")
-    lane_of = _lanes(data_lanes, dealing, n)
+    return ring_algorithm("reducescatter", rings, 0, name, protocol, data_lanes, dealing)
+
+
+def _reducescatter_blocks(rings: Sequence[Sequence[int]], n: int) -> Iterator[tuple]:
+    """As :func:`_allreduce_blocks`, for the reduce-scatter."""
     k = len(rings)
-    programs = [RankProgram(r, n * k, k) for r in range(n)]
     for c, ring in enumerate(rings):
+        block = [ring[q] * k + c for q in range(n)]  # the chunk of ring position q
         for p, rank in enumerate(ring):
-            def block(q: int) -> int:
-                return ring[q % n] * k + c
-            steps = [((p - 1) % n, Step(Op.SEND, _I, block(p - 1), _I, block(p - 1)))]
-            steps += [((p - 2 - j) % n, Step(Op.RECV_REDUCE_SEND, _I, block(p - 2 - j), _I, block(p - 2 - j)))
-                      for j in range(n - 2)]
-            steps.append((p, Step(Op.RECV_REDUCE_COPY, _I, block(p), _O, c)))
-            _deal_over_lanes(programs[rank], c, ring[(p + 1) % n], ring[(p - 1) % n], steps, lane_of)
-    return Algorithm(name, "reducescatter", n, n * k, programs, protocol=protocol, inplace=True, outofplace=True)
+            positions = [(p - 1 - j) % n for j in range(n - 1)] + [p]
+            steps = [Step(Op.SEND, _I, block[positions[0]], _I, block[positions[0]])]
+            steps += [Step(Op.RECV_REDUCE_SEND, _I, block[q], _I, block[q]) for q in positions[1:-1]]
+            steps.append(Step(Op.RECV_REDUCE_COPY, _I, block[p], _O, c))
+            yield c, rank, ring[(p + 1) % n], ring[(p - 1) % n], steps, positions
 
 
 def ring_reduce_algorithm(rings: Sequence[Sequence[int]], root: int = 0, name: str = "nccl-ring-reduce",
@@ -251,17 +251,42 @@ def ring_algorithm(collective: str, rings: Sequence[Sequence[int]], root: int = 
     """NCCL's ring kernel of ``collective`` (one of :data:`RING_COLLECTIVES`) over ``rings``,
     all-reduce, all-gather and reduce-scatter dealt over ``data_lanes`` as ``dealing``
     says (module doc; broadcast and reduce hold one step per thread block and take 1)."""
+    return ring_algorithms(collective, rings, root, name, protocol, data_lanes, (dealing,))[dealing]
+
+
+#: the kernels that take data lanes: their name in messages, their thread blocks, whole,
+#: (input chunks, output chunks) per ring of n ranks, and whether they also run out of place
+_LANE_KERNELS = {
+    "allreduce": ("all-reduce", _allreduce_blocks, lambda n: (n, n), True),
+    "allgather": ("all-gather", _allgather_blocks, lambda n: (1, n), False),
+    "reducescatter": ("reduce-scatter", _reducescatter_blocks, lambda n: (n, 1), True),
+}
+
+
+def ring_algorithms(collective: str, rings: Sequence[Sequence[int]], root: int = 0, name: str | None = None,
+                    protocol: Protocol = Protocol.SIMPLE, data_lanes: int = 1,
+                    dealings: Sequence[str] = ("interleaved",)) -> dict[str, Algorithm]:
+    """:func:`ring_algorithm` for each of ``dealings`` (dealing -> algorithm), built from
+    one set of steps: the algorithms share their step objects, so keep one of them."""
     name = name or f"nccl-ring-{collective}"
-    if collective == "allreduce":
-        return ring_allreduce_algorithm(rings, name, protocol, data_lanes, dealing)
-    if collective == "allgather":
-        return ring_allgather_algorithm(rings, name, protocol, data_lanes, dealing)
-    if collective == "reducescatter":
-        return ring_reducescatter_algorithm(rings, name, protocol, data_lanes, dealing)
+    if collective in _LANE_KERNELS:
+        label, blocks, chunks, outofplace = _LANE_KERNELS[collective]
+        n = _check_rings(rings, label)
+        lane_maps = {d: data_lane_of(n, data_lanes, d) for d in dealings}
+        k = len(rings)
+        programs = {d: [RankProgram(r, *(k * c for c in chunks(n))) for r in range(n)] for d in lane_maps}
+        with collector_paused():  # millions of acyclic steps
+            for c, rank, send, recv, steps, positions in blocks(rings, n):
+                for d, lane_of in lane_maps.items():
+                    _deal_over_lanes(programs[d][rank], c, send, recv, steps, positions, lane_of)
+        return {d: Algorithm(name, collective, n, n * k, progs, protocol=protocol, inplace=True,
+                             outofplace=outofplace) for d, progs in programs.items()}
     if collective in RING_COLLECTIVES and data_lanes != 1:
         raise SynthesisError(f"NCCL's ring {collective} holds one step per thread block: it takes no data lanes")
     if collective == "broadcast":
-        return ring_broadcast_algorithm(rings, root, name, protocol)
-    if collective == "reduce":
-        return ring_reduce_algorithm(rings, root, name, protocol)
-    raise SynthesisError(f"NCCL has no ring kernel for {collective} (it has: {', '.join(RING_COLLECTIVES)})")
+        algorithm = ring_broadcast_algorithm(rings, root, name, protocol)
+    elif collective == "reduce":
+        algorithm = ring_reduce_algorithm(rings, root, name, protocol)
+    else:
+        raise SynthesisError(f"NCCL has no ring kernel for {collective} (it has: {', '.join(RING_COLLECTIVES)})")
+    return dict.fromkeys(dealings, algorithm)

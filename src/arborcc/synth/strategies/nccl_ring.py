@@ -101,22 +101,27 @@ def _dealt_rings(request: SynthesisRequest, rings: list, lanes: int) -> tuple[Al
     with more than one lane, the dealing whose file simulates faster at the request's size
     (:data:`arborcc.synth.result.RANKING_SIZE` without one; module doc)."""
     from arborcc.errors import SynthesisError
-    from arborcc.library.nccl_ring import DEALINGS, ring_algorithm
+    from arborcc.library.nccl_ring import DEALINGS, data_lane_of, ring_algorithm, ring_algorithms
     from arborcc.sim.protocol_choice import time_as_written
+    from arborcc.synth.lower_emit import lowering_in_place
     from arborcc.synth.result import RANKING_SIZE
 
     name = f"nccl-ring-{request.collective}"
-    if lanes == 1:
-        return ring_algorithm(request.collective, rings, request.root, name), ""
+    if lanes == 1 or (request.collective == "allgather" and not lowering_in_place()):
+        # the all-gather kernel runs in place only: its out-of-place form is refused
+        # however it is dealt, so it is not timed for that
+        return ring_algorithm(request.collective, rings, request.root, name, data_lanes=lanes), ""
     size = request.size or RANKING_SIZE
-    timed = []
+    dealings = []
     for dealing in DEALINGS:
         try:
-            algorithm = ring_algorithm(request.collective, rings, request.root, name, data_lanes=lanes,
-                                       dealing=dealing)
+            data_lane_of(len(rings[0]), lanes, dealing)
         except SynthesisError:  # a contiguous dealing that would leave a lane empty
             continue
-        timed.append((time_as_written(algorithm, request.topology, size), dealing, algorithm))
+        dealings.append(dealing)
+    built = ring_algorithms(request.collective, rings, request.root, name, data_lanes=lanes, dealings=dealings)
+    timed = [(time_as_written(algorithm, request.topology, size), dealing, algorithm)
+             for dealing, algorithm in built.items()]
     best_time, best, algorithm = min(timed, key=lambda t: t[0])
     others = ", ".join(f"{d} {t * 1e6:.1f} us" for t, d, _ in timed if d != best)
     return algorithm, (f"{best} lanes: {best_time * 1e6:.1f} us at {size} bytes"
