@@ -5,7 +5,7 @@ Every collective (all-reduce, all-gather, reduce-scatter, broadcast, reduce) run
 ring kernel (:func:`arborcc.library.nccl_ring.ring_algorithm`) with as many channels as NCCL
 runs (:func:`arborcc.sim.nccl_channels.nccl_channel_count`: every ring twice, 24 or 32 rings
 of one order on NVSwitch machines): the program the NCCL baseline simulates, so the two
-tie. NCCL simulates its identical channels as instances of one ring; an MSCCL file has no
+tie wherever its thread blocks fit the runtime (below). NCCL simulates its identical channels as instances of one ring; an MSCCL file has no
 instance count, so the channels are written out: ring ``c mod R`` on channel ``c`` (R
 distinct rings), each channel carrying its own share of the buffer. A file names no
 route either, so across nodes the rings are re-chained to leave every node through the
@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
     """NCCL's ring kernel of the request's collective on NCCL's rings (NVLink-only when
-    possible), one channel per ring NCCL runs (module doc)."""
+    possible), one channel per ring NCCL runs, or data lanes where the runtime's steps
+    per thread block call for them (module doc)."""
     from arborcc.sim.bandwidth import steady_state_bandwidth
     from arborcc.sim.fidelity import fidelity_for
     from arborcc.library.nccl_ring import ring_steps_per_threadblock
