@@ -184,3 +184,14 @@ def test_the_plain_steps_screen_changes_no_answer(seed, monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(limits, "_plain_steps", lambda *_: False)
             assert check_dialect_limits(algo, dialect) == screened
+
+
+def test_runtime_caps_are_the_least_limits_of_the_runtimes_meant():
+    from arborcc.ir.limits import runtime_caps
+
+    legacy, executor, every = runtime_caps("legacy"), runtime_caps("executor"), runtime_caps(None)
+    assert (legacy.steps_per_threadblock, legacy.threadblocks_per_rank, legacy.channels) == (256, 216, 32)
+    assert (executor.steps_per_threadblock, executor.threadblocks_per_rank, executor.channels) == (64, 64, 32)
+    assert every == executor  # a file for any runtime keeps the executors' smaller limits
+    with pytest.raises(ValueError, match="unknown MSCCL dialect 'rccl'"):
+        runtime_caps("rccl")

@@ -110,6 +110,23 @@ MAX_REDUCE_FUSION = 16
 _op_of, _count_of = attrgetter("op"), attrgetter("count")
 
 
+@dataclass(frozen=True)
+class RuntimeCaps:
+    """The sizes a program must keep to run on the runtimes meant: the least of their limits."""
+
+    steps_per_threadblock: int
+    threadblocks_per_rank: int
+    channels: int
+
+
+def runtime_caps(dialect: str | None) -> RuntimeCaps:
+    """The caps of ``dialect``'s runtimes, or of every runtime when it is None (a file
+    for any of them)."""
+    dialects = DIALECTS.values() if dialect is None else [dialect_limits(dialect)]
+    return RuntimeCaps(min(d.max_steps_per_threadblock for d in dialects),
+                       min(d.max_threadblocks_per_rank for d in dialects), min(d.max_channels for d in dialects))
+
+
 def dialect_limits(dialect: str) -> DialectLimits:
     try:
         return DIALECTS[dialect]

@@ -61,7 +61,7 @@ def synth_lane_rings(request: SynthesisRequest) -> SynthesisResult:
     """NCCL's ring search's rings on as many thread blocks as the dialect takes, rings
     without a common connection sharing a channel (module doc)."""
     from arborcc.errors import SynthesisError
-    from arborcc.ir.limits import DIALECTS, MAX_CHANNELS
+    from arborcc.ir.limits import MAX_CHANNELS, runtime_caps
     from arborcc.library.nccl_ring import ring_algorithm
     from arborcc.sim.bandwidth import steady_state_bandwidth
     from arborcc.synth.hosts import host_groups
@@ -73,8 +73,7 @@ def synth_lane_rings(request: SynthesisRequest) -> SynthesisResult:
         raise SynthesisError(f"{topology.name}: the GPUs span several hosts; lane-rings runs inside one "
                              "(use --strategy nccl-ring)")
     schedule = nccl_rings(topology)
-    max_tbs = min(d.max_threadblocks_per_rank for d in DIALECTS.values()) if request.dialect is None else \
-        DIALECTS[request.dialect].max_threadblocks_per_rank
+    max_tbs = runtime_caps(request.dialect).threadblocks_per_rank
     distinct = len(schedule.rings)
     # whole copies of the set of rings: a ring run more often than another loads its lanes more
     placed = shared_channels(schedule.rings, max(1, max_tbs // distinct) * distinct, MAX_CHANNELS)

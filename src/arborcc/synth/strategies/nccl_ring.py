@@ -36,6 +36,7 @@ def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
     per thread block call for them (module doc)."""
     from arborcc.sim.bandwidth import steady_state_bandwidth
     from arborcc.sim.fidelity import fidelity_for
+    from arborcc.ir.limits import runtime_caps
     from arborcc.library.nccl_ring import ring_steps_per_threadblock
     from arborcc.sim.nccl_channels import nccl_channel_count
     from arborcc.synth.nccl_rings import file_rings, nccl_rings
@@ -59,7 +60,7 @@ def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
     notes = [f"{channels} rings: NCCL's {distinct} ring(s) over {schedule.link_kind.value}{runs}"
              + (f", each dealt over {lanes} data lanes ({lanes * channels} channels): a whole ring's thread "
                 f"block holds {ring_steps_per_threadblock(collective, topology.num_ranks)} steps, over the "
-                f"runtime's {_step_limit(request)} (NCCL runs {nccl_channels} channels); {dealt}" if lanes > 1 else "")]
+                f"runtime's {runtime_caps(request.dialect).steps_per_threadblock} (NCCL runs {nccl_channels} channels); {dealt}" if lanes > 1 else "")]
     if collective == "allreduce" and request.size is not None:
         notes.append(nccl_prediction(schedule.nccl_estimate(collective, NOTED_PROTOCOL, request.size), request.size))
     from arborcc.synth.result import SynthesisResult
@@ -68,26 +69,18 @@ def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
                            routes=routes, chunks=algorithm.chunks_per_loop, notes=notes)
 
 
-def _step_limit(request: SynthesisRequest) -> int:
-    """Steps per thread block the request's runtime accepts (every runtime's when it names none)."""
-    from arborcc.ir.limits import DIALECTS
-
-    dialects = DIALECTS.values() if request.dialect is None else [DIALECTS[request.dialect]]
-    return min(d.max_steps_per_threadblock for d in dialects)
-
-
 def _lanes_and_rings(request: SynthesisRequest, nccl_channels: int) -> tuple[int, int]:
     """(data lanes, rings) for the file: the fewest lanes whose thread blocks fit the
     runtime's steps, and as many rings as the channels and thread blocks then allow, at
     most ``nccl_channels`` (module doc)."""
     from arborcc.errors import SynthesisError
-    from arborcc.ir.limits import DIALECTS
+    from arborcc.ir.limits import runtime_caps
     from arborcc.library.nccl_ring import ring_steps_per_threadblock
 
     collective, n = request.collective, request.topology.num_ranks
-    dialects = DIALECTS.values() if request.dialect is None else [DIALECTS[request.dialect]]
-    most_channels = min(min(d.max_channels, d.max_threadblocks_per_rank) for d in dialects)
-    limit = _step_limit(request)
+    caps = runtime_caps(request.dialect)
+    most_channels = min(caps.channels, caps.threadblocks_per_rank)
+    limit = caps.steps_per_threadblock
     lanes = 1
     while ring_steps_per_threadblock(collective, n, lanes) > limit:
         lanes += 1

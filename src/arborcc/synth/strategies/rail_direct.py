@@ -276,7 +276,7 @@ def synth_rail_direct(request: SynthesisRequest) -> SynthesisResult:
     """Direct transfers inside each switch host, rail peers across hosts, the chunk count
     timed fastest at the request's size (module doc)."""
     from arborcc.errors import SynthesisError
-    from arborcc.ir.limits import DIALECTS, MAX_CHANNELS
+    from arborcc.ir.limits import MAX_CHANNELS, runtime_caps
     from arborcc.sim.bandwidth import steady_state_bandwidth
     from arborcc.sim.protocol_choice import time_as_written
     from arborcc.synth.result import SynthesisResult
@@ -296,9 +296,8 @@ def synth_rail_direct(request: SynthesisRequest) -> SynthesisResult:
     N, g = len(hosts), len(hosts[0])
     if collective == "allreduce" and N != 2:
         raise SynthesisError(f"{topology.name}: the rail-direct all-reduce is built for two hosts, not {N}")
-    dialects = DIALECTS.values() if request.dialect is None else [DIALECTS[request.dialect]]
-    max_tbs = min(d.max_threadblocks_per_rank for d in dialects)
-    max_steps = min(d.max_steps_per_threadblock for d in dialects)
+    caps = runtime_caps(request.dialect)
+    max_tbs, max_steps = caps.threadblocks_per_rank, caps.steps_per_threadblock
     lanes, nic_lanes = lanes_for(collective, g, N, max_tbs, MAX_CHANNELS)
     if lanes == 0:
         per_lane = 4 if collective == "allreduce" else 2

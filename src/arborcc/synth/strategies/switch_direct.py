@@ -176,7 +176,7 @@ def synth_switch_direct(request: SynthesisRequest) -> SynthesisResult:
     """Direct all-reduce, reduce-scatter or all-gather on a switch machine, the chunk count timed
     fastest at the request's size (module doc)."""
     from arborcc.errors import SynthesisError
-    from arborcc.ir.limits import DIALECTS, MAX_CHANNELS
+    from arborcc.ir.limits import MAX_CHANNELS, runtime_caps
     from arborcc.sim.bandwidth import steady_state_bandwidth
     from arborcc.sim.protocol_choice import time_as_written
     from arborcc.synth.result import SynthesisResult
@@ -189,9 +189,8 @@ def synth_switch_direct(request: SynthesisRequest) -> SynthesisResult:
         raise SynthesisError(f"{topology.name}: the ranks do not all reach each other through one switch; "
                              "switch-direct needs a switch machine")
     n = topology.num_ranks
-    dialects = DIALECTS.values() if request.dialect is None else [DIALECTS[request.dialect]]
-    max_tbs = min(d.max_threadblocks_per_rank for d in dialects)
-    max_steps = min(d.max_steps_per_threadblock for d in dialects)
+    caps = runtime_caps(request.dialect)
+    max_tbs, max_steps = caps.threadblocks_per_rank, caps.steps_per_threadblock
     lanes = lanes_for(collective, n, max_tbs, MAX_CHANNELS)
     if lanes == 0:
         needed = 4 * (n - 1) if collective == "allreduce" else 2 * (n - 1) + 1
