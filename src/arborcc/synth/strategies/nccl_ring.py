@@ -5,9 +5,10 @@ Every collective (all-reduce, all-gather, reduce-scatter, broadcast, reduce) run
 ring kernel (:func:`arborcc.library.nccl_ring.ring_algorithm`) with as many channels as NCCL
 runs (:func:`arborcc.sim.nccl_channels.nccl_channel_count`: every ring twice, 24 or 32 rings
 of one order on NVSwitch machines): the program the NCCL baseline simulates, so the two
-tie wherever its thread blocks fit the runtime (below). NCCL simulates its identical channels as instances of one ring; an MSCCL file has no
-instance count, so the channels are written out: ring ``c mod R`` on channel ``c`` (R
-distinct rings), each channel carrying its own share of the buffer. A file names no
+tie wherever its thread blocks fit the runtime (below). NCCL simulates its identical
+channels as instances of one ring; an MSCCL file has no instance count, so the channels
+are written out: ring ``c mod R`` on channel ``c`` (R distinct rings), each channel
+carrying its own share of the buffer. A file names no
 route either, so across nodes the rings are re-chained to leave every node through the
 NICs of different GPUs (:func:`arborcc.synth.nccl_rings.file_rings`).
 
@@ -57,10 +58,12 @@ def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
                 routes[(ring[k], ring[(k + 1) % len(ring)], c * lanes + lane)] = path
     estimate = steady_state_bandwidth(algorithm, topology, routes)
     runs = f", each {channels // distinct} times" if channels > distinct else ""
+    lanes_note = (f", each dealt over {lanes} data lanes ({lanes * channels} channels): a whole ring's thread "
+                  f"block holds {ring_steps_per_threadblock(collective, topology.num_ranks)} steps, over the "
+                  f"runtime's {runtime_caps(request.dialect).steps_per_threadblock} (NCCL runs {nccl_channels} "
+                  f"channels); {dealt}")
     notes = [f"{channels} rings: NCCL's {distinct} ring(s) over {schedule.link_kind.value}{runs}"
-             + (f", each dealt over {lanes} data lanes ({lanes * channels} channels): a whole ring's thread "
-                f"block holds {ring_steps_per_threadblock(collective, topology.num_ranks)} steps, over the "
-                f"runtime's {runtime_caps(request.dialect).steps_per_threadblock} (NCCL runs {nccl_channels} channels); {dealt}" if lanes > 1 else "")]
+             + (lanes_note if lanes > 1 else "")]
     if collective == "allreduce" and request.size is not None:
         notes.append(nccl_prediction(schedule.nccl_estimate(collective, NOTED_PROTOCOL, request.size), request.size))
     from arborcc.synth.result import SynthesisResult
