@@ -83,11 +83,10 @@ def _allreduce_blocks(rings: Sequence[Sequence[int]], n: int) -> Iterator[tuple]
 
 
 def _deal_over_lanes(program: RankProgram, c: int, send: int, recv: int, steps: list[Step],
-                     positions: list[int], lane_of: list[int]) -> None:
+                     positions: list[int], lanes: int, lane_of: list[int]) -> None:
     """Ring ``c``'s thread blocks on ``program``'s rank: ``steps`` in order, the chunk of
-    each at ring position ``positions[i]``, dealt over the data lanes by position
+    each at ring position ``positions[i]``, dealt over ``lanes`` data lanes by position
     (``lane_of``, module doc); thread block and channel ``c x lanes + lane``."""
-    lanes = max(lane_of) + 1
     if lanes == 1:
         program.threadblocks.append(ThreadBlock(c, send=send, recv=recv, channel=c, steps=steps))
         return
@@ -278,7 +277,7 @@ def ring_algorithms(collective: str, rings: Sequence[Sequence[int]], root: int =
         with collector_paused():  # millions of acyclic steps
             for c, rank, send, recv, steps, positions in blocks(rings, n):
                 for d, lane_of in lane_maps.items():
-                    _deal_over_lanes(programs[d][rank], c, send, recv, steps, positions, lane_of)
+                    _deal_over_lanes(programs[d][rank], c, send, recv, steps, positions, data_lanes, lane_of)
         return {d: Algorithm(name, collective, n, n * k, progs, protocol=protocol, inplace=True,
                              outofplace=outofplace) for d, progs in programs.items()}
     if collective in RING_COLLECTIVES and data_lanes != 1:
