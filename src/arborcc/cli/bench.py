@@ -26,9 +26,9 @@ OPS = ("sum", "prod", "min", "max", "avg")
 BACKENDS = ("arborcc", "gloo", "mpi")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="benchmark collectives on local ranks (nccl-tests flags), vs gloo and MPICH",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = __doc__
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("-n", "--ranks", type=int, default=None, help="local ranks (default 2, or the --xml file's)")
     p.add_argument("-b", "--minbytes", type=size_argument, default=4 << 10, help="smallest size (default 4K)")
     p.add_argument("-e", "--maxbytes", type=size_argument, default=64 << 20, help="largest size (default 64M)")

@@ -28,12 +28,12 @@ import sys
 COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reducescatter", "gather", "scatter")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(p: argparse.ArgumentParser) -> None:
     from arborcc.cli.simulate import add_simulation_arguments
     from arborcc.cli.topology_args import add_topology_arguments
 
-    p = sub.add_parser("compare", help="simulate every strategy and the NCCL baselines side by side",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.description = __doc__
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     add_topology_arguments(p)
     p.add_argument("--collective", choices=COLLECTIVES, default="allreduce")
     p.add_argument("--root", type=int, default=0, help="root rank of rooted collectives (default 0)")

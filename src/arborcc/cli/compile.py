@@ -83,15 +83,13 @@ def _common_options(p: argparse.ArgumentParser, suppress: bool) -> None:
                            "has none")
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "compile",
-        help="compile a DSL program or a library algorithm to a verified MSCCL XML / JSON file",
-        description="Compile a DSL program file or a library algorithm to the IR, verify it, and write it "
-                    "as MSCCL XML (either dialect) or arborcc JSON. A program file either defines "
-                    "arborcc_program(*args) returning a Program, or creates Programs when run; the last one "
-                    "is compiled.",
-        epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = ("Compile a DSL program file or a library algorithm to the IR, verify it, and write it "
+                     "as MSCCL XML (either dialect) or arborcc JSON. A program file either defines "
+                     "arborcc_program(*args) returning a Program, or creates Programs when run; the last one "
+                     "is compiled.")
+    p.epilog = _epilog()
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("target", metavar="PROGRAM.py|NAME", nargs="?",
                    help="a Python file with a DSL program, or a library algorithm name")
     p.add_argument("rest", nargs=argparse.REMAINDER, metavar="ARGS",

@@ -22,10 +22,9 @@ from arborcc.ir.limits import DIALECTS
 FORMATS = ("xml", "json", "mscclpp")
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "convert", help="rewrite an algorithm file for another MSCCL runtime (dialect, in-place-ness, limits)",
-        description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = __doc__.split("\n\n")[1]
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("algorithm", metavar="IN", help="algorithm file: .xml (MSCCL, either dialect) or .json")
     p.add_argument("-o", "--output", metavar="OUT", help="file to write (.xml, or .json for arborcc JSON; "
                                                           "default: standard output, XML)")

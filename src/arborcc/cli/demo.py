@@ -25,8 +25,7 @@ from arborcc.cli.topology_args import add_topology_arguments, topology_from_args
 DEFAULT_ALLOCATION = "1,4,5,6"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run the pipeline on an embedded default (DGX-1V)")
+def register(p: argparse.ArgumentParser) -> None:
     add_topology_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object with every stage's results")
     p.add_argument("--plot", metavar="PNG", help="draw the simulated comparison (stage 7) to this file")

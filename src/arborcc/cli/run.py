@@ -12,9 +12,8 @@ from __future__ import annotations
 import argparse
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run a Python script on N local ranks (torchrun's environment)",
-                       description=__doc__)
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = __doc__
     p.add_argument("-n", "--nproc", type=int, required=True, help="number of local ranks")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds (finite, above 0) after which every rank is stopped")

@@ -55,9 +55,8 @@ def summarize(algo) -> dict[str, Any]:
     }
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("show", help="summarize an algorithm file (ranks, thread blocks, links, steps)",
-                              description="Print what an algorithm (MSCCL XML or arborcc JSON) contains.")
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = "Print what an algorithm (MSCCL XML or arborcc JSON) contains."
     p.add_argument("algorithm", metavar="ALGO", help="algorithm file: .xml (MSCCL) or .json (arborcc)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--max-ranks", type=int, default=32, metavar="N",

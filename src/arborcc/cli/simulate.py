@@ -25,11 +25,11 @@ from __future__ import annotations
 import argparse
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(p: argparse.ArgumentParser) -> None:
     from arborcc.cli.topology_args import add_topology_arguments
 
-    p = sub.add_parser("simulate", help="simulate an algorithm (MSCCL XML or JSON) on a topology over sizes",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.description = __doc__
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("algorithm", metavar="ALGO", help="algorithm file (.xml MSCCL, .json arborcc)")
     add_topology_arguments(p)
     add_simulation_arguments(p)

@@ -31,9 +31,9 @@ from arborcc.synth.registry import strategy_names, synthesizable_collectives
 from arborcc.sizes import size_argument
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("synth", help="synthesize a collective algorithm for a topology",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = __doc__
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     add_topology_arguments(p)
     p.add_argument("--collective", choices=synthesizable_collectives(), default="allreduce")
     p.add_argument("--strategy", choices=("auto", *strategy_names()), default="auto",

@@ -19,8 +19,7 @@ from arborcc.topology.allocation import FABRICS
 EXPORT_FORMATS = ("yaml", "json", "nccl-xml")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    topo = sub.add_parser("topo", help="show, classify and export topologies")
+def register(topo: argparse.ArgumentParser) -> None:
     tsub = topo.add_subparsers(dest="topo_command", metavar="ACTION", required=True)
 
     show = tsub.add_parser("show", help="link matrix (like nvidia-smi topo -m) and link table",

@@ -28,15 +28,15 @@ from __future__ import annotations
 import argparse
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(p: argparse.ArgumentParser) -> None:
     from arborcc.cli.compare import COLLECTIVES
     from arborcc.cli.simulate import add_simulation_arguments
     from arborcc.cli.topology_args import add_topology_arguments
 
     from arborcc.tune.plan_writer import FORMATS
 
-    p = sub.add_parser("tune", help="pick the fastest algorithm per size bucket and write an MSCCL plan",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.description = __doc__
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     add_topology_arguments(p)
     p.add_argument("--collective", choices=COLLECTIVES, default="allreduce")
     p.add_argument("--root", type=int, default=0, help="root rank of rooted collectives (default 0)")

@@ -37,15 +37,12 @@ def _slots(text: str) -> int:
     return value
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "verify",
-        help="prove an algorithm correct: postcondition, no deadlock, no race, runtime limits",
-        description="Check an algorithm (MSCCL XML of either dialect, or arborcc JSON): structure, "
-                    "the collective's postcondition by symbolic execution, deadlock freedom with "
-                    "bounded connection FIFOs, absence of races between thread blocks, and the "
-                    "limits of the MSCCL runtimes (of --dialect, else of both dialects: it must be "
-                    "within one). Exit 0 if correct, 1 if not, 2 if the file cannot be read.")
+def register(p: argparse.ArgumentParser) -> None:
+    p.description = ("Check an algorithm (MSCCL XML of either dialect, or arborcc JSON): structure, "
+                     "the collective's postcondition by symbolic execution, deadlock freedom with "
+                     "bounded connection FIFOs, absence of races between thread blocks, and the "
+                     "limits of the MSCCL runtimes (of --dialect, else of both dialects: it must be "
+                     "within one). Exit 0 if correct, 1 if not, 2 if the file cannot be read.")
     p.add_argument("algorithm", metavar="ALGO", help="algorithm file: .xml (MSCCL) or .json (arborcc)")
     p.add_argument("--dialect", choices=sorted(DIALECTS),
                    help="check this runtime's limits and required attributes (legacy: original MSCCL "
