@@ -68,11 +68,15 @@ def test_nccl_ring_over_the_executors_steps_deals_its_rings_over_data_lanes(coll
     assert result.report.ok
     assert max(len(tb.steps) for rank in result.algorithm.ranks for tb in rank.threadblocks) <= limit
     dealt = [note for note in result.notes if "data lanes" in note]
+    timed = [note for note in result.notes if "variants" in note]
     if collective == "allreduce":  # both dealings are timed, the faster written (module doc of the strategy)
-        assert len(dealt) == 1 and "interleaved" in dealt[0] and "contiguous" in dealt[0]
-        assert f"lanes: {result.time * 1e6:.1f} us at" in dealt[0]
+        assert len(dealt) == 1 and len(timed) == 1
+        assert result.variant in ("interleaved lanes", "contiguous lanes")
+        assert f"written as {result.variant}, the fastest of its 2 variants" in timed[0]
+        assert f"{result.time * 1e6:.1f} us (" in timed[0]
+        assert ("contiguous" if result.variant.startswith("interleaved") else "interleaved") in timed[0]
     else:  # 40 steps fit
-        assert not dealt
+        assert not dealt and not timed and not result.variant
     assert_executes(result.algorithm)
     legacy = synthesize(topology, collective, "nccl-ring", timed=False, dialect="legacy")
     assert not any("data lanes" in note for note in legacy.notes)

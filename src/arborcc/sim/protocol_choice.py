@@ -43,9 +43,12 @@ BY_BANDWIDTH = ("LL", "LL128", "Simple")
 def protocol_sweep(algo: Algorithm, topology: Topology, sizes: Sequence[int], protocol: str = "auto",
                    fidelity: Fidelity | None = None, routes: dict | None = None, instances: int = 1,
                    least_seconds_per_byte: float | None = None,
-                   protocols: Sequence[str] = BY_BANDWIDTH) -> list[SimResult]:
+                   protocols: Sequence[str] = BY_BANDWIDTH, beat: float | None = None) -> list[SimResult | None]:
     """The simulated call at every size with ``protocol``, or with ``auto`` the fastest
-    of ``protocols`` per size (pruned as the module doc says)."""
+    of ``protocols`` per size (pruned as the module doc says). ``beat`` (``auto`` only):
+    a time another algorithm already takes - a protocol whose link loads alone take no
+    less is not simulated either, and a size where none of the others is faster gets
+    None (the fastest protocol there may be one not simulated)."""
     if protocol != "auto":
         proto = protocol_name(protocol)
         return [simulate(algo, topology, s, proto, fidelity, instances, routes) for s in sizes]
@@ -63,6 +66,7 @@ def protocol_sweep(algo: Algorithm, topology: Topology, sizes: Sequence[int], pr
     winner = None
     for s in sorted(sizes):
         got: dict[str, SimResult] = {}
+        unbeaten = False  # a protocol was left out for ``beat``
         order = sorted(alive, key=lambda p: (p != winner, least(p, s) + PROTOCOL_MODELS[p].base_latency))
         for p in order:
             if got:
@@ -71,10 +75,14 @@ def protocol_sweep(algo: Algorithm, topology: Topology, sizes: Sequence[int], pr
                     continue  # slower at a smaller size than the best here by the margin
                 if least(p, s) >= best:
                     continue  # its link loads alone take longer than the best here
+            if beat is not None and least(p, s) >= beat:
+                unbeaten = True
+                continue  # ... or than the time to beat
             got[p] = simulate(algo, topology, s, p, fidelity, instances, routes)
             last[p] = got[p].time
-        best_at[s] = min((got[p] for p in alive if p in got), key=lambda r: r.time)
-        winner = best_at[s].protocol
+        fastest = min((got[p] for p in alive if p in got), key=lambda r: r.time, default=None)
+        best_at[s] = None if unbeaten and (fastest is None or fastest.time >= beat) else fastest
+        winner = fastest.protocol if fastest else winner
     return [best_at[s] for s in sizes]
 
 

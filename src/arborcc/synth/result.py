@@ -77,6 +77,13 @@ class SynthesisResult:
     #: (dialect, whether ``algorithm`` is within its runtime limits), checked once: by the
     #: lowering's version search (:attr:`~.lower_emit.Lowered.limits`) or by ``synthesize``
     limits: tuple[str, bool] | None = None
+    #: other ways of writing one schedule, label -> algorithm (``algorithm`` is one of
+    #: them): equal link loads, so only the simulator tells them apart. ``synthesize``
+    #: times them at the ranking size when it simulates or verifies this result, keeps
+    #: the fastest in ``algorithm``, notes it, and empties this (``variant``: its label);
+    #: one that cannot win is never simulated
+    variants: dict[str, Algorithm] = field(default_factory=dict)
+    variant: str = ""
 
     @property
     def ratio(self) -> float:

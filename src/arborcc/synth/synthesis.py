@@ -88,22 +88,50 @@ def _ranks_by_time(strategy: str, num_ranks: int) -> bool:
 
 
 def _fastest_protocol(algo: Algorithm, topology: Topology, size: int, protocols: Sequence[str] | None,
-                      least_seconds_per_byte: float | None = None) -> tuple[float, Protocol]:
+                      least_seconds_per_byte: float | None = None,
+                      beat: float | None = None) -> tuple[float, Protocol] | None:
     """The least simulated time of a call of ``size`` bytes of ``algo`` as written and the
     protocol it takes, among ``protocols`` (None: every protocol both MSCCL dialects run,
-    LL, LL128 and Simple), those whose link loads alone take longer than the best not
-    simulated (:func:`arborcc.sim.protocol_choice.protocol_sweep`)."""
+    LL, LL128 and Simple), those whose link loads alone take longer than the best, or
+    than ``beat``, not simulated (:func:`arborcc.sim.protocol_choice.protocol_sweep`).
+    None when no protocol is faster than ``beat``, by its link loads or simulated."""
     from arborcc.sim.protocol_choice import BY_BANDWIDTH, protocol_sweep
 
     [fastest] = protocol_sweep(algo, topology, [size], least_seconds_per_byte=least_seconds_per_byte,
-                               protocols=protocols or BY_BANDWIDTH)
-    return fastest.time, Protocol(fastest.protocol)
+                               protocols=protocols or BY_BANDWIDTH, beat=beat)
+    return None if fastest is None else (fastest.time, Protocol(fastest.protocol))
 
 
 def _with_protocol(result: SynthesisResult, protocol: Protocol) -> None:
     """Make ``result``'s algorithm declare ``protocol`` (its file is written with it)."""
     if result.algorithm.protocol is not protocol:
         result.algorithm = replace(result.algorithm, protocol=protocol)
+
+
+def _settled(result: SynthesisResult, topology: Topology, size: int, protocols: Sequence[str] | None,
+             least_seconds_per_byte: float | None = None,
+             beat: float | None = None) -> tuple[float, Protocol] | None:
+    """Keep the fastest of ``result``'s variants (:attr:`SynthesisResult.variants`): each
+    simulated as written at ``size`` bytes with its fastest protocol, unless it cannot beat
+    ``beat`` or a variant timed before (``beat`` of :func:`_fastest_protocol`); a note
+    gives the times. Returns the kept one's time and protocol, or None, the variants left
+    as they are, where none can beat ``beat``."""
+    timed: list[tuple[float, Protocol, str]] = []
+    for label, algorithm in result.variants.items():
+        to_beat = min([t for t, _, _ in timed] + ([beat] if beat is not None else []), default=None)
+        fastest = _fastest_protocol(algorithm, topology, size, protocols, least_seconds_per_byte, to_beat)
+        if fastest is not None:
+            timed.append((*fastest, label))
+    if not timed:
+        return None
+    seconds, protocol, label = min(timed, key=lambda t: t[0])
+    others = [f"{other} {t * 1e6:.1f} us" for t, _, other in timed if other != label]
+    others += [f"{other} slower with every protocol, by its link loads or simulated" for other in result.variants
+               if other not in {t[2] for t in timed}]
+    result.notes.append(f"written as {label}, the fastest of its {len(result.variants)} variants at {size} bytes: "
+                        f"{seconds * 1e6:.1f} us ({', '.join(others)})")
+    result.algorithm, result.variant, result.variants = result.variants[label], label, {}
+    return seconds, protocol
 
 
 def _simulated_times(results: list[SynthesisResult], fits: dict, topology: Topology, size: int,
@@ -132,11 +160,17 @@ def _simulated_times(results: list[SynthesisResult], fits: dict, topology: Topol
             continue
         if progress:
             progress(f"simulating the {r.strategy} algorithm at {format_size(size)}")
+        beat = min((times[id(q)] for q in results if times.get(id(q)) is not None), default=None)
         try:
-            times[id(r)], protocol = _fastest_protocol(r.algorithm, topology, size, protocols, per_byte[id(r)])
+            fastest = (_settled(r, topology, size, protocols, per_byte[id(r)], beat) if r.variants else
+                       _fastest_protocol(r.algorithm, topology, size, protocols, per_byte[id(r)], beat))
         except VerificationError:  # its connections do not pair up: not a candidate
             times[id(r)] = None
             continue
+        if fastest is None:  # no protocol beats a simulated candidate's time, by its link loads or simulated
+            times[id(r)] = float("inf")
+            continue
+        times[id(r)], protocol = fastest
         _with_protocol(r, protocol)
     return times
 
@@ -285,6 +319,8 @@ def _in_both_forms(best: SynthesisResult, request: SynthesisRequest, size: int, 
     try:
         with out_of_place_lowering(), operations_budget(topology.num_ranks):
             other = BY_NAME[best.strategy].function(request)
+        if other.variants:  # the variant ``best`` is written as
+            other.algorithm, other.variant, other.variants = other.variants[best.variant], best.variant, {}
         _with_protocol(other, best.algorithm.protocol)  # timed once, with the protocol ``best`` is written with
         _verify(other, dialect)
     except (SynthesisError, VerificationError) as e:
@@ -380,6 +416,8 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
             if progress:
                 progress(f"verifying the {r.strategy} algorithm ({time.perf_counter() - t0:.1f} s)")
             try:
+                if r.variants:  # not simulated among the candidates: its variants are timed now
+                    _settled(r, topology, ranked_size, protocols)
                 _verify(r, dialect)
             except VerificationError as e:
                 if strategy != "auto":
@@ -471,7 +509,8 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
             for r in listed) + ranked_by
             + ("; each with its fastest protocol: " + ", ".join(f"{r.strategy} {r.algorithm.protocol.value}"
                                                                   for r in listed) if by_time else "")
-            + (f"; not simulated, their link loads alone take longer: {', '.join(slower)}" if slower else "")
+            + (f"; slower with every protocol, by their link loads or simulated: {', '.join(slower)}"
+               if slower else "")
             + (f"; not simulated, over the {dialect} limits where others fit: {', '.join(over_limits)}"
                if over_limits else "")
             + ("; skipped " + "; ".join(skipped) if skipped else ""))

@@ -18,8 +18,9 @@ chunks are dealt over data lanes (:mod:`arborcc.library.nccl_ring`), as few as f
 each on its own channel, and the file runs as many rings as the channels then allow
 (at most NCCL's count): on 16 x DGX A100 the all-reduce runs NCCL's 8 rings once, each
 over 4 lanes, on 32 channels, where NCCL runs them twice on 16. Both ways of dealing the
-chunks are written and the one whose file the simulator times faster at the request's
-size is kept (without a size: at synthesis' ranking size).
+chunks are written, as the result's variants: ``synthesize`` keeps the one whose file
+the simulator times faster at the request's size (without a size: at synthesis' ranking
+size), and times neither where the candidate cannot win.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
     nccl_channels = nccl_channel_count(distinct, fidelity_for(topology).nccl_channels)
     lanes, channels = _lanes_and_rings(request, nccl_channels)
     rings = [schedule.rings[c % distinct] for c in range(channels)]
-    algorithm, dealt = _dealt_rings(request, rings, lanes)
+    variants = _dealt_rings(request, rings, lanes)
+    algorithm = next(iter(variants.values()))
     routes = {}
     for c, ring in enumerate(rings):
         hops = schedule.hops[c % distinct] if schedule.hops else []
@@ -61,7 +63,7 @@ def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
     lanes_note = (f", each dealt over {lanes} data lanes ({lanes * channels} channels): a whole ring's thread "
                   f"block holds {ring_steps_per_threadblock(collective, topology.num_ranks)} steps, over the "
                   f"runtime's {runtime_caps(request.dialect).steps_per_threadblock} (NCCL runs {nccl_channels} "
-                  f"channels); {dealt}")
+                  f"channels)")
     notes = [f"{channels} rings: NCCL's {distinct} ring(s) over {schedule.link_kind.value}{runs}"
              + (lanes_note if lanes > 1 else "")]
     if collective == "allreduce" and request.size is not None:
@@ -69,7 +71,8 @@ def synth_nccl_ring(request: SynthesisRequest) -> SynthesisResult:
     from arborcc.synth.result import SynthesisResult
 
     return SynthesisResult("nccl-ring", collective, algorithm, request.bound.algbw, estimate.algbw,
-                           routes=routes, chunks=algorithm.chunks_per_loop, notes=notes)
+                           routes=routes, chunks=algorithm.chunks_per_loop, notes=notes,
+                           variants=variants if len(variants) > 1 else {})
 
 
 def _lanes_and_rings(request: SynthesisRequest, nccl_channels: int) -> tuple[int, int]:
@@ -93,22 +96,16 @@ def _lanes_and_rings(request: SynthesisRequest, nccl_channels: int) -> tuple[int
     return lanes, min(nccl_channels, most_channels // lanes)
 
 
-def _dealt_rings(request: SynthesisRequest, rings: list, lanes: int) -> tuple[Algorithm, str]:
-    """The ring kernel over ``rings`` dealt over ``lanes`` data lanes, and how it was dealt:
-    with more than one lane, the dealing whose file simulates faster at the request's size
-    (:data:`arborcc.synth.result.RANKING_SIZE` without one; module doc)."""
+def _dealt_rings(request: SynthesisRequest, rings: list, lanes: int) -> dict[str, Algorithm]:
+    """The ring kernel over ``rings`` dealt over ``lanes`` data lanes, by the name of each
+    dealing that leaves no lane empty ("interleaved lanes": the variants ``synthesize``
+    times, module doc); one algorithm, named "", with one lane."""
     from arborcc.errors import SynthesisError
     from arborcc.library.nccl_ring import DEALINGS, data_lane_of, ring_algorithm, ring_algorithms
-    from arborcc.sim.protocol_choice import time_as_written
-    from arborcc.synth.lower_emit import lowering_in_place
-    from arborcc.synth.result import RANKING_SIZE
 
     name = f"nccl-ring-{request.collective}"
-    if lanes == 1 or (request.collective == "allgather" and not lowering_in_place()):
-        # the all-gather kernel runs in place only: its out-of-place form is refused
-        # however it is dealt, so it is not timed for that
-        return ring_algorithm(request.collective, rings, request.root, name, data_lanes=lanes), ""
-    size = request.size or RANKING_SIZE
+    if lanes == 1:
+        return {"": ring_algorithm(request.collective, rings, request.root, name)}
     dealings = []
     for dealing in DEALINGS:
         try:
@@ -117,9 +114,4 @@ def _dealt_rings(request: SynthesisRequest, rings: list, lanes: int) -> tuple[Al
             continue
         dealings.append(dealing)
     built = ring_algorithms(request.collective, rings, request.root, name, data_lanes=lanes, dealings=dealings)
-    timed = [(time_as_written(algorithm, request.topology, size), dealing, algorithm)
-             for dealing, algorithm in built.items()]
-    best_time, best, algorithm = min(timed, key=lambda t: t[0])
-    others = ", ".join(f"{d} {t * 1e6:.1f} us" for t, d, _ in timed if d != best)
-    return algorithm, (f"{best} lanes: {best_time * 1e6:.1f} us at {size} bytes"
-                       + (f" ({others})" if others else ""))
+    return {f"{dealing} lanes": algorithm for dealing, algorithm in built.items()}
