@@ -154,9 +154,17 @@ class FairShare {
   // of links, each link's flows in order, a flow's links in order; its links marked seen;
   // its max-min fair rates set
   void component(int32_t start, double now, std::vector<int32_t>& changed) {
-    LinkFlows lf;
-    std::vector<int32_t> members, global;
-    std::vector<int32_t> todo{start};
+    LinkFlows& lf = lf_;  // the buffers of the last walk, emptied (their memory kept)
+    lf.offset.assign(1, 0);
+    lf.link.clear();
+    lf.cap.clear();
+    lf.capacity.clear();
+    std::vector<int32_t>& members = members_;
+    std::vector<int32_t>& global = global_;
+    std::vector<int32_t>& todo = todo_;
+    members.clear();
+    global.clear();
+    todo.assign(1, start);
     while (!todo.empty()) {
       const int32_t l = todo.back();
       todo.pop_back();
@@ -189,7 +197,7 @@ class FairShare {
       }
     }
     if (members.empty()) return;
-    std::vector<double> rate;
+    std::vector<double>& rate = rate_;
     if (global.size() == 1 && lf.link.size() == lf.cap.size())
       one_link_rates(lf.cap, lf.capacity[0], rate);
     else
@@ -211,6 +219,10 @@ class FairShare {
   std::vector<int32_t> walked_;  // links seen in this settle
   std::vector<int32_t> local_;  // per link its index in the component being walked, else -1
   std::vector<char> met_;  // per flow key: met in the component being walked
+  // the component walk's buffers, kept from one walk to the next (a run walks millions)
+  LinkFlows lf_;
+  std::vector<int32_t> members_, global_, todo_;
+  std::vector<double> rate_;
   bool any_cap_ = false, mixed_caps_ = false;
   double first_cap_ = 0.0;  // the one cap of every flow so far, while mixed_caps_ is false
   std::vector<RatePeriod>* log_;

@@ -15,13 +15,24 @@ namespace sim {
 
 namespace {
 
-// the flows' indices ordered by cap, equal caps in the flows' order
-std::vector<int32_t> by_cap(const std::vector<double>& cap) {
-  std::vector<int32_t> order(cap.size());
+// the flows' indices ordered by cap, equal caps in the flows' order, into `order`
+void by_cap(const std::vector<double>& cap, std::vector<int32_t>& order) {
+  order.resize(cap.size());
   std::iota(order.begin(), order.end(), 0);
+  if (std::is_sorted(cap.begin(), cap.end())) return;  // equal caps, the common case: already in order
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return cap[a] < cap[b]; });
-  return order;
 }
+
+// The working arrays of max_min_rates, kept per thread from one call to the next: a
+// simulation calls it millions of times, and allocating them each time was a quarter of
+// its run time. Each call sizes and fills every one it reads.
+struct Scratch {
+  std::vector<int32_t> user_start, users, fill, order, frozen;
+  std::vector<int64_t> count, block_tight;
+  std::vector<double> left, even, block_share;
+  std::vector<char> frozen_yet, stale;
+};
+thread_local Scratch scratch;
 
 // Python's max(0.0, x): x only when greater than 0.0 (so -0.0 and NaN give 0.0)
 inline double at_least_zero(double x) { return x > 0.0 ? x : 0.0; }
@@ -33,35 +44,45 @@ constexpr size_t BLOCK = 16;
 
 void max_min_rates(const LinkFlows& flows, std::vector<double>& rate) {
   const size_t n = flows.cap.size(), links = flows.capacity.size();
+  Scratch& s = scratch;
   // per link its flows, in the flows' order (compressed rows)
-  std::vector<int32_t> user_start(links + 1, 0), users(flows.link.size());
+  std::vector<int32_t>& user_start = s.user_start;
+  std::vector<int32_t>& users = s.users;
+  user_start.assign(links + 1, 0);
+  users.resize(flows.link.size());
   for (int32_t l : flows.link) ++user_start[(size_t)l + 1];
   for (size_t l = 0; l < links; ++l) user_start[l + 1] += user_start[l];
-  std::vector<int64_t> count(links);
+  std::vector<int64_t>& count = s.count;
+  count.resize(links);
   for (size_t l = 0; l < links; ++l) count[l] = user_start[l + 1] - user_start[l];
-  {
-    std::vector<int32_t> fill(user_start.begin(), user_start.end() - 1);
-    for (size_t i = 0; i < n; ++i)
-      for (int32_t k = flows.offset[i]; k < flows.offset[i + 1]; ++k) users[(size_t)fill[(size_t)flows.link[(size_t)k]]++] = (int32_t)i;
-  }
-  std::vector<double> left(flows.capacity);
-  const std::vector<int32_t> order = by_cap(flows.cap);
-  std::vector<char> frozen_yet(n, 0);
+  s.fill.assign(user_start.begin(), user_start.end() - 1);
+  for (size_t i = 0; i < n; ++i)
+    for (int32_t k = flows.offset[i]; k < flows.offset[i + 1]; ++k) users[(size_t)s.fill[(size_t)flows.link[(size_t)k]]++] = (int32_t)i;
+  std::vector<double>& left = s.left;
+  left.assign(flows.capacity.begin(), flows.capacity.end());
+  std::vector<int32_t>& order = s.order;
+  by_cap(flows.cap, order);
+  std::vector<char>& frozen_yet = s.frozen_yet;
+  frozen_yet.assign(n, 0);
   rate.assign(n, 0.0);
-  std::vector<int32_t> frozen;
+  std::vector<int32_t>& frozen = s.frozen;
   // The tightest link - the least even split (left / count) among links with open flows,
   // the first such link on a tie - from the links in blocks of BLOCK: each block keeps
   // its own tightest link, found again only when a split in it changed. A round reads
   // the blocks' minima and rescans the blocks that changed: never much more work than a
   // scan of every link, and far less in a component of many links where a round changes
   // a few.
-  std::vector<double> even(links);  // per link left / count, redone whenever either changes
+  std::vector<double>& even = s.even;  // per link left / count, redone whenever either changes
+  even.assign(links, 0.0);
   for (size_t l = 0; l < links; ++l)
     if (count[l] != 0) even[l] = left[l] / (double)count[l];
   const size_t blocks = (links + BLOCK - 1) / BLOCK;
-  std::vector<double> block_share(blocks, INFINITY);
-  std::vector<int64_t> block_tight(blocks, -1);
-  std::vector<char> stale(blocks, 1);
+  std::vector<double>& block_share = s.block_share;
+  std::vector<int64_t>& block_tight = s.block_tight;
+  std::vector<char>& stale = s.stale;
+  block_share.assign(blocks, INFINITY);
+  block_tight.assign(blocks, -1);
+  stale.assign(blocks, 1);
   size_t head = 0, open = n;  // order[head] is the first unfrozen flow by cap
   while (open > 0) {
     while (frozen_yet[(size_t)order[head]]) ++head;
@@ -115,7 +136,8 @@ void one_link_rates(const std::vector<double>& cap, double capacity, std::vector
     std::fill(rate.begin(), rate.end(), share);
     return;
   }
-  const std::vector<int32_t> order = by_cap(cap);
+  std::vector<int32_t>& order = scratch.order;
+  by_cap(cap, order);
   double left = capacity;
   for (size_t p = 0; p < n; ++p) {
     const size_t i = (size_t)order[p];
