@@ -322,17 +322,19 @@ def _in_both_forms(best: SynthesisResult, request: SynthesisRequest, size: int, 
         if other.variants:  # the variant ``best`` is written as
             other.algorithm, other.variant, other.variants = other.variants[best.variant], best.variant, {}
         _with_protocol(other, best.algorithm.protocol)  # timed once, with the protocol ``best`` is written with
-        _verify(other, dialect)
+        over_limits = dialect is not None and _within_limits(best, dialect) and not _within_limits(other, dialect)
+        if not over_limits:  # (checked first: the limits cost far less than the proof)
+            _verify(other, dialect)
     except (SynthesisError, VerificationError) as e:
         best.notes.append(f"claims in-place calls only: {best.strategy} has no out-of-place form here ({e})")
+        return best
+    if over_limits:
+        best.notes.append(f"claims in-place calls only: the out-of-place form of {best.strategy} exceeds the "
+                          f"{dialect} limits")
         return best
     if "in-place" not in other.report.modes or "out-of-place" not in other.report.modes:
         best.notes.append(f"claims in-place calls only: the out-of-place form of {best.strategy} is verified "
                           f"{other.report.modes_text} only (synth --outofplace writes it)")
-        return best
-    if dialect is not None and _within_limits(best, dialect) and not _within_limits(other, dialect):
-        best.notes.append(f"claims in-place calls only: the out-of-place form of {best.strategy} exceeds the "
-                          f"{dialect} limits")
         return best
     _time_as_written(other, topology, size, size_is_default, predict_time(other.algorithm, topology, size), dialect,
                      protocols)
