@@ -18,7 +18,8 @@ from arborcc.ir.limits import EXECUTOR, LEGACY
 from arborcc.sim.fidelity import fidelity_for
 from arborcc.sim.protocols import PROTOCOL_MODELS
 from arborcc.sim.simulate import predict_time
-from arborcc.synth.strategies.rail_direct import BUILDERS, RAIL_DIRECT_COLLECTIVES, lanes_for, switch_hosts
+from arborcc.synth.strategies.rail_direct import (BUILDERS, RAIL_DIRECT_COLLECTIVES, lanes_for,
+                                                   steps_per_threadblock, switch_hosts)
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.cluster import build_cluster
 from arborcc.topology.machines import build_machine
@@ -151,6 +152,19 @@ def test_any_host_lane_and_chunk_count_verifies_and_equals_numpy(collective, hos
     report = verify_algorithm(algorithm, dialect=LEGACY.name)
     assert report.ok and not report.violations
     assert_executes(algorithm, modes=list(Mode), seed=hosts + gpus + lanes + nic_lanes + per_lane)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(RAIL_DIRECT_COLLECTIVES), st.integers(2, 5), st.integers(2, 4), st.integers(1, 4),
+       st.integers(1, 4), st.integers(1, 6))
+def test_the_steps_per_thread_block_known_before_building_are_the_built_programs(collective, hosts, gpus, lanes,
+                                                                                 nic_lanes, per_lane):
+    if collective == "allreduce":
+        hosts = 2
+    layout = [list(range(h * gpus, (h + 1) * gpus)) for h in range(hosts)]
+    algorithm = BUILDERS[collective](layout, lanes, nic_lanes, per_lane, "rail-direct-test")
+    built = max(len(tb.steps) for rank in algorithm.ranks for tb in rank.threadblocks)
+    assert steps_per_threadblock(collective, hosts, lanes, nic_lanes, per_lane) == built
 
 
 def test_rail_direct_runs_on_the_shared_memory_runtime_as_numpy_computes():

@@ -272,6 +272,17 @@ def allreduce_program(hosts: list[list[int]], lanes: int, nic_lanes: int, per_la
 BUILDERS = {"allreduce": allreduce_program, "allgather": allgather_program, "reducescatter": reducescatter_program}
 
 
+def steps_per_threadblock(collective: str, num_hosts: int, lanes: int, nic_lanes: int, per_lane: int) -> int:
+    """The most steps a thread block of :data:`BUILDERS`' ``collective`` program holds:
+    what tells whether a chunk count fits the runtime before the program is built."""
+    N, L, m, nic = num_hosts, lanes, per_lane, nic_lanes
+    if collective == "reducescatter":  # sends and local sums: a chunk per host and block; rail peers' lanes
+        return max(N * m, -(-L * m // nic))
+    if collective == "allgather":  # the input's copy, and a chunk per host and block to each peer
+        return max(L * m, N * m, -(-L * m // nic))
+    return max(N * m, -(-N * L * m // nic))  # all-reduce: a lane of the node-level block, the rail exchange
+
+
 def synth_rail_direct(request: SynthesisRequest) -> SynthesisResult:
     """Direct transfers inside each switch host, rail peers across hosts, the chunk count
     timed fastest at the request's size (module doc)."""
@@ -307,9 +318,9 @@ def synth_rail_direct(request: SynthesisRequest) -> SynthesisResult:
     size = min(request.size or REFERENCE_SIZE, LARGEST_TIMED)
     best = best_time = best_m = None
     for m in CHUNKS_PER_LANE:
-        algorithm = BUILDERS[collective](hosts, lanes, nic_lanes, m, f"rail-direct-{collective}")
-        if max(len(tb.steps) for p in algorithm.ranks for tb in p.threadblocks) > max_steps:
+        if steps_per_threadblock(collective, N, lanes, nic_lanes, m) > max_steps:
             break
+        algorithm = BUILDERS[collective](hosts, lanes, nic_lanes, m, f"rail-direct-{collective}")
         t = time_as_written(algorithm, topology, size)
         if best is not None and t >= best_time:
             break  # the tail no longer shortens: more chunks only add steps
