@@ -266,7 +266,8 @@ def ring_algorithms(collective: str, rings: Sequence[Sequence[int]], root: int =
                     protocol: Protocol = Protocol.SIMPLE, data_lanes: int = 1,
                     dealings: Sequence[str] = ("interleaved",)) -> dict[str, Algorithm]:
     """:func:`ring_algorithm` for each of ``dealings`` (dealing -> algorithm), built from
-    one set of steps: the algorithms share their step objects, so keep one of them."""
+    one set of steps: the algorithms share their step objects (nothing changes a step in
+    place), so building every dealing costs little more than one."""
     name = name or f"nccl-ring-{collective}"
     if collective in _LANE_KERNELS:
         label, blocks, chunks, outofplace = _LANE_KERNELS[collective]

@@ -125,9 +125,10 @@ def _settled(result: SynthesisResult, topology: Topology, size: int, protocols: 
     if not timed:
         return None
     seconds, protocol, label = min(timed, key=lambda t: t[0])
-    others = [f"{other} {t * 1e6:.1f} us" for t, _, other in timed if other != label]
-    others += [f"{other} slower with every protocol, by its link loads or simulated" for other in result.variants
-               if other not in {t[2] for t in timed}]
+    simulated = {other: t for t, _, other in timed}
+    others = [f"{other} {simulated[other] * 1e6:.1f} us" if other in simulated else
+              f"{other} slower with every protocol, by its link loads or simulated"
+              for other in result.variants if other != label]
     result.notes.append(f"written as {label}, the fastest of its {len(result.variants)} variants at {size} bytes: "
                         f"{seconds * 1e6:.1f} us ({', '.join(others)})")
     result.algorithm, result.variant, result.variants = result.variants[label], label, {}

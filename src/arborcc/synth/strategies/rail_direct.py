@@ -278,8 +278,8 @@ def steps_per_threadblock(collective: str, num_hosts: int, lanes: int, nic_lanes
     N, L, m, nic = num_hosts, lanes, per_lane, nic_lanes
     if collective == "reducescatter":  # sends and local sums: a chunk per host and block; rail peers' lanes
         return max(N * m, -(-L * m // nic))
-    if collective == "allgather":  # the input's copy, and a chunk per host and block to each peer
-        return max(L * m, N * m, -(-L * m // nic))
+    if collective == "allgather":  # the input's copy (no fewer than a rail lane's), a chunk per host and block
+        return max(L * m, N * m)
     return max(N * m, -(-N * L * m // nic))  # all-reduce: a lane of the node-level block, the rail exchange
 
 
