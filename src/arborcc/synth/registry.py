@@ -117,7 +117,8 @@ STRATEGIES: tuple[Strategy, ...] = (
              simulated_rank_limits={"allreduce": SIMULATED_RANKS}),
     Strategy("composed", TREE_COLLECTIVES, synth_composed,
              "clusters of equal hosts: per-host one-hop trees composed with balanced rail schedules across hosts",
-             clusters_first=True, simulated_rank_limits={"allreduce": SIMULATED_RANKS}),
+             clusters_first=True, simulated_rank_limits={"allreduce": SIMULATED_RANKS},
+             size_dependent=("broadcast", "reduce")),  # the chunks per piece timed fastest at the size
     Strategy("hierarchical", ALLREDUCE, synth_hierarchical,
              "two-level reduce-scatter / all-gather (in each node, then across nodes)", clusters_first=True,
              simulated_rank_limits={"allreduce": SIMULATED_RANKS}),

@@ -40,6 +40,10 @@ class SynthesisRequest:
     links: str = "all"
     size: int | None = None
     dialect: str | None = "executor"  #: the MSCCL runtime whose limits the algorithm should meet
+    #: a strategy may return :attr:`~SynthesisResult.variants` (``synthesize`` times them):
+    #: false above :data:`arborcc.synth.registry.SIMULATED_RANKS` ranks, where one
+    #: simulation can take minutes, and the strategy returns its first variant alone
+    variants_timed: bool = True
 
 
 @dataclass
@@ -81,7 +85,8 @@ class SynthesisResult:
     #: them): equal link loads, so only the simulator tells them apart. ``synthesize``
     #: times them at the ranking size when it simulates or verifies this result, keeps
     #: the fastest in ``algorithm``, notes it, and empties this (``variant``: its label);
-    #: one that cannot win is never simulated
+    #: one that cannot win is never simulated. A result with variants counts its
+    #: ``chunks`` per loop of the algorithm, which may differ between them
     variants: dict[str, Algorithm] = field(default_factory=dict)
     variant: str = ""
 

@@ -132,6 +132,7 @@ def _settled(result: SynthesisResult, topology: Topology, size: int, protocols: 
     result.notes.append(f"written as {label}, the fastest of its {len(result.variants)} variants at {size} bytes: "
                         f"{seconds * 1e6:.1f} us ({', '.join(others)})")
     result.algorithm, result.variant, result.variants = result.variants[label], label, {}
+    result.chunks = result.algorithm.chunks_per_loop
     return seconds, protocol
 
 
@@ -409,7 +410,7 @@ def _synthesize(topology: Topology, collective: str, strategy: str, root: int, l
         if progress:
             progress(f"bound: the best {collective} rate the links of {topology.name} allow")
         request = SynthesisRequest(topology, collective, collective_bound(topology, collective, root, links),
-                                   root, links, size, dialect)
+                                   root, links, size, dialect, variants_timed=topology.num_ranks <= SIMULATED_RANKS)
         results, untried, verified, rejected = [], [], set(), set()
         ranked_size = RANKING_SIZE if size is None else size
 

@@ -99,7 +99,8 @@ def _lanes_and_rings(request: SynthesisRequest, nccl_channels: int) -> tuple[int
 def _dealt_rings(request: SynthesisRequest, rings: list, lanes: int) -> dict[str, Algorithm]:
     """The ring kernel over ``rings`` dealt over ``lanes`` data lanes, by the name of each
     dealing that leaves no lane empty ("interleaved lanes": the variants ``synthesize``
-    times, module doc); one algorithm, named "", with one lane."""
+    times, module doc; the first alone where it times none); one algorithm, named "", with
+    one lane."""
     from arborcc.errors import SynthesisError
     from arborcc.library.nccl_ring import DEALINGS, data_lane_of, ring_algorithm, ring_algorithms
 
@@ -113,5 +114,7 @@ def _dealt_rings(request: SynthesisRequest, rings: list, lanes: int) -> dict[str
         except SynthesisError:  # a contiguous dealing that would leave a lane empty
             continue
         dealings.append(dealing)
+    if not request.variants_timed:
+        dealings = dealings[:1]
     built = ring_algorithms(request.collective, rings, request.root, name, data_lanes=lanes, dealings=dealings)
     return {f"{dealing} lanes": algorithm for dealing, algorithm in built.items()}

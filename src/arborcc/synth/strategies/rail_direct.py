@@ -1,5 +1,5 @@
-"""The ``rail-direct`` strategy: on switch machines joined rail by rail (2 x DGX H100,
-2 x DGX A100: every GPU's own NIC), reduce-scatter, all-gather and all-reduce as
+"""The ``rail-direct`` strategy: on switch machines joined rail by rail (DGX H100 and
+DGX A100 clusters: every GPU's own NIC), reduce-scatter, all-gather and all-reduce as
 :mod:`switch-direct <arborcc.synth.strategies.switch_direct>`'s direct transfers inside
 each node, pipelined chunk by chunk with one transfer per chunk between rail peers.
 
@@ -30,6 +30,10 @@ network traffic.
   two hosts add the same two numbers, so every rank ends with the same bits), and each
   fully summed chunk sent on to the local peers as soon as it is done: one crossing of the
   network per chunk, the switch's two passes pipelined behind it.
+* all-reduce (more hosts): the reduce-scatter, each rank's block summed in place in the
+  output, then the all-gather of those blocks, each chunk sent on as soon as its last sum
+  is done. The two phases of a connection share its thread block (the all-gather's steps
+  after the reduce-scatter's), so the thread blocks are the reduce-scatter's.
 
 Sums run in one fixed order per chunk (reduce-scatter: the rail peers, then the local
 peers in rotation order; the all-reduce's host sums: the local peers, then the rail peer),
@@ -44,7 +48,7 @@ chooses it (the candidate the simulator times fastest as written at the request'
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from arborcc.synth.strategies.switch_direct import add_threadblock
 
@@ -84,13 +88,15 @@ def switch_hosts(topology: Topology) -> list[list[int]] | str:
 def lanes_for(collective: str, ranks_per_host: int, num_hosts: int, max_threadblocks: int,
               max_channels: int) -> tuple[int, int]:
     """(lanes per local peer, NIC lanes per rail peer): the most local lanes for which one
-    NIC lane fits the thread blocks (one per peer, lane and direction; for all-reduce two
-    per local peer and lane and direction; the all-gather's copy) and channels, then as many
-    NIC lanes, up to the local lanes, as the rest allows; (0, 0) when nothing fits."""
-    local = (4 if collective == "allreduce" else 2) * (ranks_per_host - 1)
+    NIC lane fits the thread blocks (one per peer, lane and direction; for the two-host
+    all-reduce two per local peer and lane and direction; the all-gather's copy) and
+    channels, then as many NIC lanes, up to the local lanes, as the rest allows; (0, 0)
+    when nothing fits."""
+    two_phases = collective == "allreduce" and num_hosts == 2
+    local = (4 if two_phases else 2) * (ranks_per_host - 1)
     nic = 2 * (num_hosts - 1)
     budget = max_threadblocks - (1 if collective == "allgather" else 0)
-    channels = max_channels // 2 if collective == "allreduce" else max_channels
+    channels = max_channels // 2 if two_phases else max_channels
     lanes = max(0, min(channels, (budget - nic) // local))
     if lanes == 0:
         return 0, 0
@@ -101,126 +107,208 @@ def _remote_hosts(a: int, num_hosts: int) -> list[int]:
     return [(a + d) % num_hosts for d in range(1, num_hosts)]
 
 
+class _ThreadBlocks:
+    """A rank's thread blocks, at most one per connection and direction (send peer,
+    receive peer, channel): steps added for one already served go after its steps.
+    :meth:`add` returns a handle, (thread block, index of the first step added)."""
+
+    def __init__(self, tbs: list | None = None):
+        self.tbs = tbs if tbs is not None else []
+        self._of = {(tb.send, tb.recv, tb.channel): tb for tb in self.tbs}
+
+    def add(self, steps: list, send: int = -1, recv: int = -1, channel: int = 0) -> tuple[int, int]:
+        key = (send, recv, channel)
+        tb = self._of.get(key)
+        if tb is None:
+            tb = self._of[key] = self.tbs[add_threadblock(self.tbs, steps, send=send, recv=recv, channel=channel)]
+            return tb.id, 0
+        tb.steps += steps
+        return tb.id, len(tb.steps) - len(steps)
+
+
+def _at(handle: tuple[int, int], step: int):
+    """The dependency on step ``step`` of what :meth:`_ThreadBlocks.add` returned ``handle`` for."""
+    from arborcc.ir.model import Dependency
+
+    return Dependency(handle[0], handle[1] + step)
+
+
+def _reducescatter_steps(tbs: _ThreadBlocks, hosts: list[list[int]], a: int, i: int, lanes: int, nic_lanes: int,
+                         per_lane: int, base, gathered: bool = False) -> Callable[[int], object]:
+    """The reduce-scatter's thread blocks of rank ``(a, i)`` (module doc): every rank's
+    block summed into its output at ``base(rank)``; returns the dependency on the last
+    sum of chunk ``x`` of the rank's own block (``gathered``: steps will wait on it)."""
+    from arborcc.ir.model import Buffer, Op, Step
+
+    IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
+    N, g = len(hosts), len(hosts[0])
+    L, m, k = lanes, per_lane, lanes * per_lane
+    members, remote = hosts[a], _remote_hosts(a, N)
+    r = members[i]
+    peers = [members[(i + d) % g] for d in range(1, g)]
+    for c in range(L):
+        for p in peers:
+            j = members.index(p)
+            destinations = [(hosts[h][j], SCRATCH, bi * k) for bi, h in enumerate(remote)] + [(p, OUT, base(p))]
+            tbs.add([Step(Op.SEND, IN, block * k + s * L + c, buf, at + s * L + c)
+                     for block, buf, at in destinations for s in range(m)], send=p, channel=c)
+    # the rail peers' sums of this rank's block first: they arrive while the switch still
+    # carries the remote-destined blocks, and a receive waiting for the local sums would
+    # hold the network connection's slots until those end
+    own = base(r)
+    remote_sum = {}
+    for bi, h in enumerate(remote):
+        for lane in range(nic_lanes):
+            remote_sum[(bi, lane)] = tbs.add([
+                Step(Op.RECV_REDUCE_COPY, *((OUT, own + x) if bi else (IN, r * k + x)), OUT, own + x,
+                     dep=_at(remote_sum[(bi - 1, lane)], x // nic_lanes) if bi else None, has_dep=True)
+                for x in range(lane, k, nic_lanes)], recv=hosts[h][i], channel=lane)
+    local_sum = {}
+    for t, q in enumerate(peers):
+        for c in range(L):
+            steps = []
+            for bi, h in enumerate(remote):
+                for s in range(m):
+                    x = s * L + c
+                    source = (IN, hosts[h][i] * k + x) if t == 0 else (SCRATCH, bi * k + x)
+                    steps.append(Step(Op.RECV_REDUCE_COPY, *source, SCRATCH, bi * k + x,
+                                      dep=_at(local_sum[(t - 1, c)], bi * m + s) if t else None, has_dep=True))
+            for s in range(m):
+                x = s * L + c
+                previous = (_at(local_sum[(t - 1, c)], (N - 1) * m + s) if t
+                            else _at(remote_sum[(N - 2, x % nic_lanes)], x // nic_lanes))
+                steps.append(Step(Op.RECV_REDUCE_COPY, OUT, own + x, OUT, own + x, dep=previous,
+                                  has_dep=gathered or t < len(peers) - 1))
+            local_sum[(t, c)] = tbs.add(steps, recv=q, channel=c)
+    final = len(peers) - 1
+    for bi, h in enumerate(remote):
+        for lane in range(nic_lanes):
+            tbs.add([Step(Op.SEND, SCRATCH, bi * k + x, OUT, base(hosts[h][i]) + x,
+                          dep=_at(local_sum[(final, x % L)], bi * m + x // L))
+                     for x in range(lane, k, nic_lanes)], send=hosts[h][i], channel=lane)
+    return lambda x: _at(local_sum[(final, x % L)], (N - 1) * m + x // L)
+
+
+def _allgather_steps(tbs: _ThreadBlocks, hosts: list[list[int]], a: int, i: int, lanes: int, nic_lanes: int,
+                     per_lane: int, ready: Callable[[int], object]) -> None:
+    """The all-gather's thread blocks of rank ``(a, i)`` (module doc): every rank's block
+    at its place in the output, chunk ``x`` of the rank's own block sent once ``ready(x)``."""
+    from arborcc.ir.model import Buffer, Op, Step
+
+    OUT = Buffer.OUTPUT
+    N, g = len(hosts), len(hosts[0])
+    L, m, k = lanes, per_lane, lanes * per_lane
+    members, remote = hosts[a], _remote_hosts(a, N)
+    r = members[i]
+    peers = [members[(i + d) % g] for d in range(1, g)]
+    own = r * k
+    arrived = {}
+    for bi, h in enumerate(remote):
+        block = hosts[h][i] * k
+        for lane in range(nic_lanes):
+            arrived[(bi, lane)] = tbs.add([Step(Op.RECV, OUT, block + x, OUT, block + x, has_dep=True)
+                                           for x in range(lane, k, nic_lanes)], recv=hosts[h][i], channel=lane)
+        for lane in range(nic_lanes):
+            tbs.add([Step(Op.SEND, OUT, own + x, OUT, own + x, dep=ready(x)) for x in range(lane, k, nic_lanes)],
+                    send=hosts[h][i], channel=lane)
+    for c in range(L):
+        for p in peers:
+            steps = [Step(Op.SEND, OUT, own + s * L + c, OUT, own + s * L + c, dep=ready(s * L + c))
+                     for s in range(m)]
+            for bi, h in enumerate(remote):
+                block = hosts[h][i] * k
+                steps += [Step(Op.SEND, OUT, block + x, OUT, block + x,
+                               dep=_at(arrived[(bi, x % nic_lanes)], x // nic_lanes))
+                          for x in range(c, k, L)]
+            tbs.add(steps, send=p, channel=c)
+    for c in range(L):
+        for q in peers:
+            j = members.index(q)
+            blocks = [q] + [hosts[h][j] for h in remote]
+            tbs.add([Step(Op.RECV, OUT, block * k + x, OUT, block * k + x) for block in blocks
+                     for x in range(c, k, L)], recv=q, channel=c)
+
+
+def _assembled(hosts: list[list[int]], collective: str, chunks_per_block: int, buffers: tuple[int, int, int],
+               rank_steps: Callable[[int, int, int], _ThreadBlocks], name: str) -> Algorithm:
+    """The algorithm whose rank ``r``, the ``i``-th of host ``a``, runs the thread blocks
+    ``rank_steps(a, i, r)`` fills; ``buffers``: its input, output and scratch chunks."""
+    from arborcc.ir.model import Algorithm, RankProgram
+
+    n = len(hosts) * len(hosts[0])
+    programs = {r: RankProgram(r, *buffers, rank_steps(a, i, r).tbs)
+                for a, members in enumerate(hosts) for i, r in enumerate(members)}
+    return Algorithm(name, collective, n, n * chunks_per_block, [programs[r] for r in range(n)], inplace=True,
+                     outofplace=True)
+
+
 def reducescatter_program(hosts: list[list[int]], lanes: int, nic_lanes: int, per_lane: int,
                           name: str) -> Algorithm:
     """Reduce-scatter inside each host and between rail peers, ``lanes x per_lane`` chunks
     per block (module doc)."""
-    from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, RankProgram, Step, ThreadBlock
+    N, k = len(hosts), lanes * per_lane
 
-    IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
-    N, g = len(hosts), len(hosts[0])
-    n, L, m, k = N * g, lanes, per_lane, lanes * per_lane
-    programs = {}
-    for a, members in enumerate(hosts):
-        remote = _remote_hosts(a, N)
-        for i, r in enumerate(members):
-            peers = [members[(i + d) % g] for d in range(1, g)]
-            tbs: list[ThreadBlock] = []
+    def rank_steps(a: int, i: int, r: int) -> _ThreadBlocks:
+        tbs = _ThreadBlocks()
+        _reducescatter_steps(tbs, hosts, a, i, lanes, nic_lanes, per_lane, lambda rank: 0)
+        return tbs
 
-            add = partial(add_threadblock, tbs)
-
-            for c in range(L):
-                for p in peers:
-                    j = members.index(p)
-                    destinations = [(hosts[h][j], SCRATCH, bi * k) for bi, h in enumerate(remote)] + [(p, OUT, 0)]
-                    add([Step(Op.SEND, IN, block * k + s * L + c, buf, base + s * L + c)
-                         for block, buf, base in destinations for s in range(m)], send=p, channel=c)
-            # the rail peers' sums of this rank's block first: they arrive while the switch still
-            # carries the remote-destined blocks, and a receive waiting for the local sums would
-            # hold the network connection's slots until those end
-            remote_sum = {}
-            for bi, h in enumerate(remote):
-                for lane in range(nic_lanes):
-                    remote_sum[(bi, lane)] = add([
-                        Step(Op.RECV_REDUCE_COPY, *((OUT, x) if bi else (IN, r * k + x)), OUT, x,
-                             dep=Dependency(remote_sum[(bi - 1, lane)], x // nic_lanes) if bi else None,
-                             has_dep=True)
-                        for x in range(lane, k, nic_lanes)], recv=hosts[h][i], channel=lane)
-            local_sum = {}
-            for t, q in enumerate(peers):
-                for c in range(L):
-                    steps = []
-                    for bi, h in enumerate(remote):
-                        for s in range(m):
-                            x = s * L + c
-                            source = (IN, hosts[h][i] * k + x) if t == 0 else (SCRATCH, bi * k + x)
-                            steps.append(Step(Op.RECV_REDUCE_COPY, *source, SCRATCH, bi * k + x,
-                                              dep=Dependency(local_sum[(t - 1, c)], bi * m + s) if t else None,
-                                              has_dep=True))
-                    for s in range(m):
-                        x = s * L + c
-                        previous = (Dependency(local_sum[(t - 1, c)], (N - 1) * m + s) if t
-                                    else Dependency(remote_sum[(N - 2, x % nic_lanes)], x // nic_lanes))
-                        steps.append(Step(Op.RECV_REDUCE_COPY, OUT, x, OUT, x, dep=previous,
-                                          has_dep=t < len(peers) - 1))
-                    local_sum[(t, c)] = add(steps, recv=q, channel=c)
-            final = len(peers) - 1
-            for bi, h in enumerate(remote):
-                for lane in range(nic_lanes):
-                    add([Step(Op.SEND, SCRATCH, bi * k + x, OUT, x,
-                              dep=Dependency(local_sum[(final, x % L)], bi * m + x // L))
-                         for x in range(lane, k, nic_lanes)], send=hosts[h][i], channel=lane)
-            programs[r] = RankProgram(r, n * k, k, (N - 1) * k, tbs)
-    return Algorithm(name, "reducescatter", n, n * k, [programs[r] for r in range(n)], inplace=True, outofplace=True)
+    return _assembled(hosts, "reducescatter", k, (N * len(hosts[0]) * k, k, (N - 1) * k), rank_steps, name)
 
 
 def allgather_program(hosts: list[list[int]], lanes: int, nic_lanes: int, per_lane: int, name: str) -> Algorithm:
     """All-gather inside each host and between rail peers, ``lanes x per_lane`` chunks per
     block (module doc)."""
-    from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, RankProgram, Step, ThreadBlock
+    from arborcc.ir.model import Buffer, Dependency, Op, Step, ThreadBlock
 
-    IN, OUT = Buffer.INPUT, Buffer.OUTPUT
-    N, g = len(hosts), len(hosts[0])
-    n, L, m, k = N * g, lanes, per_lane, lanes * per_lane
-    programs = {}
-    for a, members in enumerate(hosts):
-        remote = _remote_hosts(a, N)
-        for i, r in enumerate(members):
-            peers = [members[(i + d) % g] for d in range(1, g)]
-            own = r * k
-            # thread block 0 copies the input into the rank's block; every send reads it there,
-            # so the same file is correct in place and out of place
-            tbs = [ThreadBlock(0, steps=[Step(Op.COPY, IN, x, OUT, own + x, has_dep=True) for x in range(k)])]
+    n, k = len(hosts) * len(hosts[0]), lanes * per_lane
 
-            add = partial(add_threadblock, tbs)
+    def rank_steps(a: int, i: int, r: int) -> _ThreadBlocks:
+        # thread block 0 copies the input into the rank's block; every send reads it there,
+        # so the same file is correct in place and out of place
+        tbs = _ThreadBlocks([ThreadBlock(0, steps=[Step(Op.COPY, Buffer.INPUT, x, Buffer.OUTPUT, r * k + x,
+                                                        has_dep=True) for x in range(k)])])
+        _allgather_steps(tbs, hosts, a, i, lanes, nic_lanes, per_lane, lambda x: Dependency(0, x))
+        return tbs
 
-            arrived = {}
-            for bi, h in enumerate(remote):
-                block = hosts[h][i] * k
-                for lane in range(nic_lanes):
-                    arrived[(bi, lane)] = add([Step(Op.RECV, OUT, block + x, OUT, block + x, has_dep=True)
-                                               for x in range(lane, k, nic_lanes)], recv=hosts[h][i], channel=lane)
-                for lane in range(nic_lanes):
-                    add([Step(Op.SEND, OUT, own + x, OUT, own + x, dep=Dependency(0, x))
-                         for x in range(lane, k, nic_lanes)], send=hosts[h][i], channel=lane)
-            for c in range(L):
-                for p in peers:
-                    steps = [Step(Op.SEND, OUT, own + s * L + c, OUT, own + s * L + c, dep=Dependency(0, s * L + c))
-                             for s in range(m)]
-                    for bi, h in enumerate(remote):
-                        block = hosts[h][i] * k
-                        steps += [Step(Op.SEND, OUT, block + x, OUT, block + x,
-                                       dep=Dependency(arrived[(bi, x % nic_lanes)], x // nic_lanes))
-                                  for x in range(c, k, L)]
-                    add(steps, send=p, channel=c)
-            for c in range(L):
-                for q in peers:
-                    j = members.index(q)
-                    blocks = [q] + [hosts[h][j] for h in remote]
-                    add([Step(Op.RECV, OUT, block * k + x, OUT, block * k + x) for block in blocks
-                         for x in range(c, k, L)], recv=q, channel=c)
-            programs[r] = RankProgram(r, k, n * k, 0, tbs)
-    return Algorithm(name, "allgather", n, n * k, [programs[r] for r in range(n)], inplace=True, outofplace=True)
+    return _assembled(hosts, "allgather", k, (k, n * k, 0), rank_steps, name)
+
+
+def hosts_allreduce_program(hosts: list[list[int]], lanes: int, nic_lanes: int, per_lane: int,
+                            name: str) -> Algorithm:
+    """All-reduce on any number of hosts: the reduce-scatter, each rank's block summed in
+    place in the output, and the all-gather of those blocks, every chunk sent on as soon as
+    its last sum is done; each connection's all-gather steps follow its reduce-scatter steps
+    on the same thread block (module doc)."""
+    N, k = len(hosts), lanes * per_lane
+    n = N * len(hosts[0])
+
+    def rank_steps(a: int, i: int, r: int) -> _ThreadBlocks:
+        tbs = _ThreadBlocks()
+        ready = _reducescatter_steps(tbs, hosts, a, i, lanes, nic_lanes, per_lane, lambda rank: rank * k,
+                                     gathered=True)
+        _allgather_steps(tbs, hosts, a, i, lanes, nic_lanes, per_lane, ready)
+        return tbs
+
+    return _assembled(hosts, "allreduce", k, (n * k, n * k, (N - 1) * k), rank_steps, name)
 
 
 def allreduce_program(hosts: list[list[int]], lanes: int, nic_lanes: int, per_lane: int, name: str) -> Algorithm:
+    """All-reduce: on two hosts :func:`two_hosts_allreduce_program`, on more
+    :func:`hosts_allreduce_program`."""
+    build = two_hosts_allreduce_program if len(hosts) == 2 else hosts_allreduce_program
+    return build(hosts, lanes, nic_lanes, per_lane, name)
+
+
+def two_hosts_allreduce_program(hosts: list[list[int]], lanes: int, nic_lanes: int, per_lane: int,
+                                name: str) -> Algorithm:
     """All-reduce on two hosts: a node-level reduce-scatter into scratch, one exchange
     between rail peers per chunk, each fully summed chunk sent on to the local peers;
     ``lanes x per_lane`` chunks per rank-sized block (module doc)."""
     from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, RankProgram, Step, ThreadBlock
 
     if len(hosts) != 2:
-        raise ValueError("the rail-direct all-reduce is built for two hosts")
+        raise ValueError("the two-host rail-direct all-reduce is built for two hosts")
     IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
     N, g = len(hosts), len(hosts[0])
     n, L = N * g, lanes
@@ -280,7 +368,9 @@ def steps_per_threadblock(collective: str, num_hosts: int, lanes: int, nic_lanes
         return max(N * m, -(-L * m // nic))
     if collective == "allgather":  # the input's copy (no fewer than a rail lane's), a chunk per host and block
         return max(L * m, N * m)
-    return max(N * m, -(-N * L * m // nic))  # all-reduce: a lane of the node-level block, the rail exchange
+    if N == 2:  # all-reduce: a lane of the node-level block, the rail exchange
+        return max(N * m, -(-N * L * m // nic))
+    return 2 * max(N * m, -(-L * m // nic))  # the reduce-scatter's thread blocks, each then the all-gather's
 
 
 def synth_rail_direct(request: SynthesisRequest) -> SynthesisResult:
@@ -305,13 +395,11 @@ def synth_rail_direct(request: SynthesisRequest) -> SynthesisResult:
     if isinstance(hosts, str):
         raise SynthesisError(f"{topology.name}: {hosts}; rail-direct needs switch machines joined by a network")
     N, g = len(hosts), len(hosts[0])
-    if collective == "allreduce" and N != 2:
-        raise SynthesisError(f"{topology.name}: the rail-direct all-reduce is built for two hosts, not {N}")
     caps = runtime_caps(request.dialect)
     max_tbs, max_steps = caps.threadblocks_per_rank, caps.steps_per_threadblock
     lanes, nic_lanes = lanes_for(collective, g, N, max_tbs, MAX_CHANNELS)
     if lanes == 0:
-        per_lane = 4 if collective == "allreduce" else 2
+        per_lane = 4 if collective == "allreduce" and N == 2 else 2
         needed = per_lane * (g - 1) + 2 * (N - 1) + (1 if collective == "allgather" else 0)
         raise SynthesisError(f"rail-direct needs {needed} thread blocks per rank for a {collective} on {N} hosts "
                              f"of {g} ranks, the runtime allows {max_tbs}")
