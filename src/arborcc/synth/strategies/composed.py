@@ -20,8 +20,9 @@ def synth_composed(request: SynthesisRequest) -> SynthesisResult:
     many chunks as the runtime's steps per thread block allow (only the first where
     variants are not timed, :attr:`SynthesisRequest.variants_timed`). Smaller chunks hold each
     host of a chain back less at sizes where they are smaller than the runtime's slice;
-    every step costs a little latency (on 16 x DGX H100, 56 chunks take 146.8 us at
-    1 MiB and 448 take 245.1; at 64 MiB 501.3 and 354.2 us)."""
+    every step costs a little latency (16 x DGX H100 broadcast, each with its fastest
+    protocol: 56 chunks take 122.2 us at 1 MiB and 448 take 130.4; at 64 MiB 501.3 and
+    354.2 us)."""
     from arborcc.ir.limits import runtime_caps
     from arborcc.synth import composed as C
     from arborcc.synth.hosts import cluster_of

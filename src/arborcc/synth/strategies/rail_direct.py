@@ -134,7 +134,7 @@ def _at(handle: tuple[int, int], step: int):
 
 
 def _reducescatter_steps(tbs: _ThreadBlocks, hosts: list[list[int]], a: int, i: int, lanes: int, nic_lanes: int,
-                         per_lane: int, base, gathered: bool = False) -> Callable[[int], object]:
+                         per_lane: int, base: Callable[[int], int], gathered: bool = False) -> Callable[[int], object]:
     """The reduce-scatter's thread blocks of rank ``(a, i)`` (module doc): every rank's
     block summed into its output at ``base(rank)``; returns the dependency on the last
     sum of chunk ``x`` of the rank's own block (``gathered``: steps will wait on it)."""
