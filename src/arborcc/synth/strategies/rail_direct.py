@@ -47,7 +47,6 @@ chooses it (the candidate the simulator times fastest as written at the request'
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Callable
 
 from arborcc.synth.strategies.switch_direct import add_threadblock
@@ -305,56 +304,53 @@ def two_hosts_allreduce_program(hosts: list[list[int]], lanes: int, nic_lanes: i
     """All-reduce on two hosts: a node-level reduce-scatter into scratch, one exchange
     between rail peers per chunk, each fully summed chunk sent on to the local peers;
     ``lanes x per_lane`` chunks per rank-sized block (module doc)."""
-    from arborcc.ir.model import Algorithm, Buffer, Dependency, Op, RankProgram, Step, ThreadBlock
+    from arborcc.ir.model import Buffer, Op, Step
 
     if len(hosts) != 2:
         raise ValueError("the two-host rail-direct all-reduce is built for two hosts")
     IN, OUT, SCRATCH = Buffer.INPUT, Buffer.OUTPUT, Buffer.SCRATCH
-    N, g = len(hosts), len(hosts[0])
-    n, L = N * g, lanes
-    K = N * lanes * per_lane  # chunks of the node-level block each local index sums
-    programs = {}
-    for a, members in enumerate(hosts):
-        (rail_host,) = _remote_hosts(a, N)
-        for i, r in enumerate(members):
-            rail = hosts[rail_host][i]
-            peers = [members[(i + d) % g] for d in range(1, g)]
-            own = i * K
-            tbs: list[ThreadBlock] = []
+    g, L = len(hosts[0]), lanes
+    K = 2 * lanes * per_lane  # chunks of the node-level block each local index sums
 
-            add = partial(add_threadblock, tbs)
-
+    def rank_steps(a: int, i: int, r: int) -> _ThreadBlocks:
+        members = hosts[a]
+        (rail_host,) = _remote_hosts(a, 2)
+        rail = hosts[rail_host][i]
+        peers = [members[(i + d) % g] for d in range(1, g)]
+        own = i * K
+        tbs = _ThreadBlocks()
+        for c in range(L):
+            for p in peers:
+                block = members.index(p) * K
+                tbs.add([Step(Op.SEND, IN, block + x, SCRATCH, x) for x in range(c, K, L)], send=p, channel=c)
+        local_sum = {}
+        for t, q in enumerate(peers):
             for c in range(L):
-                for p in peers:
-                    block = members.index(p) * K
-                    add([Step(Op.SEND, IN, block + x, SCRATCH, x) for x in range(c, K, L)], send=p, channel=c)
-            local_sum = {}
-            for t, q in enumerate(peers):
-                for c in range(L):
-                    local_sum[(t, c)] = add([
-                        Step(Op.RECV_REDUCE_COPY, *((IN, own + x) if t == 0 else (SCRATCH, x)), SCRATCH, x,
-                             dep=Dependency(local_sum[(t - 1, c)], x // L) if t else None, has_dep=True)
-                        for x in range(c, K, L)], recv=q, channel=c)
-            final = len(peers) - 1
-            for lane in range(nic_lanes):
-                add([Step(Op.SEND, SCRATCH, x, OUT, own + x, dep=Dependency(local_sum[(final, x % L)], x // L))
+                local_sum[(t, c)] = tbs.add([
+                    Step(Op.RECV_REDUCE_COPY, *((IN, own + x) if t == 0 else (SCRATCH, x)), SCRATCH, x,
+                         dep=_at(local_sum[(t - 1, c)], x // L) if t else None, has_dep=True)
+                    for x in range(c, K, L)], recv=q, channel=c)
+        final = len(peers) - 1
+        for lane in range(nic_lanes):
+            tbs.add([Step(Op.SEND, SCRATCH, x, OUT, own + x, dep=_at(local_sum[(final, x % L)], x // L))
                      for x in range(lane, K, nic_lanes)], send=rail, channel=lane)
-            summed = {}
-            for lane in range(nic_lanes):
-                summed[lane] = add([Step(Op.RECV_REDUCE_COPY, SCRATCH, x, OUT, own + x,
-                                         dep=Dependency(local_sum[(final, x % L)], x // L), has_dep=True)
+        summed = {}
+        for lane in range(nic_lanes):
+            summed[lane] = tbs.add([Step(Op.RECV_REDUCE_COPY, SCRATCH, x, OUT, own + x,
+                                         dep=_at(local_sum[(final, x % L)], x // L), has_dep=True)
                                     for x in range(lane, K, nic_lanes)], recv=rail, channel=lane)
-            for c in range(L):
-                for p in peers:
-                    add([Step(Op.SEND, OUT, own + x, OUT, own + x, dep=Dependency(summed[x % nic_lanes], x // nic_lanes))
+        for c in range(L):
+            for p in peers:
+                tbs.add([Step(Op.SEND, OUT, own + x, OUT, own + x, dep=_at(summed[x % nic_lanes], x // nic_lanes))
                          for x in range(c, K, L)], send=p, channel=L + c)
-            for c in range(L):
-                for q in peers:
-                    block = members.index(q) * K
-                    add([Step(Op.RECV, OUT, block + x, OUT, block + x) for x in range(c, K, L)],
+        for c in range(L):
+            for q in peers:
+                block = members.index(q) * K
+                tbs.add([Step(Op.RECV, OUT, block + x, OUT, block + x) for x in range(c, K, L)],
                         recv=q, channel=L + c)
-            programs[r] = RankProgram(r, g * K, g * K, K, tbs)
-    return Algorithm(name, "allreduce", n, g * K, [programs[r] for r in range(n)], inplace=True, outofplace=True)
+        return tbs
+
+    return _assembled(hosts, "allreduce", lanes * per_lane, (g * K, g * K, K), rank_steps, name)
 
 
 BUILDERS = {"allreduce": allreduce_program, "allgather": allgather_program, "reducescatter": reducescatter_program}
