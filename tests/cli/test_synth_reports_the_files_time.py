@@ -87,6 +87,7 @@ def test_synth_says_what_relays_the_file_cannot_express_would_gain(capsys, monke
     # Blink's fragmented allocation: the trees at full precision relay gpu4 -> gpu5 over
     # PCIe, the XML cannot
     monkeypatch.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)
+    monkeypatch.setattr("arborcc.synth.strategies.trees.SAME_TREES_MOST_RANKS", 0)
     args = ("--machine", "dgx1v", "--gpus", "1,4,5,6", "--size", "64M", "--strategy", "trees")
     summary = synth_json(capsys, *args)
     assert summary["planned_time_us"] < summary["time_us"]

@@ -16,9 +16,12 @@ from arborcc.topology.machines import build_machine
 
 
 def dgx1v_allreduce_trees_made(precise: bool):
-    """The trees all-reduce on DGX-1V (8 GPUs): the candidate that pipelines, or with
-    ``precise`` the trees at full precision (``PIPELINED_MARGIN`` 0: no candidate replaces them)."""
+    """The trees all-reduce on DGX-1V (8 GPUs) on a split of the links (``SAME_TREES_MOST_RANKS``
+    0: not the same trees both ways, tests/synth/test_same_trees_allreduce.py): the
+    candidate that pipelines, or with ``precise`` the trees at full precision
+    (``PIPELINED_MARGIN`` 0: no candidate replaces them)."""
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("arborcc.synth.strategies.trees.SAME_TREES_MOST_RANKS", 0)
         if precise:
             mp.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)
         return synthesize(build_machine("dgx1v"), "allreduce", "trees")

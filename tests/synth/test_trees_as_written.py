@@ -76,7 +76,9 @@ def test_nvlink_only_machines_keep_the_packing():
 def test_per_root_and_allreduce_trees_take_the_runtime_routes_where_faster_and_compute(collective, monkeypatch):
     """DGX-1V GPUs 0,1,2,5: the packing over every link relays over PCIe beside NVLinks;
     the trees on the runtime's routes run as planned, more than 10% faster, and compute
-    the collective (verifier and the numpy executor)."""
+    the collective (verifier and the numpy executor). The all-reduce on the link split's
+    trees: the same trees both ways are faster still (tests/synth/test_same_trees_allreduce.py)."""
+    monkeypatch.setattr("arborcc.synth.strategies.trees.SAME_TREES_MOST_RANKS", 0)
     t = induced(build_machine("dgx1v"), ["gpu0", "gpu1", "gpu2", "gpu5"])
     r = synthesize(t, collective, "trees", size=1 << 30)
     assert any("on the runtime's routes" in n for n in r.notes), r.notes

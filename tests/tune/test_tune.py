@@ -55,7 +55,7 @@ def test_the_chosen_instances_are_what_is_simulated(tuned, allocation):
     bucket = tuned.buckets[-1]
     algo = tuned.algorithm(bucket)
     size = max(bucket.times)
-    base = tuned.candidates[bucket.choice.strategy]
+    base = tuned.candidates[bucket.choice.key]
     assert algo.chunks_per_loop == base.algorithm.chunks_per_loop * bucket.choice.instances
     copies = simulate(algo, allocation, size, bucket.choice.protocol,
                       routes=_routes_for(base.routes, bucket.choice.instances, base.algorithm.num_channels))

@@ -22,6 +22,12 @@ the cheapest tree = cheapest relay-only route between every rank pair (Dijkstra 
 graph where ranks receive but do not forward), then a minimum-cost spanning
 arborescence of the ranks on those route costs (Chu-Liu/Edmonds, 1965/1967).
 
+Trees used both ways (Blink section 3.3's all-reduce: a reduce up each tree and a
+broadcast down it): a tree's load on an arc is its own plus its load on the reverse
+arc, and the oracle prices it with each arc's length plus its reverse's
+(:class:`_BothWaysOracle`), so the LP's optimum is, where the ranks are joined directly,
+the fractional spanning-tree packing of the undirected graph (Nash-Williams and Tutte).
+
 All-gather/reduce-scatter (ForestColl, Zhao et al. 2024): one LP over trees rooted at
 every rank sharing the link capacities, ``max x s.t. sum_{T rooted at v} w_T >= x``,
 solved by the same column generation with one pricing per root.
@@ -240,6 +246,37 @@ class _PairRouteOracle:
                 out.append(col)
                 length = length * (1.0 + col.load / cap * float(cap.min()))
         return out
+
+
+class _BothWaysOracle:
+    """The trees of ``inner`` (either oracle above) where each is used in both directions:
+    data flows along a tree and back along its reverse at once (Blink section 3.3:
+    all-reduce as a reduce up a tree and a broadcast down the same tree), so a tree's
+    load on an arc is its load there plus its load on the reverse arc. A tree's cost
+    under lengths ``y`` is then its ``inner`` cost under ``y`` plus ``y`` of the reverse
+    arcs, so ``inner`` prices it. Every arc needs a reverse arc (duplex links)."""
+
+    def __init__(self, inner: _RouteOracle | _PairRouteOracle):
+        self.inner = inner
+        self.g = g = inner.g
+        arc = {(a, b): e for e, (a, b) in enumerate(zip(g.src.tolist(), g.dst.tolist()))}
+        missing = [g.original_link(e) for e, (a, b) in enumerate(zip(g.src.tolist(), g.dst.tolist()))
+                   if (b, a) not in arc]
+        if missing:
+            a, b = missing[0]
+            raise SynthesisError(f"{g.name}: link {a} -> {b} has no reverse link; trees used both ways need "
+                                 "duplex links")
+        self.reverse = np.array([arc[(b, a)] for a, b in zip(g.src.tolist(), g.dst.tolist())], dtype=np.int64)
+
+    def cheapest_tree(self, length: np.ndarray, root_pos: int) -> tuple[float, "_Column"]:
+        return self.cheapest_trees(length, [root_pos])[0]
+
+    def cheapest_trees(self, length: np.ndarray, roots: list[int]) -> list[tuple[float, "_Column"]]:
+        out = []
+        for cost, col in self.inner.cheapest_trees(length + length[self.reverse], roots):
+            out.append((cost, _Column(col.root, col.hops, col.load + col.load[self.reverse])))
+        return out
+
 
 
 @dataclass(frozen=True, eq=False)
@@ -605,7 +642,8 @@ def _pool(cols: list[_Column], w: np.ndarray, extra: list[_Column], extra_w: np.
 
 def _pack(topology, g: FlowGraph, roots: list[int], bound: Bound, collective: str, method: str,
           threshold: float, minimize_trees: bool, max_rounds: int | None, eps: float, allow_partial: bool,
-          t0: float, tol: float, pool_size: int = 80, routed: bool = False) -> TreePacking:
+          t0: float, tol: float, pool_size: int = 80, routed: bool = False,
+          both_ways: bool = False) -> TreePacking:
     if method not in METHODS:
         raise SynthesisError(f"unknown packing method {method!r} (known: {', '.join(METHODS)})")
     if not 0 <= threshold < 1:
@@ -617,6 +655,8 @@ def _pack(topology, g: FlowGraph, roots: list[int], bound: Bound, collective: st
     scale = float(g.cap.max())
     cap = g.cap / scale
     oracle = _PairRouteOracle(topology, g) if routed else _RouteOracle(g)
+    if both_ways:
+        oracle = _BothWaysOracle(oracle)
     inward = collective in ("reduce", "reducescatter")
     target = bound.rate / scale
     notes: list[str] = []
@@ -715,16 +755,20 @@ def pack_broadcast(topology, root: str | int, links: LinkSelector = "all", metho
 def pack_reduce(topology, root: str | int, links: LinkSelector = "all", method: str = "exact", *,
                 threshold: float = 0.01, minimize_trees: bool = True, max_rounds: int | None = None,
                 eps: float = 0.1, allow_partial: bool = False, tol: float = 1e-6,
-                routed: bool = False) -> TreePacking:
+                routed: bool = False, both_ways: bool = False) -> TreePacking:
     """Weighted in-trees into ``root``: a broadcast packing of the reversed graph, reversed
-    (``routed``: as :func:`pack_broadcast` takes it)."""
+    (``routed``: as :func:`pack_broadcast` takes it). ``both_ways``: each tree also
+    carries a broadcast from ``root`` down its reverse at the same rate (Blink's
+    all-reduce through one root on the same trees, :class:`_BothWaysOracle`), so every
+    link's capacity is shared by the trees' use of it in both directions; the rate is
+    then at most the reduce's, and the packing stays below ``bound``'s reduce bound."""
     t0 = time.perf_counter()
     g = flow_graph(topology, links)
     r = root_index(g, root)
     rg = g.reversed()
     bound = single_source_bound(rg, r, "reduce", g.nodes[r])
     return _pack(topology, rg, [int(np.nonzero(g.ranks == r)[0][0])], bound, "reduce", method, threshold,
-                 minimize_trees, max_rounds, eps, allow_partial, t0, tol, routed=routed)
+                 minimize_trees, max_rounds, eps, allow_partial, t0, tol, routed=routed, both_ways=both_ways)
 
 
 def pack_allgather(topology, links: LinkSelector = "all", *, threshold: float = 0.01,

@@ -161,7 +161,9 @@ def synth_trees(request: SynthesisRequest) -> SynthesisResult:
     # all-reduce: reduce-scatter + all-gather on per-root trees, or reduce + broadcast
     # over trees from one root on a split of the links. The family with the higher
     # bound is built; the other only if rounding left the first short of 99%.
-    return _as_written_or_routed(request, name, _tree_allreduce_family)
+    result = _as_written_or_routed(request, name, _tree_allreduce_family)
+    return _faster_as_written(request, result, _same_trees_builders(request, name),
+                              "the {us:.0f} us of the trees above as written", margin=1.0)
 
 
 def _on_runtime_routes(topology: Topology, trees: list[Tree]) -> bool:
@@ -279,10 +281,12 @@ def _over_nvlink(request: SynthesisRequest, name: str,
 
 def _faster_as_written(request: SynthesisRequest, result: SynthesisResult,
                        builders: list[tuple[str, Callable[[], SynthesisResult]]],
-                       than: str = "the {us:.0f} us of the trees over every link as written") -> SynthesisResult:
+                       than: str = "the {us:.0f} us of the trees over every link as written",
+                       margin: float | None = None) -> SynthesisResult:
     """``result``, or the fastest of the candidates ``builders`` make ((label, build)
-    each; one that cannot be built is skipped) whose file the simulator times at least
-    10% faster (:data:`PIPELINED_MARGIN`) as written at the request's size
+    each; one that cannot be built is skipped) whose file the simulator times within
+    ``margin`` of ``result``'s time (default :data:`PIPELINED_MARGIN`: at least 10%
+    faster) as written at the request's size
     (:data:`~arborcc.synth.result.RANKING_SIZE` without one; calls above :data:`LOOPED_CALL` as 1 GiB),
     with a note saying so and what it beat (``than``, given ``result``'s time as ``us``)."""
     from arborcc.errors import SynthesisError
@@ -292,7 +296,8 @@ def _faster_as_written(request: SynthesisRequest, result: SynthesisResult,
         return result
     topology, size = request.topology, _reference_size(request)
     beaten = time_as_written(result.algorithm, topology, size)
-    best, best_time, how = result, PIPELINED_MARGIN * beaten, ""
+    margin = PIPELINED_MARGIN if margin is None else margin
+    best, best_time, how = result, margin * beaten, ""
     for label, build in builders:
         try:
             candidate = build()
@@ -302,7 +307,8 @@ def _faster_as_written(request: SynthesisRequest, result: SynthesisResult,
         if t < best_time:
             best, best_time, how = candidate, t, label
     if best is not result:
-        best.notes.append(f"{how}: simulated {best_time * 1e6:.0f} us at {size} bytes, more than 10% faster than "
+        faster = f"more than {1 - margin:.0%} faster" if margin < 1 else "faster"
+        best.notes.append(f"{how}: simulated {best_time * 1e6:.0f} us at {size} bytes, {faster} than "
                           + than.format(us=beaten * 1e6))
     return best
 
@@ -405,6 +411,62 @@ def _tree_allreduce_family(request: SynthesisRequest, name: str, chunks: int | N
     if result.ratio < 1 - 2 * TOLERANCE:
         result = max(result, families[1](), key=lambda c: c.algbw)
     return result
+
+
+#: the most ranks on which :func:`_same_trees_builders` packs the trees of every root
+SAME_TREES_MOST_RANKS = 8
+
+
+def _same_trees_builders(request: SynthesisRequest, name: str) -> list[tuple[str, Callable[[], SynthesisResult]]]:
+    """What builds the all-reduce through each rank on the same trees
+    (:func:`_same_trees_allreduce`), on one machine of at most
+    :data:`SAME_TREES_MOST_RANKS` ranks joined by direct links (no NVSwitch: there
+    :func:`~arborcc.synth.trees.common_switch` routes every pair through the switch,
+    whose ports a tree through one root leaves idle), over every link; else nothing.
+    The root is the one whose file the simulator times fastest: the packings differ,
+    and so does how well each pipelines. It replaces the trees of the link split
+    wherever it is faster as written (``margin`` 1 of :func:`_faster_as_written`):
+    both are the trees strategy's schedules of the same bound, timed at the size the
+    file is for."""
+    from arborcc.synth.trees import common_switch
+
+    topology = request.topology
+    hosts = {topology.devices[g].host for g in topology.ranks}
+    if (request.links != "all" or len(hosts) > 1 or len(topology.ranks) > SAME_TREES_MOST_RANKS
+            or common_switch(topology) is not None):
+        return []
+    return [(f"reduce + broadcast through rank {i} on the same trees",
+             lambda r=r: _same_trees_allreduce(request, name, r)) for i, r in enumerate(topology.ranks)]
+
+
+def _same_trees_allreduce(request: SynthesisRequest, name: str, root: str) -> SynthesisResult:
+    """All-reduce through ``root`` on one packing of in-trees, each chunk reduced up its
+    tree and broadcast back down the same tree (Blink section 3.3), every hop on its
+    pair's runtime route: :func:`~arborcc.synth.packing.pack_reduce` with
+    ``both_ways`` shares each link's capacity between a tree's two directions, so its
+    rate (the best such trees reach) can be below :func:`_tree_allreduce`'s split of
+    the links, yet its file runs faster on DGX-1V allocations: GPUs 0,1,2,5 at 1 GiB,
+    53.3 GB/s of the split's 60.0 and 59.6 GB/s busbw simulated against the split's
+    51.8; GPUs 0,1,2,5,6,7 71.2 against 53.1."""
+    from arborcc.synth.lower_emit import lower_allreduce_reduce_broadcast
+    from arborcc.synth.lower_search import within_limits
+    from arborcc.synth.packing import pack_reduce
+    from arborcc.synth.quantize import TOLERANCE
+    from arborcc.synth.result import SynthesisResult
+
+    topology = request.topology
+    packing = pack_reduce(topology, root, request.links, threshold=TOLERANCE, minimize_trees=False, routed=True,
+                          both_ways=True)
+    a = _apportion(topology, list(packing.trees), packing.rate, both_ways=True)
+    used = [(t, c) for t, c in zip(packing.trees, a.counts) if c]
+    lowered = within_limits(lower_allreduce_reduce_broadcast, topology, used, [(t.reversed(), c) for t, c in used],
+                            name, takes_rounds=True, takes_fuse=True)
+    trees = [t for t, _ in used]
+    return SynthesisResult.from_lowered(
+        "trees", request, lowered,
+        [f"reduce + broadcast through rank {topology.ranks.index(root)} on the same {len(trees)} trees (Blink 3.3), "
+         f"each used both ways, on the runtime routes: {a.rate / 1e9:.2f} GB/s, {a.chunks} chunks"],
+        trees + [t.reversed() for t in trees], [c for _, c in used] * 2)
 
 
 #: how much faster (simulated) a candidate must be to replace the trees at full precision
