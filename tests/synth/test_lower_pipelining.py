@@ -27,11 +27,13 @@ def _longest(algo) -> int:
     return max(len(tb.steps) for p in algo.ranks for tb in p.threadblocks)
 
 
-def test_rounds_grow_into_the_step_budget_and_stay_within_the_limits(dgx_a100_trees):
-    """DGX A100 reduce-scatter: 8 rounds fill 29 of the executor's 64 steps per thread
-    block; the lowering raises them (17 rounds, simulated 188 -> 231 GB/s busbw at 1 GiB)
-    and what it returns still fits and is free of deadlock."""
-    r = dgx_a100_trees("reducescatter")
+def test_rounds_grow_into_the_step_budget_and_stay_within_the_limits(monkeypatch):
+    """DGX A100 reduce-scatter, the trees at full precision (at 64 MiB a coarser candidate
+    runs faster): 8 rounds fill 29 of the executor's 64 steps per thread block; the
+    lowering raises them (17 rounds, simulated 188 -> 231 GB/s busbw at 1 GiB) and what
+    it returns still fits and is free of deadlock."""
+    monkeypatch.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)
+    r = synthesize(build_machine("dgx-a100"), "reducescatter", "trees")
     assert _rounds(r.notes) > PIPELINE_ROUNDS[0], r.notes
     assert not check_dialect_limits(r.algorithm, "executor")
     assert deadlock_free(r.algorithm) and r.report.ok
@@ -77,7 +79,7 @@ def test_allreduce_takes_the_candidate_that_pipelines_where_the_precise_trees_ca
 
     dgx = build_machine("dgx-a100")
     r = synthesize(dgx, "allreduce", "trees")
-    assert any("more than 10% faster than the trees at full precision" in n for n in r.notes), r.notes
+    assert any("faster than the trees at full precision" in n for n in r.notes), r.notes
     assert r.algorithm.chunks_per_loop < 1024 and 0.9 < r.ratio <= 1 + 1e-9
     assert r.report.ok and not check_dialect_limits(r.algorithm, "executor") and deadlock_free(r.algorithm)
     rate = attainable_algbw(steady_state_bandwidth(r.algorithm, dgx, r.routes), dgx, fidelity_for(dgx).efficiency)
@@ -97,14 +99,14 @@ def test_dgx1v_allreduce_takes_the_candidate_whose_file_is_fastest(dgx1v_allredu
                                                                    dgx1v_allreduce_trees_precise):
     """DGX-1V, 8 GPUs: the trees at full precision need a loop too long to pipeline; the
     candidate taken is the one whose file (no routes: the runtime takes each pair's own
-    link) runs fastest, at least 10% faster than the precise trees' file, and it is cut
+    link) runs fastest, faster than the precise trees' file, and it is cut
     into rounds, verifies and computes the sum."""
     dgx = build_machine("dgx1v")
     r = dgx1v_allreduce_trees
-    assert any("more than 10% faster than the trees at full precision" in n for n in r.notes), r.notes
+    assert any("faster than the trees at full precision" in n for n in r.notes), r.notes
     assert _rounds(r.notes) >= PIPELINE_ROUNDS[0]
     precise = dgx1v_allreduce_trees_precise  # PIPELINED_MARGIN 0: the trees at full precision
-    assert as_written(r.algorithm, dgx) < 0.9 * as_written(precise.algorithm, dgx)
+    assert as_written(r.algorithm, dgx) < as_written(precise.algorithm, dgx)
     assert r.report.ok and deadlock_free(r.algorithm)
     assert_executes(r.algorithm, elems=1)
 
@@ -147,7 +149,7 @@ def broadcast_trees(topo, kept={}):
 @given(nvlink_pcie_box(5, 6))
 def test_a_candidate_taken_is_correct_and_simulates_faster_than_the_precise_trees(t):
     """On any NVLink + PCIe box the all-reduce returned verifies and computes the sum,
-    and where it is a candidate (a note says so) it simulates at least 10% faster at
+    and where it is a candidate (a note says so) it simulates faster at
     64 MiB than the trees at full precision, both as their files run."""
     r = synthesize(t, "allreduce", "trees")
     assert r.report.ok and deadlock_free(r.algorithm)
@@ -156,4 +158,4 @@ def test_a_candidate_taken_is_correct_and_simulates_faster_than_the_precise_tree
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)
             precise = synthesize(t, "allreduce", "trees")
-        assert as_written(r.algorithm, t) < 0.9 * as_written(precise.algorithm, t)
+        assert as_written(r.algorithm, t) < as_written(precise.algorithm, t)

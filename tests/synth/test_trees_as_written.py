@@ -1,7 +1,7 @@
 """Trees a file runs as planned. A packing over every link routes hops over PCIe between
 GPUs an NVLink joins, which the file (MSCCL XML names no route) sends over the NVLink.
-Packings whose hops the file takes as planned replace it where their file simulates at
-least 10% faster: the trees whose every hop takes its pair's runtime route (which also
+Packings whose hops the file takes as planned replace it where their file simulates
+faster: the trees whose every hop takes its pair's runtime route (which also
 use the routes between GPUs no NVLink joins), and for broadcast and reduce the trees over
 NVLink alone."""
 
@@ -42,7 +42,7 @@ def test_broadcast_takes_trees_the_file_runs_as_planned_where_they_are_faster(mo
     every_link = synthesize(t, "broadcast", "trees", size=64 * MiB)
     assert not any(label in n for n in every_link.notes for label in AS_WRITTEN)
     assert not on_runtime_routes(t, every_link.trees)
-    assert simulate(r.algorithm, t, 64 * MiB).time <= 0.9 * simulate(every_link.algorithm, t, 64 * MiB).time
+    assert simulate(r.algorithm, t, 64 * MiB).time < simulate(every_link.algorithm, t, 64 * MiB).time
 
 
 def test_the_fragment_broadcasts_across_the_cpus_beyond_what_nvlink_alone_carries():
@@ -75,7 +75,7 @@ def test_nvlink_only_machines_keep_the_packing():
 @pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce"])
 def test_per_root_and_allreduce_trees_take_the_runtime_routes_where_faster_and_compute(collective, monkeypatch):
     """DGX-1V GPUs 0,1,2,5: the packing over every link relays over PCIe beside NVLinks;
-    the trees on the runtime's routes run as planned, more than 10% faster, and compute
+    the trees on the runtime's routes run as planned, faster, and compute
     the collective (verifier and the numpy executor). The all-reduce on the link split's
     trees: the same trees both ways are faster still (tests/synth/test_same_trees_allreduce.py)."""
     monkeypatch.setattr("arborcc.synth.strategies.trees.SAME_TREES_MOST_RANKS", 0)
@@ -88,4 +88,4 @@ def test_per_root_and_allreduce_trees_take_the_runtime_routes_where_faster_and_c
     monkeypatch.setattr("arborcc.synth.strategies.trees.PIPELINED_MARGIN", 0.0)  # the packing over every link
     every_link = synthesize(t, collective, "trees", size=1 << 30)
     assert not on_runtime_routes(t, every_link.trees)
-    assert r.time <= 0.9 * every_link.time
+    assert r.time < every_link.time
