@@ -107,7 +107,7 @@ def fig15_17(size: int) -> list[dict]:
                "nccl_fabric": base.schedule.link_kind.value}
         for coll in ("broadcast", "allreduce"):
             try:
-                r = synthesize(sub, coll, "trees", 0)
+                r = synthesize(sub, coll, "trees", 0, size=size)  # the file `synth --size` writes
                 # timed as its written file runs (as `arborcc compare` and `simulate FILE` do):
                 # each pair on its own route - an MSCCL XML file cannot carry the packing's
                 # planned PCIe relays - with the fastest protocol
@@ -184,8 +184,8 @@ def dgx2_small_trees() -> None:
     from arborcc.synth.synthesis import synthesize
 
     machine = build_machine("dgx2")
-    r = synthesize(machine, "allreduce", "trees")
-    s = simulate(r.algorithm, machine, 1024, "LL", record=True)  # as its file runs (Fig. 19/20 too)
+    r = synthesize(machine, "allreduce", "trees", size=1024)  # the file Fig. 19/20's 1 KiB row times
+    s = simulate(r.algorithm, machine, 1024, "LL", record=True)  # as its file runs
     path = s.critical_path.summary()
     tbs = [len(p.threadblocks) for p in r.algorithm.ranks]
     sends = [sum(1 for st in tb.steps if st.op.sends) for p in r.algorithm.ranks for tb in p.threadblocks]
