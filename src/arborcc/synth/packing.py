@@ -278,7 +278,6 @@ class _BothWaysOracle:
         return out
 
 
-
 @dataclass(frozen=True, eq=False)
 class _Column:
     """A tree as the LP sees it: root position, hops (parent, child, arc ids), arc loads."""
