@@ -96,4 +96,3 @@ def test_dgx1v_fragment_allreduce_is_written_on_the_same_trees(monkeypatch):
     assert not any("on the same" in n for n in split.notes)
     assert r.time == pytest.approx(time_as_written(r.algorithm, t, GiB), rel=1e-9)
     assert r.time < time_as_written(split.algorithm, t, GiB)
-

@@ -259,14 +259,14 @@ class _BothWaysOracle:
     def __init__(self, inner: _RouteOracle | _PairRouteOracle):
         self.inner = inner
         self.g = g = inner.g
-        arc = {(a, b): e for e, (a, b) in enumerate(zip(g.src.tolist(), g.dst.tolist()))}
-        missing = [g.original_link(e) for e, (a, b) in enumerate(zip(g.src.tolist(), g.dst.tolist()))
-                   if (b, a) not in arc]
-        if missing:
-            a, b = missing[0]
-            raise SynthesisError(f"{g.name}: link {a} -> {b} has no reverse link; trees used both ways need "
-                                 "duplex links")
-        self.reverse = np.array([arc[(b, a)] for a, b in zip(g.src.tolist(), g.dst.tolist())], dtype=np.int64)
+        pairs = list(zip(g.src.tolist(), g.dst.tolist()))
+        arc = {pair: e for e, pair in enumerate(pairs)}
+        for e, (a, b) in enumerate(pairs):
+            if (b, a) not in arc:
+                src, dst = g.original_link(e)
+                raise SynthesisError(f"{g.name}: link {src} -> {dst} has no reverse link; trees used both ways "
+                                     "need duplex links")
+        self.reverse = np.array([arc[(b, a)] for a, b in pairs], dtype=np.int64)
 
     def cheapest_tree(self, length: np.ndarray, root_pos: int) -> tuple[float, "_Column"]:
         return self.cheapest_trees(length, [root_pos])[0]

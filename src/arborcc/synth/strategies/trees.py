@@ -441,8 +441,8 @@ def _same_trees_allreduce(request: SynthesisRequest, name: str, root: str) -> Sy
     ``both_ways`` shares each link's capacity between a tree's two directions, so its
     rate (the best such trees reach) can be below :func:`_tree_allreduce`'s split of
     the links, yet its file runs faster on DGX-1V allocations: GPUs 0,1,2,5 at 1 GiB,
-    53.3 GB/s of the split's 60.0 and 59.6 GB/s busbw simulated against the split's
-    51.8; GPUs 0,1,2,5,6,7 71.2 against 53.1."""
+    53.3 GB/s of the split's 60.0, and 59.6 GB/s busbw simulated where the split's trees
+    wrote 51.8 before; GPUs 0,1,2,5,6,7 71.2 where they wrote 53.1 (docs/synthesis.md)."""
     from arborcc.synth.lower_emit import lower_allreduce_reduce_broadcast
     from arborcc.synth.lower_search import within_limits
     from arborcc.synth.packing import pack_reduce
