@@ -6,7 +6,7 @@ from support.execution import assert_executes
 
 from arborcc.ir.model import Op
 from arborcc.synth.lower_blocks import aligned_blocks, transfer_blocks
-from arborcc.synth.lower_channels import (MAX_THREADBLOCKS, balanced_copies, expand_copies, heavy_trees_apart,
+from arborcc.synth.lower_channels import (MAX_THREADBLOCKS, balance, balanced_copies, expand_copies, heavy_trees_apart,
                                           own_connections_fit, tree_channel_map, tree_colours, tree_pair_ids,
                                           tree_threadblocks)
 from arborcc.synth.lower_search import PIPELINE_ROUNDS
@@ -14,6 +14,8 @@ from arborcc.synth.synthesis import synthesize
 from arborcc.topology.allocation import induced
 from arborcc.topology.machines import build_machine
 from arborcc.verify.pieces import check_pieces, deadlock_free
+
+GiB = 1 << 30
 
 
 def test_rounds_cut_every_block_and_emit_round_by_round():
@@ -144,6 +146,21 @@ def test_heavy_trees_are_cut_into_copies_in_proportion_to_their_counts():
     assert own_connections_fit(topo, expanded, tree_colours(topo, expanded), False)
 
 
+def test_evened_copies_even_out_the_counts_the_threadblocks_of_a_link_carry():
+    """Thread blocks share a link evenly whatever they carry. By default the heaviest tree
+    is cut into the most copies that fit (4) and every other tree in proportion; evened
+    out, into as many as evens the copies' counts out best: 65, 42, 21, 21 chunks in
+    3, 2, 1, 1 copies (21.7, 21, 21, 21), where 4 copies of the heaviest left 16.25
+    beside 21."""
+    topo = induced(build_machine("dgx1v"), ["gpu0", "gpu3", "gpu4", "gpu7"])
+    trees = synthesize(topo, "broadcast", "trees", 0).trees[:4]
+    assert balanced_copies(topo, trees, [65, 42, 21, 21]) == [4, 3, 1, 1]
+    assert balanced_copies(topo, trees, [65, 42, 21, 21], even=True) == [3, 2, 1, 1]
+    assert balance([65, 42, 21, 21], [3, 2, 1, 1]) > 0.96 > 0.8 > balance([65, 42, 21, 21], [4, 3, 1, 1])
+    # equal counts: the most copies either way
+    assert balanced_copies(topo, trees, [64] * 4, even=True) == [4] * 4
+
+
 def test_when_not_every_tree_fits_the_heaviest_get_their_own_connections(dgx1v_allreduce_trees_precise):
     """DGX-1V, 8 GPUs, all-reduce (37 trees, about 92 thread blocks per rank on their own
     connections): the heaviest trees apart, the light ones on a few shared channels, within
@@ -166,3 +183,29 @@ def test_when_not_every_tree_fits_the_heaviest_get_their_own_connections(dgx1v_a
     assert not check_dialect_limits(r.algorithm, "executor") and deadlock_free(r.algorithm)
     rate = attainable_algbw(steady_state_bandwidth(r.algorithm, dgx, r.routes), dgx, fidelity_for(dgx).efficiency)
     assert simulate(r.algorithm, dgx, 500 << 20, "Simple", routes=r.routes).algbw >= 0.7 * rate
+
+
+@pytest.mark.parametrize("gpus, evened_faster", [("gpu0 gpu1 gpu2 gpu4", False), ("gpu0 gpu3 gpu4 gpu7", True)])
+def test_the_search_keeps_the_copies_whose_file_simulates_faster(gpus, evened_faster):
+    """With a size to time at, the version search lowers the trees with the most copies
+    and evened out, and keeps the faster file at that size: the broadcast on DGX-1V
+    GPUs 0,1,2,4 at 1 GiB with the most copies (21,471 us against 24,342), on GPUs
+    0,3,4,7 evened out (15,308 us against 15,458)."""
+    from functools import partial
+
+    from arborcc.sim.protocol_choice import time_as_written
+    from arborcc.synth.lower_emit import lower_broadcast
+    from arborcc.synth.lower_search import within_limits
+
+    topo = induced(build_machine("dgx1v"), gpus.split())
+    r = synthesize(topo, "broadcast", "trees", size=GiB)
+    times = {}
+    for even in (False, True):
+        lowered = within_limits(partial(lower_broadcast, even_copies=even), topo, r.trees, r.counts, "b",
+                                takes_rounds=True, takes_fuse=True)
+        times[even] = time_as_written(lowered.algorithm, topo, GiB)
+    assert (times[True] < times[False]) == evened_faster
+    kept = within_limits(lower_broadcast, topo, r.trees, r.counts, "b", takes_rounds=True, takes_fuse=True,
+                         timed_at=GiB)
+    assert time_as_written(kept.algorithm, topo, GiB) == min(times.values())
+    assert time_as_written(r.algorithm, topo, GiB) <= min(times.values())

@@ -1,6 +1,8 @@
 """Strategies end to end: synthesize -> lower -> compile -> verify, then run on the numpy
 reference executor, and compare the achieved algbw with independently computed bounds."""
 
+import re
+
 import networkx as nx
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -45,8 +47,8 @@ def test_trees_allgather_is_proved_and_runs_in_place_too(machine):
     r = synthesize(build_machine(machine), "allgather", "trees")
     assert r.report.modes == ["out-of-place", "in-place"], r.report.notes
     # the trees at full precision, or a candidate whose file runs faster (DGX-1V: the
-    # trees over NVLink alone, 92% of the bound over every link)
-    candidate = any("faster than the trees at full precision" in n for n in r.notes)
+    # trees on the runtime's routes, 94% of the bound over every link)
+    candidate = any(re.search(r"simulated [0-9.]+ us .* faster than the", n) for n in r.notes)
     assert r.ratio >= (0.9 if candidate else 0.99), r.notes
     assert_executes(r.algorithm, seed=5)  # every mode it claims
 

@@ -322,10 +322,12 @@ def own_colours(topology: Topology, trees: Sequence[Tree], both_ways: bool) -> l
 
 #: copies the heaviest tree is cut into, most first (:func:`balanced_copies`)
 COPIES = (4, 2)
+#: the same when the copies' counts are evened out (``balanced_copies(even=True)``)
+EVEN_COPIES = (4, 3, 2)
 
 
 def balanced_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], both_ways: bool = False,
-                    copies: int | None = None) -> list[int]:
+                    copies: int | None = None, even: bool = False) -> list[int]:
     """How many copies each tree is cut into, with near-equal chunk counts
     (:func:`expand_copies`), each on its own connections (:func:`tree_channel_map`): the
     heaviest into ``copies`` (default: the most of :data:`COPIES` that still fit the
@@ -337,14 +339,35 @@ def balanced_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     times the chunks of another takes three times as long - its later rounds hold up
     what waits for them (a broadcast after a reduce, a relay's other children) while
     the light trees' links fall idle. With copies in proportion to the counts, each
-    link's flows carry near-equal counts and the even split is close to the packing's."""
-    for k in ((copies,) if copies else COPIES):
+    link's flows carry near-equal counts and the even split is close to the packing's.
+
+    ``even``: of the heaviest tree in 4, 3 or 2 copies (:data:`EVEN_COPIES`, those that
+    fit) and every tree in one, the split whose lightest copy is nearest the heaviest
+    (:func:`balance`; the most copies among equals). The most copies leave the copies of
+    65, 42, 42, 44 and 21-chunk trees at 16, 14, 14, 15 and 21 chunks, three copies at
+    about 21 each; which runs faster depends on what else shares the links, so the
+    lowering search times both (:func:`~.lower_search.within_limits`)."""
+    if copies:
+        unit = max(counts, default=0) / copies
+        return [max(1, min(c, round(c / unit))) if unit else 1 for c in counts]
+    options = []
+    for k in EVEN_COPIES if even else COPIES:
         unit = max(counts, default=0) / k
         n = [max(1, min(c, round(c / unit))) if unit else 1 for c in counts]
         expanded = [t for t, m in zip(trees, n) for _ in range(m)]
-        if copies or own_colours(topology, expanded, both_ways) is not None:
-            return n
-    return [1] * len(trees)
+        if own_colours(topology, expanded, both_ways) is not None:
+            if not even:
+                return n
+            options.append(n)
+    options.append([1] * len(trees))
+    return max(options, key=lambda n: balance(counts, n) - 1e-9 * options.index(n))
+
+
+def balance(counts: Sequence[int], copies: Sequence[int]) -> float:
+    """The lightest copy's count over the heaviest's when tree t is cut into
+    ``copies[t]`` copies (1: all equal)."""
+    sizes = [c / n for c, n in zip(counts, copies) if c]
+    return min(sizes) / max(sizes) if sizes else 1.0
 
 
 def expand_copies(trees: Sequence, counts: Sequence[int], copies: Sequence[int]) -> tuple[list, list[int]]:

@@ -86,6 +86,17 @@ class Lowered:
     #: fusions that fallback undid (``CompileStats.unfused_for_pieces``): the version
     #: was built fused although its algorithm has no fused step
     pieces_unfused: int = 0
+    #: the tree lowerings: the trees were cut into copies, and the other of
+    #: :func:`tree_copies`' two rules cuts them differently
+    evened_differ: bool = False
+
+
+def tree_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], even: bool,
+                both_ways: bool = False) -> tuple[list[int], bool]:
+    """The copies :func:`balanced_copies` cuts the trees into (``even``: evened out), and
+    whether its other rule's copies differ."""
+    copies = balanced_copies(topology, trees, counts, both_ways, even=even)
+    return copies, copies != balanced_copies(topology, trees, counts, both_ways, even=not even)
 
 
 def lowering_program(name: str, collective, topology: object, channels: ChannelMap, fuse: bool = True) -> Program:
@@ -99,14 +110,15 @@ def lowering_program(name: str, collective, topology: object, channels: ChannelM
 
 
 def finish(prog: Program, topology: Topology, channels: ChannelMap, chunks: int,
-           notes: Iterable[str] = ()) -> Lowered:
+           notes: Iterable[str] = (), evened_differ: bool = False) -> Lowered:
     """Compile and estimate; :func:`arborcc.synth.synthesis.synthesize` verifies the
-    algorithm it returns (candidates that lose are not worth proving)."""
+    algorithm it returns (candidates that lose are not worth proving).
+    ``evened_differ``: as :attr:`Lowered.evened_differ`."""
     algo = prog.compile()
     routes = channels.routes(algo)
     return Lowered(algo, routes, chunks, steady_state_bandwidth(algo, topology, routes), list(notes),
                    pieces_fallback=prog.compile_stats.pieces_fallback,
-                   pieces_unfused=prog.compile_stats.unfused_for_pieces)
+                   pieces_unfused=prog.compile_stats.unfused_for_pieces, evened_differ=evened_differ)
 
 
 def local_copy(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int) -> None:
@@ -171,10 +183,11 @@ def reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc
 
 
 def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
-                    spread: int = 0, rounds: int = 1, fuse: bool = True, balance: bool = True) -> Lowered:
+                    spread: int = 0, rounds: int = 1, fuse: bool = True, balance: bool = True,
+                    even_copies: bool = False) -> Lowered:
     """Out-trees from one root; ``counts[t]`` chunks on tree t. ``balance``: cut the
-    heaviest trees into copies of near-equal counts (:func:`balanced_copies`; trees of
-    equal counts need none).
+    heaviest trees into copies of near-equal counts (:func:`balanced_copies`, with
+    ``even_copies`` its ``even``; trees of equal counts need none).
 
     ``fuse=False`` leaves every relay's receive a step of its own, which the sends to all
     its children wait for: fused, a relay forwards to its first child on the receiving
@@ -184,8 +197,10 @@ def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     trees, :func:`arborcc.synth.trees.switch_broadcast_trees`, 15 chunks: 64 MiB 88.5 GB/s
     fused, 101.9 unfused; 1 GiB 122.3 and 123.9.)"""
     index = {g: i for i, g in enumerate(topology.ranks)}
+    evened_differ = False  # no copies cut: nothing to even out
     if not spread and balance:
-        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
+        per_tree, evened_differ = tree_copies(topology, trees, counts, even_copies)
+        trees, counts = expand_copies(trees, counts, per_tree)
     chunks, channels = sum(counts), tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     root = index[trees[0].root]
     shapes = [tree_children(t, index)[1] for t in trees]
@@ -193,26 +208,28 @@ def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[
         local_copy(root, (INPUT, 0), (OUTPUT, 0), chunks)
         for t, start, size in transfer_blocks(counts, rounds):
             broadcast_block(root, shapes[t], (INPUT, start), (OUTPUT, start), size, channels, t)
-    return finish(prog, topology, channels, chunks)
+    return finish(prog, topology, channels, chunks, evened_differ=evened_differ)
 
 
 def lower_reduce(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
-                 spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
+                 spread: int = 0, rounds: int = 1, fuse: bool = True, even_copies: bool = False) -> Lowered:
     """In-trees into one root; inner ranks accumulate in their (unconstrained) output."""
     index = {g: i for i, g in enumerate(topology.ranks)}
+    evened_differ = False  # no copies cut: nothing to even out
     if not spread:
-        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
+        per_tree, evened_differ = tree_copies(topology, trees, counts, even_copies)
+        trees, counts = expand_copies(trees, counts, per_tree)
     chunks, channels = sum(counts), tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     root = index[trees[0].root]
     shapes = [tree_children(t, index)[1] for t in trees]
     with lowering_program(name, Reduce(topology.num_ranks, chunks, root=root), topology, channels, fuse) as prog:
         for t, start, size in transfer_blocks(counts, rounds):
             reduce_block(root, shapes[t], start, size, channels, OUTPUT, tree=t)
-    return finish(prog, topology, channels, chunks)
+    return finish(prog, topology, channels, chunks, evened_differ=evened_differ)
 
 
 def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
-                    spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
+                    spread: int = 0, rounds: int = 1, fuse: bool = True, even_copies: bool = False) -> Lowered:
     """One set of out-trees per root (ForestColl); each root's shard split over its trees.
 
     A root copies its shard into its own block of the output round by round and its
@@ -221,8 +238,10 @@ def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     where sends from the input would race with the copy writing the same slots. The
     shard is laid out round after round (``round_major``), so the first round waits
     only for its own copy, not for the whole shard's."""
+    evened_differ = False  # no copies cut: nothing to even out
     if not spread:
-        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
+        per_tree, evened_differ = tree_copies(topology, trees, counts, even_copies)
+        trees, counts = expand_copies(trees, counts, per_tree)
     blocks, chunks = per_root_blocks(topology, trees, counts, rounds, round_major=True)
     channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     index = {g: i for i, g in enumerate(topology.ranks)}
@@ -236,30 +255,34 @@ def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     with lowering_program(name, AllGather(topology.num_ranks, chunks), topology, channels, fuse) as prog:
         prog.trace_copies(copies)
         prog.trace_broadcasts(broadcast_blocks(blocks, chunks, channels))
-    return finish(prog, topology, channels, chunks)
+    return finish(prog, topology, channels, chunks, evened_differ=evened_differ)
 
 
 def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
-                        spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
+                        spread: int = 0, rounds: int = 1, fuse: bool = True, even_copies: bool = False) -> Lowered:
     """One set of in-trees per root; partial sums accumulate in the input, as GC3's own
     reduce-scatter programs do; the root reduces into its output."""
+    evened_differ = False  # no copies cut: nothing to even out
     if not spread:
-        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts))
+        per_tree, evened_differ = tree_copies(topology, trees, counts, even_copies)
+        trees, counts = expand_copies(trees, counts, per_tree)
     blocks, chunks = per_root_blocks(topology, trees, counts, rounds)
     channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     with lowering_program(name, ReduceScatter(topology.num_ranks, chunks), topology, channels, fuse) as prog:
         for r, kids, start, size, t in blocks:
             reduce_block(r, kids, r * chunks + start, size, channels, INPUT, (OUTPUT, start), t)
-    return finish(prog, topology, channels, chunks)
+    return finish(prog, topology, channels, chunks, evened_differ=evened_differ)
 
 
 def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
-                          spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
+                          spread: int = 0, rounds: int = 1, fuse: bool = True, even_copies: bool = False) -> Lowered:
     """All-reduce = reduce-scatter on the reversed per-root trees + all-gather on the
     per-root out-trees (``trees`` are the out-trees), accumulated in
     :func:`accumulating_buffer` (in place, or out of place)."""
+    evened_differ = False  # no copies cut: nothing to even out
     if not spread:
-        trees, counts = expand_copies(trees, counts, balanced_copies(topology, trees, counts, both_ways=True))
+        per_tree, evened_differ = tree_copies(topology, trees, counts, even_copies, both_ways=True)
+        trees, counts = expand_copies(trees, counts, per_tree)
     blocks, chunks = per_root_blocks(topology, trees, counts, rounds)
     n, channels = topology.num_ranks, tree_channel_map(topology, trees, spread, True, counts, rounds)
     acc = accumulating_buffer()
@@ -267,7 +290,7 @@ def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Seq
         for r, kids, start, size, t in blocks:
             reduce_block(r, kids, r * chunks + start, size, channels, acc, tree=t)
         prog.trace_broadcasts(broadcast_blocks(blocks, chunks, channels, acc))
-    return finish(prog, topology, channels, chunks)
+    return finish(prog, topology, channels, chunks, evened_differ=evened_differ)
 
 
 def lower_allreduce_trees(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
@@ -293,7 +316,8 @@ def lower_allreduce_trees(topology: Topology, trees: Sequence[Tree], counts: Seq
 
 def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[tuple[Tree, int]],
                                      broadcast_trees: Sequence[tuple[Tree, int]], name: str,
-                                     spread: int = 0, rounds: int = 1, fuse: bool = True) -> Lowered:
+                                     spread: int = 0, rounds: int = 1, fuse: bool = True,
+                                     even_copies: bool = False) -> Lowered:
     """All-reduce through one root with separate reduce and broadcast trees: the buffer
     (``sum`` of either side's chunk counts) is reduced along the in-trees, then
     broadcast along the out-trees (Blink section 3.3 with the link split of
@@ -303,12 +327,13 @@ def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[
     chunks = sum(c for _, c in reduce_trees)
     if chunks != sum(c for _, c in broadcast_trees):
         raise SynthesisError("reduce and broadcast trees must carry the same number of chunks")
+    evened_differ = False  # no copies cut: nothing to even out
     if not spread:
         both = list(reduce_trees) + list(broadcast_trees)
-        copies = balanced_copies(topology, [t for t, _ in both], [c for _, c in both])
+        per_tree, evened_differ = tree_copies(topology, [t for t, _ in both], [c for _, c in both], even_copies)
         cut = len(reduce_trees)
-        reduce_trees = list(zip(*expand_copies(*zip(*reduce_trees), copies[:cut])))
-        broadcast_trees = list(zip(*expand_copies(*zip(*broadcast_trees), copies[cut:])))
+        reduce_trees = list(zip(*expand_copies(*zip(*reduce_trees), per_tree[:cut])))
+        broadcast_trees = list(zip(*expand_copies(*zip(*broadcast_trees), per_tree[cut:])))
     trees = [t for t, _ in reduce_trees] + [t for t, _ in broadcast_trees]
     counts = [c for _, c in list(reduce_trees) + list(broadcast_trees)]
     channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
@@ -329,7 +354,7 @@ def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[
         for t, start, size in broadcasts:
             root, kids = tree_children(broadcast_trees[t][0], index)
             broadcast_block(root, kids, (acc, start), (acc, start), size, channels, offset + t)
-    return finish(prog, topology, channels, chunks)
+    return finish(prog, topology, channels, chunks, evened_differ=evened_differ)
 
 
 def lower_ring_allreduce(topology: Topology, rings: Sequence[Sequence[int]],

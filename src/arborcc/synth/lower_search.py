@@ -9,6 +9,9 @@ thread block leaves room for (:func:`more_rounds`).
 
 from __future__ import annotations
 
+import math
+from functools import partial
+
 from arborcc.synth.lower_emit import Lowered
 from arborcc.synth.lower_memo import one_search
 
@@ -18,7 +21,7 @@ PIPELINE_ROUNDS = (8, 4, 2, 1)
 
 
 def within_limits(lower, *args, dialect: str = "executor", takes_rounds: bool = False,
-                  takes_fuse: bool = False) -> Lowered:
+                  takes_fuse: bool = False, timed_at: int | None = None) -> Lowered:
     """Lower with the compiler's channel choice; if that breaks ``dialect``'s runtime
     limits (steps per thread block, thread blocks per rank), spread the trees over 2, 4,
     ... 32 channels and keep the first version within the limits. ``lower(*args,
@@ -35,6 +38,14 @@ def within_limits(lower, *args, dialect: str = "executor", takes_rounds: bool = 
     search's verdict on ``dialect``'s limits (:attr:`~.lower_emit.Lowered.limits`),
     which the strategy cascade reads instead of checking again.
 
+    ``timed_at`` (bytes; the tree lowerings, which take ``even_copies``): where the
+    version found cut the trees into copies and evening them out
+    (:func:`~.lower_channels.balanced_copies` with ``even``) cuts them differently, the
+    search runs again with them evened out, and the version whose file the simulator
+    times faster at that size is kept (DGX-1V GPUs 0,1,2,5,6,7, the all-reduce on the same trees at 1 GiB: 25,009
+    us with the most copies, 22,562 evened out; GPUs 0,1,2,4, the broadcast: 21,471
+    and 24,342).
+
     Each version is a lowering and a compile, so versions that cannot fit are not
     built: spreading stops once a rank has more thread blocks than allowed at a spread
     of 2 or more (spreading further only adds thread blocks; the per-tree channels of
@@ -45,7 +56,20 @@ def within_limits(lower, *args, dialect: str = "executor", takes_rounds: bool = 
     the unfused version is not built when the fused one fused nothing (they are the
     same program)."""
     with one_search():
-        return _search_versions(lower, args, dialect, takes_rounds, takes_fuse)
+        found = _search_versions(lower, args, dialect, takes_rounds, takes_fuse)
+        if timed_at is None or not found.evened_differ:
+            return found
+        evened = _search_versions(partial(lower, even_copies=True), args, dialect, takes_rounds, takes_fuse)
+    return min((found, evened), key=lambda v: _time_as_written(v, args[0], timed_at))
+
+
+def _time_as_written(lowered: Lowered, topology, size: int) -> float:
+    """The simulated time of ``lowered``'s file at ``size`` (a version over the limits:
+    infinite, after every version within them)."""
+    from arborcc.sim.protocol_choice import time_as_written
+
+    fits = lowered.limits is not None and lowered.limits[1]
+    return time_as_written(lowered.algorithm, topology, size) if fits else math.inf
 
 
 #: the share of the dialect's steps per thread block :func:`more_rounds` aims at (the

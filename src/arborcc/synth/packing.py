@@ -44,6 +44,13 @@ may be fractional (each used tree still counts one). ``threshold`` defaults to 1
 minimise by default, all-gather/reduce-scatter do not (their LP optimum is already a
 basic solution with few trees per root; on a switch it is Blink's one-hop trees).
 
+Shallower trees: the trees of one root are returned after
+:func:`~arborcc.synth.trees.shallower` exchanged hops between trees of the same weight
+where that makes the deepest tree shallower (the links' loads unchanged; DGX-1V's
+NVLink broadcast from GPU 0: depth 6 -> 4). Per-root packings are left as found: the
+chunk rounding of trees rooted at every rank depends on which trees share which pairs,
+and exchanges there made DGX-1V's all-reduce trees need 2048 chunks where 1024 did.
+
 Budgets, never clocks: the same input gives the same trees on any machine at any load.
 Column generation stops after ``max_rounds`` rounds (:data:`COLUMN_GENERATION_ROUNDS`;
 for ``method="mwu"`` the budget counts oracle calls, :data:`MWU_ORACLE_CALLS`), each LP
@@ -69,7 +76,7 @@ from arborcc.errors import SolverLimitError, SynthesisError
 from arborcc.synth.bounds import Bound, allgather_cut_bound, single_source_bound
 from arborcc.synth.flowgraph import FlowGraph, LinkSelector, flow_graph, root_index
 from arborcc.synth.lp import INF, GrowingLP, quiet_stdout
-from arborcc.synth.trees import Hop, Tree, TreePacking
+from arborcc.synth.trees import Hop, Tree, TreePacking, shallower
 from arborcc.topology.routing import can_route, route
 
 log = logging.getLogger(__name__)
@@ -723,6 +730,8 @@ def _pack(topology, g: FlowGraph, roots: list[int], bound: Bound, collective: st
     for note in notes:
         log.debug("%s %s on %s: %s", collective, method, g.name, note)
     trees = _to_trees(g, cols, w, scale, inward)
+    if len(roots) == 1:  # one root only (module doc)
+        trees = shallower(trees)
     rate = min(sum(t.weight for t in trees if t.root == g.nodes[g.ranks[r]]) for r in roots)
     return TreePacking(collective, tuple(g.nodes[g.ranks[r]] for r in roots), tuple(trees), rate, bound,
                        method, time.perf_counter() - t0, limit, g.links, tuple(notes))

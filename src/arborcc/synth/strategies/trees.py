@@ -104,7 +104,7 @@ def _tree_allreduce(request: SynthesisRequest, name: str, chunks: int | None = N
     used_r = [(t, c) for t, c in zip(red.trees, counts_r) if c]
     used_b = [(t, c) for t, c in zip(bcast.trees, counts_b) if c]
     lowered = within_limits(lower_allreduce_reduce_broadcast, topology, used_r, used_b, name,
-                            takes_rounds=True, takes_fuse=True)
+                            takes_rounds=True, takes_fuse=True, timed_at=_reference_size(request))
     return SynthesisResult.from_lowered(
         "trees", request, lowered,
         [f"reduce + broadcast through rank {root} (Blink 3.3) at {min(rate, red.rate, bcast.rate) / 1e9:.2f} GB/s"
@@ -130,7 +130,7 @@ def _rs_ag_allreduce(request: SynthesisRequest, name: str, chunks: int | None = 
     used = [t for t, c in zip(packing.trees, a.counts) if c]
     counts = [c * scale for c in a.counts if c]
     lowered = within_limits(lower_allreduce_rs_ag, topology, used, counts, name, takes_rounds=True,
-                            takes_fuse=True)
+                            takes_fuse=True, timed_at=_reference_size(request))
     return SynthesisResult.from_lowered(
         "trees", request, lowered,
         [f"reduce-scatter + all-gather on {len(used)} per-root trees{' on the runtime routes' if routed else ''}, "
@@ -224,7 +224,7 @@ def _single_root_trees(request: SynthesisRequest, name: str, routed: bool = Fals
     lower = lower_broadcast if collective == "broadcast" else lower_reduce
     used = [t for t, c in zip(packing.trees, a.counts) if c]
     lowered = within_limits(lower, topology, used, [c for c in a.counts if c], name,
-                            takes_rounds=True, takes_fuse=True)
+                            takes_rounds=True, takes_fuse=True, timed_at=_reference_size(request))
     return SynthesisResult.from_lowered(
         "trees", request, lowered,
         [f"packing {packing.rate / 1e9:.2f} GB/s with {packing.num_trees} trees ({packing.method}"
@@ -385,7 +385,8 @@ def _per_root_trees(request: SynthesisRequest, name: str, chunks: int | None = N
     lower = lower_allgather if collective == "allgather" else lower_reducescatter
     used = [t for t, c in zip(packing.trees, a.counts) if c]
     counts = [c * scale for c in a.counts if c]
-    lowered = within_limits(lower, topology, used, counts, name, takes_rounds=True, takes_fuse=True)
+    lowered = within_limits(lower, topology, used, counts, name, takes_rounds=True, takes_fuse=True,
+                            timed_at=_reference_size(request))
     return SynthesisResult.from_lowered(
         "trees", request, lowered,
         [f"per-root packing {packing.algbw / 1e9:.2f} GB/s with {packing.num_trees} trees"
@@ -455,7 +456,7 @@ def _same_trees_allreduce(request: SynthesisRequest, name: str, root: str) -> Sy
     a = _apportion(topology, list(packing.trees), packing.rate, both_ways=True)
     used = [(t, c) for t, c in zip(packing.trees, a.counts) if c]
     lowered = within_limits(lower_allreduce_reduce_broadcast, topology, used, [(t.reversed(), c) for t, c in used],
-                            name, takes_rounds=True, takes_fuse=True)
+                            name, takes_rounds=True, takes_fuse=True, timed_at=_reference_size(request))
     trees = [t for t, _ in used]
     return SynthesisResult.from_lowered(
         "trees", request, lowered,
