@@ -42,9 +42,9 @@ def within_limits(lower, *args, dialect: str = "executor", takes_rounds: bool = 
     version found cut the trees into copies and evening them out
     (:func:`~.lower_channels.balanced_copies` with ``even``) cuts them differently, the
     search runs again with them evened out, and the version whose file the simulator
-    times faster at that size is kept (DGX-1V GPUs 0,1,2,5,6,7, the all-reduce on the same trees at 1 GiB: 25,009
-    us with the most copies, 22,562 evened out; GPUs 0,1,2,4, the broadcast: 21,471
-    and 24,342).
+    times faster at that size is kept (DGX-1V GPUs 0,1,2,5,6,7, the all-reduce on the
+    same trees at 1 GiB: 25,009 us with the most copies, 22,562 evened out; GPUs
+    0,1,2,4, the broadcast: 21,471 and 24,342).
 
     Each version is a lowering and a compile, so versions that cannot fit are not
     built: spreading stops once a rank has more thread blocks than allowed at a spread
