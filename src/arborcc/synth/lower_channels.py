@@ -347,20 +347,29 @@ def balanced_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     65, 42, 42, 44 and 21-chunk trees at 16, 14, 14, 15 and 21 chunks, three copies at
     about 21 each; which runs faster depends on what else shares the links, so the
     lowering search times both (:func:`~.lower_search.within_limits`)."""
-    if copies:
-        unit = max(counts, default=0) / copies
-        return [max(1, min(c, round(c / unit))) if unit else 1 for c in counts]
-    options = []
-    for k in EVEN_COPIES if even else COPIES:
+    def in_proportion(k: int) -> list[int]:
         unit = max(counts, default=0) / k
-        n = [max(1, min(c, round(c / unit))) if unit else 1 for c in counts]
+        return [max(1, min(c, round(c / unit))) if unit else 1 for c in counts]
+
+    if copies:
+        return in_proportion(copies)
+    options = []
+    for n in map(in_proportion, EVEN_COPIES if even else COPIES):
         expanded = [t for t, m in zip(trees, n) for _ in range(m)]
         if own_colours(topology, expanded, both_ways) is not None:
             if not even:
                 return n
             options.append(n)
     options.append([1] * len(trees))
-    return max(options, key=lambda n: balance(counts, n) - 1e-9 * options.index(n))
+    return max(options, key=lambda n: balance(counts, n))  # the first, most copies, among equals
+
+
+def tree_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], even: bool,
+                both_ways: bool = False) -> tuple[list[int], bool]:
+    """The copies :func:`balanced_copies` cuts the trees into (``even``: evened out), and
+    whether its other rule's copies differ."""
+    copies = balanced_copies(topology, trees, counts, both_ways, even=even)
+    return copies, copies != balanced_copies(topology, trees, counts, both_ways, even=not even)
 
 
 def balance(counts: Sequence[int], copies: Sequence[int]) -> float:

@@ -34,7 +34,7 @@ from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, Reduc
 from arborcc.library.ring import ring_allreduce_trip
 from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
 from arborcc.synth.lower_blocks import aligned_blocks, per_root_blocks, round_ranges, transfer_blocks, transfer_pieces
-from arborcc.synth.lower_channels import ChannelMap, balanced_copies, expand_copies, tree_channel_map
+from arborcc.synth.lower_channels import ChannelMap, expand_copies, tree_channel_map, tree_copies
 from arborcc.synth.trees import Tree, breadth_first_hops, tree_children
 from arborcc.topology.model import Topology
 
@@ -87,16 +87,8 @@ class Lowered:
     #: was built fused although its algorithm has no fused step
     pieces_unfused: int = 0
     #: the tree lowerings: the trees were cut into copies, and the other of
-    #: :func:`tree_copies`' two rules cuts them differently
+    #: :func:`~.lower_channels.tree_copies`' two rules cuts them differently
     evened_differ: bool = False
-
-
-def tree_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], even: bool,
-                both_ways: bool = False) -> tuple[list[int], bool]:
-    """The copies :func:`balanced_copies` cuts the trees into (``even``: evened out), and
-    whether its other rule's copies differ."""
-    copies = balanced_copies(topology, trees, counts, both_ways, even=even)
-    return copies, copies != balanced_copies(topology, trees, counts, both_ways, even=not even)
 
 
 def lowering_program(name: str, collective, topology: object, channels: ChannelMap, fuse: bool = True) -> Program:
@@ -186,8 +178,9 @@ def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[
                     spread: int = 0, rounds: int = 1, fuse: bool = True, balance: bool = True,
                     even_copies: bool = False) -> Lowered:
     """Out-trees from one root; ``counts[t]`` chunks on tree t. ``balance``: cut the
-    heaviest trees into copies of near-equal counts (:func:`balanced_copies`, with
-    ``even_copies`` its ``even``; trees of equal counts need none).
+    heaviest trees into copies of near-equal counts
+    (:func:`~.lower_channels.balanced_copies`, with ``even_copies`` its ``even``; trees of
+    equal counts need none).
 
     ``fuse=False`` leaves every relay's receive a step of its own, which the sends to all
     its children wait for: fused, a relay forwards to its first child on the receiving
