@@ -85,3 +85,35 @@ def test_programs_that_differ_in_what_a_run_reads_have_different_content_keys():
     assert copied is not prog and engine.content_key(copied) == engine.content_key(prog)
     slower = dataclasses.replace(prog, conn_latency=[2 * x for x in prog.conn_latency], kept={})
     assert engine.content_key(slower) != engine.content_key(prog)
+
+
+def test_estimates_below_the_busiest_links_pace_do_not_settle(runs):
+    """The all-gather trees synth wrote for DGX-1V GPUs 0,2,3,4 at 1 GiB (128 iterations):
+    every period estimate from the 2nd to the 32nd iteration is 123.36 us, then the pace
+    of the busiest link, gpu0 -> gpu4, takes over: 124.83 us, its 5.2 MiB per iteration at
+    42 GB/s. Extrapolated from three equal estimates, the call took 15,903 us - faster
+    than that link allows, and than the file bound. An estimate below the period floor
+    does not settle, so the probes go on, and the time is every iteration's."""
+    from pathlib import Path
+
+    from arborcc.ir.load import load_algorithm
+    from arborcc.sim.fidelity import fidelity_for
+    from arborcc.sim.protocols import PROTOCOL_MODELS
+    from arborcc.sim.simulate import run_setup
+    from arborcc.topology.allocation import induced
+
+    topo = induced(build_machine("dgx1v"), ["gpu0", "gpu2", "gpu3", "gpu4"])
+    algo = load_algorithm(Path(__file__).parent / "samples" / "dgx1v-gpus-0234-allgather-trees.xml")
+    prog = compile_algorithm(algo, topo)
+    setup = run_setup(algo, prog, 1 << 30, PROTOCOL_MODELS["Simple"], fidelity_for(topo), 1)
+    iters, tile, m = engine.pipelining(setup.chunk_bytes, setup.slice_bytes)
+    floor = engine.period_floor(prog, setup, tile)
+    # the case: three equal estimates, all below the floor
+    spans = [engine._run(prog, setup, k, tile, m, False).makespan for k in (2, 4, 8, 16)]
+    estimates = [(b - a) / (kb - ka) for a, b, ka, kb in zip(spans, spans[1:], (2, 4, 8), (4, 8, 16))]
+    assert max(estimates) - min(estimates) < 1e-9 * floor and max(estimates) < 0.99 * floor
+    engine.forget_runs()
+    extrapolated = simulate(algo, topo, 1 << 30, "Simple")
+    exact = simulate(algo, topo, 1 << 30, "Simple", exact=True)
+    assert extrapolated.makespan >= iters * floor
+    assert extrapolated.time == pytest.approx(exact.time, rel=engine.EXTRAPOLATION_TOLERANCE)

@@ -165,7 +165,11 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
     :data:`EXTRAPOLATION_TOLERANCE`, the makespan is ``T(b) + (N - b) x period``. Two
     equal estimates are not enough: routed all-gather trees on DGX-1P GPUs 0,1,4,6 take
     123.36 us per iteration from the 2nd to the 8th and 124.83 from the 32nd on (as two,
-    1 GiB was extrapolated 1.1% short). When the next run would cost more than simulating
+    1 GiB was extrapolated 1.1% short). Nor are three: the same 123.36 us from the 2nd to
+    the 32nd iteration on DGX-1V GPUs 0,2,3,4, then 124.83. No estimate below the period
+    floor (:func:`period_floor`, what the busiest link needs per iteration) counts as
+    settled: a link that carries more than it can per period is still filling its
+    backlog, and a long call runs at its pace. When the next run would cost more than simulating
     everything, or the last two estimates are far apart (:data:`UNSTEADY`),
     everything is simulated. When that happens after three estimates that are not all
     equal, the program's next calls with other slices (the next sizes of a sweep) up to
@@ -178,8 +182,8 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
     longest probe (:func:`probe_limit`) is never simulated whole - its probes stop at the
     longest one and the makespan is extrapolated at the largest of the last three
     estimates (an upper estimate: a prediction that does not favour a candidate whose
-    period could not be pinned down), with their spread over the iterations left as its
-    ``uncertainty``. ``None``: no bound.
+    period could not be pinned down) or the period floor, whichever is larger, with their
+    spread over the iterations left as its ``uncertainty``. ``None``: no bound.
     """
     iters, tile, m = pipelining(setup.chunk_bytes, setup.slice_bytes)
     if record:
@@ -201,13 +205,14 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
         return simulated(iters)
     probes = [simulated(window)]
     spent, estimates = window, []
+    floor = period_floor(prog, setup, tile)
 
     def whole() -> EngineResult:
         """Every iteration simulated, the estimates so far remembered if they did not
         settle; beyond the bound, the longest probe extrapolated at the largest estimate."""
         if bounded:
             recent = estimates[-3:]
-            return _extrapolate(probes[-1], max(recent), iters, max(recent) - min(recent))
+            return _extrapolate(probes[-1], max(*recent, floor), iters, max(recent) - min(recent))
         if len(estimates) >= 3 and max(estimates[-3:]) - min(estimates[-3:]) > EXACTLY * estimates[-1]:
             _UNSETTLED.put_for(prog, iters, family)
         return simulated(iters)
@@ -227,12 +232,20 @@ def run(prog: CompiledAlgorithm, setup: RunSetup, window: int | None = 2,
             recent = estimates[-3:]
             spread = max(recent) - min(recent)
             total = b.makespan + (iters - b.simulated) * q
-            if spread * (iters - b.simulated) <= EXTRAPOLATION_TOLERANCE * total:
+            if q >= floor * (1 - EXACTLY) and spread * (iters - b.simulated) <= EXTRAPOLATION_TOLERANCE * total:
                 return _extrapolate(b, q, iters, spread)
             if abs(q - estimates[-2]) > UNSTEADY * q and not bounded:  # far from periodic
                 return whole()
         if length >= iters:
             return whole()
+
+
+def period_floor(prog: CompiledAlgorithm, setup: RunSetup, tile: float) -> float:
+    """The least time (seconds) one iteration adds to a long call: the bytes of one
+    iteration on the busiest link at its rate. Every iteration's bytes cross their links
+    at most at the links' rates, so the steady period is never shorter."""
+    return max((b / rate for b, rate in zip(_link_bytes(prog, len(setup.link_rate), tile, 1), setup.link_rate)
+                if b and rate > 0), default=0.0)
 
 
 def probe_limit(prog: CompiledAlgorithm, window: int) -> int:

@@ -322,17 +322,18 @@ def own_colours(topology: Topology, trees: Sequence[Tree], both_ways: bool) -> l
 
 #: copies the heaviest tree is cut into, most first (:func:`balanced_copies`)
 COPIES = (4, 2)
-#: the same when the copies' counts are evened out (``balanced_copies(even=True)``)
+#: the same when the copies' counts are evened out (``balanced_copies(rule="even")``)
 EVEN_COPIES = (4, 3, 2)
+#: :func:`balanced_copies`' rules, the default first
+COPIES_RULES = ("most", "even", "one")
 
 
 def balanced_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], both_ways: bool = False,
-                    copies: int | None = None, even: bool = False) -> list[int]:
+                    copies: int | None = None, rule: str = "most") -> list[int]:
     """How many copies each tree is cut into, with near-equal chunk counts
     (:func:`expand_copies`), each on its own connections (:func:`tree_channel_map`): the
-    heaviest into ``copies`` (default: the most of :data:`COPIES` that still fit the
-    runtimes' channels and thread blocks; one each if none fits), every other tree
-    into as many as its count holds of the heaviest copy's (at least one).
+    heaviest into ``copies`` (by ``rule`` without it), every other tree into as many as
+    its count holds of the heaviest copy's (at least one).
 
     Concurrent thread blocks share a link evenly (max-min), whatever their chunk
     counts, so trees sharing a link move at the same rate and a tree carrying three
@@ -341,35 +342,54 @@ def balanced_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     the light trees' links fall idle. With copies in proportion to the counts, each
     link's flows carry near-equal counts and the even split is close to the packing's.
 
-    ``even``: of the heaviest tree in 4, 3 or 2 copies (:data:`EVEN_COPIES`, those that
-    fit) and every tree in one, the split whose lightest copy is nearest the heaviest
-    (:func:`balance`; the most copies among equals). The most copies leave the copies of
-    65, 42, 42, 44 and 21-chunk trees at 16, 14, 14, 15 and 21 chunks, three copies at
-    about 21 each; which runs faster depends on what else shares the links, so the
-    lowering search times both (:func:`~.lower_search.within_limits`)."""
+    ``rule`` (:data:`COPIES_RULES`):
+
+    - ``most``: the heaviest tree in the most of :data:`COPIES` that still fit the
+      runtimes' channels and thread blocks (one copy each if none fits);
+    - ``even``: of the heaviest tree in 4, 3 or 2 copies (:data:`EVEN_COPIES`, those
+      that fit) and every tree in one, the split whose lightest copy is nearest the
+      heaviest (:func:`balance`; the most copies among equals). The most copies leave
+      the copies of 65, 42, 42, 44 and 21-chunk trees at 16, 14, 14, 15 and 21 chunks,
+      three copies at about 21 each;
+    - ``one``: every tree in one copy. A copy pipelines over at most as many steps as
+      it has chunks, so fewer, longer copies fill and drain a tree's depth in a smaller
+      share of the call: the 8-GPU DGX-1V broadcast (6 trees of equal counts) at 1 GiB
+      takes 8,963 us in one copy each, 9,368 in four.
+
+    Which runs fastest depends on what else shares the links, so the lowering search
+    times every rule's file (:func:`~.lower_search.within_limits`)."""
     def in_proportion(k: int) -> list[int]:
         unit = max(counts, default=0) / k
         return [max(1, min(c, round(c / unit))) if unit else 1 for c in counts]
 
+    if rule not in COPIES_RULES:
+        raise ValueError(f"unknown copies rule {rule!r} (known: {', '.join(COPIES_RULES)})")
     if copies:
         return in_proportion(copies)
     options = []
-    for n in map(in_proportion, EVEN_COPIES if even else COPIES):
+    for n in map(in_proportion, () if rule == "one" else EVEN_COPIES if rule == "even" else COPIES):
         expanded = [t for t, m in zip(trees, n) for _ in range(m)]
         if own_colours(topology, expanded, both_ways) is not None:
-            if not even:
+            if rule == "most":
                 return n
             options.append(n)
     options.append([1] * len(trees))
     return max(options, key=lambda n: balance(counts, n))  # the first, most copies, among equals
 
 
-def tree_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], even: bool,
-                both_ways: bool = False) -> tuple[list[int], bool]:
-    """The copies :func:`balanced_copies` cuts the trees into (``even``: evened out), and
-    whether its other rule's copies differ."""
-    copies = balanced_copies(topology, trees, counts, both_ways, even=even)
-    return copies, copies != balanced_copies(topology, trees, counts, both_ways, even=not even)
+def tree_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], rule: str,
+                both_ways: bool = False) -> tuple[list[int], tuple[str, ...]]:
+    """The copies :func:`balanced_copies` cuts the trees into by ``rule``, and the other
+    rules that cut them differently (from ``rule``'s and from each other's; the first of
+    :data:`COPIES_RULES` among those that agree)."""
+    copies = balanced_copies(topology, trees, counts, both_ways, rule=rule)
+    seen, others = [copies], []
+    for other in COPIES_RULES:
+        cut = copies if other == rule else balanced_copies(topology, trees, counts, both_ways, rule=other)
+        if cut not in seen:
+            seen.append(cut)
+            others.append(other)
+    return copies, tuple(others)
 
 
 def balance(counts: Sequence[int], copies: Sequence[int]) -> float:

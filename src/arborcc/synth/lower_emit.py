@@ -86,9 +86,9 @@ class Lowered:
     #: fusions that fallback undid (``CompileStats.unfused_for_pieces``): the version
     #: was built fused although its algorithm has no fused step
     pieces_unfused: int = 0
-    #: the tree lowerings: the trees were cut into copies, and the other of
-    #: :func:`~.lower_channels.tree_copies`' two rules cuts them differently
-    evened_differ: bool = False
+    #: the tree lowerings: the trees were cut into copies, and these other rules of
+    #: :func:`~.lower_channels.tree_copies` cut them differently
+    other_copies: tuple[str, ...] = ()
 
 
 def lowering_program(name: str, collective, topology: object, channels: ChannelMap, fuse: bool = True) -> Program:
@@ -102,15 +102,15 @@ def lowering_program(name: str, collective, topology: object, channels: ChannelM
 
 
 def finish(prog: Program, topology: Topology, channels: ChannelMap, chunks: int,
-           notes: Iterable[str] = (), evened_differ: bool = False) -> Lowered:
+           notes: Iterable[str] = (), other_copies: tuple[str, ...] = ()) -> Lowered:
     """Compile and estimate; :func:`arborcc.synth.synthesis.synthesize` verifies the
     algorithm it returns (candidates that lose are not worth proving).
-    ``evened_differ``: as :attr:`Lowered.evened_differ`."""
+    ``other_copies``: as :attr:`Lowered.other_copies`."""
     algo = prog.compile()
     routes = channels.routes(algo)
     return Lowered(algo, routes, chunks, steady_state_bandwidth(algo, topology, routes), list(notes),
                    pieces_fallback=prog.compile_stats.pieces_fallback,
-                   pieces_unfused=prog.compile_stats.unfused_for_pieces, evened_differ=evened_differ)
+                   pieces_unfused=prog.compile_stats.unfused_for_pieces, other_copies=other_copies)
 
 
 def local_copy(rank: int, src: tuple[Buffer, int], dst: tuple[Buffer, int], size: int) -> None:
@@ -176,10 +176,10 @@ def reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc
 
 def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
                     spread: int = 0, rounds: int = 1, fuse: bool = True, balance: bool = True,
-                    even_copies: bool = False) -> Lowered:
+                    copies_rule: str = "most") -> Lowered:
     """Out-trees from one root; ``counts[t]`` chunks on tree t. ``balance``: cut the
     heaviest trees into copies of near-equal counts
-    (:func:`~.lower_channels.balanced_copies`, with ``even_copies`` its ``even``; trees of
+    (:func:`~.lower_channels.balanced_copies`, with ``copies_rule`` its ``rule``; trees of
     equal counts need none).
 
     ``fuse=False`` leaves every relay's receive a step of its own, which the sends to all
@@ -190,9 +190,9 @@ def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     trees, :func:`arborcc.synth.trees.switch_broadcast_trees`, 15 chunks: 64 MiB 88.5 GB/s
     fused, 101.9 unfused; 1 GiB 122.3 and 123.9.)"""
     index = {g: i for i, g in enumerate(topology.ranks)}
-    evened_differ = False  # no copies cut: nothing to even out
+    other_copies = ()  # no copies cut: no other rule to try
     if not spread and balance:
-        per_tree, evened_differ = tree_copies(topology, trees, counts, even_copies)
+        per_tree, other_copies = tree_copies(topology, trees, counts, copies_rule)
         trees, counts = expand_copies(trees, counts, per_tree)
     chunks, channels = sum(counts), tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     root = index[trees[0].root]
@@ -201,16 +201,16 @@ def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[
         local_copy(root, (INPUT, 0), (OUTPUT, 0), chunks)
         for t, start, size in transfer_blocks(counts, rounds):
             broadcast_block(root, shapes[t], (INPUT, start), (OUTPUT, start), size, channels, t)
-    return finish(prog, topology, channels, chunks, evened_differ=evened_differ)
+    return finish(prog, topology, channels, chunks, other_copies=other_copies)
 
 
 def lower_reduce(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
-                 spread: int = 0, rounds: int = 1, fuse: bool = True, even_copies: bool = False) -> Lowered:
+                 spread: int = 0, rounds: int = 1, fuse: bool = True, copies_rule: str = "most") -> Lowered:
     """In-trees into one root; inner ranks accumulate in their (unconstrained) output."""
     index = {g: i for i, g in enumerate(topology.ranks)}
-    evened_differ = False  # no copies cut: nothing to even out
+    other_copies = ()  # no copies cut: no other rule to try
     if not spread:
-        per_tree, evened_differ = tree_copies(topology, trees, counts, even_copies)
+        per_tree, other_copies = tree_copies(topology, trees, counts, copies_rule)
         trees, counts = expand_copies(trees, counts, per_tree)
     chunks, channels = sum(counts), tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     root = index[trees[0].root]
@@ -218,11 +218,11 @@ def lower_reduce(topology: Topology, trees: Sequence[Tree], counts: Sequence[int
     with lowering_program(name, Reduce(topology.num_ranks, chunks, root=root), topology, channels, fuse) as prog:
         for t, start, size in transfer_blocks(counts, rounds):
             reduce_block(root, shapes[t], start, size, channels, OUTPUT, tree=t)
-    return finish(prog, topology, channels, chunks, evened_differ=evened_differ)
+    return finish(prog, topology, channels, chunks, other_copies=other_copies)
 
 
 def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
-                    spread: int = 0, rounds: int = 1, fuse: bool = True, even_copies: bool = False) -> Lowered:
+                    spread: int = 0, rounds: int = 1, fuse: bool = True, copies_rule: str = "most") -> Lowered:
     """One set of out-trees per root (ForestColl); each root's shard split over its trees.
 
     A root copies its shard into its own block of the output round by round and its
@@ -231,9 +231,9 @@ def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     where sends from the input would race with the copy writing the same slots. The
     shard is laid out round after round (``round_major``), so the first round waits
     only for its own copy, not for the whole shard's."""
-    evened_differ = False  # no copies cut: nothing to even out
+    other_copies = ()  # no copies cut: no other rule to try
     if not spread:
-        per_tree, evened_differ = tree_copies(topology, trees, counts, even_copies)
+        per_tree, other_copies = tree_copies(topology, trees, counts, copies_rule)
         trees, counts = expand_copies(trees, counts, per_tree)
     blocks, chunks = per_root_blocks(topology, trees, counts, rounds, round_major=True)
     channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
@@ -248,33 +248,33 @@ def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     with lowering_program(name, AllGather(topology.num_ranks, chunks), topology, channels, fuse) as prog:
         prog.trace_copies(copies)
         prog.trace_broadcasts(broadcast_blocks(blocks, chunks, channels))
-    return finish(prog, topology, channels, chunks, evened_differ=evened_differ)
+    return finish(prog, topology, channels, chunks, other_copies=other_copies)
 
 
 def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
-                        spread: int = 0, rounds: int = 1, fuse: bool = True, even_copies: bool = False) -> Lowered:
+                        spread: int = 0, rounds: int = 1, fuse: bool = True, copies_rule: str = "most") -> Lowered:
     """One set of in-trees per root; partial sums accumulate in the input, as GC3's own
     reduce-scatter programs do; the root reduces into its output."""
-    evened_differ = False  # no copies cut: nothing to even out
+    other_copies = ()  # no copies cut: no other rule to try
     if not spread:
-        per_tree, evened_differ = tree_copies(topology, trees, counts, even_copies)
+        per_tree, other_copies = tree_copies(topology, trees, counts, copies_rule)
         trees, counts = expand_copies(trees, counts, per_tree)
     blocks, chunks = per_root_blocks(topology, trees, counts, rounds)
     channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     with lowering_program(name, ReduceScatter(topology.num_ranks, chunks), topology, channels, fuse) as prog:
         for r, kids, start, size, t in blocks:
             reduce_block(r, kids, r * chunks + start, size, channels, INPUT, (OUTPUT, start), t)
-    return finish(prog, topology, channels, chunks, evened_differ=evened_differ)
+    return finish(prog, topology, channels, chunks, other_copies=other_copies)
 
 
 def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
-                          spread: int = 0, rounds: int = 1, fuse: bool = True, even_copies: bool = False) -> Lowered:
+                          spread: int = 0, rounds: int = 1, fuse: bool = True, copies_rule: str = "most") -> Lowered:
     """All-reduce = reduce-scatter on the reversed per-root trees + all-gather on the
     per-root out-trees (``trees`` are the out-trees), accumulated in
     :func:`accumulating_buffer` (in place, or out of place)."""
-    evened_differ = False  # no copies cut: nothing to even out
+    other_copies = ()  # no copies cut: no other rule to try
     if not spread:
-        per_tree, evened_differ = tree_copies(topology, trees, counts, even_copies, both_ways=True)
+        per_tree, other_copies = tree_copies(topology, trees, counts, copies_rule, both_ways=True)
         trees, counts = expand_copies(trees, counts, per_tree)
     blocks, chunks = per_root_blocks(topology, trees, counts, rounds)
     n, channels = topology.num_ranks, tree_channel_map(topology, trees, spread, True, counts, rounds)
@@ -283,7 +283,7 @@ def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Seq
         for r, kids, start, size, t in blocks:
             reduce_block(r, kids, r * chunks + start, size, channels, acc, tree=t)
         prog.trace_broadcasts(broadcast_blocks(blocks, chunks, channels, acc))
-    return finish(prog, topology, channels, chunks, evened_differ=evened_differ)
+    return finish(prog, topology, channels, chunks, other_copies=other_copies)
 
 
 def lower_allreduce_trees(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
@@ -310,7 +310,7 @@ def lower_allreduce_trees(topology: Topology, trees: Sequence[Tree], counts: Seq
 def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[tuple[Tree, int]],
                                      broadcast_trees: Sequence[tuple[Tree, int]], name: str,
                                      spread: int = 0, rounds: int = 1, fuse: bool = True,
-                                     even_copies: bool = False) -> Lowered:
+                                     copies_rule: str = "most") -> Lowered:
     """All-reduce through one root with separate reduce and broadcast trees: the buffer
     (``sum`` of either side's chunk counts) is reduced along the in-trees, then
     broadcast along the out-trees (Blink section 3.3 with the link split of
@@ -320,10 +320,10 @@ def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[
     chunks = sum(c for _, c in reduce_trees)
     if chunks != sum(c for _, c in broadcast_trees):
         raise SynthesisError("reduce and broadcast trees must carry the same number of chunks")
-    evened_differ = False  # no copies cut: nothing to even out
+    other_copies = ()  # no copies cut: no other rule to try
     if not spread:
         both = list(reduce_trees) + list(broadcast_trees)
-        per_tree, evened_differ = tree_copies(topology, [t for t, _ in both], [c for _, c in both], even_copies)
+        per_tree, other_copies = tree_copies(topology, [t for t, _ in both], [c for _, c in both], copies_rule)
         cut = len(reduce_trees)
         reduce_trees = list(zip(*expand_copies(*zip(*reduce_trees), per_tree[:cut])))
         broadcast_trees = list(zip(*expand_copies(*zip(*broadcast_trees), per_tree[cut:])))
@@ -347,7 +347,7 @@ def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[
         for t, start, size in broadcasts:
             root, kids = tree_children(broadcast_trees[t][0], index)
             broadcast_block(root, kids, (acc, start), (acc, start), size, channels, offset + t)
-    return finish(prog, topology, channels, chunks, evened_differ=evened_differ)
+    return finish(prog, topology, channels, chunks, other_copies=other_copies)
 
 
 def lower_ring_allreduce(topology: Topology, rings: Sequence[Sequence[int]],

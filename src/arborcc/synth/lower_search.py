@@ -38,13 +38,14 @@ def within_limits(lower, *args, dialect: str = "executor", takes_rounds: bool = 
     search's verdict on ``dialect``'s limits (:attr:`~.lower_emit.Lowered.limits`),
     which the strategy cascade reads instead of checking again.
 
-    ``timed_at`` (bytes; the tree lowerings, which take ``even_copies``): where the
-    version found cut the trees into copies and evening them out
-    (:func:`~.lower_channels.balanced_copies` with ``even``) cuts them differently, the
-    search runs again with them evened out, and the version whose file the simulator
-    times faster at that size is kept (DGX-1V GPUs 0,1,2,5,6,7, the all-reduce on the
-    same trees at 1 GiB: 25,009 us with the most copies, 22,562 evened out; GPUs
-    0,1,2,4, the broadcast: 21,471 and 24,342).
+    ``timed_at`` (bytes; the tree lowerings, which take ``copies_rule``): where the
+    version found cut the trees into copies and other rules of
+    :func:`~.lower_channels.balanced_copies` cut them differently (evened out, or one
+    copy per tree), the search runs again with each, and the version whose file the
+    simulator times fastest at that size is kept (DGX-1V GPUs 0,1,2,5,6,7, the
+    all-reduce on the same trees at 1 GiB: 25,009 us with the most copies, 22,562
+    evened out; GPUs 0,1,2,4, the broadcast: 21,471 with the most, 24,342 evened out;
+    the 8-GPU broadcast: 9,368 with the most, 8,963 in one copy each).
 
     Each version is a lowering and a compile, so versions that cannot fit are not
     built: spreading stops once a rank has more thread blocks than allowed at a spread
@@ -57,10 +58,11 @@ def within_limits(lower, *args, dialect: str = "executor", takes_rounds: bool = 
     same program)."""
     with one_search():
         found = _search_versions(lower, args, dialect, takes_rounds, takes_fuse)
-        if timed_at is None or not found.evened_differ:
+        if timed_at is None or not found.other_copies:
             return found
-        evened = _search_versions(partial(lower, even_copies=True), args, dialect, takes_rounds, takes_fuse)
-    return min((found, evened), key=lambda v: _time_as_written(v, args[0], timed_at))
+        others = [_search_versions(partial(lower, copies_rule=rule), args, dialect, takes_rounds, takes_fuse)
+                  for rule in found.other_copies]
+    return min((found, *others), key=lambda v: _time_as_written(v, args[0], timed_at))
 
 
 def _time_as_written(lowered: Lowered, topology, size: int) -> float:
