@@ -158,6 +158,9 @@ def test_evened_copies_even_out_the_counts_the_threadblocks_of_a_link_carry():
     assert balanced_copies(topo, trees, [65, 42, 21, 21], rule="even") == [3, 2, 1, 1]
     assert balance([65, 42, 21, 21], [3, 2, 1, 1]) > 0.96 > 0.8 > balance([65, 42, 21, 21], [4, 3, 1, 1])
     assert balanced_copies(topo, trees, [65, 42, 21, 21], rule="one") == [1, 1, 1, 1]
+    # splits as even as each other: the most copies, though rounding tells their balances apart
+    assert balance([137, 119, 137, 119], [3] * 4) < balance([137, 119, 137, 119], [2] * 4)
+    assert balanced_copies(topo, trees, [137, 119, 137, 119], rule="even") == [3] * 4
     # the other rules the search tries: those that cut differently, each cut once
     assert tree_copies(topo, trees, [65, 42, 21, 21], "most") == ([4, 3, 1, 1], ("even", "one"))
     # equal counts: the most copies either way, so only one copy each differs

@@ -326,6 +326,9 @@ COPIES = (4, 2)
 EVEN_COPIES = (4, 3, 2)
 #: :func:`balanced_copies`' rules, the default first
 COPIES_RULES = ("most", "even", "one")
+#: digits of :func:`balance` that tell two splits apart (119/137 is 0.8686131386861313 in
+#: 3 copies each and ...314 in 2)
+BALANCE_DIGITS = 9
 
 
 def balanced_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], both_ways: bool = False,
@@ -374,7 +377,8 @@ def balanced_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[
                 return n
             options.append(n)
     options.append([1] * len(trees))
-    return max(options, key=lambda n: balance(counts, n))  # the first, most copies, among equals
+    # the first (the most copies) among equals: balances equal but for rounding count as equal
+    return max(options, key=lambda n: round(balance(counts, n), BALANCE_DIGITS))
 
 
 def tree_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], rule: str,
