@@ -396,6 +396,17 @@ def tree_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[int]
     return copies, tuple(others)
 
 
+def cut_copies(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], rule: str, spread: int,
+               both_ways: bool = False) -> tuple[list, list[int], tuple[str, ...]]:
+    """The trees and counts cut into the copies of :func:`tree_copies` by ``rule``
+    (:func:`expand_copies`), and the other rules that cut them differently; a version
+    spread over shared channels (``spread``) cuts none."""
+    if spread:
+        return list(trees), list(counts), ()
+    per_tree, others = tree_copies(topology, trees, counts, rule, both_ways)
+    return (*expand_copies(trees, counts, per_tree), others)
+
+
 def balance(counts: Sequence[int], copies: Sequence[int]) -> float:
     """The lightest copy's count over the heaviest's when tree t is cut into
     ``copies[t]`` copies (1: all equal)."""

@@ -34,7 +34,7 @@ from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, Reduc
 from arborcc.library.ring import ring_allreduce_trip
 from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
 from arborcc.synth.lower_blocks import aligned_blocks, per_root_blocks, round_ranges, transfer_blocks, transfer_pieces
-from arborcc.synth.lower_channels import ChannelMap, expand_copies, tree_channel_map, tree_copies
+from arborcc.synth.lower_channels import ChannelMap, cut_copies, expand_copies, tree_channel_map, tree_copies
 from arborcc.synth.trees import Tree, breadth_first_hops, tree_children
 from arborcc.topology.model import Topology
 
@@ -191,9 +191,8 @@ def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     fused, 101.9 unfused; 1 GiB 122.3 and 123.9.)"""
     index = {g: i for i, g in enumerate(topology.ranks)}
     other_copies = ()  # no copies cut: no other rule to try
-    if not spread and balance:
-        per_tree, other_copies = tree_copies(topology, trees, counts, copies_rule)
-        trees, counts = expand_copies(trees, counts, per_tree)
+    if balance:
+        trees, counts, other_copies = cut_copies(topology, trees, counts, copies_rule, spread)
     chunks, channels = sum(counts), tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     root = index[trees[0].root]
     shapes = [tree_children(t, index)[1] for t in trees]
@@ -208,10 +207,7 @@ def lower_reduce(topology: Topology, trees: Sequence[Tree], counts: Sequence[int
                  spread: int = 0, rounds: int = 1, fuse: bool = True, copies_rule: str = "most") -> Lowered:
     """In-trees into one root; inner ranks accumulate in their (unconstrained) output."""
     index = {g: i for i, g in enumerate(topology.ranks)}
-    other_copies = ()  # no copies cut: no other rule to try
-    if not spread:
-        per_tree, other_copies = tree_copies(topology, trees, counts, copies_rule)
-        trees, counts = expand_copies(trees, counts, per_tree)
+    trees, counts, other_copies = cut_copies(topology, trees, counts, copies_rule, spread)
     chunks, channels = sum(counts), tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     root = index[trees[0].root]
     shapes = [tree_children(t, index)[1] for t in trees]
@@ -231,10 +227,7 @@ def lower_allgather(topology: Topology, trees: Sequence[Tree], counts: Sequence[
     where sends from the input would race with the copy writing the same slots. The
     shard is laid out round after round (``round_major``), so the first round waits
     only for its own copy, not for the whole shard's."""
-    other_copies = ()  # no copies cut: no other rule to try
-    if not spread:
-        per_tree, other_copies = tree_copies(topology, trees, counts, copies_rule)
-        trees, counts = expand_copies(trees, counts, per_tree)
+    trees, counts, other_copies = cut_copies(topology, trees, counts, copies_rule, spread)
     blocks, chunks = per_root_blocks(topology, trees, counts, rounds, round_major=True)
     channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     index = {g: i for i, g in enumerate(topology.ranks)}
@@ -255,10 +248,7 @@ def lower_reducescatter(topology: Topology, trees: Sequence[Tree], counts: Seque
                         spread: int = 0, rounds: int = 1, fuse: bool = True, copies_rule: str = "most") -> Lowered:
     """One set of in-trees per root; partial sums accumulate in the input, as GC3's own
     reduce-scatter programs do; the root reduces into its output."""
-    other_copies = ()  # no copies cut: no other rule to try
-    if not spread:
-        per_tree, other_copies = tree_copies(topology, trees, counts, copies_rule)
-        trees, counts = expand_copies(trees, counts, per_tree)
+    trees, counts, other_copies = cut_copies(topology, trees, counts, copies_rule, spread)
     blocks, chunks = per_root_blocks(topology, trees, counts, rounds)
     channels = tree_channel_map(topology, trees, spread, counts=counts, rounds=rounds)
     with lowering_program(name, ReduceScatter(topology.num_ranks, chunks), topology, channels, fuse) as prog:
@@ -272,10 +262,7 @@ def lower_allreduce_rs_ag(topology: Topology, trees: Sequence[Tree], counts: Seq
     """All-reduce = reduce-scatter on the reversed per-root trees + all-gather on the
     per-root out-trees (``trees`` are the out-trees), accumulated in
     :func:`accumulating_buffer` (in place, or out of place)."""
-    other_copies = ()  # no copies cut: no other rule to try
-    if not spread:
-        per_tree, other_copies = tree_copies(topology, trees, counts, copies_rule, both_ways=True)
-        trees, counts = expand_copies(trees, counts, per_tree)
+    trees, counts, other_copies = cut_copies(topology, trees, counts, copies_rule, spread, both_ways=True)
     blocks, chunks = per_root_blocks(topology, trees, counts, rounds)
     n, channels = topology.num_ranks, tree_channel_map(topology, trees, spread, True, counts, rounds)
     acc = accumulating_buffer()
