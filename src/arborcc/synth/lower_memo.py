@@ -1,16 +1,23 @@
-"""What one search for a version within the limits keeps (call-scoped).
+"""What the searches for a version within the limits keep (call-scoped).
 
 :func:`arborcc.synth.lower_search.within_limits` lowers one schedule in many versions
 (rounds, fusion, spreads); the versions ask the channel planning
 (:mod:`.lower_channels`) and the block arithmetic (:mod:`.lower_blocks`) the same
 questions again, so the answers are kept for the versions of that one call
 (:func:`one_search`), not from one synthesis to the next.
+
+A sweep over sizes (``compare`` and ``tune``: :func:`arborcc.tune.compare.files_per_size`)
+synthesizes a strategy once per size, and the version a search finds does not depend
+on the size (only which copies rule is kept does, timed at it): inside
+:func:`remembering_searches` each search - one lowering of equal schedules on one
+topology - runs once for every size (:func:`search_key`).
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from functools import partial
+from typing import Any, Hashable, Iterator
 
 from arborcc.memo import CallMemo
 
@@ -31,3 +38,55 @@ def one_search() -> Iterator[None]:
     """Keep answers for the versions of one :func:`~arborcc.synth.lower_search.within_limits` call."""
     with KEPT.active():
         yield
+
+
+#: the version each search found, by :func:`search_key` and the topology object (a sweep
+#: over sizes searches again with equal schedules at every size)
+SEARCHED = CallMemo("synth.lower.searched", opened_by="compare and tune (remembering_searches)",
+                    purpose="the version a lowering's search finds, once for every size of a sweep")
+
+
+@contextmanager
+def remembering_searches() -> Iterator[None]:
+    """Within the block, each search of :func:`~arborcc.synth.lower_search.within_limits`
+    (keyed by :func:`search_key`) runs once."""
+    with SEARCHED.active():
+        yield
+
+
+def search_key(lower, args: tuple, flags: tuple) -> tuple[tuple[object, ...], Hashable] | None:
+    """(the objects a search is keyed by the identity of, a value key for the rest) of
+    ``lower(*args)`` searched with ``flags``, or None where the search cannot be keyed:
+    ``lower`` is a closure (it may hold anything, the size among it) or an argument is
+    neither a topology nor a hashable value. Topologies are keyed by identity, the
+    schedules (frozen trees, paths, counts; lists as tuples) by value."""
+    objects: list[object] = []
+    try:
+        key = (_lowering_key(lower, objects), tuple(_value_key(a, objects) for a in args), flags)
+        hash(key)
+    except TypeError:
+        return None
+    return tuple(objects), key
+
+
+def _lowering_key(lower, objects: list[object]) -> Hashable:
+    """A module-level function by name, a :func:`functools.partial` of one by its
+    arguments; anything else raises TypeError."""
+    if isinstance(lower, partial):
+        return (_lowering_key(lower.func, objects), tuple(_value_key(a, objects) for a in lower.args),
+                tuple(sorted((k, _value_key(v, objects)) for k, v in lower.keywords.items())))
+    name = getattr(lower, "__qualname__", "<unnamed>")
+    if getattr(lower, "__closure__", True) is not None or "<" in name:
+        raise TypeError(f"{name}: not a module-level function")
+    return lower.__module__, name
+
+
+def _value_key(value: Any, objects: list[object]) -> Hashable:
+    from arborcc.topology.model import Topology
+
+    if isinstance(value, Topology):
+        objects.append(value)
+        return ("topology", len(objects) - 1)
+    if isinstance(value, (list, tuple)):
+        return tuple(_value_key(v, objects) for v in value)
+    return value

@@ -13,7 +13,7 @@ import math
 from functools import partial
 
 from arborcc.synth.lower_emit import Lowered
-from arborcc.synth.lower_memo import one_search
+from arborcc.synth.lower_memo import SEARCHED, one_search, search_key
 
 #: transfers per tree block the tree lowerings try, most first (:func:`~.lower_blocks.transfer_blocks`):
 #: 8 rounds keep a tree of depth d at about 8 / (8 + d) of its rate (Blink section 4.2)
@@ -57,12 +57,27 @@ def within_limits(lower, *args, dialect: str = "executor", takes_rounds: bool = 
     the unfused version is not built when the fused one fused nothing (they are the
     same program)."""
     with one_search():
-        found = _search_versions(lower, args, dialect, takes_rounds, takes_fuse)
+        found = _searched(lower, args, dialect, takes_rounds, takes_fuse)
         if timed_at is None or not found.other_copies:
             return found
-        others = [_search_versions(partial(lower, copies_rule=rule), args, dialect, takes_rounds, takes_fuse)
+        others = [_searched(partial(lower, copies_rule=rule), args, dialect, takes_rounds, takes_fuse)
                   for rule in found.other_copies]
     return min((found, *others), key=lambda v: _time_as_written(v, args[0], timed_at))
+
+
+def _searched(lower, args, dialect: str, takes_rounds: bool, takes_fuse: bool) -> Lowered:
+    """:func:`_search_versions`, once per search inside
+    :func:`~.lower_memo.remembering_searches` (a sweep over sizes); each caller gets its
+    own :class:`~.lower_emit.Lowered` (its notes are added to)."""
+    from dataclasses import replace
+
+    keyed = search_key(lower, args, (dialect, takes_rounds, takes_fuse)) if SEARCHED.table is not None else None
+    found = None if keyed is None else SEARCHED.get_for_each(*keyed)
+    if found is None:
+        found = _search_versions(lower, args, dialect, takes_rounds, takes_fuse)
+        if keyed is not None:
+            SEARCHED.put_for_each(keyed[0], found, keyed[1])
+    return replace(found, notes=list(found.notes))
 
 
 def _time_as_written(lowered: Lowered, topology, size: int) -> float:

@@ -160,12 +160,15 @@ def files_per_size(topology: Topology, collective: str, name: str, root: int, si
     candidate for every size (``sizes`` None). A size it cannot be built for is
     appended to ``skipped`` with the reason (once for all, where none builds)."""
     from arborcc.synth.bounds import remembering_bounds
+    from arborcc.synth.lower_memo import remembering_searches
 
     skipped = [] if skipped is None else skipped
     by_file: dict[bytes, Candidate] = {}
     failed: dict[int, str] = {}
     sizes = sorted(set(int(s) for s in sizes))
-    with remembering_bounds():  # the bound does not depend on the size: proven once for all
+    # the bound and the versions the lowerings' searches find do not depend on the size:
+    # each proven or searched once for all
+    with remembering_bounds(), remembering_searches():
         for size in sizes:
             if progress:
                 progress(f"synthesizing {collective} with {name} for {format_size(size)}")

@@ -29,12 +29,12 @@ def mscclpp_plan_text(algo, mode=None, source: str | None = None) -> str:
     if mode is None:
         mode = Mode.INPLACE if algo.inplace else Mode.OUTOFPLACE
     text = write_mscclpp_plan(convert_for_mscclpp(algo), mode)
-    back = plan_to_algorithm(plan_from_document(json.loads(text), where), where)
+    plan = plan_from_document(json.loads(text), where)  # the translation makes new parts, never changes it
+    back = plan_to_algorithm(plan, where)
     report = verify_algorithm(back, modes=(mode,))
     if not report.ok:
         raise ConversionError(f"its MSCCL++ plan for {mode.label} calls does not verify: {report.violations[0]}",
                               source=where)
-    plan = plan_from_document(json.loads(text), where)
     deadlocks = plan_deadlocks(plan, where)
     if deadlocks:
         raise ConversionError(f"its MSCCL++ plan for {mode.label} calls deadlocks: {deadlocks[0]}", source=where)

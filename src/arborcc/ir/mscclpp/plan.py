@@ -145,6 +145,7 @@ def plan_from_document(doc: Any, source: str = "<plan>") -> ExecutionPlan:
 class _Reader:
     def __init__(self, source: str):
         self.source = source
+        self.most_chunks = limit("chunks").value  # the limit in force, read once per plan
 
     # --- primitives -------------------------------------------------------------------
     def fail(self, where: str, problem: str):
@@ -216,7 +217,7 @@ class _Reader:
         g = self.obj(raw, where, rules.GPU_FIELDS)
         if self.integer(g["id"], f"{where}.id", 0, n - 1, "a rank") != rank:
             self.fail(f"{where}.id", f"is {g['id']}, but MSCCL++ reads gpus[{rank}] as rank {rank}")
-        chunks = [self.integer(g[k], f"{where}.{k}", 0, limit("chunks").value, "a chunk count")
+        chunks = [self.integer(g[k], f"{where}.{k}", 0, self.most_chunks, "a chunk count")
                   for k in ("input_chunks", "output_chunks", "scratch_chunks")]
         if not chunks[0] and not chunks[1]:
             self.fail(where, "input_chunks and output_chunks are both 0 (MSCCL++: 'Output or Input chunks must "
@@ -235,7 +236,7 @@ class _Reader:
                 for k, grp in enumerate(self.array(ch["rank_groups"], f"{at}.rank_groups", least=1)):
                     gat = f"{at}.rank_groups[{k}]"
                     self.obj(grp, gat, {"size": True, "ranks": True})
-                    size = self.integer(grp["size"], f"{gat}.size", 0, limit("chunks").value, "a chunk count")
+                    size = self.integer(grp["size"], f"{gat}.size", 0, self.most_chunks, "a chunk count")
                     ranks = tuple(self.integer(x, f"{gat}.ranks[{j}]", 0, n - 1, "a rank")
                                   for j, x in enumerate(self.array(grp["ranks"], f"{gat}.ranks", least=1)))
                     groups.append((size, ranks))
@@ -391,7 +392,7 @@ class _Reader:
             out.iter_context = (self.integer(ctx["unit_size"], f"{where}.iter_context.unit_size", 1, 2**32 - 1,
                                              "a unit size in bytes"),
                                 self.integer(ctx["num_chunks"], f"{where}.iter_context.num_chunks", 1,
-                                             limit("chunks").value, "a chunk count"))
+                                             self.most_chunks, "a chunk count"))
             out.ops = [self._operation(x, f"{where}.ops[{j}]", tb, gpu, heads, inner=True)
                        for j, x in enumerate(self.array(op["ops"], f"{where}.ops", least=1))]
         return out
@@ -399,8 +400,8 @@ class _Reader:
     def _buffer(self, raw: Any, where: str, channel_type: str | None, tb: PlanThreadBlock, gpu: PlanGpu,
                 heads: list[PlanGpu]) -> BufferRef:
         b = self.obj(raw, where, {"index": True, "size": True})
-        index = self.integer(b["index"], f"{where}.index", 0, limit("chunks").value, "a chunk index")
-        size = self.integer(b["size"], f"{where}.size", 0, limit("chunks").value, "a chunk count")
+        index = self.integer(b["index"], f"{where}.index", 0, self.most_chunks, "a chunk index")
+        size = self.integer(b["size"], f"{where}.size", 0, self.most_chunks, "a chunk count")
         if "switch_channel_id" in b:
             have = len(tb.channels.get("switch", []))
             if have == 0:

