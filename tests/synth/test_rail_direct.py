@@ -18,7 +18,7 @@ from arborcc.ir.limits import EXECUTOR, LEGACY
 from arborcc.sim.fidelity import fidelity_for
 from arborcc.sim.protocols import PROTOCOL_MODELS
 from arborcc.sim.simulate import predict_time
-from arborcc.synth.strategies.rail_direct import (BUILDERS, RAIL_DIRECT_COLLECTIVES, lanes_for,
+from arborcc.synth.strategies.rail_direct import (BUILDERS, RAIL_DIRECT_COLLECTIVES, chunk_counts, lanes_for,
                                                    steps_per_threadblock, switch_hosts)
 from arborcc.synth.synthesis import synthesize
 from arborcc.topology.cluster import build_cluster
@@ -170,6 +170,46 @@ def test_the_steps_per_thread_block_known_before_building_are_the_built_programs
     algorithm = BUILDERS[collective](layout, lanes, nic_lanes, per_lane, "rail-direct-test")
     built = max(len(tb.steps) for rank in algorithm.ranks for tb in rank.threadblocks)
     assert steps_per_threadblock(collective, hosts, lanes, nic_lanes, per_lane) == built
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter"])
+def test_each_local_connection_carries_the_rail_peers_chunks_chunk_by_chunk(collective):
+    """A local connection carries the blocks of the other hosts chunk by chunk, every
+    host's chunk ``x`` before any host's ``x + 1``, the order they arrive over the network
+    (all-gather) or in which their sums must leave over it (reduce-scatter)."""
+    from arborcc.ir.model import Buffer
+
+    hosts, gpus, lanes, per_lane = 4, 2, 1, 3
+    k = lanes * per_lane
+    layout = [list(range(h * gpus, (h + 1) * gpus)) for h in range(hosts)]
+    algorithm = BUILDERS[collective](layout, lanes, 1, per_lane, "rail-direct-test")
+    checked = 0
+    for program in algorithm.ranks:
+        host = program.rank // gpus
+        for tb in program.threadblocks:
+            if tb.send < 0 or tb.send // gpus != host:
+                continue  # not a connection to a local peer
+            remote = [(st.src_off % k, st.src_off // k // gpus) for st in tb.steps
+                      if st.src_off // k // gpus != host and (collective == "reducescatter"
+                                                                 or st.src_buf is Buffer.OUTPUT)]
+            order = [(x, (h - host) % hosts) for x, h in remote]
+            assert order == sorted(order) and len(order) == (hosts - 1) * per_lane
+            checked += 1
+    assert checked == hosts * gpus * (gpus - 1) * lanes
+
+
+def test_the_most_chunks_that_fit_below_switch_directs_largest_count_are_tried():
+    """Every count tried fits the steps per thread block; the most that fit is among them
+    (8 on 8 hosts, where switch-direct's next count, 16, takes 128 steps)."""
+    for collective in RAIL_DIRECT_COLLECTIVES:
+        for hosts in (2, 8, 16):
+            counts = chunk_counts(collective, hosts, 3, 1, EXECUTOR.max_steps_per_threadblock)
+            assert counts == sorted(set(counts)) and counts[0] == 1
+            assert all(steps_per_threadblock(collective, hosts, 3, 1, m) <= EXECUTOR.max_steps_per_threadblock
+                       for m in counts)
+            assert steps_per_threadblock(collective, hosts, 3, 1, counts[-1] + 1) > \
+                EXECUTOR.max_steps_per_threadblock or counts[-1] == 64
+    assert chunk_counts("allgather", 8, 3, 1, EXECUTOR.max_steps_per_threadblock) == [1, 4, 8]
 
 
 def test_rail_direct_runs_on_the_shared_memory_runtime_as_numpy_computes():
