@@ -42,6 +42,10 @@ def test_searches_are_keyed_by_the_topology_object_and_the_schedules_value():
     assert objects == (topology,) and objects[0] is not twin
     assert search_key(partial(lower_broadcast, rounds=4), (twin, (1, 2), "b"), ("executor",))[1] == key
     assert search_key(partial(lower_broadcast, rounds=8), (topology, [1, 2], "b"), ("executor",))[1] != key
+    view, other = object(), object()  # hashed by identity: kept by the entry, keyed by identity
+    objects, key = search_key(lower_broadcast, (topology, view), ())
+    assert objects == (topology, view)
+    assert search_key(lower_broadcast, (topology, other), ())[0] == (topology, other)
 
 
 def test_a_closure_or_an_unhashable_argument_is_not_remembered():

@@ -58,7 +58,7 @@ def search_key(lower, args: tuple, flags: tuple) -> tuple[tuple[object, ...], Ha
     """(the objects a search is keyed by the identity of, a value key for the rest) of
     ``lower(*args)`` searched with ``flags``, or None where the search cannot be keyed:
     ``lower`` is a closure (it may hold anything, the size among it) or an argument is
-    neither a topology nor a hashable value. Topologies are keyed by identity, the
+    unhashable. Topologies and objects hashed by identity are keyed by identity, the
     schedules (frozen trees, paths, counts; lists as tuples) by value."""
     objects: list[object] = []
     try:
@@ -82,11 +82,14 @@ def _lowering_key(lower, objects: list[object]) -> Hashable:
 
 
 def _value_key(value: Any, objects: list[object]) -> Hashable:
+    """Lists and tuples by their items, values by value; a topology, and any object
+    whose hash is its identity (a ``Cluster`` view), by identity: it joins ``objects``,
+    which the entry holds, so its id cannot pass to another object while the entry lives."""
     from arborcc.topology.model import Topology
 
-    if isinstance(value, Topology):
+    if isinstance(value, Topology) or type(value).__hash__ is object.__hash__:
         objects.append(value)
-        return ("topology", len(objects) - 1)
+        return ("object", len(objects) - 1)
     if isinstance(value, (list, tuple)):
         return tuple(_value_key(v, objects) for v in value)
     return value
