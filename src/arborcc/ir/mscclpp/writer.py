@@ -111,10 +111,10 @@ def plan_json(document: dict) -> str:
         if isinstance(value, dict) and value:
             return "{" + ",".join(f"{inner}{json.dumps(k)}: {text(v, depth + 1, k)}"
                                   for k, v in value.items()) + pad + "}"
-        if isinstance(value, list) and value and key != "ops" and any(isinstance(v, (dict, list)) for v in value):
-            return "[" + ",".join(inner + text(v, depth + 1) for v in value) + pad + "]"
         if key == "ops" and value:
             return "[" + ",".join(inner + json.dumps(op) for op in value) + pad + "]"
+        if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+            return "[" + ",".join(inner + text(v, depth + 1) for v in value) + pad + "]"
         return json.dumps(value)
 
     return text(document, 0) + "\n"

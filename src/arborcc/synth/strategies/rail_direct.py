@@ -153,9 +153,8 @@ def _reducescatter_steps(tbs: _ThreadBlocks, hosts: list[list[int]], a: int, i: 
     for c in range(L):
         for p in peers:
             j = members.index(p)
-            destinations = [(hosts[h][j], SCRATCH, bi * k) for bi, h in enumerate(remote)]
-            tbs.add([Step(Op.SEND, IN, block * k + s * L + c, buf, at + s * L + c)
-                     for s in range(m) for block, buf, at in destinations]
+            tbs.add([Step(Op.SEND, IN, hosts[h][j] * k + s * L + c, SCRATCH, bi * k + s * L + c)
+                     for s in range(m) for bi, h in enumerate(remote)]
                     + [Step(Op.SEND, IN, p * k + s * L + c, OUT, base(p) + s * L + c) for s in range(m)],
                     send=p, channel=c)
     # the rail peers' sums of this rank's block first: they arrive while the switch still
