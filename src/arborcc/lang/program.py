@@ -346,17 +346,30 @@ class Program:
         buffers, aliasing by function, a copy onto its own chunks, a check that fails)
         takes the path of ``chunk(...).copy(...)``, which does it or reports it.
         ``copies``: a list or tuple (any other iterable is read into a list first)."""
-        copies = copies if type(copies) is list or type(copies) is tuple else list(copies)
-        i, total = 0, len(copies)
-        if self._alias is not None:  # aliasing by function: every copy as written
+        self._trace(copies, native.trace_copies, T.COPY, self._copy_as_written, _getframe(1))
+
+    def trace_reduces(self, reduces) -> None:
+        """Reduce many chunk ranges, in order: each ``(src rank, src buffer, src index,
+        dst rank, dst buffer, dst index, count, ch)`` does what ``chunk(dst rank, dst
+        buffer, dst index, count).reduce(chunk(src rank, src buffer, src index, count),
+        ch=ch)`` does, as :meth:`trace_copies` does copies (the common case compiled,
+        also needing the destination initialized; anything else as written)."""
+        self._trace(reduces, native.trace_reduces, T.REDUCE, self._reduce_as_written, _getframe(1))
+
+    def _trace(self, operations, traced, kind: int, as_written, caller) -> None:
+        """:meth:`trace_copies` or :meth:`trace_reduces`: ``traced`` (the compiled loop)
+        while it can, ``as_written`` for each operation it hands back."""
+        operations = operations if type(operations) is list or type(operations) is tuple else list(operations)
+        i, total = 0, len(operations)
+        if self._alias is not None:  # aliasing by function: every operation as written
             i = total
-            for copy in copies:
-                self._copy_as_written(*_copy_fields(copy))
-        state = self._native_state(_getframe(1))
+            for operation in operations:
+                as_written(*_operation_fields(operation))
+        state = self._native_state(caller, kind)
         while i < total:
-            i = native.trace_copies(copies, i, *state)
+            i = traced(operations, i, *state)
             if i < total:
-                self._copy_as_written(*_copy_fields(copies[i]))
+                as_written(*_operation_fields(operations[i]))
                 i += 1
 
     def trace_broadcasts(self, blocks) -> None:
@@ -368,7 +381,7 @@ class Program:
         into a list first) of tuples, each ``hops`` a list or tuple of tuples (other
         sequences are traced one copy at a time, as written)."""
         blocks = blocks if type(blocks) is list or type(blocks) is tuple else list(blocks)
-        state = self._native_state(_getframe(1))
+        state = self._native_state(_getframe(1), T.COPY)
         i, j, total = 0, 0, len(blocks)
         while i < total:
             if self._alias is None:
@@ -380,18 +393,23 @@ class Program:
                     self._copy_as_written(parent, buffer, index, child, buffer, index, size, ch)
                 i, j = (i, j + 1) if j + 1 < len(hops) else (i + 1, 0)
 
-    def _native_state(self, caller) -> tuple:
+    def _native_state(self, caller, kind: int) -> tuple:
         """What ``arborcc.lang.native``'s tracing reads and writes of this program, the
-        operations recorded at ``caller``'s line (the program's line for arborcc's own code)."""
+        operations (of ``kind``) recorded at ``caller``'s line (the program's line for
+        arborcc's own code)."""
         name = caller.f_code.co_filename
         where = self.where if name.startswith(PACKAGE_DIR) else (name, caller.f_lineno)
         why_not = None if self._all_connected else self.connectivity.why_not
         return (self._seqs, self.ops, self.max_ops, self.num_ranks, INPUT, OUTPUT, self._alias_named,
-                self._alias_meant, self._alias_shift, self.copy_index_by_source, why_not, T.COPY, self._lanes, where)
+                self._alias_meant, self._alias_shift, self.copy_index_by_source, why_not, kind, self._lanes, where)
 
     def _copy_as_written(self, sr, sbuf, si, dr, dbuf, di, n, ch) -> None:
         """One copy of :meth:`trace_copies` the way the DSL's verbs do it."""
         self.chunk(sr, sbuf, si, n).copy(dr, dbuf, di, ch=ch)
+
+    def _reduce_as_written(self, sr, sbuf, si, dr, dbuf, di, n, ch) -> None:
+        """One reduce of :meth:`trace_reduces` the way the DSL's verbs do it."""
+        self.chunk(dr, dbuf, di, n).reduce(self.chunk(sr, sbuf, si, n), ch=ch)
 
     def _bad_chunk_args(self, rank, index, size):
         loc = user_location(1)
@@ -461,10 +479,11 @@ class Program:
 _BLOCK_PER_RANK = frozenset({"allgather", "reducescatter", "alltoall", "gather", "scatter"})
 
 
-def _copy_fields(copy) -> tuple:
-    """The eight fields of one copy of :meth:`Program.trace_copies` (a ValueError names a
-    copy of another length, as unpacking it does)."""
-    sr, sbuf, s, dr, dbuf, d, n, ch = copy
+def _operation_fields(operation) -> tuple:
+    """The eight fields of one operation of :meth:`Program.trace_copies` or
+    :meth:`Program.trace_reduces` (a ValueError names one of another length, as unpacking
+    it does)."""
+    sr, sbuf, s, dr, dbuf, d, n, ch = operation
     return sr, sbuf, s, dr, dbuf, d, n, ch
 
 

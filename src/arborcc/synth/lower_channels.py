@@ -56,6 +56,7 @@ class ChannelMap:
                        or any(len(p) > 1 for p in self._paths.values()))
         self._routes: dict[tuple[int, int, int], tuple[str, ...]] = {}
         self._down: dict[tuple[int, int], tuple[dict, list[tuple[int, int, int]]]] = {}
+        self._up: dict[tuple[int, int], tuple[dict, list[tuple[int, list[tuple[int, int, bool]]]]]] = {}
         worst = max((len(p) for p in self._paths.values()), default=0)
         if worst > MAX_CHANNELS:
             raise SynthesisError(f"a rank pair uses {worst} distinct paths, more than MSCCL's {MAX_CHANNELS} channels")
@@ -82,6 +83,22 @@ class ChannelMap:
         if known is None or known[0] is not kids:
             known = self._down[(tree, root)] = (kids, [(p, c, self.channel(p, c, path, tree))
                                                        for p, c, path in breadth_first_hops(root, kids)])
+        return known[1]
+
+    def up_tree(self, root: int, kids, tree: int = 0) -> list[tuple[int, list[tuple[int, int, bool]]]]:
+        """The reduce of tree ``tree`` towards ``root``, leaves first: each inner rank
+        (deepest first, then by rank) with ``(child, channel, whether the child is
+        inner)`` of each child it reduces, worked out on the first call for the tree as
+        :meth:`down_tree` is."""
+        known = self._up.get((tree, root))
+        if known is None or known[0] is not kids:
+            depth = {root: 0}
+            for parent, child, _ in breadth_first_hops(root, kids):
+                depth[child] = depth[parent] + 1
+            known = self._up[(tree, root)] = (kids, [
+                (v, [(child, self.channel(child, v, tuple(reversed(path)), tree), bool(kids.get(child)))
+                     for child, path in kids[v]])
+                for v in sorted((v for v in kids if kids[v]), key=lambda v: (-depth[v], v))])
         return known[1]
 
     def routes(self, algo: Algorithm) -> dict[tuple[int, int, int], tuple[str, ...]]:

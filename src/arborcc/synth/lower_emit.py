@@ -30,12 +30,12 @@ from typing import Iterable, Sequence
 from arborcc.errors import SynthesisError
 from arborcc.ir.limits import MAX_CHANNELS
 from arborcc.ir.model import Algorithm, Buffer
-from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, chunk, current_program
+from arborcc.lang import AllGather, AllReduce, Broadcast, Program, Reduce, ReduceScatter, current_program
 from arborcc.library.ring import ring_allreduce_trip
 from arborcc.sim.bandwidth import BandwidthEstimate, steady_state_bandwidth
 from arborcc.synth.lower_blocks import aligned_blocks, per_root_blocks, round_ranges, transfer_blocks, transfer_pieces
 from arborcc.synth.lower_channels import ChannelMap, cut_copies, expand_copies, tree_channel_map, tree_copies
-from arborcc.synth.trees import Tree, breadth_first_hops, tree_children
+from arborcc.synth.trees import Tree, tree_children
 from arborcc.topology.model import Topology
 
 INPUT, OUTPUT = Buffer.INPUT, Buffer.OUTPUT
@@ -161,17 +161,17 @@ def reduce_block(root: int, kids, idx: int, size: int, channels: ChannelMap, acc
     they copy nothing and send from ``acc`` - so that in an in-place call, where that
     copy writes the input, nothing reads the input unordered with it.
     """
-    depth = {root: 0}
-    for parent, child, _ in breadth_first_hops(root, kids):
-        depth[child] = depth[parent] + 1
-    for v in sorted((v for v in kids if kids[v]), key=lambda v: (-depth[v], v)):
+    prog = current_program()
+    reduces = []
+    for v, hops in channels.up_tree(root, kids, tree):
         buf, i = root_slot if (v == root and root_slot) else (acc, idx)
         if (buf, i) != (INPUT, idx) and v not in copied:
+            prog.trace_reduces(reduces)
+            reduces = []
             local_copy(v, (INPUT, idx), (buf, i), size)
-        for child, path in kids[v]:
-            src = acc if kids.get(child) or child in copied else INPUT
-            chunk(v, buf, i, size).reduce(chunk(child, src, idx, size),
-                                          ch=channels.channel(child, v, tuple(reversed(path)), tree))
+        for child, ch, inner in hops:
+            reduces.append((child, acc if inner or child in copied else INPUT, idx, v, buf, i, size, ch))
+    prog.trace_reduces(reduces)
 
 
 def lower_broadcast(topology: Topology, trees: Sequence[Tree], counts: Sequence[int], name: str,
@@ -331,8 +331,9 @@ def lower_allreduce_reduce_broadcast(topology: Topology, reduce_trees: Sequence[
             root, kids = shapes[t]
             reduce_block(root, kids, start, size, channels, acc, tree=t, copied=inner)
         offset = len(reduce_trees)
+        down = [tree_children(t, index) for t, _ in broadcast_trees]
         for t, start, size in broadcasts:
-            root, kids = tree_children(broadcast_trees[t][0], index)
+            root, kids = down[t]
             broadcast_block(root, kids, (acc, start), (acc, start), size, channels, offset + t)
     return finish(prog, topology, channels, chunks, other_copies=other_copies)
 

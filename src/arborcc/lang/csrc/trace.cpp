@@ -1,12 +1,14 @@
-// The common case of Program.trace_copies (lang/program.py), copy by copy in the same
-// order and with the same checks: ranks, indices, count and channel are plain ints in
-// range; both buffers are the input or the output (after in-place aliasing by a simple
-// rule); the copy does not overlap itself; every source slot holds something and both
-// ranges lie within their buffers; the topology joins the two ranks; and the operations
-// limit is not reached. Such a copy is recorded as record_operation does - the same
-// tuple appended, the same slots marked with its number. The first copy that is not
-// such a case stops the loop: Python does it as chunk(...).copy(...) would, which
-// performs it or raises the DSL's error for it, then resumes here.
+// The common case of Program.trace_copies and Program.trace_reduces (lang/program.py),
+// operation by operation in the same order and with the same checks: ranks, indices,
+// count and channel are plain ints in range; both buffers are the input or the output
+// (after in-place aliasing by a simple rule); the operation does not overlap itself;
+// every slot it reads holds something (a copy reads its source, a reduce its source and
+// its destination) and both ranges lie within their buffers; the topology joins the two
+// ranks; and the operations limit is not reached. Such an operation is recorded as
+// record_operation does - the same tuple appended, the same slots marked with its
+// number. The first one that is not such a case stops the loop: Python does it as
+// chunk(...).copy(...) or chunk(dst...).reduce(chunk(src...)) would, which performs it
+// or raises the DSL's error for it, then resumes here.
 
 #include "trace.hpp"
 
@@ -66,8 +68,8 @@ bool min_record(PyObject* seqs, long long s, long long n, long long& low) {
 }
 
 
-// One copy given by its eight fields (borrowed; the caller holds them): traced and true,
-// or false when it is not the common case (nothing done).
+// One operation given by its eight fields (borrowed; the caller holds them): traced and
+// true, or false when it is not the common case (nothing done).
 bool trace_one(TraceTarget& t, PyObject* const f[8]) {
   PyObject* all_seqs = t.seqs.ptr();
   PyObject* ops = t.ops.ptr();
@@ -87,9 +89,9 @@ bool trace_one(TraceTarget& t, PyObject* const f[8]) {
     if (!shifted(s, sr, t.shift)) return false;
     s_moved = true;
   }
-  if (dbuf == t.named.ptr()) {
+  if (dbuf == t.named.ptr()) {  // a reduce's destination is a chunk of its own rank
     dbuf = t.meant.ptr();
-    if (!shifted(d, t.by_source ? sr : dr, t.shift)) return false;
+    if (!shifted(d, t.by_source && !t.reduce ? sr : dr, t.shift)) return false;
     d_moved = true;
   }
   int scode = sbuf == t.input.ptr() ? 0 : sbuf == t.output.ptr() ? 1 : -1;
@@ -100,6 +102,7 @@ bool trace_one(TraceTarget& t, PyObject* const f[8]) {
   if (s + n > PyList_GET_SIZE(src_seqs) || d + n > PyList_GET_SIZE(dst_seqs)) return false;
   long long low;
   if (!min_record(src_seqs, s, n, low) || low < 0) return false;
+  if (t.reduce && (!min_record(dst_seqs, d, n, low) || low < 0)) return false;
   if (!t.why_not.is_none()) {
     auto [known, fresh] = t.refused.try_emplace(sr * nr + dr, false);
     if (fresh) {  // the first copy between these ranks asks the topology
@@ -108,6 +111,7 @@ bool trace_one(TraceTarget& t, PyObject* const f[8]) {
       if (known->second) return false;
       dst_seqs = slot_list(all_seqs, dr, dcode);  // Python ran: look the lists up again
       if (d + n > PyList_GET_SIZE(dst_seqs)) return false;
+      if (t.reduce && (!min_record(dst_seqs, d, n, low) || low < 0)) return false;
     } else if (known->second) {
       return false;
     }
@@ -122,7 +126,7 @@ bool trace_one(TraceTarget& t, PyObject* const f[8]) {
     PyTuple_SET_ITEM(o, k, x);
   };
   PyObject* minus_one = PyLong_FromLong(-1);
-  put(0, t.copy_kind.ptr());
+  put(0, t.kind.ptr());
   put(1, f[0]);
   put_new(2, scode);
   if (s_moved) put_new(3, s); else put(3, f[2]);
@@ -149,9 +153,9 @@ bool trace_one(TraceTarget& t, PyObject* const f[8]) {
 
 }  // namespace
 
-Py_ssize_t trace_copies(TraceTarget& t, py::handle copies_h, Py_ssize_t start) {
+Py_ssize_t trace_operations(TraceTarget& t, py::handle copies_h, Py_ssize_t start) {
   PyObject* copies = copies_h.ptr();
-  if (!PyList_Check(copies) && !PyTuple_Check(copies)) throw py::type_error("trace_copies needs a list or tuple");
+  if (!PyList_Check(copies) && !PyTuple_Check(copies)) throw py::type_error("tracing needs a list or tuple");
   for (Py_ssize_t i = start; i < PySequence_Fast_GET_SIZE(copies); ++i) {
     py::object copy = py::reinterpret_borrow<py::object>(PySequence_Fast_GET_ITEM(copies, i));
     if (PyList_Check(copy.ptr())) {  // a tuple of its items: Python code run below cannot change them

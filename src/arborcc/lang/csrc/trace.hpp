@@ -1,6 +1,7 @@
-// Tracing many chunk copies of a DSL program at once (Program.trace_copies): the common
-// case of each copy - checked and recorded exactly as the Python verbs would - without
-// a Python call per copy. Anything else is handed back to Python (see trace.cpp).
+// Tracing many chunk copies or reduces of a DSL program at once (Program.trace_copies,
+// Program.trace_reduces): the common case of each - checked and recorded exactly as the
+// Python verbs would - without a Python call per operation. Anything else is handed
+// back to Python (see trace.cpp).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -24,14 +25,17 @@ struct TraceTarget {
   bool by_source;                     // a destination index is mapped with the source rank
   py::object why_not;                 // connectivity's why_not(src, dst), or None (all connected)
   std::unordered_map<long long, bool> refused;  // src * ranks + dst -> no route joins them (this call)
-  py::handle copy_kind, lanes, where; // the operation tuple's kind, lanes and where fields
+  py::handle kind, lanes, where;      // the operation tuple's kind, lanes and where fields
+  bool reduce;                        // the operations are reduces (dst = dst (+) src), not copies
 };
 
-// Trace copies[start:] while each is the common case; returns the index of the first one
-// that is not (len(copies) when all were traced), for Python to do as written.
-Py_ssize_t trace_copies(TraceTarget& t, py::handle copies, Py_ssize_t start);
+// Trace operations[start:] - each (src rank, src buffer, src index, dst rank, dst buffer,
+// dst index, count, ch), a copy or a reduce as t.reduce says - while each is the common
+// case; returns the index of the first one that is not (len(operations) when all were
+// traced), for Python to do as written.
+Py_ssize_t trace_operations(TraceTarget& t, py::handle operations, Py_ssize_t start);
 
-// The same for broadcast blocks (hops, buffer, index, size): block i is the copies
+// Copies of broadcast blocks (hops, buffer, index, size): block i is the copies
 // (parent, buffer, index, child, buffer, index, size, ch) for each (parent, child, ch)
 // of its hops, in order. Starts at hop first_hop of block start; returns (block, hop) of
 // the first copy that is not the common case ((len(blocks), 0) when all were traced).

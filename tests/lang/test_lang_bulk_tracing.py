@@ -1,5 +1,6 @@
-"""Program.trace_copies records exactly what chunk(...).copy(...) one after another records,
-and fails with the same error at the same copy."""
+"""Program.trace_copies, trace_broadcasts and trace_reduces record exactly what
+chunk(...).copy(...) and chunk(...).reduce(chunk(...)) one after another record, and fail
+with the same error at the same operation."""
 
 import sys
 
@@ -166,3 +167,77 @@ def test_trace_broadcasts_is_trace_copies_of_its_hops():
         results.append([op[:T.WHERE] for op in prog.ops])
         assert all(op[T.WHERE] == (__file__, line + (0 if bulk else 2)) for op in prog.ops[3:])
     assert results[0] == results[1] and len(results[0]) == 6
+
+
+@st.composite
+def copies_and_reduces(draw):
+    """Copies and reduces (kind, fields) that can mostly be traced - each reading an
+    input (2 chunks a rank) or where an earlier one wrote - and now and then a wrong one:
+    a reduce into a slot nothing wrote, onto itself, of a bad field."""
+    steps, written = [], [(r, IN, i, 1) for r in range(3) for i in range(2)]
+    for _ in range(draw(st.integers(1, 14))):
+        kind = draw(st.sampled_from(("copy", "reduce", "reduce")))
+        if draw(st.integers(0, 11)) == 0:
+            steps.append((kind, draw(bad)))
+            continue
+        src = draw(st.sampled_from(written))
+        if kind == "copy":
+            dst = (draw(st.integers(0, 2)), draw(st.sampled_from((OUT, OUT, SC, IN))), draw(st.integers(0, 4)))
+            written.append((*dst, src[3]))
+        else:
+            dst = draw(st.sampled_from(written + [(draw(st.integers(0, 2)), OUT, draw(st.integers(0, 4)), 1)]))[:3]
+        steps.append((kind, (*src[:3], *dst, src[3], draw(st.integers(-1, 1)))))
+    return steps
+
+
+def _record_mixed(collective, topology, steps, bulk: bool):
+    """_trace of ``steps``: runs of one kind with trace_copies or trace_reduces (``bulk``),
+    or each as chunk(...).copy(...) and chunk(dst...).reduce(chunk(src...))."""
+    def bulk_trace(prog):
+        run, kind = [], None
+        for k, fields in steps + [(None, None)]:
+            if k != kind and run:
+                (prog.trace_copies if kind == "copy" else prog.trace_reduces)(run)
+                run = []
+            run.append(fields)
+            kind = k
+
+    def one_by_one(prog):
+        for kind, (sr, sb, si, dr, db, di, n, ch) in steps:
+            if kind == "copy":
+                chunk(sr, sb, si, n).copy(dr, db, di, ch=ch)
+            else:
+                chunk(dr, db, di, n).reduce(chunk(sr, sb, si, n), ch=ch)
+    return _trace(lambda: Program("p", collective(), topology), bulk_trace if bulk else one_by_one)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(range(len(COLLECTIVES))), st.sampled_from((None, LINKS)), copies_and_reduces())
+def test_trace_reduces_records_what_chunk_reduce_records(which, topology, steps):
+    assert _record_mixed(COLLECTIVES[which], topology, steps, True) == \
+        _record_mixed(COLLECTIVES[which], topology, steps, False)
+
+
+def test_trace_reduces_fast_path_covers_a_tree_reduce():
+    """Leaves 1 and 2 reduced into rank 0's input, then rank 0 into rank 1: nothing as
+    written, the operations the compiled loop records."""
+    steps = [(1, IN, 0, 0, IN, 0, 2, -1), (2, IN, 0, 0, IN, 0, 2, 1), (0, IN, 0, 1, IN, 0, 2, -1)]
+    with Program("p", AllReduce(3, 2, True), LINKS) as prog:
+        prog._reduce_as_written = None  # a handed-back reduce would fail here
+        prog.trace_reduces(steps)
+    assert [op[:T.WHERE] for op in prog.ops] == [(T.REDUCE, 1, 0, 0, 0, 0, 0, 2, -1, -1, -1, 1),
+                                                 (T.REDUCE, 2, 0, 0, 0, 0, 0, 2, -1, -1, 1, 1),
+                                                 (T.REDUCE, 0, 0, 0, 1, 0, 0, 2, -1, -1, -1, 1)]
+
+
+def test_trace_reduces_in_place_aliasing_by_rule_maps_each_chunk_with_its_own_rank():
+    """In-place all-gather: a reduce's destination is the input of its own rank, however
+    copies map theirs."""
+    steps = [(r, IN, 0, d, IN, 0, 2, -1) for r in range(3) for d in range(3) if d != r]
+    for by_source in (False, True):
+        def program():
+            return Program("p", AllGather(3, 2, inplace=True), copy_index_by_source=by_source)
+        bulk = _trace(program, lambda prog: prog.trace_reduces(steps))
+        one_by_one = _trace(program, lambda prog: [chunk(d, b, di, n).reduce(chunk(s, sb, si, n), ch=ch)
+                                                   for s, sb, si, d, b, di, n, ch in steps])
+        assert bulk == one_by_one and len(bulk[0]) == len(steps) and bulk[1] is None
