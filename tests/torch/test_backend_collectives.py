@@ -18,7 +18,7 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
           torch.int64, torch.uint8, torch.bool, torch.complex64]
 OPS = [dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX, dist.ReduceOp.AVG,
        dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR]
-SIZES = [1, 7, 4099]
+SIZES = [1, 4099]  # fewer elements than ranks (empty blocks), and blocks of unequal sizes
 compared, skipped, wrong = 0, set(), []
 
 def data(dtype, n, seed, op=None):
@@ -146,7 +146,7 @@ def test_every_collective_dtype_and_op_equals_gloo(job):
         r, _, _ = said[rank]
         assert r["backend"] == "arborcc"
         assert r["nwrong"] == 0, r["wrong"]
-        assert r["compared"] > 700
+        assert r["compared"] > 450, r["compared"]  # 484 with torch 2.13: what gloo runs of the combinations
         assert r["async"] == [64.0, 4.0, 64.0, True]
         w = 4
         assert r["prepared"] == [v for k in range(3) for v in (w * k + 6.0, k + 3.0, (w * k + 6.0) / w)] + [6.0, 60.0]

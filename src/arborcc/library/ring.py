@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from arborcc.ir.model import Buffer
-from arborcc.lang import AllGather, AllReduce, Program, ReduceScatter, chunk
+from arborcc.lang import AllGather, AllReduce, Program, ReduceScatter, chunk, current_program
 from arborcc.library.common import channels_ok, positive
 from arborcc.library.spec import Built, built
 
@@ -68,17 +68,24 @@ def ring_allreduce_trip(ring: Sequence[int], start: int, index: int, ch: int, ds
     indices in ring order): reduced from ``ring[start + 1]`` around to ``ring[start]``
     (the reduce-scatter's trip), then copied around once more into ``dst`` of every other
     rank (the all-gather's), every hop on channel ``ch``. ``into_output``: the rank that
-    completes the sum first copies its own input into its output there (out of place)."""
+    completes the sum first copies its own input into its output there (out of place).
+
+    Each hop is what ``own = chunk(r, IN, index); c = own.reduce(c, ch=ch)`` and then
+    ``c = c.copy(next, dst, index, ch=ch)`` trace, traced in bulk
+    (:meth:`~arborcc.lang.Program.trace_reduces`, ``trace_copies``): a 1024-rank ring
+    is two million of them."""
     n = len(ring)
-    c = chunk(ring[(start + 1) % n], IN, index)
-    for step in range(2, n + 1):
-        r = ring[(start + step) % n]
-        own = chunk(r, IN, index)
-        if step == n and into_output:  # the result goes to the output buffer
-            own = own.copy(r, OUT, index)
-        c = own.reduce(c, ch=ch)
-    for step in range(1, n):
-        c = c.copy(ring[(start + step) % n], dst, index, ch=ch)
+    at = [ring[(start + step) % n] for step in range(n + 1)]  # at[step]: the rank ``step`` hops on
+    prog = current_program()
+    last = n if into_output else n + 1  # the sum that lands in the output is traced apart
+    prog.trace_reduces([(at[step - 1], IN, index, at[step], IN, index, 1, ch) for step in range(2, last)])
+    held = IN  # where the completed sum lies on ring[start]
+    if into_output and n >= 2:
+        prog.trace_copies([(at[n], IN, index, at[n], OUT, index, 1, -1)])
+        prog.trace_reduces([(at[n - 1], IN, index, at[n], OUT, index, 1, ch)])
+        held = OUT
+    prog.trace_copies([(at[step - 1], held if step == 1 else dst, index, at[step], dst, index, 1, ch)
+                       for step in range(1, n)])
 
 
 def ring_allreduce(ranks: int, channels: int = 1, instances: int = 1, protocol: str = "Simple",

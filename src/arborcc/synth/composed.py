@@ -47,7 +47,7 @@ the balanced ranges are this module's.
 from __future__ import annotations
 
 from arborcc.ir.model import Buffer
-from arborcc.lang import AllGather, AllReduce, Broadcast, Gather, Reduce, ReduceScatter, Scatter, chunk
+from arborcc.lang import AllGather, AllReduce, Broadcast, Gather, Reduce, ReduceScatter, Scatter, chunk, current_program
 from arborcc.synth.hosts import Cluster
 from arborcc.synth.lower_blocks import MAX_COUNT, transfer_pieces
 from arborcc.synth.lower_channels import ChannelMap
@@ -158,16 +158,19 @@ def _allgather_pairs(cluster: Cluster, tr: _Transfers) -> tuple[list, list, list
 
 def _copy(src: int, dst: int, interval: Interval, buffer: Buffer, channels: ChannelMap, tr: _Transfers,
           tree: int, src_buffer: Buffer | None = None, most: int = MAX_COUNT) -> None:
-    for start, n in transfer_pieces(*interval, most):
-        chunk(src, src_buffer or buffer, start, n).copy(dst, buffer, start,
-                                                        ch=channels.channel(src, dst, tr.pairs[(src, dst)], tree))
+    pieces = transfer_pieces(*interval, most)
+    if pieces:  # the connection's channel is chosen by its first transfer
+        ch = channels.channel(src, dst, tr.pairs[(src, dst)], tree)
+        current_program().trace_copies([(src, src_buffer or buffer, start, dst, buffer, start, n, ch)
+                                        for start, n in pieces])
 
 
 def _reduce(acc: int, other: int, interval: Interval, buffer: Buffer, channels: ChannelMap, tr: _Transfers,
             tree: int) -> None:
-    for start, n in transfer_pieces(*interval):
-        chunk(acc, buffer, start, n).reduce(chunk(other, buffer, start, n),
-                                            ch=channels.channel(other, acc, tr.pairs[(other, acc)], tree))
+    pieces = transfer_pieces(*interval)
+    if pieces:
+        ch = channels.channel(other, acc, tr.pairs[(other, acc)], tree)
+        current_program().trace_reduces([(other, buffer, start, acc, buffer, start, n, ch) for start, n in pieces])
 
 
 def lower_composed_allgather(cluster: Cluster, name: str, spread: int = 0) -> Lowered:

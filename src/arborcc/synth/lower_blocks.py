@@ -98,6 +98,7 @@ def _aligned_blocks(first: Sequence[int], second: Sequence[int], rounds: int
             by_round.append([])
         by_round[k].append((t, n))
     given, handed = [0] * len(second), 0
+    behind = [u for u, c in enumerate(second) if c > 0]  # the trees short of their count, in order
     out_first, out_second, at = [], [], 0
     for parts in by_round:
         size = sum(n for _, n in parts)
@@ -107,10 +108,15 @@ def _aligned_blocks(first: Sequence[int], second: Sequence[int], rounds: int
         share = [0] * len(second)
         for _ in range(size):
             handed += 1
-            u = max((u for u in range(len(second)) if given[u] < second[u]),
-                    key=lambda u: second[u] * handed / total - given[u])
+            u, lag = -1, 0.0  # the tree furthest behind its share, the first of equals
+            for v in behind:
+                own = second[v] * handed / total - given[v]
+                if u < 0 or own > lag:
+                    u, lag = v, own
             given[u] += 1
             share[u] += 1
+            if given[u] == second[u]:
+                behind.remove(u)
         start = at - size
         for u, n in enumerate(share):
             for a, m in transfer_pieces(start, start + n):
