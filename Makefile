@@ -32,7 +32,7 @@ demo: $(STAMP)
 	$(BIN)/arborcc demo
 
 test: $(STAMP)
-	@echo "make: running the test suite on every CPU (about 7 minutes on 2 cores)"
+	@echo "make: running the test suite on every CPU (about 6 minutes on 2 cores)"
 	$(BIN)/python -m pytest -n auto --dist worksteal
 
 clean:

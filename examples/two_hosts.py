@@ -25,14 +25,12 @@ import os
 import subprocess
 import sys
 
-import torch
-import torch.distributed as dist
-
-import arborcc.torch
-
 
 def checks(gloo) -> list[str]:
     """Differences between arborcc (the default group) and gloo; empty when they agree."""
+    import torch
+    import torch.distributed as dist
+
     r, w = dist.get_rank(), dist.get_world_size()
     bad = []
     for n in (1, 7, 1000, 1 << 20):
@@ -62,6 +60,11 @@ def checks(gloo) -> list[str]:
 
 
 def worker() -> int:
+    import torch  # in the ranks only: the launcher needs none of it
+    import torch.distributed as dist
+
+    import arborcc.torch
+
     torch.set_num_threads(1)
     arborcc.torch.init(timeout=120)
     gloo = dist.new_group(backend="gloo")

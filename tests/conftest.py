@@ -1,5 +1,6 @@
 """Test-wide settings: property tests are derandomized under CI (CI=true), so a CI run
-is repeatable; locally they keep exploring new examples."""
+is repeatable; locally they keep exploring new examples. The cyclic collector runs as in
+the arborcc command (:func:`arborcc.collector.collect_less_often`)."""
 
 import os
 
@@ -8,6 +9,11 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+# the suite's processes collect cyclic garbage as the arborcc command does
+from arborcc.collector import collect_less_often  # noqa: E402
+
+collect_less_often()
 
 
 # --- running the suite in parallel (``make test``: pytest -n auto) ---------------------

@@ -75,6 +75,9 @@ def build_parser(command: str | None = "*") -> ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from arborcc.collector import collect_less_often
+
+    collect_less_often()
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(invoked_command(argv))
     try:  # --help and --version end here, before logging is set up
