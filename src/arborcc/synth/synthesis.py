@@ -81,7 +81,7 @@ def _candidates(strategy: str, collective: str, num_ranks: int, clusters: bool) 
 def _ranks_by_time(strategy: str, num_ranks: int) -> bool:
     """Whether ``auto`` runs every candidate and ranks them by simulated time: up to
     :data:`arborcc.synth.registry.SIMULATED_RANKS` ranks (128 GPUs: every collective of
-    16 x 8 A100 in 1-12 s of CPU time, ``benchmarks/synthesis/cluster_scale.py``); above, where one
+    16 x 8 A100 in 0.4-9.4 s of CPU time, ``benchmarks/synthesis/cluster_scale.py``); above, where one
     simulation can take minutes, the cascade stops at the first algorithm that reaches
     the bound in the steady-state model (module doc)."""
     return strategy == "auto" and num_ranks <= SIMULATED_RANKS
