@@ -31,9 +31,12 @@ demo: $(STAMP)
 	@echo "make: running arborcc demo (synthesis, verification, simulation, then 4 local ranks: 10-30 s)"
 	$(BIN)/arborcc demo
 
+# The suite starts hundreds of Python processes (commands, ranks, examples): with
+# PYTHONDONTWRITEBYTECODE set in the environment each would compile arborcc's modules and the
+# tests again, so the suite keeps their bytecode caches (__pycache__, ignored by git).
 test: $(STAMP)
 	@echo "make: running the test suite on every CPU (about 6 minutes on 2 cores)"
-	$(BIN)/python -m pytest -n auto --dist worksteal
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n auto --dist worksteal
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info src/arborcc/*/native*.so

@@ -181,9 +181,7 @@ def test_program_order_check_agrees_with_the_greedy(monkeypatch):
         return answer
 
     monkeypatch.setattr(order, "_fifo_schedule", checked)
-    topology = build_machine("dgx1v")
-    for collective in ("allgather", "allreduce"):
-        synthesize(topology, collective, "trees")
+    synthesize(build_machine("dgx1v"), "allreduce", "trees")  # 268 repairs; an all-gather's only pass
     assert {a for a, _ in answers} == {True, False}  # both answers are exercised
     assert all(a == b for a, b in answers)
 

@@ -201,12 +201,15 @@ def test_demo_json_is_one_object_and_leaves_nothing_behind(tmp_path):
     tmp.mkdir()
     work = tmp_path / "work"
     work.mkdir()
-    run = arborcc("demo", "--json", cwd=work, env={"TMPDIR": str(tmp)}, seconds=DEMO_SECONDS, address_space=None)
+    # two GPUs of the embedded default (the README's `arborcc demo` runs its allocation 1,4,5,6):
+    # every stage, two ranks
+    run = arborcc("demo", "--json", "--gpus", "0,1", cwd=work, env={"TMPDIR": str(tmp)}, seconds=DEMO_SECONDS,
+                  address_space=None)
     assert run.code == 0, run.err[-2000:]
     report = json.loads(run.out)
     assert {"topology", "allocation", "best", "winner"} <= set(report)
-    # the embedded default: DGX-1V, the allocation 1,4,5,6, its 46 classes; the winner verified and run
-    assert report["allocation"]["name"] == "dgx1v[1,4,5,6]" and report["classes"]["count"] == 46
+    # DGX-1V's 46 classes; the winner verified and run
+    assert report["allocation"]["name"] == "dgx1v[0,1]" and report["classes"]["count"] == 46
     assert report["winner"]["verified"] and report["winner"]["max_error"] < 1e-6
     assert list(tmp.iterdir()) == [] and list(work.iterdir()) == []
     within_budget(run)

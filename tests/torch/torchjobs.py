@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -28,17 +29,91 @@ def report(value):  # one write per line: lines of different ranks never interle
 """
 
 
+#: the process the ranks of a job with :data:`PRELUDE` are forked from: it imports what the
+#: prelude imports (torch's import is most of a rank's start), then forks one child per rank
+#: with that rank's environment and its own output files, which runs the script as
+#: ``__main__`` and exits as a script does (exit handlers included); it writes each rank's
+#: exit status (minus the signal that killed it) to the last argument
+FORK_SERVER = r"""
+import json, os, runpy, sys
+import torch, torch.distributed, arborcc.torch, arborcc.runtime
+script, environments, folder, statuses = sys.argv[1:5]
+children = []
+for rank, env in enumerate(json.loads(open(environments).read())):
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        for fd, name in ((1, "out"), (2, "err")):
+            os.dup2(os.open(os.path.join(folder, f"rank{rank}.{name}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv, sys.path[0] = [script], os.path.dirname(script)  # as `python script` has them
+        runpy.run_path(script, run_name="__main__")
+        sys.exit(0)
+    children.append(pid)
+codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
+with open(statuses + ".tmp", "w") as f:
+    json.dump(codes, f)
+os.replace(statuses + ".tmp", statuses)
+"""
+
+
 def launch(tmp_path, nranks: int, body: str, hard_timeout: float = 150,
            env: dict | None = None, prelude: str = PRELUDE) -> tuple[int, dict[int, list], str]:
     """Run ``body`` after ``prelude`` on ``nranks`` local ranks (torchrun's environment;
     unlike ``arborcc run``, a failing rank does not stop the others, so each reports what
-    it saw); (the first non-zero exit status or 0, each rank's reports, the ranks' stderr)."""
+    it saw); (the first non-zero exit status or 0, each rank's reports, the ranks' stderr).
+    With the default prelude the ranks are forked from :data:`FORK_SERVER`, which imported
+    torch once for all of them; a job whose prelude is its own (what ``import torch`` loads,
+    say) starts each rank as a new interpreter."""
     script = tmp_path / "job.py"
     script.write_text(prelude + textwrap.dedent(body))
     port = free_port_pair()
+    base = {**os.environ, **(env or {})}
+    environments = [rank_env(r, nranks, port, base) for r in range(nranks)]
+    if prelude is PRELUDE:
+        codes, outs, errs = _forked(tmp_path, script, environments, base, hard_timeout)
+    else:
+        codes, outs, errs = _started(script, environments, hard_timeout)
+    said: dict[int, list] = {}
+    for out in outs:
+        for line in out.splitlines():
+            if line.startswith("RANK") and ": " in line:
+                rank, text = line[4:].split(": ", 1)
+                said.setdefault(int(rank), []).append(json.loads(text))
+    code = next((c for c in codes if c), 0)
+    return code, said, "\n".join(errs)
+
+
+def _forked(tmp_path, script, environments: list[dict], base: dict, hard_timeout: float):
+    """(each rank's exit status, stdout, stderr), the ranks forked from :data:`FORK_SERVER`;
+    past ``hard_timeout`` the server and every rank are killed (one process group)."""
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    (folder / "environments.json").write_text(json.dumps(environments))
+    statuses = folder / "statuses.json"
+    server = subprocess.Popen([sys.executable, "-c", FORK_SERVER, str(script), str(folder / "environments.json"),
+                               str(folder), str(statuses)], cwd=ROOT, env=base, start_new_session=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        said, _ = server.communicate(timeout=hard_timeout)
+    except BaseException:
+        os.killpg(server.pid, signal.SIGKILL)  # the ranks too, whatever state they are in
+        server.wait()
+        raise
+    n = len(environments)
+    codes = json.loads(statuses.read_text()) if statuses.exists() else [server.returncode or -signal.SIGKILL] * n
+    read = lambda name: name.read_text(errors="replace") if name.exists() else ""  # noqa: E731
+    errs = [read(folder / f"rank{r}.err") for r in range(n)]
+    if said:
+        errs.append(f"fork server: {said}")
+    return codes, [read(folder / f"rank{r}.out") for r in range(n)], errs
+
+
+def _started(script, environments: list[dict], hard_timeout: float):
+    """(each rank's exit status, stdout, stderr), each rank a new interpreter."""
     procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, cwd=ROOT, env=rank_env(r, nranks, port, {**os.environ, **(env or {})}))
-             for r in range(nranks)]
+                              text=True, cwd=ROOT, env=env) for env in environments]
     deadline = time.monotonic() + hard_timeout
     outs, errs = [], []
     try:
@@ -51,14 +126,7 @@ def launch(tmp_path, nranks: int, body: str, hard_timeout: float = 150,
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    said: dict[int, list] = {}
-    for out in outs:
-        for line in out.splitlines():
-            if line.startswith("RANK") and ": " in line:
-                rank, text = line[4:].split(": ", 1)
-                said.setdefault(int(rank), []).append(json.loads(text))
-    code = next((p.returncode for p in procs if p.returncode), 0)
-    return code, said, "\n".join(errs)
+    return [p.returncode for p in procs], outs, errs
 
 
 #: one job of 2 ranks that several tests read (a job's start, torch's import on every rank,
