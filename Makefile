@@ -35,7 +35,7 @@ demo: $(STAMP)
 # PYTHONDONTWRITEBYTECODE set in the environment each would compile arborcc's modules and the
 # tests again, so the suite keeps their bytecode caches (__pycache__, ignored by git).
 test: $(STAMP)
-	@echo "make: running the test suite on every CPU (about 6 minutes on 2 cores)"
+	@echo "make: running the test suite on every CPU (about 5 minutes on 2 cores)"
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n auto --dist worksteal
 
 clean:
