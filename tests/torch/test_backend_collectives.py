@@ -218,7 +218,7 @@ for value, group in ((1.0, None), (10.0, again), (100.0, pair), (1000.0, None)):
 report(sums)
 """
 
-#: the checks in one job of 4 ranks (a job's start, torch's import on every rank, is most
+#: the checks in one job of 4 ranks (a job's start, torch's import in its fork server, is most
 #: of a check's time): the collectives' report first, then the executor's, then the groups'
 JOB = "arborcc.torch.init(timeout=60)\n" + COLLECTIVES + EXECUTOR + GROUPS + "dist.destroy_process_group()\n"
 

@@ -103,11 +103,12 @@ def _forked(tmp_path, script, environments: list[dict], base: dict, hard_timeout
         raise
     n = len(environments)
     codes = json.loads(statuses.read_text()) if statuses.exists() else [server.returncode or -signal.SIGKILL] * n
-    read = lambda name: name.read_text(errors="replace") if name.exists() else ""  # noqa: E731
-    errs = [read(folder / f"rank{r}.err") for r in range(n)]
-    if said:
-        errs.append(f"fork server: {said}")
-    return codes, [read(folder / f"rank{r}.out") for r in range(n)], errs
+
+    def read(name: str) -> str:
+        return (folder / name).read_text(errors="replace") if (folder / name).exists() else ""
+
+    errs = [read(f"rank{r}.err") for r in range(n)] + ([f"fork server: {said}"] if said else [])
+    return codes, [read(f"rank{r}.out") for r in range(n)], errs
 
 
 def _started(script, environments: list[dict], hard_timeout: float):
@@ -129,7 +130,7 @@ def _started(script, environments: list[dict], hard_timeout: float):
     return [p.returncode for p in procs], outs, errs
 
 
-#: one job of 2 ranks that several tests read (a job's start, torch's import on every rank,
+#: one job of 2 ranks that several tests read (a job's start, torch's import in its fork server,
 #: is most of a check's time): ``init_process_group("arborcc")`` after ``import
 #: arborcc.torch`` with the ``arborcc`` loggers at INFO, an all-reduce (report: the backend
 #: and the sum), then each kind of fallback three times on both ranks (report per round:
